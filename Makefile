@@ -1,0 +1,145 @@
+# spoa-ratelimit build. Plain make; objects and binaries go to $(BUILD).
+#   make            the agent at build/spoa-ratelimit, and the tools
+#   make test       unit tests, fuzz corpus replays, end-to-end tests
+#   make asan       the whole suite under AddressSanitizer (build/asan)
+#   make ubsan      the whole suite under UndefinedBehaviorSanitizer
+#   make fuzz       libFuzzer runs of every fuzz target (clang), bounded
+#   make bench      the SPOP load generator against the agent -> BENCHMARKS.md
+#   make demo       HAProxy + agent + Redis on loopback, with traffic
+
+BUILD ?= build
+CC ?= cc
+OPT ?= -O2 -g
+PYTHON ?= python3
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wpointer-arith -Wundef \
+	-Wswitch-enum -Wno-unused-parameter
+ifeq ($(CI),true)
+WERROR ?= -Werror
+endif
+SAN ?=
+PKG_CFLAGS := $(shell pkg-config --cflags hiredis msgpack yaml-0.1 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs hiredis msgpack yaml-0.1 2>/dev/null)
+CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
+
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
+	-Iagent $(PKG_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
+LIBS = -lev $(PKG_LIBS) -lm
+
+AGENT_SRCS := $(wildcard agent/*.c)
+AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
+AGENT_BIN := $(BUILD)/spoa-ratelimit
+
+.PHONY: all agent tools test unit fuzz-replay e2e asan ubsan fuzz bench demo \
+	clean deps check
+all: agent tools
+
+agent: $(AGENT_BIN)
+
+# Rebuild everything when the compiler or its flags change.
+FLAGS_FILE := $(BUILD)/.flags
+FLAGS_NOW := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS)
+$(shell mkdir -p $(BUILD); \
+	[ "$$(cat $(FLAGS_FILE) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+	echo '$(FLAGS_NOW)' > $(FLAGS_FILE))
+
+$(BUILD)/%.o: %.c $(FLAGS_FILE)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(AGENT_BIN): $(AGENT_OBJS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+# ---- tools ------------------------------------------------------------------
+# Each tools/NAME.mk adds NAME to TOOLS and sets NAME_SRCS.
+TOOLS :=
+include $(wildcard tools/*.mk)
+define tool_rule
+$(BUILD)/$(1): $$(patsubst %.c,$(BUILD)/%.o,$$($(1)_SRCS))
+	$$(CC) $$(ALL_LDFLAGS) -o $$@ $$^ $$(LIBS)
+endef
+$(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
+tools: $(addprefix $(BUILD)/,$(TOOLS))
+
+# ---- unit tests (cmocka): one binary per module ------------------------------
+# Each tests/unit/NAME.mk adds NAME to UNIT_TESTS and sets test_NAME_SRCS to
+# the test file plus only the agent sources under test.
+UNIT_TESTS :=
+include $(wildcard tests/unit/*.mk)
+define unit_rule
+$(BUILD)/tests/test_$(1): $$(patsubst %.c,$(BUILD)/%.o,$$(test_$(1)_SRCS))
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALL_LDFLAGS) -o $$@ $$^ $$(test_$(1)_LDFLAGS) $(CMOCKA_LIBS) $$(LIBS)
+endef
+$(foreach t,$(UNIT_TESTS),$(eval $(call unit_rule,$(t))))
+UNIT_BINS := $(addprefix $(BUILD)/tests/test_,$(UNIT_TESTS))
+
+unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+# ---- fuzz targets -------------------------------------------------------------
+# Each tests/fuzz/NAME.mk adds NAME to FUZZERS and sets fuzz_NAME_SRCS. With
+# gcc (make test) they link tests/fuzz/replay.c, a main that replays
+# tests/fuzz/corpus/NAME/*; `make fuzz` links libFuzzer instead (clang).
+FUZZERS :=
+include $(wildcard tests/fuzz/*.mk)
+define fuzz_rule
+$(BUILD)/fuzz/replay_$(1): $$(patsubst %.c,$(BUILD)/%.o,$$(fuzz_$(1)_SRCS) tests/fuzz/replay.c)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(ALL_LDFLAGS) -o $$@ $$^ $$(LIBS)
+endef
+$(foreach f,$(FUZZERS),$(eval $(call fuzz_rule,$(f))))
+REPLAY_BINS := $(addprefix $(BUILD)/fuzz/replay_,$(FUZZERS))
+
+fuzz-replay: $(REPLAY_BINS)
+	@set -e; for f in $(FUZZERS); do \
+		echo "== replay $$f"; $(BUILD)/fuzz/replay_$$f tests/fuzz/corpus/$$f; done
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	@set -e; for f in $(FUZZERS); do \
+		$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+			SAN="-fsanitize=fuzzer-no-link,address,undefined" \
+			build/fuzz/libfuzzer_$$f; \
+		mkdir -p build/fuzz/corpus_$$f; \
+		build/fuzz/libfuzzer_$$f -max_total_time=$(FUZZ_SECONDS) \
+			build/fuzz/corpus_$$f tests/fuzz/corpus/$$f; done
+define libfuzzer_rule
+$(BUILD)/libfuzzer_$(1): $$(patsubst %.c,$(BUILD)/%.o,$$(fuzz_$(1)_SRCS))
+	$$(CC) $$(ALL_LDFLAGS) -fsanitize=fuzzer -o $$@ $$^ $$(LIBS)
+endef
+$(foreach f,$(FUZZERS),$(eval $(call libfuzzer_rule,$(f))))
+
+# ---- end-to-end ---------------------------------------------------------------
+E2E_ARGS ?=
+e2e: agent tools
+	$(PYTHON) tests/e2e/run.py --build $(BUILD) $(E2E_ARGS)
+
+# `make test` and `make demo` first install missing Debian packages (a
+# no-op when all are there), then run.
+test: deps
+	$(MAKE) check
+check: agent tools unit fuzz-replay e2e
+
+# Sanitizer builds run the same suite against their own objects.
+asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -g" \
+		SAN="-fsanitize=address -fno-omit-frame-pointer" check
+ubsan:
+	$(MAKE) BUILD=build/ubsan OPT="-O1 -g" \
+		SAN="-fsanitize=undefined -fno-sanitize-recover=all" check
+
+bench: agent tools
+	$(PYTHON) bench/run.py --build $(BUILD)
+
+demo: deps
+	$(MAKE) agent
+	$(PYTHON) tools/demo.py --build $(BUILD)
+
+deps:
+	scripts/install-deps.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

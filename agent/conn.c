@@ -1,0 +1,543 @@
+#include "conn.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "decide.h"
+#include "log.h"
+#include "memstore.h"
+#include "server.h"
+#include "spop.h"
+
+/* Output is bounded: past WBUF_HIGH bytes queued (a peer that does not
+ * read), the connection stops reading until it drains below WBUF_LOW. */
+#define WBUF_INIT 16384
+#define WBUF_HIGH (1024 * 1024)
+#define WBUF_LOW (64 * 1024)
+#define DRAIN_GRACE 1.0
+#define SPARES_MAX 64
+#define COMPACT_MIN 1024
+
+enum conn_state {
+	CONN_HELLO,
+	CONN_READY,
+	CONN_DRAINING,
+	CONN_CLOSED,
+};
+
+struct conn {
+	struct worker *w;
+	struct conn *next;        /* reap list or spare list */
+	uint32_t slot;
+	int fd;
+	enum conn_state state;
+	int reading;              /* read watcher wanted */
+	uint32_t max_frame;       /* negotiated; our own before HELLO */
+	ev_io rio;
+	ev_io wio;
+	ev_timer timer;           /* HELLO deadline, then drain grace */
+	uint8_t *rbuf;
+	size_t rcap, rpos, rlen;
+	uint8_t *wbuf;
+	size_t wcap, wpos, wlen;
+};
+
+static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void on_write(struct ev_loop *loop, ev_io *io, int revents);
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* ---- slots ------------------------------------------------------------- */
+
+static int slot_take(struct worker *w, struct conn *c)
+{
+	if (w->nfree_slots == 0) {
+		uint32_t n = w->nslots ? w->nslots * 2 : 64;
+		struct conn **slots = xrealloc(w->slots, n * sizeof(*slots));
+		uint32_t *gens, *fs;
+
+		if (!slots)
+			return -1;
+		w->slots = slots;
+		gens = xrealloc(w->gens, n * sizeof(*gens));
+		if (!gens)
+			return -1;
+		w->gens = gens;
+		fs = xrealloc(w->free_slots, n * sizeof(*fs));
+		if (!fs)
+			return -1;
+		w->free_slots = fs;
+		for (uint32_t i = w->nslots; i < n; i++) {
+			w->slots[i] = NULL;
+			w->gens[i] = 0;
+		}
+		/* push in reverse so that low slots are used first */
+		for (uint32_t i = n; i > w->nslots; i--)
+			w->free_slots[w->nfree_slots++] = i - 1;
+		w->nslots = n;
+	}
+	c->slot = w->free_slots[--w->nfree_slots];
+	w->slots[c->slot] = c;
+	w->gens[c->slot]++;
+	return 0;
+}
+
+static void slot_release(struct worker *w, struct conn *c)
+{
+	w->slots[c->slot] = NULL;
+	w->gens[c->slot]++;
+	w->free_slots[w->nfree_slots++] = c->slot;
+}
+
+/* ---- life cycle ---------------------------------------------------------- */
+
+static struct conn *conn_get(struct worker *w)
+{
+	struct conn *c = w->spare;
+	uint32_t own = w->srv->cfg.max_frame_size;
+
+	if (c) {
+		w->spare = c->next;
+		w->nspare--;
+	} else {
+		c = xcalloc(1, sizeof(*c));
+		if (!c)
+			return NULL;
+		c->rcap = 4 + (size_t)own;
+		c->rbuf = xmalloc(c->rcap);
+		c->wcap = WBUF_INIT;
+		c->wbuf = xmalloc(c->wcap);
+		if (!c->rbuf || !c->wbuf) {
+			xfree(c->rbuf);
+			xfree(c->wbuf);
+			xfree(c);
+			return NULL;
+		}
+	}
+	c->next = NULL;
+	c->w = w;
+	c->rpos = c->rlen = 0;
+	c->wpos = c->wlen = 0;
+	c->state = CONN_HELLO;
+	c->max_frame = own;
+	return c;
+}
+
+void conn_accept(struct worker *w, int fd)
+{
+	struct conn *c;
+
+	if (w->nconns >= w->srv->cfg.max_conns) {
+		log_warn("worker %d: %d connections, refusing another", w->idx, w->nconns);
+		close(fd);
+		return;
+	}
+	c = conn_get(w);
+	if (!c || slot_take(w, c) < 0) {
+		log_err("worker %d: out of memory for a new connection", w->idx);
+		if (c) {
+			c->next = w->spare;
+			w->spare = c;
+			w->nspare++;
+		}
+		close(fd);
+		return;
+	}
+	c->fd = fd;
+	w->nconns++;
+	w->stats.accepted++;
+	ev_io_init(&c->rio, on_read, fd, EV_READ);
+	c->rio.data = c;
+	ev_io_init(&c->wio, on_write, fd, EV_WRITE);
+	c->wio.data = c;
+	ev_timer_init(&c->timer, on_timer, w->srv->cfg.hello_timeout, 0.);
+	c->timer.data = c;
+	c->reading = 1;
+	ev_io_start(w->loop, &c->rio);
+	ev_timer_start(w->loop, &c->timer);
+}
+
+void conn_close(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	if (c->state == CONN_CLOSED)
+		return;
+	ev_io_stop(w->loop, &c->rio);
+	ev_io_stop(w->loop, &c->wio);
+	ev_timer_stop(w->loop, &c->timer);
+	close(c->fd);
+	c->fd = -1;
+	c->state = CONN_CLOSED;
+	slot_release(w, c);
+	w->nconns--;
+	w->stats.closed++;
+	c->next = w->reap_list;
+	w->reap_list = c;
+}
+
+static void conn_destroy(struct conn *c)
+{
+	xfree(c->rbuf);
+	xfree(c->wbuf);
+	xfree(c);
+}
+
+void conn_reap(struct worker *w)
+{
+	while (w->reap_list) {
+		struct conn *c = w->reap_list;
+
+		w->reap_list = c->next;
+		/* Keep a few for the next connections, with buffers that did
+		 * not grow past their initial size. */
+		if (w->nspare < SPARES_MAX && c->wcap == WBUF_INIT &&
+		    !atomic_load(&w->srv->stopping)) {
+			c->next = w->spare;
+			w->spare = c;
+			w->nspare++;
+		} else {
+			conn_destroy(c);
+		}
+	}
+}
+
+void conn_free_spares(struct worker *w)
+{
+	conn_reap(w);
+	while (w->spare) {
+		struct conn *c = w->spare;
+
+		w->spare = c->next;
+		conn_destroy(c);
+	}
+	w->nspare = 0;
+}
+
+/* ---- output -------------------------------------------------------------- */
+
+/* Makes room for `need` more bytes of output. Returns 0 or -1. */
+static int wbuf_reserve(struct conn *c, size_t need)
+{
+	size_t cap;
+	uint8_t *nb;
+
+	if (c->wpos > 0 && c->wpos == c->wlen)
+		c->wpos = c->wlen = 0;
+	if (need <= c->wcap - c->wlen)
+		return 0;
+	if (c->wpos > 0) {
+		memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
+		c->wlen -= c->wpos;
+		c->wpos = 0;
+		if (need <= c->wcap - c->wlen)
+			return 0;
+	}
+	cap = c->wcap;
+	while (need > cap - c->wlen)
+		cap *= 2;
+	nb = xrealloc(c->wbuf, cap);
+	if (!nb)
+		return -1;
+	c->wbuf = nb;
+	c->wcap = cap;
+	return 0;
+}
+
+static void update_reading(struct conn *c)
+{
+	struct worker *w = c->w;
+	size_t queued = c->wlen - c->wpos;
+	int want = c->state == CONN_HELLO || c->state == CONN_READY;
+
+	if (want && c->reading && queued > WBUF_HIGH)
+		c->reading = 0;
+	else if (want && !c->reading && queued < WBUF_LOW)
+		c->reading = 1;
+	if (!want)
+		c->reading = 0;
+	if (c->reading)
+		ev_io_start(w->loop, &c->rio);
+	else
+		ev_io_stop(w->loop, &c->rio);
+}
+
+/* Writes what is queued, in as few calls as the kernel allows: frames are
+ * complete in the buffer, so a frame is never split by us across calls.
+ * Returns 0, or -1 when the connection was closed. */
+static int flush(struct conn *c)
+{
+	while (c->wpos < c->wlen) {
+		ssize_t n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+
+		if (n > 0) {
+			c->wpos += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			ev_io_start(c->w->loop, &c->wio);
+			update_reading(c);
+			return 0;
+		}
+		log_debug("connection %u: write failed: %s", c->slot, strerror(errno));
+		conn_close(c);
+		return -1;
+	}
+	c->wpos = c->wlen = 0;
+	ev_io_stop(c->w->loop, &c->wio);
+	if (c->state == CONN_DRAINING) {
+		conn_close(c);
+		return -1;
+	}
+	update_reading(c);
+	return 0;
+}
+
+static void on_write(struct ev_loop *loop, ev_io *io, int revents)
+{
+	flush(io->data);
+}
+
+/* Queues AGENT-DISCONNECT and stops reading; the connection closes once it
+ * is flushed (or after the grace time). Errors are sticky: nothing else is
+ * read or answered on this connection. */
+static void disconnect(struct conn *c, int status)
+{
+	struct worker *w = c->w;
+	struct spop_wbuf wb;
+	uint32_t limit = c->max_frame;
+
+	if (c->state == CONN_DRAINING || c->state == CONN_CLOSED)
+		return;
+	if (status != SPOP_ST_NORMAL)
+		log_info("connection %u: disconnect, status %d (%s)", c->slot, status,
+			 spop_status_str(status));
+	w->stats.disconnects_sent[status < 13 ? status : 13]++;
+	c->state = CONN_DRAINING;
+	if (wbuf_reserve(c, 4 + (size_t)limit) == 0) {
+		spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+		if (spop_encode_agent_disconnect(&wb, (uint32_t)status,
+						 spop_status_str(status), limit) == 0)
+			c->wlen += wb.len;
+	}
+	ev_timer_stop(w->loop, &c->timer);
+	ev_timer_set(&c->timer, DRAIN_GRACE, 0.);
+	ev_timer_start(w->loop, &c->timer);
+	update_reading(c);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct conn *c = t->data;
+
+	if (c->state == CONN_HELLO) {
+		log_info("connection %u: no HELLO in time", c->slot);
+		disconnect(c, SPOP_ST_TIMEOUT);
+		flush(c);
+		return;
+	}
+	/* DRAINING past its grace time: the peer does not read. */
+	conn_close(c);
+}
+
+/* ---- frames -------------------------------------------------------------- */
+
+static void handle_hello(struct conn *c, const struct spop_frame *f)
+{
+	struct worker *w = c->w;
+	struct spop_hello h;
+	struct spop_wbuf wb;
+	int status;
+	uint32_t own = w->srv->cfg.max_frame_size;
+
+	if (spop_hello_parse(f->payload, f->payload_len, &h, &status) < 0) {
+		disconnect(c, status);
+		return;
+	}
+	c->max_frame = h.max_frame_size < own ? h.max_frame_size : own;
+	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_RESOURCE);
+		return;
+	}
+	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+	if (spop_encode_agent_hello(&wb, c->max_frame, "pipelining", c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_RESOURCE);
+		return;
+	}
+	c->wlen += wb.len;
+	ev_timer_stop(w->loop, &c->timer);
+	if (h.healthcheck) {
+		/* A health check ends with our HELLO. */
+		w->stats.healthchecks++;
+		c->state = CONN_DRAINING;
+		ev_timer_set(&c->timer, DRAIN_GRACE, 0.);
+		ev_timer_start(w->loop, &c->timer);
+		return;
+	}
+	w->stats.hellos++;
+	c->state = CONN_READY;
+	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
+}
+
+/* Decides one check-rate message with the in-memory store. */
+static void decide_memory(struct worker *w, struct spop_cursor args, unsigned nargs,
+			  struct decide_decision *d)
+{
+	struct decide_query q;
+	struct limit_result res[DECIDE_MAX_LIMITS];
+	int decider;
+
+	decide_prepare(w->srv->dcfg, args, nargs, &q);
+	decider = memstore_check(w->srv->mem, q.key, q.limits, q.nlimits,
+				 server_now_us(), q.cost, res);
+	decide_result(&q, res, decider, d);
+	w->stats.decisions++;
+	if (d->status == 429)
+		w->stats.limited++;
+}
+
+static void handle_notify(struct conn *c, const struct spop_frame *f)
+{
+	struct worker *w = c->w;
+	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
+	struct spop_str name;
+	struct spop_cursor args;
+	unsigned nargs;
+	struct decide_decision d;
+	struct spop_wbuf wb;
+	size_t start;
+	int rc, decided = 0;
+
+	w->stats.notifies++;
+	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_RESOURCE);
+		return;
+	}
+	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+	start = spop_frame_begin(&wb, SPOP_FRAME_ACK, SPOP_FLAG_FIN, f->stream_id, f->frame_id);
+	while ((rc = spop_msg_next(&cur, &name, &nargs, &args)) == 1) {
+		if (decided || name.len != sizeof(DECIDE_MESSAGE) - 1 ||
+		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) != 0)
+			continue; /* unknown messages are acknowledged, not refused */
+		decide_memory(w, args, nargs, &d);
+		decide_put_actions(&wb, &d);
+		decided = 1;
+	}
+	if (rc < 0) {
+		disconnect(c, SPOP_ST_INVALID);
+		return;
+	}
+	/* An ACK always carries an action: an empty one can hang HAProxy. */
+	if (!decided)
+		spop_put_unset_var(&wb, SPOP_SCOPE_TXN, "status", 6);
+	if (spop_frame_end(&wb, start, c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_TOO_BIG);
+		return;
+	}
+	c->wlen += wb.len;
+}
+
+static void handle_frame(struct conn *c, const struct spop_frame *f)
+{
+	if (!(f->flags & SPOP_FLAG_FIN)) {
+		disconnect(c, SPOP_ST_NO_FRAGMENTATION);
+		return;
+	}
+	switch (f->type) {
+	case SPOP_FRAME_HAPROXY_HELLO:
+		if (c->state != CONN_HELLO)
+			disconnect(c, SPOP_ST_INVALID);
+		else
+			handle_hello(c, f);
+		return;
+	case SPOP_FRAME_HAPROXY_DISCONNECT:
+		/* Whatever it says, we answer "normal" and close. */
+		disconnect(c, SPOP_ST_NORMAL);
+		return;
+	case SPOP_FRAME_NOTIFY:
+		if (c->state != CONN_READY)
+			disconnect(c, SPOP_ST_INVALID);
+		else
+			handle_notify(c, f);
+		return;
+	default:
+		disconnect(c, SPOP_ST_INVALID);
+		return;
+	}
+}
+
+/* Decodes and handles every complete frame in the read buffer. */
+static void process_input(struct conn *c)
+{
+	while (c->state == CONN_HELLO || c->state == CONN_READY) {
+		struct spop_frame f;
+		int status = SPOP_ST_INVALID;
+		int rc = spop_frame_peek(c->rbuf + c->rpos, c->rlen - c->rpos,
+					 c->max_frame, &f, &status);
+
+		if (rc == SPOP_NEED_MORE)
+			break;
+		if (rc == SPOP_ERR) {
+			disconnect(c, status);
+			break;
+		}
+		c->rpos += 4 + (size_t)f.len;
+		handle_frame(c, &f);
+	}
+	if (c->rpos == c->rlen) {
+		c->rpos = c->rlen = 0;
+	} else if (c->rpos >= COMPACT_MIN || c->rcap - c->rlen < 4 + (size_t)c->max_frame) {
+		/* Move a partial frame to the front only when it pays: a
+		 * complete frame always fits once the buffer is compacted. */
+		memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+		c->rlen -= c->rpos;
+		c->rpos = 0;
+	}
+}
+
+static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct conn *c = io->data;
+
+	/* Bounded work per wake-up, so that one busy connection cannot
+	 * starve the others of this worker. */
+	for (int round = 0; round < 16; round++) {
+		ssize_t n;
+
+		if (c->rlen == c->rcap) {
+			/* A full buffer always holds a complete frame (its size is
+			 * 4 + our max), so process_input made room; be safe. */
+			disconnect(c, SPOP_ST_TOO_BIG);
+			break;
+		}
+		n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+		if (n == 0) {
+			/* FIN: HAProxy drops idle connections without a word. */
+			log_debug("connection %u: closed by peer", c->slot);
+			conn_close(c);
+			return;
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			log_debug("connection %u: read failed: %s", c->slot, strerror(errno));
+			conn_close(c);
+			return;
+		}
+		c->rlen += (size_t)n;
+		process_input(c);
+		if (c->state != CONN_HELLO && c->state != CONN_READY)
+			break;
+		if (c->wlen - c->wpos > WBUF_HIGH)
+			break;
+		if ((size_t)n < c->rcap / 2)
+			break; /* drained the socket, most likely */
+	}
+	flush(c);
+}

@@ -1,0 +1,203 @@
+/* identity.c: client identity keys (see identity.h). */
+#include "identity.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- SipHash-2-4, 128-bit output -------------------------------------------
+ * Streaming form, so that identity_hash() can feed "kind", a 0 byte and the
+ * value without copying them into one buffer. */
+
+struct sip {
+	uint64_t v0, v1, v2, v3;
+	uint8_t tail[8];
+	size_t ntail;
+	uint64_t total;
+};
+
+static uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+static uint64_t load_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static void store_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void sip_round(struct sip *s)
+{
+	s->v0 += s->v1;
+	s->v1 = rotl(s->v1, 13);
+	s->v1 ^= s->v0;
+	s->v0 = rotl(s->v0, 32);
+	s->v2 += s->v3;
+	s->v3 = rotl(s->v3, 16);
+	s->v3 ^= s->v2;
+	s->v0 += s->v3;
+	s->v3 = rotl(s->v3, 21);
+	s->v3 ^= s->v0;
+	s->v2 += s->v1;
+	s->v1 = rotl(s->v1, 17);
+	s->v1 ^= s->v2;
+	s->v2 = rotl(s->v2, 32);
+}
+
+static void sip_block(struct sip *s, uint64_t m)
+{
+	s->v3 ^= m;
+	sip_round(s);
+	sip_round(s);
+	s->v0 ^= m;
+}
+
+static void sip_init(struct sip *s, const uint8_t key[16])
+{
+	uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
+
+	s->v0 = k0 ^ 0x736f6d6570736575ULL;
+	s->v1 = k1 ^ 0x646f72616e646f6dULL ^ 0xee; /* 0xee: 128-bit output */
+	s->v2 = k0 ^ 0x6c7967656e657261ULL;
+	s->v3 = k1 ^ 0x7465646279746573ULL;
+	s->ntail = 0;
+	s->total = 0;
+}
+
+static void sip_update(struct sip *s, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	s->total += len;
+	while (len > 0 && s->ntail > 0) {
+		s->tail[s->ntail++] = *p++;
+		len--;
+		if (s->ntail == 8) {
+			sip_block(s, load_le64(s->tail));
+			s->ntail = 0;
+		}
+	}
+	for (; len >= 8; p += 8, len -= 8)
+		sip_block(s, load_le64(p));
+	for (; len > 0; len--)
+		s->tail[s->ntail++] = *p++;
+}
+
+static void sip_final(struct sip *s, uint8_t out[16])
+{
+	uint64_t b = (s->total & 0xff) << 56;
+
+	for (size_t i = 0; i < s->ntail; i++)
+		b |= (uint64_t)s->tail[i] << (8 * i);
+	sip_block(s, b);
+	s->v2 ^= 0xee;
+	for (int i = 0; i < 4; i++)
+		sip_round(s);
+	store_le64(out, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
+	s->v1 ^= 0xdd;
+	for (int i = 0; i < 4; i++)
+		sip_round(s);
+	store_le64(out + 8, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
+}
+
+void siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16])
+{
+	struct sip s;
+
+	sip_init(&s, key);
+	if (len > 0)
+		sip_update(&s, data, len);
+	sip_final(&s, out);
+}
+
+/* ---- identity ------------------------------------------------------------------ */
+
+size_t identity_text(const struct spop_data *d, char *buf, size_t cap)
+{
+	char tmp[INET6_ADDRSTRLEN + 24];
+	const char *src = tmp;
+	size_t len = 0;
+	int n = -1;
+
+	if (!buf || cap == 0)
+		return 0;
+	tmp[0] = '\0';
+	if (d) {
+		switch ((enum spop_type)d->type) {
+		case SPOP_T_NULL:
+			break;
+		case SPOP_T_BOOL:
+			n = snprintf(tmp, sizeof(tmp), "%s", d->u.boolean ? "true" : "false");
+			break;
+		case SPOP_T_INT32:
+			n = snprintf(tmp, sizeof(tmp), "%" PRId32, d->u.i32);
+			break;
+		case SPOP_T_UINT32:
+			n = snprintf(tmp, sizeof(tmp), "%" PRIu32, d->u.u32);
+			break;
+		case SPOP_T_INT64:
+			n = snprintf(tmp, sizeof(tmp), "%" PRId64, d->u.i64);
+			break;
+		case SPOP_T_UINT64:
+			n = snprintf(tmp, sizeof(tmp), "%" PRIu64, d->u.u64);
+			break;
+		case SPOP_T_IPV4:
+			if (inet_ntop(AF_INET, d->u.ipv4, tmp, sizeof(tmp)))
+				n = (int)strlen(tmp);
+			break;
+		case SPOP_T_IPV6:
+			if (inet_ntop(AF_INET6, d->u.ipv6, tmp, sizeof(tmp)))
+				n = (int)strlen(tmp);
+			break;
+		case SPOP_T_STR:
+		case SPOP_T_BIN:
+			src = d->u.str.ptr;
+			len = src ? d->u.str.len : 0;
+			break;
+		default: /* unknown type: no identity */
+			break;
+		}
+	}
+	if (n > 0)
+		len = (size_t)n;
+	if (len > cap - 1)
+		len = cap - 1;
+	if (len > 0)
+		memmove(buf, src, len);
+	buf[len] = '\0';
+	return len;
+}
+
+void identity_hash(const uint8_t secret[16], const char *kind, size_t kind_len,
+		   const char *value, size_t value_len, uint8_t out[IDENTITY_KEY_LEN])
+{
+	static const uint8_t sep = 0;
+	struct sip s;
+
+	sip_init(&s, secret);
+	if (kind && kind_len > 0)
+		sip_update(&s, kind, kind_len);
+	sip_update(&s, &sep, 1);
+	if (value && value_len > 0)
+		sip_update(&s, value, value_len);
+	sip_final(&s, out);
+}
+
+void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		hex[2 * i] = digits[key[i] >> 4];
+		hex[2 * i + 1] = digits[key[i] & 0x0f];
+	}
+	hex[IDENTITY_HEX_LEN] = '\0';
+}

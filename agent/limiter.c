@@ -1,0 +1,472 @@
+/* limiter.c: rate-limit math (see limiter.h).
+ *
+ * Exactness. The token bucket's emission interval T = period/quota is a
+ * rational number of microseconds. Instead of rounding it, every token
+ * bucket computation is done on times scaled by quota ("ticks": 1 tick =
+ * 1/quota microsecond), where T is exactly `period` ticks. The TAT is kept
+ * as a + b/quota (a whole microseconds, b the remainder in ticks), so the
+ * stored state is exact too and no rounding accumulates from one request to
+ * the next. Results handed back in microseconds are rounded up (retry-after,
+ * reset: waiting that long is always enough) or down (remaining tokens).
+ *
+ * Range. Quota <= 2^40, period <= 366 d < 2^45 us, cost < 2^32 and any
+ * int64 time: every intermediate fits in 128 bits (|a * quota| < 2^103).
+ * Values handed back are saturated to int64, which only matters for states
+ * no honest caller produces.
+ */
+#include "limiter.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+__extension__ typedef __int128 i128;
+
+/* Floor and ceiling of a / b for b > 0, whatever the sign of a. */
+static i128 div_floor(i128 a, i128 b)
+{
+	i128 q = a / b;
+
+	if (a % b != 0 && a < 0)
+		q--;
+	return q;
+}
+
+static i128 div_ceil(i128 a, i128 b) { return -div_floor(-a, b); }
+
+static int64_t sat64(i128 v)
+{
+	if (v > INT64_MAX)
+		return INT64_MAX;
+	if (v < INT64_MIN)
+		return INT64_MIN;
+	return (int64_t)v;
+}
+
+static uint64_t sat_u64(i128 v)
+{
+	if (v < 0)
+		return 0;
+	if (v > (i128)UINT64_MAX)
+		return UINT64_MAX;
+	return (uint64_t)v;
+}
+
+/* The spec's figures clamped to the notation's bounds (see limiter.h). */
+struct norm {
+	i128 n;   /* quota */
+	i128 p;   /* period, us */
+	i128 cap; /* token bucket capacity */
+};
+
+static struct norm normalize(const struct limit_spec *s)
+{
+	struct norm v;
+	uint64_t q = s->quota, b = s->burst;
+
+	if (q < 1)
+		q = 1;
+	if (q > LIMIT_QUOTA_MAX)
+		q = LIMIT_QUOTA_MAX;
+	if (b > LIMIT_QUOTA_MAX)
+		b = LIMIT_QUOTA_MAX;
+	v.n = q;
+	v.cap = b ? (i128)b : v.n;
+	v.p = s->period_us;
+	if (v.p < 1)
+		v.p = 1;
+	if (v.p > LIMIT_PERIOD_MAX_US)
+		v.p = LIMIT_PERIOD_MAX_US;
+	return v;
+}
+
+/* ---- token bucket (GCRA) ---------------------------------------------------
+ * In ticks: tat' = max(tat, now) + cost * P, allowed when
+ * tat' - now <= cap * P (a fresh key takes `cap` requests at once). */
+static void eval_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
+			uint32_t cost, struct limit_state *next, struct limit_result *res)
+{
+	i128 tat = (i128)st->a * v->n + st->b;
+	i128 now_t = (i128)now * v->n;
+	i128 base = tat > now_t ? tat : now_t;
+	i128 new_tat = base + (i128)cost * v->p;
+	i128 room = v->cap * v->p;
+
+	*next = *st;
+	if ((i128)cost > v->cap) {
+		/* It can never pass, however long the client waits: refuse it
+		 * and point at the period rather than at a moment when it
+		 * would still be refused. */
+		res->allowed = false;
+		res->retry_after_us = sat64(v->p);
+		res->reset_us = tat > now_t ? sat64(div_ceil(tat - now_t, v->n)) : 0;
+		return;
+	}
+	if (new_tat - now_t > room) {
+		/* Refused; then tat > now (else cost > cap). The request fits
+		 * at the first whole microsecond t with
+		 * tat + cost * P - t * quota <= cap * P. */
+		res->allowed = false;
+		res->retry_after_us = sat64(div_ceil(new_tat - room - now_t, v->n));
+		res->reset_us = sat64(div_ceil(tat - now_t, v->n));
+		return;
+	}
+	res->allowed = true;
+	res->remaining = sat_u64((room - (new_tat - now_t)) / v->p);
+	res->reset_us = sat64(div_ceil(new_tat - now_t, v->n));
+	{
+		i128 a = div_floor(new_tat, v->n);
+
+		if (a > INT64_MAX) {
+			next->a = INT64_MAX;
+			next->b = 0;
+		} else {
+			next->a = (int64_t)a;
+			next->b = (int64_t)(new_tat - a * v->n);
+		}
+		next->c = 0;
+	}
+}
+
+/* ---- windows ------------------------------------------------------------------
+ * The counts that apply at `now` in the window starting at *w: a state of an
+ * older window shifts (or drops) its counts. A state from a later window
+ * (the clock stepped back) is taken as the current window's, so its counts
+ * keep holding. */
+static void window_counts(const struct norm *v, const struct limit_state *st, int64_t now,
+			  i128 *w, i128 *cur, i128 *prev)
+{
+	i128 b = st->b > 0 ? st->b : 0, c = st->c > 0 ? st->c : 0;
+
+	*w = div_floor(now, v->p) * v->p;
+	*cur = 0;
+	*prev = 0;
+	if (b == 0 && c == 0)
+		return;
+	if ((i128)st->a >= *w) {
+		*cur = b;
+		*prev = c;
+	} else if ((i128)st->a == *w - v->p) {
+		*prev = b;
+	}
+}
+
+static void set_window_state(struct limit_state *next, i128 w, i128 cur, i128 prev)
+{
+	next->a = sat64(w);
+	next->b = sat64(cur);
+	next->c = sat64(prev);
+}
+
+static void eval_fixed(const struct norm *v, const struct limit_state *st, int64_t now,
+		       uint32_t cost, struct limit_state *next, struct limit_result *res)
+{
+	i128 w, cur, prev;
+	i128 end;
+
+	window_counts(v, st, now, &w, &cur, &prev);
+	end = w + v->p - now;
+	*next = *st;
+	if (cur + cost > v->n) {
+		res->allowed = false;
+		/* The next window is empty, so it takes any cost <= quota. */
+		res->retry_after_us = sat64((i128)cost > v->n ? v->p : end);
+		res->reset_us = cur > 0 ? sat64(end) : 0;
+		return;
+	}
+	res->allowed = true;
+	res->remaining = sat_u64(v->n - cur - cost);
+	res->reset_us = cur + cost > 0 ? sat64(end) : 0;
+	if (cost > 0)
+		set_window_state(next, w, cur + cost, 0);
+}
+
+/* Sliding window counter: estimate = prev * (P - e) / P + cur, e the time
+ * elapsed in the current window; a request passes when
+ * estimate + cost <= quota, compared exactly as
+ * prev * (P - e) + (cur + cost) * P <= quota * P. */
+static i128 sliding_retry(const struct norm *v, i128 w, i128 cur, i128 prev, int64_t now,
+			  uint32_t cost)
+{
+	i128 n = v->n, p = v->p;
+	i128 e;
+
+	if ((i128)cost > n)
+		return p;
+	/* Still in this window, as the previous window's weight fades:
+	 * prev * (t - w) >= P * (prev + cur + cost - quota). */
+	if (prev > 0 && cur + cost <= n)
+		return w + div_ceil(p * (prev + cur + cost - n), prev) - now;
+	/* In the next window, where cur becomes the fading previous count. */
+	if (cur == 0 || cur + cost <= n)
+		return w + p - now;
+	e = div_ceil(p * (cur + cost - n), cur);
+	if (e < p)
+		return w + p + e - now;
+	/* Once cur has faded out completely. */
+	return w + 2 * p - now;
+}
+
+static void eval_sliding(const struct norm *v, const struct limit_state *st, int64_t now,
+			 uint32_t cost, struct limit_state *next, struct limit_result *res)
+{
+	i128 w, cur, prev, used, qp = v->n * v->p;
+
+	window_counts(v, st, now, &w, &cur, &prev);
+	used = prev * (w + v->p - now) + cur * v->p;
+	*next = *st;
+	if (used + (i128)cost * v->p > qp) {
+		res->allowed = false;
+		res->retry_after_us = sat64(sliding_retry(v, w, cur, prev, now, cost));
+		if (cur > 0)
+			res->reset_us = sat64(w + 2 * v->p - now);
+		else
+			res->reset_us = prev > 0 ? sat64(w + v->p - now) : 0;
+		return;
+	}
+	res->allowed = true;
+	res->remaining = sat_u64((qp - used - (i128)cost * v->p) / v->p);
+	cur += cost;
+	/* Full again when the estimate is 0: the current count fades over the
+	 * whole next window, the previous one by the end of this window. */
+	if (cur > 0)
+		res->reset_us = sat64(w + 2 * v->p - now);
+	else
+		res->reset_us = prev > 0 ? sat64(w + v->p - now) : 0;
+	if (cost > 0)
+		set_window_state(next, w, cur, prev);
+}
+
+void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
+		int64_t now_us, uint32_t cost, struct limit_state *next,
+		struct limit_result *res)
+{
+	struct norm v = normalize(spec);
+
+	memset(res, 0, sizeof(*res));
+	res->limit = (uint64_t)v.n;
+	switch (spec->algo) {
+	case LIMIT_SLIDING_WINDOW:
+		eval_sliding(&v, st, now_us, cost, next, res);
+		break;
+	case LIMIT_FIXED_WINDOW:
+		eval_fixed(&v, st, now_us, cost, next, res);
+		break;
+	case LIMIT_TOKEN_BUCKET:
+	default:
+		eval_bucket(&v, st, now_us, cost, next, res);
+		break;
+	}
+	if (!res->allowed) {
+		res->remaining = 0;
+		if (res->retry_after_us < 1)
+			res->retry_after_us = 1;
+	}
+	if (res->reset_us < 0)
+		res->reset_us = 0;
+}
+
+int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st,
+		     int64_t now_us)
+{
+	struct norm v = normalize(spec);
+	i128 ttl;
+
+	switch (spec->algo) {
+	case LIMIT_SLIDING_WINDOW:
+		if (st->b <= 0 && st->c <= 0)
+			return 1;
+		ttl = (i128)st->a + 2 * v.p - now_us;
+		break;
+	case LIMIT_FIXED_WINDOW:
+		if (st->b <= 0)
+			return 1;
+		ttl = (i128)st->a + v.p - now_us;
+		break;
+	case LIMIT_TOKEN_BUCKET:
+	default:
+		ttl = div_ceil((i128)st->a * v.n + st->b - (i128)now_us * v.n, v.n);
+		break;
+	}
+	return ttl < 1 ? 1 : sat64(ttl);
+}
+
+int64_t limit_ceil_s(int64_t us)
+{
+	if (us <= 0)
+		return 0;
+	return us / LIMIT_US_PER_S + (us % LIMIT_US_PER_S != 0);
+}
+
+/* ---- notation ------------------------------------------------------------------ */
+
+enum dur_err {
+	DUR_OK = 0,
+	DUR_NO_UNIT,
+	DUR_BAD_UNIT,
+	DUR_OVERFLOW,
+};
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* Reads [digits]unit at s; *end is left past the unit. Without digits the
+ * count is 1 ("m" is one minute). */
+static enum dur_err scan_duration(const char *s, int64_t *out, const char **end)
+{
+	static const struct {
+		const char *name;
+		int64_t us;
+	} units[] = {
+		/* Longer names first, so "ms" is not read as "m". */
+		{"ms", 1000}, {"us", 1}, {"s", LIMIT_US_PER_S}, {"m", 60 * LIMIT_US_PER_S},
+		{"h", 3600 * LIMIT_US_PER_S}, {"d", 86400 * LIMIT_US_PER_S},
+	};
+	int64_t count = 1;
+	int overflow = 0;
+
+	if (is_digit(*s)) {
+		count = 0;
+		for (; is_digit(*s); s++) {
+			int d = *s - '0';
+
+			if (count > (INT64_MAX - d) / 10)
+				overflow = 1;
+			else
+				count = count * 10 + d;
+		}
+	}
+	if (!is_alpha(*s))
+		return DUR_NO_UNIT;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		size_t len = strlen(units[i].name);
+
+		if (strncmp(s, units[i].name, len) != 0 || is_alpha(s[len]))
+			continue;
+		if (overflow || count > INT64_MAX / units[i].us)
+			return DUR_OVERFLOW;
+		*out = count * units[i].us;
+		*end = s + len;
+		return DUR_OK;
+	}
+	return DUR_BAD_UNIT;
+}
+
+int limit_parse_duration(const char *s, int64_t *out_us)
+{
+	const char *end;
+	int64_t us;
+
+	if (!s || scan_duration(s, &us, &end) != DUR_OK || *end != '\0')
+		return -1;
+	*out_us = us;
+	return 0;
+}
+
+int limit_parse(const char *s, struct limit_spec *out, char *err, size_t errlen)
+{
+	const char *p = s, *end;
+	uint64_t quota = 0;
+	int64_t period;
+	char dummy[1];
+
+	if (!err || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	if (!s || !*s) {
+		snprintf(err, errlen, "empty limit (expected N/P such as 100/1m)");
+		return -1;
+	}
+	if (*p == '-') {
+		snprintf(err, errlen, "'%s': negative quota", s);
+		return -1;
+	}
+	if (!is_digit(*p)) {
+		snprintf(err, errlen, "'%s': expected N/P such as 100/1m", s);
+		return -1;
+	}
+	for (; is_digit(*p); p++) {
+		quota = quota * 10 + (uint64_t)(*p - '0');
+		if (quota > LIMIT_QUOTA_MAX) {
+			snprintf(err, errlen, "'%s': quota over %llu", s,
+				 (unsigned long long)LIMIT_QUOTA_MAX);
+			return -1;
+		}
+	}
+	if (quota == 0) {
+		snprintf(err, errlen, "'%s': quota must be at least 1", s);
+		return -1;
+	}
+	if (*p != '/') {
+		if (*p == '\0')
+			snprintf(err, errlen, "'%s': missing period (expected N/P such as 100/1m)", s);
+		else
+			snprintf(err, errlen, "'%s': unexpected '%c' after the quota", s, *p);
+		return -1;
+	}
+	p++;
+	if (*p == '\0') {
+		snprintf(err, errlen, "'%s': missing period after '/'", s);
+		return -1;
+	}
+	if (*p == '-') {
+		snprintf(err, errlen, "'%s': negative period", s);
+		return -1;
+	}
+	switch (scan_duration(p, &period, &end)) {
+	case DUR_OK:
+		break;
+	case DUR_NO_UNIT:
+		snprintf(err, errlen, "'%s': period needs a unit (ms, s, m, h, d)", s);
+		return -1;
+	case DUR_BAD_UNIT:
+		snprintf(err, errlen, "'%s': unknown period unit (use ms, s, m, h, d)", s);
+		return -1;
+	case DUR_OVERFLOW:
+		snprintf(err, errlen, "'%s': period over 366d", s);
+		return -1;
+	}
+	if (*end != '\0') {
+		snprintf(err, errlen, "'%s': unexpected '%s' after the period", s, end);
+		return -1;
+	}
+	if (period < LIMIT_PERIOD_MIN_US) {
+		snprintf(err, errlen, "'%s': period must be at least 1ms", s);
+		return -1;
+	}
+	if (period > LIMIT_PERIOD_MAX_US) {
+		snprintf(err, errlen, "'%s': period over 366d", s);
+		return -1;
+	}
+	memset(out, 0, sizeof(*out));
+	out->quota = quota;
+	out->period_us = period;
+	out->burst = 0;
+	out->algo = LIMIT_TOKEN_BUCKET;
+	return 0;
+}
+
+void limit_format_period(int64_t period_us, char *buf, size_t len)
+{
+	static const struct {
+		const char *name;
+		int64_t us;
+	} units[] = {
+		{"d", 86400 * LIMIT_US_PER_S}, {"h", 3600 * LIMIT_US_PER_S},
+		{"m", 60 * LIMIT_US_PER_S}, {"s", LIMIT_US_PER_S}, {"ms", 1000},
+	};
+
+	if (!buf || len == 0)
+		return;
+	if (period_us > 0) {
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+			if (period_us % units[i].us == 0) {
+				snprintf(buf, len, "%" PRId64 "%s", period_us / units[i].us,
+					 units[i].name);
+				return;
+			}
+		}
+	}
+	snprintf(buf, len, "%" PRId64 "us", period_us);
+}

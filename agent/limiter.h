@@ -1,0 +1,103 @@
+/* limiter.h: rate-limit math. Pure: no I/O, no clock, no allocation; the
+ * caller passes the time (microseconds, any epoch, monotonic per key).
+ *
+ * A limit "N/P" allows N requests in period P to a client that starts with a
+ * full bucket: capacity N (or `burst` when set), refilled at N per P.
+ *
+ * Token bucket state is GCRA's single value, the theoretical arrival time
+ * (TAT): the bucket is full when tat <= now. Time is kept in integer
+ * microseconds and the emission interval is kept exactly as the rational
+ * period/quota (never rounded to a whole microsecond per token), so refill
+ * is exact and fractional refill is never lost, whatever the spacing of
+ * requests (the classic "last_refill = now on every call" starvation bug
+ * cannot happen: there is no last_refill).
+ */
+#ifndef RL_LIMITER_H
+#define RL_LIMITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LIMIT_US_PER_S 1000000LL
+
+/* Bounds of the notation. limit_eval clamps a spec to them, so no spec a
+ * caller builds by hand can overflow its arithmetic. */
+#define LIMIT_QUOTA_MAX (1ULL << 40)
+#define LIMIT_PERIOD_MIN_US 1000LL
+#define LIMIT_PERIOD_MAX_US (366LL * 86400 * LIMIT_US_PER_S)
+
+enum limit_algo {
+	LIMIT_TOKEN_BUCKET = 0,
+	LIMIT_SLIDING_WINDOW = 1,
+	LIMIT_FIXED_WINDOW = 2,
+};
+
+struct limit_spec {
+	uint64_t quota;      /* N: requests per period, >= 1 */
+	int64_t period_us;   /* P, >= 1 ms */
+	uint64_t burst;      /* capacity; 0 means quota */
+	enum limit_algo algo;
+};
+
+/* Per key state. Token bucket: a = TAT in whole microseconds (floor) and
+ * b = its fractional part in units of 1/quota microsecond (0 <= b < quota),
+ * so the exact TAT is a + b/quota; a store that keeps only `a` (b = 0) still
+ * reads correctly, it just loses that fraction. Windows: a = start of the
+ * current window, b = count in it, c = count in the previous window.
+ * All zero is a fresh key. */
+struct limit_state {
+	int64_t a;
+	int64_t b;
+	int64_t c;
+};
+
+struct limit_result {
+	bool allowed;
+	uint64_t limit;        /* the quota N */
+	uint64_t remaining;    /* requests left after this one (0 if refused) */
+	int64_t retry_after_us;/* > 0 when refused: when it would be allowed */
+	int64_t reset_us;      /* time until the limit is full again */
+};
+
+/* Parses "N/P" notation into *out: N a positive integer (at most
+ * LIMIT_QUOTA_MAX), P a duration such as 500ms, 1s, 10s, 1m, 1h, 1d, or a
+ * bare unit (s, m, h, d meaning 1 of it), between LIMIT_PERIOD_MIN_US and
+ * LIMIT_PERIOD_MAX_US. No burst in the string: callers set out->burst.
+ * Sets burst 0 and LIMIT_TOKEN_BUCKET. Returns 0, or -1 with a message in
+ * err (and *out untouched). */
+int limit_parse(const char *s, struct limit_spec *out, char *err, size_t errlen);
+
+/* Parses a duration ("250ms", "10s", "1m", "2h", "1d", "m", also "us")
+ * into microseconds. Returns 0 or -1 (no unit, bad unit, trailing bytes,
+ * sign, or over INT64_MAX microseconds). */
+int limit_parse_duration(const char *s, int64_t *out_us);
+
+/* Formats a period compactly for policy names and logs: the largest unit
+ * that divides it exactly ("1m", "10s", "90s", "500ms", "2d"). */
+void limit_format_period(int64_t period_us, char *buf, size_t len);
+
+/* Evaluates one request of weight `cost` (>= 1) against `spec` at `now_us`.
+ * Reads *st and writes the state that would follow into *next (the same
+ * as *st when refused) without touching *st, so several limits can be
+ * checked and committed all or nothing. Fills *res. cost 0 is a peek: the
+ * result describes the key as it stands (remaining, reset) and consumes
+ * nothing. A cost over the capacity can never pass: it is refused with
+ * retry_after_us = the period. Windows use the quota as capacity (burst
+ * applies to the token bucket only). */
+void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
+		int64_t now_us, uint32_t cost, struct limit_state *next,
+		struct limit_result *res);
+
+/* Time after which a key in state *st at now_us is indistinguishable from a
+ * fresh one (its TTL), in microseconds, >= 1: token bucket TAT - now; fixed
+ * window the end of the state's window; sliding window the end of the
+ * window after it. */
+int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st,
+		     int64_t now_us);
+
+/* Microseconds rounded up to whole seconds, at least 1 when us > 0, 0 when
+ * us <= 0. */
+int64_t limit_ceil_s(int64_t us);
+
+#endif

@@ -1,0 +1,433 @@
+/* memstore.c: the in-memory store (see memstore.h).
+ *
+ * Layout. One entry per (client key, limit index), so a client with one
+ * limit takes one entry and max_keys bounds memory whatever the mix. A
+ * client's entries all live in the shard chosen by its key, so a decision
+ * over its limits takes one lock. Each shard preallocates its entries
+ * (a free list) and an open-addressing index (linear probing, at most half
+ * full, deletion by backward shift, so no tombstones pile up); nothing is
+ * allocated once the store exists.
+ *
+ * Keys come from identity_hash(), a keyed SipHash, so clients cannot choose
+ * them to collide; the mixing below only spreads them.
+ *
+ * Each entry remembers a fingerprint of the limit spec it was counted
+ * under: when a rule changes (say 100/1m becomes 50/1m), the old state is
+ * not reinterpreted under the new spec, the key starts fresh.
+ */
+#include "memstore.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "alloc.h"
+
+#define MS_SHARDS_MAX 64
+#define MS_LIMITS_MAX 16
+#define MS_FREE 0xff              /* idx of an unused entry */
+#define MS_SHARD_CAP_MAX (1u << 28)
+
+struct ms_entry {
+	uint8_t key[MEMSTORE_KEY_LEN];
+	uint64_t fp;          /* fingerprint of the spec the state belongs to */
+	int64_t expire_us;    /* from then on the state is as good as fresh */
+	struct limit_state st;
+	uint32_t hash;        /* index hash; for a free entry, next free + 1 */
+	uint8_t idx;          /* limit index, MS_FREE when unused */
+};
+
+struct ms_shard {
+	pthread_mutex_t lock;
+	struct ms_entry *entries;
+	uint32_t *slots;      /* entry index + 1, 0 for an empty slot */
+	uint32_t mask;        /* slots - 1 */
+	uint32_t cap;
+	uint32_t used;
+	uint32_t free_head;   /* entry index + 1, 0 when none is free */
+	int64_t min_expire;   /* no entry expires before this (lower bound) */
+	uint64_t full;
+	uint64_t reclaimed;
+	/* Keeps one shard's hot fields off the next shard's cache line. */
+	char pad[64];
+};
+
+struct memstore {
+	struct ms_shard *shards;
+	unsigned nshards;     /* a power of two */
+};
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint64_t key_hash(const uint8_t key[MEMSTORE_KEY_LEN])
+{
+	uint64_t a, b;
+
+	memcpy(&a, key, 8);
+	memcpy(&b, key + 8, 8);
+	return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ULL));
+}
+
+static uint32_t slot_hash(uint64_t kh, unsigned idx)
+{
+	return (uint32_t)mix64(kh + (idx + 1) * 0x9e3779b97f4a7c15ULL);
+}
+
+static uint64_t spec_fp(const struct limit_spec *s)
+{
+	uint64_t h = mix64(s->quota + 0x243f6a8885a308d3ULL);
+
+	h = mix64(h ^ (uint64_t)s->period_us);
+	h = mix64(h ^ s->burst);
+	return mix64(h ^ (uint64_t)s->algo);
+}
+
+static struct ms_shard *shard_of(struct memstore *ms, uint64_t kh)
+{
+	/* High bits pick the shard, low bits (through slot_hash) the slot. */
+	return &ms->shards[(kh >> 58) & (ms->nshards - 1)];
+}
+
+/* Returns the slot holding (key, idx), or -1. */
+static long find_slot(const struct ms_shard *sh, const uint8_t *key, unsigned idx,
+		      uint32_t h)
+{
+	for (uint32_t i = h & sh->mask;; i = (i + 1) & sh->mask) {
+		uint32_t s = sh->slots[i];
+		const struct ms_entry *e;
+
+		if (s == 0)
+			return -1;
+		e = &sh->entries[s - 1];
+		if (e->hash == h && e->idx == idx && memcmp(e->key, key, MEMSTORE_KEY_LEN) == 0)
+			return (long)i;
+	}
+}
+
+/* Empties slot i and frees its entry. Later entries of the same probe run
+ * move back into the hole, so lookups never need tombstones. */
+static void delete_slot(struct ms_shard *sh, uint32_t i)
+{
+	uint32_t ent = sh->slots[i] - 1;
+	uint32_t j = i;
+
+	sh->entries[ent].idx = MS_FREE;
+	sh->entries[ent].hash = sh->free_head;
+	sh->free_head = ent + 1;
+	sh->used--;
+	sh->slots[i] = 0;
+	for (;;) {
+		uint32_t home;
+
+		j = (j + 1) & sh->mask;
+		if (sh->slots[j] == 0)
+			return;
+		home = sh->entries[sh->slots[j] - 1].hash & sh->mask;
+		/* Move it if the hole lies on its probe path (home .. j). */
+		if (((j - home) & sh->mask) >= ((j - i) & sh->mask)) {
+			sh->slots[i] = sh->slots[j];
+			sh->slots[j] = 0;
+			i = j;
+		}
+	}
+}
+
+static void delete_entry(struct ms_shard *sh, uint32_t ent)
+{
+	const struct ms_entry *e = &sh->entries[ent];
+	long s = find_slot(sh, e->key, e->idx, e->hash);
+
+	if (s >= 0)
+		delete_slot(sh, (uint32_t)s);
+}
+
+/* Deletes the shard's entries that are fresh again at now; recomputes the
+ * lower bound of expiries. Returns how many went. */
+static size_t sweep_shard(struct ms_shard *sh, int64_t now)
+{
+	int64_t min = INT64_MAX;
+	size_t n = 0;
+
+	if (sh->used == 0 || now < sh->min_expire)
+		return 0;
+	for (uint32_t k = 0; k < sh->cap; k++) {
+		struct ms_entry *e = &sh->entries[k];
+
+		if (e->idx == MS_FREE)
+			continue;
+		if (now >= e->expire_us) {
+			delete_entry(sh, k);
+			n++;
+		} else if (e->expire_us < min) {
+			min = e->expire_us;
+		}
+	}
+	sh->min_expire = min;
+	sh->reclaimed += n;
+	return n;
+}
+
+/* Takes a free entry for (key, idx) and indexes it; when the shard is full,
+ * first reclaims its fresh entries. Returns the entry index, or -1. */
+static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32_t h,
+		   int64_t now)
+{
+	uint32_t ent, i;
+	struct ms_entry *e;
+
+	if (sh->free_head == 0)
+		sweep_shard(sh, now);
+	if (sh->free_head == 0)
+		return -1;
+	ent = sh->free_head - 1;
+	e = &sh->entries[ent];
+	sh->free_head = e->hash;
+	memset(e, 0, sizeof(*e));
+	memcpy(e->key, key, MEMSTORE_KEY_LEN);
+	e->idx = (uint8_t)idx;
+	e->hash = h;
+	for (i = h & sh->mask; sh->slots[i] != 0; i = (i + 1) & sh->mask)
+		;
+	sh->slots[i] = ent + 1;
+	sh->used++;
+	return (long)ent;
+}
+
+static int shard_init(struct ms_shard *sh, uint32_t cap)
+{
+	uint32_t nslots = 2;
+
+	memset(sh, 0, sizeof(*sh));
+	/* At most half full keeps probe runs short. */
+	while (nslots < 2 * (uint64_t)cap)
+		nslots <<= 1;
+	sh->entries = xcalloc(cap ? cap : 1, sizeof(*sh->entries));
+	sh->slots = xcalloc(nslots, sizeof(*sh->slots));
+	if (!sh->entries || !sh->slots) {
+		xfree(sh->entries);
+		xfree(sh->slots);
+		return -1;
+	}
+	if (pthread_mutex_init(&sh->lock, NULL) != 0) {
+		xfree(sh->entries);
+		xfree(sh->slots);
+		return -1;
+	}
+	sh->mask = nslots - 1;
+	sh->cap = cap;
+	for (uint32_t k = 0; k < cap; k++) {
+		sh->entries[k].idx = MS_FREE;
+		sh->entries[k].hash = k + 1 < cap ? k + 2 : 0;
+	}
+	sh->free_head = cap ? 1 : 0;
+	sh->min_expire = INT64_MAX;
+	return 0;
+}
+
+static void shard_destroy(struct ms_shard *sh)
+{
+	pthread_mutex_destroy(&sh->lock);
+	xfree(sh->entries);
+	xfree(sh->slots);
+}
+
+struct memstore *memstore_new(size_t max_keys)
+{
+	struct memstore *ms;
+	unsigned nshards = 1;
+
+	/* A small store gets fewer shards, so that each keeps room for a
+	 * client with all its limits. */
+	while (nshards < MS_SHARDS_MAX && (size_t)nshards * 2 * MS_LIMITS_MAX <= max_keys)
+		nshards <<= 1;
+	if (max_keys / nshards + 1 > MS_SHARD_CAP_MAX)
+		return NULL;
+	ms = xcalloc(1, sizeof(*ms));
+	if (!ms)
+		return NULL;
+	ms->shards = xcalloc(nshards, sizeof(*ms->shards));
+	if (!ms->shards) {
+		xfree(ms);
+		return NULL;
+	}
+	for (unsigned i = 0; i < nshards; i++) {
+		/* Spread the remainder so the total is exactly max_keys. */
+		uint32_t cap = (uint32_t)(max_keys / nshards + (i < max_keys % nshards));
+
+		if (shard_init(&ms->shards[i], cap) != 0) {
+			while (i-- > 0)
+				shard_destroy(&ms->shards[i]);
+			xfree(ms->shards);
+			xfree(ms);
+			return NULL;
+		}
+	}
+	ms->nshards = nshards;
+	return ms;
+}
+
+void memstore_free(struct memstore *ms)
+{
+	if (!ms)
+		return;
+	for (unsigned i = 0; i < ms->nshards; i++)
+		shard_destroy(&ms->shards[i]);
+	xfree(ms->shards);
+	xfree(ms);
+}
+
+static void store_state(struct ms_shard *sh, struct ms_entry *e,
+			const struct limit_spec *spec, uint64_t fp,
+			const struct limit_state *st, int64_t now)
+{
+	int64_t ttl = limit_ttl_us(spec, st, now);
+
+	e->st = *st;
+	e->fp = fp;
+	e->expire_us = now > 0 && ttl > INT64_MAX - now ? INT64_MAX : now + ttl;
+	if (e->expire_us < sh->min_expire)
+		sh->min_expire = e->expire_us;
+}
+
+/* The refusing limit with the longest retry-after, else the allowing one
+ * with the fewest remaining; ties go to the lowest index. */
+static int decider(const struct limit_result *res, size_t n)
+{
+	int best = -1;
+
+	for (size_t i = 0; i < n; i++)
+		if (!res[i].allowed &&
+		    (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
+			best = (int)i;
+	if (best >= 0)
+		return best;
+	best = 0;
+	for (size_t i = 1; i < n; i++)
+		if (res[i].remaining < res[best].remaining)
+			best = (int)i;
+	return best;
+}
+
+int memstore_check(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN],
+		   const struct limit_spec *limits, size_t n, int64_t now_us,
+		   uint32_t cost, struct limit_result *res)
+{
+	struct limit_state cur[MS_LIMITS_MAX], next[MS_LIMITS_MAX];
+	long ent[MS_LIMITS_MAX];
+	uint64_t fp[MS_LIMITS_MAX];
+	uint32_t h[MS_LIMITS_MAX];
+	uint64_t kh;
+	struct ms_shard *sh;
+	int refused = 0, no_room = 0;
+
+	if (n == 0 || n > MS_LIMITS_MAX)
+		return -1;
+	kh = key_hash(key);
+	sh = shard_of(ms, kh);
+	pthread_mutex_lock(&sh->lock);
+	for (size_t i = 0; i < n; i++) {
+		long s;
+
+		fp[i] = spec_fp(&limits[i]);
+		h[i] = slot_hash(kh, (unsigned)i);
+		s = find_slot(sh, key, (unsigned)i, h[i]);
+		ent[i] = s < 0 ? -1 : (long)sh->slots[s] - 1;
+		memset(&cur[i], 0, sizeof(cur[i]));
+		if (ent[i] >= 0) {
+			const struct ms_entry *e = &sh->entries[ent[i]];
+
+			/* Past its TTL or counted under another spec: fresh. */
+			if (e->fp == fp[i] && now_us < e->expire_us)
+				cur[i] = e->st;
+		}
+		limit_eval(&limits[i], &cur[i], now_us, cost, &next[i], &res[i]);
+		if (!res[i].allowed)
+			refused = 1;
+	}
+	if (refused || cost == 0) {
+		/* Nothing is taken: the limits that would have allowed report
+		 * what they still hold, not what this request would have left. */
+		for (size_t i = 0; i < n && cost > 0; i++) {
+			struct limit_state unused;
+
+			if (res[i].allowed)
+				limit_eval(&limits[i], &cur[i], now_us, 0, &unused, &res[i]);
+		}
+		pthread_mutex_unlock(&sh->lock);
+		return decider(res, n);
+	}
+	/* Existing entries first: their new expiry protects them from the
+	 * reclaiming that an insertion below may run. */
+	for (size_t i = 0; i < n; i++) {
+		if (ent[i] < 0)
+			continue;
+		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (ent[i] >= 0)
+			continue;
+		ent[i] = insert(sh, key, (unsigned)i, h[i], now_us);
+		if (ent[i] < 0) {
+			/* Decided as a fresh client, without keeping state. */
+			no_room = 1;
+			continue;
+		}
+		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
+	}
+	if (no_room)
+		sh->full++;
+	pthread_mutex_unlock(&sh->lock);
+	return decider(res, n);
+}
+
+size_t memstore_reset(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN])
+{
+	uint64_t kh = key_hash(key);
+	struct ms_shard *sh = shard_of(ms, kh);
+	size_t n = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	for (unsigned i = 0; i < MS_LIMITS_MAX; i++) {
+		long s = find_slot(sh, key, i, slot_hash(kh, i));
+
+		if (s >= 0) {
+			delete_slot(sh, (uint32_t)s);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return n;
+}
+
+size_t memstore_sweep(struct memstore *ms, int64_t now_us)
+{
+	size_t n = 0;
+
+	for (unsigned i = 0; i < ms->nshards; i++) {
+		pthread_mutex_lock(&ms->shards[i].lock);
+		n += sweep_shard(&ms->shards[i], now_us);
+		pthread_mutex_unlock(&ms->shards[i].lock);
+	}
+	return n;
+}
+
+void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (unsigned i = 0; i < ms->nshards; i++) {
+		struct ms_shard *sh = &ms->shards[i];
+
+		pthread_mutex_lock(&sh->lock);
+		out->keys += sh->used;
+		out->full += sh->full;
+		out->reclaimed += sh->reclaimed;
+		pthread_mutex_unlock(&sh->lock);
+	}
+}

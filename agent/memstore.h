@@ -1,0 +1,51 @@
+/* memstore.h: the in-memory store. Buckets of every client, shared by all
+ * worker threads (a client may reach any worker), sharded with one mutex per
+ * shard so that workers rarely contend. A decision over several limits of
+ * one client is all or nothing under one shard lock.
+ *
+ * Memory is bounded: at most `max_keys` entries; an entry whose state is
+ * back to "fresh" (past its TTL) is reclaimed on access and by
+ * memstore_sweep(); when full, a new client evicts a fresh entry of its
+ * shard or, failing that, is decided without state (allowed, as a fresh
+ * client) and counted in memstore_stats.full. */
+#ifndef RL_MEMSTORE_H
+#define RL_MEMSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+
+#define MEMSTORE_KEY_LEN 16
+
+struct memstore;
+
+struct memstore_stats {
+	uint64_t keys;
+	uint64_t full;     /* decisions made without room for state */
+	uint64_t reclaimed;
+};
+
+/* Returns NULL on allocation failure. */
+struct memstore *memstore_new(size_t max_keys);
+void memstore_free(struct memstore *ms);
+
+/* Checks one request of weight `cost` for client `key` against `n` limits
+ * (n <= 16), all or nothing: when any limit refuses, no state changes.
+ * res[i] receives each limit's result. Returns the index of the limit that
+ * decides the answer: the refusing limit with the longest retry-after, or
+ * when all allow, the one with the fewest remaining (ties: the lowest
+ * index). Returns -1 for n == 0 or n > 16. */
+int memstore_check(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN],
+		   const struct limit_spec *limits, size_t n, int64_t now_us,
+		   uint32_t cost, struct limit_result *res);
+
+/* Drops every entry of `key` (admin reset). Returns how many were dropped. */
+size_t memstore_reset(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN]);
+
+/* Reclaims entries that are back to fresh at now_us. Returns how many. */
+size_t memstore_sweep(struct memstore *ms, int64_t now_us);
+
+void memstore_get_stats(struct memstore *ms, struct memstore_stats *out);
+
+#endif

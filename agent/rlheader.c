@@ -1,0 +1,142 @@
+/* rlheader.c: RateLimit-Policy and RateLimit field values (see rlheader.h).
+ *
+ * Syntax of draft-ietf-httpapi-ratelimit-headers-10: both fields are
+ * Structured Field Lists (RFC 9651) of Items whose value is an sf-string
+ * naming the policy.
+ *   RateLimit-Policy item parameters: q (quota, required), w (window in
+ *   whole seconds, optional, non-zero).
+ *   RateLimit item parameters: r (remaining, required), t (seconds until
+ *   more quota is available, optional).
+ * So w is left out when window_s <= 0 and t when reset_s < 0. sf-integers
+ * have at most 15 digits: larger figures are capped at 999999999999999 so
+ * the field stays valid. List members are joined with ", " as RFC 9651
+ * serializes them.
+ */
+#include "rlheader.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define SF_INT_MAX 999999999999999ULL
+
+struct out {
+	char *buf;
+	size_t cap;
+	size_t len;
+	int err; /* sticky: once something did not fit, nothing more is written */
+};
+
+/* Keeps one byte for the terminating NUL. */
+static void put(struct out *o, const char *s, size_t n)
+{
+	if (o->err)
+		return;
+	if (n >= o->cap - o->len) {
+		o->err = 1;
+		return;
+	}
+	memcpy(o->buf + o->len, s, n);
+	o->len += n;
+}
+
+static void put_char(struct out *o, char c) { put(o, &c, 1); }
+
+/* An sf-string: printable ASCII only, `"` and `\` escaped, others dropped
+ * (a name cannot smuggle a field separator or a control byte). */
+static void put_sf_string(struct out *o, const char *s)
+{
+	put_char(o, '"');
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c < 0x20 || c > 0x7e)
+			continue;
+		if (c == '"' || c == '\\')
+			put_char(o, '\\');
+		put_char(o, (char)c);
+	}
+	put_char(o, '"');
+}
+
+static void put_param(struct out *o, const char *name, uint64_t v)
+{
+	char num[24];
+	int n;
+
+	if (v > SF_INT_MAX)
+		v = SF_INT_MAX;
+	n = snprintf(num, sizeof(num), "%" PRIu64, v);
+	put_char(o, ';');
+	put(o, name, strlen(name));
+	put_char(o, '=');
+	put(o, num, (size_t)n);
+}
+
+/* Terminates the value; on overflow leaves buf[0..keep) and returns -1. */
+static int finish(struct out *o, size_t keep)
+{
+	if (o->err || o->len > INT_MAX) {
+		o->buf[keep] = '\0';
+		return -1;
+	}
+	o->buf[o->len] = '\0';
+	return (int)o->len;
+}
+
+static void policy_item(struct out *o, const char *name, uint64_t quota, int64_t window_s)
+{
+	put_sf_string(o, name);
+	put_param(o, "q", quota);
+	if (window_s > 0)
+		put_param(o, "w", (uint64_t)window_s);
+}
+
+int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
+		    int64_t window_s)
+{
+	struct out o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	policy_item(&o, name, quota, window_s);
+	return finish(&o, 0);
+}
+
+int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
+		       int64_t reset_s)
+{
+	struct out o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	put_sf_string(&o, name);
+	put_param(&o, "r", remaining);
+	if (reset_s >= 0)
+		put_param(&o, "t", (uint64_t)reset_s);
+	return finish(&o, 0);
+}
+
+/* When the new item does not fit, the list keeps the items it had, so a
+ * caller adding policies in a loop sends those that fit. */
+int rlheader_policy_append(char *buf, size_t cap, const char *name, uint64_t quota,
+			   int64_t window_s)
+{
+	struct out o = {buf, cap, 0, 0};
+	size_t old;
+
+	if (!buf || cap == 0)
+		return -1;
+	old = strnlen(buf, cap);
+	if (old == cap) {
+		/* Not a string: nothing to keep. */
+		buf[0] = '\0';
+		return -1;
+	}
+	o.len = old;
+	if (old > 0)
+		put(&o, ", ", 2);
+	policy_item(&o, name, quota, window_s);
+	return finish(&o, old);
+}

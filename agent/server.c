@@ -1,0 +1,182 @@
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "conn.h"
+#include "log.h"
+
+void server_config_defaults(struct server_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
+	snprintf(cfg->port, sizeof(cfg->port), "12345");
+	cfg->threads = 1;
+	cfg->max_frame_size = SPOP_OWN_FRAME_SIZE;
+	cfg->max_conns = 10000;
+	cfg->hello_timeout = 5.0;
+	cfg->mem_max_keys = 1000000;
+}
+
+int64_t server_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int server_listen(struct server *srv)
+{
+	struct addrinfo hints, *res, *ai;
+	int fd = -1, one = 1, rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	rc = getaddrinfo(srv->cfg.host, srv->cfg.port, &hints, &res);
+	if (rc != 0) {
+		log_err("cannot resolve %s:%s: %s", srv->cfg.host, srv->cfg.port,
+			gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			    ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		log_err("cannot listen on %s:%s: %s", srv->cfg.host, srv->cfg.port,
+			strerror(errno));
+		return -1;
+	}
+	srv->lfd = fd;
+	log_info("listening on %s:%s", srv->cfg.host, srv->cfg.port);
+	return 0;
+}
+
+/* Several loops watch the one listening socket; the losers of a race get
+ * EAGAIN. A few accepts per wake-up keep bursts of connections (a HAProxy
+ * reload) spread over the workers. */
+static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = io->data;
+
+	for (int i = 0; i < 8; i++) {
+		int fd = accept4(w->srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int one = 1;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				log_warn("accept: %s", strerror(errno));
+			return;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		conn_accept(w, fd);
+	}
+}
+
+static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
+{
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	conn_reap(p->data);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	ev_run(w->loop, 0);
+	return NULL;
+}
+
+int server_start(struct server *srv)
+{
+	sigset_t all, old;
+
+	srv->nworkers = srv->cfg.threads;
+	srv->workers = xcalloc((size_t)srv->nworkers, sizeof(*srv->workers));
+	if (!srv->workers)
+		return -1;
+	/* Workers never take signals: the main thread handles them. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (int i = 0; i < srv->nworkers; i++) {
+		struct worker *w = &srv->workers[i];
+
+		w->srv = srv;
+		w->idx = i;
+		w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+		if (!w->loop) {
+			log_err("cannot create an event loop");
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			return -1;
+		}
+		ev_io_init(&w->accept_w, on_accept, srv->lfd, EV_READ);
+		w->accept_w.data = w;
+		ev_io_start(w->loop, &w->accept_w);
+		ev_async_init(&w->stop_w, on_stop);
+		ev_async_start(w->loop, &w->stop_w);
+		ev_prepare_init(&w->reap_w, on_prepare);
+		w->reap_w.data = w;
+		ev_prepare_start(w->loop, &w->reap_w);
+		if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+			log_err("cannot start worker %d", i);
+			ev_loop_destroy(w->loop);
+			w->loop = NULL;
+			srv->nworkers = i;
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			return -1;
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return 0;
+}
+
+void server_stop(struct server *srv)
+{
+	atomic_store(&srv->stopping, 1);
+	for (int i = 0; i < srv->nworkers; i++)
+		ev_async_send(srv->workers[i].loop, &srv->workers[i].stop_w);
+	for (int i = 0; i < srv->nworkers; i++) {
+		struct worker *w = &srv->workers[i];
+
+		pthread_join(w->thread, NULL);
+		for (uint32_t s = 0; s < w->nslots; s++)
+			if (w->slots[s])
+				conn_close(w->slots[s]);
+		conn_free_spares(w);
+		ev_loop_destroy(w->loop);
+		xfree(w->slots);
+		xfree(w->gens);
+		xfree(w->free_slots);
+	}
+	xfree(srv->workers);
+	srv->workers = NULL;
+	srv->nworkers = 0;
+	if (srv->lfd >= 0)
+		close(srv->lfd);
+	srv->lfd = -1;
+}

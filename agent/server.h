@@ -1,0 +1,87 @@
+/* server.h: the listener and the worker threads.
+ *
+ * One listening socket, watched by every worker's loop: a worker that is
+ * busy does not accept, so new connections go to the idle ones. Each worker
+ * owns one ev_loop, touched only by its thread, and the connections it
+ * accepted. The main thread handles signals and tells workers to stop
+ * through ev_async. */
+#ifndef RL_SERVER_H
+#define RL_SERVER_H
+
+#include <ev.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "decide.h"
+#include "memstore.h"
+
+struct conn;
+
+struct server_config {
+	char host[256];
+	char port[16];
+	int threads;
+	uint32_t max_frame_size;  /* own maximum, >= 16380 */
+	int max_conns;            /* per worker */
+	double hello_timeout;     /* seconds to complete HELLO */
+	size_t mem_max_keys;
+};
+
+/* Counters, written by one worker each, summed when read. */
+struct worker_stats {
+	uint64_t accepted;
+	uint64_t closed;
+	uint64_t hellos;
+	uint64_t healthchecks;
+	uint64_t notifies;
+	uint64_t decisions;
+	uint64_t limited;
+	uint64_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+};
+
+struct worker {
+	struct server *srv;
+	int idx;
+	pthread_t thread;
+	struct ev_loop *loop;
+	ev_io accept_w;
+	ev_async stop_w;
+	ev_prepare reap_w;
+	struct conn *reap_list;   /* closed, freed before the loop blocks */
+	struct conn **slots;      /* live connections by slot */
+	uint32_t *gens;           /* generation of each slot */
+	uint32_t nslots;
+	uint32_t *free_slots;
+	uint32_t nfree_slots;
+	struct conn *spare;       /* recycled connections with their buffers */
+	int nspare;
+	int nconns;
+	struct worker_stats stats;
+};
+
+struct server {
+	struct server_config cfg;
+	const struct decide_config *dcfg;
+	struct memstore *mem;
+	int lfd;
+	struct worker *workers;
+	int nworkers;
+	atomic_int stopping;
+};
+
+void server_config_defaults(struct server_config *cfg);
+
+/* Binds and listens. Returns 0, or -1 after logging why. */
+int server_listen(struct server *srv);
+
+/* Starts the workers; returns 0 or -1. */
+int server_start(struct server *srv);
+
+/* Asks every worker to stop, joins them, closes every connection. */
+void server_stop(struct server *srv);
+
+/* Microseconds of the clock the in-memory store uses (monotonic). */
+int64_t server_now_us(void);
+
+#endif

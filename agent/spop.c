@@ -1,0 +1,680 @@
+/* spop.c: the SPOP 2.0 codec. See spop.h for the contracts and the
+ * guarantees over untrusted input. Every read is bounded by `end`; every
+ * write by the spop_wbuf capacity. */
+#include "spop.h"
+
+#include <string.h>
+
+/* ---- primitives ------------------------------------------------------- */
+
+/* The encoding is additive: the first byte carries 4 bits above 240, each
+ * following byte adds itself (continuation bit included) shifted by 4, 11,
+ * 18... So the bytes are summed, never masked. Callers keep *p <= end. */
+int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	const uint8_t *s = *p;
+	size_t avail = (size_t)(end - s);
+	unsigned shift = 4;
+	uint64_t v;
+	size_t i;
+
+	if (avail == 0)
+		return SPOP_NEED_MORE;
+	v = s[0];
+	if (v < 240) {
+		*out = v;
+		*p = s + 1;
+		return SPOP_OK;
+	}
+	for (i = 1; i < SPOP_VARINT_MAX; i++) {
+		uint64_t b, add;
+
+		if (i >= avail)
+			return SPOP_NEED_MORE;
+		b = s[i];
+		/* Only the 10th byte (shift 60) can overflow; check before
+		 * shifting and before adding so no bit is silently lost. */
+		if (b > (UINT64_MAX >> shift))
+			return SPOP_ERR;
+		add = b << shift;
+		if (add > UINT64_MAX - v)
+			return SPOP_ERR;
+		v += add;
+		if (b < 128) {
+			*out = v;
+			*p = s + i + 1;
+			return SPOP_OK;
+		}
+		shift += 7;
+	}
+	return SPOP_ERR;
+}
+
+size_t spop_varint_encode(uint64_t v, uint8_t *out)
+{
+	size_t n = 0;
+
+	if (v < 240) {
+		out[n++] = (uint8_t)v;
+		return n;
+	}
+	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
+	v = (v - 240) >> 4;
+	while (v >= 128) {
+		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
+		v = (v - 128) >> 7;
+	}
+	out[n++] = (uint8_t)v;
+	return n;
+}
+
+/* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
+static int str_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
+{
+	const uint8_t *s = *p;
+	uint64_t len;
+	int rc;
+
+	rc = spop_varint_decode(&s, end, &len);
+	if (rc != SPOP_OK)
+		return rc;
+	if (len > (uint64_t)(size_t)(end - s))
+		return SPOP_NEED_MORE;
+	out->ptr = (const char *)s;
+	out->len = (size_t)len;
+	*p = s + len;
+	return SPOP_OK;
+}
+
+int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
+{
+	return str_decode(p, end, out);
+}
+
+/* Decodes one typed data item and also returns the integer types' varint
+ * untouched in *raw (0 for other types), so that a caller judging a range
+ * (max-frame-size) sees what the INT32/UINT32 casts would hide. */
+static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out,
+		       uint64_t *raw)
+{
+	const uint8_t *s = *p;
+	uint8_t tb, type;
+	uint64_t v = 0;
+	int rc;
+
+	*raw = 0;
+	if (s == end)
+		return SPOP_NEED_MORE;
+	tb = *s++;
+	type = tb & 0x0F;
+	memset(out, 0, sizeof(*out));
+	out->type = type;
+	switch ((enum spop_type)type) {
+	case SPOP_T_NULL:
+		break;
+	case SPOP_T_BOOL:
+		/* Only the "true" flag may be set; anything else means the
+		 * peer and we disagree on the format. */
+		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
+			return SPOP_ERR;
+		out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
+		break;
+	case SPOP_T_INT32:
+	case SPOP_T_UINT32:
+	case SPOP_T_INT64:
+	case SPOP_T_UINT64:
+		rc = spop_varint_decode(&s, end, &v);
+		if (rc != SPOP_OK)
+			return rc;
+		*raw = v;
+		if (type == SPOP_T_INT32)
+			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
+		else if (type == SPOP_T_UINT32)
+			out->u.u32 = (uint32_t)v;
+		else if (type == SPOP_T_INT64)
+			out->u.i64 = (int64_t)v;
+		else
+			out->u.u64 = v;
+		break;
+	case SPOP_T_IPV4:
+		if (4 > (size_t)(end - s))
+			return SPOP_NEED_MORE;
+		memcpy(out->u.ipv4, s, 4);
+		s += 4;
+		break;
+	case SPOP_T_IPV6:
+		if (16 > (size_t)(end - s))
+			return SPOP_NEED_MORE;
+		memcpy(out->u.ipv6, s, 16);
+		s += 16;
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		rc = str_decode(&s, end, &out->u.str);
+		if (rc != SPOP_OK)
+			return rc;
+		break;
+	default:
+		return SPOP_ERR;
+	}
+	*p = s;
+	return SPOP_OK;
+}
+
+int spop_data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out)
+{
+	uint64_t raw;
+
+	return data_decode(p, end, out, &raw);
+}
+
+static uint32_t get_u32be(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+	       (uint32_t)p[3];
+}
+
+int spop_frame_peek(const uint8_t *buf, size_t avail, uint32_t max_frame,
+		    struct spop_frame *f, int *status)
+{
+	const uint8_t *p, *end;
+	uint32_t len;
+	int st = SPOP_ST_NORMAL, rc = SPOP_OK;
+
+	memset(f, 0, sizeof(*f));
+	if (avail < 4) {
+		rc = SPOP_NEED_MORE;
+		goto out;
+	}
+	len = get_u32be(buf);
+	/* The length is judged before anything else, so the caller never
+	 * waits for (or buffers) more than it agreed to. */
+	if (len > max_frame) {
+		st = SPOP_ST_TOO_BIG;
+		rc = SPOP_ERR;
+		goto out;
+	}
+	if (len < SPOP_FRAME_HDR_MIN) {
+		st = SPOP_ST_INVALID;
+		rc = SPOP_ERR;
+		goto out;
+	}
+	f->len = len; /* tells the caller how much to wait for */
+	if (len > avail - 4) {
+		rc = SPOP_NEED_MORE;
+		goto out;
+	}
+	p = buf + 4;
+	end = p + len;
+	f->type = p[0];
+	f->flags = get_u32be(p + 1);
+	p += 5;
+	/* The frame is complete: a varint cut by its end is broken. */
+	if (spop_varint_decode(&p, end, &f->stream_id) != SPOP_OK ||
+	    spop_varint_decode(&p, end, &f->frame_id) != SPOP_OK) {
+		memset(f, 0, sizeof(*f));
+		st = SPOP_ST_INVALID;
+		rc = SPOP_ERR;
+		goto out;
+	}
+	f->payload = p;
+	f->payload_len = (size_t)(end - p);
+out:
+	if (status)
+		*status = st;
+	return rc;
+}
+
+/* ---- lists inside a complete payload ------------------------------------ */
+
+int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data *val)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (str_decode(&p, c->end, name) != SPOP_OK ||
+	    spop_data_decode(&p, c->end, val) != SPOP_OK)
+		return -1;
+	c->p = p;
+	return 1;
+}
+
+int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
+		  struct spop_cursor *args)
+{
+	struct spop_cursor kv;
+	struct spop_str k;
+	struct spop_data v;
+	const uint8_t *p = c->p;
+	unsigned n, i;
+
+	if (p == c->end)
+		return 0;
+	if (str_decode(&p, c->end, name) != SPOP_OK || p == c->end)
+		return -1;
+	n = *p++;
+	/* Walk the arguments now so the caller's later spop_kv_next() calls
+	 * cannot fail halfway through a message. */
+	kv.p = p;
+	kv.end = c->end;
+	for (i = 0; i < n; i++)
+		if (spop_kv_next(&kv, &k, &v) != 1)
+			return -1;
+	*nargs = n;
+	args->p = p;
+	args->end = kv.p;
+	c->p = kv.p;
+	return 1;
+}
+
+static int key_is(struct spop_str k, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	return k.len == n && memcmp(k.ptr, lit, n) == 0;
+}
+
+/* Judges a max-frame-size value from its decoded type and raw varint:
+ * any integer type is accepted when its value fits [MIN_FRAME_SIZE,
+ * UINT32_MAX]. Returns 0 and sets *out, or -1. */
+static int frame_size_value(const struct spop_data *d, uint64_t raw, uint32_t *out)
+{
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_INT32:
+	case SPOP_T_INT64:
+		if ((int64_t)raw < 0)
+			return -1;
+		break;
+	case SPOP_T_UINT32:
+	case SPOP_T_UINT64:
+		break;
+	case SPOP_T_NULL:
+	case SPOP_T_BOOL:
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+	default:
+		return -1;
+	}
+	if (raw > UINT32_MAX || raw < SPOP_MIN_FRAME_SIZE)
+		return -1;
+	*out = (uint32_t)raw;
+	return 0;
+}
+
+/* A key with the wrong type counts as present but unusable: the version
+ * gives BAD_VERSION, max-frame-size BAD_FRAME_SIZE, capabilities INVALID.
+ * Optional keys (healthcheck, engine-id) of the wrong type are ignored.
+ * When a key repeats, the last one wins. */
+int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, int *status)
+{
+	struct spop_str k;
+	struct spop_data v;
+	const uint8_t *p = payload, *end = len ? payload + len : payload;
+	int bad_version = 0, bad_frame_size = 0, bad_caps = 0;
+	int st = SPOP_ST_NORMAL;
+	uint64_t raw;
+
+	memset(h, 0, sizeof(*h));
+	while (p != end) {
+		if (str_decode(&p, end, &k) != SPOP_OK ||
+		    data_decode(&p, end, &v, &raw) != SPOP_OK) {
+			st = SPOP_ST_INVALID;
+			goto out;
+		}
+		if (key_is(k, "supported-versions")) {
+			h->has_version = 1;
+			bad_version = v.type != SPOP_T_STR;
+			if (!bad_version)
+				h->supported_versions = v.u.str;
+		} else if (key_is(k, "max-frame-size")) {
+			h->has_max_frame_size = 1;
+			bad_frame_size = frame_size_value(&v, raw, &h->max_frame_size) != 0;
+		} else if (key_is(k, "capabilities")) {
+			h->has_capabilities = 1;
+			bad_caps = v.type != SPOP_T_STR;
+			if (!bad_caps)
+				h->capabilities = v.u.str;
+		} else if (key_is(k, "healthcheck")) {
+			if (v.type == SPOP_T_BOOL)
+				h->healthcheck = v.u.boolean;
+		} else if (key_is(k, "engine-id")) {
+			if (v.type == SPOP_T_STR)
+				h->engine_id = v.u.str;
+		}
+	}
+	if (!h->has_version)
+		st = SPOP_ST_NO_VERSION;
+	else if (!h->has_max_frame_size)
+		st = SPOP_ST_NO_FRAME_SIZE;
+	else if (!h->has_capabilities)
+		st = SPOP_ST_NO_CAPABILITIES;
+	else if (bad_version || !spop_version_supported(h->supported_versions))
+		st = SPOP_ST_BAD_VERSION;
+	else if (bad_frame_size)
+		st = SPOP_ST_BAD_FRAME_SIZE;
+	else if (bad_caps)
+		st = SPOP_ST_INVALID;
+out:
+	if (status)
+		*status = st;
+	return st == SPOP_ST_NORMAL ? 0 : -1;
+}
+
+static int is_space(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+int spop_version_supported(struct spop_str versions)
+{
+	const char *p = versions.ptr, *end;
+
+	if (!p)
+		return 0;
+	end = p + versions.len;
+	while (p != end) {
+		const char *item, *item_end;
+
+		while (p != end && is_space(*p))
+			p++;
+		item = p;
+		while (p != end && *p != ',')
+			p++;
+		item_end = p;
+		while (item_end != item && is_space(item_end[-1]))
+			item_end--;
+		if (item_end - item == 3 && memcmp(item, "2.0", 3) == 0)
+			return 1;
+		if (p != end)
+			p++; /* the comma */
+	}
+	return 0;
+}
+
+/* ---- encoders ----------------------------------------------------------- */
+
+void spop_wbuf_init(struct spop_wbuf *w, uint8_t *buf, size_t cap)
+{
+	w->buf = buf;
+	w->cap = buf ? cap : 0;
+	w->len = 0;
+	w->err = 0;
+}
+
+void spop_put_bytes(struct spop_wbuf *w, const void *p, size_t n)
+{
+	if (w->err)
+		return;
+	if (n > w->cap - w->len) {
+		w->err = 1;
+		return;
+	}
+	if (n) {
+		memcpy(w->buf + w->len, p, n);
+		w->len += n;
+	}
+}
+
+void spop_put_u8(struct spop_wbuf *w, uint8_t v)
+{
+	spop_put_bytes(w, &v, 1);
+}
+
+void spop_put_u32be(struct spop_wbuf *w, uint32_t v)
+{
+	uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8),
+			(uint8_t)v};
+
+	spop_put_bytes(w, b, sizeof(b));
+}
+
+void spop_put_varint(struct spop_wbuf *w, uint64_t v)
+{
+	uint8_t b[SPOP_VARINT_MAX];
+
+	spop_put_bytes(w, b, spop_varint_encode(v, b));
+}
+
+void spop_put_name(struct spop_wbuf *w, const char *name, size_t len)
+{
+	spop_put_varint(w, len);
+	spop_put_bytes(w, name, len);
+}
+
+/* An unknown type cannot be written faithfully: it poisons the buffer. */
+void spop_put_data(struct spop_wbuf *w, const struct spop_data *d)
+{
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_NULL:
+		spop_put_u8(w, SPOP_T_NULL);
+		break;
+	case SPOP_T_BOOL:
+		spop_put_u8(w, SPOP_T_BOOL | (d->u.boolean ? SPOP_BOOL_TRUE_FLAG : 0));
+		break;
+	case SPOP_T_INT32:
+		spop_put_u8(w, SPOP_T_INT32);
+		spop_put_varint(w, (uint64_t)(int64_t)d->u.i32);
+		break;
+	case SPOP_T_UINT32:
+		spop_put_u8(w, SPOP_T_UINT32);
+		spop_put_varint(w, d->u.u32);
+		break;
+	case SPOP_T_INT64:
+		spop_put_u8(w, SPOP_T_INT64);
+		spop_put_varint(w, (uint64_t)d->u.i64);
+		break;
+	case SPOP_T_UINT64:
+		spop_put_u8(w, SPOP_T_UINT64);
+		spop_put_varint(w, d->u.u64);
+		break;
+	case SPOP_T_IPV4:
+		spop_put_u8(w, SPOP_T_IPV4);
+		spop_put_bytes(w, d->u.ipv4, 4);
+		break;
+	case SPOP_T_IPV6:
+		spop_put_u8(w, SPOP_T_IPV6);
+		spop_put_bytes(w, d->u.ipv6, 16);
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		spop_put_u8(w, d->type);
+		spop_put_name(w, d->u.str.ptr, d->u.str.len);
+		break;
+	default:
+		w->err = 1;
+		break;
+	}
+}
+
+size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
+			uint64_t stream_id, uint64_t frame_id)
+{
+	size_t start = w->len;
+
+	spop_put_u32be(w, 0); /* patched by spop_frame_end() */
+	spop_put_u8(w, type);
+	spop_put_u32be(w, flags);
+	spop_put_varint(w, stream_id);
+	spop_put_varint(w, frame_id);
+	return start;
+}
+
+/* An oversized frame also sets w->err, so the buffer cannot be sent by
+ * mistake after the -1 is ignored. */
+int spop_frame_end(struct spop_wbuf *w, size_t start, uint32_t max_frame)
+{
+	size_t len;
+
+	if (w->err)
+		return -1;
+	if (start > w->len || 4 > w->len - start) {
+		w->err = 1;
+		return -1;
+	}
+	len = w->len - start - 4;
+	if (len > max_frame) {
+		w->err = 1;
+		return -1;
+	}
+	w->buf[start] = (uint8_t)(len >> 24);
+	w->buf[start + 1] = (uint8_t)(len >> 16);
+	w->buf[start + 2] = (uint8_t)(len >> 8);
+	w->buf[start + 3] = (uint8_t)len;
+	return 0;
+}
+
+void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
+		      size_t name_len, const struct spop_data *val)
+{
+	spop_put_u8(w, SPOP_ACT_SET_VAR);
+	spop_put_u8(w, 3);
+	spop_put_u8(w, scope);
+	spop_put_name(w, name, name_len);
+	spop_put_data(w, val);
+}
+
+void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
+			size_t name_len)
+{
+	spop_put_u8(w, SPOP_ACT_UNSET_VAR);
+	spop_put_u8(w, 2);
+	spop_put_u8(w, scope);
+	spop_put_name(w, name, name_len);
+}
+
+/* Writes one KV item whose key is a C string literal. */
+static void put_kv(struct spop_wbuf *w, const char *key, struct spop_data v)
+{
+	spop_put_name(w, key, strlen(key));
+	spop_put_data(w, &v);
+}
+
+int spop_encode_agent_hello(struct spop_wbuf *w, uint32_t max_frame_size,
+			    const char *capabilities, uint32_t frame_limit)
+{
+	size_t start = spop_frame_begin(w, SPOP_FRAME_AGENT_HELLO, SPOP_FLAG_FIN, 0, 0);
+
+	put_kv(w, "version", spop_cstr("2.0"));
+	put_kv(w, "max-frame-size", spop_uint32(max_frame_size));
+	put_kv(w, "capabilities", spop_cstr(capabilities));
+	return spop_frame_end(w, start, frame_limit);
+}
+
+/* A NULL message sends the status's own text. */
+static int encode_disconnect(struct spop_wbuf *w, uint8_t type, uint32_t status,
+			     const char *message, uint32_t frame_limit)
+{
+	size_t start = spop_frame_begin(w, type, SPOP_FLAG_FIN, 0, 0);
+
+	put_kv(w, "status-code", spop_uint32(status));
+	put_kv(w, "message", spop_cstr(message ? message : spop_status_str((int)status)));
+	return spop_frame_end(w, start, frame_limit);
+}
+
+int spop_encode_agent_disconnect(struct spop_wbuf *w, uint32_t status,
+				 const char *message, uint32_t frame_limit)
+{
+	return encode_disconnect(w, SPOP_FRAME_AGENT_DISCONNECT, status, message,
+				 frame_limit);
+}
+
+/* The HAProxy side announces its own limit, so only the buffer bounds the
+ * frame (a test may announce a size too small to hold the HELLO itself). */
+int spop_encode_haproxy_hello(struct spop_wbuf *w, uint32_t max_frame_size,
+			      const char *capabilities, int healthcheck,
+			      const char *engine_id)
+{
+	size_t start = spop_frame_begin(w, SPOP_FRAME_HAPROXY_HELLO, SPOP_FLAG_FIN, 0, 0);
+
+	put_kv(w, "supported-versions", spop_cstr("2.0"));
+	put_kv(w, "max-frame-size", spop_uint32(max_frame_size));
+	put_kv(w, "capabilities", spop_cstr(capabilities));
+	if (healthcheck)
+		put_kv(w, "healthcheck", spop_bool(1));
+	if (engine_id)
+		put_kv(w, "engine-id", spop_cstr(engine_id));
+	return spop_frame_end(w, start, UINT32_MAX);
+}
+
+int spop_encode_haproxy_disconnect(struct spop_wbuf *w, uint32_t status,
+				   const char *message)
+{
+	return encode_disconnect(w, SPOP_FRAME_HAPROXY_DISCONNECT, status, message,
+				 UINT32_MAX);
+}
+
+struct spop_data spop_null(void)
+{
+	struct spop_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.type = SPOP_T_NULL;
+	return d;
+}
+
+struct spop_data spop_bool(int v)
+{
+	struct spop_data d = spop_null();
+
+	d.type = SPOP_T_BOOL;
+	d.u.boolean = v ? 1 : 0;
+	return d;
+}
+
+struct spop_data spop_int64(int64_t v)
+{
+	struct spop_data d = spop_null();
+
+	d.type = SPOP_T_INT64;
+	d.u.i64 = v;
+	return d;
+}
+
+struct spop_data spop_uint32(uint32_t v)
+{
+	struct spop_data d = spop_null();
+
+	d.type = SPOP_T_UINT32;
+	d.u.u32 = v;
+	return d;
+}
+
+struct spop_data spop_strn(const char *s, size_t len)
+{
+	struct spop_data d = spop_null();
+
+	d.type = SPOP_T_STR;
+	d.u.str.ptr = s;
+	d.u.str.len = len;
+	return d;
+}
+
+/* NULL is taken as the empty string. */
+struct spop_data spop_cstr(const char *s)
+{
+	return s ? spop_strn(s, strlen(s)) : spop_strn("", 0);
+}
+
+const char *spop_status_str(int status)
+{
+	switch (status) {
+	case SPOP_ST_NORMAL: return "normal";
+	case SPOP_ST_IO: return "I/O error";
+	case SPOP_ST_TIMEOUT: return "a timeout occurred";
+	case SPOP_ST_TOO_BIG: return "frame is too big";
+	case SPOP_ST_INVALID: return "invalid frame received";
+	case SPOP_ST_NO_VERSION: return "version value not found";
+	case SPOP_ST_NO_FRAME_SIZE: return "max-frame-size value not found";
+	case SPOP_ST_NO_CAPABILITIES: return "capabilities value not found";
+	case SPOP_ST_BAD_VERSION: return "unsupported version";
+	case SPOP_ST_BAD_FRAME_SIZE: return "max-frame-size too big or too small";
+	case SPOP_ST_NO_FRAGMENTATION: return "payload fragmentation is not supported";
+	case SPOP_ST_INTERLACED: return "invalid interlaced frames";
+	case SPOP_ST_NO_FRAME_ID: return "frame-id not found";
+	case SPOP_ST_RESOURCE: return "resource allocation error";
+	default: return "an unknown error occurred";
+	}
+}

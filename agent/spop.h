@@ -1,0 +1,255 @@
+/* spop.h: the SPOP 2.0 codec (HAProxy's Stream Processing Offload Protocol).
+ *
+ * Pure: no I/O, no clock, no allocation. Decoders read from a buffer that
+ * the caller owns; decoded strings point into that buffer (zero copy).
+ *
+ * Security guarantees, for any input bytes:
+ *  - no decoder reads outside [p, end); bounds are checked as
+ *    `n > (size_t)(end - p)`, which cannot overflow;
+ *  - varints are capped at SPOP_VARINT_MAX bytes;
+ *  - spop_frame_peek() checks the announced length against the caller's
+ *    maximum before anything else, so a peer cannot make the caller buffer
+ *    or allocate more than it agreed to;
+ *  - decoders never allocate, so a count sent by the peer sizes nothing.
+ *
+ * Decoders have three outcomes: SPOP_OK (complete), SPOP_NEED_MORE (the
+ * bytes so far are a valid prefix) and SPOP_ERR (broken). Within a frame
+ * that is already complete, "need more" means truncated data: the frame
+ * level helpers (spop_kv_next, spop_msg_next, spop_hello_parse) report it
+ * as an error with status SPOP_ST_INVALID.
+ */
+#ifndef RL_SPOP_H
+#define RL_SPOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SPOP_VARINT_MAX 10        /* 2^64-1 takes 10 bytes */
+#define SPOP_FRAME_HDR_MIN 7      /* type + flags + 1-byte sid + 1-byte fid */
+#define SPOP_MIN_FRAME_SIZE 256   /* smallest max-frame-size we accept */
+#define SPOP_OWN_FRAME_SIZE 16384 /* our default max-frame-size (>= 16380) */
+
+enum spop_rc {
+	SPOP_ERR = -1,
+	SPOP_OK = 0,
+	SPOP_NEED_MORE = 1,
+};
+
+enum spop_frame_type {
+	SPOP_FRAME_UNSET = 0,
+	SPOP_FRAME_HAPROXY_HELLO = 1,
+	SPOP_FRAME_HAPROXY_DISCONNECT = 2,
+	SPOP_FRAME_NOTIFY = 3,
+	SPOP_FRAME_AGENT_HELLO = 101,
+	SPOP_FRAME_AGENT_DISCONNECT = 102,
+	SPOP_FRAME_ACK = 103,
+};
+
+#define SPOP_FLAG_FIN 0x00000001u
+#define SPOP_FLAG_ABORT 0x00000002u
+
+/* DISCONNECT status codes; error values of this module equal them. */
+enum spop_status {
+	SPOP_ST_NORMAL = 0,
+	SPOP_ST_IO = 1,
+	SPOP_ST_TIMEOUT = 2,
+	SPOP_ST_TOO_BIG = 3,
+	SPOP_ST_INVALID = 4,
+	SPOP_ST_NO_VERSION = 5,
+	SPOP_ST_NO_FRAME_SIZE = 6,
+	SPOP_ST_NO_CAPABILITIES = 7,
+	SPOP_ST_BAD_VERSION = 8,
+	SPOP_ST_BAD_FRAME_SIZE = 9,
+	SPOP_ST_NO_FRAGMENTATION = 10,
+	SPOP_ST_INTERLACED = 11,
+	SPOP_ST_NO_FRAME_ID = 12,
+	SPOP_ST_RESOURCE = 13,
+	SPOP_ST_UNKNOWN = 99,
+};
+
+/* Typed data: type in the low nibble, flags in the high nibble. */
+enum spop_type {
+	SPOP_T_NULL = 0,
+	SPOP_T_BOOL = 1,
+	SPOP_T_INT32 = 2,
+	SPOP_T_UINT32 = 3,
+	SPOP_T_INT64 = 4,
+	SPOP_T_UINT64 = 5,
+	SPOP_T_IPV4 = 6,
+	SPOP_T_IPV6 = 7,
+	SPOP_T_STR = 8,
+	SPOP_T_BIN = 9,
+};
+
+#define SPOP_BOOL_TRUE_FLAG 0x10
+
+enum spop_scope {
+	SPOP_SCOPE_PROC = 0,
+	SPOP_SCOPE_SESS = 1,
+	SPOP_SCOPE_TXN = 2,
+	SPOP_SCOPE_REQ = 3,
+	SPOP_SCOPE_RES = 4,
+};
+
+enum spop_action {
+	SPOP_ACT_SET_VAR = 1,
+	SPOP_ACT_UNSET_VAR = 2,
+};
+
+/* A byte string inside a decoded buffer (not NUL-terminated). */
+struct spop_str {
+	const char *ptr;
+	size_t len;
+};
+
+struct spop_data {
+	uint8_t type; /* enum spop_type */
+	union {
+		int boolean;      /* 0 or 1 */
+		int32_t i32;
+		uint32_t u32;
+		int64_t i64;
+		uint64_t u64;
+		uint8_t ipv4[4];
+		uint8_t ipv6[16];
+		struct spop_str str; /* SPOP_T_STR and SPOP_T_BIN */
+	} u;
+};
+
+/* One decoded frame. `payload` points into the caller's buffer. */
+struct spop_frame {
+	uint32_t len;        /* bytes after the 4-byte length field */
+	uint8_t type;        /* raw type byte, may be unknown */
+	uint32_t flags;
+	uint64_t stream_id;
+	uint64_t frame_id;
+	const uint8_t *payload;
+	size_t payload_len;
+};
+
+/* A read position over a complete region (a payload or part of one). */
+struct spop_cursor {
+	const uint8_t *p;
+	const uint8_t *end;
+};
+
+/* Parsed HAPROXY-HELLO. Strings point into the frame. */
+struct spop_hello {
+	uint32_t max_frame_size;
+	int healthcheck;            /* 1 when the "healthcheck" key is true */
+	int has_version, has_max_frame_size, has_capabilities;
+	struct spop_str supported_versions;
+	struct spop_str capabilities;
+	struct spop_str engine_id;  /* ptr NULL when absent */
+};
+
+/* Write buffer with a sticky error: once a write does not fit, `err` is set,
+ * every later write is a no-op, and the caller discards the buffer. */
+struct spop_wbuf {
+	uint8_t *buf;
+	size_t cap;
+	size_t len;
+	int err;
+};
+
+/* ---- primitives ------------------------------------------------------- */
+
+/* Decodes one varint at *p. On SPOP_OK, *out holds the value and *p is past
+ * it. On SPOP_NEED_MORE or SPOP_ERR (more than SPOP_VARINT_MAX bytes, or a
+ * value over 2^64-1), *p is unchanged. */
+int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out);
+
+/* Encodes v into out (at least SPOP_VARINT_MAX bytes); returns its length. */
+size_t spop_varint_encode(uint64_t v, uint8_t *out);
+
+/* Decodes a name: <varint length><bytes>. Cursor semantics as above. */
+int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out);
+
+/* Decodes one typed data item. Unknown types (10-15) are SPOP_ERR; so are
+ * BOOL flags other than 0x00 and 0x10. Cursor semantics as above. */
+int spop_data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out);
+
+/* Reads the frame at the start of buf[0..avail). Checks the 4-byte length
+ * against max_frame first: a length over it is SPOP_ERR with *status =
+ * SPOP_ST_TOO_BIG, whatever follows. SPOP_NEED_MORE until the whole frame is
+ * there. SPOP_ERR with SPOP_ST_INVALID for a length under
+ * SPOP_FRAME_HDR_MIN or a broken header varint. On SPOP_OK the frame takes
+ * 4 + f->len bytes of buf. Frame type and flags are not judged here. */
+int spop_frame_peek(const uint8_t *buf, size_t avail, uint32_t max_frame,
+		    struct spop_frame *f, int *status);
+
+/* ---- lists inside a complete payload ------------------------------------
+ * These return 1 when an item was read, 0 at the end of the region, and -1
+ * on broken or truncated data (status SPOP_ST_INVALID). */
+
+/* KV-LIST: [ <NAME> <TYPED-DATA> ]* */
+int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data *val);
+
+/* LIST-OF-MESSAGES: reads one message's name and argument count, checks that
+ * its `nargs` KV items are well formed, and returns them in *args (a cursor
+ * for spop_kv_next, which then cannot fail). *c ends past the message. */
+int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
+		  struct spop_cursor *args);
+
+/* Parses a HAPROXY-HELLO payload. Returns 0, or -1 with *status set to
+ * SPOP_ST_INVALID (broken KV list), SPOP_ST_NO_VERSION,
+ * SPOP_ST_NO_FRAME_SIZE, SPOP_ST_NO_CAPABILITIES, SPOP_ST_BAD_VERSION (no
+ * "2.0" in supported-versions) or SPOP_ST_BAD_FRAME_SIZE (not an integer,
+ * or under SPOP_MIN_FRAME_SIZE). Keys are matched exactly; unknown keys are
+ * skipped. */
+int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, int *status);
+
+/* Returns 1 when a comma-separated version list (spaces allowed around
+ * items) holds exactly "2.0". */
+int spop_version_supported(struct spop_str versions);
+
+/* ---- encoders ----------------------------------------------------------- */
+
+void spop_wbuf_init(struct spop_wbuf *w, uint8_t *buf, size_t cap);
+void spop_put_u8(struct spop_wbuf *w, uint8_t v);
+void spop_put_u32be(struct spop_wbuf *w, uint32_t v);
+void spop_put_varint(struct spop_wbuf *w, uint64_t v);
+void spop_put_bytes(struct spop_wbuf *w, const void *p, size_t n);
+void spop_put_name(struct spop_wbuf *w, const char *name, size_t len);
+void spop_put_data(struct spop_wbuf *w, const struct spop_data *d);
+
+/* Starts a frame: reserves the length field, writes type, flags, stream-id
+ * and frame-id. Returns the offset to hand to spop_frame_end(). */
+size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
+			uint64_t stream_id, uint64_t frame_id);
+/* Patches the length of the frame started at `start`. Returns 0, or -1 when
+ * the buffer overflowed (w->err) or the frame exceeds max_frame bytes after
+ * its length field. */
+int spop_frame_end(struct spop_wbuf *w, size_t start, uint32_t max_frame);
+
+/* Actions, for an ACK payload. */
+void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
+		      size_t name_len, const struct spop_data *val);
+void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
+			size_t name_len);
+
+/* Whole frames. Each returns 0, or -1 when it does not fit. */
+int spop_encode_agent_hello(struct spop_wbuf *w, uint32_t max_frame_size,
+			    const char *capabilities, uint32_t frame_limit);
+int spop_encode_agent_disconnect(struct spop_wbuf *w, uint32_t status,
+				 const char *message, uint32_t frame_limit);
+/* The HAProxy side, for the load generator and tests. */
+int spop_encode_haproxy_hello(struct spop_wbuf *w, uint32_t max_frame_size,
+			      const char *capabilities, int healthcheck,
+			      const char *engine_id);
+int spop_encode_haproxy_disconnect(struct spop_wbuf *w, uint32_t status,
+				   const char *message);
+
+/* Convenience constructors for typed data. */
+struct spop_data spop_null(void);
+struct spop_data spop_bool(int v);
+struct spop_data spop_int64(int64_t v);
+struct spop_data spop_uint32(uint32_t v);
+struct spop_data spop_strn(const char *s, size_t len);
+struct spop_data spop_cstr(const char *s);
+
+/* Human-readable name of a DISCONNECT status, for logs and DISCONNECT
+ * messages. Never NULL. */
+const char *spop_status_str(int status);
+
+#endif

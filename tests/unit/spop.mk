@@ -1,0 +1,2 @@
+UNIT_TESTS += spop
+test_spop_SRCS := tests/unit/test_spop.c agent/spop.c agent/alloc.c
