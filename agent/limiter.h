@@ -42,8 +42,9 @@ struct limit_spec {
 
 /* Per key state. Token bucket: a = TAT in whole microseconds (floor) and
  * b = its fractional part in units of 1/quota microsecond (0 <= b < quota),
- * so the exact TAT is a + b/quota; a store that keeps only `a` (b = 0) still
- * reads correctly, it just loses that fraction. Windows: a = start of the
+ * so the exact TAT is a + b/quota. A store should keep both; one that keeps
+ * only `a` (b = 0) still works, but each request then rounds the TAT down
+ * by under 1 us, in the client's favour. Windows: a = start of the
  * current window, b = count in it, c = count in the previous window.
  * All zero is a fresh key. */
 struct limit_state {

@@ -1,0 +1,2 @@
+UNIT_TESTS += rlheader
+test_rlheader_SRCS := tests/unit/test_rlheader.c agent/rlheader.c agent/alloc.c

@@ -1,0 +1,723 @@
+/* Unit tests of the limiter math on an injected clock (microseconds). */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "limiter.h"
+
+#define MS 1000LL
+#define S LIMIT_US_PER_S
+/* A realistic epoch, so nothing relies on time starting at 0. */
+#define T0 (1700000000LL * S)
+
+static struct limit_spec spec(uint64_t quota, int64_t period, uint64_t burst,
+			      enum limit_algo algo)
+{
+	struct limit_spec s;
+
+	memset(&s, 0, sizeof(s));
+	s.quota = quota;
+	s.period_us = period;
+	s.burst = burst;
+	s.algo = algo;
+	return s;
+}
+
+/* One request: evaluates, commits when allowed, returns the result. */
+static struct limit_result hit(const struct limit_spec *sp, struct limit_state *st,
+			       int64_t now, uint32_t cost)
+{
+	struct limit_state next;
+	struct limit_result r;
+
+	limit_eval(sp, st, now, cost, &next, &r);
+	if (r.allowed)
+		*st = next;
+	else
+		assert_memory_equal(&next, st, sizeof(next));
+	return r;
+}
+
+/* ---- notation ------------------------------------------------------------ */
+
+static void test_parse_ok(void **unused)
+{
+	static const struct {
+		const char *s;
+		uint64_t quota;
+		int64_t period;
+	} cases[] = {
+		{"100/1m", 100, 60 * S},
+		{"1000/1h", 1000, 3600 * S},
+		{"20/10s", 20, 10 * S},
+		{"5/500ms", 5, 500 * MS},
+		{"10/s", 10, S},
+		{"3/2d", 3, 2 * 86400 * S},
+		{"7/m", 7, 60 * S},
+		{"1/1ms", 1, MS},
+		{"1/1000us", 1, MS},
+		{"1099511627776/366d", 1ULL << 40, 366LL * 86400 * S},
+		{"007/90s", 7, 90 * S},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct limit_spec sp;
+		char err[128] = "";
+
+		memset(&sp, 0xa5, sizeof(sp));
+		assert_int_equal(limit_parse(cases[i].s, &sp, err, sizeof(err)), 0);
+		assert_int_equal(sp.quota, cases[i].quota);
+		assert_int_equal(sp.period_us, cases[i].period);
+		assert_int_equal(sp.burst, 0);
+		assert_int_equal(sp.algo, LIMIT_TOKEN_BUCKET);
+		assert_string_equal(err, "");
+	}
+}
+
+static void test_parse_errors(void **unused)
+{
+	static const struct {
+		const char *s;
+		const char *msg; /* a part of the message */
+	} cases[] = {
+		{"", "empty"},
+		{"0/1m", "at least 1"},
+		{"100", "missing period"},
+		{"100/", "missing period"},
+		{"100/0s", "at least 1ms"},
+		{"5/500us", "at least 1ms"},
+		{"100/1m ", "unexpected ' '"},
+		{"100/1mx", "unknown period unit"},
+		{"100/1m,20", "unexpected ',20'"},
+		{"100/1m/2", "unexpected '/2'"},
+		{"-5/1m", "negative quota"},
+		{"5/-1m", "negative period"},
+		{"+5/1m", "expected N/P"},
+		{" 5/1m", "expected N/P"},
+		{"1099511627777/1m", "quota over 1099511627776"},
+		{"99999999999999999999999/1m", "quota over"},
+		{"5/367d", "over 366d"},
+		{"5/8785h", "over 366d"},
+		{"5/99999999999999999999d", "over 366d"},
+		{"5/1.5s", "unit"},
+		{"5/10", "needs a unit"},
+		{"5:1m", "unexpected ':'"},
+		{"abc", "expected N/P"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct limit_spec sp, before;
+		char err[128] = "";
+
+		memset(&sp, 0x5a, sizeof(sp));
+		before = sp;
+		assert_int_equal(limit_parse(cases[i].s, &sp, err, sizeof(err)), -1);
+		if (!strstr(err, cases[i].msg))
+			fail_msg("'%s': message '%s' lacks '%s'", cases[i].s, err, cases[i].msg);
+		assert_memory_equal(&sp, &before, sizeof(sp));
+	}
+	/* No room for a message is not a reason to crash. */
+	{
+		struct limit_spec sp;
+
+		assert_int_equal(limit_parse("0/1m", &sp, NULL, 0), -1);
+		assert_int_equal(limit_parse(NULL, &sp, NULL, 0), -1);
+	}
+}
+
+static void test_parse_duration(void **unused)
+{
+	int64_t us = -7;
+
+	assert_int_equal(limit_parse_duration("250ms", &us), 0);
+	assert_int_equal(us, 250 * MS);
+	assert_int_equal(limit_parse_duration("m", &us), 0);
+	assert_int_equal(us, 60 * S);
+	assert_int_equal(limit_parse_duration("2h", &us), 0);
+	assert_int_equal(us, 7200 * S);
+	assert_int_equal(limit_parse_duration("1d", &us), 0);
+	assert_int_equal(us, 86400 * S);
+	assert_int_equal(limit_parse_duration("0s", &us), 0);
+	assert_int_equal(us, 0);
+	assert_int_equal(limit_parse_duration("9223372036854775807us", &us), 0);
+	assert_int_equal(us, INT64_MAX);
+	us = 42;
+	assert_int_equal(limit_parse_duration("9223372036854775808us", &us), -1);
+	assert_int_equal(limit_parse_duration("106751992d", &us), -1);
+	assert_int_equal(limit_parse_duration("", &us), -1);
+	assert_int_equal(limit_parse_duration("5", &us), -1);
+	assert_int_equal(limit_parse_duration("5x", &us), -1);
+	assert_int_equal(limit_parse_duration("5min", &us), -1);
+	assert_int_equal(limit_parse_duration("-1s", &us), -1);
+	assert_int_equal(limit_parse_duration("1s ", &us), -1);
+	assert_int_equal(limit_parse_duration(NULL, &us), -1);
+	assert_int_equal(us, 42);
+}
+
+static void test_format_period(void **unused)
+{
+	static const struct {
+		int64_t us;
+		const char *s;
+	} cases[] = {
+		{60 * S, "1m"},       {3600 * S, "1h"},   {10 * S, "10s"},
+		{500 * MS, "500ms"},  {90 * S, "90s"},    {86400 * S, "1d"},
+		{2 * 86400 * S, "2d"}, {36 * 3600 * S, "36h"}, {1500 * MS, "1500ms"},
+		{120 * 60 * S, "2h"}, {1500, "1500us"},   {0, "0us"},
+	};
+	char buf[32];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		limit_format_period(cases[i].us, buf, sizeof(buf));
+		assert_string_equal(buf, cases[i].s);
+	}
+	limit_format_period(500 * MS, buf, 3);
+	assert_string_equal(buf, "50");
+}
+
+static void test_ceil_s(void **unused)
+{
+	assert_int_equal(limit_ceil_s(0), 0);
+	assert_int_equal(limit_ceil_s(-1), 0);
+	assert_int_equal(limit_ceil_s(INT64_MIN), 0);
+	assert_int_equal(limit_ceil_s(1), 1);
+	assert_int_equal(limit_ceil_s(999999), 1);
+	assert_int_equal(limit_ceil_s(S), 1);
+	assert_int_equal(limit_ceil_s(S + 1), 2);
+	assert_int_equal(limit_ceil_s(60 * S), 60);
+	assert_int_equal(limit_ceil_s(INT64_MAX), INT64_MAX / S + 1);
+}
+
+/* ---- token bucket ------------------------------------------------------------ */
+
+static void test_bucket_fresh(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	for (int i = 0; i < 10; i++) {
+		r = hit(&sp, &st, T0, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.limit, 10);
+		assert_int_equal(r.remaining, 9 - i);
+		assert_int_equal(r.reset_us, (i + 1) * 100 * MS);
+	}
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.retry_after_us, 100 * MS);
+	assert_int_equal(r.reset_us, S);
+	assert_int_equal(st.a, T0 + S);
+	assert_int_equal(st.b, 0);
+}
+
+static void test_bucket_refill(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	for (int i = 0; i < 10; i++)
+		assert_true(hit(&sp, &st, T0, 1).allowed);
+	/* Exactly one token every 100 ms, not a microsecond earlier. */
+	for (int k = 1; k <= 30; k++) {
+		int64_t due = T0 + k * 100 * MS;
+
+		r = hit(&sp, &st, due - 1, 1);
+		assert_false(r.allowed);
+		assert_int_equal(r.retry_after_us, 1);
+		r = hit(&sp, &st, due, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 0);
+		assert_int_equal(r.reset_us, S);
+		r = hit(&sp, &st, due, 1);
+		assert_false(r.allowed);
+		assert_int_equal(r.retry_after_us, 100 * MS);
+	}
+	/* A long pause refills to capacity and no further. */
+	r = hit(&sp, &st, T0 + 3600 * S, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 9);
+	assert_int_equal(r.reset_us, 100 * MS);
+}
+
+static void test_bucket_burst(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 20, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	for (int i = 0; i < 20; i++) {
+		r = hit(&sp, &st, T0, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.limit, 10);
+		assert_int_equal(r.remaining, 19 - i);
+	}
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 100 * MS);
+	assert_int_equal(r.reset_us, 2 * S);
+	/* Refills at 10 per second: one second later, 10 more and no more. */
+	for (int i = 0; i < 10; i++)
+		assert_true(hit(&sp, &st, T0 + S, 1).allowed);
+	r = hit(&sp, &st, T0 + S, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 100 * MS);
+	/* Two seconds of silence fill all 20 again. */
+	r = hit(&sp, &st, T0 + 4 * S, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 19);
+}
+
+/* 3/1s: the emission interval is 333333.33... us. Token k after a drain is
+ * due at exactly k/3 s; a bucket that rounds the interval per token drifts
+ * by k microseconds, which this catches. */
+static void test_bucket_rational_interval(void **unused)
+{
+	struct limit_spec sp = spec(3, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	for (int i = 0; i < 3; i++)
+		assert_true(hit(&sp, &st, T0, 1).allowed);
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 333334);
+	assert_int_equal(limit_ceil_s(r.retry_after_us), 1);
+	for (int64_t k = 1; k <= 3000; k++) {
+		int64_t due = T0 + (k * S + 2) / 3; /* ceil(k * S / 3) */
+
+		r = hit(&sp, &st, due - 1, 1);
+		assert_false(r.allowed);
+		assert_int_equal(r.retry_after_us, 1);
+		r = hit(&sp, &st, due, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 0);
+	}
+	/* The exact TAT: 1 s + 3000 intervals = 1001 s, no fraction left. */
+	assert_int_equal(st.a, T0 + 1001 * S);
+	assert_int_equal(st.b, 0);
+}
+
+/* Reference: a classic token bucket on exact integers, independent of GCRA:
+ * level = tokens * period, refilled by quota per microsecond elapsed and
+ * capped at capacity * period. */
+struct ref_bucket {
+	int64_t level, last, cap, quota, period;
+};
+
+static int ref_take(struct ref_bucket *b, int64_t now, int64_t cost)
+{
+	b->level += (now - b->last) * b->quota;
+	if (b->level > b->cap * b->period)
+		b->level = b->cap * b->period;
+	b->last = now;
+	if (b->level < cost * b->period)
+		return 0;
+	b->level -= cost * b->period;
+	return 1;
+}
+
+/* The classic bug: whole tokens only, and last_refill = now on every call,
+ * so requests closer together than one interval never refill anything. */
+struct buggy_bucket {
+	int64_t tokens, last, cap, interval;
+};
+
+static int buggy_take(struct buggy_bucket *b, int64_t now)
+{
+	b->tokens += (now - b->last) / b->interval;
+	if (b->tokens > b->cap)
+		b->tokens = b->cap;
+	b->last = now;
+	if (b->tokens < 1)
+		return 0;
+	b->tokens--;
+	return 1;
+}
+
+/* Drains 10/1s at T0, then tries every `step` us for 2 s. Returns how many
+ * passed; *ref and *buggy get the reference models' counts. */
+static int spaced_attempts(int64_t step, int *ref, int *buggy)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct ref_bucket rb = {10 * S, T0, 10, 10, S};
+	struct buggy_bucket bb = {10, T0, 10, 100 * MS};
+	int n = 0;
+
+	*ref = 0;
+	*buggy = 0;
+	for (int i = 0; i < 10; i++) {
+		assert_true(hit(&sp, &st, T0, 1).allowed);
+		assert_int_equal(ref_take(&rb, T0, 1), 1);
+		assert_int_equal(buggy_take(&bb, T0), 1);
+	}
+	assert_false(hit(&sp, &st, T0, 1).allowed);
+	for (int64_t t = T0 + step; t <= T0 + 2 * S; t += step) {
+		n += hit(&sp, &st, t, 1).allowed;
+		*ref += ref_take(&rb, t, 1);
+		*buggy += buggy_take(&bb, t);
+	}
+	return n;
+}
+
+static void test_bucket_last_refill_bug(void **unused)
+{
+	int ref, buggy;
+
+	assert_int_equal(spaced_attempts(50 * MS, &ref, &buggy), 20);
+	assert_int_equal(ref, 20);
+	assert_int_equal(buggy, 0); /* what the bug does, so the test can tell */
+	/* Attempts at 7 ms and 33 ms: the last attempt is before 2 s. */
+	assert_int_equal(spaced_attempts(7 * MS, &ref, &buggy), 19);
+	assert_int_equal(ref, 19);
+	assert_int_equal(spaced_attempts(33 * MS, &ref, &buggy), 19);
+	assert_int_equal(ref, 19);
+	/* Odd spacings, and a rational interval, against the reference. */
+	{
+		static const int64_t steps[] = {1, 999, 33333, 70001, 99999, 100001, 250000};
+
+		for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+			int n = spaced_attempts(steps[i], &ref, &buggy);
+
+			assert_int_equal(n, ref);
+		}
+	}
+	{
+		struct limit_spec sp = spec(7, 3 * S, 5, LIMIT_TOKEN_BUCKET);
+		struct limit_state st = {0, 0, 0};
+		struct ref_bucket rb = {5 * 3 * S, T0, 5, 7, 3 * S};
+		int n = 0, m = 0;
+
+		for (int64_t t = T0; t <= T0 + 60 * S; t += 13 * MS + 7) {
+			uint32_t cost = 1 + (uint32_t)((t / 7) % 3);
+
+			n += hit(&sp, &st, t, cost).allowed;
+			m += ref_take(&rb, t, cost);
+		}
+		assert_int_equal(n, m);
+		assert_true(n > 50);
+	}
+}
+
+static void test_bucket_cost(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	r = hit(&sp, &st, T0, 11);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, S); /* never: the period */
+	assert_int_equal(r.reset_us, 0);
+	r = hit(&sp, &st, T0, 4);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 6);
+	assert_int_equal(r.reset_us, 400 * MS);
+	r = hit(&sp, &st, T0, 4);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 2);
+	r = hit(&sp, &st, T0, 4);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 200 * MS);
+	assert_int_equal(r.reset_us, 800 * MS);
+	r = hit(&sp, &st, T0 + 200 * MS, 4);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	/* A fresh key takes the whole capacity in one request. */
+	st = (struct limit_state){0, 0, 0};
+	r = hit(&sp, &st, T0, 10);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.reset_us, S);
+}
+
+static void test_bucket_peek_and_ttl(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0}, next;
+	struct limit_result r;
+
+	limit_eval(&sp, &st, T0, 0, &next, &r);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 10);
+	assert_int_equal(r.reset_us, 0);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0), 1);
+	hit(&sp, &st, T0, 1);
+	hit(&sp, &st, T0, 1);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0), 200 * MS);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 150 * MS), 50 * MS);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 10 * S), 1);
+	limit_eval(&sp, &st, T0 + 50 * MS, 0, &next, &r);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 8); /* 8.5 tokens */
+	assert_int_equal(r.reset_us, 150 * MS);
+	/* Fractional TAT: 3/1s after one request is 333333 + 1/3 us. */
+	sp = spec(3, S, 0, LIMIT_TOKEN_BUCKET);
+	st = (struct limit_state){0, 0, 0};
+	hit(&sp, &st, T0, 1);
+	assert_int_equal(st.a, T0 + 333333);
+	assert_int_equal(st.b, 1);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0), 333334);
+}
+
+/* ---- windows --------------------------------------------------------------------- */
+
+static void test_fixed_window(void **unused)
+{
+	struct limit_spec sp = spec(3, S, 0, LIMIT_FIXED_WINDOW);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	for (int i = 0; i < 3; i++) {
+		r = hit(&sp, &st, T0 + 200 * MS, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 2 - i);
+		assert_int_equal(r.reset_us, 800 * MS);
+	}
+	assert_int_equal(st.a, T0);
+	assert_int_equal(st.b, 3);
+	r = hit(&sp, &st, T0 + 200 * MS, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 800 * MS);
+	assert_int_equal(r.reset_us, 800 * MS);
+	r = hit(&sp, &st, T0 + S - 1, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 1);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 200 * MS), 800 * MS);
+	/* The boundary resets the count: 3 more at once. */
+	for (int i = 0; i < 3; i++) {
+		r = hit(&sp, &st, T0 + S, 1);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 2 - i);
+		assert_int_equal(r.reset_us, S);
+	}
+	assert_false(hit(&sp, &st, T0 + S, 1).allowed);
+	/* Weighted cost, and a cost that can never pass. */
+	r = hit(&sp, &st, T0 + 5 * S + 1, 2);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 1);
+	r = hit(&sp, &st, T0 + 5 * S + 1, 2);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, S - 1);
+	r = hit(&sp, &st, T0 + 5 * S + 1, 4);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, S);
+	/* Peek on a fresh window. */
+	{
+		struct limit_state next;
+
+		limit_eval(&sp, &st, T0 + 9 * S, 0, &next, &r);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 3);
+		assert_int_equal(r.reset_us, 0);
+	}
+}
+
+static void test_sliding_estimate(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_SLIDING_WINDOW);
+	/* Window [T0+10s, T0+11s): previous window had 10, current has 0. */
+	struct limit_state st = {T0 + 9 * S, 10, 0}, next;
+	struct limit_result r;
+	static const struct {
+		int64_t at;
+		uint64_t remaining; /* floor(10 - 10 * (1 - e)) */
+	} points[] = {
+		{0, 0}, {100 * MS, 1}, {250 * MS, 2}, {500 * MS, 5}, {749999, 7},
+		{750 * MS, 7}, {950 * MS, 9}, {S - 1, 9},
+	};
+
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		limit_eval(&sp, &st, T0 + 10 * S + points[i].at, 0, &next, &r);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, points[i].remaining);
+		assert_int_equal(r.reset_us, S - points[i].at);
+	}
+	/* At 10.25 s the estimate is 7.5: two requests pass, not three. */
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 1);
+	assert_int_equal(r.reset_us, S + 750 * MS);
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	assert_false(r.allowed);
+	/* 10 * (1 - e) + 3 <= 10 from e = 0.3 s on. */
+	assert_int_equal(r.retry_after_us, 50 * MS);
+	assert_int_equal(r.reset_us, S + 750 * MS);
+	r = hit(&sp, &st, T0 + 10 * S + 300 * MS - 1, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 1);
+	r = hit(&sp, &st, T0 + 10 * S + 300 * MS, 1);
+	assert_true(r.allowed);
+	assert_int_equal(st.a, T0 + 10 * S);
+	assert_int_equal(st.b, 3);
+	assert_int_equal(st.c, 10);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 10 * S + 300 * MS), S + 700 * MS);
+	/* Next window: 3 becomes the previous count, fully weighted at 0. */
+	limit_eval(&sp, &st, T0 + 11 * S, 0, &next, &r);
+	assert_int_equal(r.remaining, 7);
+	limit_eval(&sp, &st, T0 + 11 * S + 500 * MS, 0, &next, &r);
+	assert_int_equal(r.remaining, 8); /* 10 - 1.5 */
+	/* Two windows later the key is fresh. */
+	limit_eval(&sp, &st, T0 + 12 * S, 0, &next, &r);
+	assert_int_equal(r.remaining, 10);
+	assert_int_equal(r.reset_us, 0);
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 12 * S), 1);
+}
+
+static void test_sliding_retry(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_SLIDING_WINDOW);
+	struct limit_state st = {0, 0, 0}, saved;
+	struct limit_result r;
+
+	for (int i = 0; i < 10; i++)
+		assert_true(hit(&sp, &st, T0, 1).allowed);
+	saved = st;
+	/* cur = 10 must fade in the next window to 10 * (1 - e) + 1 <= 10:
+	 * e >= 0.1 s, so at T0 + 1.1 s. */
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, S + 100 * MS);
+	assert_int_equal(r.reset_us, 2 * S);
+	assert_false(hit(&sp, &st, T0 + S + 100 * MS - 1, 1).allowed);
+	assert_true(hit(&sp, &st, T0 + S + 100 * MS, 1).allowed);
+	/* A cost of the whole quota waits until cur has faded completely. */
+	st = saved;
+	r = hit(&sp, &st, T0 + 400 * MS, 10);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 2 * S - 400 * MS);
+	assert_false(hit(&sp, &st, T0 + 2 * S - 1, 10).allowed);
+	assert_true(hit(&sp, &st, T0 + 2 * S, 10).allowed);
+	/* More than the quota: never, so the period. */
+	r = hit(&sp, &st, T0 + 2 * S, 11);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, S);
+	/* Exactness against brute force: for assorted states and costs, the
+	 * retry time passes and one microsecond earlier does not. */
+	for (int64_t prev = 0; prev <= 10; prev += 2) {
+		for (int64_t cur = 0; cur <= 10; cur++) {
+			for (uint32_t cost = 1; cost <= 10; cost += 3) {
+				struct limit_state s = {T0, cur, prev}, n2;
+				int64_t now = T0 + 123457;
+
+				limit_eval(&sp, &s, now, cost, &n2, &r);
+				if (r.allowed)
+					continue;
+				assert_true(r.retry_after_us > 0);
+				limit_eval(&sp, &s, now + r.retry_after_us, cost, &n2, &r);
+				assert_true(r.allowed);
+				limit_eval(&sp, &s, now, cost, &n2, &r);
+				if (r.retry_after_us > 1) {
+					limit_eval(&sp, &s, now + r.retry_after_us - 1, cost, &n2, &r);
+					assert_false(r.allowed);
+				}
+			}
+		}
+	}
+}
+
+/* ---- range ------------------------------------------------------------------------ */
+
+static void test_large_values(void **unused)
+{
+	const int64_t p = LIMIT_PERIOD_MAX_US;
+	struct limit_spec sp = spec(LIMIT_QUOTA_MAX, p, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0}, next;
+	struct limit_result r;
+
+	for (int i = 0; i < 256; i++) {
+		r = hit(&sp, &st, T0, UINT32_MAX);
+		assert_true(r.allowed);
+	}
+	assert_int_equal(r.remaining, 256);
+	assert_int_equal(r.limit, LIMIT_QUOTA_MAX);
+	r = hit(&sp, &st, T0, 257);
+	assert_false(r.allowed);
+	/* One interval: 31622400 s / 2^40 = 28.76 us, rounded up. */
+	assert_int_equal(r.retry_after_us, 29);
+	assert_int_equal(r.reset_us, p - 256 * p / (int64_t)LIMIT_QUOTA_MAX);
+	assert_true(hit(&sp, &st, T0 + 29, 257).allowed);
+	/* TAT = T0 + (2^40 + 1) intervals = T0 + p + 28.76 us. */
+	assert_int_equal(limit_ttl_us(&sp, &st, T0 + 29), p);
+
+	/* Windows at the same bounds. */
+	sp.algo = LIMIT_SLIDING_WINDOW;
+	st = (struct limit_state){0, 0, 0};
+	r = hit(&sp, &st, T0, UINT32_MAX);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, LIMIT_QUOTA_MAX - UINT32_MAX);
+	/* A full current window: the next one lets one request through once
+	 * 1/2^40 of it has passed, 28.76 us rounded up. */
+	st.b = (int64_t)LIMIT_QUOTA_MAX;
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, (T0 / p) * p + p + 29 - T0);
+	assert_false(hit(&sp, &st, T0 + r.retry_after_us - 1, 1).allowed);
+	assert_true(hit(&sp, &st, T0 + r.retry_after_us, 1).allowed);
+	sp.algo = LIMIT_FIXED_WINDOW;
+	st = (struct limit_state){0, 0, 0};
+	r = hit(&sp, &st, T0, UINT32_MAX);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, LIMIT_QUOTA_MAX - UINT32_MAX);
+
+	/* Hand-built specs and junk states stay defined (UBSan runs this). */
+	{
+		static const int64_t times[] = {INT64_MIN, -1, 0, 1, T0, INT64_MAX};
+		static const int64_t vals[] = {INT64_MIN, -5, 0, 7, INT64_MAX};
+		struct limit_spec odd[] = {
+			spec(UINT64_MAX, INT64_MAX, UINT64_MAX, LIMIT_TOKEN_BUCKET),
+			spec(0, 0, 0, LIMIT_TOKEN_BUCKET),
+			spec(UINT64_MAX, -5, 0, LIMIT_SLIDING_WINDOW),
+			spec(1, INT64_MAX, 0, LIMIT_FIXED_WINDOW),
+			spec(5, S, 0, (enum limit_algo)77),
+		};
+
+		for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++)
+			for (size_t t = 0; t < sizeof(times) / sizeof(times[0]); t++)
+				for (size_t a = 0; a < sizeof(vals) / sizeof(vals[0]); a++)
+					for (size_t b = 0; b < sizeof(vals) / sizeof(vals[0]); b++) {
+						struct limit_state js = {vals[a], vals[b], vals[4 - b]};
+
+						limit_eval(&odd[i], &js, times[t], UINT32_MAX, &next, &r);
+						assert_true(r.allowed || r.retry_after_us >= 1);
+						assert_true(r.reset_us >= 0);
+						limit_eval(&odd[i], &js, times[t], 1, &next, &r);
+						assert_true(limit_ttl_us(&odd[i], &js, times[t]) >= 1);
+					}
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_ok),
+		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_parse_duration),
+		cmocka_unit_test(test_format_period),
+		cmocka_unit_test(test_ceil_s),
+		cmocka_unit_test(test_bucket_fresh),
+		cmocka_unit_test(test_bucket_refill),
+		cmocka_unit_test(test_bucket_burst),
+		cmocka_unit_test(test_bucket_rational_interval),
+		cmocka_unit_test(test_bucket_last_refill_bug),
+		cmocka_unit_test(test_bucket_cost),
+		cmocka_unit_test(test_bucket_peek_and_ttl),
+		cmocka_unit_test(test_fixed_window),
+		cmocka_unit_test(test_sliding_estimate),
+		cmocka_unit_test(test_sliding_retry),
+		cmocka_unit_test(test_large_values),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

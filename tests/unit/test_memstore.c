@@ -1,0 +1,401 @@
+/* Unit tests of the in-memory store. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "memstore.h"
+
+#define MS 1000LL
+#define S LIMIT_US_PER_S
+#define T0 (1700000000LL * S)
+
+static struct limit_spec bucket(uint64_t quota, int64_t period)
+{
+	struct limit_spec s;
+
+	memset(&s, 0, sizeof(s));
+	s.quota = quota;
+	s.period_us = period;
+	s.algo = LIMIT_TOKEN_BUCKET;
+	return s;
+}
+
+/* Distinct, well spread test keys (real keys are SipHash outputs). */
+static void make_key(uint64_t i, uint8_t key[MEMSTORE_KEY_LEN])
+{
+	uint64_t x = i * 0x9e3779b97f4a7c15ULL + 1, y;
+
+	x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ULL;
+	y = (x ^ (x >> 29)) * 0x94d049bb133111ebULL;
+	memcpy(key, &x, 8);
+	memcpy(key + 8, &y, 8);
+}
+
+static void test_bad_counts(void **unused)
+{
+	struct memstore *ms = memstore_new(100);
+	struct limit_spec l[17];
+	struct limit_result res[17];
+	uint8_t key[MEMSTORE_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(1, key);
+	for (int i = 0; i < 17; i++)
+		l[i] = bucket(10 + (uint64_t)i, S);
+	assert_int_equal(memstore_check(ms, key, l, 0, T0, 1, res), -1);
+	assert_int_equal(memstore_check(ms, key, l, 17, T0, 1, res), -1);
+	/* Sixteen is fine; the decider is the one with the fewest left. */
+	assert_int_equal(memstore_check(ms, key, l, 16, T0, 1, res), 0);
+	for (int i = 0; i < 16; i++) {
+		assert_true(res[i].allowed);
+		assert_int_equal(res[i].remaining, 9 + (uint64_t)i);
+	}
+	assert_int_equal(memstore_reset(ms, key), 16);
+	memstore_free(ms);
+}
+
+/* 10/1m and 3/1s: the 4th request in the same second is refused by 3/1s
+ * and takes nothing from 10/1m. */
+static void test_all_or_nothing(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l[2] = {bucket(10, 60 * S), bucket(3, S)};
+	struct limit_result res[2];
+	uint8_t key[MEMSTORE_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(7, key);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(memstore_check(ms, key, l, 2, T0, 1, res), 1);
+		assert_true(res[0].allowed);
+		assert_true(res[1].allowed);
+		assert_int_equal(res[0].remaining, 9 - i);
+		assert_int_equal(res[1].remaining, 2 - i);
+	}
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(memstore_check(ms, key, l, 2, T0 + i, 1, res), 1);
+		assert_false(res[1].allowed);
+		assert_int_equal(res[1].retry_after_us, 333334 - i);
+		/* The minute limit would allow, and reports what it still
+		 * holds: 7, not the 6 this request would have left. */
+		assert_true(res[0].allowed);
+		assert_int_equal(res[0].remaining, 7);
+	}
+	/* One second on, 3/1s is full again and 10/1m has lost only the 3
+	 * tokens it allowed (1/6 of one has come back): 10 - 3 - 1 = 6 whole
+	 * tokens left after this request. Had the 100 refused requests been
+	 * counted there, it would refuse. */
+	assert_int_equal(memstore_check(ms, key, l, 2, T0 + S, 1, res), 1);
+	assert_true(res[0].allowed);
+	assert_true(res[1].allowed);
+	assert_int_equal(res[0].remaining, 6);
+	assert_int_equal(res[1].remaining, 2);
+	memstore_free(ms);
+}
+
+static void test_decider(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec a[2] = {bucket(3, S), bucket(3, 60 * S)};
+	struct limit_spec b[2] = {bucket(3, 60 * S), bucket(3, S)};
+	struct limit_spec same[2] = {bucket(5, S), bucket(5, S)};
+	struct limit_result res[2];
+	uint8_t k1[MEMSTORE_KEY_LEN], k2[MEMSTORE_KEY_LEN], k3[MEMSTORE_KEY_LEN];
+
+	make_key(11, k1);
+	make_key(12, k2);
+	make_key(13, k3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(memstore_check(ms, k1, a, 2, T0, 1, res), 0);
+		assert_int_equal(memstore_check(ms, k2, b, 2, T0, 1, res), 0);
+	}
+	/* Both refuse: the longest retry-after decides, wherever it is. */
+	assert_int_equal(memstore_check(ms, k1, a, 2, T0, 1, res), 1);
+	assert_int_equal(res[0].retry_after_us, 333334);
+	assert_int_equal(res[1].retry_after_us, 20 * S);
+	assert_int_equal(memstore_check(ms, k2, b, 2, T0, 1, res), 0);
+	/* Ties go to the lowest index. */
+	assert_int_equal(memstore_check(ms, k3, same, 2, T0, 1, res), 0);
+	for (int i = 0; i < 4; i++)
+		memstore_check(ms, k3, same, 2, T0, 1, res);
+	assert_int_equal(memstore_check(ms, k3, same, 2, T0, 1, res), 0);
+	assert_false(res[0].allowed);
+	assert_false(res[1].allowed);
+	memstore_free(ms);
+}
+
+static void test_spec_change_and_expiry(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l = bucket(10, 60 * S), l2 = bucket(5, 60 * S);
+	struct limit_result res;
+	uint8_t key[MEMSTORE_KEY_LEN];
+
+	make_key(3, key);
+	for (int i = 0; i < 3; i++)
+		memstore_check(ms, key, &l, 1, T0, 1, &res);
+	assert_int_equal(res.remaining, 7);
+	/* Another spec in the same position starts fresh. */
+	memstore_check(ms, key, &l2, 1, T0, 1, &res);
+	assert_int_equal(res.remaining, 4);
+	assert_int_equal(res.limit, 5);
+	/* And back: the old count is gone too. */
+	memstore_check(ms, key, &l, 1, T0, 1, &res);
+	assert_int_equal(res.remaining, 9);
+	/* Past its TTL (6 s for one token of 10/1m) the key is fresh. */
+	memstore_check(ms, key, &l, 1, T0 + 6 * S - 1, 1, &res);
+	assert_int_equal(res.remaining, 8);
+	memstore_check(ms, key, &l, 1, T0 + 60 * S, 1, &res);
+	assert_int_equal(res.remaining, 9);
+	memstore_free(ms);
+}
+
+static void test_full(void **unused)
+{
+	struct memstore *ms = memstore_new(1);
+	struct limit_spec l = bucket(2, S);
+	struct limit_spec two[2] = {bucket(2, S), bucket(4, S)};
+	struct limit_result res[2];
+	struct memstore_stats st;
+	uint8_t a[MEMSTORE_KEY_LEN], b[MEMSTORE_KEY_LEN], c[MEMSTORE_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(100, a);
+	make_key(101, b);
+	make_key(102, c);
+	memstore_check(ms, a, &l, 1, T0, 1, res);
+	assert_true(res[0].allowed);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 1);
+	assert_int_equal(st.full, 0);
+	/* No room for b: decided as a fresh client, every time. */
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
+		assert_true(res[0].allowed);
+		assert_int_equal(res[0].remaining, 1);
+	}
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 1);
+	assert_int_equal(st.full, 5);
+	assert_int_equal(st.reclaimed, 0);
+	/* a is still tracked. */
+	memstore_check(ms, a, &l, 1, T0 + 100 * MS, 1, res);
+	assert_true(res[0].allowed);
+	assert_int_equal(res[0].remaining, 0);
+	/* a's TAT is now T0 + 1 s: from then on it is fresh, so b evicts it
+	 * and keeps state. */
+	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
+	assert_true(res[0].allowed);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 1);
+	assert_int_equal(st.full, 5);
+	assert_int_equal(st.reclaimed, 1);
+	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
+	assert_true(res[0].allowed);
+	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
+	assert_false(res[0].allowed);
+	/* A client with two limits and room for none: still decided. */
+	assert_int_equal(memstore_check(ms, c, two, 2, T0 + S, 1, res), 0);
+	assert_true(res[0].allowed && res[1].allowed);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.full, 6);
+	memstore_free(ms);
+
+	/* A store with no room at all still answers. */
+	ms = memstore_new(0);
+	assert_non_null(ms);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(memstore_check(ms, a, &l, 1, T0, 1, res), 0);
+		assert_true(res[0].allowed);
+	}
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 0);
+	assert_int_equal(st.full, 3);
+	assert_int_equal(memstore_sweep(ms, T0), 0);
+	assert_int_equal(memstore_reset(ms, a), 0);
+	memstore_free(ms);
+}
+
+static void test_sweep_and_reset(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l = bucket(10, S);
+	struct limit_spec three[3] = {bucket(10, S), bucket(100, 60 * S), bucket(5, S)};
+	struct limit_result res[3];
+	struct memstore_stats st;
+	uint8_t key[MEMSTORE_KEY_LEN];
+
+	for (uint64_t i = 0; i < 10; i++) {
+		make_key(i, key);
+		memstore_check(ms, key, &l, 1, T0, 1, res);
+	}
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 10);
+	/* One token of 10/1s: fresh again 100 ms later. */
+	assert_int_equal(memstore_sweep(ms, T0 + 100 * MS - 1), 0);
+	assert_int_equal(memstore_sweep(ms, T0 + 100 * MS), 10);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 0);
+	assert_int_equal(st.reclaimed, 10);
+
+	make_key(42, key);
+	memstore_check(ms, key, three, 3, T0, 1, res);
+	memstore_check(ms, key, three, 3, T0, 1, res);
+	assert_int_equal(res[2].remaining, 3);
+	assert_int_equal(memstore_reset(ms, key), 3);
+	assert_int_equal(memstore_reset(ms, key), 0);
+	memstore_check(ms, key, three, 3, T0, 1, res);
+	assert_int_equal(res[0].remaining, 9);
+	assert_int_equal(res[1].remaining, 99);
+	assert_int_equal(res[2].remaining, 4);
+	/* Only entries that are fresh go: 10/1s and 5/1s after 200 ms, the
+	 * 100/1m one (600 ms per token) stays. */
+	assert_int_equal(memstore_sweep(ms, T0 + 200 * MS), 2);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, 1);
+	memstore_check(ms, key, three, 3, T0 + 200 * MS, 1, res);
+	assert_int_equal(res[1].remaining, 98);
+	memstore_free(ms);
+}
+
+/* Many keys in a fairly dense table, then deletions in the middle of probe
+ * runs: every key that stays must still be found with its state. */
+static void test_many_keys(void **unused)
+{
+	enum { NKEYS = 6000 };
+	struct memstore *ms = memstore_new(8192);
+	struct limit_spec l = bucket(10, 60 * S);
+	struct limit_result res;
+	struct memstore_stats st;
+	static uint8_t stored[NKEYS];
+	uint8_t key[MEMSTORE_KEY_LEN];
+	uint64_t nstored = 0;
+
+	assert_non_null(ms);
+	for (uint64_t i = 0; i < NKEYS; i++) {
+		make_key(i, key);
+		memstore_check(ms, key, &l, 1, T0, 1, &res);
+		assert_int_equal(res.remaining, 9);
+	}
+	for (uint64_t i = 0; i < NKEYS; i++) {
+		make_key(i, key);
+		memstore_check(ms, key, &l, 1, T0, 1, &res);
+		stored[i] = res.remaining == 8;
+		nstored += stored[i];
+		if (!stored[i])
+			assert_int_equal(res.remaining, 9);
+	}
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.keys, nstored);
+	assert_true(nstored >= NKEYS * 9 / 10);
+	for (uint64_t i = 0; i < NKEYS; i += 2) {
+		make_key(i, key);
+		assert_int_equal(memstore_reset(ms, key), stored[i]);
+	}
+	for (uint64_t i = 0; i < NKEYS; i++) {
+		make_key(i, key);
+		memstore_check(ms, key, &l, 1, T0, 1, &res);
+		/* Reset keys and keys that never had room start fresh. */
+		if (i % 2 == 0 || !stored[i])
+			assert_int_equal(res.remaining, 9);
+		else
+			assert_int_equal(res.remaining, 7);
+	}
+	memstore_free(ms);
+}
+
+/* Once created, the store never allocates: it keeps working with every
+ * allocation failing. And creation cleans up after any failed step. */
+static void test_no_allocation(void **unused)
+{
+	struct limit_spec l = bucket(3, S);
+	struct limit_result res;
+	uint8_t key[MEMSTORE_KEY_LEN];
+	struct memstore *ms;
+	long k;
+
+	for (k = 0; k < 1000; k++) {
+		xalloc_fail_after(k);
+		ms = memstore_new(5000);
+		xalloc_fail_after(-1);
+		if (ms)
+			break;
+	}
+	assert_non_null(ms);
+	assert_int_equal(k, 2 + 2 * 64);
+	xalloc_fail_after(0);
+	for (uint64_t i = 0; i < 2000; i++) {
+		make_key(i, key);
+		for (int j = 0; j < 4; j++) {
+			memstore_check(ms, key, &l, 1, T0, 1, &res);
+			assert_int_equal(res.allowed, j < 3);
+		}
+	}
+	memstore_sweep(ms, T0 + S);
+	xalloc_fail_after(-1);
+	memstore_free(ms);
+}
+
+struct worker_arg {
+	struct memstore *ms;
+	int allowed;
+};
+
+static void *worker(void *p)
+{
+	struct worker_arg *w = p;
+	struct limit_spec l = bucket(5000, 3600 * S);
+	struct limit_result res;
+	uint8_t key[MEMSTORE_KEY_LEN];
+
+	make_key(999, key);
+	for (int i = 0; i < 10000; i++) {
+		memstore_check(w->ms, key, &l, 1, T0, 1, &res);
+		w->allowed += res.allowed;
+	}
+	return NULL;
+}
+
+static void test_concurrency(void **unused)
+{
+	struct memstore *ms = memstore_new(1 << 16);
+	struct worker_arg args[4];
+	pthread_t th[4];
+	int total = 0;
+
+	assert_non_null(ms);
+	for (int i = 0; i < 4; i++) {
+		args[i].ms = ms;
+		args[i].allowed = 0;
+		assert_int_equal(pthread_create(&th[i], NULL, worker, &args[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		total += args[i].allowed;
+	}
+	assert_int_equal(total, 5000);
+	memstore_free(ms);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_counts),
+		cmocka_unit_test(test_all_or_nothing),
+		cmocka_unit_test(test_decider),
+		cmocka_unit_test(test_spec_change_and_expiry),
+		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_sweep_and_reset),
+		cmocka_unit_test(test_many_keys),
+		cmocka_unit_test(test_no_allocation),
+		cmocka_unit_test(test_concurrency),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,132 @@
+/* Unit tests of the RateLimit-Policy / RateLimit field values
+ * (draft-ietf-httpapi-ratelimit-headers-10 syntax). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rlheader.h"
+
+static void test_policy(void **unused)
+{
+	char buf[128];
+
+	assert_int_equal(rlheader_policy(buf, sizeof(buf), "default", 100, 60), 20);
+	assert_string_equal(buf, "\"default\";q=100;w=60");
+	assert_int_equal(rlheader_policy(buf, sizeof(buf), "burst", 1, 1), 15);
+	assert_string_equal(buf, "\"burst\";q=1;w=1");
+	/* No window: w is optional and must be non-zero when present. */
+	assert_int_equal(rlheader_policy(buf, sizeof(buf), "quota", 10000, 0), 15);
+	assert_string_equal(buf, "\"quota\";q=10000");
+	rlheader_policy(buf, sizeof(buf), "quota", 10000, -3);
+	assert_string_equal(buf, "\"quota\";q=10000");
+	rlheader_policy(buf, sizeof(buf), "", 0, 31622400);
+	assert_string_equal(buf, "\"\";q=0;w=31622400");
+	rlheader_policy(buf, sizeof(buf), NULL, 5, 1);
+	assert_string_equal(buf, "\"\";q=5;w=1");
+	/* sf-integers stop at 15 digits. */
+	rlheader_policy(buf, sizeof(buf), "big", UINT64_MAX, INT64_MAX);
+	assert_string_equal(buf, "\"big\";q=999999999999999;w=999999999999999");
+	rlheader_policy(buf, sizeof(buf), "big", 999999999999999ULL, 1);
+	assert_string_equal(buf, "\"big\";q=999999999999999;w=1");
+	rlheader_policy(buf, sizeof(buf), "big", 1ULL << 40, 1);
+	assert_string_equal(buf, "\"big\";q=1099511627776;w=1");
+}
+
+static void test_ratelimit(void **unused)
+{
+	char buf[128];
+
+	assert_int_equal(rlheader_ratelimit(buf, sizeof(buf), "default", 42, 17), 19);
+	assert_string_equal(buf, "\"default\";r=42;t=17");
+	rlheader_ratelimit(buf, sizeof(buf), "default", 0, 0);
+	assert_string_equal(buf, "\"default\";r=0;t=0");
+	rlheader_ratelimit(buf, sizeof(buf), "default", 999, -1);
+	assert_string_equal(buf, "\"default\";r=999");
+	rlheader_ratelimit(buf, sizeof(buf), "pro-1m", UINT64_MAX, 3600);
+	assert_string_equal(buf, "\"pro-1m\";r=999999999999999;t=3600");
+}
+
+static void test_escaping(void **unused)
+{
+	char buf[128];
+
+	rlheader_policy(buf, sizeof(buf), "a\"b\\c", 1, 2);
+	assert_string_equal(buf, "\"a\\\"b\\\\c\";q=1;w=2");
+	/* Controls, DEL and non-ASCII bytes are dropped; space and ~ kept. */
+	rlheader_ratelimit(buf, sizeof(buf), "x\r\ny\tz\x7f\x80\xff~ !", 1, 2);
+	assert_string_equal(buf, "\"xyz~ !\";r=1;t=2");
+	rlheader_ratelimit(buf, sizeof(buf), "caf\xc3\xa9", 1, 2);
+	assert_string_equal(buf, "\"caf\";r=1;t=2");
+}
+
+static void test_overflow(void **unused)
+{
+	char buf[32];
+	/* "\"default\";q=100;w=60" is 20 bytes: it needs a 21-byte buffer. */
+	for (size_t cap = 1; cap < 21; cap++) {
+		memset(buf, 'x', sizeof(buf));
+		assert_int_equal(rlheader_policy(buf, cap, "default", 100, 60), -1);
+		assert_int_equal(buf[0], '\0');
+		for (size_t i = cap; i < sizeof(buf); i++)
+			assert_int_equal(buf[i], 'x');
+	}
+	assert_int_equal(rlheader_policy(buf, 21, "default", 100, 60), 20);
+	assert_string_equal(buf, "\"default\";q=100;w=60");
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(rlheader_ratelimit(buf, 19, "default", 42, 17), -1);
+	assert_int_equal(buf[0], '\0');
+	assert_int_equal(rlheader_ratelimit(buf, 20, "default", 42, 17), 19);
+	/* An escape that does not fit fails as a whole. */
+	assert_int_equal(rlheader_policy(buf, 5, "\"\"", 1, 0), -1);
+	assert_string_equal(buf, "");
+	/* Empty buffer: nothing to write into, not even the NUL. */
+	buf[0] = 'q';
+	assert_int_equal(rlheader_policy(buf, 0, "a", 1, 1), -1);
+	assert_int_equal(rlheader_ratelimit(buf, 0, "a", 1, 1), -1);
+	assert_int_equal(rlheader_policy_append(buf, 0, "a", 1, 1), -1);
+	assert_int_equal(buf[0], 'q');
+	assert_int_equal(rlheader_policy(NULL, 10, "a", 1, 1), -1);
+}
+
+static void test_append(void **unused)
+{
+	char buf[64];
+
+	buf[0] = '\0';
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "permin", 50, 60), 18);
+	assert_string_equal(buf, "\"permin\";q=50;w=60");
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "perhr", 1000, 3600), 41);
+	assert_string_equal(buf, "\"permin\";q=50;w=60, \"perhr\";q=1000;w=3600");
+	/* A third that does not fit leaves the two that did. */
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "perday", 10000, 86400), -1);
+	assert_string_equal(buf, "\"permin\";q=50;w=60, \"perhr\";q=1000;w=3600");
+	/* Exactly full: 41 + 2 + 20 = 63 bytes and the NUL. */
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "abcdefgh", 10, 60), 63);
+	assert_string_equal(buf,
+			    "\"permin\";q=50;w=60, \"perhr\";q=1000;w=3600, \"abcdefgh\";q=10;w=60");
+	/* Not a string within cap: nothing to keep. */
+	memset(buf, 'x', sizeof(buf));
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "a", 1, 1), -1);
+	assert_int_equal(buf[0], '\0');
+	/* Appending to what rlheader_policy wrote. */
+	rlheader_policy(buf, sizeof(buf), "burst", 100, 60);
+	assert_int_equal(rlheader_policy_append(buf, sizeof(buf), "daily", 1000, 86400), 42);
+	assert_string_equal(buf, "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_policy),
+		cmocka_unit_test(test_ratelimit),
+		cmocka_unit_test(test_escaping),
+		cmocka_unit_test(test_overflow),
+		cmocka_unit_test(test_append),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
