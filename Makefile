@@ -22,7 +22,7 @@ PKG_LIBS := $(shell pkg-config --libs hiredis msgpack yaml-0.1 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
-	-Iagent $(PKG_CFLAGS) $(CFLAGS)
+	-Iagent -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
 LIBS = -lev $(PKG_LIBS) -lm
 
@@ -46,6 +46,20 @@ $(shell mkdir -p $(BUILD); \
 $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# The Redis decision scripts become C strings. `?` is escaped so that no
+# "??x" in Lua turns into a C trigraph.
+LUA_SCRIPTS := agent/redis/decide.lua agent/redis/decide_plain.lua
+$(BUILD)/gen/redis_scripts.h: $(LUA_SCRIPTS)
+	@mkdir -p $(dir $@)
+	{ echo '/* generated from $(LUA_SCRIPTS) */'; \
+	  for f in $(LUA_SCRIPTS); do \
+	    case $$f in *plain*) n=redis_script_plain;; *) n=redis_script_msgpack;; esac; \
+	    echo "static const char $$n[] ="; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
+	        -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
+	    echo ';'; done; } > $@.tmp && mv $@.tmp $@
+$(BUILD)/agent/store_redis.o: $(BUILD)/gen/redis_scripts.h
 
 $(AGENT_BIN): $(AGENT_OBJS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)

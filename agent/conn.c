@@ -11,6 +11,7 @@
 #include "memstore.h"
 #include "server.h"
 #include "spop.h"
+#include "store_redis.h"
 
 /* Output is bounded: past WBUF_HIGH bytes queued (a peer that does not
  * read), the connection stops reading until it drains below WBUF_LOW. */
@@ -31,6 +32,8 @@ enum conn_state {
 struct conn {
 	struct worker *w;
 	struct conn *next;        /* reap list or spare list */
+	struct conn *flush_next;  /* worker's list of connections to flush */
+	int in_flush;
 	uint32_t slot;
 	int fd;
 	enum conn_state state;
@@ -122,6 +125,8 @@ static struct conn *conn_get(struct worker *w)
 	c->wpos = c->wlen = 0;
 	c->state = CONN_HELLO;
 	c->max_frame = own;
+	c->in_flush = 0;
+	c->flush_next = NULL;
 	return c;
 }
 
@@ -383,62 +388,129 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
 }
 
-/* Decides one check-rate message with the in-memory store. */
-static void decide_memory(struct worker *w, struct spop_cursor args, unsigned nargs,
-			  struct decide_decision *d)
+/* Queues an ACK frame that carries a decision's actions, or when d is
+ * NULL, the one no-op action that every ACK needs (an empty ACK can hang
+ * HAProxy). Returns 0, or -1 after disconnecting. */
+static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
+		     const struct decide_decision *d)
 {
+	struct spop_wbuf wb;
+	size_t start;
+
+	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_RESOURCE);
+		return -1;
+	}
+	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+	start = spop_frame_begin(&wb, SPOP_FRAME_ACK, SPOP_FLAG_FIN, sid, fid);
+	if (d)
+		decide_put_actions(&wb, d);
+	else
+		spop_put_unset_var(&wb, SPOP_SCOPE_TXN, "status", 6);
+	if (spop_frame_end(&wb, start, c->max_frame) < 0) {
+		disconnect(c, SPOP_ST_TOO_BIG);
+		return -1;
+	}
+	c->wlen += wb.len;
+	return 0;
+}
+
+static void count_decision(struct worker *w, const struct decide_decision *d)
+{
+	w->stats.decisions++;
+	if (d->status == 429)
+		w->stats.limited++;
+	if (d->degraded)
+		w->stats.degraded++;
+}
+
+/* Decides with the in-memory store, or hands the query to Redis. Returns 1
+ * when *d holds the decision now, 0 when it comes later (conn_answer). */
+static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor args,
+		  unsigned nargs, struct decide_decision *d)
+{
+	struct worker *w = c->w;
 	struct decide_query q;
 	struct limit_result res[DECIDE_MAX_LIMITS];
 	int decider;
 
 	decide_prepare(w->srv->dcfg, args, nargs, &q);
+	if (w->rs) {
+		struct store_ref ref = { c->slot, w->gens[c->slot], f->stream_id, f->frame_id };
+
+		return rstore_submit(w->rs, &q, &ref, d);
+	}
 	decider = memstore_check(w->srv->mem, q.key, q.limits, q.nlimits,
 				 server_now_us(), q.cost, res);
 	decide_result(&q, res, decider, d);
-	w->stats.decisions++;
-	if (d->status == 429)
-		w->stats.limited++;
+	return 1;
 }
 
 static void handle_notify(struct conn *c, const struct spop_frame *f)
 {
-	struct worker *w = c->w;
 	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
+	struct spop_cursor args, found_args;
 	struct spop_str name;
-	struct spop_cursor args;
-	unsigned nargs;
 	struct decide_decision d;
-	struct spop_wbuf wb;
-	size_t start;
-	int rc, decided = 0;
+	unsigned nargs, found_nargs = 0;
+	int rc, found = 0;
 
-	w->stats.notifies++;
-	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
-		disconnect(c, SPOP_ST_RESOURCE);
-		return;
-	}
-	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
-	start = spop_frame_begin(&wb, SPOP_FRAME_ACK, SPOP_FLAG_FIN, f->stream_id, f->frame_id);
+	c->w->stats.notifies++;
+	/* Validate the whole message list before acting on any of it. */
 	while ((rc = spop_msg_next(&cur, &name, &nargs, &args)) == 1) {
-		if (decided || name.len != sizeof(DECIDE_MESSAGE) - 1 ||
-		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) != 0)
-			continue; /* unknown messages are acknowledged, not refused */
-		decide_memory(w, args, nargs, &d);
-		decide_put_actions(&wb, &d);
-		decided = 1;
+		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
+		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
+			found = 1;
+			found_args = args;
+			found_nargs = nargs;
+		}
 	}
 	if (rc < 0) {
 		disconnect(c, SPOP_ST_INVALID);
 		return;
 	}
-	/* An ACK always carries an action: an empty one can hang HAProxy. */
-	if (!decided)
-		spop_put_unset_var(&wb, SPOP_SCOPE_TXN, "status", 6);
-	if (spop_frame_end(&wb, start, c->max_frame) < 0) {
-		disconnect(c, SPOP_ST_TOO_BIG);
+	/* Unknown messages, or none, are acknowledged, not refused. */
+	if (!found) {
+		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
-	c->wlen += wb.len;
+	if (decide(c, f, found_args, found_nargs, &d)) {
+		count_decision(c->w, &d);
+		queue_ack(c, f->stream_id, f->frame_id, &d);
+	}
+}
+
+void conn_answer(struct worker *w, const struct store_ref *ref,
+		 const struct decide_decision *d)
+{
+	struct conn *c;
+
+	count_decision(w, d);
+	if (ref->slot >= w->nslots || w->gens[ref->slot] != ref->gen)
+		return; /* the connection has gone: nobody to answer */
+	c = w->slots[ref->slot];
+	if (!c || c->state != CONN_READY)
+		return;
+	if (queue_ack(c, ref->stream_id, ref->frame_id, d) < 0 && c->state == CONN_CLOSED)
+		return;
+	if (!c->in_flush) {
+		c->in_flush = 1;
+		c->flush_next = w->flush_list;
+		w->flush_list = c;
+	}
+}
+
+void conn_flush_pending(struct worker *w)
+{
+	while (w->flush_list) {
+		struct conn *c = w->flush_list;
+
+		w->flush_list = c->flush_next;
+		c->in_flush = 0;
+		c->flush_next = NULL;
+		if (c->state != CONN_CLOSED)
+			flush(c);
+	}
 }
 
 static void handle_frame(struct conn *c, const struct spop_frame *f)

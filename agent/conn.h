@@ -22,6 +22,17 @@ void conn_accept(struct worker *w, int fd);
 /* Closes the socket and stops the watchers now; memory goes at reap time. */
 void conn_close(struct conn *c);
 
+struct store_ref;
+struct decide_decision;
+
+/* Queues the ACK of an asynchronous decision, if its connection is still
+ * the one it was (slot and generation); written by conn_flush_pending(). */
+void conn_answer(struct worker *w, const struct store_ref *ref,
+		 const struct decide_decision *d);
+
+/* Writes the ACKs queued by conn_answer(). Called before the loop blocks. */
+void conn_flush_pending(struct worker *w);
+
 /* Frees or recycles connections on the worker's reap list. */
 void conn_reap(struct worker *w);
 

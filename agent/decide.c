@@ -74,6 +74,38 @@ static int data_is_empty(const struct spop_data *d)
 	return 1;
 }
 
+/* A request's weight from an integer argument: 1 when absent or not a
+ * positive integer, capped at 2^32-1. */
+static uint32_t cost_of(const struct spop_data *d)
+{
+	uint64_t v = 1;
+
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_INT32:
+		v = d->u.i32 > 0 ? (uint64_t)d->u.i32 : 1;
+		break;
+	case SPOP_T_UINT32:
+		v = d->u.u32;
+		break;
+	case SPOP_T_INT64:
+		v = d->u.i64 > 0 ? (uint64_t)d->u.i64 : 1;
+		break;
+	case SPOP_T_UINT64:
+		v = d->u.u64;
+		break;
+	case SPOP_T_NULL:
+	case SPOP_T_BOOL:
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		return 1;
+	}
+	if (v == 0)
+		return 1;
+	return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
 void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
 		    unsigned nargs, struct decide_query *q)
 {
@@ -87,7 +119,11 @@ void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
 	best_val.type = SPOP_T_NULL;
 	/* One pass over the arguments: keep the non-empty one that comes first
 	 * in the identity order. Names match exactly (length and bytes). */
+	q->cost = 1;
 	for (unsigned i = 0; i < nargs && spop_kv_next(&args, &name, &val) == 1; i++) {
+		if (cfg->cost_arg[0] && strlen(cfg->cost_arg) == name.len &&
+		    memcmp(cfg->cost_arg, name.ptr, name.len) == 0)
+			q->cost = cost_of(&val);
 		for (size_t k = 0; k < best; k++) {
 			if (strlen(cfg->identity[k]) == name.len &&
 			    memcmp(cfg->identity[k], name.ptr, name.len) == 0) {
@@ -111,7 +147,6 @@ void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
 	identity_hex(q->key, q->key_hex);
 	q->limits = cfg->limits;
 	q->nlimits = cfg->nlimits;
-	q->cost = 1;
 	q->priority = DECIDE_DEFAULT_PRIORITY;
 	q->rule = cfg->rule;
 }
@@ -130,6 +165,22 @@ static void policy_name(const struct decide_query *q, size_t i, char *buf, size_
 	snprintf(buf, cap, "%s-%s", q->rule, period);
 }
 
+/* Lists every limit of the query in the RateLimit-Policy value. */
+static void put_policy(const struct decide_query *q, struct decide_decision *d)
+{
+	char name[DECIDE_NAME_MAX + 40];
+
+	d->policy[0] = '\0';
+	for (size_t i = 0; i < q->nlimits; i++) {
+		int64_t w = limit_ceil_s(q->limits[i].period_us);
+
+		policy_name(q, i, name, sizeof(name));
+		if (rlheader_policy_append(d->policy, sizeof(d->policy), name,
+					   q->limits[i].quota, w) < 0)
+			break; /* keeps the items that fit */
+	}
+}
+
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
@@ -144,6 +195,7 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		return;
 	}
 	r = &res[decider];
+	d->counted = true;
 	d->limit = (int64_t)r->limit;
 	d->remaining = (int64_t)r->remaining;
 	d->reset = limit_ceil_s(r->reset_us);
@@ -157,18 +209,22 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		if (d->retry_after < 1)
 			d->retry_after = 1;
 	}
-	d->policy[0] = '\0';
-	for (size_t i = 0; i < q->nlimits; i++) {
-		int64_t w = limit_ceil_s(q->limits[i].period_us);
-
-		policy_name(q, i, name, sizeof(name));
-		if (rlheader_policy_append(d->policy, sizeof(d->policy), name,
-					   q->limits[i].quota, w) < 0)
-			break; /* keeps the items that fit */
-	}
+	put_policy(q, d);
 	policy_name(q, (size_t)decider, name, sizeof(name));
 	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit), name,
 			   (uint64_t)d->remaining, d->reset);
+}
+
+void decide_degraded(const struct decide_query *q, struct decide_decision *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->priority = q->priority;
+	d->rule = q->rule;
+	d->reason = DECIDE_OK;
+	d->degraded = true;
+	if (q->nlimits > 0)
+		d->limit = (int64_t)q->limits[0].quota;
+	put_policy(q, d);
 }
 
 const char *decide_reason_str(enum decide_reason r)
@@ -212,8 +268,10 @@ void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 	put_int(w, "status", d->status);
 	put_int(w, "retry_after", d->retry_after);
 	put_int(w, "limit", d->limit);
-	put_int(w, "remaining", d->remaining);
-	put_int(w, "reset", d->reset);
+	if (d->counted) {
+		put_int(w, "remaining", d->remaining);
+		put_int(w, "reset", d->reset);
+	}
 	put_int(w, "priority", d->priority);
 	put_str(w, "reason", decide_reason_str(d->reason));
 	put_str(w, "rule", d->rule ? d->rule : "");

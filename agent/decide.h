@@ -31,6 +31,7 @@ struct decide_config {
 	char rule[DECIDE_NAME_MAX];
 	char identity[DECIDE_MAX_IDENTITY][DECIDE_NAME_MAX];
 	size_t nidentity;
+	char cost_arg[DECIDE_NAME_MAX]; /* integer argument with the weight */
 	uint8_t secret[16];
 };
 
@@ -65,6 +66,7 @@ struct decide_decision {
 	char ratelimit[160];
 	bool shadow;
 	bool degraded;
+	bool counted;          /* limit, remaining and reset are known */
 };
 
 /* Fills the configuration's defaults: limit 100/1m, rule "default",
@@ -85,6 +87,10 @@ void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
  * the deciding limit into the decision. */
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d);
+
+/* The decision without the store: forwarded, marked degraded; the policy
+ * is known, the client's counts are not. */
+void decide_degraded(const struct decide_query *q, struct decide_decision *d);
 
 /* Appends the SET-VAR actions (scope txn) of a decision. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);

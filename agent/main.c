@@ -22,8 +22,20 @@ static void usage(FILE *out)
 		"  -l, --listen ADDR:PORT    listen address (default 127.0.0.1:12345;\n"
 		"                            IPv6 as [::1]:12345)\n"
 		"  -t, --threads N           worker threads (default: number of CPUs)\n"
-		"      --limit N/P           the limit of every client (default 100/1m)\n"
-		"      --burst N             bucket capacity (default: N of --limit)\n"
+		"      --limit N/P[:ALGO]    a limit of every client (default 100/1m);\n"
+		"                            repeat for several limits, all checked;\n"
+		"                            ALGO: token (default), sliding, fixed\n"
+		"      --burst N             token bucket capacity (default: N)\n"
+		"      --cost-arg NAME       integer argument giving a request's weight\n"
+		"  Redis (default: the in-memory store of this agent alone):\n"
+		"      --redis ADDR          HOST:PORT or a Unix socket path\n"
+		"      --redis-user NAME     ACL user for AUTH\n"
+		"      --redis-password PW   AUTH password (or env RL_REDIS_PASSWORD)\n"
+		"      --redis-timeout MS    deadline of a decision (default 20)\n"
+		"      --redis-batch N       decisions per script call (default 64)\n"
+		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
+		"      --redis-encoding E    msgpack (default) or plain script arguments\n"
+		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"      --identity LIST       arguments naming the client, first non-empty\n"
 		"                            wins (default api_key,user,ip)\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
@@ -95,7 +107,45 @@ enum {
 	OPT_MEM_KEYS,
 	OPT_CHECK,
 	OPT_VERSION,
+	OPT_COST_ARG,
+	OPT_REDIS,
+	OPT_REDIS_USER,
+	OPT_REDIS_PASSWORD,
+	OPT_REDIS_TIMEOUT,
+	OPT_REDIS_BATCH,
+	OPT_REDIS_PENDING,
+	OPT_REDIS_ENCODING,
+	OPT_NO_CACHE,
 };
+
+/* Parses "N/P" with an optional ":token", ":sliding" or ":fixed". */
+static int parse_limit_arg(const char *arg, struct limit_spec *out, char *err, size_t errlen)
+{
+	char buf[128];
+	char *colon;
+
+	if (strlen(arg) >= sizeof(buf)) {
+		snprintf(err, errlen, "too long");
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", arg);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon++ = '\0';
+	if (limit_parse(buf, out, err, errlen) < 0)
+		return -1;
+	if (!colon || strcmp(colon, "token") == 0)
+		out->algo = LIMIT_TOKEN_BUCKET;
+	else if (strcmp(colon, "sliding") == 0)
+		out->algo = LIMIT_SLIDING_WINDOW;
+	else if (strcmp(colon, "fixed") == 0)
+		out->algo = LIMIT_FIXED_WINDOW;
+	else {
+		snprintf(err, errlen, "unknown algorithm '%s' (token, sliding, fixed)", colon);
+		return -1;
+	}
+	return 0;
+}
 
 static struct ev_loop *main_loop;
 static struct server srv;
@@ -125,10 +175,22 @@ int main(int argc, char **argv)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "version", no_argument, NULL, OPT_VERSION },
+		{ "cost-arg", required_argument, NULL, OPT_COST_ARG },
+		{ "redis", required_argument, NULL, OPT_REDIS },
+		{ "redis-user", required_argument, NULL, OPT_REDIS_USER },
+		{ "redis-password", required_argument, NULL, OPT_REDIS_PASSWORD },
+		{ "redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT },
+		{ "redis-batch", required_argument, NULL, OPT_REDIS_BATCH },
+		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
+		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
+		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct decide_config dcfg;
+	static struct redis_config rcfg;
+	const char *env_pw = getenv("RL_REDIS_PASSWORD");
+	int use_redis = 0, nlimits = 0;
 	char err[128];
 	long long num, burst = 0;
 	int opt, check = 0, level = LOG_INFO;
@@ -139,6 +201,9 @@ int main(int argc, char **argv)
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
 	srv.lfd = -1;
 	decide_config_defaults(&dcfg);
+	redis_config_defaults(&rcfg);
+	if (env_pw)
+		snprintf(rcfg.password, sizeof(rcfg.password), "%s", env_pw);
 
 	while ((opt = getopt_long(argc, argv, "l:t:vqh", opts, NULL)) != -1) {
 		switch (opt) {
@@ -156,10 +221,69 @@ int main(int argc, char **argv)
 			srv.cfg.threads = (int)num;
 			break;
 		case OPT_LIMIT:
-			if (limit_parse(optarg, &dcfg.limits[0], err, sizeof(err)) < 0) {
+			if (nlimits == DECIDE_MAX_LIMITS) {
+				fprintf(stderr, "spoa-ratelimit: at most %d limits\n", DECIDE_MAX_LIMITS);
+				return 2;
+			}
+			if (parse_limit_arg(optarg, &dcfg.limits[nlimits], err, sizeof(err)) < 0) {
 				fprintf(stderr, "spoa-ratelimit: --limit '%s': %s\n", optarg, err);
 				return 2;
 			}
+			dcfg.nlimits = (size_t)++nlimits;
+			break;
+		case OPT_COST_ARG:
+			if (strlen(optarg) == 0 || strlen(optarg) >= DECIDE_NAME_MAX) {
+				fprintf(stderr, "spoa-ratelimit: --cost-arg: bad name\n");
+				return 2;
+			}
+			snprintf(dcfg.cost_arg, sizeof(dcfg.cost_arg), "%s", optarg);
+			break;
+		case OPT_REDIS:
+			if (redis_config_set_addr(&rcfg, optarg) < 0) {
+				fprintf(stderr, "spoa-ratelimit: --redis: expected HOST:PORT or a socket path, got '%s'\n", optarg);
+				return 2;
+			}
+			use_redis = 1;
+			break;
+		case OPT_REDIS_USER:
+			snprintf(rcfg.user, sizeof(rcfg.user), "%s", optarg);
+			break;
+		case OPT_REDIS_PASSWORD:
+			snprintf(rcfg.password, sizeof(rcfg.password), "%s", optarg);
+			break;
+		case OPT_REDIS_TIMEOUT:
+			if (parse_num(optarg, 1, 60000, &num) < 0) {
+				fprintf(stderr, "spoa-ratelimit: --redis-timeout: expected 1 to 60000 ms, got '%s'\n", optarg);
+				return 2;
+			}
+			rcfg.timeout = (double)num / 1000.;
+			break;
+		case OPT_REDIS_BATCH:
+			if (parse_num(optarg, 1, 1024, &num) < 0) {
+				fprintf(stderr, "spoa-ratelimit: --redis-batch: expected 1 to 1024, got '%s'\n", optarg);
+				return 2;
+			}
+			rcfg.batch_max = (int)num;
+			break;
+		case OPT_REDIS_PENDING:
+			if (parse_num(optarg, 1, 1000000, &num) < 0) {
+				fprintf(stderr, "spoa-ratelimit: --redis-max-pending: expected 1 to 1000000, got '%s'\n", optarg);
+				return 2;
+			}
+			rcfg.max_pending = (int)num;
+			break;
+		case OPT_REDIS_ENCODING:
+			if (strcmp(optarg, "msgpack") == 0)
+				rcfg.encoding = REDIS_ENC_MSGPACK;
+			else if (strcmp(optarg, "plain") == 0)
+				rcfg.encoding = REDIS_ENC_PLAIN;
+			else {
+				fprintf(stderr, "spoa-ratelimit: --redis-encoding: msgpack or plain, got '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_NO_CACHE:
+			rcfg.local_cache = 0;
 			break;
 		case OPT_BURST:
 			if (parse_num(optarg, 1, 1LL << 40, &burst) < 0) {
@@ -219,7 +343,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "spoa-ratelimit: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	dcfg.limits[0].burst = (uint64_t)burst;
+	for (size_t i = 0; i < dcfg.nlimits; i++)
+		if (dcfg.limits[i].algo == LIMIT_TOKEN_BUCKET)
+			dcfg.limits[i].burst = (uint64_t)burst;
 	log_set_level(level);
 	if (check) {
 		printf("configuration ok\n");
@@ -228,6 +354,7 @@ int main(int argc, char **argv)
 
 	signal(SIGPIPE, SIG_IGN);
 	srv.dcfg = &dcfg;
+	srv.redis = use_redis ? &rcfg : NULL;
 	srv.mem = memstore_new(srv.cfg.mem_max_keys);
 	if (!srv.mem) {
 		log_err("cannot allocate the in-memory store");
@@ -246,9 +373,8 @@ int main(int argc, char **argv)
 		server_stop(&srv);
 		return 1;
 	}
-	log_info("%d worker thread(s), limit %llu per %llds, in-memory store",
-		 srv.cfg.threads, (unsigned long long)dcfg.limits[0].quota,
-		 (long long)(dcfg.limits[0].period_us / LIMIT_US_PER_S));
+	log_info("%d worker thread(s), %zu limit(s), %s store", srv.cfg.threads,
+		 dcfg.nlimits, use_redis ? "Redis" : "in-memory");
 	ev_run(main_loop, 0);
 	server_stop(&srv);
 	memstore_free(srv.mem);

@@ -101,6 +101,7 @@ static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
+	conn_flush_pending(p->data);
 	conn_reap(p->data);
 }
 
@@ -142,6 +143,17 @@ int server_start(struct server *srv)
 		ev_prepare_init(&w->reap_w, on_prepare);
 		w->reap_w.data = w;
 		ev_prepare_start(w->loop, &w->reap_w);
+		if (srv->redis) {
+			w->rs = rstore_new(w, srv->redis);
+			if (!w->rs) {
+				log_err("cannot create the Redis store");
+				pthread_sigmask(SIG_SETMASK, &old, NULL);
+				srv->nworkers = i;
+				ev_loop_destroy(w->loop);
+				w->loop = NULL;
+				return -1;
+			}
+		}
 		if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
 			log_err("cannot start worker %d", i);
 			ev_loop_destroy(w->loop);
@@ -164,6 +176,10 @@ void server_stop(struct server *srv)
 		struct worker *w = &srv->workers[i];
 
 		pthread_join(w->thread, NULL);
+		if (w->rs)
+			rstore_free(w->rs);
+		w->rs = NULL;
+		conn_flush_pending(w);
 		for (uint32_t s = 0; s < w->nslots; s++)
 			if (w->slots[s])
 				conn_close(w->slots[s]);

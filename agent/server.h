@@ -15,6 +15,7 @@
 
 #include "decide.h"
 #include "memstore.h"
+#include "store_redis.h"
 
 struct conn;
 
@@ -37,6 +38,7 @@ struct worker_stats {
 	uint64_t notifies;
 	uint64_t decisions;
 	uint64_t limited;
+	uint64_t degraded;
 	uint64_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 };
 
@@ -49,6 +51,8 @@ struct worker {
 	ev_async stop_w;
 	ev_prepare reap_w;
 	struct conn *reap_list;   /* closed, freed before the loop blocks */
+	struct conn *flush_list;  /* answered asynchronously, to write */
+	struct rstore *rs;        /* NULL with the in-memory store */
 	struct conn **slots;      /* live connections by slot */
 	uint32_t *gens;           /* generation of each slot */
 	uint32_t nslots;
@@ -64,6 +68,7 @@ struct server {
 	struct server_config cfg;
 	const struct decide_config *dcfg;
 	struct memstore *mem;
+	const struct redis_config *redis; /* NULL: in-memory store */
 	int lfd;
 	struct worker *workers;
 	int nworkers;

@@ -43,8 +43,9 @@ local cmsgpack = cmsgpack
 -- ==== BEGIN CORE (identical in decide.lua and decide_plain.lua) ====
 --[[
 Time is Redis's clock, read once per call (TIME), in integer microseconds.
-Every quantity is an integer below 2^53, so Lua's doubles hold it exactly;
-products that could exceed that go through muldiv().
+Every quantity is an integer below 2^53, so Lua's doubles hold it exactly
+(and string.format's %d, a C long here, prints it exactly); products that
+could exceed that go through muldiv().
 
 Storage: one hash per client, one field per limit named by its lid. Each
 value starts with the absolute time (us) until which it is needed:
@@ -72,6 +73,7 @@ local MAX_LID = 64
 local MAX_COST = 4294967295
 local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, capacity in time
 local TWO52 = 4503599627370496
+local KEY_PATTERN = '^rl:{' .. ('%x'):rep(32) .. '}$'
 
 -- floor(a / d) and a mod d for integers 0 <= a < 2^53, 1 <= d: the
 -- division is rounded, so the quotient is corrected by one when needed.
@@ -183,10 +185,10 @@ local function eval_token(v, now, cost, quota, period, burst)
 		-- remaining = floor((cap*T - new d) / T) = floor((xq*n + xr) / p)
 		local q1, r1 = muldiv(xq, n, p)
 		local q2 = divmod(r1 + xr, p)
-		local reset, val = nq, fmt('%.0f', now + nq)
+		local reset, val = nq, fmt('%d', now + nq)
 		if nr > 0 then
 			reset = nq + 1
-			val = fmt('%.0f+%.0f', now + nq, nr)
+			val = fmt('%d+%d', now + nq, nr)
 		end
 		return true, q1 + q2, 0, reset, val
 	end
@@ -239,7 +241,7 @@ local function eval_sliding(v, now, cost, quota, period)
 			left = left - 1
 		end
 		return true, left, 0, ws + 2 * period - now,
-		    fmt('%.0f:%.0f:%.0f', ws + 2 * period, cur + cost, prev)
+		    fmt('%d:%d:%d', ws + 2 * period, cur + cost, prev)
 	end
 	local retry
 	if room >= 0 then
@@ -268,7 +270,7 @@ local function eval_fixed(v, now, cost, quota, period)
 	end
 	if cnt + cost <= quota then
 		return true, quota - cnt - cost, 0, left,
-		    fmt('%.0f:%.0f', ws + period, cnt + cost)
+		    fmt('%d:%d', ws + period, cnt + cost)
 	end
 	local reset = 0
 	if cnt > 0 then
@@ -313,7 +315,7 @@ end
 local function validate(keys, reqs)
 	local nkeys = #keys
 	for i = 1, nkeys do
-		if type(keys[i]) ~= 'string' or not match(keys[i], '^rl:{' .. ('%x'):rep(32) .. '}$') then
+		if type(keys[i]) ~= 'string' or not match(keys[i], KEY_PATTERN) then
 			return fmt('key %d: must be rl:{<32 hex digits>}', i)
 		end
 	end

@@ -1,0 +1,869 @@
+#include "store_redis.h"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/adapters/libev.h>
+
+#include "alloc.h"
+#include "conn.h"
+#include "log.h"
+#include "server.h"
+
+/* The decision scripts, generated from the Lua files of agent/redis at build time. */
+#include "redis_scripts.h"
+
+#define CACHE_SIZE 4096            /* refused-until entries per worker */
+#define RECONNECT_MIN 0.05
+#define RECONNECT_MAX 2.0
+#define LID_MAX 48
+#define NUM_MAX 24
+
+enum rs_state {
+	RS_DISCONNECTED,
+	RS_CONNECTING,   /* connected or not, the script is not loaded yet */
+	RS_READY,
+};
+
+/* One query waiting for Redis. */
+struct rq {
+	struct store_ref ref;
+	struct decide_query q;
+	int64_t deadline;   /* local monotonic microseconds */
+};
+
+struct rbatch {
+	struct rstore *rs;
+	struct rbatch *prev, *next;  /* in flight, oldest first */
+	int answered;                /* its queries were answered degraded */
+	int retried;                 /* sent again after NOSCRIPT */
+	int64_t sent;
+	size_t n;
+	struct rq rq[];
+};
+
+/* A client refused until `until` (local clock), by limit `decider` of the
+ * limits at `limits`. */
+struct refusal {
+	uint8_t key[IDENTITY_KEY_LEN];
+	const struct limit_spec *limits;
+	int64_t until;
+	int64_t full_at;
+	int decider;
+};
+
+struct rstore {
+	struct worker *w;
+	const struct redis_config *cfg;
+	redisAsyncContext *ac;
+	enum rs_state state;
+	char sha[48];
+	double backoff;
+	ev_timer reconnect_w;
+	ev_timer deadline_w;
+	ev_prepare send_w;
+	/* queue of unsent queries: a ring of cfg->max_pending */
+	struct rq *queue;
+	size_t qhead, qlen;
+	size_t inflight;             /* queries sent, not answered */
+	struct rbatch *oldest, *newest;
+	struct refusal *cache;
+	msgpack_sbuffer sbuf;
+	/* argv of one script call */
+	const char **argv;
+	size_t *argvlen;
+	char *arena;                 /* key and number texts of the argv */
+	size_t arena_cap;
+	struct rstore_stats stats;
+};
+
+static void start_connect(struct rstore *rs);
+static void send_batches(struct rstore *rs);
+
+void redis_config_defaults(struct redis_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->port = 6379;
+	cfg->timeout = 0.020;
+	cfg->max_pending = 10000;
+	cfg->batch_max = 64;
+	cfg->encoding = REDIS_ENC_MSGPACK;
+	cfg->local_cache = 1;
+}
+
+int redis_config_set_addr(struct redis_config *cfg, const char *addr)
+{
+	const char *colon;
+	char *end;
+	long port;
+	size_t hlen;
+
+	if (addr[0] == '/') {
+		if (strlen(addr) >= sizeof(cfg->unix_path))
+			return -1;
+		snprintf(cfg->unix_path, sizeof(cfg->unix_path), "%s", addr);
+		cfg->host[0] = '\0';
+		return 0;
+	}
+	if (addr[0] == '[') {
+		const char *rb = strchr(addr, ']');
+
+		if (!rb || rb[1] != ':')
+			return -1;
+		hlen = (size_t)(rb - addr - 1);
+		colon = rb + 1;
+		addr++;
+	} else {
+		colon = strrchr(addr, ':');
+		if (!colon)
+			return -1;
+		hlen = (size_t)(colon - addr);
+	}
+	if (hlen == 0 || hlen >= sizeof(cfg->host))
+		return -1;
+	port = strtol(colon + 1, &end, 10);
+	if (*end || end == colon + 1 || port < 1 || port > 65535)
+		return -1;
+	memcpy(cfg->host, addr, hlen);
+	cfg->host[hlen] = '\0';
+	cfg->port = (int)port;
+	cfg->unix_path[0] = '\0';
+	return 0;
+}
+
+const struct rstore_stats *rstore_get_stats(const struct rstore *rs)
+{
+	return &rs->stats;
+}
+
+/* ---- answers --------------------------------------------------------------- */
+
+static void answer_degraded(struct rstore *rs, const struct rq *r)
+{
+	struct decide_decision d;
+
+	decide_degraded(&r->q, &d);
+	conn_answer(rs->w, &r->ref, &d);
+}
+
+static struct refusal *cache_slot(struct rstore *rs, const uint8_t *key)
+{
+	uint32_t h;
+
+	memcpy(&h, key, sizeof(h)); /* the key is a hash already */
+	return &rs->cache[h & (CACHE_SIZE - 1)];
+}
+
+/* Answers from the cache when the client is known to be refused now. */
+static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t now,
+			struct decide_decision *d)
+{
+	struct refusal *e = cache_slot(rs, q->key);
+	struct limit_result res[DECIDE_MAX_LIMITS];
+
+	if (e->until <= now || e->limits != q->limits ||
+	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
+		return 0;
+	memset(&res[e->decider], 0, sizeof(res[0]));
+	res[e->decider].allowed = false;
+	res[e->decider].limit = q->limits[e->decider].quota;
+	res[e->decider].remaining = 0;
+	res[e->decider].retry_after_us = e->until - now;
+	res[e->decider].reset_us = e->full_at > now ? e->full_at - now : 0;
+	decide_result(q, res, e->decider, d);
+	return 1;
+}
+
+/* Remembers a refusal. Times are taken from when the batch was sent, which
+ * is before Redis read its clock: the cached refusal ends no later than
+ * Redis's, so the cache never refuses a request that Redis would allow. */
+static void cache_store(struct rstore *rs, const struct rq *r, int decider,
+			const struct limit_result *res, int64_t sent)
+{
+	struct refusal *e;
+
+	if (!rs->cfg->local_cache || res[decider].retry_after_us <= 0)
+		return;
+	e = cache_slot(rs, r->q.key);
+	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
+	e->limits = r->q.limits;
+	e->decider = decider;
+	e->until = sent + res[decider].retry_after_us;
+	e->full_at = sent + res[decider].reset_us;
+}
+
+/* ---- batches in flight ------------------------------------------------------ */
+
+static void unlink_batch(struct rstore *rs, struct rbatch *b)
+{
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		rs->oldest = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	else
+		rs->newest = b->prev;
+	b->prev = b->next = NULL;
+}
+
+static void fail_batch(struct rstore *rs, struct rbatch *b)
+{
+	if (b->answered)
+		return;
+	b->answered = 1;
+	rs->inflight -= b->n;
+	for (size_t i = 0; i < b->n; i++)
+		answer_degraded(rs, &b->rq[i]);
+}
+
+static void arm_deadline(struct rstore *rs)
+{
+	int64_t next = INT64_MAX, now;
+	struct rbatch *b;
+
+	for (b = rs->oldest; b && b->answered; b = b->next)
+		;
+	if (b)
+		next = b->rq[0].deadline;
+	if (rs->qlen && rs->queue[rs->qhead].deadline < next)
+		next = rs->queue[rs->qhead].deadline;
+	ev_timer_stop(rs->w->loop, &rs->deadline_w);
+	if (next == INT64_MAX)
+		return;
+	now = server_now_us();
+	ev_timer_set(&rs->deadline_w, next > now ? (double)(next - now) / 1e6 : 0., 0.);
+	ev_timer_start(rs->w->loop, &rs->deadline_w);
+}
+
+/* Answers, degraded, every query whose deadline has passed: queued ones
+ * and sent ones. A late reply for a sent one is then ignored. */
+static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct rstore *rs = t->data;
+	int64_t now = server_now_us();
+
+	while (rs->qlen && rs->queue[rs->qhead].deadline <= now) {
+		answer_degraded(rs, &rs->queue[rs->qhead]);
+		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
+		rs->qlen--;
+		rs->stats.timeouts++;
+	}
+	for (struct rbatch *b = rs->oldest; b; b = b->next) {
+		if (b->answered)
+			continue;
+		if (b->rq[0].deadline > now)
+			break;
+		rs->stats.timeouts += b->n;
+		fail_batch(rs, b);
+	}
+	arm_deadline(rs);
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static int64_t obj_int(const msgpack_object *o, int *ok)
+{
+	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
+		return (int64_t)o->via.u64;
+	if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+		return o->via.i64;
+	if (o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32)
+		return (int64_t)o->via.f64;
+	*ok = 0;
+	return 0;
+}
+
+/* Fills res[] from one request's [remaining, retry_after_us, reset_us] per
+ * limit. Returns 0 or -1. */
+static int result_from(const struct rq *r, int64_t allowed, const int64_t *vals,
+		       size_t nvals, struct limit_result *res)
+{
+	if (nvals != 3 * r->q.nlimits)
+		return -1;
+	for (size_t i = 0; i < r->q.nlimits; i++) {
+		res[i].limit = r->q.limits[i].quota;
+		res[i].remaining = vals[3 * i] > 0 ? (uint64_t)vals[3 * i] : 0;
+		res[i].retry_after_us = vals[3 * i + 1];
+		res[i].reset_us = vals[3 * i + 2];
+		res[i].allowed = allowed ? true : res[i].retry_after_us <= 0;
+	}
+	return 0;
+}
+
+static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t allowed,
+		       int64_t decider, const int64_t *vals, size_t nvals)
+{
+	struct limit_result res[DECIDE_MAX_LIMITS];
+	struct decide_decision d;
+	const struct rq *r = &b->rq[i];
+
+	if (decider < 1 || (size_t)decider > r->q.nlimits ||
+	    result_from(r, allowed, vals, nvals, res) < 0) {
+		rs->stats.errors++;
+		answer_degraded(rs, r);
+		return;
+	}
+	if (!allowed) {
+		/* the deciding limit refuses; no other limit was charged */
+		res[decider - 1].allowed = false;
+		cache_store(rs, r, (int)decider - 1, res, b->sent);
+	}
+	decide_result(&r->q, res, (int)decider - 1, &d);
+	rs->stats.replies++;
+	conn_answer(rs->w, &r->ref, &d);
+}
+
+/* msgpack reply: [now_us, [[allowed, decider, [[rem, retry, reset]...]]...]] */
+static int answer_msgpack(struct rstore *rs, struct rbatch *b, const char *data, size_t len)
+{
+	msgpack_unpacked up;
+	size_t off = 0;
+	int rc = -1;
+
+	msgpack_unpacked_init(&up);
+	if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS)
+		goto out;
+	const msgpack_object *top = &up.data;
+	if (top->type != MSGPACK_OBJECT_ARRAY || top->via.array.size != 2)
+		goto out;
+	const msgpack_object *results = &top->via.array.ptr[1];
+	if (results->type != MSGPACK_OBJECT_ARRAY || results->via.array.size != b->n)
+		goto out;
+	for (size_t i = 0; i < b->n; i++) {
+		const msgpack_object *o = &results->via.array.ptr[i];
+		int64_t vals[3 * DECIDE_MAX_LIMITS];
+		size_t nvals = 0;
+		int ok = 1;
+		int64_t allowed, decider;
+
+		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
+		    o->via.array.ptr[2].type != MSGPACK_OBJECT_ARRAY) {
+			answer_one(rs, b, i, 0, 0, NULL, 0);
+			continue;
+		}
+		allowed = obj_int(&o->via.array.ptr[0], &ok);
+		decider = obj_int(&o->via.array.ptr[1], &ok);
+		const msgpack_object_array *pl = &o->via.array.ptr[2].via.array;
+		for (size_t j = 0; j < pl->size && ok; j++) {
+			const msgpack_object *l = &pl->ptr[j];
+
+			if (l->type != MSGPACK_OBJECT_ARRAY || l->via.array.size != 3 ||
+			    nvals + 3 > 3 * DECIDE_MAX_LIMITS) {
+				ok = 0;
+				break;
+			}
+			for (size_t k = 0; k < 3; k++)
+				vals[nvals++] = obj_int(&l->via.array.ptr[k], &ok);
+		}
+		if (!ok)
+			decider = 0;
+		answer_one(rs, b, i, allowed, decider, vals, nvals);
+	}
+	rc = 0;
+out:
+	msgpack_unpacked_destroy(&up);
+	return rc;
+}
+
+/* plain reply: now_us, then per request allowed, decider, 3 per limit */
+static int answer_plain(struct rstore *rs, struct rbatch *b, const redisReply *reply)
+{
+	size_t pos = 1, need = 1;
+
+	for (size_t i = 0; i < b->n; i++)
+		need += 2 + 3 * b->rq[i].q.nlimits;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != need)
+		return -1;
+	for (size_t i = 0; i < need; i++)
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
+			return -1;
+	for (size_t i = 0; i < b->n; i++) {
+		int64_t vals[3 * DECIDE_MAX_LIMITS];
+		size_t nvals = 3 * b->rq[i].q.nlimits;
+		int64_t allowed = reply->element[pos]->integer;
+		int64_t decider = reply->element[pos + 1]->integer;
+
+		pos += 2;
+		for (size_t k = 0; k < nvals; k++)
+			vals[k] = reply->element[pos + k]->integer;
+		pos += nvals;
+		answer_one(rs, b, i, allowed, decider, vals, nvals);
+	}
+	return 0;
+}
+
+static int send_batch_cmd(struct rstore *rs, struct rbatch *b);
+
+static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct rstore *rs = ac->data;
+	redisReply *reply = r;
+
+	if (!rs)
+		return;
+	if (!reply || reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rs->sha)) {
+		if (reply)
+			log_err("redis: cannot load the decision script: %s",
+				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		return;
+	}
+	memcpy(rs->sha, reply->str, reply->len);
+	rs->sha[reply->len] = '\0';
+	if (rs->state == RS_CONNECTING) {
+		rs->state = RS_READY;
+		rs->backoff = RECONNECT_MIN;
+		log_info("redis: worker %d ready (script %s)", rs->w->idx, rs->sha);
+		send_batches(rs);
+	}
+}
+
+static void load_script(struct rstore *rs)
+{
+	const char *script = rs->cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain
+								 : redis_script_msgpack;
+	const char *argv[3] = { "SCRIPT", "LOAD", script };
+	size_t argvlen[3] = { 6, 4, strlen(script) };
+
+	redisAsyncCommandArgv(rs->ac, on_script_loaded, NULL, 3, argv, argvlen);
+}
+
+static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct rbatch *b = priv;
+	struct rstore *rs = b->rs;
+	redisReply *reply = r;
+	int rc = -1;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR &&
+	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rs->ac == ac) {
+		/* Redis restarted or flushed its scripts: load again, retry once.
+		 * The batch keeps its place (and deadline) in the list. */
+		rs->stats.noscript++;
+		b->retried = 1;
+		load_script(rs);
+		if (send_batch_cmd(rs, b) == 0)
+			return;
+	}
+	unlink_batch(rs, b);
+	if (!b->answered) {
+		rs->inflight -= b->n;
+		if (reply && reply->type == REDIS_REPLY_STRING &&
+		    rs->cfg->encoding == REDIS_ENC_MSGPACK)
+			rc = answer_msgpack(rs, b, reply->str, reply->len);
+		else if (reply && reply->type == REDIS_REPLY_ARRAY &&
+			 rs->cfg->encoding == REDIS_ENC_PLAIN)
+			rc = answer_plain(rs, b, reply);
+		if (rc < 0) {
+			if (reply) {
+				rs->stats.errors++;
+				log_warn("redis: decision failed: %s",
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+			} else {
+				rs->stats.unavailable += b->n;
+			}
+			b->answered = 0;
+			rs->inflight += b->n;
+			fail_batch(rs, b);
+		}
+	}
+	xfree(b);
+	arm_deadline(rs);
+}
+
+/* ---- sending -------------------------------------------------------------------- */
+
+static void lid_of(const struct limit_spec *l, char *buf, size_t cap)
+{
+	static const char algo[] = { 't', 's', 'f' };
+
+	snprintf(buf, cap, "%c%llu/%lld/%llu", algo[l->algo <= 2 ? l->algo : 0],
+		 (unsigned long long)l->quota, (long long)l->period_us,
+		 (unsigned long long)l->burst);
+}
+
+/* Text for the argv; NULL when the arena is full (cannot happen with the
+ * arena sized for batch_max queries, checked anyway). */
+static const char *arena_put(struct rstore *rs, size_t *used, const char *s, size_t len)
+{
+	char *p;
+
+	if (len + 1 > rs->arena_cap - *used)
+		return NULL;
+	p = rs->arena + *used;
+	memcpy(p, s, len);
+	p[len] = '\0';
+	*used += len + 1;
+	return p;
+}
+
+static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
+{
+	size_t argc = 0, nkeys = 0, used = 0;
+	size_t keyidx[1024];
+	char tmp[NUM_MAX + LID_MAX];
+	const char *p;
+	int n;
+
+	rs->argv[argc] = "EVALSHA";
+	rs->argvlen[argc++] = 7;
+	rs->argv[argc] = rs->sha;
+	rs->argvlen[argc++] = strlen(rs->sha);
+	argc++; /* numkeys, below */
+	/* One key per distinct client: "rl:{hex}". */
+	for (size_t i = 0; i < b->n; i++) {
+		size_t k;
+
+		for (k = 0; k < i; k++)
+			if (memcmp(b->rq[k].q.key, b->rq[i].q.key, IDENTITY_KEY_LEN) == 0)
+				break;
+		if (k < i) {
+			keyidx[i] = keyidx[k];
+			continue;
+		}
+		keyidx[i] = ++nkeys;
+		n = snprintf(tmp, sizeof(tmp), "rl:{%s}", b->rq[i].q.key_hex);
+		if (!(p = arena_put(rs, &used, tmp, (size_t)n)))
+			return -1;
+		rs->argv[argc] = p;
+		rs->argvlen[argc++] = (size_t)n;
+	}
+	n = snprintf(tmp, sizeof(tmp), "%zu", nkeys);
+	if (!(p = arena_put(rs, &used, tmp, (size_t)n)))
+		return -1;
+	rs->argv[2] = p;
+	rs->argvlen[2] = (size_t)n;
+
+	if (rs->cfg->encoding == REDIS_ENC_MSGPACK) {
+		msgpack_packer pk;
+
+		msgpack_sbuffer_clear(&rs->sbuf);
+		msgpack_packer_init(&pk, &rs->sbuf, msgpack_sbuffer_write);
+		msgpack_pack_array(&pk, b->n);
+		for (size_t i = 0; i < b->n; i++) {
+			const struct decide_query *q = &b->rq[i].q;
+
+			msgpack_pack_array(&pk, 3);
+			msgpack_pack_uint64(&pk, keyidx[i]);
+			msgpack_pack_uint32(&pk, q->cost);
+			msgpack_pack_array(&pk, q->nlimits);
+			for (size_t j = 0; j < q->nlimits; j++) {
+				const struct limit_spec *l = &q->limits[j];
+				char lid[LID_MAX];
+
+				lid_of(l, lid, sizeof(lid));
+				msgpack_pack_array(&pk, 5);
+				msgpack_pack_str(&pk, strlen(lid));
+				msgpack_pack_str_body(&pk, lid, strlen(lid));
+				msgpack_pack_uint32(&pk, (uint32_t)l->algo);
+				msgpack_pack_uint64(&pk, l->quota);
+				msgpack_pack_int64(&pk, l->period_us);
+				msgpack_pack_uint64(&pk, l->burst);
+			}
+		}
+		rs->argv[argc] = rs->sbuf.data;
+		rs->argvlen[argc++] = rs->sbuf.size;
+	} else {
+#define PUT_NUM(fmt, v)                                                       \
+	do {                                                                  \
+		n = snprintf(tmp, sizeof(tmp), fmt, v);                       \
+		if (!(p = arena_put(rs, &used, tmp, (size_t)n)))              \
+			return -1;                                            \
+		rs->argv[argc] = p;                                           \
+		rs->argvlen[argc++] = (size_t)n;                              \
+	} while (0)
+		PUT_NUM("%zu", b->n);
+		for (size_t i = 0; i < b->n; i++) {
+			const struct decide_query *q = &b->rq[i].q;
+
+			PUT_NUM("%zu", keyidx[i]);
+			PUT_NUM("%u", q->cost);
+			PUT_NUM("%zu", q->nlimits);
+			for (size_t j = 0; j < q->nlimits; j++) {
+				const struct limit_spec *l = &q->limits[j];
+				char lid[LID_MAX];
+
+				lid_of(l, lid, sizeof(lid));
+				PUT_NUM("%s", lid);
+				PUT_NUM("%d", (int)l->algo);
+				PUT_NUM("%llu", (unsigned long long)l->quota);
+				PUT_NUM("%lld", (long long)l->period_us);
+				PUT_NUM("%llu", (unsigned long long)l->burst);
+			}
+		}
+#undef PUT_NUM
+	}
+	if (redisAsyncCommandArgv(rs->ac, on_batch_reply, b, (int)argc, rs->argv,
+				  rs->argvlen) != REDIS_OK)
+		return -1;
+	return 0;
+}
+
+/* Sends what is queued, in batches of at most batch_max. Called before the
+ * loop blocks, so one loop iteration's queries share script calls. */
+static void send_batches(struct rstore *rs)
+{
+	int64_t now = server_now_us();
+
+	while (rs->qlen && rs->state == RS_READY) {
+		size_t n = rs->qlen < (size_t)rs->cfg->batch_max ? rs->qlen
+								 : (size_t)rs->cfg->batch_max;
+		struct rbatch *b = xmalloc(sizeof(*b) + n * sizeof(struct rq));
+
+		if (!b)
+			return; /* the deadline answers them */
+		b->rs = rs;
+		b->answered = 0;
+		b->retried = 0;
+		b->sent = now;
+		b->n = n;
+		b->prev = b->next = NULL;
+		for (size_t i = 0; i < n; i++) {
+			b->rq[i] = rs->queue[rs->qhead];
+			rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
+		}
+		rs->qlen -= n;
+		rs->inflight += n;
+		/* append to the in-flight list before sending: a failing send
+		 * calls the reply callback with NULL at once */
+		b->prev = rs->newest;
+		if (rs->newest)
+			rs->newest->next = b;
+		else
+			rs->oldest = b;
+		rs->newest = b;
+		rs->stats.batches++;
+		if (send_batch_cmd(rs, b) < 0) {
+			unlink_batch(rs, b);
+			rs->stats.unavailable += b->n;
+			fail_batch(rs, b);
+			xfree(b);
+		}
+	}
+	arm_deadline(rs);
+}
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	struct rstore *rs = p->data;
+
+	if (rs->qlen && rs->state == RS_READY)
+		send_batches(rs);
+}
+
+/* ---- connection ----------------------------------------------------------------- */
+
+static void answer_queue_degraded(struct rstore *rs)
+{
+	while (rs->qlen) {
+		answer_degraded(rs, &rs->queue[rs->qhead]);
+		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
+		rs->qlen--;
+		rs->stats.unavailable++;
+	}
+}
+
+static void schedule_reconnect(struct rstore *rs)
+{
+	ev_timer_stop(rs->w->loop, &rs->reconnect_w);
+	ev_timer_set(&rs->reconnect_w, rs->backoff, 0.);
+	ev_timer_start(rs->w->loop, &rs->reconnect_w);
+	rs->backoff *= 2;
+	if (rs->backoff > RECONNECT_MAX)
+		rs->backoff = RECONNECT_MAX;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct rstore *rs = ac->data;
+
+	if (!rs)
+		return;
+	if (status != REDIS_OK) {
+		log_warn("redis: worker %d cannot connect: %s", rs->w->idx, ac->errstr);
+		/* hiredis frees the context after this callback */
+		rs->ac = NULL;
+		rs->state = RS_DISCONNECTED;
+		answer_queue_degraded(rs);
+		schedule_reconnect(rs);
+		return;
+	}
+	log_debug("redis: worker %d connected", rs->w->idx);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct rstore *rs = ac->data;
+
+	if (!rs)
+		return;
+	if (rs->ac == ac) {
+		rs->ac = NULL;
+		rs->state = RS_DISCONNECTED;
+		if (status != REDIS_OK)
+			log_warn("redis: worker %d lost its connection: %s", rs->w->idx,
+				 ac->errstr);
+		answer_queue_degraded(rs);
+		schedule_reconnect(rs);
+	}
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
+		log_err("redis: AUTH failed: %s", reply->str);
+		redisAsyncDisconnect(ac);
+	}
+}
+
+static void start_connect(struct rstore *rs)
+{
+	const struct redis_config *cfg = rs->cfg;
+	redisAsyncContext *ac;
+
+	rs->state = RS_CONNECTING;
+	ac = cfg->unix_path[0] ? redisAsyncConnectUnix(cfg->unix_path)
+			       : redisAsyncConnect(cfg->host, cfg->port);
+	if (!ac || ac->err) {
+		log_warn("redis: cannot connect: %s", ac ? ac->errstr : "out of memory");
+		if (ac)
+			redisAsyncFree(ac);
+		rs->state = RS_DISCONNECTED;
+		schedule_reconnect(rs);
+		return;
+	}
+	ac->data = rs;
+	rs->ac = ac;
+	redisLibevAttach(rs->w->loop, ac);
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	rs->stats.reconnects++;
+	/* Pipelined behind the connection: AUTH, then the script. */
+	if (cfg->password[0]) {
+		const char *argv[3] = { "AUTH", cfg->user, cfg->password };
+		size_t argvlen[3] = { 4, strlen(cfg->user), strlen(cfg->password) };
+
+		if (cfg->user[0])
+			redisAsyncCommandArgv(ac, on_auth, NULL, 3, argv, argvlen);
+		else
+			redisAsyncCommandArgv(ac, on_auth, NULL, 2,
+					      (const char *[]){ "AUTH", cfg->password },
+					      (const size_t[]){ 4, strlen(cfg->password) });
+	}
+	load_script(rs);
+}
+
+static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct rstore *rs = t->data;
+
+	if (rs->state == RS_DISCONNECTED)
+		start_connect(rs);
+}
+
+/* ---- public --------------------------------------------------------------------- */
+
+struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
+{
+	struct rstore *rs = xcalloc(1, sizeof(*rs));
+	size_t max_argc;
+
+	if (!rs)
+		return NULL;
+	rs->w = w;
+	rs->cfg = cfg;
+	rs->backoff = RECONNECT_MIN;
+	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
+	 * 1 + per query 3 + 5 per limit (plain). */
+	max_argc = 4 + (size_t)cfg->batch_max * (1 + 3 + 5 * DECIDE_MAX_LIMITS);
+	rs->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rs->queue));
+	rs->cache = xcalloc(CACHE_SIZE, sizeof(*rs->cache));
+	rs->argv = xcalloc(max_argc, sizeof(*rs->argv));
+	rs->argvlen = xcalloc(max_argc, sizeof(*rs->argvlen));
+	rs->arena_cap = max_argc * (NUM_MAX + LID_MAX);
+	rs->arena = xmalloc(rs->arena_cap);
+	if (!rs->queue || !rs->cache || !rs->argv || !rs->argvlen || !rs->arena) {
+		xfree(rs->queue);
+		xfree(rs->cache);
+		xfree(rs->argv);
+		xfree(rs->argvlen);
+		xfree(rs->arena);
+		xfree(rs);
+		return NULL;
+	}
+	msgpack_sbuffer_init(&rs->sbuf);
+	ev_timer_init(&rs->reconnect_w, on_reconnect, 0., 0.);
+	rs->reconnect_w.data = rs;
+	ev_timer_init(&rs->deadline_w, on_deadline, 0., 0.);
+	rs->deadline_w.data = rs;
+	ev_prepare_init(&rs->send_w, on_prepare);
+	rs->send_w.data = rs;
+	ev_prepare_start(w->loop, &rs->send_w);
+	start_connect(rs);
+	return rs;
+}
+
+void rstore_free(struct rstore *rs)
+{
+	if (!rs)
+		return;
+	answer_queue_degraded(rs);
+	if (rs->ac) {
+		redisAsyncContext *ac = rs->ac;
+
+		rs->ac = NULL;
+		/* runs every pending callback with a NULL reply */
+		redisAsyncFree(ac);
+	}
+	while (rs->oldest) {
+		struct rbatch *b = rs->oldest;
+
+		unlink_batch(rs, b);
+		fail_batch(rs, b);
+		xfree(b);
+	}
+	ev_timer_stop(rs->w->loop, &rs->reconnect_w);
+	ev_timer_stop(rs->w->loop, &rs->deadline_w);
+	ev_prepare_stop(rs->w->loop, &rs->send_w);
+	msgpack_sbuffer_destroy(&rs->sbuf);
+	xfree(rs->queue);
+	xfree(rs->cache);
+	xfree(rs->argv);
+	xfree(rs->argvlen);
+	xfree(rs->arena);
+	xfree(rs);
+}
+
+int rstore_submit(struct rstore *rs, const struct decide_query *q,
+		  const struct store_ref *ref, struct decide_decision *d)
+{
+	int64_t now = server_now_us();
+	struct rq *r;
+
+	rs->stats.queries++;
+	if (rs->cfg->local_cache && cache_answer(rs, q, now, d)) {
+		rs->stats.local_refusals++;
+		return 1;
+	}
+	if (rs->state == RS_DISCONNECTED ||
+	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending ||
+	    q->nlimits == 0) {
+		rs->stats.unavailable++;
+		decide_degraded(q, d);
+		return 1;
+	}
+	r = &rs->queue[(rs->qhead + rs->qlen) % (size_t)rs->cfg->max_pending];
+	r->ref = *ref;
+	r->q = *q;
+	r->deadline = now + (int64_t)(rs->cfg->timeout * 1e6);
+	rs->qlen++;
+	if (rs->qlen == 1 && !ev_is_active(&rs->deadline_w))
+		arm_deadline(rs);
+	return 0;
+}
