@@ -152,7 +152,7 @@ void conn_accept(struct worker *w, int fd)
 	}
 	c->fd = fd;
 	w->nconns++;
-	w->stats.accepted++;
+	STAT_INC(w->stats.accepted);
 	ev_io_init(&c->rio, on_read, fd, EV_READ);
 	c->rio.data = c;
 	ev_io_init(&c->wio, on_write, fd, EV_WRITE);
@@ -178,7 +178,7 @@ void conn_close(struct conn *c)
 	c->state = CONN_CLOSED;
 	slot_release(w, c);
 	w->nconns--;
-	w->stats.closed++;
+	STAT_INC(w->stats.closed);
 	c->next = w->reap_list;
 	w->reap_list = c;
 }
@@ -321,7 +321,7 @@ static void disconnect(struct conn *c, int status)
 	if (status != SPOP_ST_NORMAL)
 		log_info("connection %u: disconnect, status %d (%s)", c->slot, status,
 			 spop_status_str(status));
-	w->stats.disconnects_sent[status < 13 ? status : 13]++;
+	STAT_INC(w->stats.disconnects_sent[status < 13 ? status : 13]);
 	c->state = CONN_DRAINING;
 	if (wbuf_reserve(c, 4 + (size_t)limit) == 0) {
 		spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
@@ -377,13 +377,13 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 	ev_timer_stop(w->loop, &c->timer);
 	if (h.healthcheck) {
 		/* A health check ends with our HELLO. */
-		w->stats.healthchecks++;
+		STAT_INC(w->stats.healthchecks);
 		c->state = CONN_DRAINING;
 		ev_timer_set(&c->timer, DRAIN_GRACE, 0.);
 		ev_timer_start(w->loop, &c->timer);
 		return;
 	}
-	w->stats.hellos++;
+	STAT_INC(w->stats.hellos);
 	c->state = CONN_READY;
 	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
 }
@@ -417,11 +417,11 @@ static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
 
 static void count_decision(struct worker *w, const struct decide_decision *d)
 {
-	w->stats.decisions++;
+	STAT_INC(w->stats.decisions);
 	if (d->status == 429)
-		w->stats.limited++;
+		STAT_INC(w->stats.limited);
 	if (d->degraded)
-		w->stats.degraded++;
+		STAT_INC(w->stats.degraded);
 }
 
 /* Decides with the in-memory store, or hands the query to Redis. Returns 1
@@ -455,7 +455,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 	unsigned nargs, found_nargs = 0;
 	int rc, found = 0;
 
-	c->w->stats.notifies++;
+	STAT_INC(c->w->stats.notifies);
 	/* Validate the whole message list before acting on any of it. */
 	while ((rc = spop_msg_next(&cur, &name, &nargs, &args)) == 1) {
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&

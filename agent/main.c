@@ -11,6 +11,7 @@
 #include "decide.h"
 #include "log.h"
 #include "memstore.h"
+#include "metrics.h"
 #include "server.h"
 
 #define RL_VERSION "0.1.0"
@@ -42,6 +43,7 @@ static void usage(FILE *out)
 		"                            at least 16380)\n"
 		"      --max-conns N         connections per worker (default 10000)\n"
 		"      --mem-max-keys N      clients tracked in memory (default 1000000)\n"
+		"      --metrics ADDR:PORT   serve Prometheus metrics at /metrics\n"
 		"      --check               validate the options and exit\n"
 		"  -v, --verbose             more logs (repeat for debug)\n"
 		"  -q, --quiet               errors and warnings only\n"
@@ -116,6 +118,7 @@ enum {
 	OPT_REDIS_PENDING,
 	OPT_REDIS_ENCODING,
 	OPT_NO_CACHE,
+	OPT_METRICS,
 };
 
 /* Parses "N/P" with an optional ":token", ":sliding" or ":fixed". */
@@ -184,13 +187,16 @@ int main(int argc, char **argv)
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
 		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
+		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct decide_config dcfg;
 	static struct redis_config rcfg;
 	const char *env_pw = getenv("RL_REDIS_PASSWORD");
-	int use_redis = 0, nlimits = 0;
+	int use_redis = 0, nlimits = 0, use_metrics = 0;
+	struct server_config mcfg;
+	struct metrics *metrics = NULL;
 	char err[128];
 	long long num, burst = 0;
 	int opt, check = 0, level = LOG_INFO;
@@ -281,6 +287,13 @@ int main(int argc, char **argv)
 				fprintf(stderr, "spoa-ratelimit: --redis-encoding: msgpack or plain, got '%s'\n", optarg);
 				return 2;
 			}
+			break;
+		case OPT_METRICS:
+			if (parse_listen(optarg, &mcfg) < 0) {
+				fprintf(stderr, "spoa-ratelimit: --metrics: expected ADDR:PORT, got '%s'\n", optarg);
+				return 2;
+			}
+			use_metrics = 1;
 			break;
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;
@@ -375,7 +388,15 @@ int main(int argc, char **argv)
 	}
 	log_info("%d worker thread(s), %zu limit(s), %s store", srv.cfg.threads,
 		 dcfg.nlimits, use_redis ? "Redis" : "in-memory");
+	if (use_metrics) {
+		metrics = metrics_start(main_loop, &srv, mcfg.host, mcfg.port);
+		if (!metrics) {
+			server_stop(&srv);
+			return 1;
+		}
+	}
 	ev_run(main_loop, 0);
+	metrics_stop(metrics);
 	server_stop(&srv);
 	memstore_free(srv.mem);
 	log_info("stopped");

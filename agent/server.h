@@ -13,6 +13,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "stats.h"
+
 #include "decide.h"
 #include "memstore.h"
 #include "store_redis.h"
@@ -31,15 +33,15 @@ struct server_config {
 
 /* Counters, written by one worker each, summed when read. */
 struct worker_stats {
-	uint64_t accepted;
-	uint64_t closed;
-	uint64_t hellos;
-	uint64_t healthchecks;
-	uint64_t notifies;
-	uint64_t decisions;
-	uint64_t limited;
-	uint64_t degraded;
-	uint64_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+	counter_t accepted;
+	counter_t closed;
+	counter_t hellos;
+	counter_t healthchecks;
+	counter_t notifies;
+	counter_t decisions;
+	counter_t limited;
+	counter_t degraded;
+	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 };
 
 struct worker {

@@ -251,14 +251,14 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		answer_degraded(rs, &rs->queue[rs->qhead]);
 		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
 		rs->qlen--;
-		rs->stats.timeouts++;
+		STAT_INC(rs->stats.timeouts);
 	}
 	for (struct rbatch *b = rs->oldest; b; b = b->next) {
 		if (b->answered)
 			continue;
 		if (b->rq[0].deadline > now)
 			break;
-		rs->stats.timeouts += b->n;
+		STAT_ADD(rs->stats.timeouts, b->n);
 		fail_batch(rs, b);
 	}
 	arm_deadline(rs);
@@ -304,7 +304,7 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 
 	if (decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, vals, nvals, res) < 0) {
-		rs->stats.errors++;
+		STAT_INC(rs->stats.errors);
 		answer_degraded(rs, r);
 		return;
 	}
@@ -314,7 +314,7 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 		cache_store(rs, r, (int)decider - 1, res, b->sent);
 	}
 	decide_result(&r->q, res, (int)decider - 1, &d);
-	rs->stats.replies++;
+	STAT_INC(rs->stats.replies);
 	conn_answer(rs->w, &r->ref, &d);
 }
 
@@ -443,7 +443,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rs->ac == ac) {
 		/* Redis restarted or flushed its scripts: load again, retry once.
 		 * The batch keeps its place (and deadline) in the list. */
-		rs->stats.noscript++;
+		STAT_INC(rs->stats.noscript);
 		b->retried = 1;
 		load_script(rs);
 		if (send_batch_cmd(rs, b) == 0)
@@ -460,11 +460,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			rc = answer_plain(rs, b, reply);
 		if (rc < 0) {
 			if (reply) {
-				rs->stats.errors++;
+				STAT_INC(rs->stats.errors);
 				log_warn("redis: decision failed: %s",
 					 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 			} else {
-				rs->stats.unavailable += b->n;
+				STAT_ADD(rs->stats.unavailable, b->n);
 			}
 			b->answered = 0;
 			rs->inflight += b->n;
@@ -636,10 +636,10 @@ static void send_batches(struct rstore *rs)
 		else
 			rs->oldest = b;
 		rs->newest = b;
-		rs->stats.batches++;
+		STAT_INC(rs->stats.batches);
 		if (send_batch_cmd(rs, b) < 0) {
 			unlink_batch(rs, b);
-			rs->stats.unavailable += b->n;
+			STAT_ADD(rs->stats.unavailable, b->n);
 			fail_batch(rs, b);
 			xfree(b);
 		}
@@ -663,7 +663,7 @@ static void answer_queue_degraded(struct rstore *rs)
 		answer_degraded(rs, &rs->queue[rs->qhead]);
 		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
 		rs->qlen--;
-		rs->stats.unavailable++;
+		STAT_INC(rs->stats.unavailable);
 	}
 }
 
@@ -743,7 +743,7 @@ static void start_connect(struct rstore *rs)
 	redisLibevAttach(rs->w->loop, ac);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	rs->stats.reconnects++;
+	STAT_INC(rs->stats.reconnects);
 	/* Pipelined behind the connection: AUTH, then the script. */
 	if (cfg->password[0]) {
 		const char *argv[3] = { "AUTH", cfg->user, cfg->password };
@@ -846,15 +846,15 @@ int rstore_submit(struct rstore *rs, const struct decide_query *q,
 	int64_t now = server_now_us();
 	struct rq *r;
 
-	rs->stats.queries++;
+	STAT_INC(rs->stats.queries);
 	if (rs->cfg->local_cache && cache_answer(rs, q, now, d)) {
-		rs->stats.local_refusals++;
+		STAT_INC(rs->stats.local_refusals);
 		return 1;
 	}
 	if (rs->state == RS_DISCONNECTED ||
 	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending ||
 	    q->nlimits == 0) {
-		rs->stats.unavailable++;
+		STAT_INC(rs->stats.unavailable);
 		decide_degraded(q, d);
 		return 1;
 	}

@@ -15,6 +15,8 @@
 
 #include <stdint.h>
 
+#include "stats.h"
+
 #include "decide.h"
 
 struct worker;
@@ -48,15 +50,15 @@ struct store_ref {
 };
 
 struct rstore_stats {
-	uint64_t queries;        /* submitted */
-	uint64_t batches;        /* script calls sent */
-	uint64_t replies;        /* decisions that came back from Redis */
-	uint64_t local_refusals; /* answered from the refused-until cache */
-	uint64_t timeouts;       /* answered degraded: deadline passed */
-	uint64_t unavailable;    /* answered degraded: no connection, queue full */
-	uint64_t errors;         /* error replies */
-	uint64_t reconnects;
-	uint64_t noscript;
+	counter_t queries;        /* submitted */
+	counter_t batches;        /* script calls sent */
+	counter_t replies;        /* decisions that came back from Redis */
+	counter_t local_refusals; /* answered from the refused-until cache */
+	counter_t timeouts;       /* answered degraded: deadline passed */
+	counter_t unavailable;    /* answered degraded: no connection, queue full */
+	counter_t errors;         /* error replies */
+	counter_t reconnects;
+	counter_t noscript;
 };
 
 void redis_config_defaults(struct redis_config *cfg);

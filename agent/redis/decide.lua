@@ -366,9 +366,9 @@ local function validate(keys, reqs)
 				return fmt('request %d limit %d: burst must be an integer in 0..2^47', i, j)
 			end
 			-- the bucket's depth in time, burst * period / quota, must stay
-			-- far from 2^53 once added to the clock
-			if algo == 0 and burst > quota and burst / quota * period > MAX_VALUE then
-				return fmt('request %d limit %d: burst * period_us / quota exceeds 2^47', i, j)
+			-- below 2^53 once added to the clock
+			if algo == 0 and burst > quota and burst / quota * period > TWO52 then
+				return fmt('request %d limit %d: burst * period_us / quota exceeds 2^52', i, j)
 			end
 		end
 	end

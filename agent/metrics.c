@@ -1,0 +1,308 @@
+#include "metrics.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "log.h"
+#include "server.h"
+#include "spop.h"
+#include "store_redis.h"
+
+#define REQ_MAX 4096
+#define CLIENT_TIMEOUT 5.0
+
+struct mclient {
+	struct metrics *m;
+	int fd;
+	ev_io io;
+	ev_timer timer;
+	size_t len;
+	char req[REQ_MAX];
+};
+
+struct metrics {
+	struct ev_loop *loop;
+	struct server *srv;
+	int fd;
+	ev_io accept_w;
+};
+
+struct out {
+	char *buf;
+	size_t cap, len;
+	int err;
+};
+
+static void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void outf(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		if (o->err)
+			return;
+		va_start(ap, fmt);
+		n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			o->err = 1;
+			return;
+		}
+		if ((size_t)n < o->cap - o->len) {
+			o->len += (size_t)n;
+			return;
+		}
+		char *nb = xrealloc(o->buf, o->cap * 2 + (size_t)n);
+		if (!nb) {
+			o->err = 1;
+			return;
+		}
+		o->buf = nb;
+		o->cap = o->cap * 2 + (size_t)n;
+	}
+}
+
+static void counter(struct out *o, const char *name, const char *help, uint64_t v)
+{
+	outf(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+	     (unsigned long long)v);
+}
+
+static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
+{
+	outf(o, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name,
+	     (unsigned long long)v);
+}
+
+/* Sums a worker counter over every worker. */
+#define SUM(field)                                                            \
+	({                                                                    \
+		uint64_t s_ = 0;                                              \
+		for (int i_ = 0; i_ < srv->nworkers; i_++)                    \
+			s_ += STAT_GET(srv->workers[i_].stats.field);         \
+		s_;                                                           \
+	})
+#define RSUM(field)                                                           \
+	({                                                                    \
+		uint64_t s_ = 0;                                              \
+		for (int i_ = 0; i_ < srv->nworkers; i_++)                    \
+			if (srv->workers[i_].rs)                              \
+				s_ += STAT_GET(rstore_get_stats(srv->workers[i_].rs)->field); \
+		s_;                                                           \
+	})
+
+static void render(struct server *srv, struct out *o)
+{
+	uint64_t acc = SUM(accepted), closed = SUM(closed);
+
+	counter(o, "spoa_rl_connections_total", "SPOP connections accepted.", acc);
+	gauge(o, "spoa_rl_connections", "SPOP connections open.", acc - closed);
+	counter(o, "spoa_rl_hellos_total", "SPOP handshakes completed.", SUM(hellos));
+	counter(o, "spoa_rl_healthchecks_total", "HAProxy health checks answered.",
+		SUM(healthchecks));
+	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.", SUM(notifies));
+	counter(o, "spoa_rl_decisions_total", "check-rate decisions answered.",
+		SUM(decisions));
+	counter(o, "spoa_rl_limited_total", "Decisions with status 429.", SUM(limited));
+	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
+		SUM(degraded));
+	outf(o, "# HELP spoa_rl_disconnects_total AGENT-DISCONNECT frames sent, by status.\n"
+		"# TYPE spoa_rl_disconnects_total counter\n");
+	for (int st = 0; st < 14; st++) {
+		uint64_t v = SUM(disconnects_sent[st]);
+
+		if (v)
+			outf(o, "spoa_rl_disconnects_total{status=\"%d\"} %llu\n",
+			     st == 13 ? 99 : st, (unsigned long long)v);
+	}
+	if (srv->redis) {
+		counter(o, "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
+			RSUM(queries));
+		counter(o, "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).",
+			RSUM(batches));
+		counter(o, "spoa_rl_redis_replies_total", "Decisions answered by Redis.",
+			RSUM(replies));
+		counter(o, "spoa_rl_local_refusals_total",
+			"Refusals answered locally: the client was known refused until a later time.",
+			RSUM(local_refusals));
+		counter(o, "spoa_rl_redis_timeouts_total", "Decisions past their deadline.",
+			RSUM(timeouts));
+		counter(o, "spoa_rl_redis_unavailable_total",
+			"Decisions made without Redis: no connection or queue full.",
+			RSUM(unavailable));
+		counter(o, "spoa_rl_redis_errors_total", "Error replies from Redis.", RSUM(errors));
+		counter(o, "spoa_rl_redis_connects_total", "Connection attempts to Redis.",
+			RSUM(reconnects));
+		counter(o, "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.",
+			RSUM(noscript));
+	}
+	if (srv->mem) {
+		struct memstore_stats ms;
+
+		memstore_get_stats(srv->mem, &ms);
+		gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
+		counter(o, "spoa_rl_memory_full_total",
+			"In-memory decisions made without room to keep state.", ms.full);
+	}
+}
+
+size_t metrics_render(struct server *srv, char **out)
+{
+	struct out o = { xmalloc(8192), 8192, 0, 0 };
+
+	if (!o.buf)
+		return 0;
+	render(srv, &o);
+	if (o.err) {
+		xfree(o.buf);
+		return 0;
+	}
+	*out = o.buf;
+	return o.len;
+}
+
+static void client_close(struct mclient *c)
+{
+	ev_io_stop(c->m->loop, &c->io);
+	ev_timer_stop(c->m->loop, &c->timer);
+	close(c->fd);
+	xfree(c);
+}
+
+/* Writes the whole answer; the socket is blocking for this short write. */
+static void respond(struct mclient *c, const char *status, const char *type,
+		    const char *body, size_t len)
+{
+	char head[256];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+			 "Connection: close\r\n\r\n", status, type, len);
+	struct iovec iov[2] = { { head, (size_t)n }, { (void *)body, len } };
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	if (sendmsg(c->fd, &msg, MSG_NOSIGNAL) < 0)
+		log_debug("metrics: write failed: %s", strerror(errno));
+}
+
+static void on_client(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct mclient *c = io->data;
+	ssize_t n = recv(c->fd, c->req + c->len, sizeof(c->req) - 1 - c->len, 0);
+	char *body = NULL;
+	size_t len;
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		client_close(c);
+		return;
+	}
+	c->len += (size_t)n;
+	c->req[c->len] = '\0';
+	if (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n")) {
+		if (c->len == sizeof(c->req) - 1)
+			client_close(c);
+		return;
+	}
+	if (strncmp(c->req, "GET /metrics ", 13) == 0 || strncmp(c->req, "GET /metrics?", 13) == 0) {
+		len = metrics_render(c->m->srv, &body);
+		if (body)
+			respond(c, "200 OK", "text/plain; version=0.0.4", body, len);
+		else
+			respond(c, "500 Internal Server Error", "text/plain", "", 0);
+		xfree(body);
+	} else if (strncmp(c->req, "GET /healthz ", 13) == 0) {
+		respond(c, "200 OK", "text/plain", "ok\n", 3);
+	} else {
+		respond(c, "404 Not Found", "text/plain", "not found\n", 10);
+	}
+	client_close(c);
+}
+
+static void on_client_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	client_close(t->data);
+}
+
+static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct metrics *m = io->data;
+	int fd = accept4(m->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct mclient *c;
+
+	if (fd < 0)
+		return;
+	c = xcalloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->m = m;
+	c->fd = fd;
+	ev_io_init(&c->io, on_client, fd, EV_READ);
+	c->io.data = c;
+	ev_timer_init(&c->timer, on_client_timeout, CLIENT_TIMEOUT, 0.);
+	c->timer.data = c;
+	ev_io_start(loop, &c->io);
+	ev_timer_start(loop, &c->timer);
+}
+
+struct metrics *metrics_start(struct ev_loop *loop, struct server *srv, const char *host,
+			      const char *port)
+{
+	struct addrinfo hints = { 0 }, *res, *ai;
+	struct metrics *m;
+	int fd = -1, one = 1;
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	if (getaddrinfo(host, port, &hints, &res) != 0) {
+		log_err("metrics: cannot resolve %s:%s", host, port);
+		return NULL;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 64) == 0)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		log_err("metrics: cannot listen on %s:%s: %s", host, port, strerror(errno));
+		return NULL;
+	}
+	m = xcalloc(1, sizeof(*m));
+	if (!m) {
+		close(fd);
+		return NULL;
+	}
+	m->loop = loop;
+	m->srv = srv;
+	m->fd = fd;
+	ev_io_init(&m->accept_w, on_accept, fd, EV_READ);
+	m->accept_w.data = m;
+	ev_io_start(loop, &m->accept_w);
+	log_info("metrics on http://%s:%s/metrics", host, port);
+	return m;
+}
+
+void metrics_stop(struct metrics *m)
+{
+	if (!m)
+		return;
+	ev_io_stop(m->loop, &m->accept_w);
+	close(m->fd);
+	xfree(m);
+}
