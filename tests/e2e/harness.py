@@ -1,0 +1,345 @@
+"""Processes for the end-to-end tests: the agent, haproxy, a small HTTP
+backend, on loopback ports picked at run time.
+
+A Harness owns everything it starts and stops all of it in close(), which
+the runner always calls; an atexit hook stops whatever a crash left behind.
+Each process runs in its own process group, killed as a group.
+"""
+
+import atexit
+import http.client
+import http.server
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.join(ROOT, "build")  # the runner sets it from --build
+HAPROXY = os.environ.get("HAPROXY", "haproxy")
+BASIC_CFG = os.path.join(ROOT, "haproxy-examples", "basic.cfg")
+SPOE_CONF = os.path.join(ROOT, "spoe-conf", "ratelimit.conf")
+
+# Lines in a log that mean something went wrong, whatever the test checks.
+SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
+                          r"runtime error:|ThreadSanitizer|Segmentation fault")
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here."""
+
+
+_live = set()
+
+
+def _kill_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _stop_all_left():
+    for proc in list(_live):
+        _kill_group(proc, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        _live.discard(proc)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def wait_port(port, timeout=10.0, proc=None, host="127.0.0.1"):
+    """Waits until something accepts on host:port. Raises if it does not
+    within timeout or if proc exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError("process exited with %s before accepting on port %d"
+                               % (proc.returncode, port))
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("nothing accepts on %s:%d after %.0fs" % (host, port, timeout))
+            time.sleep(0.02)
+
+
+def wait_for(pred, timeout, what, interval=0.05):
+    """Polls pred() until it returns a true value, which it returns."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+class Proc:
+    """A started process, its log file and its name."""
+
+    def __init__(self, name, argv, log_path, env=None, cwd=None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.returncode = None
+        self._log = open(log_path, "wb")
+        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                      stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                      start_new_session=True)
+        _live.add(self.popen)
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def signal(self, sig):
+        self.popen.send_signal(sig)
+
+    def stop(self, timeout=5.0):
+        """SIGTERM to the group, SIGKILL after timeout. Returns the exit code
+        of the main process (negative: killed by that signal)."""
+        if self.popen.poll() is None:
+            _kill_group(self.popen, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.popen, signal.SIGKILL)
+                self.popen.wait(timeout=5)
+        # Children left in the group (old haproxy workers) go too.
+        _kill_group(self.popen, signal.SIGKILL)
+        _live.discard(self.popen)
+        self._log.close()
+        self.returncode = self.popen.returncode
+        return self.returncode
+
+
+class Agent(Proc):
+    def __init__(self, h, args, name):
+        self.port = free_port()
+        binary = os.path.join(BUILD, "spoa-ratelimit")
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError("%s is missing: build it with `make agent`" % binary)
+        argv = [binary, "--listen", "127.0.0.1:%d" % self.port] + list(args)
+        super().__init__(name, argv, os.path.join(h.dir, name + ".log"))
+        # The agent says when it listens; the port check covers an agent
+        # that says it in other words.
+        wait_for(lambda: "listening on" in self.log() or not self.alive(), 10,
+                 "%s to log 'listening on'" % name)
+        wait_port(self.port, 5, self.popen)
+
+
+class Backend:
+    """A threaded HTTP server answering 200 "ok\\n" to everything; counts
+    requests per path."""
+
+    def __init__(self):
+        self.count = 0
+        self.paths = []
+        self.lock = threading.Lock()
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self):
+                with backend.lock:
+                    backend.count += 1
+                    backend.paths.append(self.path)
+                body = b"ok\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client gone mid-request (haproxy stopping) is normal
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class HAProxy(Proc):
+    """haproxy -W -db on a configuration whose addresses come from RL_*
+    environment variables (see haproxy-examples/basic.cfg)."""
+
+    def __init__(self, h, agent_port, app_port, cfg=BASIC_CFG, env=None, name="haproxy"):
+        self.port = free_port()
+        self.stats_port = free_port()
+        e = dict(os.environ)
+        e.update({
+            "RL_FRONTEND": "127.0.0.1:%d" % self.port,
+            "RL_APP": "127.0.0.1:%d" % app_port,
+            "RL_AGENT": "127.0.0.1:%d" % agent_port,
+            "RL_SPOE_CONF": SPOE_CONF,
+            "RL_STATS": "127.0.0.1:%d" % self.stats_port,
+            "RL_CHECK_INTER": "200ms",
+        })
+        e.update(env or {})
+        if shutil.which(HAPROXY) is None:
+            raise Skip("haproxy is not installed")
+        super().__init__(name, [HAPROXY, "-W", "-db", "-f", cfg],
+                         os.path.join(h.dir, name + ".log"), env=e, cwd=h.dir)
+        wait_port(self.port, 10, self.popen)
+        wait_port(self.stats_port, 10, self.popen)
+
+    def reload(self, timeout=10.0):
+        """SIGUSR2 to the master; returns when the new worker serves (the
+        master logs one more "Loading success")."""
+        before = self.log().count("Loading success")
+        self.signal(signal.SIGUSR2)
+        wait_for(lambda: self.log().count("Loading success") > before or not self.alive(),
+                 timeout, "haproxy to reload")
+        if not self.alive():
+            raise AssertionError("haproxy exited on reload")
+
+    def stats(self):
+        """The CSV statistics as a list of dicts."""
+        r = http_get(self.stats_port, "/stats;csv")
+        if r.status != 200:
+            raise AssertionError("stats page answered %d" % r.status)
+        lines = r.text.splitlines()
+        head = lines[0].lstrip("# ").split(",")
+        return [dict(zip(head, line.split(","))) for line in lines[1:] if line]
+
+    def server_stat(self, backend, server):
+        for row in self.stats():
+            if row.get("pxname") == backend and row.get("svname") == server:
+                return row
+        raise AssertionError("no stats for %s/%s" % (backend, server))
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers  # http.client.HTTPMessage: case-insensitive get()
+        self.body = body
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def __repr__(self):
+        return "Response(%d, %r, %r)" % (self.status, dict(self.headers.items()), self.body)
+
+
+def http_get(port, path="/", headers=None, method="GET", timeout=5.0, source=None):
+    """One request on a new connection to 127.0.0.1:port, from the loopback
+    address `source` when given (e.g. "127.0.0.2")."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
+    try:
+        conn.request(method, path, headers=headers or {})
+        r = conn.getresponse()
+        body = r.read()
+        return Response(r.status, r.headers, body)
+    finally:
+        conn.close()
+
+
+class Harness:
+    """The fixture: a temporary directory and everything started in it."""
+
+    def __init__(self, name="test"):
+        self.dir = tempfile.mkdtemp(prefix="rl-e2e-%s-" % name)
+        self.procs = []
+        self.backends = []
+        self.agents = []
+        self._n = 0
+
+    def agent(self, *args, name=None):
+        self._n += 1
+        a = Agent(self, args, name or "agent%d" % self._n)
+        self.procs.append(a)
+        self.agents.append(a)
+        return a
+
+    def backend(self):
+        b = Backend()
+        self.backends.append(b)
+        return b
+
+    def haproxy(self, agent_port, app_port, **kw):
+        hp = HAProxy(self, agent_port, app_port, **kw)
+        self.procs.append(hp)
+        return hp
+
+    def stop(self, proc):
+        rc = proc.stop()
+        return rc
+
+    def close(self):
+        """Stops everything; returns a list of problems found in the agents'
+        exit codes and logs (sanitizer reports, unclean exits)."""
+        problems = []
+        for p in reversed(self.procs):
+            was_running = p.returncode is None and p.alive()
+            rc = p.stop()
+            if isinstance(p, Agent):
+                if was_running and rc != 0:
+                    problems.append("%s exited with %s on SIGTERM" % (p.name, rc))
+                m = SANITIZER_RE.search(p.log())
+                if m:
+                    problems.append("%s log has %r" % (p.name, m.group(0)))
+        for b in self.backends:
+            b.stop()
+        return problems
+
+    def logs(self, tail=40):
+        """The last lines of every log, for a failure report."""
+        out = []
+        for p in self.procs:
+            try:
+                lines = p.log().splitlines()
+            except OSError:
+                continue
+            out.append("---- %s (%s), last %d lines:" % (p.name, p.log_path, tail))
+            out.extend(lines[-tail:])
+        return "\n".join(out)
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,172 @@
+"""End to end through the real haproxy (haproxy-examples/basic.cfg with
+spoe-conf/ratelimit.conf), the agent and an HTTP backend."""
+
+import json
+import math
+import re
+import time
+
+from harness import http_get, wait_for
+
+POLICY_5_10 = '"default";q=5;w=10'
+
+# Agent log lines that mean trouble in a run where nothing should go wrong:
+# the agent's error and warning levels ("...Z error: ", "...Z warning: "),
+# any disconnect it sent, sanitizer reports, assertion failures.
+BAD_LOG_RE = re.compile(r"\d\dZ (error|warning): |disconnect, status|Sanitizer|"
+                        r"runtime error|Assertion|Segmentation|Abort")
+
+
+def stack(h, *agent_args):
+    """Agent, backend, haproxy; returns them once haproxy sees the agent UP."""
+    agent = h.agent("--threads", "2", *agent_args)
+    backend = h.backend()
+    hp = h.haproxy(agent.port, backend.port)
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    return agent, backend, hp
+
+
+def get(hp, key=None, path="/", user=None, source=None):
+    headers = {}
+    if key is not None:
+        headers["X-Api-Key"] = key
+    if user is not None:
+        headers["X-User"] = user
+    return http_get(hp.port, path, headers=headers, source=source)
+
+
+def assert_passed(r, policy, remaining, reset):
+    assert r.status == 200, r
+    assert r.body == b"ok\n", r
+    assert r.headers.get("RateLimit-Policy") == policy, r
+    assert r.headers.get("RateLimit") == '"default";r=%d;t=%d' % (remaining, reset), r
+    assert r.headers.get("Retry-After") is None, r
+
+
+def assert_limited(r, policy, retry_after, reset):
+    assert r.status == 429, r
+    assert r.headers.get("Content-Type") == "application/json", r
+    assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry_after}, r
+    assert r.headers.get("Retry-After") == str(retry_after), r
+    assert r.headers.get("RateLimit-Policy") == policy, r
+    assert r.headers.get("RateLimit") == '"default";r=0;t=%d' % reset, r
+
+
+def assert_log_clean(agent):
+    bad = [line for line in agent.log().splitlines() if BAD_LOG_RE.search(line)]
+    assert not bad, "agent log has: %r" % bad[:5]
+
+
+def exhaust_5_10(hp, **who):
+    """Five requests pass counting down, the sixth is refused (5/10s: one
+    token per 2 s, all within the first second)."""
+    for i in range(1, 6):
+        assert_passed(get(hp, **who), POLICY_5_10, 5 - i, 2 * i)
+    assert_limited(get(hp, **who), POLICY_5_10, 2, 10)
+
+
+def test_under_limit_then_429(h):
+    agent, backend, hp = stack(h, "--limit", "5/10s")
+    t0 = time.monotonic()
+    exhaust_5_10(hp, key="k1")
+    # A refused request never reaches the application.
+    assert backend.count == 5, backend.count
+    assert_limited(get(hp, key="k1"), POLICY_5_10, 2, 10)
+    assert backend.count == 5, backend.count
+    assert time.monotonic() - t0 < 1.0, "too slow for the exact values above"
+    assert_log_clean(agent)
+
+
+def test_api_keys_have_separate_buckets(h):
+    agent, backend, hp = stack(h, "--limit", "5/10s")
+    exhaust_5_10(hp, key="alpha")
+    # Another key starts full, and its use leaves alpha refused.
+    assert_passed(get(hp, key="beta"), POLICY_5_10, 4, 2)
+    assert_passed(get(hp, key="beta"), POLICY_5_10, 3, 4)
+    assert_limited(get(hp, key="alpha"), POLICY_5_10, 2, 10)
+    assert backend.count == 7, backend.count
+
+
+def test_no_api_key_falls_back_to_ip(h):
+    agent, backend, hp = stack(h, "--limit", "5/10s")
+    # No key, no user: the client address is the identity.
+    exhaust_5_10(hp)
+    # Keys and users are buckets of their own, not the address's.
+    assert_passed(get(hp, key="k1"), POLICY_5_10, 4, 2)
+    assert_passed(get(hp, user="alice"), POLICY_5_10, 4, 2)
+    # Another client address has its own bucket; 127.0.0.1 stays refused.
+    assert_passed(get(hp, source="127.0.0.2"), POLICY_5_10, 4, 2)
+    assert_limited(get(hp), POLICY_5_10, 2, 10)
+    # An empty key header counts as no key.
+    assert_limited(get(hp, key=""), POLICY_5_10, 2, 10)
+    assert backend.count == 8, backend.count
+
+
+def test_health_checks(h):
+    agent, backend, hp = stack(h, "--limit", "100/1m")
+    # inter 200ms: about ten checks, each a HELLO with healthcheck set.
+    time.sleep(2.0)
+    st = hp.server_stat("ratelimit-agents", "agent1")
+    assert st["status"] == "UP", st
+    assert st["check_status"] == "L7OK", st
+    assert st["chkfail"] == "0", st
+    assert st["chkdown"] == "0", st
+    assert agent.alive()
+    r = get(hp, key="k1")
+    assert_passed(r, '"default";q=100;w=60', 99, 1)
+    assert_log_clean(agent)
+
+
+def test_reload_keeps_working_and_buckets_persist(h):
+    # 5/1m: one token per 12 s, so no token comes back during the test; the
+    # reset time shrinks by the seconds elapsed since the first request.
+    agent, backend, hp = stack(h, "--limit", "5/1m")
+    policy = '"default";q=5;w=60'
+    t0 = time.monotonic()
+
+    def check(status, remaining, full_reset):
+        r = get(hp, key="r")
+        late = math.ceil(time.monotonic() - t0)
+        assert r.status == status, r
+        assert r.headers.get("RateLimit-Policy") == policy, r
+        m = re.fullmatch(r'"default";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
+        assert m, r
+        assert int(m.group(1)) == remaining, r
+        assert full_reset - late <= int(m.group(2)) <= full_reset, (r, late)
+        return r
+
+    check(200, 4, 12)
+    check(200, 3, 24)
+    hp.reload()
+    check(200, 2, 36)
+    # The old worker goes away with its agent connections.
+    wait_for(lambda: "Former worker" in hp.log(), 10, "the old haproxy worker to exit")
+    check(200, 1, 48)
+    hp.reload()
+    check(200, 0, 60)
+    r = check(429, 0, 60)
+    late = math.ceil(time.monotonic() - t0)
+    assert 12 - late <= int(r.headers["Retry-After"]) <= 12, r
+    assert json.loads(r.body) == {"error": "rate_limited",
+                                  "retry_after": int(r.headers["Retry-After"])}, r
+    assert agent.alive()
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP after the reloads")
+    assert backend.count == 5, backend.count
+    assert_log_clean(agent)
+
+
+def test_passes_again_after_retry_after(h):
+    agent, backend, hp = stack(h, "--limit", "2/2s")
+    policy = '"default";q=2;w=2'
+    assert_passed(get(hp, key="k"), policy, 1, 1)
+    assert_passed(get(hp, key="k"), policy, 0, 2)
+    r = get(hp, key="k")
+    assert_limited(r, policy, 1, 2)
+    time.sleep(int(r.headers["Retry-After"]))
+    # One token came back and this request takes it.
+    r = get(hp, key="k")
+    assert r.status == 200, r
+    assert r.headers.get("RateLimit") == '"default";r=0;t=2', r
+    assert backend.count == 3, backend.count

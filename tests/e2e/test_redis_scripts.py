@@ -1,0 +1,749 @@
+"""The Redis decision scripts (agent/redis/decide.lua and decide_plain.lua)
+against a real redis-server, compared with an ideal model of the limits
+written here with exact rational arithmetic.
+
+Redis's clock cannot be set, so every reply is checked against the model
+run at the now_us that the reply itself returns. One redis-server serves
+the whole module (started on first use, stopped at exit); every test uses
+client keys of its own.
+"""
+
+import atexit
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from fractions import Fraction
+
+import harness
+import mpack
+from resp import Client, RespError, encode
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT_MP = os.path.join(ROOT, "agent", "redis", "decide.lua")
+SCRIPT_PLAIN = os.path.join(ROOT, "agent", "redis", "decide_plain.lua")
+
+TB, SW, FW = 0, 1, 2
+MS = 1000
+S = 1000000
+
+# ---------------------------------------------------------------- server
+
+
+class _Redis:
+    def __init__(self):
+        if shutil.which("redis-server") is None:
+            raise harness.Skip("redis-server is not installed")
+        self.dir = tempfile.mkdtemp(prefix="rl-e2e-redis-")
+        last = None
+        for _ in range(3):
+            self.port = harness.free_port()
+            self.proc = harness.Proc(
+                "redis", ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                          "--save", "", "--appendonly", "no", "--daemonize", "no",
+                          "--dir", self.dir],
+                os.path.join(self.dir, "redis.log"))
+            try:
+                harness.wait_port(self.port, timeout=5.0, proc=self.proc.popen)
+                break
+            except RuntimeError as e:  # the port was taken in between: again
+                last = e
+                self.proc.stop()
+        else:
+            raise RuntimeError("redis-server did not start: %s" % last)
+        self.c = Client("127.0.0.1", self.port)
+        with open(SCRIPT_MP, "rb") as f:
+            self.sha_mp = self.c.command("SCRIPT", "LOAD", f.read()).decode()
+        with open(SCRIPT_PLAIN, "rb") as f:
+            self.sha_plain = self.c.command("SCRIPT", "LOAD", f.read()).decode()
+
+    def stop(self):
+        try:
+            self.c.close()
+        except OSError:
+            pass
+        self.proc.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_server = None
+
+
+def redis():
+    global _server
+    if _server is None:
+        _server = _Redis()
+        atexit.register(_server.stop)
+    return _server
+
+
+def new_key(rng=random):
+    return "rl:{%032x}" % rng.getrandbits(128)
+
+
+# ------------------------------------------------------- calling scripts
+
+
+def call_mp(keys, reqs, c=None):
+    """decide.lua; returns (now_us, [(allowed, decider, [(rem, retry, reset)])])."""
+    r = redis()
+    raw = (c or r.c).command("EVALSHA", r.sha_mp, len(keys), *keys,
+                             mpack.packb([[ki, cost, [list(l) for l in ls]]
+                                          for ki, cost, ls in reqs]))
+    now, results = mpack.unpackb(raw)
+    return now, [(a, d, [tuple(p) for p in per]) for a, d, per in results]
+
+
+def plain_args(reqs):
+    args = [len(reqs)]
+    for ki, cost, ls in reqs:
+        args += [ki, cost, len(ls)]
+        for l in ls:
+            args += list(l)
+    return args
+
+
+def call_plain(keys, reqs, c=None):
+    """decide_plain.lua, its flat reply reshaped like call_mp's."""
+    r = redis()
+    flat = (c or r.c).command("EVALSHA", r.sha_plain, len(keys), *keys, *plain_args(reqs))
+    assert all(isinstance(x, int) for x in flat), flat
+    now, pos, out = flat[0], 1, []
+    for _, _, ls in reqs:
+        a, d = flat[pos], flat[pos + 1]
+        pos += 2
+        per = []
+        for _ in ls:
+            per.append(tuple(flat[pos:pos + 3]))
+            pos += 3
+        out.append((a, d, per))
+    assert pos == len(flat), "reply longer than the requests: %r" % flat
+    return now, out
+
+
+CALLS = (("decide.lua", call_mp), ("decide_plain.lua", call_plain))
+
+
+# ------------------------------------------------------------- the model
+
+
+class Model:
+    """The limits as their definitions say, in exact rationals.
+
+    Token bucket: tokens refill continuously at quota/period up to the
+    capacity (burst or quota); a fresh client has a full bucket. Sliding
+    window: estimate = prev * (1 - elapsed/P) + cur over aligned windows.
+    Fixed window: a count per aligned window. A request is all or nothing.
+    A request heavier than a limit's capacity is refused with one period.
+    """
+
+    def __init__(self):
+        self.st = {}
+
+    def decide(self, now, keys, reqs):
+        out = []
+        for ki, cost, ls in reqs:
+            key = keys[ki - 1]
+            ev = [self._eval(key, l, now, cost) for l in ls]
+            ok = all(e[0] for e in ev)
+            if ok:
+                for l, e in zip(ls, ev):
+                    self.st[(key, l[0])] = e[4]
+                dec = min(range(len(ev)), key=lambda j: (ev[j][1], j))
+            else:
+                dec = min((j for j in range(len(ev)) if not ev[j][0]),
+                          key=lambda j: (-ev[j][2], j))
+            out.append((1 if ok else 0, dec + 1, [(e[1], e[2], e[3]) for e in ev]))
+        return out
+
+    def _eval(self, key, l, now, cost):
+        lid, algo, quota, period, burst = l
+        st = self.st.get((key, lid))
+        if algo == TB:
+            return self._token(st, now, cost, quota, period, burst)
+        return self._window(st, now, cost, quota, period, algo == SW)
+
+    @staticmethod
+    def _token(st, now, cost, quota, period, burst):
+        cap = burst or quota
+        rate = Fraction(quota, period)  # tokens per microsecond
+        tokens = Fraction(cap) if st is None else min(cap, st[0] + (now - st[1]) * rate)
+
+        def until_full(t):
+            return math.ceil((cap - t) / rate)
+
+        if cost > cap:
+            return (False, 0, period, until_full(tokens), None)
+        if tokens >= cost:
+            left = tokens - cost
+            return (True, math.floor(left), 0, until_full(left), (left, now))
+        return (False, 0, math.ceil((cost - tokens) / rate), until_full(tokens), None)
+
+    @staticmethod
+    def _window(st, now, cost, quota, period, sliding):
+        counts = dict(st or {})
+        ws = now // period * period
+
+        def est(t, cs):
+            w = t // period * period
+            cur = cs.get(w, 0)
+            if not sliding:
+                return Fraction(cur)
+            return Fraction(cs.get(w - period, 0) * (period - (t - w)), period) + cur
+
+        def first(pred, lo, hi):
+            # the smallest t in [lo, hi] with pred(t); pred is monotonic
+            assert pred(hi)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if pred(mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+
+        def reset(cs):
+            return first(lambda t: est(now + t, cs) == 0, 0, 2 * period)
+
+        e = est(now, counts)
+        if e + cost <= quota:
+            counts[ws] = counts.get(ws, 0) + cost
+            counts = {w: c for w, c in counts.items() if w >= ws - period}
+            return (True, math.floor(quota - e - cost), 0, reset(counts), counts)
+        if cost > quota:
+            return (False, 0, period, reset(counts), None)
+        retry = first(lambda t: est(now + t, counts) + cost <= quota, 1, 3 * period)
+        return (False, 0, retry, reset(counts), None)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check(call, model, keys, reqs, what=""):
+    now, got = call(keys, reqs)
+    want = model.decide(now, keys, reqs)
+    if got != want:
+        lines = ["%s: script and model differ at now_us=%d" % (what, now)]
+        for i, (q, g, w) in enumerate(zip(reqs, got, want)):
+            mark = "  " if g == w else "!!"
+            lines.append("%s request %d %r\n     got  %r\n     want %r" % (mark, i + 1, q, g, w))
+        raise AssertionError("\n".join(lines))
+    return now, got
+
+
+def run_timeline(lanes, steps, seed, sleeps, what):
+    """Drives both scripts through the same random timeline, each on keys of
+    its own, and checks every reply against its own model. A lane is
+    (limits, costs, probability of a request in a step, at most per step)."""
+    rng = random.Random(seed)
+    keys = {name: [new_key(rng) for _ in lanes] for name, _ in CALLS}
+    models = {name: Model() for name, _ in CALLS}
+    last = {name: 0 for name, _ in CALLS}
+    tally = [0, 0]
+    for step in range(steps):
+        plan = []
+        for li, (limits, costs, prob, most) in enumerate(lanes):
+            for _ in range(most):
+                if rng.random() < prob:
+                    plan.append((li, rng.choice(costs)))
+        if not plan:
+            plan.append((0, lanes[0][1][0]))
+        rng.shuffle(plan)
+        for name, call in CALLS:
+            ks, reqs = [], []
+            for li, cost in plan:
+                k = keys[name][li]
+                if k not in ks:
+                    ks.append(k)
+                reqs.append((ks.index(k) + 1, cost, lanes[li][0]))
+            now, got = check(call, models[name], ks, reqs,
+                             "%s %s seed %d step %d" % (what, name, seed, step))
+            assert now >= last[name], "Redis's clock went back"
+            last[name] = now
+            for a, _, _ in got:
+                tally[a] += 1
+        time.sleep(rng.choice(sleeps))
+    # the timeline must exercise both answers, or it proves little
+    assert tally[0] > 0 and tally[1] > 0, "allowed/refused tally %r" % tally
+    return tally
+
+
+def field(key, lid):
+    v = redis().c.command("HGET", key, lid)
+    return None if v is None else v.decode()
+
+
+def hgetall(key):
+    flat = redis().c.command("HGETALL", key)
+    return {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------- tests
+
+
+def test_core_is_identical_in_both_scripts():
+    def core(path):
+        with open(path) as f:
+            text = f.read()
+        a = text.index("-- ==== BEGIN CORE")
+        b = text.index("-- ==== END CORE ====")
+        return text[a:b]
+    assert core(SCRIPT_MP) == core(SCRIPT_PLAIN), "the shared core of the two scripts differs"
+
+
+_DRIVER = """
+local out, v = {}, {}
+local i = 1
+while i <= #ARGV do
+	local lid, algo = ARGV[i], tonumber(ARGV[i + 1])
+	local now, cost, quota, period, burst = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
+	    tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+	local ok, rem, ret, res, val
+	if algo == 0 then
+		ok, rem, ret, res, val = eval_token(v[lid], now, cost, quota, period, burst)
+	elseif algo == 1 then
+		ok, rem, ret, res, val = eval_sliding(v[lid], now, cost, quota, period)
+	else
+		ok, rem, ret, res, val = eval_fixed(v[lid], now, cost, quota, period)
+	end
+	if ok then
+		v[lid] = val
+	end
+	out[#out + 1] = string.format('%d %d %d %d', ok and 1 or 0, rem, ret, res)
+	i = i + 7
+end
+return out
+"""
+
+
+def _core_driver():
+    with open(SCRIPT_MP) as f:
+        text = f.read()
+    return text[text.index("-- ==== BEGIN CORE"):text.index("-- ==== END CORE ====")] + _DRIVER
+
+
+def test_core_math_at_chosen_times_matches_model():
+    """The evaluation functions of the core at times chosen here, with the
+    extremes of the ranges (quota 2^40, 366 days, cost 2^32-1, deep
+    buckets), where products exceed 2^53 and the exact paths matter."""
+    rng = random.Random(505)
+    day = 86400 * S
+    specs = [
+        (TB, 2 ** 40, 366 * day, 0), (TB, 999983, day, 0), (TB, 7, S, 0),
+        (TB, 3, 2 ** 40 + 1, 6000), (TB, 1, 366 * day, 142), (TB, 2 ** 40 - 3, 1000, 2 ** 40),
+        (TB, 1000003, 3600 * S + 7, 5000000), (SW, 2 ** 40, 366 * day, 0),
+        (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0), (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0),
+    ]
+    argv, steps = [], []
+    for si, (algo, quota, period, burst) in enumerate(specs):
+        assert burst <= quota or burst * period <= 2 ** 52 * quota, "outside the scripts' range"
+        now = 1795000000000000 + rng.randrange(10 ** 12)
+        cap = burst or quota
+        for _ in range(40):
+            now += rng.choice([0, 1, 7, rng.randrange(1000), rng.randrange(period // 3 + 1),
+                               rng.randrange(period + 1), rng.randrange(2 * period + 1)])
+            cost = min(rng.choice([1, 2, max(1, cap // 3), max(1, cap // 2), cap, cap + 1,
+                                   rng.randrange(1, cap + 2)]), 2 ** 32 - 1)
+            lid = "l%d" % si
+            argv += [lid, algo, now, cost, quota, period, burst]
+            steps.append((lid, algo, now, cost, quota, period, burst))
+    got = redis().c.command("EVAL", _core_driver(), 0, *argv)
+    model, key = Model(), "k"
+    for (lid, algo, now, cost, quota, period, burst), g in zip(steps, got):
+        ok, rem, ret, res, new = model._eval(key, (lid, algo, quota, period, burst), now, cost)
+        if ok:
+            model.st[(key, lid)] = new
+        want = "%d %d %d %d" % (1 if ok else 0, rem, ret, res)
+        assert g.decode() == want, ((lid, algo, now, cost, quota, period, burst), g, want)
+    assert len(got) == len(steps)
+
+
+def test_core_muldiv_is_exact():
+    rng = random.Random(606)
+    cases = []
+    for _ in range(300):
+        d = rng.choice([rng.randrange(1, 1000), rng.randrange(1, 2 ** 30), rng.randrange(1, 2 ** 52)])
+        a = rng.randrange(0, 2 ** 47)
+        bmax = min(2 ** 52, (2 ** 53 * d) // max(a, 1))
+        b = rng.randrange(0, bmax)
+        cases.append((a, b, d))
+    cases += [(2 ** 47, 2 ** 47, 2 ** 51 - 1), (2 ** 52 - 1, 1, 2 ** 52 - 1), (3, 2 ** 51, 7)]
+    script = _core_driver().replace(_DRIVER, """
+local out = {}
+for i = 1, #ARGV, 3 do
+	local q, r = muldiv(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
+	out[#out + 1] = string.format('%d %d', q, r)
+end
+return out
+""")
+    got = redis().c.command("EVAL", script, 0, *[x for c in cases for x in c])
+    for (a, b, d), g in zip(cases, got):
+        assert g.decode() == "%d %d" % divmod(a * b, d), (a, b, d, g)
+
+
+def test_token_bucket_matches_model():
+    lanes = [
+        ([("t5", TB, 5, 500 * MS, 0)], [1, 1, 2], 0.8, 2),
+        # emission interval 1s/7, not a whole number of microseconds
+        ([("t7", TB, 7, 1 * S, 0)], [1, 3], 0.7, 1),
+        ([("t3b6", TB, 3, 300 * MS, 6)], [1, 2, 4, 7], 0.7, 2),
+        # capacity * interval far beyond 2^53 in units of 1/quota us
+        ([("tbig", TB, 999983, 86400 * S, 0)], [1, 250000, 400000], 0.5, 1),
+        ([("tb11", TB, 2, 250 * MS, 11)], [1, 3, 5], 0.6, 1),
+        # a deep bucket (2^51 us): capacity * period beyond 2^52
+        ([("tdeep", TB, 3, 2 ** 40 + 1, 6000)], [1, 2500], 0.5, 1),
+    ]
+    run_timeline(lanes, 45, 101, [0, 0.003, 0.01, 0.02, 0.04, 0.08, 0.2], "token bucket")
+
+
+def test_windows_match_model():
+    lanes = [
+        ([("s5", SW, 5, 400 * MS, 0)], [1, 1, 2], 0.8, 2),
+        ([("s7", SW, 7, 300 * MS, 0)], [1, 3, 8], 0.7, 1),
+        ([("sbig", SW, 3000000000, 86400 * S, 0)], [1, 1000000000, 4294967295], 0.5, 1),
+        ([("f4", FW, 4, 300 * MS, 0)], [1, 2], 0.8, 2),
+        ([("f3", FW, 3, 200 * MS, 0)], [1, 4], 0.6, 1),
+    ]
+    run_timeline(lanes, 45, 202, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.25], "windows")
+
+
+def test_mixed_limits_all_or_nothing_match_model():
+    lanes = [
+        ([("t10", TB, 10, 2 * S, 0), ("s4", SW, 4, 300 * MS, 0), ("f6", FW, 6, 500 * MS, 0)],
+         [1, 2], 0.8, 2),
+        ([("f2", FW, 2, 250 * MS, 0), ("t9", TB, 9, 1 * S, 3)], [1, 2], 0.7, 2),
+        # shares lid t10 with the first lane's limit on another client
+        ([("t10", TB, 10, 2 * S, 0)], [1], 0.5, 1),
+    ]
+    run_timeline(lanes, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
+
+
+def test_all_or_nothing():
+    minute, second = ("t10m", TB, 10, 60 * S, 0), ("t3s", TB, 3, 1 * S, 0)
+    for name, call in CALLS:
+        k = new_key()
+        reqs = [(1, 1, [minute, second])] * 4
+        now, got = call([k], reqs)
+        assert [r[0] for r in got] == [1, 1, 1, 0], (name, got)
+        assert [r[2][0][0] for r in got] == [9, 8, 7, 6], (name, got)
+        assert [r[2][1][0] for r in got] == [2, 1, 0, 0], (name, got)
+        assert got[3][1] == 2, "%s: the 3/1s limit must decide: %r" % (name, got[3])
+        assert got[3][2][0][1] == 0 and got[3][2][1][1] == 333334, got[3]
+        # the refused 4th took nothing: exactly 3 emission intervals stored
+        assert field(k, "t10m") == "%d" % (now + 3 * 6 * S), (name, hgetall(k))
+        assert field(k, "t3s") == "%d" % (now + 1 * S), (name, hgetall(k))
+        now2, got2 = call([k], [(1, 1, [minute])])
+        assert got2[0][:2] == (1, 1) and got2[0][2][0][0] == 6, (name, got2)
+        assert got2[0][2][0][2] == 4 * 6 * S - (now2 - now), (name, now, now2, got2)
+
+
+def test_weighted_cost():
+    for name, call in CALLS:
+        k = new_key()
+        lim = [("t10", TB, 10, 1 * S, 0)]
+        now, got = call([k], [(1, 3, lim)])
+        assert got == [(1, 1, [(7, 0, 300000)])], (name, got)
+        now2, got = call([k], [(1, 8, lim)])
+        # 7 tokens plus what refilled since; 8 - that, at 10 per second
+        assert got[0][0] == 0
+        assert got[0][2][0][1] == 100000 - (now2 - now), (name, now, now2, got)
+        # heavier than the capacity: never passes, one period
+        _, got = call([k], [(1, 11, lim)])
+        assert got[0][0] == 0 and got[0][2][0][1] == 1 * S, (name, got)
+        m = Model()
+        k2 = new_key()
+        for cost in (4, 5, 3, 2, 1):
+            check(call, m, [k2], [(1, cost, [("s10", SW, 10, 1 * S, 0), ("f9", FW, 9, 1 * S, 0)])],
+                  name + " windows cost")
+
+
+def test_same_client_twice_in_one_batch():
+    lim = [("t3", TB, 3, 1 * S, 0)]
+    for name, call in CALLS:
+        a, b = new_key(), new_key()
+        reqs = [(1, 1, lim), (1, 1, lim), (2, 1, lim), (1, 1, lim), (1, 1, lim), (2, 2, lim)]
+        now, got = call([a, b], reqs)
+        assert [(r[0], r[2][0][0]) for r in got] == \
+            [(1, 2), (1, 1), (1, 2), (1, 0), (0, 0), (1, 0)], (name, got)
+        assert got[4][2][0][1] == 333334, (name, got)  # ceil(1s / 3)
+        assert field(a, "t3") == "%d" % (now + 1 * S), (name, hgetall(a))
+        m = Model()
+        wl = [("s3", SW, 3, 1 * S, 0), ("f2", FW, 2, 1 * S, 0)]
+        c = new_key()
+        check(call, m, [c], [(1, 1, wl)] * 4, name + " windows twice")
+
+
+def test_ttl_is_what_the_fields_need():
+    r = redis()
+    for name, call in CALLS:
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("t10", TB, 10, 1 * S, 0)])] * 3)
+        # PTTL counts from the current millisecond rounded down
+        pttl = r.c.command("PTTL", k)
+        assert 0 < pttl <= ceil_div(now + 300000, 1000) - now // 1000, (name, pttl)
+        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 300000, 1000), name
+
+        # emission interval 1s/7: TAT is now + 142857 + 1/7 us, needed to its ceiling
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("t7", TB, 7, 1 * S, 0)])])
+        assert field(k, "t7") == "%d+1" % (now + 142857), hgetall(k)
+        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 142858, 1000), name
+
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("s5", SW, 5, 1 * S, 0)])])
+        end2 = now // S * S + 2 * S  # the end of the next window
+        assert 0 < r.c.command("PTTL", k) <= end2 // 1000 - now // 1000, name
+        assert r.c.command("PEXPIRETIME", k) == end2 // 1000, name
+        assert field(k, "s5") == "%d:1:0" % end2, hgetall(k)
+
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("f5", FW, 5, 1 * S, 0)])])
+        end = now // S * S + S
+        assert 0 < r.c.command("PTTL", k) <= end // 1000 - now // 1000, name
+        assert r.c.command("PEXPIRETIME", k) == end // 1000, name
+
+        # a later write of a short-lived limit keeps what the other field needs
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("f1", FW, 1, 2 * S, 0)])])
+        f1_end = now // (2 * S) * (2 * S) + 2 * S
+        now2, _ = call([k], [(1, 1, [("t10", TB, 10, 1 * S, 0)])])
+        assert f1_end > now2 + 100000, "window too close to its end, rerun"
+        assert r.c.command("PEXPIRETIME", k) == f1_end // 1000, (name, hgetall(k))
+        assert sorted(hgetall(k)) == ["f1", "t10"]
+
+
+def test_stale_fields_go_and_keys_expire():
+    r = redis()
+    for name, call in CALLS:
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("t100ms", TB, 1, 100 * MS, 0)])])
+        assert r.c.command("EXISTS", k) == 1
+        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 100000, 1000)
+        time.sleep(0.25)
+        assert r.c.command("EXISTS", k) == 0, (name, hgetall(k))
+        # writing a limit drops the fields of the key that are past their need
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("t100ms", TB, 1, 100 * MS, 0), ("f3s", FW, 5, 3 * S, 0)])])
+        time.sleep(0.15)
+        now2, _ = call([k], [(1, 1, [("g", FW, 5, 3 * S, 0)])])
+        want = ["f3s", "g"] if now // (3 * S) == now2 // (3 * S) else ["g"]
+        assert sorted(hgetall(k)) == want, (name, hgetall(k))
+        # a refused request writes nothing and leaves the expiry alone
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("t", TB, 1, 1 * S, 0)])])
+        exp = r.c.command("PEXPIRETIME", k)
+        before = hgetall(k)
+        _, got = call([k], [(1, 1, [("t", TB, 1, 1 * S, 0)])])
+        assert got[0][0] == 0 and hgetall(k) == before
+        assert r.c.command("PEXPIRETIME", k) == exp
+
+
+def test_clients_are_independent():
+    lim = [("t3", TB, 3, 10 * S, 0), ("s2", SW, 2, 10 * S, 0)]
+    for name, call in CALLS:
+        a, b = new_key(), new_key()
+        for _ in range(2):
+            call([a], [(1, 1, lim)])
+        _, got = call([a], [(1, 1, lim)])
+        assert got[0][0] == 0 and got[0][1] == 2, (name, got)
+        before = hgetall(a)
+        _, got = call([b], [(1, 1, lim)])
+        assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 1], (name, got)
+        _, got = call([a, b], [(2, 1, lim), (1, 1, lim)])
+        assert got[0][:2] == (1, 2) and [p[0] for p in got[0][2]] == [1, 0], (name, got)
+        assert got[1][:2] == (0, 2), (name, got)
+        assert hgetall(a) == before
+
+
+def test_bad_arguments_write_nothing():
+    r = redis()
+    good_limit = ["t", TB, 10, S, 0]
+    k1, k2 = new_key(), new_key()
+    r.c.command("SET", "rl:{%s}" % ("e" * 32), "not a hash")
+    bad_mp = [
+        ([k1], b"\xc1"),                                   # never used byte
+        ([k1], b"\x93\x01"),                               # truncated array
+        ([k1], mpack.packb([]) + b"\x01"),                  # two values
+        ([k1], mpack.packb([])),                           # no request
+        ([k1], mpack.packb({"a": 1})),
+        ([k1], mpack.packb([[1, 1]])),
+        ([k1], mpack.packb([[2, 1, [good_limit]]])),      # key_index past KEYS
+        ([k1], mpack.packb([[0, 1, [good_limit]]])),
+        ([k1], mpack.packb([[1, 0, [good_limit]]])),       # cost 0
+        ([k1], mpack.packb([[1, 1.5, [good_limit]]])),
+        ([k1], mpack.packb([[1, 2 ** 32, [good_limit]]])),
+        ([k1], mpack.packb([[1, "1", [good_limit]]])),
+        ([k1], mpack.packb([[1, 1, []]])),
+        ([k1], mpack.packb([[1, 1, [["t", 3, 10, S, 0]]]])),        # algo
+        ([k1], mpack.packb([[1, 1, [["t", TB, 0, S, 0]]]])),        # quota
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, 0, 0]]]])),       # period
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, -S, 0]]]])),
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S, -1]]]])),      # burst
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, 2 ** 60, 0]]]])),
+        ([k1], mpack.packb([[1, 1, [["t", TB, 1, 2 ** 46, 2 ** 20]]]])),  # too deep
+        ([k1], mpack.packb([[1, 1, [["", TB, 10, S, 0]]]])),        # lid
+        ([k1], mpack.packb([[1, 1, [[7, TB, 10, S, 0]]]])),
+        ([k1], mpack.packb([[1, 1, [good_limit, good_limit]]])),    # duplicate lid
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S]]]])),
+        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S, 0, 9]]]])),
+        ([k1], mpack.packb([[1, 1, [["t", TB, None, S, 0]]]])),
+        ([k1], mpack.packb([[1, 1, [good_limit, None, good_limit]]])),
+        # a valid first request does not get written when the second is bad
+        ([k1, k2], mpack.packb([[1, 1, [good_limit]], [2, 1, [["t", 9, 1, 1, 0]]]])),
+        (["rl:{nothex}"], mpack.packb([[1, 1, [good_limit]]])),
+        (["other:{%s}" % ("a" * 32)], mpack.packb([[1, 1, [good_limit]]])),
+        # a key of the wrong type fails before anything is written
+        ([k1, "rl:{%s}" % ("e" * 32)], mpack.packb([[1, 1, [good_limit]], [2, 1, [good_limit]]])),
+    ]
+    bad_plain = [
+        ([k1], []),
+        ([k1], [0]),
+        ([k1], ["x"]),
+        ([k1], [1, 1, 1]),
+        ([k1], [1, 1, 1, 1, "t", 0, 10, S]),
+        ([k1], [1, 1, 1, 1, "t", 0, 10, S, 0, "extra"]),
+        ([k1], [1, 1, 1, 1, "t", "zero", 10, S, 0]),
+        ([k1], [1, 1, 1, 1, "t", 0, "nan", S, 0]),
+        ([k1], [1, 1, 1, 1, "t", 0, "inf", S, 0]),
+        ([k1], [1, 1, 1, 1, "t", 0, 10, S, 0.5]),
+        ([k1], [1, 1, 0]),
+        ([k1], [1, 2, 1, 1, "t", 0, 10, S, 0]),
+        ([k1, k2], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 5.5]),
+        ([k1, "rl:{%s}" % ("e" * 32)], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 0]),
+    ]
+    dbsize = r.c.command("DBSIZE")
+    cases = [(r.sha_mp, keys, [arg]) for keys, arg in bad_mp]
+    cases += [(r.sha_plain, keys, args) for keys, args in bad_plain]
+    cases.append((r.sha_mp, [k1], []))
+    for sha, keys, args in cases:
+        try:
+            r.c.command("EVALSHA", sha, len(keys), *keys, *args)
+        except RespError as e:
+            msg = str(e)
+            assert msg.startswith("ERR") or msg.startswith("WRONGTYPE"), msg
+            if "WRONGTYPE" not in msg:
+                assert "rl decide: " in msg, msg
+        else:
+            raise AssertionError("no error for %r %r" % (keys, args))
+        assert r.c.command("DBSIZE") == dbsize, (keys, args)
+    assert r.c.command("EXISTS", k1, k2) == 0
+    # and the scripts still work
+    _, got = call_mp([k1], [(1, 1, [tuple(good_limit)])])
+    assert got == [(1, 1, [(9, 0, 100000)])], got
+
+
+def test_foreign_field_values_count_as_fresh():
+    r = redis()
+    for name, call in CALLS:
+        k = new_key()
+        # garbage, a field of another shape, a remainder this limit cannot have
+        r.c.command("HSET", k, "t", "junk", "s", "12:3", "f", "1:2:3", "t7", "%d+9" % (2 ** 52))
+        _, got = call([k], [(1, 1, [("t", TB, 3, S, 0), ("s", SW, 3, S, 0),
+                                    ("f", FW, 3, S, 0), ("t7", TB, 7, S, 0)])])
+        assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 2, 2, 6], (name, got)
+        assert sorted(hgetall(k)) == ["f", "s", "t", "t7"]
+
+
+def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
+    r = redis()
+    for name, call in CALLS:
+        k = new_key()
+        now, _ = call([k], [(1, 1, [("f", FW, 3, S, 0), ("s", SW, 3, S, 0)])])
+        later = (now // S + 5) * S  # a window start seen by a clock ahead
+        r.c.command("HSET", k, "f", "%d:3" % (later + S), "s", "%d:3:0" % (later + 2 * S))
+        now, got = call([k], [(1, 1, [("f", FW, 3, S, 0)]), (1, 1, [("s", SW, 3, S, 0)])])
+        end = now // S * S + S
+        assert got[0] == (0, 1, [(0, end - now, end - now)]), (name, got)
+        # in the next window the 3 weigh 3 * (1 - e/P): 2 + 1 fits at e = P/3
+        assert got[1] == (0, 1, [(0, end - now + 333334, end + S - now)]), (name, got)
+
+
+def test_scripts_agree_on_the_same_timeline():
+    # periods long enough that the few milliseconds between the two calls
+    # cannot change allowed, decider or remaining
+    lim = [("t20", TB, 20, 3600 * S, 0), ("s12", SW, 12, 3600 * S, 0), ("f15", FW, 15, 3600 * S, 0)]
+    rng = random.Random(404)
+    ka = [new_key(rng) for _ in range(3)]
+    kb = [new_key(rng) for _ in range(3)]
+    for step in range(12):
+        idx = [rng.randrange(3) for _ in range(rng.randint(1, 4))]
+        costs = [rng.choice([1, 1, 2, 3]) for _ in idx]
+        ks = sorted(set(idx))
+        reqs = [(ks.index(i) + 1, c, lim) for i, c in zip(idx, costs)]
+        _, a = call_mp([ka[i] for i in ks], reqs)
+        _, b = call_plain([kb[i] for i in ks], reqs)
+
+        def strip(res):
+            return [(x[0], x[1], [p[0] for p in x[2]]) for x in res]
+        assert strip(a) == strip(b), (step, a, b)
+
+
+# ------------------------------------------------------------- measure
+
+
+def _measure(batch, seconds=None, depth=16):
+    """Prints decisions per second of each script with `batch` requests per
+    EVALSHA, `depth` calls in flight on one connection. Not asserted."""
+    seconds = float(os.environ.get("RL_MEASURE_SECONDS", seconds or 2.0))
+    r = redis()
+    lim = [["t1m", TB, 1000000, 60 * S, 0], ["s1h", SW, 10000000, 3600 * S, 0]]
+    rng = random.Random(batch)
+    pool = [new_key(rng) for _ in range(4096)]
+    line = []
+    for name, sha in (("msgpack", r.sha_mp), ("plain", r.sha_plain)):
+        # pre-encoded commands, so the client's own cost stays small
+        cmds = []
+        for i in range(64):
+            keys = [pool[(i * batch + j) % len(pool)] for j in range(batch)]
+            reqs = [[j + 1, 1, lim] for j in range(batch)]
+            if sha == r.sha_mp:
+                args = [mpack.packb(reqs)]
+            else:
+                args = plain_args([(q[0], q[1], [tuple(l) for l in q[2]]) for q in reqs])
+            cmds.append(("EVALSHA", sha, batch, *keys, *args))
+        wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
+        c = Client("127.0.0.1", r.port)
+        try:
+            c.command("CONFIG", "RESETSTAT")
+            calls = 0
+            t0 = time.monotonic()
+            end = t0 + seconds
+            i = 0
+            while time.monotonic() < end:
+                c.send(wire[i % len(wire)])
+                for _ in range(depth):
+                    rep = c.read_reply()
+                    if isinstance(rep, RespError):
+                        raise rep
+                calls += depth
+                i += 1
+            wall = time.monotonic() - t0
+            stats = c.command("INFO", "commandstats").decode()
+        finally:
+            c.close()
+        usec = 0
+        for ln in stats.splitlines():
+            if ln.startswith("cmdstat_evalsha:"):
+                usec = int(dict(kv.split("=") for kv in ln.split(":", 1)[1].split(","))["usec"])
+        line.append("%s %.0f/s (server %.1f us/call, %.0f/s of server time)"
+                    % (name, calls * batch / wall, usec / max(calls, 1),
+                       calls * batch / (usec / 1e6) if usec else 0))
+    print("  measure batch %2d: %s" % (batch, "; ".join(line)))
+
+
+def test_measure_batch_1():
+    _measure(1)
+
+
+def test_measure_batch_16():
+    _measure(16)
+
+
+def test_measure_batch_64():
+    _measure(64)
