@@ -60,18 +60,22 @@ static void put_sf_string(struct out *o, const char *s)
 	put_char(o, '"');
 }
 
+/* Decimal digits without printf: this runs for every decision. */
 static void put_param(struct out *o, const char *name, uint64_t v)
 {
 	char num[24];
-	int n;
+	size_t i = sizeof(num);
 
 	if (v > SF_INT_MAX)
 		v = SF_INT_MAX;
-	n = snprintf(num, sizeof(num), "%" PRIu64, v);
+	do {
+		num[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
 	put_char(o, ';');
 	put(o, name, strlen(name));
 	put_char(o, '=');
-	put(o, num, (size_t)n);
+	put(o, num + i, sizeof(num) - i);
 }
 
 /* Terminates the value; on overflow leaves buf[0..keep) and returns -1. */

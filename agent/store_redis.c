@@ -47,10 +47,12 @@ struct rbatch {
 };
 
 /* A client refused until `until` (local clock), by limit `decider` of the
- * limits at `limits`. */
+ * limits at `limits`, for a request of weight `cost`: only requests at
+ * least as heavy are refused from the cache (a lighter one may pass). */
 struct refusal {
 	uint8_t key[IDENTITY_KEY_LEN];
 	const struct limit_spec *limits;
+	uint32_t cost;
 	int64_t until;
 	int64_t full_at;
 	int decider;
@@ -165,7 +167,7 @@ static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t
 	struct refusal *e = cache_slot(rs, q->key);
 	struct limit_result res[DECIDE_MAX_LIMITS];
 
-	if (e->until <= now || e->limits != q->limits ||
+	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
 	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
 		return 0;
 	memset(&res[e->decider], 0, sizeof(res[0]));
@@ -188,9 +190,19 @@ static void cache_store(struct rstore *rs, const struct rq *r, int decider,
 
 	if (!rs->cfg->local_cache || res[decider].retry_after_us <= 0)
 		return;
+	/* A request heavier than a bucket never passes, however long it
+	 * waits, while lighter ones do: nothing worth remembering. */
+	{
+		const struct limit_spec *l = &r->q.limits[decider];
+		uint64_t cap = l->algo == LIMIT_TOKEN_BUCKET && l->burst ? l->burst : l->quota;
+
+		if (r->q.cost > cap)
+			return;
+	}
 	e = cache_slot(rs, r->q.key);
 	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
 	e->limits = r->q.limits;
+	e->cost = r->q.cost;
 	e->decider = decider;
 	e->until = sent + res[decider].retry_after_us;
 	e->full_at = sent + res[decider].reset_us;
@@ -440,7 +452,8 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	int rc = -1;
 
 	if (reply && reply->type == REDIS_REPLY_ERROR &&
-	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rs->ac == ac) {
+	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rs->ac == ac &&
+	    !b->answered) {
 		/* Redis restarted or flushed its scripts: load again, retry once.
 		 * The batch keeps its place (and deadline) in the list. */
 		STAT_INC(rs->stats.noscript);

@@ -1,0 +1,727 @@
+"""The agent with its Redis store, against a real redis-server started for
+each test (tests/e2e/redis_helper.py): exact counts across a fleet of agents,
+every algorithm, several limits all or nothing, weighted cost, key expiry,
+Redis going away, pausing and coming back, AUTH and ACL users, a Unix
+socket, the local refusal cache and both script encodings.
+
+Most checks speak raw SPOP to the agent (tests/e2e/spop.py) and compare the
+whole set of variables of each ACK; the fleet and restart tests go through
+the real haproxy. Times are Redis's clock where a window's phase matters.
+"""
+
+import collections
+import os
+import re
+import threading
+import time
+
+import harness
+import spop
+from harness import http_get, wait_for
+from redis_helper import RedisServer
+from spop import ACK, Conn
+
+KEY_RE = re.compile(r"^rl:\{[0-9a-f]{32}\}$")
+RATELIMIT_RE = re.compile(r'^"([^"]+)";r=(\d+);t=(\d+)$')
+
+# Agent log lines that mean trouble in a run where Redis stays healthy.
+BAD_LOG_RE = re.compile(r"\d\dZ (error|warning): |disconnect, status|Sanitizer|"
+                        r"runtime error|Assertion|Segmentation|Abort")
+
+# Extra response headers that expose what the agent answered (and whether
+# the SPOE exchange itself failed), added to the shipped example.
+DEBUG_HEADERS = (
+    '    http-after-response set-header X-RL-Degraded "%[var(txn.rl.degraded)]"'
+    ' if { var(txn.rl.degraded) -m found }\n'
+    '    http-after-response set-header X-RL-Error "%[var(txn.rl.error)]"'
+    ' if { var(txn.rl.error) -m found }\n'
+)
+
+S = 1000000  # microseconds
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def ok(quota, window, remaining, reset, name="default", policy=None):
+    """The variables of an allowed request decided by Redis."""
+    return {
+        "status": 0, "retry_after": 0, "limit": quota, "remaining": remaining,
+        "reset": reset, "policy": policy or '"default";q=%d;w=%d' % (quota, window),
+        "ratelimit": '"%s";r=%d;t=%d' % (name, remaining, reset), "priority": 2,
+        "reason": "ok", "rule": "default", "shadow": False, "degraded": False,
+    }
+
+
+def limited(quota, window, retry_after, reset, name="default", policy=None):
+    """The variables of a refused request."""
+    return {
+        "status": 429, "retry_after": retry_after, "limit": quota, "remaining": 0,
+        "reset": reset, "policy": policy or '"default";q=%d;w=%d' % (quota, window),
+        "ratelimit": '"%s";r=0;t=%d' % (name, reset), "priority": 2,
+        "reason": "limited", "rule": "default", "shadow": False, "degraded": False,
+    }
+
+
+def degraded(quota, window):
+    """Decided without Redis: forwarded, and no client counts."""
+    return {
+        "status": 0, "retry_after": 0, "limit": quota,
+        "policy": '"default";q=%d;w=%d' % (quota, window), "priority": 2,
+        "reason": "ok", "rule": "default", "shadow": False, "degraded": True,
+    }
+
+
+def start_agent(h, redis, *args, threads=1, name=None, ready=True):
+    """An agent on `redis`; with ready, returns once every worker has
+    loaded the decision script (so no first request races the connect)."""
+    a = h.agent("--threads", str(threads), "--redis", redis.addr, *args, name=name)
+    if ready:
+        wait_for(lambda: len(set(re.findall(r"redis: worker (\d+) ready", a.log()))) >= threads
+                 or not a.alive(), 5, "%s's workers to be ready with Redis" % a.name)
+        assert a.alive(), a.log()
+    return a
+
+
+def assert_log_clean(agent):
+    bad = [line for line in agent.log().splitlines() if BAD_LOG_RE.search(line)]
+    assert not bad, "%s log has: %r" % (agent.name, bad[:5])
+
+
+class Spop:
+    """One SPOP connection to an agent, one check-rate at a time."""
+
+    def __init__(self, port):
+        self.c = Conn(port, timeout=5.0)
+        self.c.handshake()
+        self.sid = 0
+
+    def ask(self, key, extra=()):
+        """The ACK's variables for a check-rate with api_key=key and more
+        arguments `extra` ([(name, value)])."""
+        self.sid += 1
+        args = spop.check_rate_args(api_key=key) + list(extra)
+        self.c.send(spop.notify(self.sid, 1, [("check-rate", args)]))
+        f = self.c.expect(ACK)
+        assert (f.sid, f.fid) == (self.sid, 1), f
+        assert f.flags == spop.FLAG_FIN, f
+        return f.vars()
+
+    def timed(self, key, extra=()):
+        t = time.monotonic()
+        v = self.ask(key, extra)
+        return v, time.monotonic() - t
+
+    def close(self):
+        self.c.close()
+
+
+def sleep_until(t):
+    left = t - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
+def redis_sleep_until(redis, target_us):
+    """Sleeps until Redis's clock reaches target_us; returns its time then."""
+    for _ in range(100):
+        now = redis.now_us()
+        if now >= target_us:
+            return now
+        time.sleep(min((target_us - now) / S + 0.001, 1.0))
+    raise AssertionError("Redis's clock did not reach %d" % target_us)
+
+
+def wait_window_phase(redis, period_us, lo_us, hi_us):
+    """Waits until Redis's clock is lo_us to hi_us into a window of
+    period_us (windows are aligned on multiples of the period); returns the
+    window's start."""
+    for _ in range(5):
+        now = redis.now_us()
+        e = now % period_us
+        if lo_us <= e < hi_us:
+            return now - e
+        target = now - e + lo_us + (period_us if e >= lo_us else 0)
+        redis_sleep_until(redis, target)
+    raise AssertionError("could not reach the phase [%d, %d) of a %d us window"
+                         % (lo_us, hi_us, period_us))
+
+
+def ratelimit_of(v):
+    """(name, remaining, reset) from a RateLimit value."""
+    m = RATELIMIT_RE.match(v or "")
+    assert m, "RateLimit %r" % (v,)
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def haproxy_cfg(h):
+    """The shipped haproxy example plus X-RL-Degraded and X-RL-Error."""
+    with open(harness.BASIC_CFG) as f:
+        text = f.read()
+    anchor = "    default_backend app\n"
+    assert text.count(anchor) == 1, "basic.cfg has no single '%s'" % anchor.strip()
+    path = os.path.join(h.dir, "haproxy-debug.cfg")
+    with open(path, "w") as f:
+        f.write(text.replace(anchor, DEBUG_HEADERS + anchor))
+    return path
+
+
+def spoe_conf(h, processing):
+    """The shipped SPOE configuration with another `timeout processing`."""
+    with open(harness.SPOE_CONF) as f:
+        text = f.read()
+    text, n = re.subn(r"(?m)^(\s*timeout processing\s+)\S+", r"\g<1>" + processing, text)
+    assert n == 1, "ratelimit.conf has no single 'timeout processing'"
+    path = os.path.join(h.dir, "ratelimit-%s.conf" % processing)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def start_haproxy(h, agent, backend, name="haproxy", spoe=None):
+    env = {"RL_SPOE_CONF": spoe} if spoe else None
+    hp = h.haproxy(agent.port, backend.port, cfg=haproxy_cfg(h), env=env, name=name)
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "%s to see its agent UP" % name)
+    return hp
+
+
+def get(hp, key):
+    return http_get(hp.port, "/", headers={"X-Api-Key": key})
+
+
+# ------------------------------------------------ 1, 2: exact across a fleet
+
+
+def test_fleet_through_haproxy_is_exact_under_concurrency(h):
+    # Exactness is a property of decisions Redis makes; a missed deadline is
+    # the degraded path, tested on its own below. Generous deadlines keep a
+    # busy machine out of this test, and any degraded or failed exchange is
+    # counted and fails it rather than being tolerated.
+    redis = RedisServer(h)
+    backend = h.backend()
+    spoe = spoe_conf(h, "2s")
+    hps = []
+    for i in (1, 2):
+        a = start_agent(h, redis, "--limit", "100/1d", "--redis-timeout", "1000",
+                        threads=2, name="agent%d" % i)
+        hps.append(start_haproxy(h, a, backend, name="haproxy%d" % i, spoe=spoe))
+
+    results, errors = [], []
+    lock = threading.Lock()
+    barrier = threading.Barrier(16)
+
+    def client(t):
+        try:
+            barrier.wait(timeout=10)
+            for j in range(25):
+                hp = hps[(t + j) % 2]
+                r = get(hp, "fleet-key")
+                with lock:
+                    results.append((hp.name, r))
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(repr(e))
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    late = int(time.monotonic() - t0) + 1
+    assert not any(t.is_alive() for t in threads), "client threads still running"
+    assert not errors, errors[:3]
+    assert len(results) == 400, len(results)
+
+    statuses = collections.Counter(r.status for _, r in results)
+    assert statuses == {200: 100, 429: 300}, statuses
+    bad = [(n, r) for n, r in results
+           if r.headers.get("X-RL-Degraded") != "0" or r.headers.get("X-RL-Error") is not None]
+    assert not bad, "%d answers degraded or failed, e.g. %r" % (len(bad), bad[:2])
+    per_hp = collections.Counter(n for n, _ in results)
+    assert per_hp == {"haproxy1": 200, "haproxy2": 200}, per_hp
+
+    # One token per 864 s: each allowed request left a distinct count.
+    remaining = []
+    for _, r in results:
+        assert r.headers.get("RateLimit-Policy") == '"default";q=100;w=86400', r
+        name, rem, reset = ratelimit_of(r.headers.get("RateLimit"))
+        assert name == "default", r
+        if r.status == 200:
+            used = 100 - rem
+            assert used * 864 - late <= reset <= used * 864, r
+            remaining.append(rem)
+        else:
+            assert rem == 0 and 86400 - late <= reset <= 86400, r
+            ra = int(r.headers["Retry-After"])
+            assert 864 - late <= ra <= 864, r
+    assert sorted(remaining) == list(range(100)), sorted(remaining)
+    assert backend.count == 100, backend.count
+
+    # One Redis key for the client, one field for the limit.
+    keys = redis.rl_keys()
+    assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
+    assert redis.command("HLEN", keys[0]) == 1
+
+    # Another key is untouched by all that.
+    r = get(hps[1], "other-key")
+    assert r.status == 200, r
+    assert r.headers.get("RateLimit") == '"default";r=99;t=864', r
+    assert r.headers.get("X-RL-Degraded") == "0", r
+    assert len(redis.rl_keys()) == 2
+    for a in h.agents:
+        assert_log_clean(a)
+
+
+def test_fleet_through_raw_spop_is_exact_with_pipelining(h):
+    redis = RedisServer(h)
+    agents = [start_agent(h, redis, "--limit", "100/1d", "--redis-timeout", "1000",
+                          threads=2, name="agent%d" % i) for i in (1, 2)]
+    nconn, per_conn = 8, 50
+    acks, errors = [], []
+    lock = threading.Lock()
+    barrier = threading.Barrier(nconn)
+
+    def burst(i):
+        try:
+            with Conn(agents[i % 2].port, timeout=10.0) as c:
+                c.handshake()
+                frames = b"".join(spop.check_rate(sid, 1, api_key="pipelined")
+                                  for sid in range(1, per_conn + 1))
+                barrier.wait(timeout=10)
+                c.send(frames)  # every NOTIFY at once
+                got = {}
+                for _ in range(per_conn):
+                    f = c.expect(ACK, timeout=10)
+                    assert f.fid == 1 and 1 <= f.sid <= per_conn and f.sid not in got, f
+                    got[f.sid] = f.vars()
+                with lock:
+                    acks.extend(got.values())
+        except Exception as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=burst, args=(i,), daemon=True) for i in range(nconn)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads), "connections still waiting"
+    assert not errors, errors[:3]
+    assert len(acks) == nconn * per_conn, len(acks)
+    assert [v for v in acks if v["degraded"]] == []
+    allowed = [v for v in acks if v["status"] == 0]
+    refused = [v for v in acks if v["status"] == 429]
+    assert len(allowed) == 100 and len(refused) == 300, (len(allowed), len(refused))
+    assert sorted(v["remaining"] for v in allowed) == list(range(100))
+    for v in refused:
+        assert v["remaining"] == 0 and v["reason"] == "limited", v
+        assert 860 <= v["retry_after"] <= 864, v
+    keys = redis.rl_keys()
+    assert len(keys) == 1, keys
+    for a in agents:
+        assert_log_clean(a)
+
+
+# ------------------------------------------------------- 3: every algorithm
+
+
+def test_token_bucket_sequence_and_recovery(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "3/2s:token")
+    s = Spop(a.port)
+    # Capacity 3, one token per 2/3 s.
+    t0 = time.monotonic()
+    assert s.ask("tb") == ok(3, 2, 2, 1)
+    assert s.ask("tb") == ok(3, 2, 1, 2)
+    assert s.ask("tb") == ok(3, 2, 0, 2)
+    v = s.ask("tb")
+    assert v == limited(3, 2, 1, 2), v
+    assert time.monotonic() - t0 < 0.25, "too slow for the exact values above"
+    # After Retry-After one token is back, and this request takes it.
+    time.sleep(v["retry_after"])
+    assert s.ask("tb") == ok(3, 2, 0, 2)
+    # Full again 2/3 s after the last token was due.
+    sleep_until(t0 + 3.0)
+    assert s.ask("tb") == ok(3, 2, 2, 1)
+    assert_log_clean(a)
+
+
+def test_sliding_window_sequence_and_recovery(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "3/2s:sliding")
+    s = Spop(a.port)
+    P = 2 * S
+    # Windows are aligned on multiples of 2 s of Redis's clock; start early
+    # in one so the figures below do not depend on the moment.
+    ws = wait_window_phase(redis, P, 50000, 250000)
+    # reset: until the end of the next window, 4 s minus the phase.
+    assert s.ask("sw") == ok(3, 2, 2, 4)
+    assert s.ask("sw") == ok(3, 2, 1, 4)
+    assert s.ask("sw") == ok(3, 2, 0, 4)
+    # Passes in the next window once 3 * (2 - e) / 2 + 1 <= 3: e = 2/3 s.
+    assert s.ask("sw") == limited(3, 2, 3, 4)
+    assert redis.now_us() - ws < 450000, "too slow for the exact values above"
+    # 1.05 s into the next window: the previous count weighs 3 * 0.95 / 2.
+    redis_sleep_until(redis, ws + P + 1050000)
+    assert s.ask("sw") == ok(3, 2, 0, 3)
+    v = s.ask("sw")
+    assert v == limited(3, 2, 1, 3), v
+    assert redis.now_us() - ws < P + 1300000, "too slow for the exact values above"
+    # After Retry-After: the window after, where the previous count is 1.
+    time.sleep(v["retry_after"])
+    assert s.ask("sw") == ok(3, 2, 1, 4)
+    assert_log_clean(a)
+
+
+def test_fixed_window_sequence_and_recovery(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "3/2s:fixed")
+    s = Spop(a.port)
+    ws = wait_window_phase(redis, 2 * S, 50000, 250000)
+    assert s.ask("fw") == ok(3, 2, 2, 2)
+    assert s.ask("fw") == ok(3, 2, 1, 2)
+    assert s.ask("fw") == ok(3, 2, 0, 2)
+    v = s.ask("fw")
+    assert v == limited(3, 2, 2, 2), v
+    assert redis.now_us() - ws < 450000, "too slow for the exact values above"
+    time.sleep(v["retry_after"])
+    # A new window, counted from zero.
+    assert 2 * S <= redis.now_us() - ws < 3 * S
+    assert s.ask("fw") == ok(3, 2, 2, 2)
+    assert s.ask("fw") == ok(3, 2, 1, 2)
+    assert_log_clean(a)
+
+
+# --------------------------------------------- 4: several limits, all or none
+
+
+def test_several_limits_all_or_nothing(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "5/1d", "--limit", "2/1s")
+    s = Spop(a.port)
+    pol = '"default-1d";q=5;w=86400, "default-1s";q=2;w=1'
+    day, sec = "default-1d", "default-1s"
+    t0 = time.monotonic()
+    # The limit with the fewest remaining speaks: 2/1s.
+    assert s.ask("multi") == ok(2, 1, 1, 1, name=sec, policy=pol)
+    assert s.ask("multi") == ok(2, 1, 0, 1, name=sec, policy=pol)
+    # Refused by 2/1s; 5/1d would allow it but is not charged.
+    assert s.ask("multi") == limited(2, 1, 1, 1, name=sec, policy=pol)
+    assert time.monotonic() - t0 < 0.4, "too slow for the exact values above"
+
+    # In Redis, 5/1d holds exactly two requests: its value is the
+    # theoretical arrival time, 2 * 17280 s ahead (less the time gone by).
+    keys = redis.rl_keys()
+    assert len(keys) == 1, keys
+    fields = redis.command("HGETALL", keys[0])
+    fields = dict(zip(fields[::2], fields[1::2]))
+    day_fields = [k for k in fields if k.startswith(b"t5/")]
+    assert len(fields) == 2 and len(day_fields) == 1, fields
+    tat = int(fields[day_fields[0]].split(b"+")[0])
+    ahead = tat - redis.now_us()
+    assert 2 * 17280 * S - 2 * S < ahead <= 2 * 17280 * S, ahead
+
+    # One second later 2/1s is full again; 5/1d has 3 left, not 2.
+    sleep_until(t0 + 1.15)
+    assert s.ask("multi") == ok(2, 1, 1, 1, name=sec, policy=pol)  # 5/1d: 2 left
+    assert s.ask("multi") == ok(2, 1, 0, 1, name=sec, policy=pol)  # 5/1d: 1 left
+    sleep_until(t0 + 2.4)
+    # The fifth allowed request empties 5/1d, which now has the fewest.
+    v = s.ask("multi")
+    late = int(time.monotonic() - t0) + 1
+    assert v["status"] == 0 and v["degraded"] is False, v
+    assert v["limit"] == 5 and v["remaining"] == 0, v
+    assert 86400 - late <= v["reset"] <= 86400, v
+    assert v["ratelimit"] == '"%s";r=0;t=%d' % (day, v["reset"]), v
+    assert v["policy"] == pol, v
+    # And 5/1d refuses the next one, for a fifth of a day.
+    v = s.ask("multi")
+    assert v["status"] == 429 and v["limit"] == 5 and v["remaining"] == 0, v
+    assert 17280 - late <= v["retry_after"] <= 17280, v
+    assert v["ratelimit"] == '"%s";r=0;t=%d' % (day, v["reset"]), v
+    assert_log_clean(a)
+
+
+# ------------------------------------------------------------ 5: weighted cost
+
+
+def test_weighted_cost(h):
+    redis = RedisServer(h)
+    for mode in ([], ["--no-local-cache"]):
+        a = start_agent(h, redis, "--limit", "10/1d", "--cost-arg", "cost", *mode)
+        s = Spop(a.port)
+        key = "heavy%d" % len(mode)
+        w3 = [("cost", 3)]
+        # One token per 8640 s; each request takes three.
+        assert s.ask(key, w3) == ok(10, 86400, 7, 25920), mode
+        assert s.ask(key, w3) == ok(10, 86400, 4, 51840), mode
+        assert s.ask(key, w3) == ok(10, 86400, 1, 77760), mode
+        # One left: three are needed, two more come in 17280 s.
+        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760), mode
+        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760), mode
+        s.close()
+        assert_log_clean(a)
+
+
+def test_local_cache_does_not_refuse_a_lighter_request(h):
+    # The cache's own promise: it never refuses a request that Redis would
+    # allow. Weights make that a matter of the request, not only the client:
+    # after a request of weight 3 is refused, one of weight 1 still fits,
+    # and a request heavier than the whole bucket never passes but leaves
+    # the bucket as it was. Without the cache first, to check the figures.
+    redis = RedisServer(h)
+    for mode in (["--no-local-cache"], []):
+        a = start_agent(h, redis, "--limit", "10/1d", "--cost-arg", "cost", *mode)
+        s = Spop(a.port)
+        key = "light%d" % len(mode)
+        for rem in (7, 4, 1):
+            assert s.ask(key, [("cost", 3)])["remaining"] == rem
+        assert s.ask(key, [("cost", 3)]) == limited(10, 86400, 17280, 77760), mode
+        v = s.ask(key, [("cost", 1)])
+        assert v == ok(10, 86400, 0, 86400), (mode, "weight 1 after weight 3 refused", v)
+        key = "huge%d" % len(mode)
+        # Weight 11 over a capacity of 10: refused for one period.
+        assert s.ask(key, [("cost", 11)]) == limited(10, 86400, 86400, 0), mode
+        v = s.ask(key, [("cost", 1)])
+        assert v == ok(10, 86400, 9, 8640), (mode, "weight 1 after weight 11 refused", v)
+        s.close()
+
+
+# -------------------------------------------------------------- 6: key expiry
+
+
+def test_keys_expire_when_full_again(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "5/1s")
+    s = Spop(a.port)
+    assert s.ask("exp") == ok(5, 1, 4, 1)
+    keys = redis.rl_keys()
+    assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
+    key = keys[0]
+    assert redis.command("TYPE", key) == b"hash"
+    # One token used: full again 200 ms later, and the key goes then.
+    pttl = redis.command("PTTL", key)
+    assert 0 < pttl <= 200, pttl
+    for rem in (3, 2, 1, 0):
+        assert s.ask("exp")["remaining"] == rem
+    t_last = time.monotonic()
+    pttl = redis.command("PTTL", key)
+    assert 700 < pttl <= 1000, pttl
+    wait_for(lambda: redis.command("EXISTS", key) == 0, 1.5, "the key to expire")
+    assert time.monotonic() - t_last < 1.2
+    assert redis.rl_keys() == []
+    # A client that comes back starts full.
+    assert s.ask("exp") == ok(5, 1, 4, 1)
+    assert_log_clean(a)
+
+
+# --------------------------------------------------- 7: Redis going and back
+
+
+def test_redis_restart_and_script_flush_through_haproxy(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "100/1m", threads=2)
+    backend = h.backend()
+    hp = start_haproxy(h, a, backend)  # the shipped SPOE file: 50 ms processing
+    policy = '"default";q=100;w=60'
+
+    def exact(key, remaining):
+        r = get(hp, key)
+        assert r.status == 200, r
+        assert r.headers.get("X-RL-Degraded") == "0", r
+        assert r.headers.get("X-RL-Error") is None, r
+        assert r.headers.get("RateLimit-Policy") == policy, r
+        assert ratelimit_of(r.headers.get("RateLimit"))[:2] == ("default", remaining), r
+
+    for rem in (99, 98, 97):
+        exact("before", rem)
+
+    redis.stop()
+    # Every answer is quick and fail-open: forwarded, degraded, no counts.
+    for _ in range(10):
+        t = time.monotonic()
+        r = get(hp, "before")
+        dt = time.monotonic() - t
+        assert r.status == 200 and r.body == b"ok\n", r
+        assert r.headers.get("X-RL-Degraded") == "1", r
+        assert r.headers.get("X-RL-Error") is None, r
+        assert r.headers.get("RateLimit-Policy") == policy, r
+        assert r.headers.get("RateLimit") is None, r
+        assert dt < 0.1, "answered in %.3f s with Redis down" % dt
+    assert a.alive()
+
+    redis.restart()
+    n = [0]
+
+    def recovered():
+        # Ten decisions in a row from Redis (both workers reconnected).
+        for _ in range(10):
+            n[0] += 1
+            r = get(hp, "probe%d" % n[0])
+            if r.headers.get("X-RL-Degraded") != "0":
+                return False
+        return True
+
+    wait_for(recovered, 6, "decisions from Redis again", interval=0.1)
+    for rem in (99, 98, 97, 96):
+        exact("after", rem)
+
+    # Scripts gone: the agent loads its script again and answers exactly.
+    sha = re.search(r"redis: worker \d+ ready \(script ([0-9a-f]{40})\)", a.log()).group(1)
+    assert redis.command("SCRIPT", "EXISTS", sha) == [1]
+    redis.command("SCRIPT", "FLUSH")
+    assert redis.command("SCRIPT", "EXISTS", sha) == [0]
+    for rem in (95, 94, 93, 92, 91, 90):
+        exact("after", rem)
+    assert redis.command("SCRIPT", "EXISTS", sha) == [1]
+    assert a.alive()
+    assert "AddressSanitizer" not in a.log()
+
+
+# -------------------------------------------------------------- 8: deadline
+
+
+def test_deadline_when_redis_is_paused(h):
+    redis = RedisServer(h)
+    a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20")
+    s = Spop(a.port)
+    assert s.ask("paused") == ok(100, 60, 99, 1)
+    redis.pause()
+    try:
+        for i in range(5):
+            v, dt = s.timed("paused")
+            assert v == degraded(100, 60), v
+            assert dt < 0.1, "answer %d took %.3f s with Redis paused" % (i, dt)
+    finally:
+        redis.resume()
+    n = [0]
+
+    def from_redis():
+        n[0] += 1
+        return not s.ask("probe%d" % n[0])["degraded"]
+
+    wait_for(from_redis, 5, "decisions from Redis after SIGCONT", interval=0.05)
+    assert s.ask("fresh") == ok(100, 60, 99, 1)
+    assert s.ask("fresh") == ok(100, 60, 98, 2)
+
+
+# ------------------------------------------------------------ 9: AUTH, ACL
+
+
+def test_auth_with_password_and_env(h):
+    redis = RedisServer(h, extra=["--requirepass", "secret"], password="secret")
+    a = start_agent(h, redis, "--redis-password", "secret", "--limit", "10/1m")
+    assert Spop(a.port).ask("auth") == ok(10, 60, 9, 6)
+    assert_log_clean(a)
+    os.environ["RL_REDIS_PASSWORD"] = "secret"
+    try:
+        b = start_agent(h, redis, "--limit", "10/1m", name="agent-env")
+    finally:
+        del os.environ["RL_REDIS_PASSWORD"]
+    assert Spop(b.port).ask("auth") == ok(10, 60, 8, 12)
+    assert_log_clean(b)
+
+
+def test_auth_with_a_wrong_password_answers_degraded(h):
+    redis = RedisServer(h, extra=["--requirepass", "secret"], password="secret")
+    a = start_agent(h, redis, "--redis-password", "wrong", "--limit", "10/1m", ready=False)
+    wait_for(lambda: "AUTH failed" in a.log(), 5, "the agent to log the AUTH error")
+    s = Spop(a.port)
+    for _ in range(3):
+        v, dt = s.timed("auth")
+        assert v == degraded(10, 60), v
+        assert dt < 0.1, dt
+    assert redis.rl_keys() == []
+    line = [x for x in a.log().splitlines() if "AUTH failed" in x][0]
+    assert "error: " in line and "WRONGPASS" in line, line
+
+
+def test_acl_user(h):
+    redis = RedisServer(h, extra=["--user", "alice", "on", ">pw", "~*", "+@all",
+                                  "--user", "default", "off"],
+                        user="alice", password="pw")
+    a = start_agent(h, redis, "--redis-user", "alice", "--redis-password", "pw",
+                    "--limit", "10/1m")
+    assert Spop(a.port).ask("acl") == ok(10, 60, 9, 6)
+    # The agent's connection is alice's (the default user is off anyway).
+    with redis.client() as c:
+        c.command("CLIENT", "SETNAME", "checker")
+        clients = c.command("CLIENT", "LIST").decode().splitlines()
+    agent_conns = [x for x in clients if "name=checker" not in x]
+    assert agent_conns and all(" user=alice " in x for x in agent_conns), clients
+    assert_log_clean(a)
+    # A wrong password for alice: degraded, and said in the log.
+    b = start_agent(h, redis, "--redis-user", "alice", "--redis-password", "nope",
+                    "--limit", "10/1m", ready=False, name="agent-wrong")
+    wait_for(lambda: "AUTH failed" in b.log(), 5, "the agent to log the AUTH error")
+    assert Spop(b.port).ask("acl") == degraded(10, 60)
+
+
+# ------------------------------------------------------------ 10: Unix socket
+
+
+def test_unix_socket(h):
+    path = os.path.join(h.dir, "redis.sock")
+    redis = RedisServer(h, unixsocket=path)
+    a = start_agent(h, redis, "--limit", "10/1m")
+    s = Spop(a.port)
+    assert s.ask("unix") == ok(10, 60, 9, 6)
+    assert s.ask("unix") == ok(10, 60, 8, 12)
+    keys = redis.rl_keys()
+    assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
+    assert_log_clean(a)
+
+
+# ----------------------------------------------------- 11: local refusal cache
+
+
+def test_local_refusal_cache(h):
+    redis = RedisServer(h)
+    answers = {}
+    for mode, extra_calls in (("cache", 0), ("no-cache", 50)):
+        args = ["--limit", "2/1d"] + (["--no-local-cache"] if mode == "no-cache" else [])
+        a = start_agent(h, redis, *args, name="agent-" + mode)
+        s = Spop(a.port)
+        key = "refused-" + mode
+        t0 = time.monotonic()
+        assert s.ask(key) == ok(2, 86400, 1, 43200)
+        assert s.ask(key) == ok(2, 86400, 0, 86400)
+        first = s.ask(key)
+        assert first == limited(2, 86400, 43200, 86400), (mode, first)
+        before = redis.evalsha_calls()
+        for _ in range(50):
+            v = s.ask(key)
+            assert v == first, (mode, v, first)
+        after = redis.evalsha_calls()
+        assert time.monotonic() - t0 < 0.9, "too slow for the exact values above"
+        assert after - before == extra_calls, (mode, before, after)
+        answers[mode] = first
+        s.close()
+        assert_log_clean(a)
+    assert answers["cache"] == answers["no-cache"], answers
+
+
+# ---------------------------------------------------- 12: plain encoding
+
+
+def test_plain_encoding_decides_like_msgpack(h):
+    redis = RedisServer(h)
+    mp = start_agent(h, redis, "--limit", "5/10s", name="agent-msgpack")
+    pl = start_agent(h, redis, "--limit", "5/10s", "--redis-encoding", "plain",
+                     name="agent-plain")
+    s_mp, s_pl = Spop(mp.port), Spop(pl.port)
+    t0 = time.monotonic()
+    expected = [ok(5, 10, 4 - i, 2 * (i + 1)) for i in range(5)] + [limited(5, 10, 2, 10)] * 2
+    for key, s in (("mp", s_mp), ("pl", s_pl)):
+        got = [s.ask(key) for _ in expected]
+        assert got == expected, (key, got)
+    # One client through both: they share its bucket.
+    got = [(s_mp if i % 2 == 0 else s_pl).ask("both") for i in range(len(expected))]
+    assert got == expected, got
+    assert time.monotonic() - t0 < 1.0, "too slow for the exact values above"
+    assert len(redis.rl_keys()) == 3
+    assert_log_clean(mp)
+    assert_log_clean(pl)
+
