@@ -14,8 +14,12 @@ ARGV[1]: msgpack array of requests, in order:
       algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window
       quota      N requests per period, 1 .. 2^47
       period_us  P in microseconds, 1 .. 2^47
-      burst      token bucket capacity, 0 means quota, 0 .. 2^47 (windows
-                 ignore it: their capacity is the quota)
+      burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
+                 burst * period_us / quota <= 2^52 (windows ignore it:
+                 their capacity is the quota)
+  Requests are decided in order: a later request of the same client sees
+  what an earlier one took. Limits with the same lid are the same limit,
+  whichever request names them.
 
 Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit]
   allowed    1 or 0; a request is all or nothing: when any of its limits
@@ -56,11 +60,13 @@ value starts with the absolute time (us) until which it is needed:
                   window before; needed until U (the end of the next window,
                   where C still weighs as the previous count)
   fixed window    "U:C": window start U - P, C requests in it; needed until U
-A field past its need is equivalent to an absent one (a fresh client with a
-full bucket). Every call that writes a key deletes its stale fields and sets
-PEXPIREAT to the latest need of the fields left, computed from the values
-themselves, so limits written by other calls are accounted for, and the key
-never lives past the moment all of its state is fresh again.
+A field past its need, or whose value does not have its limit's shape, is
+equivalent to an absent one (a fresh client with a full bucket). Every call
+that writes a key deletes its stale and unreadable fields and sets PEXPIREAT
+to the latest need of the fields left (rounded up to the millisecond),
+computed from the values themselves: no separate expiry per field is kept,
+fields written by other calls for other limits are accounted for, and the
+key never outlives the moment all of its state is fresh again.
 ]]
 
 local floor = math.floor
@@ -71,7 +77,7 @@ local MAX_REQS = 4096
 local MAX_LIMITS = 64
 local MAX_LID = 64
 local MAX_COST = 4294967295
-local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, capacity in time
+local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
 local TWO52 = 4503599627370496
 local KEY_PATTERN = '^rl:{' .. ('%x'):rep(32) .. '}$'
 
@@ -213,7 +219,7 @@ local function eval_sliding(v, now, cost, quota, period)
 	if v then
 		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
 		u, c, pv = tonumber(u), tonumber(c), tonumber(pv)
-		if u and c and pv then
+		if u and u < 2 * TWO52 and c and c <= MAX_VALUE and pv and pv <= MAX_VALUE then
 			local s = u - 2 * period
 			if s >= ws then
 				-- s > ws only when the clock stepped back: keep the counts
@@ -264,7 +270,7 @@ local function eval_fixed(v, now, cost, quota, period)
 		local u, c = match(v, '^(%d+):(%d+)$')
 		u, c = tonumber(u), tonumber(c)
 		-- u - P > ws only when the clock stepped back: keep the count
-		if u and c and u - period >= ws then
+		if u and u < 2 * TWO52 and c and c <= MAX_VALUE and u - period >= ws then
 			cnt = c
 		end
 	end
@@ -339,7 +345,7 @@ local function validate(keys, reqs)
 		if not nl or nl < 1 or nl > MAX_LIMITS then
 			return fmt('request %d: limits must be an array of 1 to %d limits', i, MAX_LIMITS)
 		end
-		local seen = {}
+		local seen = nl > 1 and {} or nil
 		for j = 1, nl do
 			local l = ls[j]
 			if array_len(l) ~= 5 then
@@ -349,10 +355,12 @@ local function validate(keys, reqs)
 			if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
 				return fmt('request %d limit %d: lid must be a string of 1 to %d bytes', i, j, MAX_LID)
 			end
-			if seen[lid] then
-				return fmt('request %d limit %d: duplicate lid', i, j)
+			if seen then
+				if seen[lid] then
+					return fmt('request %d limit %d: duplicate lid', i, j)
+				end
+				seen[lid] = true
 			end
-			seen[lid] = true
 			if not is_int(algo, 0, 2) then
 				return fmt('request %d limit %d: algo must be 0, 1 or 2', i, j)
 			end
@@ -491,8 +499,8 @@ local function unpack_one(ok, ...)
 	return (...)
 end
 
-if type(ARGV[1]) ~= 'string' then
-	return redis.error_reply('ERR rl decide: ARGV[1] missing')
+if #ARGV ~= 1 then
+	return redis.error_reply('ERR rl decide: need exactly one argument (msgpack requests)')
 end
 local reqs, err = unpack_one(pcall(cmsgpack.unpack, ARGV[1]))
 if err == nil then

@@ -79,8 +79,9 @@ def redis():
     return _server
 
 
-def new_key(rng=random):
-    return "rl:{%032x}" % rng.getrandbits(128)
+def new_key():
+    """A client key no other test (or earlier run on this server) uses."""
+    return "rl:{%s}" % os.urandom(16).hex()
 
 
 # ------------------------------------------------------- calling scripts
@@ -238,7 +239,7 @@ def run_timeline(lanes, steps, seed, sleeps, what):
     its own, and checks every reply against its own model. A lane is
     (limits, costs, probability of a request in a step, at most per step)."""
     rng = random.Random(seed)
-    keys = {name: [new_key(rng) for _ in lanes] for name, _ in CALLS}
+    keys = {name: [new_key() for _ in lanes] for name, _ in CALLS}
     models = {name: Model() for name, _ in CALLS}
     last = {name: 0 for name, _ in CALLS}
     tally = [0, 0]
@@ -338,7 +339,8 @@ def test_core_math_at_chosen_times_matches_model():
         (TB, 2 ** 40, 366 * day, 0), (TB, 999983, day, 0), (TB, 7, S, 0),
         (TB, 3, 2 ** 40 + 1, 6000), (TB, 1, 366 * day, 142), (TB, 2 ** 40 - 3, 1000, 2 ** 40),
         (TB, 1000003, 3600 * S + 7, 5000000), (SW, 2 ** 40, 366 * day, 0),
-        (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0), (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0),
+        (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0),
+        (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0),
     ]
     argv, steps = [], []
     for si, (algo, quota, period, burst) in enumerate(specs):
@@ -355,20 +357,24 @@ def test_core_math_at_chosen_times_matches_model():
             steps.append((lid, algo, now, cost, quota, period, burst))
     got = redis().c.command("EVAL", _core_driver(), 0, *argv)
     model, key = Model(), "k"
+    tally = [0, 0]
     for (lid, algo, now, cost, quota, period, burst), g in zip(steps, got):
         ok, rem, ret, res, new = model._eval(key, (lid, algo, quota, period, burst), now, cost)
         if ok:
             model.st[(key, lid)] = new
+        tally[ok] += 1
         want = "%d %d %d %d" % (1 if ok else 0, rem, ret, res)
         assert g.decode() == want, ((lid, algo, now, cost, quota, period, burst), g, want)
     assert len(got) == len(steps)
+    assert min(tally) > len(steps) // 5, tally
 
 
 def test_core_muldiv_is_exact():
     rng = random.Random(606)
     cases = []
     for _ in range(300):
-        d = rng.choice([rng.randrange(1, 1000), rng.randrange(1, 2 ** 30), rng.randrange(1, 2 ** 52)])
+        d = rng.choice([rng.randrange(1, 1000), rng.randrange(1, 2 ** 30),
+                        rng.randrange(1, 2 ** 52)])
         a = rng.randrange(0, 2 ** 47)
         bmax = min(2 ** 52, (2 ** 53 * d) // max(a, 1))
         b = rng.randrange(0, bmax)
@@ -451,8 +457,9 @@ def test_weighted_cost():
         assert got == [(1, 1, [(7, 0, 300000)])], (name, got)
         now2, got = call([k], [(1, 8, lim)])
         # 7 tokens plus what refilled since; 8 - that, at 10 per second
-        assert got[0][0] == 0
-        assert got[0][2][0][1] == 100000 - (now2 - now), (name, now, now2, got)
+        if now2 - now < 100000:
+            assert got[0][0] == 0
+            assert got[0][2][0][1] == 100000 - (now2 - now), (name, now, now2, got)
         # heavier than the capacity: never passes, one period
         _, got = call([k], [(1, 11, lim)])
         assert got[0][0] == 0 and got[0][2][0][1] == 1 * S, (name, got)
@@ -510,12 +517,13 @@ def test_ttl_is_what_the_fields_need():
 
         # a later write of a short-lived limit keeps what the other field needs
         k = new_key()
-        now, _ = call([k], [(1, 1, [("f1", FW, 1, 2 * S, 0)])])
-        f1_end = now // (2 * S) * (2 * S) + 2 * S
+        now, _ = call([k], [(1, 1, [("f1", FW, 1, 10 * S, 0)])])
+        f1_end = now // (10 * S) * (10 * S) + 10 * S
         now2, _ = call([k], [(1, 1, [("t10", TB, 10, 1 * S, 0)])])
-        assert f1_end > now2 + 100000, "window too close to its end, rerun"
-        assert r.c.command("PEXPIRETIME", k) == f1_end // 1000, (name, hgetall(k))
-        assert sorted(hgetall(k)) == ["f1", "t10"]
+        if f1_end > now2:  # (else the window ended in between: f1 is gone)
+            assert sorted(hgetall(k)) == ["f1", "t10"], (name, hgetall(k))
+        want = max(f1_end if f1_end > now2 else 0, now2 + 100000)
+        assert r.c.command("PEXPIRETIME", k) == ceil_div(want, 1000), (name, hgetall(k))
 
 
 def test_stale_fields_go_and_keys_expire():
@@ -565,7 +573,8 @@ def test_bad_arguments_write_nothing():
     r = redis()
     good_limit = ["t", TB, 10, S, 0]
     k1, k2 = new_key(), new_key()
-    r.c.command("SET", "rl:{%s}" % ("e" * 32), "not a hash")
+    wrong = new_key()
+    r.c.command("SET", wrong, "not a hash")
     bad_mp = [
         ([k1], b"\xc1"),                                   # never used byte
         ([k1], b"\x93\x01"),                               # truncated array
@@ -599,7 +608,7 @@ def test_bad_arguments_write_nothing():
         (["rl:{nothex}"], mpack.packb([[1, 1, [good_limit]]])),
         (["other:{%s}" % ("a" * 32)], mpack.packb([[1, 1, [good_limit]]])),
         # a key of the wrong type fails before anything is written
-        ([k1, "rl:{%s}" % ("e" * 32)], mpack.packb([[1, 1, [good_limit]], [2, 1, [good_limit]]])),
+        ([k1, wrong], mpack.packb([[1, 1, [good_limit]], [2, 1, [good_limit]]])),
     ]
     bad_plain = [
         ([k1], []),
@@ -615,12 +624,12 @@ def test_bad_arguments_write_nothing():
         ([k1], [1, 1, 0]),
         ([k1], [1, 2, 1, 1, "t", 0, 10, S, 0]),
         ([k1, k2], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 5.5]),
-        ([k1, "rl:{%s}" % ("e" * 32)], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 0]),
+        ([k1, wrong], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 0]),
     ]
-    dbsize = r.c.command("DBSIZE")
     cases = [(r.sha_mp, keys, [arg]) for keys, arg in bad_mp]
     cases += [(r.sha_plain, keys, args) for keys, args in bad_plain]
     cases.append((r.sha_mp, [k1], []))
+    cases.append((r.sha_mp, [k1], [mpack.packb([[1, 1, [good_limit]]]), b"more"]))
     for sha, keys, args in cases:
         try:
             r.c.command("EVALSHA", sha, len(keys), *keys, *args)
@@ -631,7 +640,9 @@ def test_bad_arguments_write_nothing():
                 assert "rl decide: " in msg, msg
         else:
             raise AssertionError("no error for %r %r" % (keys, args))
-        assert r.c.command("DBSIZE") == dbsize, (keys, args)
+        # (DBSIZE would not do: keys of other tests expire meanwhile)
+        assert r.c.command("EXISTS", k1, k2) == 0, (keys, args)
+        assert r.c.command("TYPE", wrong) == b"string"
     assert r.c.command("EXISTS", k1, k2) == 0
     # and the scripts still work
     _, got = call_mp([k1], [(1, 1, [tuple(good_limit)])])
@@ -669,8 +680,8 @@ def test_scripts_agree_on_the_same_timeline():
     # cannot change allowed, decider or remaining
     lim = [("t20", TB, 20, 3600 * S, 0), ("s12", SW, 12, 3600 * S, 0), ("f15", FW, 15, 3600 * S, 0)]
     rng = random.Random(404)
-    ka = [new_key(rng) for _ in range(3)]
-    kb = [new_key(rng) for _ in range(3)]
+    ka = [new_key() for _ in range(3)]
+    kb = [new_key() for _ in range(3)]
     for step in range(12):
         idx = [rng.randrange(3) for _ in range(rng.randint(1, 4))]
         costs = [rng.choice([1, 1, 2, 3]) for _ in idx]
@@ -689,12 +700,13 @@ def test_scripts_agree_on_the_same_timeline():
 
 def _measure(batch, seconds=None, depth=16):
     """Prints decisions per second of each script with `batch` requests per
-    EVALSHA, `depth` calls in flight on one connection. Not asserted."""
-    seconds = float(os.environ.get("RL_MEASURE_SECONDS", seconds or 2.0))
+    EVALSHA, `depth` calls in flight on one connection; fails on an error
+    reply. A smoke test under pipelining: `make bench` has the figures
+    (RL_MEASURE_SECONDS=2 for a longer look)."""
+    seconds = float(os.environ.get("RL_MEASURE_SECONDS", seconds or 0.25))
     r = redis()
     lim = [["t1m", TB, 1000000, 60 * S, 0], ["s1h", SW, 10000000, 3600 * S, 0]]
-    rng = random.Random(batch)
-    pool = [new_key(rng) for _ in range(4096)]
+    pool = [new_key() for _ in range(4096)]
     line = []
     for name, sha in (("msgpack", r.sha_mp), ("plain", r.sha_plain)):
         # pre-encoded commands, so the client's own cost stays small
