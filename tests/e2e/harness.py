@@ -205,11 +205,13 @@ class Backend:
 
 class HAProxy(Proc):
     """haproxy -W -db on a configuration whose addresses come from RL_*
-    environment variables (see haproxy-examples/basic.cfg)."""
+    environment variables (see haproxy-examples/basic.cfg), with a master
+    CLI socket that tells when the master can take a reload signal."""
 
     def __init__(self, h, agent_port, app_port, cfg=BASIC_CFG, env=None, name="haproxy"):
         self.port = free_port()
         self.stats_port = free_port()
+        self.master_sock = os.path.join(h.dir, name + "-master.sock")
         e = dict(os.environ)
         e.update({
             "RL_FRONTEND": "127.0.0.1:%d" % self.port,
@@ -222,20 +224,60 @@ class HAProxy(Proc):
         e.update(env or {})
         if shutil.which(HAPROXY) is None:
             raise Skip("haproxy is not installed")
-        super().__init__(name, [HAPROXY, "-W", "-db", "-f", cfg],
+        super().__init__(name, [HAPROXY, "-W", "-db", "-S", self.master_sock, "-f", cfg],
                          os.path.join(h.dir, name + ".log"), env=e, cwd=h.dir)
         wait_port(self.port, 10, self.popen)
         wait_port(self.stats_port, 10, self.popen)
+        self._wait_master(lambda n: n is not None, "the haproxy master to be ready")
 
-    def reload(self, timeout=10.0):
-        """SIGUSR2 to the master; returns when the new worker serves (the
-        master logs one more "Loading success")."""
-        before = self.log().count("Loading success")
+    def master_cli(self, cmd, timeout=3.0):
+        """One command on the master CLI; returns its output."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.master_sock)
+            s.sendall(cmd.encode() + b"\n")
+            s.shutdown(socket.SHUT_WR)
+            out = bytearray()
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    return out.decode("utf-8", "replace")
+                out += data
+        finally:
+            s.close()
+
+    def master_reloads(self):
+        """The master's reload count, or None while the master cannot
+        answer. After "Loading success" the 2.6 master re-executes itself
+        and ignores SIGUSR2 until it answers on its CLI again."""
+        try:
+            out = self.master_cli("show proc", timeout=1.0)
+        except OSError:
+            return None
+        m = re.search(r"^\d+\s+master\s+(\d+)\s+\[failed: (\d+)\]", out, re.M)
+        if not m or not re.search(r"^\d+\s+worker\s", out, re.M):
+            return None
+        if int(m.group(2)):
+            raise AssertionError("haproxy reports a failed reload:\n" + out)
+        return int(m.group(1))
+
+    def _wait_master(self, pred, what, timeout=10.0):
+        def ready():
+            if not self.alive():
+                raise AssertionError("haproxy exited while waiting for %s" % what)
+            return pred(self.master_reloads())
+        wait_for(ready, timeout, what)
+
+    def reload(self):
+        """SIGUSR2 to the master; returns when the master has reloaded,
+        the new worker serves and the master can take another signal."""
+        before = self.master_reloads()
+        if before is None:
+            raise AssertionError("haproxy master not ready for a reload")
         self.signal(signal.SIGUSR2)
-        wait_for(lambda: self.log().count("Loading success") > before or not self.alive(),
-                 timeout, "haproxy to reload")
-        if not self.alive():
-            raise AssertionError("haproxy exited on reload")
+        self._wait_master(lambda n: n is not None and n > before, "haproxy to reload")
+        wait_port(self.port, 5, self.popen)
 
     def stats(self):
         """The CSV statistics as a list of dicts."""

@@ -71,7 +71,7 @@ def run_one(full, fn, keep):
         outcome = "SKIP"
         report = "  skipped: %s" % e
     except BaseException as e:  # noqa: B902 - a test may raise anything
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         outcome = "FAIL"
         report = traceback.format_exc()
@@ -103,7 +103,11 @@ def main():
     harness.BUILD = os.path.abspath(os.path.join(harness.ROOT, args.build)
                                     if not os.path.isabs(args.build) else args.build)
     signal.signal(signal.SIGALRM, _on_alarm)
+    # Stopped from outside: unwind, so every harness stops its processes.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     tests = discover(args.pattern)
+    if not tests:
+        print("no test matches %r" % args.pattern)
     counts = {"PASS": 0, "FAIL": 0, "SKIP": 0}
     t_all = time.monotonic()
     for full, fn in tests:
