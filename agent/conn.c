@@ -420,8 +420,26 @@ static void count_decision(struct worker *w, const struct decide_decision *d)
 	STAT_INC(w->stats.decisions);
 	if (d->status == 429)
 		STAT_INC(w->stats.limited);
+	if (d->reason == DECIDE_SHED && !d->shadow && d->priority >= 0 && d->priority < 4)
+		STAT_INC(w->stats.shed[d->priority]);
+	if (d->status == 503 && d->reason == DECIDE_STORE_DOWN)
+		STAT_INC(w->stats.store_down);
+	if (d->shadow)
+		STAT_INC(w->stats.shadow);
 	if (d->degraded)
 		STAT_INC(w->stats.degraded);
+}
+
+/* xorshift32: shedding needs uniform numbers, not secrets. */
+static uint32_t worker_rand(struct worker *w)
+{
+	uint32_t x = w->rnd;
+
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	w->rnd = x;
+	return x;
 }
 
 /* Decides with the in-memory store, or hands the query to Redis. Returns 1
@@ -434,7 +452,15 @@ static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor
 	struct limit_result res[DECIDE_MAX_LIMITS];
 	int decider;
 
-	decide_prepare(w->srv->dcfg, args, nargs, &q);
+	decide_prepare(w->rules, args, nargs, worker_rand(w), &q);
+	if (q.shed) {
+		decide_shed(&q, d);
+		return 1;
+	}
+	if (q.nlimits == 0) {
+		decide_result(&q, res, -1, d);
+		return 1;
+	}
 	if (w->rs) {
 		struct store_ref ref = { c->slot, w->gens[c->slot], f->stream_id, f->frame_id };
 

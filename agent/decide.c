@@ -3,228 +3,243 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "rlheader.h"
 
-/* The default hashing secret. Agents of one fleet must share the secret so
- * that they compute the same keys; it is not a security boundary (SipHash
- * with any key spreads and bounds keys), only a guard against crafted
- * collisions when operators set their own. */
+/* The hashing key. Agents of one fleet must share it so that they compute
+ * the same Redis keys; SipHash under any key spreads and bounds keys. */
 static const uint8_t default_secret[16] = {
 	0x73, 0x70, 0x6f, 0x61, 0x2d, 0x72, 0x61, 0x74,
 	0x65, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x2d, 0x31,
 };
 
-void decide_config_defaults(struct decide_config *cfg)
-{
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->limits[0].quota = 100;
-	cfg->limits[0].period_us = 60 * LIMIT_US_PER_S;
-	cfg->limits[0].algo = LIMIT_TOKEN_BUCKET;
-	cfg->nlimits = 1;
-	snprintf(cfg->rule, sizeof(cfg->rule), "default");
-	decide_set_identity(cfg, "api_key,user,ip");
-	memcpy(cfg->secret, default_secret, sizeof(cfg->secret));
-}
-
-int decide_set_identity(struct decide_config *cfg, const char *list)
-{
-	char names[DECIDE_MAX_IDENTITY][DECIDE_NAME_MAX];
-	size_t n = 0;
-	const char *p = list;
-
-	while (*p) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-
-		if (len == 0 || len >= DECIDE_NAME_MAX || n == DECIDE_MAX_IDENTITY)
-			return -1;
-		memcpy(names[n], p, len);
-		names[n][len] = '\0';
-		n++;
-		p += len;
-		if (*p == ',' && *++p == '\0')
-			return -1;
-	}
-	if (n == 0)
-		return -1;
-	memcpy(cfg->identity, names, sizeof(names));
-	cfg->nidentity = n;
-	return 0;
-}
-
-/* Empty values do not identify anyone: NULL, and empty strings (a missing
- * header arrives as an empty string or as NULL depending on the sample). */
-static int data_is_empty(const struct spop_data *d)
-{
-	switch ((enum spop_type)d->type) {
-	case SPOP_T_NULL:
-		return 1;
-	case SPOP_T_STR:
-	case SPOP_T_BIN:
-		return d->u.str.len == 0;
-	case SPOP_T_BOOL:
-	case SPOP_T_INT32:
-	case SPOP_T_UINT32:
-	case SPOP_T_INT64:
-	case SPOP_T_UINT64:
-	case SPOP_T_IPV4:
-	case SPOP_T_IPV6:
-		return 0;
-	}
-	return 1;
-}
-
-/* A request's weight from an integer argument: 1 when absent or not a
- * positive integer, capped at 2^32-1. */
-static uint32_t cost_of(const struct spop_data *d)
-{
-	uint64_t v = 1;
-
-	switch ((enum spop_type)d->type) {
-	case SPOP_T_INT32:
-		v = d->u.i32 > 0 ? (uint64_t)d->u.i32 : 1;
-		break;
-	case SPOP_T_UINT32:
-		v = d->u.u32;
-		break;
-	case SPOP_T_INT64:
-		v = d->u.i64 > 0 ? (uint64_t)d->u.i64 : 1;
-		break;
-	case SPOP_T_UINT64:
-		v = d->u.u64;
-		break;
-	case SPOP_T_NULL:
-	case SPOP_T_BOOL:
-	case SPOP_T_IPV4:
-	case SPOP_T_IPV6:
-	case SPOP_T_STR:
-	case SPOP_T_BIN:
-		return 1;
-	}
-	if (v == 0)
-		return 1;
-	return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-}
-
-void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
-		    unsigned nargs, struct decide_query *q)
-{
-	struct spop_str name;
-	struct spop_data val, best_val;
-	size_t best = cfg->nidentity;
-	char text[512];
-	size_t tlen;
-
-	memset(q, 0, sizeof(*q));
-	best_val.type = SPOP_T_NULL;
-	/* One pass over the arguments: keep the non-empty one that comes first
-	 * in the identity order. Names match exactly (length and bytes). */
-	q->cost = 1;
-	for (unsigned i = 0; i < nargs && spop_kv_next(&args, &name, &val) == 1; i++) {
-		if (cfg->cost_arg[0] && strlen(cfg->cost_arg) == name.len &&
-		    memcmp(cfg->cost_arg, name.ptr, name.len) == 0)
-			q->cost = cost_of(&val);
-		for (size_t k = 0; k < best; k++) {
-			if (strlen(cfg->identity[k]) == name.len &&
-			    memcmp(cfg->identity[k], name.ptr, name.len) == 0) {
-				if (!data_is_empty(&val)) {
-					best = k;
-					best_val = val;
-				}
-				break;
-			}
-		}
-	}
-	if (best < cfg->nidentity) {
-		q->identity = cfg->identity[best];
-		tlen = identity_text(&best_val, text, sizeof(text));
-	} else {
-		q->identity = "anonymous";
-		tlen = 0;
-		text[0] = '\0';
-	}
-	identity_hash(cfg->secret, q->identity, strlen(q->identity), text, tlen, q->key);
-	identity_hex(q->key, q->key_hex);
-	q->limits = cfg->limits;
-	q->nlimits = cfg->nlimits;
-	q->priority = DECIDE_DEFAULT_PRIORITY;
-	q->rule = cfg->rule;
-}
+/* ---- ruleset ---------------------------------------------------------------- */
 
 /* Policy names: the rule's name when it has one limit, else the rule's name
- * and the limit's period ("default-1m"), unique within the field. */
-static void policy_name(const struct decide_query *q, size_t i, char *buf, size_t cap)
+ * and the limit's period ("free-1m"); the loader keeps periods distinct
+ * within a rule, so names are unique within the field. */
+static void derive_rule(const struct rules_rule *r, int agents, struct ruleset_rule *out)
 {
 	char period[32];
 
-	if (q->nlimits == 1) {
-		snprintf(buf, cap, "%s", q->rule);
-		return;
+	out->policy[0] = '\0';
+	for (size_t i = 0; i < r->nlimits; i++) {
+		struct limit_spec *l = &out->local[i];
+
+		if (r->nlimits == 1) {
+			snprintf(out->pname[i], sizeof(out->pname[i]), "%s", r->name);
+		} else {
+			limit_format_period(r->limits[i].period_us, period, sizeof(period));
+			snprintf(out->pname[i], sizeof(out->pname[i]), "%s-%s", r->name, period);
+		}
+		if (rlheader_policy_append(out->policy, sizeof(out->policy), out->pname[i],
+					   r->limits[i].quota,
+					   limit_ceil_s(r->limits[i].period_us)) < 0) {
+			/* keeps the items that fit */
+		}
+		/* The local policy shares the limit among the agents; each
+		 * keeps at least one request per period. */
+		*l = r->limits[i];
+		l->quota = r->limits[i].quota / (uint64_t)agents;
+		if (l->quota == 0)
+			l->quota = 1;
+		if (l->burst) {
+			l->burst /= (uint64_t)agents;
+			if (l->burst == 0)
+				l->burst = 1;
+		}
 	}
-	limit_format_period(q->limits[i].period_us, period, sizeof(period));
-	snprintf(buf, cap, "%s-%s", q->rule, period);
 }
 
-/* Lists every limit of the query in the RateLimit-Policy value. */
-static void put_policy(const struct decide_query *q, struct decide_decision *d)
+struct ruleset *ruleset_new(struct rules *rules, uint64_t gen)
 {
-	char name[DECIDE_NAME_MAX + 40];
+	struct ruleset *rs = xcalloc(1, sizeof(*rs));
+	const struct rules_settings *st = rules_settings(rules);
 
-	d->policy[0] = '\0';
-	for (size_t i = 0; i < q->nlimits; i++) {
-		int64_t w = limit_ceil_s(q->limits[i].period_us);
-
-		policy_name(q, i, name, sizeof(name));
-		if (rlheader_policy_append(d->policy, sizeof(d->policy), name,
-					   q->limits[i].quota, w) < 0)
-			break; /* keeps the items that fit */
+	if (!rs) {
+		rules_free(rules);
+		return NULL;
 	}
+	rs->rules = rules;
+	rs->gen = gen;
+	atomic_init(&rs->refs, 1);
+	memcpy(rs->secret, default_secret, sizeof(rs->secret));
+	rs->agents = st->has_agents && st->agents > 0 ? st->agents : 1;
+	rs->nrules = rules_count(rules);
+	rs->rule = xcalloc(rs->nrules ? rs->nrules : 1, sizeof(*rs->rule));
+	if (!rs->rule) {
+		rules_free(rules);
+		xfree(rs);
+		return NULL;
+	}
+	for (size_t i = 0; i < rs->nrules; i++) {
+		const struct rules_rule *r = rules_rule_at(rules, i);
+
+		derive_rule(r, rs->agents, &rs->rule[r->index]);
+	}
+	return rs;
+}
+
+void ruleset_acquire(struct ruleset *rs)
+{
+	atomic_fetch_add_explicit(&rs->refs, 1, memory_order_relaxed);
+}
+
+void ruleset_release(struct ruleset *rs)
+{
+	if (!rs)
+		return;
+	if (atomic_fetch_sub_explicit(&rs->refs, 1, memory_order_acq_rel) == 1) {
+		rules_free(rs->rules);
+		xfree(rs->rule);
+		xfree(rs);
+	}
+}
+
+/* ---- decisions ---------------------------------------------------------------- */
+
+void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
+		    uint32_t rnd, struct decide_query *q)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	const struct rules_names *ids = rules_identity(rs->rules);
+	/* kind \0 value \0 rule: each rule of a client has its own key */
+	uint8_t buf[RULES_NAME_MAX + 512 + RULES_NAME_MAX + 2];
+	size_t n = 0, klen, tlen, rlen;
+	const char *kind;
+
+	a.n = 0;
+	rules_args_from_kv(&a, args, nargs);
+	rules_classify(rs->rules, &a, &v);
+
+	q->rs = rs;
+	q->rule = v.rule;
+	q->limits = v.rule->limits;
+	q->nlimits = v.rule->nlimits;
+	q->cost = v.cost;
+	q->priority = v.priority;
+	q->shadow = v.shadow;
+	q->shed_shadow = v.shed_shadow;
+	q->on_failure = v.on_failure;
+	q->shed = false;
+	if (v.load_known && q->priority > 0)
+		q->shed = shed_decide(rules_shed(rs->rules), q->priority, v.in_use,
+				      v.free_conns, rnd);
+
+	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
+	q->identity = kind;
+	klen = strlen(kind);
+	memcpy(buf, kind, klen);
+	n = klen;
+	buf[n++] = '\0';
+	tlen = v.identity >= 0 && v.identity_val
+		       ? identity_text(v.identity_val, (char *)buf + n, 512)
+		       : 0;
+	n += tlen;
+	buf[n++] = '\0';
+	rlen = strlen(v.rule->name);
+	memcpy(buf + n, v.rule->name, rlen);
+	n += rlen;
+	siphash128(rs->secret, buf, n, q->key);
+	identity_hex(q->key, q->key_hex);
+}
+
+/* A decision's common part: rule, priority, policy. */
+static void base(const struct decide_query *q, struct decide_decision *d)
+{
+	d->status = 0;
+	d->retry_after = 0;
+	d->limit = 0;
+	d->remaining = 0;
+	d->reset = 0;
+	d->priority = q->priority;
+	d->reason = DECIDE_OK;
+	d->rule = q->rule->name;
+	d->policy = q->rs->rule[q->rule->index].policy;
+	d->ratelimit[0] = '\0';
+	d->shadow = false;
+	d->degraded = false;
+	d->counted = false;
+}
+
+void decide_shed(const struct decide_query *q, struct decide_decision *d)
+{
+	const struct shed_config *sc = rules_shed(q->rs->rules);
+
+	base(q, d);
+	d->reason = DECIDE_SHED;
+	if (q->shed_shadow) {
+		d->shadow = true;
+		return;
+	}
+	d->status = 503;
+	d->retry_after = limit_ceil_s(sc->retry_after_us);
+	if (d->retry_after < 1)
+		d->retry_after = 1;
 }
 
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
 	const struct limit_result *r;
-	char name[DECIDE_NAME_MAX + 40];
 
-	memset(d, 0, sizeof(*d));
-	d->priority = q->priority;
-	d->rule = q->rule;
-	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits) {
-		d->reason = DECIDE_OK;
+	base(q, d);
+	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits)
 		return;
-	}
 	r = &res[decider];
 	d->counted = true;
 	d->limit = (int64_t)r->limit;
 	d->remaining = (int64_t)r->remaining;
 	d->reset = limit_ceil_s(r->reset_us);
-	if (r->allowed) {
-		d->status = 0;
-		d->reason = DECIDE_OK;
-	} else {
-		d->status = 429;
+	if (!r->allowed) {
 		d->reason = DECIDE_LIMITED;
-		d->retry_after = limit_ceil_s(r->retry_after_us);
-		if (d->retry_after < 1)
-			d->retry_after = 1;
+		if (q->shadow) {
+			/* computed, counted and exported; nothing refused */
+			d->shadow = true;
+		} else {
+			d->status = 429;
+			d->retry_after = limit_ceil_s(r->retry_after_us);
+			if (d->retry_after < 1)
+				d->retry_after = 1;
+		}
 	}
-	put_policy(q, d);
-	policy_name(q, (size_t)decider, name, sizeof(name));
-	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit), name,
-			   (uint64_t)d->remaining, d->reset);
+	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit),
+			   q->rs->rule[q->rule->index].pname[decider], (uint64_t)d->remaining,
+			   d->reset);
 }
 
 void decide_degraded(const struct decide_query *q, struct decide_decision *d)
 {
-	memset(d, 0, sizeof(*d));
-	d->priority = q->priority;
-	d->rule = q->rule;
-	d->reason = DECIDE_OK;
+	base(q, d);
 	d->degraded = true;
 	if (q->nlimits > 0)
 		d->limit = (int64_t)q->limits[0].quota;
-	put_policy(q, d);
+	if (q->on_failure == RULES_FAIL_CLOSED && q->nlimits > 0) {
+		d->reason = DECIDE_STORE_DOWN;
+		if (q->shadow) {
+			d->shadow = true;
+			return;
+		}
+		d->status = 503;
+		d->retry_after = 1;
+	}
+}
+
+void decide_local(const struct decide_query *q, struct memstore *mem, int64_t now_us,
+		  struct decide_decision *d)
+{
+	struct limit_result res[DECIDE_MAX_LIMITS];
+	const struct ruleset_rule *rr = &q->rs->rule[q->rule->index];
+	int decider;
+
+	if (q->nlimits == 0) {
+		decide_degraded(q, d);
+		return;
+	}
+	decider = memstore_check(mem, q->key, rr->local, q->nlimits, now_us, q->cost, res);
+	decide_result(q, res, decider, d);
+	d->degraded = true;
 }
 
 const char *decide_reason_str(enum decide_reason r)
@@ -242,43 +257,52 @@ const char *decide_reason_str(enum decide_reason r)
 	return "ok";
 }
 
-static void put_int(struct spop_wbuf *w, const char *name, int64_t v)
+static void put_int(struct spop_wbuf *w, const char *name, size_t len, int64_t v)
 {
-	struct spop_data d = spop_int64(v);
+	struct spop_data d;
 
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, strlen(name), &d);
+	d.type = SPOP_T_INT64;
+	d.u.i64 = v;
+	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
 }
 
-static void put_str(struct spop_wbuf *w, const char *name, const char *v)
+static void put_str(struct spop_wbuf *w, const char *name, size_t len, const char *v)
 {
-	struct spop_data d = spop_cstr(v);
+	struct spop_data d;
 
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, strlen(name), &d);
+	d.type = SPOP_T_STR;
+	d.u.str.ptr = v;
+	d.u.str.len = strlen(v);
+	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
 }
 
-static void put_bool(struct spop_wbuf *w, const char *name, bool v)
+static void put_bool(struct spop_wbuf *w, const char *name, size_t len, bool v)
 {
-	struct spop_data d = spop_bool(v);
+	struct spop_data d;
 
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, strlen(name), &d);
+	d.type = SPOP_T_BOOL;
+	d.u.boolean = v;
+	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
 }
+
+#define NAME(s) s, sizeof(s) - 1
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
-	put_int(w, "status", d->status);
-	put_int(w, "retry_after", d->retry_after);
-	put_int(w, "limit", d->limit);
+	put_int(w, NAME("status"), d->status);
+	put_int(w, NAME("retry_after"), d->retry_after);
+	put_int(w, NAME("limit"), d->limit);
 	if (d->counted) {
-		put_int(w, "remaining", d->remaining);
-		put_int(w, "reset", d->reset);
+		put_int(w, NAME("remaining"), d->remaining);
+		put_int(w, NAME("reset"), d->reset);
 	}
-	put_int(w, "priority", d->priority);
-	put_str(w, "reason", decide_reason_str(d->reason));
-	put_str(w, "rule", d->rule ? d->rule : "");
-	if (d->policy[0])
-		put_str(w, "policy", d->policy);
+	put_int(w, NAME("priority"), d->priority);
+	put_str(w, NAME("reason"), decide_reason_str(d->reason));
+	put_str(w, NAME("rule"), d->rule ? d->rule : "");
+	if (d->policy && d->policy[0])
+		put_str(w, NAME("policy"), d->policy);
 	if (d->ratelimit[0])
-		put_str(w, "ratelimit", d->ratelimit);
-	put_bool(w, "shadow", d->shadow);
-	put_bool(w, "degraded", d->degraded);
+		put_str(w, NAME("ratelimit"), d->ratelimit);
+	put_bool(w, NAME("shadow"), d->shadow);
+	put_bool(w, NAME("degraded"), d->degraded);
 }

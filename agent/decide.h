@@ -1,49 +1,77 @@
 /* decide.h: from a check-rate message to the variables HAProxy receives.
  *
- * Pure: no I/O, no clock. A decision happens in three steps so that the
- * store step in the middle can be asynchronous (Redis):
- *   decide_prepare()  message arguments -> query (client key, limits, cost)
+ * No I/O, no clock, no allocation on the way. A decision happens in steps
+ * so that the store step in the middle can be asynchronous (Redis):
+ *   decide_prepare()   message arguments -> query (client key, rule,
+ *                      limits, cost, priority, shedding verdict)
+ *   decide_shed()      when the query is shed: the 503 answer
  *   (the store checks the query's limits at a time of its choosing)
- *   decide_result()   store answer -> decision
+ *   decide_result()    store answer -> decision
+ *   decide_degraded()  no store answer: the rule's failure policy
+ *   decide_local()     the "local" policy: an in-memory bucket
  *   decide_put_actions() decision -> SET-VAR actions of the ACK
+ *
+ * Rules come as a ruleset: the loaded rules plus what is derived from them
+ * once (header values), reference-counted so that a reload can replace them
+ * while decisions made under the old ones are still waiting for Redis.
  */
 #ifndef RL_DECIDE_H
 #define RL_DECIDE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "identity.h"
 #include "limiter.h"
+#include "memstore.h"
+#include "rules.h"
 #include "spop.h"
 
-#define DECIDE_MAX_LIMITS 16
-#define DECIDE_MAX_IDENTITY 8
-#define DECIDE_NAME_MAX 32
-#define DECIDE_DEFAULT_PRIORITY 2
+#define DECIDE_MAX_LIMITS RULES_LIMITS_MAX
+#define DECIDE_POLICY_MAX 512
+#define DECIDE_PNAME_MAX (RULES_NAME_MAX + 40)
 
 /* The message the agent understands (part of the contract with HAProxy). */
 #define DECIDE_MESSAGE "check-rate"
 
-struct decide_config {
-	struct limit_spec limits[DECIDE_MAX_LIMITS];
-	size_t nlimits;
-	char rule[DECIDE_NAME_MAX];
-	char identity[DECIDE_MAX_IDENTITY][DECIDE_NAME_MAX];
-	size_t nidentity;
-	char cost_arg[DECIDE_NAME_MAX]; /* integer argument with the weight */
-	uint8_t secret[16];
+struct ruleset_rule {
+	char policy[DECIDE_POLICY_MAX];   /* RateLimit-Policy value */
+	char pname[RULES_LIMITS_MAX][DECIDE_PNAME_MAX]; /* policy name per limit */
+	struct limit_spec local[RULES_LIMITS_MAX];      /* limits / agents */
 };
+
+struct ruleset {
+	struct rules *rules;
+	atomic_uint refs;
+	uint64_t gen;
+	uint8_t secret[16];
+	int agents;                       /* fleet size for the local policy */
+	size_t nrules;
+	struct ruleset_rule *rule;        /* by rules_rule.index */
+};
+
+/* Wraps loaded rules (taking ownership) with one reference. NULL on
+ * allocation failure (the rules are freed then). */
+struct ruleset *ruleset_new(struct rules *rules, uint64_t gen);
+void ruleset_acquire(struct ruleset *rs);
+/* Drops a reference; the last one frees the ruleset and its rules. */
+void ruleset_release(struct ruleset *rs);
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
 	char key_hex[IDENTITY_HEX_LEN + 1];
-	const char *identity;   /* the argument name that identified the client */
+	const char *identity;       /* the argument that named the client */
+	struct ruleset *rs;
+	const struct rules_rule *rule;
 	const struct limit_spec *limits;
 	size_t nlimits;
 	uint32_t cost;
 	int priority;
-	const char *rule;
+	bool shadow;                /* the rule (or everything) is in shadow mode */
+	bool shed;                  /* over its priority's load threshold */
+	bool shed_shadow;
+	enum rules_failure on_failure;
 };
 
 enum decide_reason {
@@ -62,35 +90,37 @@ struct decide_decision {
 	int priority;
 	enum decide_reason reason;
 	const char *rule;
-	char policy[160];
-	char ratelimit[160];
+	const char *policy;    /* points into the ruleset, or "" */
+	char ratelimit[DECIDE_PNAME_MAX + 64];
 	bool shadow;
 	bool degraded;
-	bool counted;          /* limit, remaining and reset are known */
+	bool counted;          /* remaining and reset are known */
 };
 
-/* Fills the configuration's defaults: limit 100/1m, rule "default",
- * identity api_key,user,ip, a fixed hashing secret. */
-void decide_config_defaults(struct decide_config *cfg);
-
-/* Parses a comma-separated identity list into cfg. Returns 0 or -1. */
-int decide_set_identity(struct decide_config *cfg, const char *list);
-
 /* Builds the query for one check-rate message from its KV arguments (a
- * cursor from spop_msg_next, already validated). The query points into cfg,
- * which must outlive it. A request that carries none of the identity
- * arguments is keyed as the anonymous client. */
-void decide_prepare(const struct decide_config *cfg, struct spop_cursor args,
-		    unsigned nargs, struct decide_query *q);
+ * cursor from spop_msg_next, already validated). `rnd` is a uniform random
+ * number for probabilistic shedding. The query points into rs and into the
+ * message; the caller keeps rs referenced as long as the query lives. */
+void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
+		    uint32_t rnd, struct decide_query *q);
+
+/* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */
+void decide_shed(const struct decide_query *q, struct decide_decision *d);
 
 /* Turns the store's per-limit results (res[0..q->nlimits)) and the index of
- * the deciding limit into the decision. */
+ * the deciding limit into the decision. A query without limits is allowed. */
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d);
 
-/* The decision without the store: forwarded, marked degraded; the policy
- * is known, the client's counts are not. */
+/* The decision without the shared store, by the rule's failure policy:
+ * open (forward), closed (503 store_down). Both are marked degraded. For
+ * the local policy use decide_local(). */
 void decide_degraded(const struct decide_query *q, struct decide_decision *d);
+
+/* The local policy: the rule's limits divided by the fleet size, checked
+ * in this agent's memory. Marked degraded. */
+void decide_local(const struct decide_query *q, struct memstore *mem, int64_t now_us,
+		  struct decide_decision *d);
 
 /* Appends the SET-VAR actions (scope txn) of a decision. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);

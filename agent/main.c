@@ -12,21 +12,26 @@
 #include "log.h"
 #include "memstore.h"
 #include "metrics.h"
+#include "rules.h"
 #include "server.h"
 
-#define RL_VERSION "0.1.0"
+#define RL_VERSION "0.2.0"
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: spoa-ratelimit [options]\n"
+		"  -f, --rules FILE          rules file (YAML); SIGHUP reloads it\n"
 		"  -l, --listen ADDR:PORT    listen address (default 127.0.0.1:12345;\n"
 		"                            IPv6 as [::1]:12345)\n"
 		"  -t, --threads N           worker threads (default: number of CPUs)\n"
-		"      --limit N/P[:ALGO]    a limit of every client (default 100/1m);\n"
-		"                            repeat for several limits, all checked;\n"
-		"                            ALGO: token (default), sliding, fixed\n"
+		"  Without a rules file, one rule \"default\" for every client:\n"
+		"      --limit N/P[:ALGO]    a limit (default 100/1m); repeat for several,\n"
+		"                            all checked; ALGO: token (default), sliding,\n"
+		"                            fixed\n"
 		"      --burst N             token bucket capacity (default: N)\n"
+		"      --identity LIST       arguments naming the client, first non-empty\n"
+		"                            wins (default api_key,user,ip)\n"
 		"      --cost-arg NAME       integer argument giving a request's weight\n"
 		"  Redis (default: the in-memory store of this agent alone):\n"
 		"      --redis ADDR          HOST:PORT or a Unix socket path\n"
@@ -37,21 +42,21 @@ static void usage(FILE *out)
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
 		"      --redis-encoding E    msgpack (default) or plain script arguments\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
-		"      --identity LIST       arguments naming the client, first non-empty\n"
-		"                            wins (default api_key,user,ip)\n"
+		"  Other:\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
 		"                            at least 16380)\n"
 		"      --max-conns N         connections per worker (default 10000)\n"
-		"      --mem-max-keys N      clients tracked in memory (default 1000000)\n"
+		"      --mem-max-keys N      client limits kept in memory (default 1000000)\n"
 		"      --metrics ADDR:PORT   serve Prometheus metrics at /metrics\n"
-		"      --check               validate the options and exit\n"
+		"      --check               validate the options and rules, then exit\n"
 		"  -v, --verbose             more logs (repeat for debug)\n"
 		"  -q, --quiet               errors and warnings only\n"
 		"      --version             print the version and exit\n"
 		"  -h, --help                this text\n");
 }
 
-static int parse_listen(const char *s, struct server_config *cfg)
+/* Splits "HOST:PORT" or "[V6]:PORT". Returns 0 or -1. */
+static int split_addr(const char *s, char *host, size_t hcap, char *port, size_t pcap)
 {
 	const char *colon;
 	size_t hlen;
@@ -62,31 +67,30 @@ static int parse_listen(const char *s, struct server_config *cfg)
 		if (!rb || rb[1] != ':')
 			return -1;
 		hlen = (size_t)(rb - s - 1);
-		if (hlen == 0 || hlen >= sizeof(cfg->host))
+		if (hlen == 0 || hlen >= hcap)
 			return -1;
-		memcpy(cfg->host, s + 1, hlen);
-		cfg->host[hlen] = '\0';
+		memcpy(host, s + 1, hlen);
 		colon = rb + 1;
 	} else {
 		colon = strrchr(s, ':');
 		if (!colon)
 			return -1;
 		hlen = (size_t)(colon - s);
-		if (hlen == 0 || hlen >= sizeof(cfg->host))
+		if (hlen == 0 || hlen >= hcap)
 			return -1;
-		memcpy(cfg->host, s, hlen);
-		cfg->host[hlen] = '\0';
+		memcpy(host, s, hlen);
 	}
+	host[hlen] = '\0';
 	colon++;
-	if (*colon == '\0' || strlen(colon) >= sizeof(cfg->port) ||
+	if (*colon == '\0' || strlen(colon) >= pcap ||
 	    strspn(colon, "0123456789") != strlen(colon) || atoi(colon) < 1 ||
 	    atoi(colon) > 65535)
 		return -1;
-	snprintf(cfg->port, sizeof(cfg->port), "%s", colon);
+	snprintf(port, pcap, "%s", colon);
 	return 0;
 }
 
-/* Parses a positive decimal integer within [min, max]. Returns 0 or -1. */
+/* Parses a decimal integer within [min, max]. Returns 0 or -1. */
 static int parse_num(const char *s, long long min, long long max, long long *out)
 {
 	char *end;
@@ -98,6 +102,16 @@ static int parse_num(const char *s, long long min, long long max, long long *out
 		return -1;
 	*out = v;
 	return 0;
+}
+
+/* Names given on the command line end up in generated YAML: keep them to
+ * the characters of argument names. */
+static int safe_name(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+
+	return n > 0 && n < max &&
+	       strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
 }
 
 enum {
@@ -121,64 +135,167 @@ enum {
 	OPT_METRICS,
 };
 
-/* Parses "N/P" with an optional ":token", ":sliding" or ":fixed". */
-static int parse_limit_arg(const char *arg, struct limit_spec *out, char *err, size_t errlen)
-{
-	char buf[128];
-	char *colon;
-
-	if (strlen(arg) >= sizeof(buf)) {
-		snprintf(err, errlen, "too long");
-		return -1;
-	}
-	snprintf(buf, sizeof(buf), "%s", arg);
-	colon = strchr(buf, ':');
-	if (colon)
-		*colon++ = '\0';
-	if (limit_parse(buf, out, err, errlen) < 0)
-		return -1;
-	if (!colon || strcmp(colon, "token") == 0)
-		out->algo = LIMIT_TOKEN_BUCKET;
-	else if (strcmp(colon, "sliding") == 0)
-		out->algo = LIMIT_SLIDING_WINDOW;
-	else if (strcmp(colon, "fixed") == 0)
-		out->algo = LIMIT_FIXED_WINDOW;
-	else {
-		snprintf(err, errlen, "unknown algorithm '%s' (token, sliding, fixed)", colon);
-		return -1;
-	}
-	return 0;
-}
+/* What the command line said, before the rules file is read. */
+struct cli {
+	const char *rules_path;
+	char limits[DECIDE_MAX_LIMITS][64];
+	const char *algos[DECIDE_MAX_LIMITS];
+	int nlimits;
+	long long burst;
+	const char *identity;
+	const char *cost_arg;
+	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
+	int check;
+	int use_metrics;
+	char mhost[256], mport[16];
+};
 
 static struct ev_loop *main_loop;
 static struct server srv;
+static struct cli cli;
+static uint64_t rules_gen;
+
+/* The rules the command line describes, as a rules file would: the same
+ * loader validates both. */
+static struct rules *rules_from_cli(char *err, size_t errlen)
+{
+	char yaml[8192];
+	size_t n = 0;
+
+	if (cli.nlimits == 0 && !cli.identity && !cli.cost_arg && !cli.burst)
+		return rules_default();
+	if (cli.nlimits == 0) {
+		snprintf(cli.limits[0], sizeof(cli.limits[0]), "100/1m");
+		cli.algos[0] = "token";
+		cli.nlimits = 1;
+	}
+	n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "limits:\n");
+	for (int i = 0; i < cli.nlimits; i++) {
+		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n,
+				      "  - { rate: \"%s\", algorithm: %s", cli.limits[i],
+				      cli.algos[i]);
+		if (cli.burst && strcmp(cli.algos[i], "token") == 0)
+			n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, ", burst: %lld",
+					      cli.burst);
+		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, " }\n");
+	}
+	if (cli.identity) {
+		char list[512], *tok, *save = NULL;
+
+		snprintf(list, sizeof(list), "%s", cli.identity);
+		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "identity: [");
+		for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (!safe_name(tok, RULES_NAME_MAX)) {
+				snprintf(err, errlen, "--identity: bad argument name '%s'", tok);
+				return NULL;
+			}
+			n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "%s%s",
+					      yaml[n - 1] == '[' ? "" : ", ", tok);
+		}
+		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "]\n");
+	}
+	if (cli.cost_arg) {
+		if (!safe_name(cli.cost_arg, RULES_NAME_MAX)) {
+			snprintf(err, errlen, "--cost-arg: bad argument name '%s'", cli.cost_arg);
+			return NULL;
+		}
+		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "cost_argument: %s\n",
+				      cli.cost_arg);
+	}
+	if (n >= sizeof(yaml)) {
+		snprintf(err, errlen, "command line too long");
+		return NULL;
+	}
+	return rules_load_buffer(yaml, n, "command line", err, errlen);
+}
+
+static struct rules *load_rules(char *err, size_t errlen)
+{
+	if (cli.rules_path)
+		return rules_load(cli.rules_path, err, errlen);
+	return rules_from_cli(err, errlen);
+}
 
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	if (s->signum == SIGHUP) {
-		log_info("SIGHUP: nothing to reload (no rules file)");
+	char err[1024];
+	struct rules *r;
+	struct ruleset *rs;
+	const struct rules_settings *old;
+
+	if (s->signum != SIGHUP) {
+		log_info("signal %d: stopping", s->signum);
+		ev_break(loop, EVBREAK_ALL);
 		return;
 	}
-	log_info("signal %d: stopping", s->signum);
-	ev_break(loop, EVBREAK_ALL);
+	if (!cli.rules_path) {
+		log_info("SIGHUP: no rules file to reload");
+		return;
+	}
+	r = rules_load(cli.rules_path, err, sizeof(err));
+	if (!r) {
+		log_err("reload failed, the rules in force stay: %s", err);
+		return;
+	}
+	old = rules_settings(atomic_load(&srv.rules)->rules);
+	if (!rules_settings_equal(old, rules_settings(r)))
+		log_warn("reload: listen, threads and store settings take effect at restart only");
+	rs = ruleset_new(r, ++rules_gen);
+	if (!rs) {
+		log_err("reload failed: out of memory");
+		return;
+	}
+	server_swap_rules(&srv, rs);
+	log_info("reloaded %s: %zu rule(s)", cli.rules_path, rules_count(r));
+}
+
+static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	server_collect_rules(&srv);
+}
+
+/* Settings of the rules file, where the command line did not say. */
+static int apply_settings(const struct rules_settings *st, struct redis_config *rcfg,
+			  int *use_redis)
+{
+	if (st->has_listen && !cli.listen_set &&
+	    split_addr(st->listen, srv.cfg.host, sizeof(srv.cfg.host), srv.cfg.port,
+		       sizeof(srv.cfg.port)) < 0) {
+		log_err("%s: listen: expected ADDR:PORT, got '%s'", cli.rules_path, st->listen);
+		return -1;
+	}
+	if (st->has_threads && !cli.threads_set)
+		srv.cfg.threads = st->threads;
+	if (!cli.redis_set && st->has_store && st->store == RULES_STORE_REDIS) {
+		if (redis_config_set_addr(rcfg, st->has_address ? st->address : "127.0.0.1:6379") < 0) {
+			log_err("%s: store.address: expected HOST:PORT or a socket path, got '%s'",
+				cli.rules_path, st->address);
+			return -1;
+		}
+		*use_redis = 1;
+	}
+	if (st->has_timeout && !cli.timeout_set)
+		rcfg->timeout = st->timeout_ms / 1000.;
+	if (st->has_user && !cli.user_set)
+		snprintf(rcfg->user, sizeof(rcfg->user), "%s", st->user);
+	if (st->has_password && !cli.password_set)
+		snprintf(rcfg->password, sizeof(rcfg->password), "%s", st->password);
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "rules", required_argument, NULL, 'f' },
 		{ "listen", required_argument, NULL, 'l' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "limit", required_argument, NULL, OPT_LIMIT },
 		{ "burst", required_argument, NULL, OPT_BURST },
 		{ "identity", required_argument, NULL, OPT_IDENTITY },
+		{ "cost-arg", required_argument, NULL, OPT_COST_ARG },
 		{ "max-frame-size", required_argument, NULL, OPT_MAX_FRAME },
 		{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
 		{ "mem-max-keys", required_argument, NULL, OPT_MEM_KEYS },
-		{ "check", no_argument, NULL, OPT_CHECK },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "version", no_argument, NULL, OPT_VERSION },
-		{ "cost-arg", required_argument, NULL, OPT_COST_ARG },
 		{ "redis", required_argument, NULL, OPT_REDIS },
 		{ "redis-user", required_argument, NULL, OPT_REDIS_USER },
 		{ "redis-password", required_argument, NULL, OPT_REDIS_PASSWORD },
@@ -188,94 +305,138 @@ int main(int argc, char **argv)
 		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "check", no_argument, NULL, OPT_CHECK },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "version", no_argument, NULL, OPT_VERSION },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static struct decide_config dcfg;
 	static struct redis_config rcfg;
 	const char *env_pw = getenv("RL_REDIS_PASSWORD");
-	int use_redis = 0, nlimits = 0, use_metrics = 0;
-	struct server_config mcfg;
+	int use_redis = 0;
 	struct metrics *metrics = NULL;
-	char err[128];
-	long long num, burst = 0;
-	int opt, check = 0, level = LOG_INFO;
+	struct rules *rules;
+	struct ruleset *rs;
+	char err[1024];
+	long long num;
+	int opt, level = LOG_INFO;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	ev_signal sig_int, sig_term, sig_hup;
+	ev_timer collect;
 
 	server_config_defaults(&srv.cfg);
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
 	srv.lfd = -1;
-	decide_config_defaults(&dcfg);
 	redis_config_defaults(&rcfg);
-	if (env_pw)
+	if (env_pw) {
 		snprintf(rcfg.password, sizeof(rcfg.password), "%s", env_pw);
+		cli.password_set = 1;
+	}
 
-	while ((opt = getopt_long(argc, argv, "l:t:vqh", opts, NULL)) != -1) {
+#define BAD(...)                                                               \
+	do {                                                                  \
+		fprintf(stderr, "spoa-ratelimit: " __VA_ARGS__);              \
+		fputc('\n', stderr);                                          \
+		return 2;                                                     \
+	} while (0)
+
+	while ((opt = getopt_long(argc, argv, "f:l:t:vqh", opts, NULL)) != -1) {
 		switch (opt) {
+		case 'f':
+			cli.rules_path = optarg;
+			break;
 		case 'l':
-			if (parse_listen(optarg, &srv.cfg) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --listen: expected ADDR:PORT, got '%s'\n", optarg);
-				return 2;
-			}
+			if (split_addr(optarg, srv.cfg.host, sizeof(srv.cfg.host), srv.cfg.port,
+				       sizeof(srv.cfg.port)) < 0)
+				BAD("--listen: expected ADDR:PORT, got '%s'", optarg);
+			cli.listen_set = 1;
 			break;
 		case 't':
-			if (parse_num(optarg, 1, 256, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --threads: expected 1 to 256, got '%s'\n", optarg);
-				return 2;
-			}
+			if (parse_num(optarg, 1, 256, &num) < 0)
+				BAD("--threads: expected 1 to 256, got '%s'", optarg);
 			srv.cfg.threads = (int)num;
+			cli.threads_set = 1;
 			break;
-		case OPT_LIMIT:
-			if (nlimits == DECIDE_MAX_LIMITS) {
-				fprintf(stderr, "spoa-ratelimit: at most %d limits\n", DECIDE_MAX_LIMITS);
-				return 2;
+		case OPT_LIMIT: {
+			char *colon;
+			struct limit_spec spec;
+
+			if (cli.nlimits == DECIDE_MAX_LIMITS)
+				BAD("at most %d limits", DECIDE_MAX_LIMITS);
+			if (strlen(optarg) >= sizeof(cli.limits[0]))
+				BAD("--limit '%s': too long", optarg);
+			snprintf(cli.limits[cli.nlimits], sizeof(cli.limits[0]), "%s", optarg);
+			colon = strchr(cli.limits[cli.nlimits], ':');
+			cli.algos[cli.nlimits] = "token";
+			if (colon) {
+				*colon++ = '\0';
+				if (strcmp(colon, "token") != 0 && strcmp(colon, "sliding") != 0 &&
+				    strcmp(colon, "fixed") != 0)
+					BAD("--limit '%s': unknown algorithm '%s' (token, sliding, fixed)",
+					    optarg, colon);
+				cli.algos[cli.nlimits] = strcmp(colon, "token") == 0 ? "token"
+							 : strcmp(colon, "sliding") == 0 ? "sliding"
+											 : "fixed";
 			}
-			if (parse_limit_arg(optarg, &dcfg.limits[nlimits], err, sizeof(err)) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --limit '%s': %s\n", optarg, err);
-				return 2;
-			}
-			dcfg.nlimits = (size_t)++nlimits;
+			if (limit_parse(cli.limits[cli.nlimits], &spec, err, sizeof(err)) < 0)
+				BAD("--limit '%s': %s", optarg, err);
+			cli.nlimits++;
+			break;
+		}
+		case OPT_BURST:
+			if (parse_num(optarg, 1, 1LL << 40, &cli.burst) < 0)
+				BAD("--burst: expected a positive number, got '%s'", optarg);
+			break;
+		case OPT_IDENTITY:
+			cli.identity = optarg;
 			break;
 		case OPT_COST_ARG:
-			if (strlen(optarg) == 0 || strlen(optarg) >= DECIDE_NAME_MAX) {
-				fprintf(stderr, "spoa-ratelimit: --cost-arg: bad name\n");
-				return 2;
-			}
-			snprintf(dcfg.cost_arg, sizeof(dcfg.cost_arg), "%s", optarg);
+			cli.cost_arg = optarg;
+			break;
+		case OPT_MAX_FRAME:
+			if (parse_num(optarg, 16380, 16 * 1024 * 1024, &num) < 0)
+				BAD("--max-frame-size: expected 16380 to 16777216, got '%s'", optarg);
+			srv.cfg.max_frame_size = (uint32_t)num;
+			break;
+		case OPT_MAX_CONNS:
+			if (parse_num(optarg, 1, 1000000, &num) < 0)
+				BAD("--max-conns: expected 1 to 1000000, got '%s'", optarg);
+			srv.cfg.max_conns = (int)num;
+			break;
+		case OPT_MEM_KEYS:
+			if (parse_num(optarg, 1, 1LL << 32, &num) < 0)
+				BAD("--mem-max-keys: expected a positive number, got '%s'", optarg);
+			srv.cfg.mem_max_keys = (size_t)num;
 			break;
 		case OPT_REDIS:
-			if (redis_config_set_addr(&rcfg, optarg) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --redis: expected HOST:PORT or a socket path, got '%s'\n", optarg);
-				return 2;
-			}
+			if (redis_config_set_addr(&rcfg, optarg) < 0)
+				BAD("--redis: expected HOST:PORT or a socket path, got '%s'", optarg);
 			use_redis = 1;
+			cli.redis_set = 1;
 			break;
 		case OPT_REDIS_USER:
 			snprintf(rcfg.user, sizeof(rcfg.user), "%s", optarg);
+			cli.user_set = 1;
 			break;
 		case OPT_REDIS_PASSWORD:
 			snprintf(rcfg.password, sizeof(rcfg.password), "%s", optarg);
+			cli.password_set = 1;
 			break;
 		case OPT_REDIS_TIMEOUT:
-			if (parse_num(optarg, 1, 60000, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --redis-timeout: expected 1 to 60000 ms, got '%s'\n", optarg);
-				return 2;
-			}
+			if (parse_num(optarg, 1, 60000, &num) < 0)
+				BAD("--redis-timeout: expected 1 to 60000 ms, got '%s'", optarg);
 			rcfg.timeout = (double)num / 1000.;
+			cli.timeout_set = 1;
 			break;
 		case OPT_REDIS_BATCH:
-			if (parse_num(optarg, 1, 1024, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --redis-batch: expected 1 to 1024, got '%s'\n", optarg);
-				return 2;
-			}
+			if (parse_num(optarg, 1, 1024, &num) < 0)
+				BAD("--redis-batch: expected 1 to 1024, got '%s'", optarg);
 			rcfg.batch_max = (int)num;
 			break;
 		case OPT_REDIS_PENDING:
-			if (parse_num(optarg, 1, 1000000, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --redis-max-pending: expected 1 to 1000000, got '%s'\n", optarg);
-				return 2;
-			}
+			if (parse_num(optarg, 1, 1000000, &num) < 0)
+				BAD("--redis-max-pending: expected 1 to 1000000, got '%s'", optarg);
 			rcfg.max_pending = (int)num;
 			break;
 		case OPT_REDIS_ENCODING:
@@ -283,57 +444,20 @@ int main(int argc, char **argv)
 				rcfg.encoding = REDIS_ENC_MSGPACK;
 			else if (strcmp(optarg, "plain") == 0)
 				rcfg.encoding = REDIS_ENC_PLAIN;
-			else {
-				fprintf(stderr, "spoa-ratelimit: --redis-encoding: msgpack or plain, got '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case OPT_METRICS:
-			if (parse_listen(optarg, &mcfg) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --metrics: expected ADDR:PORT, got '%s'\n", optarg);
-				return 2;
-			}
-			use_metrics = 1;
+			else
+				BAD("--redis-encoding: msgpack or plain, got '%s'", optarg);
 			break;
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;
 			break;
-		case OPT_BURST:
-			if (parse_num(optarg, 1, 1LL << 40, &burst) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --burst: expected a positive number, got '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case OPT_IDENTITY:
-			if (decide_set_identity(&dcfg, optarg) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --identity: expected up to %d comma-separated names, got '%s'\n",
-					DECIDE_MAX_IDENTITY, optarg);
-				return 2;
-			}
-			break;
-		case OPT_MAX_FRAME:
-			if (parse_num(optarg, 16380, 16 * 1024 * 1024, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --max-frame-size: expected 16380 to 16777216, got '%s'\n", optarg);
-				return 2;
-			}
-			srv.cfg.max_frame_size = (uint32_t)num;
-			break;
-		case OPT_MAX_CONNS:
-			if (parse_num(optarg, 1, 1000000, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --max-conns: expected 1 to 1000000, got '%s'\n", optarg);
-				return 2;
-			}
-			srv.cfg.max_conns = (int)num;
-			break;
-		case OPT_MEM_KEYS:
-			if (parse_num(optarg, 1, 1LL << 32, &num) < 0) {
-				fprintf(stderr, "spoa-ratelimit: --mem-max-keys: expected a positive number, got '%s'\n", optarg);
-				return 2;
-			}
-			srv.cfg.mem_max_keys = (size_t)num;
+		case OPT_METRICS:
+			if (split_addr(optarg, cli.mhost, sizeof(cli.mhost), cli.mport,
+				       sizeof(cli.mport)) < 0)
+				BAD("--metrics: expected ADDR:PORT, got '%s'", optarg);
+			cli.use_metrics = 1;
 			break;
 		case OPT_CHECK:
-			check = 1;
+			cli.check = 1;
 			break;
 		case 'v':
 			level = level < LOG_INFO ? LOG_INFO : LOG_DEBUG;
@@ -352,21 +476,36 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "spoa-ratelimit: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	for (size_t i = 0; i < dcfg.nlimits; i++)
-		if (dcfg.limits[i].algo == LIMIT_TOKEN_BUCKET)
-			dcfg.limits[i].burst = (uint64_t)burst;
+	if (optind < argc)
+		BAD("unexpected argument '%s'", argv[optind]);
+	if (cli.rules_path && (cli.nlimits || cli.burst || cli.identity || cli.cost_arg))
+		BAD("--limit, --burst, --identity and --cost-arg describe the rules of the "
+		    "command line; with -f, write them in the rules file");
 	log_set_level(level);
-	if (check) {
-		printf("configuration ok\n");
+
+	rules = load_rules(err, sizeof(err));
+	if (!rules) {
+		fprintf(stderr, "spoa-ratelimit: %s\n", err);
+		return cli.check ? 1 : 2;
+	}
+	if (apply_settings(rules_settings(rules), &rcfg, &use_redis) < 0) {
+		rules_free(rules);
+		return cli.check ? 1 : 2;
+	}
+	if (cli.check) {
+		printf("%s: ok, %zu rule(s)\n", cli.rules_path ? cli.rules_path : "command line",
+		       rules_count(rules));
+		rules_free(rules);
 		return 0;
 	}
+	rs = ruleset_new(rules, ++rules_gen);
+	if (!rs) {
+		log_err("out of memory");
+		return 1;
+	}
+	atomic_init(&srv.rules, rs);
 
 	signal(SIGPIPE, SIG_IGN);
-	srv.dcfg = &dcfg;
 	srv.redis = use_redis ? &rcfg : NULL;
 	srv.mem = memstore_new(srv.cfg.mem_max_keys);
 	if (!srv.mem) {
@@ -382,14 +521,16 @@ int main(int argc, char **argv)
 	ev_signal_start(main_loop, &sig_int);
 	ev_signal_start(main_loop, &sig_term);
 	ev_signal_start(main_loop, &sig_hup);
+	ev_timer_init(&collect, on_collect, 0.5, 0.5);
+	ev_timer_start(main_loop, &collect);
 	if (server_start(&srv) < 0) {
 		server_stop(&srv);
 		return 1;
 	}
-	log_info("%d worker thread(s), %zu limit(s), %s store", srv.cfg.threads,
-		 dcfg.nlimits, use_redis ? "Redis" : "in-memory");
-	if (use_metrics) {
-		metrics = metrics_start(main_loop, &srv, mcfg.host, mcfg.port);
+	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
+		 rules_count(rs->rules), rules_source(rs->rules), use_redis ? "Redis" : "in-memory");
+	if (cli.use_metrics) {
+		metrics = metrics_start(main_loop, &srv, cli.mhost, cli.mport);
 		if (!metrics) {
 			server_stop(&srv);
 			return 1;
@@ -398,6 +539,7 @@ int main(int argc, char **argv)
 	ev_run(main_loop, 0);
 	metrics_stop(metrics);
 	server_stop(&srv);
+	ruleset_release(atomic_load(&srv.rules));
 	memstore_free(srv.mem);
 	log_info("stopped");
 	return 0;

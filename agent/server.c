@@ -28,6 +28,47 @@ void server_config_defaults(struct server_config *cfg)
 	cfg->mem_max_keys = 1000000;
 }
 
+void server_swap_rules(struct server *srv, struct ruleset *rs)
+{
+	struct ruleset *old = atomic_exchange_explicit(&srv->rules, rs, memory_order_acq_rel);
+	struct retired *r = xcalloc(1, sizeof(*r));
+
+	if (!r) {
+		/* Cannot track it: leaking the old rules beats freeing them
+		 * under a worker's feet. */
+		log_err("out of memory: the previous rules stay allocated");
+	} else {
+		r->rs = old;
+		r->until_gen = rs->gen;
+		r->next = srv->retired;
+		srv->retired = r;
+	}
+	for (int i = 0; i < srv->nworkers; i++)
+		ev_async_send(srv->workers[i].loop, &srv->workers[i].wake_w);
+}
+
+void server_collect_rules(struct server *srv)
+{
+	struct retired **pp = &srv->retired;
+
+	while (*pp) {
+		struct retired *r = *pp;
+		int done = 1;
+
+		for (int i = 0; i < srv->nworkers; i++)
+			if (atomic_load_explicit(&srv->workers[i].seen_gen, memory_order_acquire) <
+			    r->until_gen)
+				done = 0;
+		if (done) {
+			*pp = r->next;
+			ruleset_release(r->rs);
+			xfree(r);
+		} else {
+			pp = &r->next;
+		}
+	}
+}
+
 int64_t server_now_us(void)
 {
 	struct timespec ts;
@@ -99,8 +140,33 @@ static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
+/* Moves the worker to the current rules when a reload replaced them. The
+ * server keeps its reference on the old rules until every worker's
+ * seen_gen has passed them (server_collect_rules), so the rules loaded here
+ * cannot be freed between the load and the acquire. */
+static void worker_refresh_rules(struct worker *w)
+{
+	struct ruleset *cur = atomic_load_explicit(&w->srv->rules, memory_order_acquire);
+	struct ruleset *old = w->rules;
+
+	if (cur == old)
+		return;
+	ruleset_acquire(cur);
+	w->rules = cur;
+	atomic_store_explicit(&w->seen_gen, cur->gen, memory_order_release);
+	if (w->rs)
+		rstore_rules_changed(w->rs);
+	ruleset_release(old);
+}
+
+static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
+{
+	/* the prepare watcher picks up the new rules */
+}
+
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
+	worker_refresh_rules(p->data);
 	conn_flush_pending(p->data);
 	conn_reap(p->data);
 }
@@ -143,6 +209,14 @@ int server_start(struct server *srv)
 		ev_prepare_init(&w->reap_w, on_prepare);
 		w->reap_w.data = w;
 		ev_prepare_start(w->loop, &w->reap_w);
+		ev_async_init(&w->wake_w, on_wake);
+		ev_async_start(w->loop, &w->wake_w);
+		w->rules = atomic_load(&srv->rules);
+		ruleset_acquire(w->rules);
+		atomic_store(&w->seen_gen, w->rules->gen);
+		w->rnd = 0x9e3779b9u ^ (uint32_t)(i * 0x85ebca6bu) ^ (uint32_t)server_now_us();
+		if (w->rnd == 0)
+			w->rnd = 1;
 		if (srv->redis) {
 			w->rs = rstore_new(w, srv->redis);
 			if (!w->rs) {
@@ -184,6 +258,8 @@ void server_stop(struct server *srv)
 			if (w->slots[s])
 				conn_close(w->slots[s]);
 		conn_free_spares(w);
+		ruleset_release(w->rules);
+		w->rules = NULL;
 		ev_loop_destroy(w->loop);
 		xfree(w->slots);
 		xfree(w->gens);
@@ -192,6 +268,13 @@ void server_stop(struct server *srv)
 	xfree(srv->workers);
 	srv->workers = NULL;
 	srv->nworkers = 0;
+	while (srv->retired) {
+		struct retired *r = srv->retired;
+
+		srv->retired = r->next;
+		ruleset_release(r->rs);
+		xfree(r);
+	}
 	if (srv->lfd >= 0)
 		close(srv->lfd);
 	srv->lfd = -1;

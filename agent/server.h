@@ -41,6 +41,9 @@ struct worker_stats {
 	counter_t decisions;
 	counter_t limited;
 	counter_t degraded;
+	counter_t shed[4];       /* by priority */
+	counter_t shadow;
+	counter_t store_down;
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 };
 
@@ -55,6 +58,10 @@ struct worker {
 	struct conn *reap_list;   /* closed, freed before the loop blocks */
 	struct conn *flush_list;  /* answered asynchronously, to write */
 	struct rstore *rs;        /* NULL with the in-memory store */
+	struct ruleset *rules;    /* this worker's reference to the rules */
+	atomic_uint_fast64_t seen_gen; /* generation of `rules` */
+	ev_async wake_w;          /* new rules to pick up */
+	uint32_t rnd;
 	struct conn **slots;      /* live connections by slot */
 	uint32_t *gens;           /* generation of each slot */
 	uint32_t nslots;
@@ -66,9 +73,17 @@ struct worker {
 	struct worker_stats stats;
 };
 
+/* A ruleset replaced by a reload, freed once every worker has moved on. */
+struct retired {
+	struct retired *next;
+	struct ruleset *rs;
+	uint64_t until_gen;
+};
+
 struct server {
 	struct server_config cfg;
-	const struct decide_config *dcfg;
+	_Atomic(struct ruleset *) rules;  /* current; the server holds a reference */
+	struct retired *retired;
 	struct memstore *mem;
 	const struct redis_config *redis; /* NULL: in-memory store */
 	int lfd;
@@ -87,6 +102,14 @@ int server_start(struct server *srv);
 
 /* Asks every worker to stop, joins them, closes every connection. */
 void server_stop(struct server *srv);
+
+/* Installs new rules (taking the caller's reference): workers switch at
+ * their next loop iteration; the old rules go when every worker has. Main
+ * thread only. */
+void server_swap_rules(struct server *srv, struct ruleset *rs);
+
+/* Releases retired rules that no worker uses any more. Main thread only. */
+void server_collect_rules(struct server *srv);
 
 /* Microseconds of the clock the in-memory store uses (monotonic). */
 int64_t server_now_us(void);

@@ -144,12 +144,29 @@ const struct rstore_stats *rstore_get_stats(const struct rstore *rs)
 
 /* ---- answers --------------------------------------------------------------- */
 
+/* The decision without Redis, by the rule's failure policy. */
+static void fallback(struct rstore *rs, const struct decide_query *q,
+		     struct decide_decision *d)
+{
+	if (q->on_failure == RULES_FAIL_LOCAL)
+		decide_local(q, rs->w->srv->mem, server_now_us(), d);
+	else
+		decide_degraded(q, d);
+}
+
+/* Answers a queued query without Redis and drops its hold on the rules. */
 static void answer_degraded(struct rstore *rs, const struct rq *r)
 {
 	struct decide_decision d;
 
-	decide_degraded(&r->q, &d);
+	fallback(rs, &r->q, &d);
 	conn_answer(rs->w, &r->ref, &d);
+	ruleset_release(r->q.rs);
+}
+
+void rstore_rules_changed(struct rstore *rs)
+{
+	memset(rs->cache, 0, CACHE_SIZE * sizeof(*rs->cache));
 }
 
 static struct refusal *cache_slot(struct rstore *rs, const uint8_t *key)
@@ -328,6 +345,7 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 	decide_result(&r->q, res, (int)decider - 1, &d);
 	STAT_INC(rs->stats.replies);
 	conn_answer(rs->w, &r->ref, &d);
+	ruleset_release(r->q.rs);
 }
 
 /* msgpack reply: [now_us, [[allowed, decider, [[rem, retry, reset]...]]...]] */
@@ -868,12 +886,13 @@ int rstore_submit(struct rstore *rs, const struct decide_query *q,
 	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending ||
 	    q->nlimits == 0) {
 		STAT_INC(rs->stats.unavailable);
-		decide_degraded(q, d);
+		fallback(rs, q, d);
 		return 1;
 	}
 	r = &rs->queue[(rs->qhead + rs->qlen) % (size_t)rs->cfg->max_pending];
 	r->ref = *ref;
 	r->q = *q;
+	ruleset_acquire(q->rs); /* the rules must outlive a reload until answered */
 	r->deadline = now + (int64_t)(rs->cfg->timeout * 1e6);
 	rs->qlen++;
 	if (rs->qlen == 1 && !ev_is_active(&rs->deadline_w))

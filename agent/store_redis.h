@@ -78,6 +78,9 @@ void rstore_free(struct rstore *rs);
 int rstore_submit(struct rstore *rs, const struct decide_query *q,
 		  const struct store_ref *ref, struct decide_decision *d);
 
+/* Forgets cached refusals: the rules they were made under are gone. */
+void rstore_rules_changed(struct rstore *rs);
+
 const struct rstore_stats *rstore_get_stats(const struct rstore *rs);
 
 #endif

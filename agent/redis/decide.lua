@@ -67,11 +67,19 @@ to the latest need of the fields left (rounded up to the millisecond),
 computed from the values themselves: no separate expiry per field is kept,
 fields written by other calls for other limits are accounted for, and the
 key never outlives the moment all of its state is fresh again.
+
+Cost: a call reads each key once (HGETALL) and keeps its fields in a table,
+so later requests of the batch see what earlier ones wrote; each key that
+changed is written once at the end, one HSET of its changed fields and one
+PEXPIREAT. The hot path allocates only the reply: no closures, no pattern
+matching of our own token values, and a token bucket's constants (reduced
+fraction, capacity in intervals) are computed once per limit and call.
 ]]
 
 local floor = math.floor
-local find, sub, match, fmt = string.find, string.sub, string.match, string.format
-local type, tonumber, pairs, unpack = type, tonumber, pairs, unpack
+local find, sub, byte, match, fmt = string.find, string.sub, string.byte, string.match, string.format
+local type, tonumber, pairs, unpack, maxn = type, tonumber, pairs, unpack, table.maxn
+local rcall = redis.call
 
 local MAX_REQS = 4096
 local MAX_LIMITS = 64
@@ -79,7 +87,7 @@ local MAX_LID = 64
 local MAX_COST = 4294967295
 local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
 local TWO52 = 4503599627370496
-local KEY_PATTERN = '^rl:{' .. ('%x'):rep(32) .. '}$'
+local TWO54 = 18014398509481984
 
 -- floor(a / d) and a mod d for integers 0 <= a < 2^53, 1 <= d: the
 -- division is rounded, so the quotient is corrected by one when needed.
@@ -98,29 +106,36 @@ end
 
 -- floor(a * b / d) and a * b mod d, exact for integers a, b >= 0 and
 -- 1 <= d < 2^52 whose quotient is below 2^53, even when a * b is not:
--- then it multiplies by doubling over the bits of a.
+-- then it multiplies by doubling over the bits of a, highest first.
 local function muldiv(a, b, d)
 	local p = a * b
 	if p < TWO52 then
-		return divmod(p, d)
+		local q = floor(p / d)
+		local r = p - q * d
+		if r < 0 then
+			q = q - 1
+			r = r + d
+		elseif r >= d then
+			q = q + 1
+			r = r - d
+		end
+		return q, r
 	end
 	local bq, br = divmod(b, d)
-	local bits, nb = {}, 0
-	while a > 0 do
-		local h = floor(a / 2)
-		nb = nb + 1
-		bits[nb] = a - 2 * h
-		a = h
+	local h = 1
+	while h * 2 <= a do
+		h = h * 2
 	end
 	local q, r = 0, 0
-	for i = nb, 1, -1 do
+	while h >= 1 do
 		q = q * 2
 		r = r * 2
 		if r >= d then
 			q = q + 1
 			r = r - d
 		end
-		if bits[i] == 1 then
+		if a >= h then
+			a = a - h
 			q = q + bq
 			r = r + br
 			if r >= d then
@@ -128,6 +143,7 @@ local function muldiv(a, b, d)
 				r = r - d
 			end
 		end
+		h = h / 2
 	end
 	return q, r
 end
@@ -140,17 +156,36 @@ local function gcd(a, b)
 	return a
 end
 
--- Each evaluation returns allowed, remaining, retry_after_us, reset_us and,
--- when allowed, the field's new value.
+-- A token bucket's constants by period, for this call: quota, burst (the
+-- key, checked), capacity, p and n (T = p/n in lowest terms), capacity * T
+-- as tq + tr/n, and T itself as q1 + r1/n (the cost of a request of 1).
+local tb_memo = {}
 
--- GCRA with the emission interval T = p/n kept exact: TAT is A + R/n.
-local function eval_token(v, now, cost, quota, period, burst)
+local function tb_consts(quota, period, burst)
 	local cap = quota
 	if burst > 0 then
 		cap = burst
 	end
 	local g = gcd(period, quota)
 	local p, n = period / g, quota / g
+	local tq, tr = muldiv(cap, p, n)
+	local q1, r1 = divmod(p, n)
+	local m = { quota, burst, cap, p, n, tq, tr, q1, r1 }
+	tb_memo[period] = m
+	return m
+end
+
+-- Each evaluation returns allowed, remaining, retry_after_us, reset_us and,
+-- when allowed, the field's new value. A new value is needed until
+-- now + reset_us.
+
+-- GCRA with the emission interval T = p/n kept exact: TAT is A + R/n.
+local function eval_token(v, now, cost, quota, period, burst)
+	local m = tb_memo[period]
+	if not m or m[1] ~= quota or m[2] ~= burst then
+		m = tb_consts(quota, period, burst)
+	end
+	local cap, p, n = m[3], m[4], m[5]
 	-- d = max(TAT - now, 0) = dq + dr/n: the part of the capacity in use
 	local dq, dr = 0, 0
 	if v then
@@ -162,8 +197,8 @@ local function eval_token(v, now, cost, quota, period, burst)
 			a, r = tonumber(v), 0
 		end
 		-- a remainder that does not fit this limit's n is not its state
-		if a and r and a >= now and a < 2 * TWO52 and floor(a) == a
-		    and r >= 0 and r < n and floor(r) == r then
+		if a and r and a >= now and a < TWO54 and a % 1 == 0
+		    and r >= 0 and r < n and r % 1 == 0 then
 			dq, dr = a - now, r
 		end
 	end
@@ -175,13 +210,18 @@ local function eval_token(v, now, cost, quota, period, burst)
 		return false, 0, period, used
 	end
 	-- the request is allowed when d + cost*T <= cap*T
-	local iq, ir = muldiv(cost, p, n)
+	local iq, ir
+	if cost == 1 then
+		iq, ir = m[8], m[9]
+	else
+		iq, ir = muldiv(cost, p, n)
+	end
 	local nq, nr = dq + iq, dr + ir
 	if nr >= n then
 		nq = nq + 1
 		nr = nr - n
 	end
-	local tq, tr = muldiv(cap, p, n)
+	local tq, tr = m[6], m[7]
 	if nq < tq or (nq == tq and nr <= tr) then
 		local xq, xr = tq - nq, tr - nr
 		if xr < 0 then
@@ -191,12 +231,10 @@ local function eval_token(v, now, cost, quota, period, burst)
 		-- remaining = floor((cap*T - new d) / T) = floor((xq*n + xr) / p)
 		local q1, r1 = muldiv(xq, n, p)
 		local q2 = divmod(r1 + xr, p)
-		local reset, val = nq, fmt('%d', now + nq)
 		if nr > 0 then
-			reset = nq + 1
-			val = fmt('%d+%d', now + nq, nr)
+			return true, q1 + q2, 0, nq + 1, fmt('%d+%d', now + nq, nr)
 		end
-		return true, q1 + q2, 0, reset, val
+		return true, q1 + q2, 0, nq, fmt('%d', now + nq)
 	end
 	-- it passes once d has shrunk by (d + cost*T) - cap*T
 	local yq, yr = nq - tq, nr - tr
@@ -219,7 +257,7 @@ local function eval_sliding(v, now, cost, quota, period)
 	if v then
 		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
 		u, c, pv = tonumber(u), tonumber(c), tonumber(pv)
-		if u and u < 2 * TWO52 and c and c <= MAX_VALUE and pv and pv <= MAX_VALUE then
+		if u and u < TWO54 and c and c <= MAX_VALUE and pv and pv <= MAX_VALUE then
 			local s = u - 2 * period
 			if s >= ws then
 				-- s > ws only when the clock stepped back: keep the counts
@@ -240,7 +278,10 @@ local function eval_sliding(v, now, cost, quota, period)
 	end
 	local rest = period - e
 	local room = quota - cur - cost
-	local wq, wr = muldiv(prev, rest, period)
+	local wq, wr = 0, 0
+	if prev > 0 then
+		wq, wr = muldiv(prev, rest, period)
+	end
 	if room >= 0 and (wq < room or (wq == room and wr == 0)) then
 		local left = room - wq
 		if wr > 0 then
@@ -270,7 +311,7 @@ local function eval_fixed(v, now, cost, quota, period)
 		local u, c = match(v, '^(%d+):(%d+)$')
 		u, c = tonumber(u), tonumber(c)
 		-- u - P > ws only when the clock stepped back: keep the count
-		if u and u < 2 * TWO52 and c and c <= MAX_VALUE and u - period >= ws then
+		if u and u < TWO54 and c and c <= MAX_VALUE and u - period >= ws then
 			cnt = c
 		end
 	end
@@ -288,89 +329,77 @@ local function eval_fixed(v, now, cost, quota, period)
 	return false, 0, left, reset
 end
 
--- The time until which a stored value is needed, or nil if it is not ours.
+-- The time until which a stored value is needed (its leading digits, plus
+-- one after "A+"), or nil if it is not ours.
 local function need_until(v)
-	local num, sep = match(v, '^(%d+)(.?)')
-	num = tonumber(num)
-	if num and sep == '+' then
+	local _, e = find(v, '^%d+')
+	if not e then
+		return nil
+	end
+	local num = tonumber(sub(v, 1, e))
+	if byte(v, e + 1) == 43 then -- '+'
 		return num + 1
 	end
 	return num
 end
 
-local function is_int(x, lo, hi)
-	return type(x) == 'number' and x >= lo and x <= hi and floor(x) == x
-end
-
--- The length of t when t is an array 1..n without holes or other keys.
-local function array_len(t)
-	if type(t) ~= 'table' then
-		return nil
-	end
-	local n, c = #t, 0
-	for _ in pairs(t) do
-		c = c + 1
-	end
-	if c ~= n then
-		return nil
-	end
-	return n
-end
-
--- Returns nil when keys and requests are valid, else a message.
+-- Returns nil when keys and requests are valid, else a message. Values are
+-- read by position, as run() reads them: an array must have no holes and
+-- no element past its end (table.maxn), other keys are never read.
 local function validate(keys, reqs)
 	local nkeys = #keys
 	for i = 1, nkeys do
-		if type(keys[i]) ~= 'string' or not match(keys[i], KEY_PATTERN) then
+		local k = keys[i]
+		if type(k) ~= 'string' or #k ~= 37 or not find(k, '^rl:{%x+}$') then
 			return fmt('key %d: must be rl:{<32 hex digits>}', i)
 		end
 	end
-	local nr = array_len(reqs)
-	if not nr or nr < 1 or nr > MAX_REQS then
+	local nr = type(reqs) == 'table' and #reqs
+	if not nr or nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
 		return fmt('requests: need an array of 1 to %d requests', MAX_REQS)
 	end
+	-- seen[lid] == i: lid already named by request i
+	local seen = {}
 	for i = 1, nr do
 		local q = reqs[i]
-		if array_len(q) ~= 3 then
+		if type(q) ~= 'table' or q[3] == nil or q[4] ~= nil then
 			return fmt('request %d: need [key_index, cost, limits]', i)
 		end
-		if not is_int(q[1], 1, nkeys) then
+		local ki, cost, ls = q[1], q[2], q[3]
+		-- x % 1 ~= 0 for fractions, and for NaN and infinities too
+		if type(ki) ~= 'number' or ki < 1 or ki > nkeys or ki % 1 ~= 0 then
 			return fmt('request %d: key_index must be an integer in 1..%d', i, nkeys)
 		end
-		if not is_int(q[2], 1, MAX_COST) then
+		if type(cost) ~= 'number' or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
 			return fmt('request %d: cost must be an integer in 1..%.0f', i, MAX_COST)
 		end
-		local ls = q[3]
-		local nl = array_len(ls)
-		if not nl or nl < 1 or nl > MAX_LIMITS then
+		local nl = type(ls) == 'table' and #ls
+		if not nl or nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
 			return fmt('request %d: limits must be an array of 1 to %d limits', i, MAX_LIMITS)
 		end
-		local seen = nl > 1 and {} or nil
 		for j = 1, nl do
 			local l = ls[j]
-			if array_len(l) ~= 5 then
+			if type(l) ~= 'table' or l[5] == nil or l[6] ~= nil then
 				return fmt('request %d limit %d: need [lid, algo, quota, period_us, burst]', i, j)
 			end
 			local lid, algo, quota, period, burst = l[1], l[2], l[3], l[4], l[5]
 			if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
 				return fmt('request %d limit %d: lid must be a string of 1 to %d bytes', i, j, MAX_LID)
 			end
-			if seen then
-				if seen[lid] then
-					return fmt('request %d limit %d: duplicate lid', i, j)
-				end
-				seen[lid] = true
+			if seen[lid] == i then
+				return fmt('request %d limit %d: duplicate lid', i, j)
 			end
-			if not is_int(algo, 0, 2) then
+			seen[lid] = i
+			if algo ~= 0 and algo ~= 1 and algo ~= 2 then
 				return fmt('request %d limit %d: algo must be 0, 1 or 2', i, j)
 			end
-			if not is_int(quota, 1, MAX_VALUE) then
+			if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
 				return fmt('request %d limit %d: quota must be an integer in 1..2^47', i, j)
 			end
-			if not is_int(period, 1, MAX_VALUE) then
+			if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
 				return fmt('request %d limit %d: period_us must be an integer in 1..2^47', i, j)
 			end
-			if not is_int(burst, 0, MAX_VALUE) then
+			if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
 				return fmt('request %d limit %d: burst must be an integer in 0..2^47', i, j)
 			end
 			-- the bucket's depth in time, burst * period / quota, must stay
@@ -384,31 +413,31 @@ local function validate(keys, reqs)
 end
 
 local function now_us()
-	local t = redis.call('TIME')
+	local t = rcall('TIME')
 	return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Decides every request in order at time now. Returns an array of
--- {allowed, decider, {{remaining, retry_after_us, reset_us}, ...}}, and
--- writes the keys once at the end (stale fields deleted, expiry reset).
-local function run(keys, reqs, now)
-	local cache = {}
-	local out = {}
+-- Decides every request in order at time now, calling
+-- emit(allowed, decider, nlimits, remaining[], retry_after_us[], reset_us[])
+-- once per request (the arrays are reused: copy what is kept), and writes
+-- the keys once at the end (stale fields deleted, expiry reset).
+local function run(keys, reqs, now, emit)
+	-- fields[name]: lid -> value, as read and then as decided in this call;
+	-- needs[name]: lid -> need of each value written, for keys written
+	local fields, needs, written, nw = {}, {}, {}, 0
 	local okv, remv, retv, resv, valv = {}, {}, {}, {}, {}
 	for i = 1, #reqs do
 		local q = reqs[i]
 		local name = keys[q[1]]
-		local ent = cache[name]
-		if not ent then
-			local flat = redis.call('HGETALL', name)
-			local f = {}
+		local f = fields[name]
+		if not f then
+			local flat = rcall('HGETALL', name)
+			f = {}
 			for j = 1, #flat, 2 do
 				f[flat[j]] = flat[j + 1]
 			end
-			ent = { f = f, dirty = false }
-			cache[name] = ent
+			fields[name] = f
 		end
-		local fields = ent.f
 		local cost, ls = q[2], q[3]
 		local nl = #ls
 		local all = true
@@ -416,11 +445,11 @@ local function run(keys, reqs, now)
 			local l = ls[j]
 			local algo, ok, rem, ret, res, val = l[2]
 			if algo == 0 then
-				ok, rem, ret, res, val = eval_token(fields[l[1]], now, cost, l[3], l[4], l[5])
+				ok, rem, ret, res, val = eval_token(f[l[1]], now, cost, l[3], l[4], l[5])
 			elseif algo == 1 then
-				ok, rem, ret, res, val = eval_sliding(fields[l[1]], now, cost, l[3], l[4])
+				ok, rem, ret, res, val = eval_sliding(f[l[1]], now, cost, l[3], l[4])
 			else
-				ok, rem, ret, res, val = eval_fixed(fields[l[1]], now, cost, l[3], l[4])
+				ok, rem, ret, res, val = eval_fixed(f[l[1]], now, cost, l[3], l[4])
 			end
 			okv[j], remv[j], retv[j], resv[j], valv[j] = ok, rem, ret, res, val
 			if not ok then
@@ -429,18 +458,21 @@ local function run(keys, reqs, now)
 		end
 		local best = 0
 		if all then
+			local nd = needs[name]
+			if not nd then
+				nd = {}
+				needs[name] = nd
+				nw = nw + 1
+				written[nw] = name
+			end
 			best = 1
 			for j = 1, nl do
-				fields[ls[j][1]] = valv[j]
+				local lid = ls[j][1]
+				f[lid] = valv[j]
+				nd[lid] = now + resv[j]
 				if remv[j] < remv[best] then
 					best = j
 				end
-			end
-			if not ent.dirty then
-				ent.dirty = {}
-			end
-			for j = 1, nl do
-				ent.dirty[ls[j][1]] = true
 			end
 		else
 			for j = 1, nl do
@@ -449,43 +481,41 @@ local function run(keys, reqs, now)
 				end
 			end
 		end
-		local per = {}
-		for j = 1, nl do
-			per[j] = { remv[j], retv[j], resv[j] }
-		end
-		out[i] = { all and 1 or 0, best, per }
+		emit(all, best, nl, remv, retv, resv)
 	end
-	for name, ent in pairs(cache) do
-		if ent.dirty then
-			local set, ns, del, nd, last = {}, 0, {}, 0, 0
-			for fld, val in pairs(ent.f) do
-				local u = need_until(val)
+	local set, del = {}, {}
+	for k = 1, nw do
+		local name = written[k]
+		local nd = needs[name]
+		local ns, ndel, last = 0, 0, 0
+		for fld, val in pairs(fields[name]) do
+			local u = nd[fld]
+			if u then
+				set[ns + 1] = fld
+				set[ns + 2] = val
+				ns = ns + 2
+			else
+				u = need_until(val)
 				if not u or u <= now then
-					nd = nd + 1
-					del[nd] = fld
-				else
-					if u > last then
-						last = u
-					end
-					if ent.dirty[fld] then
-						set[ns + 1] = fld
-						set[ns + 2] = val
-						ns = ns + 2
-					end
+					ndel = ndel + 1
+					del[ndel] = fld
+					u = 0
 				end
 			end
-			if nd > 0 then
-				redis.call('HDEL', name, unpack(del))
+			if u > last then
+				last = u
 			end
-			redis.call('HSET', name, unpack(set))
-			local ms, r = divmod(last, 1000)
-			if r > 0 then
-				ms = ms + 1
-			end
-			redis.call('PEXPIREAT', name, ms)
 		end
+		if ndel > 0 then
+			rcall('HDEL', name, unpack(del, 1, ndel))
+		end
+		rcall('HSET', name, unpack(set, 1, ns))
+		local ms, r = divmod(last, 1000)
+		if r > 0 then
+			ms = ms + 1
+		end
+		rcall('PEXPIREAT', name, ms)
 	end
-	return out
 end
 -- ==== END CORE ====
 
@@ -509,5 +539,15 @@ end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)
 end
+local results, nres = {}, 0
+local function emit(ok, best, nl, remv, retv, resv)
+	local per = {}
+	for j = 1, nl do
+		per[j] = { remv[j], retv[j], resv[j] }
+	end
+	nres = nres + 1
+	results[nres] = { ok and 1 or 0, best, per }
+end
 local now = now_us()
-return cmsgpack.pack({ now, run(KEYS, reqs, now) })
+run(KEYS, reqs, now, emit)
+return cmsgpack.pack({ now, results })

@@ -38,110 +38,122 @@ static struct spop_cursor args_cursor(struct args *a)
 	return c;
 }
 
-static void key_of(const struct decide_config *cfg, const char *kind, const char *value,
-		   uint8_t out[IDENTITY_KEY_LEN])
+static struct ruleset *load(const char *yaml)
 {
-	identity_hash(cfg->secret, kind, strlen(kind), value, strlen(value), out);
+	char err[512];
+	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
+
+	if (!r)
+		fail_msg("rules: %s", err);
+	return ruleset_new(r, 1);
+}
+
+/* The key of a client: kind \0 value \0 rule, under the ruleset's secret. */
+static void key_of(const struct ruleset *rs, const char *kind, const char *value,
+		   const char *rule, uint8_t out[IDENTITY_KEY_LEN])
+{
+	uint8_t buf[256];
+	size_t n = 0;
+
+	memcpy(buf, kind, strlen(kind));
+	n += strlen(kind);
+	buf[n++] = 0;
+	memcpy(buf + n, value, strlen(value));
+	n += strlen(value);
+	buf[n++] = 0;
+	memcpy(buf + n, rule, strlen(rule));
+	n += strlen(rule);
+	siphash128(rs->secret, buf, n, out);
 }
 
 static void test_identity_order(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("{}");
 	struct decide_query q;
 	struct args a;
 	uint8_t want[IDENTITY_KEY_LEN];
 	struct spop_data ip = { .type = SPOP_T_IPV4, .u.ipv4 = { 10, 0, 0, 1 } };
 
 	(void)state;
-	decide_config_defaults(&cfg);
-
 	/* ip only */
 	args_init(&a);
 	args_add(&a, "ip", ip);
 	args_add(&a, "api_key", spop_null());
 	args_add(&a, "user", spop_cstr(""));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "ip");
-	key_of(&cfg, "ip", "10.0.0.1", want);
+	key_of(rs, "ip", "10.0.0.1", "default", want);
 	assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
 
 	/* user beats ip, api_key beats user, whatever the order of arguments */
 	args_init(&a);
 	args_add(&a, "ip", ip);
 	args_add(&a, "user", spop_cstr("alice"));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "user");
 	args_add(&a, "api_key", spop_cstr("k1"));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "api_key");
-	key_of(&cfg, "api_key", "k1", want);
+	key_of(rs, "api_key", "k1", "default", want);
 	assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
 	assert_int_equal(strlen(q.key_hex), 32);
 
 	/* the same value under two kinds is two clients */
-	key_of(&cfg, "user", "k1", want);
+	key_of(rs, "user", "k1", "default", want);
 	assert_memory_not_equal(q.key, want, IDENTITY_KEY_LEN);
+	ruleset_release(rs);
 }
 
 static void test_identity_exact_names_and_anonymous(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("{}");
 	struct decide_query q;
 	struct args a;
 
 	(void)state;
-	decide_config_defaults(&cfg);
 	args_init(&a);
 	args_add(&a, "api_keyx", spop_cstr("k1")); /* not a prefix match */
 	args_add(&a, "ap", spop_cstr("k2"));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "anonymous");
 	assert_int_equal(q.cost, 1);
 	assert_int_equal(q.priority, 2);
-	assert_string_equal(q.rule, "default");
+	assert_string_equal(q.rule->name, "default");
 	assert_int_equal(q.nlimits, 1);
+	ruleset_release(rs);
 
-	assert_int_equal(decide_set_identity(&cfg, "x_client,ip"), 0);
+	rs = load("identity: [x_client, ip]");
 	args_add(&a, "x_client", spop_cstr("c"));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "x_client");
-	assert_int_equal(decide_set_identity(&cfg, ""), -1);
-	assert_int_equal(decide_set_identity(&cfg, "a,,b"), -1);
-	assert_int_equal(decide_set_identity(&cfg, "a,"), -1);
-	assert_int_equal(decide_set_identity(&cfg, "1,2,3,4,5,6,7,8,9"), -1);
-	assert_string_equal(cfg.identity[0], "x_client"); /* unchanged on error */
+	ruleset_release(rs);
 }
 
 static void test_cost_argument(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("cost_argument: cost");
 	struct decide_query q;
 	struct args a;
 
 	(void)state;
-	decide_config_defaults(&cfg);
-	strcpy(cfg.cost_arg, "cost");
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(3));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, 3);
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(-5));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, 1);
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(1LL << 40));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, UINT32_MAX);
-	args_init(&a);
-	args_add(&a, "cost", spop_cstr("7"));
-	decide_prepare(&cfg, args_cursor(&a), a.n, &q);
-	assert_int_equal(q.cost, 1);
+	ruleset_release(rs);
 }
 
 static void test_result_allowed_and_limited(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("{}");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -149,9 +161,8 @@ static void test_result_allowed_and_limited(void **state)
 				  .retry_after_us = 0, .reset_us = 34500001 };
 
 	(void)state;
-	decide_config_defaults(&cfg);
 	args_init(&a);
-	decide_prepare(&cfg, args_cursor(&a), 0, &q);
+	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, &r, 0, &d);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.retry_after, 0);
@@ -170,11 +181,12 @@ static void test_result_allowed_and_limited(void **state)
 	assert_int_equal(d.retry_after, 1);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
 	assert_string_equal(d.ratelimit, "\"default\";r=0;t=35");
+	ruleset_release(rs);
 }
 
 static void test_result_several_limits(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("limits: [100/1m, 1000/1h]");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -183,39 +195,169 @@ static void test_result_several_limits(void **state)
 		{ .allowed = false, .limit = 1000, .remaining = 0, .retry_after_us = 3600000000LL,
 		  .reset_us = 3600000000LL },
 	};
-	char err[64];
 
 	(void)state;
-	decide_config_defaults(&cfg);
-	assert_int_equal(limit_parse("1000/1h", &cfg.limits[1], err, sizeof(err)), 0);
-	cfg.nlimits = 2;
 	args_init(&a);
-	decide_prepare(&cfg, args_cursor(&a), 0, &q);
+	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, r, 1, &d);
 	assert_int_equal(d.status, 429);
 	assert_int_equal(d.retry_after, 3600);
 	assert_int_equal(d.limit, 1000);
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
 	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
+	ruleset_release(rs);
 }
 
-static void test_degraded(void **state)
+static void test_degraded_policies(void **state)
 {
-	struct decide_config cfg;
+	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
+	struct decide_query q;
+	struct decide_decision d;
+	struct args a;
+	struct memstore *mem = memstore_new(1000);
+	int passed = 0;
+
+	(void)state;
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k"));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_degraded(&q, &d);
+	assert_int_equal(d.status, 503);
+	assert_int_equal(d.retry_after, 1);
+	assert_true(d.degraded);
+	assert_false(d.counted);
+	assert_string_equal(decide_reason_str(d.reason), "store_down");
+	assert_string_equal(d.policy, "\"default\";q=10;w=60");
+	assert_string_equal(d.ratelimit, "");
+
+	q.on_failure = RULES_FAIL_OPEN;
+	decide_degraded(&q, &d);
+	assert_int_equal(d.status, 0);
+	assert_true(d.degraded);
+
+	/* local: 10 per minute shared by 4 agents leaves 2 here */
+	q.on_failure = RULES_FAIL_LOCAL;
+	for (int i = 0; i < 5; i++) {
+		decide_local(&q, mem, 1000000, &d);
+		assert_true(d.degraded);
+		passed += d.status == 0;
+	}
+	assert_int_equal(passed, 2);
+	assert_int_equal(d.status, 429);
+	memstore_free(mem);
+	ruleset_release(rs);
+}
+
+static void test_shedding(void **state)
+{
+	struct ruleset *rs = load(
+		"priorities:\n"
+		"  classes:\n"
+		"    - { priority: 0, match: { path: /pay } }\n"
+		"    - { priority: 3, match: { args: { test: \"1\" } } }\n"
+		"shedding: { thresholds: { 1: 90%, 2: 80%, 3: 70% }, retry_after: 2s }\n");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
 
 	(void)state;
-	decide_config_defaults(&cfg);
+	/* 75% busy: P3 shed, P2 not */
 	args_init(&a);
-	decide_prepare(&cfg, args_cursor(&a), 0, &q);
-	decide_degraded(&q, &d);
+	args_add(&a, "be_in_use", spop_int64(75));
+	args_add(&a, "be_free", spop_int64(25));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_int_equal(q.priority, 2);
+	assert_false(q.shed);
+	args_add(&a, "test", spop_cstr("1"));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_int_equal(q.priority, 3);
+	assert_true(q.shed);
+	decide_shed(&q, &d);
+	assert_int_equal(d.status, 503);
+	assert_int_equal(d.retry_after, 2);
+	assert_string_equal(decide_reason_str(d.reason), "shed");
+	assert_int_equal(d.priority, 3);
+
+	/* P0 is never shed, even at 100% */
+	args_init(&a);
+	args_add(&a, "path", spop_cstr("/pay"));
+	args_add(&a, "be_in_use", spop_int64(100));
+	args_add(&a, "be_free", spop_int64(0));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_int_equal(q.priority, 0);
+	assert_false(q.shed);
+
+	/* unknown load (be_conn_free is -1 without maxconn): never shed */
+	args_init(&a);
+	args_add(&a, "be_in_use", spop_int64(100));
+	args_add(&a, "be_free", spop_int64(-1));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_false(q.shed);
+	ruleset_release(rs);
+}
+
+static void test_shadow(void **state)
+{
+	struct ruleset *rs = load("limits: [1/1m]\nshadow: true");
+	struct decide_query q;
+	struct decide_decision d;
+	struct args a;
+	struct limit_result r = { .allowed = false, .limit = 1, .remaining = 0,
+				  .retry_after_us = 5000000, .reset_us = 60000000 };
+
+	(void)state;
+	args_init(&a);
+	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
+	assert_true(q.shadow);
+	decide_result(&q, &r, 0, &d);
 	assert_int_equal(d.status, 0);
-	assert_true(d.degraded);
-	assert_false(d.counted);
-	assert_string_equal(d.policy, "\"default\";q=100;w=60");
-	assert_string_equal(d.ratelimit, "");
+	assert_int_equal(d.retry_after, 0);
+	assert_true(d.shadow);
+	assert_string_equal(decide_reason_str(d.reason), "limited");
+	ruleset_release(rs);
+}
+
+static void test_tiers_and_endpoints(void **state)
+{
+	struct ruleset *rs = load(
+		"tiers:\n"
+		"  default: free\n"
+		"  free: { limits: [100/1m, 1000/1h] }\n"
+		"  pro: { limits: [1000/1m] }\n"
+		"endpoints:\n"
+		"  - { name: search, match: { method: POST, path: /api/search }, limits: [50/1m] }\n");
+	struct decide_query q, q2;
+	struct args a;
+
+	(void)state;
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k"));
+	args_add(&a, "tier", spop_cstr("pro"));
+	args_add(&a, "method", spop_cstr("GET"));
+	args_add(&a, "path", spop_cstr("/api/search"));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_string_equal(q.rule->name, "pro");
+	assert_int_equal(q.nlimits, 1);
+	assert_int_equal(q.limits[0].quota, 1000);
+
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k"));
+	args_add(&a, "tier", spop_cstr("pro"));
+	args_add(&a, "method", spop_cstr("POST"));
+	args_add(&a, "path", spop_cstr("/api/search/recent"));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q2);
+	assert_string_equal(q2.rule->name, "search");
+	assert_int_equal(q2.limits[0].quota, 50);
+	/* one client, two rules: two keys */
+	assert_memory_not_equal(q.key, q2.key, IDENTITY_KEY_LEN);
+
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k"));
+	args_add(&a, "tier", spop_cstr("platinum")); /* unknown: the default tier */
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_string_equal(q.rule->name, "free");
+	assert_int_equal(q.nlimits, 2);
+	ruleset_release(rs);
 }
 
 /* The actions, decoded back with the codec: names, scopes, types, values. */
@@ -239,7 +381,7 @@ static void test_actions_encoding(void **state)
 	d.priority = 2;
 	d.reason = DECIDE_LIMITED;
 	d.rule = "default";
-	strcpy(d.policy, "\"default\";q=5;w=10");
+	d.policy = "\"default\";q=5;w=10";
 	strcpy(d.ratelimit, "\"default\";r=0;t=9");
 	d.counted = true;
 	spop_wbuf_init(&w, buf, sizeof(buf));
@@ -295,7 +437,10 @@ int main(void)
 		cmocka_unit_test(test_cost_argument),
 		cmocka_unit_test(test_result_allowed_and_limited),
 		cmocka_unit_test(test_result_several_limits),
-		cmocka_unit_test(test_degraded),
+		cmocka_unit_test(test_degraded_policies),
+		cmocka_unit_test(test_shedding),
+		cmocka_unit_test(test_shadow),
+		cmocka_unit_test(test_tiers_and_endpoints),
 		cmocka_unit_test(test_actions_encoding),
 	};
 

@@ -1,0 +1,2216 @@
+/* rules.c: the rules file and request classification (see rules.h and
+ * docs/rules.md).
+ *
+ * Loading uses libyaml's document API: the whole file becomes a node tree,
+ * then a schema-driven walk reads only the keys it knows, in a fixed depth,
+ * so aliases (which the document API keeps as shared nodes, possibly
+ * cyclic) can neither loop nor blow up: every list the walk visits is
+ * capped. Each reader function returns 0, or -1 with the message already in
+ * the context; the first error stops the load.
+ *
+ * The loaded rules live in a few arrays plus an arena that holds every
+ * string and list of match values, all freed at once by rules_free().
+ */
+#include "rules.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdalign.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "alloc.h"
+
+/* ---- loaded rules ----------------------------------------------------------- */
+
+/* One value of a match condition. `port` (hosts only): the value names a
+ * port, so it is compared with the request's host as sent, port included. */
+struct mval {
+	const char *ptr;
+	size_t len;
+	bool port;
+};
+
+/* A condition holds when the request's value equals any of its values;
+ * n == 0 means no condition. */
+struct cond {
+	struct mval *v;
+	size_t n;
+};
+
+struct arg_cond {
+	char name[RULES_NAME_MAX];
+	size_t name_len;
+	struct cond c;
+};
+
+/* Every condition present must hold. */
+struct match {
+	struct cond method;
+	struct cond path;
+	struct cond host;
+	unsigned *tiers;   /* indexes of tiers */
+	size_t ntiers;
+	struct arg_cond *args;
+	size_t nargs;
+};
+
+struct pclass {
+	int priority;
+	struct match m;
+};
+
+struct arena_block {
+	struct arena_block *next;
+	size_t used;
+	size_t cap;
+	alignas(max_align_t) unsigned char data[];
+};
+
+#define ARENA_BLOCK 4096
+
+struct rules {
+	char source[256];
+	struct rules_settings settings;
+	struct rules_names identity;
+	char cost_arg[RULES_NAME_MAX];
+	char tier_arg[RULES_NAME_MAX];
+	bool shadow;
+	enum rules_failure on_failure;
+	int default_priority;
+	struct shed_config shed;
+	struct rules_rule *rules;  /* tiers, then endpoints */
+	size_t nrules;
+	size_t ntiers;
+	size_t default_tier;
+	struct match *ep;          /* ep[i] is the match of rules[ntiers + i] */
+	struct pclass *classes;
+	size_t nclasses;
+	struct arena_block *arena;
+};
+
+/* Returns n bytes aligned for any type, or NULL when out of memory. */
+static void *arena_alloc(struct rules *r, size_t n)
+{
+	const size_t align = alignof(max_align_t);
+	struct arena_block *b = r->arena;
+	void *p;
+
+	n = (n + align - 1) / align * align;
+	if (n == 0)
+		n = align;
+	if (!b || n > b->cap - b->used) {
+		size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+
+		b = xmalloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->next = r->arena;
+		b->used = 0;
+		b->cap = cap;
+		r->arena = b;
+	}
+	p = b->data + b->used;
+	b->used += n;
+	return p;
+}
+
+/* ---- loading context and messages ------------------------------------------- */
+
+struct ctx {
+	yaml_document_t *doc;
+	const char *name;
+	char *err;
+	size_t errlen;
+	struct rules *r;
+	yaml_mark_t *marks;   /* where each rule is named, for duplicate names */
+	bool builtin;         /* rules[0] is the built-in default rule */
+};
+
+#define PATH_MAX_LEN 192
+
+/* Writes "NAME:LINE:COL: WHERE: message" (WHERE omitted when empty) and
+ * returns -1, so that readers can `return fail(...)`. */
+__attribute__((format(printf, 4, 5)))
+static int fail(struct ctx *c, yaml_mark_t mark, const char *where, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	n = snprintf(c->err, c->errlen, "%s:%zu:%zu: %s%s", c->name, mark.line + 1,
+		     mark.column + 1, where, where[0] ? ": " : "");
+	if (n < 0 || (size_t)n >= c->errlen)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int fail_oom(struct ctx *c)
+{
+	snprintf(c->err, c->errlen, "%s: out of memory", c->name);
+	return -1;
+}
+
+/* Renders bytes as a double-quoted string for a message: printable ASCII
+ * as is, other bytes as \xNN, at most 48 bytes of input then "...". */
+static const char *quote(char *out, size_t cap, const char *s, size_t len)
+{
+	size_t o = 0, i;
+
+	if (cap < 8) {
+		if (cap)
+			out[0] = '\0';
+		return out;
+	}
+	out[o++] = '"';
+	for (i = 0; i < len && i < 48; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (o + 8 > cap)
+			break;
+		if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\')
+			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+		else
+			out[o++] = (char)ch;
+	}
+	if (i < len && o + 5 <= cap) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o++] = '"';
+	out[o] = '\0';
+	return out;
+}
+
+/* Joins a, sep and b into out (PATH_MAX_LEN bytes). Paths are made of
+ * bounded parts (names of at most 31 bytes, a depth of at most five), so
+ * they fit; were one longer, it would only be cut short. */
+static void path_join(char *out, const char *a, const char *sep, const char *b)
+{
+	const char *parts[3] = {a, sep, b};
+	size_t o = 0;
+
+	for (size_t i = 0; i < 3; i++)
+		for (const char *p = parts[i]; *p && o < PATH_MAX_LEN - 1; p++)
+			out[o++] = *p;
+	out[o] = '\0';
+}
+
+static void path_key(char *out, const char *parent, const char *key)
+{
+	path_join(out, parent, parent[0] ? "." : "", key);
+}
+
+static void path_index(char *out, const char *parent, size_t i)
+{
+	char idx[24];
+
+	snprintf(idx, sizeof(idx), "[%zu]", i);
+	path_join(out, parent, "", idx);
+}
+
+/* ---- nodes ----------------------------------------------------------------------- */
+
+static yaml_node_t *node_at(struct ctx *c, int index)
+{
+	return yaml_document_get_node(c->doc, index);
+}
+
+static bool is_null(const yaml_node_t *n)
+{
+	const char *s;
+
+	if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	s = (const char *)n->data.scalar.value;
+	return n->data.scalar.length == 0 || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
+	       strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
+}
+
+/* What a node is, for "expected X, got Y". */
+static const char *node_desc(const yaml_node_t *n, char *buf, size_t cap)
+{
+	switch (n->type) {
+	case YAML_MAPPING_NODE:
+		return "a mapping";
+	case YAML_SEQUENCE_NODE:
+		return "a list";
+	case YAML_SCALAR_NODE:
+		if (is_null(n))
+			return "nothing";
+		return quote(buf, cap, (const char *)n->data.scalar.value, n->data.scalar.length);
+	case YAML_NO_NODE:
+		break;
+	}
+	return "nothing";
+}
+
+static int fail_type(struct ctx *c, const yaml_node_t *n, const char *where, const char *expected)
+{
+	char q[PATH_MAX_LEN];
+
+	return fail(c, n->start_mark, where, "expected %s, got %s", expected, node_desc(n, q, sizeof(q)));
+}
+
+static bool key_is(const yaml_node_t *k, const char *name)
+{
+	size_t len = strlen(name);
+
+	return k->type == YAML_SCALAR_NODE && k->data.scalar.length == len &&
+	       memcmp(k->data.scalar.value, name, len) == 0;
+}
+
+static size_t seq_len(const yaml_node_t *n)
+{
+	return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+static size_t map_len(const yaml_node_t *n)
+{
+	return (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+}
+
+static int expect_mapping(struct ctx *c, const yaml_node_t *n, const char *where)
+{
+	if (n->type != YAML_MAPPING_NODE)
+		return fail_type(c, n, where, "a mapping");
+	return 0;
+}
+
+static int check_key(struct ctx *c, const yaml_node_t *k, const char *where)
+{
+	if (k->type != YAML_SCALAR_NODE || is_null(k))
+		return fail(c, k->start_mark, where, "keys must be strings");
+	return 0;
+}
+
+/* Reads a mapping whose keys are all known: vals[i] (and keys[i]) become
+ * the nodes of keys known[i], NULL when absent. Unknown and duplicate keys
+ * are errors. */
+static int map_fields(struct ctx *c, yaml_node_t *map, const char *where,
+		      const char *const *known, size_t nknown, yaml_node_t **keys,
+		      yaml_node_t **vals)
+{
+	yaml_node_pair_t *p;
+
+	for (size_t i = 0; i < nknown; i++)
+		keys[i] = vals[i] = NULL;
+	if (expect_mapping(c, map, where) < 0)
+		return -1;
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+		size_t i;
+
+		if (check_key(c, k, where) < 0)
+			return -1;
+		for (i = 0; i < nknown; i++)
+			if (key_is(k, known[i]))
+				break;
+		if (i == nknown) {
+			char q[PATH_MAX_LEN], list[512];
+			size_t o = 0;
+
+			list[0] = '\0';
+			for (size_t j = 0; j < nknown && o < sizeof(list); j++)
+				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s",
+						      j ? ", " : "", known[j]);
+			return fail(c, k->start_mark, where, "unknown key %s (expected one of: %s)",
+				    quote(q, sizeof(q), (const char *)k->data.scalar.value,
+					  k->data.scalar.length), list);
+		}
+		if (vals[i])
+			return fail(c, k->start_mark, where, "duplicate key \"%s\" (first at %zu:%zu)",
+				    known[i], keys[i]->start_mark.line + 1,
+				    keys[i]->start_mark.column + 1);
+		keys[i] = k;
+		vals[i] = v;
+	}
+	return 0;
+}
+
+static int fail_missing(struct ctx *c, const yaml_node_t *map, const char *where,
+			const char *key, const char *hint)
+{
+	return fail(c, map->start_mark, where, "missing key \"%s\"%s", key, hint);
+}
+
+/* ---- scalars ---------------------------------------------------------------------- */
+
+/* A non-null scalar without NUL bytes, as a C string. */
+static int get_text(struct ctx *c, yaml_node_t *n, const char *where, const char **s,
+		    size_t *len)
+{
+	if (n->type != YAML_SCALAR_NODE || is_null(n))
+		return fail_type(c, n, where, "a string");
+	*s = (const char *)n->data.scalar.value;
+	*len = n->data.scalar.length;
+	if (memchr(*s, '\0', *len))
+		return fail(c, n->start_mark, where, "contains a NUL byte");
+	return 0;
+}
+
+static int get_cstr(struct ctx *c, yaml_node_t *n, const char *where, char *out, size_t cap)
+{
+	const char *s;
+	size_t len;
+
+	if (get_text(c, n, where, &s, &len) < 0)
+		return -1;
+	if (len >= cap)
+		return fail(c, n->start_mark, where, "longer than %zu bytes", cap - 1);
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return 0;
+}
+
+static bool name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '_' || ch == '.' || ch == '-';
+}
+
+static bool valid_name(const char *s, size_t len)
+{
+	if (len == 0 || len >= RULES_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!name_char(s[i]))
+			return false;
+	return true;
+}
+
+/* A rule or argument name: 1 to 31 of [A-Za-z0-9_.-]. */
+static int get_name(struct ctx *c, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX])
+{
+	const char *s;
+	size_t len;
+	char q[PATH_MAX_LEN];
+
+	if (n->type != YAML_SCALAR_NODE || is_null(n))
+		return fail_type(c, n, where, "a name");
+	s = (const char *)n->data.scalar.value;
+	len = n->data.scalar.length;
+	if (!valid_name(s, len))
+		return fail(c, n->start_mark, where,
+			    "%s: names are 1 to 31 characters among A-Z a-z 0-9 _ . -",
+			    quote(q, sizeof(q), s, len));
+	memcpy(out, s, len);
+	out[len] = '\0';
+	return 0;
+}
+
+/* A decimal integer in [min, max]. */
+static int get_int(struct ctx *c, yaml_node_t *n, const char *where, long long min,
+		   long long max, long long *out)
+{
+	const char *s;
+	size_t len, i = 0;
+	bool neg = false;
+	unsigned long long v = 0;
+	char q[PATH_MAX_LEN];
+
+	if (n->type != YAML_SCALAR_NODE || is_null(n))
+		goto bad;
+	s = (const char *)n->data.scalar.value;
+	len = n->data.scalar.length;
+	if (i < len && (s[i] == '-' || s[i] == '+'))
+		neg = s[i++] == '-';
+	if (i == len)
+		goto bad;
+	for (; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			goto bad;
+		if (v > 100000000000000000ULL)
+			goto bad; /* far out of every range, and no overflow */
+		v = v * 10 + (unsigned long long)(s[i] - '0');
+	}
+	*out = neg ? -(long long)v : (long long)v;
+	if (*out < min || *out > max)
+		goto bad;
+	return 0;
+bad:
+	return fail(c, n->start_mark, where, "expected an integer from %lld to %lld, got %s", min,
+		    max, node_desc(n, q, sizeof(q)));
+}
+
+static int get_bool(struct ctx *c, yaml_node_t *n, const char *where, bool *out)
+{
+	static const char *const yes[] = {"true", "True", "TRUE"};
+	static const char *const no[] = {"false", "False", "FALSE"};
+
+	if (n->type == YAML_SCALAR_NODE) {
+		for (size_t i = 0; i < 3; i++) {
+			if (key_is(n, yes[i])) {
+				*out = true;
+				return 0;
+			}
+			if (key_is(n, no[i])) {
+				*out = false;
+				return 0;
+			}
+		}
+	}
+	return fail_type(c, n, where, "true or false");
+}
+
+/* A duration in [min_us, max_us]; `range` describes it for the message. */
+static int get_duration(struct ctx *c, yaml_node_t *n, const char *where, int64_t min_us,
+			int64_t max_us, const char *range, int64_t *out)
+{
+	char q[PATH_MAX_LEN];
+	int64_t us;
+
+	if (n->type != YAML_SCALAR_NODE || is_null(n) ||
+	    memchr(n->data.scalar.value, '\0', n->data.scalar.length) ||
+	    limit_parse_duration((const char *)n->data.scalar.value, &us) < 0 || us < min_us ||
+	    us > max_us)
+		return fail(c, n->start_mark, where, "expected a duration from %s, got %s", range,
+			    node_desc(n, q, sizeof(q)));
+	*out = us;
+	return 0;
+}
+
+/* A percentage with up to two decimals ("90%", "92.5%"), in basis points
+ * within [min_bp, max_bp]; "off" gives SHED_NEVER when allow_off. */
+static int get_percent(struct ctx *c, yaml_node_t *n, const char *where, int min_bp,
+		       int max_bp, bool allow_off, int *out)
+{
+	const char *s;
+	size_t len, i = 0;
+	long v = 0;
+	int decimals = 0;
+	char q[PATH_MAX_LEN];
+
+	if (n->type != YAML_SCALAR_NODE || is_null(n))
+		goto bad;
+	s = (const char *)n->data.scalar.value;
+	len = n->data.scalar.length;
+	if (allow_off && key_is(n, "off")) {
+		*out = SHED_NEVER;
+		return 0;
+	}
+	for (; i < len && s[i] >= '0' && s[i] <= '9' && i < 4; i++)
+		v = v * 10 + (s[i] - '0');
+	if (i == 0)
+		goto bad;
+	if (i < len && s[i] == '.') {
+		i++;
+		for (; i < len && s[i] >= '0' && s[i] <= '9' && decimals < 2; i++, decimals++)
+			v = v * 10 + (s[i] - '0');
+		if (decimals == 0)
+			goto bad;
+	}
+	for (; decimals < 2; decimals++)
+		v *= 10;
+	if (i + 1 != len || s[i] != '%' || v < min_bp || v > max_bp)
+		goto bad;
+	*out = (int)v;
+	return 0;
+bad:
+	return fail(c, n->start_mark, where,
+		    "expected a percentage from %d%% to %d%%%s such as 80%%, got %s", min_bp / 100,
+		    max_bp / 100, allow_off ? " (or off)" : "", node_desc(n, q, sizeof(q)));
+}
+
+/* One of `words` (exact); its index in *out. `expect` lists them. */
+static int get_word(struct ctx *c, yaml_node_t *n, const char *where, const char *const *words,
+		    size_t nwords, const char *expect, int *out)
+{
+	if (n->type == YAML_SCALAR_NODE) {
+		for (size_t i = 0; i < nwords; i++) {
+			if (key_is(n, words[i])) {
+				*out = (int)i;
+				return 0;
+			}
+		}
+	}
+	return fail_type(c, n, where, expect);
+}
+
+static int get_failure(struct ctx *c, yaml_node_t *n, const char *where, enum rules_failure *out)
+{
+	static const char *const words[] = {"open", "closed", "local"};
+	int i = 0;
+
+	if (get_word(c, n, where, words, 3, "open, closed or local", &i) < 0)
+		return -1;
+	*out = i == 0 ? RULES_FAIL_OPEN : i == 1 ? RULES_FAIL_CLOSED : RULES_FAIL_LOCAL;
+	return 0;
+}
+
+/* ---- settings ---------------------------------------------------------------------- */
+
+static bool all_digits(const char *s, size_t len)
+{
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return true;
+}
+
+/* HOST:PORT or [V6]:PORT, host at most host_max bytes, port 1..65535. */
+static bool valid_hostport(const char *s, size_t host_max)
+{
+	const char *colon, *port;
+	size_t hlen, plen;
+	long v = 0;
+
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb || rb[1] != ':')
+			return false;
+		hlen = (size_t)(rb - s - 1);
+		colon = rb + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return false;
+		hlen = (size_t)(colon - s);
+	}
+	if (hlen == 0 || hlen > host_max)
+		return false;
+	for (const char *h = s; h < colon; h++)
+		if ((unsigned char)*h <= ' ' || *h == '/')
+			return false;
+	port = colon + 1;
+	plen = strlen(port);
+	if (!all_digits(port, plen) || plen > 5)
+		return false;
+	for (size_t i = 0; i < plen; i++)
+		v = v * 10 + (port[i] - '0');
+	return v >= 1 && v <= 65535;
+}
+
+static int parse_store(struct ctx *c, yaml_node_t *map)
+{
+	enum { K_TYPE, K_ADDRESS, K_USER, K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
+	static const char *const keys[K_N] = {"type", "address", "user",
+					      "password", "timeout", "agents"};
+	static const char *const types[] = {"memory", "redis"};
+	struct rules_settings *s = &c->r->settings;
+	yaml_node_t *k[K_N], *v[K_N];
+	int type = 0;
+	long long num;
+	int64_t us;
+
+	if (map_fields(c, map, "store", keys, K_N, k, v) < 0)
+		return -1;
+	if (v[K_TYPE]) {
+		if (get_word(c, v[K_TYPE], "store.type", types, 2, "memory or redis", &type) < 0)
+			return -1;
+		s->has_store = true;
+		s->store = type == 1 ? RULES_STORE_REDIS : RULES_STORE_MEMORY;
+	}
+	if (type == 0) {
+		/* Keys that would have no effect are errors: an operator who
+		 * wrote an address expects Redis to be used. */
+		for (int i = K_ADDRESS; i < K_N; i++) {
+			char where[PATH_MAX_LEN];
+
+			if (!k[i])
+				continue;
+			path_key(where, "store", keys[i]);
+			return fail(c, k[i]->start_mark, where,
+				    "applies to type redis only (add type: redis)");
+		}
+		return 0;
+	}
+	if (v[K_ADDRESS]) {
+		if (get_cstr(c, v[K_ADDRESS], "store.address", s->address, sizeof(s->address)) < 0)
+			return -1;
+		if (s->address[0] == '/' ? strlen(s->address) > 255
+					 : !valid_hostport(s->address, 255)) {
+			char q[PATH_MAX_LEN];
+
+			return fail(c, v[K_ADDRESS]->start_mark, "store.address",
+				    "expected HOST:PORT or a socket path, got %s",
+				    quote(q, sizeof(q), s->address, strlen(s->address)));
+		}
+		s->has_address = true;
+	}
+	if (v[K_USER]) {
+		if (get_cstr(c, v[K_USER], "store.user", s->user, sizeof(s->user)) < 0)
+			return -1;
+		s->has_user = true;
+	}
+	if (v[K_PASSWORD]) {
+		const char *p;
+		size_t len;
+
+		if (get_text(c, v[K_PASSWORD], "store.password", &p, &len) < 0)
+			return -1;
+		/* "${NAME}" keeps the secret out of the file. */
+		if (len > 3 && p[0] == '$' && p[1] == '{' && p[len - 1] == '}') {
+			char var[128];
+			const char *val;
+			size_t vlen = len - 3;
+
+			if (vlen >= sizeof(var))
+				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
+					    "environment variable name longer than %zu bytes",
+					    sizeof(var) - 1);
+			memcpy(var, p + 2, vlen);
+			var[vlen] = '\0';
+			for (size_t i = 0; i < vlen; i++)
+				if (!(name_char(var[i]) && var[i] != '.' && var[i] != '-'))
+					return fail(c, v[K_PASSWORD]->start_mark, "store.password",
+						    "\"${...}\" must name an environment variable (A-Z a-z 0-9 _)");
+			val = getenv(var);
+			if (!val)
+				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
+					    "environment variable %s is not set", var);
+			if (!*val)
+				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
+					    "environment variable %s is empty", var);
+			p = val;
+			len = strlen(val);
+		}
+		if (len >= sizeof(s->password))
+			return fail(c, v[K_PASSWORD]->start_mark, "store.password",
+				    "longer than %zu bytes", sizeof(s->password) - 1);
+		memcpy(s->password, p, len);
+		s->password[len] = '\0';
+		s->has_password = true;
+	}
+	if (v[K_TIMEOUT]) {
+		if (get_duration(c, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
+				 "1ms to 60s such as 20ms", &us) < 0)
+			return -1;
+		s->timeout_ms = (int)((us + 999) / 1000);
+		s->has_timeout = true;
+	}
+	if (v[K_AGENTS]) {
+		if (get_int(c, v[K_AGENTS], "store.agents", 1, 10000, &num) < 0)
+			return -1;
+		s->agents = (int)num;
+		s->has_agents = true;
+	}
+	return 0;
+}
+
+/* A string or a list of strings (1 to max items), each item to `each`. */
+typedef int (*item_fn)(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg);
+
+static int string_or_list(struct ctx *c, yaml_node_t *n, const char *where, size_t max,
+			  const char *what, item_fn each, void *arg)
+{
+	char item[PATH_MAX_LEN];
+	size_t count;
+
+	if (n->type == YAML_SCALAR_NODE)
+		return each(c, n, where, 0, arg);
+	if (n->type != YAML_SEQUENCE_NODE)
+		return fail_type(c, n, where, "a string or a list");
+	count = seq_len(n);
+	if (count == 0)
+		return fail(c, n->start_mark, where, "empty list");
+	if (count > max)
+		return fail(c, n->start_mark, where, "more than %zu %s", max, what);
+	for (size_t i = 0; i < count; i++) {
+		path_index(item, where, i);
+		if (each(c, node_at(c, n->data.sequence.items.start[i]), item, i, arg) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int identity_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	struct rules_names *ids = arg;
+
+	if (get_name(c, n, where, ids->name[i]) < 0)
+		return -1;
+	for (size_t j = 0; j < i; j++)
+		if (strcmp(ids->name[j], ids->name[i]) == 0)
+			return fail(c, n->start_mark, where, "\"%s\" is listed twice", ids->name[i]);
+	ids->n = i + 1;
+	return 0;
+}
+
+/* ---- limits ---------------------------------------------------------------------------- */
+
+static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
+			    struct limit_spec *out)
+{
+	enum { K_RATE, K_BURST, K_ALGO, K_N };
+	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
+	static const char *const algos[] = {"token", "sliding", "fixed"};
+	yaml_node_t *k[K_N], *v[K_N];
+	char sub[PATH_MAX_LEN], msg[256];
+	const char *s;
+	size_t len;
+	long long burst = 0;
+	int algo = 0;
+
+	if (map_fields(c, map, where, keys, K_N, k, v) < 0)
+		return -1;
+	if (!v[K_RATE])
+		return fail_missing(c, map, where, "rate", " (such as rate: 100/1m)");
+	path_key(sub, where, "rate");
+	if (get_text(c, v[K_RATE], sub, &s, &len) < 0)
+		return -1;
+	if (limit_parse(s, out, msg, sizeof(msg)) < 0)
+		return fail(c, v[K_RATE]->start_mark, sub, "%s", msg);
+	if (v[K_ALGO]) {
+		path_key(sub, where, "algorithm");
+		if (get_word(c, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
+			return -1;
+		out->algo = algo == 0 ? LIMIT_TOKEN_BUCKET
+			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
+	}
+	if (v[K_BURST]) {
+		path_key(sub, where, "burst");
+		if (get_int(c, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
+			return -1;
+		if (out->algo != LIMIT_TOKEN_BUCKET)
+			return fail(c, k[K_BURST]->start_mark, sub,
+				    "burst applies to the token bucket only (algorithm: token)");
+		out->burst = (uint64_t)burst;
+	}
+	return 0;
+}
+
+static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
+			struct rules_rule *rule)
+{
+	char item[PATH_MAX_LEN], msg[256];
+	size_t count;
+
+	if (seq->type != YAML_SEQUENCE_NODE)
+		return fail_type(c, seq, where, "a list of limits");
+	count = seq_len(seq);
+	if (count > RULES_LIMITS_MAX)
+		return fail(c, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
+	for (size_t i = 0; i < count; i++) {
+		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		struct limit_spec *l = &rule->limits[i];
+
+		path_index(item, where, i);
+		if (n->type == YAML_MAPPING_NODE) {
+			if (parse_limit_long(c, n, item, l) < 0)
+				return -1;
+		} else {
+			const char *s;
+			size_t len;
+
+			if (n->type != YAML_SCALAR_NODE || is_null(n))
+				return fail_type(c, n, item, "a limit such as 100/1m");
+			if (get_text(c, n, item, &s, &len) < 0)
+				return -1;
+			if (limit_parse(s, l, msg, sizeof(msg)) < 0)
+				return fail(c, n->start_mark, item, "%s", msg);
+		}
+		/* Policy names are "<rule>-<period>": periods must differ. */
+		for (size_t j = 0; j < i; j++) {
+			if (rule->limits[j].period_us == l->period_us) {
+				char period[32];
+
+				limit_format_period(l->period_us, period, sizeof(period));
+				return fail(c, n->start_mark, item,
+					    "a limit of period %s is already in this rule (limits[%zu])",
+					    period, j);
+			}
+		}
+		rule->nlimits = i + 1;
+	}
+	return 0;
+}
+
+/* The keys a tier and an endpoint share. */
+enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_N };
+static const char *const rule_keys[R_N] = {"name", "match", "limits",
+					   "shadow", "on_store_failure", "cost"};
+
+static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
+			     yaml_node_t **v, struct rules_rule *rule)
+{
+	char sub[PATH_MAX_LEN];
+	long long cost;
+
+	rule->on_failure = c->r->on_failure;
+	rule->cost = 1;
+	if (!v[R_LIMITS])
+		return fail_missing(c, body, where, "limits", " (write limits: [] for no limit)");
+	path_key(sub, where, "limits");
+	if (parse_limits(c, v[R_LIMITS], sub, rule) < 0)
+		return -1;
+	if (v[R_SHADOW]) {
+		path_key(sub, where, "shadow");
+		if (get_bool(c, v[R_SHADOW], sub, &rule->shadow) < 0)
+			return -1;
+	}
+	if (v[R_FAILURE]) {
+		path_key(sub, where, "on_store_failure");
+		if (get_failure(c, v[R_FAILURE], sub, &rule->on_failure) < 0)
+			return -1;
+	}
+	if (v[R_COST]) {
+		path_key(sub, where, "cost");
+		if (get_int(c, v[R_COST], sub, 1, UINT32_MAX, &cost) < 0)
+			return -1;
+		rule->cost = (uint32_t)cost;
+	}
+	return 0;
+}
+
+/* Names are unique among all rules; rule `i` is being named at `mark`. */
+static int check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)
+{
+	struct rules *r = c->r;
+
+	for (size_t j = 0; j < i; j++) {
+		if (strcmp(r->rules[j].name, r->rules[i].name) != 0)
+			continue;
+		if (j == 0 && c->builtin)
+			return fail(c, mark, where,
+				    "duplicate rule name \"%s\" (the built-in rule of a file without tiers)",
+				    r->rules[i].name);
+		return fail(c, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
+			    r->rules[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
+	}
+	c->marks[i] = mark;
+	return 0;
+}
+
+static void tier_list(struct ctx *c, char *buf, size_t cap)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < c->r->ntiers && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->r->rules[i].name);
+}
+
+static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
+{
+	char q[PATH_MAX_LEN], list[512];
+
+	if (n->type != YAML_SCALAR_NODE || is_null(n))
+		return fail_type(c, n, where, "a tier name");
+	for (size_t i = 0; i < c->r->ntiers; i++) {
+		if (key_is(n, c->r->rules[i].name)) {
+			*out = i;
+			return 0;
+		}
+	}
+	tier_list(c, list, sizeof(list));
+	return fail(c, n->start_mark, where, "no tier named %s (tiers: %s)",
+		    quote(q, sizeof(q), (const char *)n->data.scalar.value, n->data.scalar.length),
+		    list);
+}
+
+/* ---- tiers ----------------------------------------------------------------------------- */
+
+static int set_builtin_rule(struct ctx *c)
+{
+	struct rules *r = c->r;
+	struct rules_rule *d;
+
+	r->rules = xcalloc(1, sizeof(*r->rules));
+	c->marks = xcalloc(1, sizeof(*c->marks));
+	if (!r->rules || !c->marks)
+		return fail_oom(c);
+	d = &r->rules[0];
+	snprintf(d->name, sizeof(d->name), "%s", RULES_DEFAULT_RULE);
+	d->kind = RULES_KIND_DEFAULT;
+	d->limits[0].quota = 100;
+	d->limits[0].period_us = 60 * LIMIT_US_PER_S;
+	d->limits[0].algo = LIMIT_TOKEN_BUCKET;
+	d->nlimits = 1;
+	d->on_failure = r->on_failure;
+	d->cost = 1;
+	r->nrules = r->ntiers = 1;
+	r->default_tier = 0;
+	c->builtin = true;
+	return 0;
+}
+
+static int parse_tiers(struct ctx *c, yaml_node_t *map)
+{
+	struct rules *r = c->r;
+	yaml_node_t *def = NULL;
+	yaml_node_pair_t *p;
+	size_t count = 0;
+
+	if (!map)
+		return set_builtin_rule(c);
+	if (expect_mapping(c, map, "tiers") < 0)
+		return -1;
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key);
+
+		if (!key_is(k, "argument") && !key_is(k, "default"))
+			count++;
+	}
+	if (count > RULES_TIERS_MAX)
+		return fail(c, map->start_mark, "tiers", "more than %d tiers", RULES_TIERS_MAX);
+	if (count == 0)
+		return fail(c, map->start_mark, "tiers",
+			    "no tier defined (a tier is a key such as free: { limits: [100/1m] })");
+	r->rules = xcalloc(count, sizeof(*r->rules));
+	c->marks = xcalloc(count, sizeof(*c->marks));
+	if (!r->rules || !c->marks)
+		return fail_oom(c);
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+		char where[PATH_MAX_LEN];
+
+		if (check_key(c, k, "tiers") < 0)
+			return -1;
+		/* Keys repeat at most once each before this stops, so the
+		 * quadratic scan is bounded by the tier cap. */
+		for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+			yaml_node_t *prev = node_at(c, q->key);
+
+			if (prev->data.scalar.length == k->data.scalar.length &&
+			    memcmp(prev->data.scalar.value, k->data.scalar.value,
+				   k->data.scalar.length) == 0) {
+				char qs[PATH_MAX_LEN];
+
+				return fail(c, k->start_mark, "tiers", "duplicate key %s (first at %zu:%zu)",
+					    quote(qs, sizeof(qs), (const char *)k->data.scalar.value,
+						  k->data.scalar.length),
+					    prev->start_mark.line + 1, prev->start_mark.column + 1);
+			}
+		}
+		if (key_is(k, "argument")) {
+			if (get_name(c, v, "tiers.argument", r->tier_arg) < 0)
+				return -1;
+			continue;
+		}
+		if (key_is(k, "default")) {
+			def = v;
+			continue;
+		}
+		{
+			struct rules_rule *rule = &r->rules[r->ntiers];
+			yaml_node_t *fk[R_N], *fv[R_N];
+
+			if (get_name(c, k, "tiers", rule->name) < 0)
+				return -1;
+			path_key(where, "tiers", rule->name);
+			rule->kind = RULES_KIND_TIER;
+			rule->index = (unsigned)r->ntiers;
+			/* A tier is named by its key: no name, no match. */
+			fk[R_NAME] = fv[R_NAME] = fk[R_MATCH] = fv[R_MATCH] = NULL;
+			if (map_fields(c, v, where, rule_keys + R_LIMITS, R_N - R_LIMITS,
+				       fk + R_LIMITS, fv + R_LIMITS) < 0 ||
+			    parse_rule_common(c, v, where, fv, rule) < 0)
+				return -1;
+			c->marks[r->ntiers] = k->start_mark;
+			r->ntiers++;
+			r->nrules = r->ntiers;
+		}
+	}
+	if (def)
+		return find_tier(c, def, "tiers.default", &r->default_tier);
+	if (r->ntiers > 1)
+		return fail_missing(c, map, "tiers", "default", " (required with more than one tier)");
+	r->default_tier = 0;
+	return 0;
+}
+
+/* ---- match conditions ------------------------------------------------------------------- */
+
+enum val_kind { V_METHOD, V_PATH, V_HOST, V_ARG };
+
+struct values_arg {
+	struct cond *out;
+	enum val_kind kind;
+	size_t count;
+};
+
+static bool tchar(char ch)
+{
+	return name_char(ch) || (ch && strchr("!#$%&'*+^`|~", ch) != NULL);
+}
+
+/* The host without its port: "[v6]:p" -> "[v6]", "name:p" -> "name". A
+ * bare IPv6 address (several colons, no brackets) has no port. */
+static size_t host_len_noport(const char *h, size_t len)
+{
+	const char *colon;
+
+	if (len && h[0] == '[') {
+		const char *rb = memchr(h, ']', len);
+
+		return rb ? (size_t)(rb - h) + 1 : len;
+	}
+	colon = memchr(h, ':', len);
+	if (!colon || memchr(colon + 1, ':', len - (size_t)(colon - h) - 1))
+		return len;
+	return (size_t)(colon - h);
+}
+
+static int value_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	struct values_arg *va = arg;
+	struct mval *mv = &va->out->v[i];
+	const char *s;
+	size_t len;
+	char q[PATH_MAX_LEN], *copy;
+
+	if (get_text(c, n, where, &s, &len) < 0)
+		return -1;
+	quote(q, sizeof(q), s, len);
+	switch (va->kind) {
+	case V_METHOD:
+		for (size_t j = 0; j < len; j++) {
+			if (s[j] >= 'a' && s[j] <= 'z') {
+				char up[40];
+				size_t m = len < sizeof(up) - 1 ? len : sizeof(up) - 1;
+
+				for (size_t u = 0; u < m; u++)
+					up[u] = (s[u] >= 'a' && s[u] <= 'z') ? (char)(s[u] - 32) : s[u];
+				up[m] = '\0';
+				return fail(c, n->start_mark, where,
+					    "%s: methods are case-sensitive, write \"%s\"", q, up);
+			}
+			if (!tchar(s[j]))
+				return fail(c, n->start_mark, where, "%s: not a method name", q);
+		}
+		if (len == 0)
+			return fail(c, n->start_mark, where, "%s: not a method name", q);
+		break;
+	case V_PATH:
+		if (len == 0 || s[0] != '/')
+			return fail(c, n->start_mark, where, "%s: a path starts with \"/\"", q);
+		break;
+	case V_HOST:
+		if (len == 0)
+			return fail(c, n->start_mark, where, "%s: not a host name", q);
+		for (size_t j = 0; j < len; j++)
+			if ((unsigned char)s[j] <= ' ' || s[j] == '/' || (unsigned char)s[j] >= 0x7f)
+				return fail(c, n->start_mark, where, "%s: not a host name", q);
+		break;
+	case V_ARG:
+		break;
+	}
+	copy = arena_alloc(c->r, len + 1);
+	if (!copy)
+		return fail_oom(c);
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	if (va->kind == V_HOST) {
+		/* Hosts compare ignoring ASCII case: keep them in lower case. */
+		for (size_t j = 0; j < len; j++)
+			if (copy[j] >= 'A' && copy[j] <= 'Z')
+				copy[j] = (char)(copy[j] + 32);
+		mv->port = host_len_noport(copy, len) != len;
+	}
+	mv->ptr = copy;
+	mv->len = len;
+	va->out->n = i + 1;
+	return 0;
+}
+
+/* How many items string_or_list() will hand over at most: sizes the
+ * arrays it fills (it rejects lists over RULES_VALUES_MAX itself). */
+static size_t list_count(const yaml_node_t *n)
+{
+	size_t count;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return 1;
+	count = seq_len(n);
+	return count > RULES_VALUES_MAX ? RULES_VALUES_MAX : count;
+}
+
+static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum val_kind kind,
+			struct cond *out)
+{
+	struct values_arg va = {out, kind, 0};
+
+	out->v = arena_alloc(c->r, list_count(n) * sizeof(*out->v));
+	if (!out->v)
+		return fail_oom(c);
+	return string_or_list(c, n, where, RULES_VALUES_MAX, "values", value_item, &va);
+}
+
+static int tier_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	struct match *m = arg;
+	size_t t;
+
+	if (find_tier(c, n, where, &t) < 0)
+		return -1;
+	m->tiers[i] = (unsigned)t;
+	m->ntiers = i + 1;
+	return 0;
+}
+
+static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
+{
+	yaml_node_pair_t *p;
+	size_t count, i = 0;
+
+	if (expect_mapping(c, map, where) < 0)
+		return -1;
+	count = map_len(map);
+	if (count == 0)
+		return fail(c, map->start_mark, where, "empty mapping");
+	if (count > RULES_MATCH_ARGS_MAX)
+		return fail(c, map->start_mark, where, "more than %d arguments", RULES_MATCH_ARGS_MAX);
+	m->args = arena_alloc(c->r, count * sizeof(*m->args));
+	if (!m->args)
+		return fail_oom(c);
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++, i++) {
+		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+		struct arg_cond *a = &m->args[i];
+		char sub[PATH_MAX_LEN];
+
+		if (check_key(c, k, where) < 0 || get_name(c, k, where, a->name) < 0)
+			return -1;
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(m->args[j].name, a->name) == 0) {
+				yaml_node_t *prev = node_at(c, map->data.mapping.pairs.start[j].key);
+
+				return fail(c, k->start_mark, where,
+					    "duplicate key \"%s\" (first at %zu:%zu)", a->name,
+					    prev->start_mark.line + 1, prev->start_mark.column + 1);
+			}
+		}
+		a->name_len = strlen(a->name);
+		path_key(sub, where, a->name);
+		if (parse_values(c, v, sub, V_ARG, &a->c) < 0)
+			return -1;
+		m->nargs = i + 1;
+	}
+	return 0;
+}
+
+static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
+{
+	enum { K_METHOD, K_PATH, K_HOST, K_TIER, K_ARGS, K_N };
+	static const char *const keys[K_N] = {"method", "path", "host", "tier", "args"};
+	yaml_node_t *k[K_N], *v[K_N];
+	char sub[PATH_MAX_LEN];
+
+	memset(m, 0, sizeof(*m));
+	if (map_fields(c, map, where, keys, K_N, k, v) < 0)
+		return -1;
+	if (!v[K_METHOD] && !v[K_PATH] && !v[K_HOST] && !v[K_TIER] && !v[K_ARGS])
+		return fail(c, map->start_mark, where,
+			    "no condition (expected one or more of: method, path, host, tier, args)");
+	if (v[K_METHOD]) {
+		path_key(sub, where, "method");
+		if (parse_values(c, v[K_METHOD], sub, V_METHOD, &m->method) < 0)
+			return -1;
+	}
+	if (v[K_PATH]) {
+		path_key(sub, where, "path");
+		if (parse_values(c, v[K_PATH], sub, V_PATH, &m->path) < 0)
+			return -1;
+	}
+	if (v[K_HOST]) {
+		path_key(sub, where, "host");
+		if (parse_values(c, v[K_HOST], sub, V_HOST, &m->host) < 0)
+			return -1;
+	}
+	if (v[K_TIER]) {
+		path_key(sub, where, "tier");
+		m->tiers = arena_alloc(c->r, list_count(v[K_TIER]) * sizeof(*m->tiers));
+		if (!m->tiers)
+			return fail_oom(c);
+		if (string_or_list(c, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item, m) < 0)
+			return -1;
+	}
+	if (v[K_ARGS]) {
+		path_key(sub, where, "args");
+		if (parse_match_args(c, v[K_ARGS], sub, m) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- endpoints and priorities ------------------------------------------------------------- */
+
+static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
+{
+	struct rules *r = c->r;
+	size_t count;
+	void *p;
+
+	if (seq->type != YAML_SEQUENCE_NODE)
+		return fail_type(c, seq, "endpoints", "a list");
+	count = seq_len(seq);
+	if (count > RULES_ENDPOINTS_MAX)
+		return fail(c, seq->start_mark, "endpoints", "more than %d endpoints",
+			    RULES_ENDPOINTS_MAX);
+	if (count == 0)
+		return 0;
+	p = xrealloc(r->rules, (r->ntiers + count) * sizeof(*r->rules));
+	if (!p)
+		return fail_oom(c);
+	r->rules = p;
+	memset(r->rules + r->ntiers, 0, count * sizeof(*r->rules));
+	p = xrealloc(c->marks, (r->ntiers + count) * sizeof(*c->marks));
+	if (!p)
+		return fail_oom(c);
+	c->marks = p;
+	r->ep = xcalloc(count, sizeof(*r->ep));
+	if (!r->ep)
+		return fail_oom(c);
+	for (size_t i = 0; i < count; i++) {
+		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		size_t ri = r->ntiers + i;
+		struct rules_rule *rule = &r->rules[ri];
+		yaml_node_t *k[R_N], *v[R_N];
+		char where[PATH_MAX_LEN], sub[PATH_MAX_LEN];
+
+		path_index(where, "endpoints", i);
+		if (map_fields(c, n, where, rule_keys, R_N, k, v) < 0)
+			return -1;
+		if (!v[R_NAME])
+			return fail_missing(c, n, where, "name", "");
+		path_key(sub, where, "name");
+		if (get_name(c, v[R_NAME], sub, rule->name) < 0 ||
+		    check_rule_name(c, ri, v[R_NAME]->start_mark, sub) < 0)
+			return -1;
+		rule->kind = RULES_KIND_ENDPOINT;
+		rule->index = (unsigned)ri;
+		if (!v[R_MATCH])
+			return fail_missing(c, n, where, "match", "");
+		path_key(sub, where, "match");
+		if (parse_match(c, v[R_MATCH], sub, &r->ep[i]) < 0 ||
+		    parse_rule_common(c, n, where, v, rule) < 0)
+			return -1;
+		r->nrules = ri + 1;
+	}
+	return 0;
+}
+
+static int parse_priorities(struct ctx *c, yaml_node_t *map)
+{
+	enum { K_DEFAULT, K_CLASSES, K_N };
+	static const char *const keys[K_N] = {"default", "classes"};
+	enum { C_PRIORITY, C_MATCH, C_N };
+	static const char *const ckeys[C_N] = {"priority", "match"};
+	struct rules *r = c->r;
+	yaml_node_t *k[K_N], *v[K_N], *seq;
+	long long num;
+	size_t count;
+
+	if (map_fields(c, map, "priorities", keys, K_N, k, v) < 0)
+		return -1;
+	if (v[K_DEFAULT]) {
+		if (get_int(c, v[K_DEFAULT], "priorities.default", 0, 3, &num) < 0)
+			return -1;
+		r->default_priority = (int)num;
+	}
+	seq = v[K_CLASSES];
+	if (!seq)
+		return 0;
+	if (seq->type != YAML_SEQUENCE_NODE)
+		return fail_type(c, seq, "priorities.classes", "a list");
+	count = seq_len(seq);
+	if (count > RULES_CLASSES_MAX)
+		return fail(c, seq->start_mark, "priorities.classes", "more than %d classes",
+			    RULES_CLASSES_MAX);
+	if (count == 0)
+		return 0;
+	r->classes = xcalloc(count, sizeof(*r->classes));
+	if (!r->classes)
+		return fail_oom(c);
+	for (size_t i = 0; i < count; i++) {
+		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		yaml_node_t *ck[C_N], *cv[C_N];
+		char where[PATH_MAX_LEN], sub[PATH_MAX_LEN];
+
+		path_index(where, "priorities.classes", i);
+		if (map_fields(c, n, where, ckeys, C_N, ck, cv) < 0)
+			return -1;
+		if (!cv[C_PRIORITY])
+			return fail_missing(c, n, where, "priority", "");
+		if (!cv[C_MATCH])
+			return fail_missing(c, n, where, "match", "");
+		path_key(sub, where, "priority");
+		if (get_int(c, cv[C_PRIORITY], sub, 0, 3, &num) < 0)
+			return -1;
+		r->classes[i].priority = (int)num;
+		path_key(sub, where, "match");
+		if (parse_match(c, cv[C_MATCH], sub, &r->classes[i].m) < 0)
+			return -1;
+		r->nclasses = i + 1;
+	}
+	return 0;
+}
+
+/* ---- shedding ------------------------------------------------------------------------------ */
+
+/* "90%", "92.5%", "92.25%" or "off". */
+static void fmt_bp(char *buf, size_t cap, int bp)
+{
+	if (bp == SHED_NEVER)
+		snprintf(buf, cap, "off");
+	else if (bp % 100 == 0)
+		snprintf(buf, cap, "%d%%", bp / 100);
+	else if (bp % 10 == 0)
+		snprintf(buf, cap, "%d.%d%%", bp / 100, bp % 100 / 10);
+	else
+		snprintf(buf, cap, "%d.%02d%%", bp / 100, bp % 100);
+}
+
+static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config *sc)
+{
+	static const char *const where = "shedding.thresholds";
+	yaml_node_t *seen[SHED_PRIORITIES] = {NULL};
+	yaml_node_pair_t *p;
+	char q[PATH_MAX_LEN];
+
+	if (expect_mapping(c, map, where) < 0)
+		return -1;
+	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+		char sub[PATH_MAX_LEN];
+		int prio;
+
+		if (check_key(c, k, where) < 0)
+			return -1;
+		if (key_is(k, "0") || key_is(k, "P0"))
+			return fail(c, k->start_mark, where, "P0 is never shed: remove this key");
+		if (key_is(k, "1") || key_is(k, "P1"))
+			prio = 1;
+		else if (key_is(k, "2") || key_is(k, "P2"))
+			prio = 2;
+		else if (key_is(k, "3") || key_is(k, "P3"))
+			prio = 3;
+		else
+			return fail(c, k->start_mark, where, "unknown priority %s (expected 1, 2 or 3)",
+				    quote(q, sizeof(q), (const char *)k->data.scalar.value,
+					  k->data.scalar.length));
+		if (seen[prio])
+			return fail(c, k->start_mark, where, "P%d is given twice (first at %zu:%zu)",
+				    prio, seen[prio]->start_mark.line + 1,
+				    seen[prio]->start_mark.column + 1);
+		seen[prio] = k;
+		snprintf(sub, sizeof(sub), "%s.%d", where, prio);
+		if (get_percent(c, v, sub, 100, SHED_FULL, true, &sc->threshold_bp[prio]) < 0)
+			return -1;
+	}
+	/* A less important priority must go first: P1 >= P2 >= P3 ("off"
+	 * counting as above 100%). An inversion is almost surely a typo. */
+	for (int i = 2; i < SHED_PRIORITIES; i++) {
+		int hi = sc->threshold_bp[i - 1], lo = sc->threshold_bp[i];
+		long hv = hi == SHED_NEVER ? SHED_FULL + 1 : hi;
+		long lv = lo == SHED_NEVER ? SHED_FULL + 1 : lo;
+
+		if (lv > hv) {
+			char a[16], b[16];
+
+			fmt_bp(a, sizeof(a), lo);
+			fmt_bp(b, sizeof(b), hi);
+			return fail(c, map->start_mark, where,
+				    "P%d (%s) is shed later than P%d (%s): a less important priority must be shed first",
+				    i, a, i - 1, b);
+		}
+	}
+	return 0;
+}
+
+static int parse_shedding(struct ctx *c, yaml_node_t *map)
+{
+	enum { K_IN_USE, K_FREE, K_THRESHOLDS, K_RAMP, K_RETRY, K_SHADOW, K_N };
+	static const char *const keys[K_N] = {"in_use", "free", "thresholds",
+					      "ramp", "retry_after", "shadow"};
+	struct shed_config *sc = &c->r->shed;
+	yaml_node_t *k[K_N], *v[K_N];
+
+	if (map_fields(c, map, "shedding", keys, K_N, k, v) < 0)
+		return -1;
+	if (v[K_IN_USE] && get_name(c, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
+		return -1;
+	if (v[K_FREE] && get_name(c, v[K_FREE], "shedding.free", sc->free_arg) < 0)
+		return -1;
+	if (strcmp(sc->in_use_arg, sc->free_arg) == 0)
+		return fail(c, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
+			    v[K_FREE] ? "shedding.free" : "shedding.in_use",
+			    "in_use and free must be different arguments");
+	if (v[K_THRESHOLDS] && parse_thresholds(c, v[K_THRESHOLDS], sc) < 0)
+		return -1;
+	if (v[K_RAMP] && get_percent(c, v[K_RAMP], "shedding.ramp", 0, SHED_FULL, false,
+				     &sc->ramp_bp) < 0)
+		return -1;
+	if (v[K_RETRY] && get_duration(c, v[K_RETRY], "shedding.retry_after", LIMIT_US_PER_S,
+				       3600 * LIMIT_US_PER_S, "1s to 1h such as 1s",
+				       &sc->retry_after_us) < 0)
+		return -1;
+	if (v[K_SHADOW] && get_bool(c, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
+		return -1;
+	return 0;
+}
+
+/* ---- the file --------------------------------------------------------------------------------- */
+
+static void rules_init_defaults(struct rules *r, const char *name)
+{
+	struct rules_settings *s = &r->settings;
+
+	snprintf(r->source, sizeof(r->source), "%s", name);
+	snprintf(s->listen, sizeof(s->listen), "127.0.0.1:12345");
+	s->threads = 0;
+	s->store = RULES_STORE_MEMORY;
+	snprintf(s->address, sizeof(s->address), "127.0.0.1:6379");
+	s->timeout_ms = 20;
+	s->agents = 1;
+	snprintf(r->identity.name[0], RULES_NAME_MAX, "api_key");
+	snprintf(r->identity.name[1], RULES_NAME_MAX, "user");
+	snprintf(r->identity.name[2], RULES_NAME_MAX, "ip");
+	r->identity.n = 3;
+	snprintf(r->tier_arg, sizeof(r->tier_arg), "tier");
+	r->on_failure = RULES_FAIL_OPEN;
+	r->default_priority = RULES_DEFAULT_PRIORITY;
+	shed_config_defaults(&r->shed);
+}
+
+static int parse_root(struct ctx *c, yaml_node_t *root)
+{
+	enum { K_LISTEN, K_THREADS, K_STORE, K_FAILURE, K_IDENTITY, K_SHADOW, K_COST,
+	       K_LIMITS, K_TIERS, K_ENDPOINTS, K_PRIORITIES, K_SHEDDING, K_N };
+	static const char *const keys[K_N] = {
+		"listen", "threads", "store", "on_store_failure", "identity", "shadow",
+		"cost_argument", "limits", "tiers", "endpoints", "priorities", "shedding",
+	};
+	struct rules *r = c->r;
+	struct rules_settings *s = &r->settings;
+	yaml_node_t *k[K_N], *v[K_N];
+	long long num;
+
+	if (map_fields(c, root, "", keys, K_N, k, v) < 0)
+		return -1;
+	if (v[K_LISTEN]) {
+		char q[PATH_MAX_LEN];
+
+		if (get_cstr(c, v[K_LISTEN], "listen", s->listen, sizeof(s->listen)) < 0)
+			return -1;
+		if (!valid_hostport(s->listen, 255))
+			return fail(c, v[K_LISTEN]->start_mark, "listen",
+				    "expected ADDR:PORT such as 127.0.0.1:12345, got %s",
+				    quote(q, sizeof(q), s->listen, strlen(s->listen)));
+		s->has_listen = true;
+	}
+	if (v[K_THREADS]) {
+		if (get_int(c, v[K_THREADS], "threads", 1, 256, &num) < 0)
+			return -1;
+		s->threads = (int)num;
+		s->has_threads = true;
+	}
+	if (v[K_STORE] && parse_store(c, v[K_STORE]) < 0)
+		return -1;
+	if (v[K_FAILURE] && get_failure(c, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
+		return -1;
+	if (v[K_IDENTITY]) {
+		struct rules_names ids;
+
+		memset(&ids, 0, sizeof(ids));
+		if (string_or_list(c, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
+				   identity_item, &ids) < 0)
+			return -1;
+		r->identity = ids;
+	}
+	if (v[K_SHADOW] && get_bool(c, v[K_SHADOW], "shadow", &r->shadow) < 0)
+		return -1;
+	if (v[K_COST] && get_name(c, v[K_COST], "cost_argument", r->cost_arg) < 0)
+		return -1;
+	if (v[K_LIMITS] && v[K_TIERS])
+		return fail(c, k[K_LIMITS]->start_mark, "limits",
+			    "limits (the one rule \"default\" of every client) and tiers "
+			    "exclude each other: put the limits in a tier");
+	if (parse_tiers(c, v[K_TIERS]) < 0)
+		return -1;
+	/* Without tiers, top-level limits replace those of the built-in
+	 * rule "default" (the command line's --limit comes this way). */
+	if (v[K_LIMITS]) {
+		r->rules[0].nlimits = 0;
+		memset(r->rules[0].limits, 0, sizeof(r->rules[0].limits));
+		if (parse_limits(c, v[K_LIMITS], "limits", &r->rules[0]) < 0)
+			return -1;
+	}
+	if (v[K_ENDPOINTS] && parse_endpoints(c, v[K_ENDPOINTS]) < 0)
+		return -1;
+	if (v[K_PRIORITIES] && parse_priorities(c, v[K_PRIORITIES]) < 0)
+		return -1;
+	if (v[K_SHEDDING] && parse_shedding(c, v[K_SHEDDING]) < 0)
+		return -1;
+	return 0;
+}
+
+/* Line and column (from 1) of a byte offset, for reader errors, which
+ * libyaml reports as an offset. */
+static void offset_mark(const char *buf, size_t len, size_t off, size_t *line, size_t *col)
+{
+	size_t l = 1, start = 0;
+
+	if (off > len)
+		off = len;
+	for (size_t i = 0; i < off; i++) {
+		if (buf[i] == '\n') {
+			l++;
+			start = i + 1;
+		}
+	}
+	*line = l;
+	*col = off - start + 1;
+}
+
+/* True when line `line` (from 0) of buf is indented with a tab, which
+ * YAML forbids and which libyaml reports in terms of tokens. */
+static bool tab_indented(const char *buf, size_t len, size_t line)
+{
+	size_t i = 0;
+
+	for (size_t l = 0; l < line && i < len; i++)
+		if (buf[i] == '\n')
+			l++;
+	for (; i < len && (buf[i] == ' ' || buf[i] == '\t'); i++)
+		if (buf[i] == '\t')
+			return true;
+	return false;
+}
+
+static void yaml_failure(const yaml_parser_t *p, const char *buf, size_t len, const char *name,
+			 char *err, size_t errlen)
+{
+	const char *hint = "";
+	size_t line, col;
+
+	switch (p->error) {
+	case YAML_MEMORY_ERROR:
+		snprintf(err, errlen, "%s: out of memory", name);
+		return;
+	case YAML_READER_ERROR:
+		offset_mark(buf, len, p->problem_offset, &line, &col);
+		if (p->problem_value != -1)
+			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s (byte 0x%02x)", name, line, col,
+				 p->problem ? p->problem : "unreadable input",
+				 (unsigned)p->problem_value & 0xffu);
+		else
+			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s", name, line, col,
+				 p->problem ? p->problem : "unreadable input");
+		return;
+	case YAML_SCANNER_ERROR:
+	case YAML_PARSER_ERROR:
+	case YAML_COMPOSER_ERROR:
+		if (tab_indented(buf, len, p->problem_mark.line))
+			hint = "; indent with spaces, not tabs";
+		if (p->context)
+			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s (%s at %zu:%zu%s)", name,
+				 p->problem_mark.line + 1, p->problem_mark.column + 1,
+				 p->problem ? p->problem : "syntax error", p->context,
+				 p->context_mark.line + 1, p->context_mark.column + 1, hint);
+		else
+			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s%s%s%s", name,
+				 p->problem_mark.line + 1, p->problem_mark.column + 1,
+				 p->problem ? p->problem : "syntax error", hint[0] ? " (" : "",
+				 hint[0] ? hint + 2 : "", hint[0] ? ")" : "");
+		return;
+	case YAML_NO_ERROR:
+	case YAML_WRITER_ERROR:
+	case YAML_EMITTER_ERROR:
+		break;
+	}
+	snprintf(err, errlen, "%s: YAML: cannot parse", name);
+}
+
+static void free_parts(struct rules *r)
+{
+	struct arena_block *b = r->arena;
+
+	while (b) {
+		struct arena_block *next = b->next;
+
+		xfree(b);
+		b = next;
+	}
+	xfree(r->rules);
+	xfree(r->ep);
+	xfree(r->classes);
+	xfree(r);
+}
+
+struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, char *err,
+				size_t errlen)
+{
+	yaml_parser_t parser;
+	yaml_document_t doc, extra;
+	yaml_node_t *root;
+	struct ctx c;
+	struct rules *r = NULL;
+	char dummy[1];
+	int rc = -1;
+
+	if (!err || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	err[0] = '\0';
+	if (!name)
+		name = "(rules)";
+	if (!buf)
+		buf = "";
+	if (len > RULES_FILE_MAX) {
+		snprintf(err, errlen, "%s: larger than %u bytes", name, RULES_FILE_MAX);
+		return NULL;
+	}
+	if (!yaml_parser_initialize(&parser)) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return NULL;
+	}
+	yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
+	if (!yaml_parser_load(&parser, &doc)) {
+		yaml_failure(&parser, buf, len, name, err, errlen);
+		yaml_parser_delete(&parser);
+		return NULL;
+	}
+	root = yaml_document_get_root_node(&doc);
+	if (!root) {
+		snprintf(err, errlen,
+			 "%s: no settings (the file is empty or only comments); write {} to keep every default",
+			 name);
+		goto out;
+	}
+	/* One document only: a second one would be silently ignored. */
+	if (!yaml_parser_load(&parser, &extra)) {
+		yaml_failure(&parser, buf, len, name, err, errlen);
+		goto out;
+	}
+	if (yaml_document_get_root_node(&extra)) {
+		snprintf(err, errlen, "%s:%zu:%zu: a second YAML document (one document per file)",
+			 name, extra.start_mark.line + 1, extra.start_mark.column + 1);
+		yaml_document_delete(&extra);
+		goto out;
+	}
+	yaml_document_delete(&extra);
+
+	r = xcalloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		goto out;
+	}
+	rules_init_defaults(r, name);
+	memset(&c, 0, sizeof(c));
+	c.doc = &doc;
+	c.name = name;
+	c.err = err;
+	c.errlen = errlen;
+	c.r = r;
+	rc = parse_root(&c, root);
+	xfree(c.marks);
+out:
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	if (rc < 0) {
+		if (r)
+			free_parts(r);
+		return NULL;
+	}
+	err[0] = '\0';
+	return r;
+}
+
+struct rules *rules_load(const char *path, char *err, size_t errlen)
+{
+	struct rules *r;
+	struct stat st;
+	char *buf;
+	size_t len = 0;
+	char dummy[1];
+	int fd;
+
+	if (!err || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		close(fd);
+		return NULL;
+	}
+	if (st.st_size > (off_t)RULES_FILE_MAX) {
+		snprintf(err, errlen, "%s: larger than %u bytes", path, RULES_FILE_MAX);
+		close(fd);
+		return NULL;
+	}
+	/* One byte more than the size, to notice a file that grows while it
+	 * is read. */
+	buf = xmalloc((size_t)st.st_size + 1);
+	if (!buf) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		close(fd);
+		return NULL;
+	}
+	for (;;) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			xfree(buf);
+			close(fd);
+			return NULL;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > (size_t)st.st_size) {
+			snprintf(err, errlen, "%s: the file changed while it was read", path);
+			xfree(buf);
+			close(fd);
+			return NULL;
+		}
+	}
+	close(fd);
+	r = rules_load_buffer(buf, len, path, err, errlen);
+	xfree(buf);
+	return r;
+}
+
+struct rules *rules_default(void)
+{
+	return rules_load_buffer("{}", 2, "(defaults)", NULL, 0);
+}
+
+void rules_free(struct rules *r)
+{
+	if (r)
+		free_parts(r);
+}
+
+/* ---- accessors --------------------------------------------------------------------------------- */
+
+const struct rules_settings *rules_settings(const struct rules *r) { return &r->settings; }
+
+bool rules_settings_equal(const struct rules_settings *a, const struct rules_settings *b)
+{
+	return a->has_listen == b->has_listen && strcmp(a->listen, b->listen) == 0 &&
+	       a->has_threads == b->has_threads && a->threads == b->threads &&
+	       a->has_store == b->has_store && a->store == b->store &&
+	       a->has_address == b->has_address && strcmp(a->address, b->address) == 0 &&
+	       a->has_user == b->has_user && strcmp(a->user, b->user) == 0 &&
+	       a->has_password == b->has_password && strcmp(a->password, b->password) == 0 &&
+	       a->has_timeout == b->has_timeout && a->timeout_ms == b->timeout_ms &&
+	       a->has_agents == b->has_agents && a->agents == b->agents;
+}
+
+const char *rules_source(const struct rules *r) { return r->source; }
+const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }
+const char *rules_cost_argument(const struct rules *r) { return r->cost_arg; }
+const char *rules_tier_argument(const struct rules *r) { return r->tier_arg; }
+
+const struct rules_rule *rules_default_tier(const struct rules *r)
+{
+	return &r->rules[r->default_tier];
+}
+
+bool rules_shadow(const struct rules *r) { return r->shadow; }
+enum rules_failure rules_on_failure(const struct rules *r) { return r->on_failure; }
+int rules_default_priority(const struct rules *r) { return r->default_priority; }
+const struct shed_config *rules_shed(const struct rules *r) { return &r->shed; }
+size_t rules_count(const struct rules *r) { return r->nrules; }
+
+const struct rules_rule *rules_rule_at(const struct rules *r, size_t i)
+{
+	return i < r->nrules ? &r->rules[i] : NULL;
+}
+
+const struct rules_rule *rules_find(const struct rules *r, const char *name)
+{
+	for (size_t i = 0; i < r->nrules; i++)
+		if (strcmp(r->rules[i].name, name) == 0)
+			return &r->rules[i];
+	return NULL;
+}
+
+const char *rules_failure_str(enum rules_failure f)
+{
+	switch (f) {
+	case RULES_FAIL_OPEN:
+		return "open";
+	case RULES_FAIL_CLOSED:
+		return "closed";
+	case RULES_FAIL_LOCAL:
+		return "local";
+	}
+	return "open";
+}
+
+/* ---- arguments ---------------------------------------------------------------------------------- */
+
+int rules_args_add(struct rules_args *args, struct spop_str name, const struct spop_data *val)
+{
+	if (args->n >= RULES_ARGS_MAX)
+		return -1;
+	args->a[args->n].name = name;
+	args->a[args->n].val = *val;
+	args->n++;
+	return 0;
+}
+
+void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
+{
+	struct spop_str name;
+	struct spop_data val;
+
+	args->n = 0;
+	for (unsigned i = 0; i < nargs && args->n < RULES_ARGS_MAX; i++) {
+		if (spop_kv_next(&kv, &name, &val) != 1)
+			break;
+		rules_args_add(args, name, &val);
+	}
+}
+
+static const struct spop_data *args_find(const struct rules_args *args, const char *name,
+					  size_t len)
+{
+	size_t n = args->n < RULES_ARGS_MAX ? args->n : RULES_ARGS_MAX;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct spop_str *an = &args->a[i].name;
+
+		if (an->len == len && (len == 0 || memcmp(an->ptr, name, len) == 0))
+			return &args->a[i].val;
+	}
+	return NULL;
+}
+
+const struct spop_data *rules_args_get(const struct rules_args *args, const char *name)
+{
+	return args_find(args, name, strlen(name));
+}
+
+/* ---- classification ------------------------------------------------------------------------------ */
+
+struct request {
+	const struct rules_args *args;
+	const struct spop_data *method, *path, *host;
+	size_t host_noport;
+	size_t tier;
+};
+
+static bool is_text(const struct spop_data *d)
+{
+	return d && (d->type == SPOP_T_STR || d->type == SPOP_T_BIN);
+}
+
+static bool bytes_eq(const char *a, size_t alen, const struct mval *v)
+{
+	return alen == v->len && (alen == 0 || memcmp(a, v->ptr, alen) == 0);
+}
+
+static bool cond_exact(const struct cond *c, const struct spop_data *d)
+{
+	if (!is_text(d))
+		return false;
+	for (size_t i = 0; i < c->n; i++)
+		if (bytes_eq(d->u.str.ptr, d->u.str.len, &c->v[i]))
+			return true;
+	return false;
+}
+
+/* A path is under a prefix when it equals it or continues it at a segment
+ * boundary: "/api/search" covers "/api/search/x" and "/api/search?q=1",
+ * not "/api/searches". A prefix that ends with "/" covers all below it. */
+static bool cond_path(const struct cond *c, const struct spop_data *d)
+{
+	if (!is_text(d))
+		return false;
+	for (size_t i = 0; i < c->n; i++) {
+		const struct mval *v = &c->v[i];
+		const char *p = d->u.str.ptr;
+		size_t len = d->u.str.len;
+
+		if (len < v->len || memcmp(p, v->ptr, v->len) != 0)
+			continue;
+		if (len == v->len || v->ptr[v->len - 1] == '/' || p[v->len] == '/' ||
+		    p[v->len] == '?')
+			return true;
+	}
+	return false;
+}
+
+static bool host_eq(const char *h, size_t len, const struct mval *v)
+{
+	if (len != v->len)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char ch = h[i];
+
+		if (ch >= 'A' && ch <= 'Z')
+			ch = (char)(ch + 32);
+		if (ch != v->ptr[i])
+			return false;
+	}
+	return true;
+}
+
+/* Hosts ignore ASCII case; a value without a port ignores the request's
+ * port, a value with one must match it too. */
+static bool cond_host(const struct cond *c, const struct spop_data *d, size_t noport)
+{
+	if (!is_text(d))
+		return false;
+	for (size_t i = 0; i < c->n; i++) {
+		const struct mval *v = &c->v[i];
+
+		if (host_eq(d->u.str.ptr, v->port ? d->u.str.len : noport, v))
+			return true;
+	}
+	return false;
+}
+
+/* Argument values compare as text: strings and binaries as they are,
+ * integers in decimal, booleans as true/false, addresses in their usual
+ * forms. NULL matches nothing. */
+static bool cond_arg(const struct cond *c, const struct spop_data *d)
+{
+	char buf[64];
+	int n = -1;
+
+	if (!d)
+		return false;
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		return cond_exact(c, d);
+	case SPOP_T_NULL:
+		return false;
+	case SPOP_T_BOOL:
+		n = snprintf(buf, sizeof(buf), "%s", d->u.boolean ? "true" : "false");
+		break;
+	case SPOP_T_INT32:
+		n = snprintf(buf, sizeof(buf), "%" PRId32, d->u.i32);
+		break;
+	case SPOP_T_UINT32:
+		n = snprintf(buf, sizeof(buf), "%" PRIu32, d->u.u32);
+		break;
+	case SPOP_T_INT64:
+		n = snprintf(buf, sizeof(buf), "%" PRId64, d->u.i64);
+		break;
+	case SPOP_T_UINT64:
+		n = snprintf(buf, sizeof(buf), "%" PRIu64, d->u.u64);
+		break;
+	case SPOP_T_IPV4:
+		n = inet_ntop(AF_INET, d->u.ipv4, buf, sizeof(buf)) ? (int)strlen(buf) : -1;
+		break;
+	case SPOP_T_IPV6:
+		n = inet_ntop(AF_INET6, d->u.ipv6, buf, sizeof(buf)) ? (int)strlen(buf) : -1;
+		break;
+	}
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return false;
+	for (size_t i = 0; i < c->n; i++)
+		if (bytes_eq(buf, (size_t)n, &c->v[i]))
+			return true;
+	return false;
+}
+
+static bool match_holds(const struct match *m, const struct request *q)
+{
+	if (m->method.n && !cond_exact(&m->method, q->method))
+		return false;
+	if (m->path.n && !cond_path(&m->path, q->path))
+		return false;
+	if (m->host.n && !cond_host(&m->host, q->host, q->host_noport))
+		return false;
+	if (m->ntiers) {
+		size_t i;
+
+		for (i = 0; i < m->ntiers; i++)
+			if (m->tiers[i] == q->tier)
+				break;
+		if (i == m->ntiers)
+			return false;
+	}
+	for (size_t i = 0; i < m->nargs; i++) {
+		const struct arg_cond *a = &m->args[i];
+
+		if (!cond_arg(&a->c, args_find(q->args, a->name, a->name_len)))
+			return false;
+	}
+	return true;
+}
+
+/* Empty values do not identify anyone: NULL, and empty strings (a missing
+ * header arrives as an empty string or as NULL depending on the sample). */
+static bool data_is_empty(const struct spop_data *d)
+{
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_NULL:
+		return true;
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		return d->u.str.len == 0;
+	case SPOP_T_BOOL:
+	case SPOP_T_INT32:
+	case SPOP_T_UINT32:
+	case SPOP_T_INT64:
+	case SPOP_T_UINT64:
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+		return false;
+	}
+	return true;
+}
+
+/* An integer argument as int64 (UINT64 saturated). False for other types. */
+static bool data_int(const struct spop_data *d, int64_t *out)
+{
+	if (!d)
+		return false;
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_INT32:
+		*out = d->u.i32;
+		return true;
+	case SPOP_T_UINT32:
+		*out = d->u.u32;
+		return true;
+	case SPOP_T_INT64:
+		*out = d->u.i64;
+		return true;
+	case SPOP_T_UINT64:
+		*out = d->u.u64 > INT64_MAX ? INT64_MAX : (int64_t)d->u.u64;
+		return true;
+	case SPOP_T_NULL:
+	case SPOP_T_BOOL:
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		break;
+	}
+	return false;
+}
+
+/* A request's weight: a positive integer, or a string of 1 to 20 decimal
+ * digits, capped at 2^32-1; anything else gives `dflt`. */
+static uint32_t cost_of(const struct spop_data *d, uint32_t dflt)
+{
+	int64_t v;
+
+	if (!d)
+		return dflt;
+	if (is_text(d)) {
+		uint64_t u = 0;
+		size_t len = d->u.str.len;
+
+		if (len == 0 || len > 20)
+			return dflt;
+		for (size_t i = 0; i < len; i++) {
+			char ch = d->u.str.ptr[i];
+
+			if (ch < '0' || ch > '9')
+				return dflt;
+			if (u > UINT32_MAX)
+				continue; /* saturated; keep checking digits */
+			u = u * 10 + (uint64_t)(ch - '0');
+		}
+		if (u == 0)
+			return dflt;
+		return u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
+	}
+	if (!data_int(d, &v) || v <= 0)
+		return dflt;
+	return v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
+{
+	const struct spop_data *d = args_find(args, r->tier_arg, strlen(r->tier_arg));
+
+	if (is_text(d) && d->u.str.len > 0 && d->u.str.len < RULES_NAME_MAX) {
+		for (size_t i = 0; i < r->ntiers; i++) {
+			const struct rules_rule *t = &r->rules[i];
+
+			if (t->kind == RULES_KIND_TIER && strlen(t->name) == d->u.str.len &&
+			    memcmp(t->name, d->u.str.ptr, d->u.str.len) == 0)
+				return i;
+		}
+	}
+	return r->default_tier;
+}
+
+void rules_classify(const struct rules *r, const struct rules_args *args,
+		    struct rules_verdict *out)
+{
+	struct request q;
+	const struct rules_rule *rule;
+	const struct spop_data *d;
+	int64_t in_use, free_conns;
+
+	memset(out, 0, sizeof(*out));
+	memset(&q, 0, sizeof(q));
+	q.args = args;
+	q.method = args_find(args, "method", 6);
+	q.path = args_find(args, "path", 4);
+	q.host = args_find(args, "host", 4);
+	if (is_text(q.host))
+		q.host_noport = host_len_noport(q.host->u.str.ptr, q.host->u.str.len);
+	q.tier = resolve_tier(r, args);
+
+	out->tier = &r->rules[q.tier];
+	rule = out->tier;
+	for (size_t i = 0; i + r->ntiers < r->nrules; i++) {
+		if (match_holds(&r->ep[i], &q)) {
+			rule = &r->rules[r->ntiers + i];
+			break;
+		}
+	}
+	out->rule = rule;
+
+	out->priority = r->default_priority;
+	for (size_t i = 0; i < r->nclasses; i++) {
+		if (match_holds(&r->classes[i].m, &q)) {
+			out->priority = r->classes[i].priority;
+			break;
+		}
+	}
+
+	out->shadow = r->shadow || rule->shadow;
+	out->shed_shadow = r->shadow || r->shed.shadow;
+	out->on_failure = rule->on_failure;
+	out->cost = rule->cost;
+	if (r->cost_arg[0])
+		out->cost = cost_of(args_find(args, r->cost_arg, strlen(r->cost_arg)), rule->cost);
+
+	out->identity = -1;
+	for (size_t k = 0; k < r->identity.n; k++) {
+		d = args_find(args, r->identity.name[k], strlen(r->identity.name[k]));
+		if (d && !data_is_empty(d)) {
+			out->identity = (int)k;
+			out->identity_val = d;
+			break;
+		}
+	}
+
+	if (data_int(args_find(args, r->shed.in_use_arg, strlen(r->shed.in_use_arg)), &in_use) &&
+	    data_int(args_find(args, r->shed.free_arg, strlen(r->shed.free_arg)), &free_conns)) {
+		out->load_known = true;
+		out->in_use = in_use;
+		out->free_conns = free_conns;
+	}
+}

@@ -1,0 +1,228 @@
+/* rules.h: the rules file (YAML) and the classification of requests.
+ *
+ * A rules file names the client (identity), gives each client tier its
+ * limits, overrides them per endpoint, assigns priorities for load shedding,
+ * and carries the settings the agent applies at start. docs/rules.md is the
+ * operators' reference of the format; examples/rules.yaml a complete
+ * example.
+ *
+ * Loading is strict: an unknown key, a wrong type, a duplicate, a value out
+ * of range or a YAML syntax error rejects the whole file with one message
+ * "FILE:LINE:COL: where: problem" (lines and columns from 1), so a typo
+ * can never pass silently and a reload can keep the rules in force.
+ *
+ * A loaded `struct rules` is immutable: any number of threads may classify
+ * against it at once without locks. It is freed as a whole by rules_free()
+ * once no thread uses it any more (the caller's reload scheme decides
+ * when).
+ *
+ * Classification (rules_classify) is pure: no I/O, no clock, no allocation.
+ * It reads only the message arguments the caller collected, compares bytes
+ * exactly (same length, same bytes; hosts ignoring ASCII case) and never
+ * reads past an argument's length. Its cost is linear in the number of
+ * endpoints and priority classes, which are capped (RULES_ENDPOINTS_MAX,
+ * RULES_CLASSES_MAX), like every list of the file, so neither loading nor
+ * classifying can be made arbitrarily slow by a file.
+ */
+#ifndef RL_RULES_H
+#define RL_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+#include "shed.h"
+#include "spop.h"
+
+#define RULES_NAME_MAX 32        /* rule and argument names, NUL included */
+#define RULES_LIMITS_MAX 16      /* limits per rule */
+#define RULES_IDENTITY_MAX 8     /* identity arguments */
+#define RULES_ARGS_MAX 64        /* message arguments looked at */
+#define RULES_TIERS_MAX 256
+#define RULES_ENDPOINTS_MAX 1024
+#define RULES_CLASSES_MAX 256
+#define RULES_VALUES_MAX 32      /* values of one match condition */
+#define RULES_MATCH_ARGS_MAX 16  /* argument conditions of one match */
+#define RULES_FILE_MAX (4u << 20) /* bytes of a rules file */
+#define RULES_DEFAULT_PRIORITY 2
+#define RULES_DEFAULT_RULE "default"
+
+/* ---- message arguments ---------------------------------------------------- */
+
+struct rules_arg {
+	struct spop_str name;
+	struct spop_data val;
+};
+
+/* The arguments of one message, as the caller decoded them. Names and
+ * string values point into the caller's frame, which must outlive every use
+ * of the set (and of a verdict built from it). */
+struct rules_args {
+	size_t n;
+	struct rules_arg a[RULES_ARGS_MAX];
+};
+
+/* Appends one argument; arguments beyond RULES_ARGS_MAX are ignored
+ * (returns -1 then, 0 otherwise). */
+int rules_args_add(struct rules_args *args, struct spop_str name,
+		   const struct spop_data *val);
+
+/* Fills *args from a message's KV items (a cursor from spop_msg_next,
+ * already validated): at most RULES_ARGS_MAX, in message order. */
+void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv,
+			unsigned nargs);
+
+/* The value of the first argument named exactly `name`, or NULL. */
+const struct spop_data *rules_args_get(const struct rules_args *args,
+				       const char *name);
+
+/* ---- rules ---------------------------------------------------------------- */
+
+enum rules_failure {
+	RULES_FAIL_OPEN = 0,    /* forward, marked degraded */
+	RULES_FAIL_CLOSED = 1,  /* refuse with 503, reason store_down */
+	RULES_FAIL_LOCAL = 2,   /* in-memory bucket, limit / store.agents */
+};
+
+enum rules_kind {
+	RULES_KIND_DEFAULT = 0, /* the built-in rule when the file has no tiers */
+	RULES_KIND_TIER = 1,
+	RULES_KIND_ENDPOINT = 2,
+};
+
+enum rules_store {
+	RULES_STORE_MEMORY = 0,
+	RULES_STORE_REDIS = 1,
+};
+
+/* One rule: a tier, an endpoint, or the built-in default. Its name is what
+ * the agent exports as txn.rl.rule. The periods of its limits are distinct
+ * (policy names are "<rule>-<period>"). nlimits 0 means no rate limit. */
+struct rules_rule {
+	char name[RULES_NAME_MAX];
+	enum rules_kind kind;
+	unsigned index;          /* position in rules_rule_at(), 0-based */
+	struct limit_spec limits[RULES_LIMITS_MAX];
+	size_t nlimits;
+	bool shadow;             /* the rule's own shadow flag */
+	enum rules_failure on_failure; /* its own, or the file's default */
+	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
+};
+
+/* Settings main() applies at start; a reload does not change them. The
+ * has_* flags say which ones the file set. Strings are NUL-terminated and
+ * zero-padded, so two settings can be compared with rules_settings_equal. */
+struct rules_settings {
+	bool has_listen;
+	char listen[272];        /* ADDR:PORT or [V6]:PORT */
+	bool has_threads;
+	int threads;             /* 1..256 */
+	bool has_store;
+	enum rules_store store;  /* memory unless the file says redis */
+	bool has_address;
+	char address[272];       /* HOST:PORT, [V6]:PORT or /unix/socket */
+	bool has_user;
+	char user[128];
+	bool has_password;
+	char password[256];      /* ${NAME} already replaced */
+	bool has_timeout;
+	int timeout_ms;          /* 1..60000 */
+	bool has_agents;
+	int agents;              /* 1..10000, default 1 */
+};
+
+struct rules_names {
+	char name[RULES_IDENTITY_MAX][RULES_NAME_MAX];
+	size_t n;
+};
+
+struct rules;
+
+/* Loads a rules file. Returns the rules, or NULL with a message in err:
+ * "PATH:LINE:COL: where: problem", or "PATH: problem" for a file that
+ * cannot be read (strerror), is not a regular file, is empty or is larger
+ * than RULES_FILE_MAX. An empty file is an error (a file truncated by a
+ * failed deployment must not quietly become the defaults); "{}" is a valid
+ * file that keeps every default. */
+struct rules *rules_load(const char *path, char *err, size_t errlen);
+
+/* The same from memory (len bytes at buf, no NUL needed); `name` stands
+ * for the file name in messages. */
+struct rules *rules_load_buffer(const char *buf, size_t len, const char *name,
+				char *err, size_t errlen);
+
+/* The embedded defaults, the same as a file holding "{}": one rule
+ * "default" of 100/1m, identity api_key, user, ip, priority 2 for all,
+ * shedding P1 90% P2 80% P3 70% on be_in_use/be_free with no ramp,
+ * fail-open, in-memory store. NULL only when out of memory. */
+struct rules *rules_default(void);
+
+void rules_free(struct rules *r);
+
+const struct rules_settings *rules_settings(const struct rules *r);
+bool rules_settings_equal(const struct rules_settings *a,
+			  const struct rules_settings *b);
+
+/* The name the rules were loaded under ("(defaults)" for rules_default). */
+const char *rules_source(const struct rules *r);
+
+/* Arguments that name the client, in order of preference. */
+const struct rules_names *rules_identity(const struct rules *r);
+
+/* The integer argument that weighs a request; "" when none. */
+const char *rules_cost_argument(const struct rules *r);
+
+/* The argument that names the tier, and the default tier. */
+const char *rules_tier_argument(const struct rules *r);
+const struct rules_rule *rules_default_tier(const struct rules *r);
+
+bool rules_shadow(const struct rules *r);               /* global shadow */
+enum rules_failure rules_on_failure(const struct rules *r); /* file default */
+int rules_default_priority(const struct rules *r);
+const struct shed_config *rules_shed(const struct rules *r);
+
+/* Every rule: tiers in file order (or the built-in default), then
+ * endpoints in file order. */
+size_t rules_count(const struct rules *r);
+const struct rules_rule *rules_rule_at(const struct rules *r, size_t i);
+/* The rule named exactly `name`, or NULL. */
+const struct rules_rule *rules_find(const struct rules *r, const char *name);
+
+const char *rules_failure_str(enum rules_failure f);
+
+/* ---- classification --------------------------------------------------------- */
+
+struct rules_verdict {
+	const struct rules_rule *rule;  /* the rule whose limits apply */
+	const struct rules_rule *tier;  /* the client's tier (or the default) */
+	int priority;                   /* 0..3 */
+	bool shadow;                    /* limits: rule's or global shadow */
+	bool shed_shadow;               /* shedding: global or shedding.shadow */
+	enum rules_failure on_failure;  /* of rule */
+	uint32_t cost;                  /* >= 1 */
+	/* The client: index in rules_identity() of the first non-empty
+	 * identity argument and its value (pointing into the caller's
+	 * arguments), or -1 and NULL for an anonymous client. */
+	int identity;
+	const struct spop_data *identity_val;
+	/* Load figures for shed_decide(); load_known false when either
+	 * argument is missing or not an integer (then never shed). */
+	bool load_known;
+	int64_t in_use;
+	int64_t free_conns;
+};
+
+/* Classifies one request:
+ *  - tier: the tier named by the tier argument (a string, exact match), or
+ *    the default tier when it is absent, empty or unknown;
+ *  - rule: the first endpoint whose match holds, else the tier;
+ *  - priority: the first priority class whose match holds, else the
+ *    default priority;
+ *  - cost: the cost argument when it is a positive integer (or a string
+ *    of decimal digits), capped at 2^32-1, else the rule's cost.
+ * Never fails; *out is fully written. */
+void rules_classify(const struct rules *r, const struct rules_args *args,
+		    struct rules_verdict *out);
+
+#endif

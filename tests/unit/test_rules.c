@@ -1,0 +1,1360 @@
+/* Unit tests of the rules file (loading, every error message) and of the
+ * classification of requests.
+ *
+ * Error cases live in tests/unit/rules/err-*.yaml; the first line of each
+ * says the exact message expected, "FILE" standing for the file's path:
+ *     # expect: FILE:4:25: tiers.pro.limits[1]: '10/0s': period must be at least 1ms
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "rules.h"
+#include "spop.h"
+
+#define S LIMIT_US_PER_S
+#define FIXTURES "tests/unit/rules"
+#define EXAMPLE "examples/rules.yaml"
+/* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
+#define ERR_FIXTURES 121
+
+static char err[1024];
+
+static struct rules *load(const char *yaml)
+{
+	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "t.yaml", err, sizeof(err));
+
+	if (!r)
+		fail_msg("unexpected error: %s", err);
+	assert_string_equal(err, "");
+	return r;
+}
+
+static void load_fails(const char *yaml, const char *expected)
+{
+	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "t.yaml", err, sizeof(err));
+
+	assert_null(r);
+	assert_string_equal(err, expected);
+}
+
+/* ---- arguments ---------------------------------------------------------------- */
+
+static void add(struct rules_args *a, const char *name, struct spop_data d)
+{
+	struct spop_str n = {name, strlen(name)};
+
+	assert_int_equal(rules_args_add(a, n, &d), 0);
+}
+
+static struct spop_data str(const char *s) { return spop_cstr(s); }
+
+static struct spop_data bin(const char *s)
+{
+	struct spop_data d = spop_cstr(s);
+
+	d.type = SPOP_T_BIN;
+	return d;
+}
+
+/* A request: method, path, host (NULL: absent), then name/value string
+ * pairs ending with NULL. */
+static void req(struct rules_args *a, const char *method, const char *path, const char *host, ...)
+{
+	va_list ap;
+	const char *name;
+
+	memset(a, 0, sizeof(*a));
+	if (method)
+		add(a, "method", str(method));
+	if (path)
+		add(a, "path", str(path));
+	if (host)
+		add(a, "host", str(host));
+	va_start(ap, host);
+	while ((name = va_arg(ap, const char *)) != NULL)
+		add(a, name, str(va_arg(ap, const char *)));
+	va_end(ap);
+}
+
+static struct rules_verdict classify(const struct rules *r, const struct rules_args *a)
+{
+	struct rules_verdict v;
+
+	memset(&v, 0x5a, sizeof(v));
+	rules_classify(r, a, &v);
+	return v;
+}
+
+static const char *rule_of(const struct rules *r, const struct rules_args *a)
+{
+	static char name[RULES_NAME_MAX];
+	struct rules_verdict v = classify(r, a);
+
+	snprintf(name, sizeof(name), "%s", v.rule->name);
+	return name;
+}
+
+static void test_args_get(void **unused)
+{
+	struct rules_args a;
+	struct spop_str n;
+	struct spop_data d = spop_int64(1);
+	char names[RULES_ARGS_MAX + 1][16];
+
+	memset(&a, 0, sizeof(a));
+	add(&a, "ip", str("first"));
+	add(&a, "ip", str("second"));
+	add(&a, "ipx", str("x"));
+	assert_string_equal(rules_args_get(&a, "ip")->u.str.ptr, "first");
+	assert_string_equal(rules_args_get(&a, "ipx")->u.str.ptr, "x");
+	assert_null(rules_args_get(&a, "i"));
+	assert_null(rules_args_get(&a, "IP"));
+	assert_null(rules_args_get(&a, "ipxy"));
+	assert_null(rules_args_get(&a, ""));
+
+	/* Beyond RULES_ARGS_MAX arguments are ignored. */
+	memset(&a, 0, sizeof(a));
+	for (int i = 0; i <= RULES_ARGS_MAX; i++) {
+		snprintf(names[i], sizeof(names[i]), "a%d", i);
+		n.ptr = names[i];
+		n.len = strlen(names[i]);
+		assert_int_equal(rules_args_add(&a, n, &d), i < RULES_ARGS_MAX ? 0 : -1);
+	}
+	assert_int_equal(a.n, RULES_ARGS_MAX);
+	assert_non_null(rules_args_get(&a, "a63"));
+	assert_null(rules_args_get(&a, "a64"));
+}
+
+static void test_args_from_kv(void **unused)
+{
+	uint8_t buf[4096];
+	struct spop_wbuf w;
+	struct spop_cursor c;
+	struct rules_args a;
+	struct spop_data d;
+	char name[16];
+
+	spop_wbuf_init(&w, buf, sizeof(buf));
+	for (int i = 0; i < 70; i++) {
+		snprintf(name, sizeof(name), "k%d", i);
+		spop_put_name(&w, name, strlen(name));
+		d = spop_int64(i);
+		spop_put_data(&w, &d);
+	}
+	assert_false(w.err);
+	c.p = buf;
+	c.end = buf + w.len;
+	rules_args_from_kv(&a, c, 70);
+	assert_int_equal(a.n, RULES_ARGS_MAX);
+	assert_int_equal(rules_args_get(&a, "k0")->u.i64, 0);
+	assert_int_equal(rules_args_get(&a, "k63")->u.i64, 63);
+	assert_null(rules_args_get(&a, "k64"));
+	/* Fewer items than announced: stops at the end. */
+	rules_args_from_kv(&a, c, 0);
+	assert_int_equal(a.n, 0);
+	c.end = buf;
+	rules_args_from_kv(&a, c, 5);
+	assert_int_equal(a.n, 0);
+}
+
+/* ---- defaults ----------------------------------------------------------------- */
+
+static void check_defaults(const struct rules *r)
+{
+	const struct rules_settings *s = rules_settings(r);
+	const struct rules_rule *d;
+	const struct shed_config *sh;
+	struct rules_args a;
+	struct rules_verdict v;
+
+	assert_false(s->has_listen || s->has_threads || s->has_store || s->has_address ||
+		     s->has_user || s->has_password || s->has_timeout || s->has_agents);
+	assert_string_equal(s->listen, "127.0.0.1:12345");
+	assert_int_equal(s->threads, 0);
+	assert_int_equal(s->store, RULES_STORE_MEMORY);
+	assert_string_equal(s->address, "127.0.0.1:6379");
+	assert_int_equal(s->timeout_ms, 20);
+	assert_int_equal(s->agents, 1);
+	assert_int_equal(rules_identity(r)->n, 3);
+	assert_string_equal(rules_identity(r)->name[0], "api_key");
+	assert_string_equal(rules_identity(r)->name[1], "user");
+	assert_string_equal(rules_identity(r)->name[2], "ip");
+	assert_string_equal(rules_cost_argument(r), "");
+	assert_string_equal(rules_tier_argument(r), "tier");
+	assert_false(rules_shadow(r));
+	assert_int_equal(rules_on_failure(r), RULES_FAIL_OPEN);
+	assert_int_equal(rules_default_priority(r), 2);
+	assert_int_equal(rules_count(r), 1);
+	d = rules_rule_at(r, 0);
+	assert_ptr_equal(rules_default_tier(r), d);
+	assert_string_equal(d->name, "default");
+	assert_int_equal(d->kind, RULES_KIND_DEFAULT);
+	assert_int_equal(d->nlimits, 1);
+	assert_int_equal(d->limits[0].quota, 100);
+	assert_int_equal(d->limits[0].period_us, 60 * S);
+	assert_int_equal(d->limits[0].burst, 0);
+	assert_int_equal(d->limits[0].algo, LIMIT_TOKEN_BUCKET);
+	assert_false(d->shadow);
+	assert_int_equal(d->on_failure, RULES_FAIL_OPEN);
+	assert_int_equal(d->cost, 1);
+	assert_null(rules_rule_at(r, 1));
+	sh = rules_shed(r);
+	assert_int_equal(sh->threshold_bp[1], 9000);
+	assert_int_equal(sh->threshold_bp[2], 8000);
+	assert_int_equal(sh->threshold_bp[3], 7000);
+	assert_int_equal(sh->ramp_bp, 0);
+	assert_int_equal(sh->retry_after_us, S);
+	assert_string_equal(sh->in_use_arg, "be_in_use");
+	assert_string_equal(sh->free_arg, "be_free");
+	assert_false(sh->shadow);
+
+	req(&a, "POST", "/api/payments", "example.com", "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_ptr_equal(v.rule, d);
+	assert_ptr_equal(v.tier, d);
+	assert_int_equal(v.priority, 2);
+	assert_false(v.shadow);
+	assert_false(v.shed_shadow);
+	assert_int_equal(v.on_failure, RULES_FAIL_OPEN);
+	assert_int_equal(v.cost, 1);
+	assert_int_equal(v.identity, -1);
+	assert_null(v.identity_val);
+	assert_false(v.load_known);
+}
+
+static void test_defaults(void **unused)
+{
+	struct rules *r = rules_default();
+
+	assert_non_null(r);
+	assert_string_equal(rules_source(r), "(defaults)");
+	check_defaults(r);
+	rules_free(r);
+	/* "{}" is the same. */
+	r = load("{}");
+	assert_string_equal(rules_source(r), "t.yaml");
+	check_defaults(r);
+	rules_free(r);
+	/* So is a file with only comments around it. */
+	r = load("# settings\n{}\n# end\n");
+	check_defaults(r);
+	rules_free(r);
+	rules_free(NULL);
+}
+
+/* ---- the example and the full fixture --------------------------------------------- */
+
+static void check_limit(const struct rules_rule *rule, size_t i, uint64_t quota, int64_t period,
+			uint64_t burst, enum limit_algo algo)
+{
+	assert_true(i < rule->nlimits);
+	assert_int_equal(rule->limits[i].quota, quota);
+	assert_int_equal(rule->limits[i].period_us, period);
+	assert_int_equal(rule->limits[i].burst, burst);
+	assert_int_equal(rule->limits[i].algo, algo);
+}
+
+static void test_example(void **unused)
+{
+	struct rules *r = rules_load(EXAMPLE, err, sizeof(err));
+	const struct rules_settings *s;
+	const struct rules_rule *x;
+	const struct shed_config *sh;
+	struct rules_args a;
+	struct rules_verdict v;
+	static const char *const names[] = {"free", "pro", "enterprise",
+					    "search", "status", "payments"};
+
+	if (!r)
+		fail_msg("%s", err);
+	s = rules_settings(r);
+	assert_true(s->has_listen);
+	assert_string_equal(s->listen, "127.0.0.1:12345");
+	assert_true(s->has_store);
+	assert_int_equal(s->store, RULES_STORE_REDIS);
+	assert_true(s->has_address);
+	assert_string_equal(s->address, "127.0.0.1:6379");
+	assert_true(s->has_timeout);
+	assert_int_equal(s->timeout_ms, 20);
+	assert_false(s->has_user || s->has_password || s->has_threads || s->has_agents);
+	assert_int_equal(rules_on_failure(r), RULES_FAIL_OPEN);
+	assert_false(rules_shadow(r));
+	assert_string_equal(rules_tier_argument(r), "tier");
+	assert_string_equal(rules_default_tier(r)->name, "free");
+	assert_int_equal(rules_identity(r)->n, 3);
+
+	assert_int_equal(rules_count(r), 6);
+	for (size_t i = 0; i < 6; i++) {
+		assert_string_equal(rules_rule_at(r, i)->name, names[i]);
+		assert_int_equal(rules_rule_at(r, i)->index, i);
+		assert_int_equal(rules_rule_at(r, i)->kind, i < 3 ? RULES_KIND_TIER : RULES_KIND_ENDPOINT);
+		assert_false(rules_rule_at(r, i)->shadow);
+		assert_int_equal(rules_rule_at(r, i)->on_failure, RULES_FAIL_OPEN);
+	}
+	x = rules_find(r, "free");
+	assert_int_equal(x->nlimits, 2);
+	check_limit(x, 0, 100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(x, 1, 1000, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
+	x = rules_find(r, "pro");
+	assert_int_equal(x->nlimits, 2);
+	check_limit(x, 0, 1000, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(x, 1, 50000, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
+	x = rules_find(r, "enterprise");
+	assert_int_equal(x->nlimits, 1);
+	check_limit(x, 0, 10000, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	x = rules_find(r, "search");
+	assert_int_equal(x->nlimits, 1);
+	check_limit(x, 0, 50, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	x = rules_find(r, "status");
+	assert_int_equal(x->nlimits, 1);
+	check_limit(x, 0, 600, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	x = rules_find(r, "payments");
+	assert_int_equal(x->nlimits, 1);
+	check_limit(x, 0, 20, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+
+	sh = rules_shed(r);
+	assert_int_equal(sh->threshold_bp[1], 9000);
+	assert_int_equal(sh->threshold_bp[2], 8000);
+	assert_int_equal(sh->threshold_bp[3], 7000);
+	assert_int_equal(sh->ramp_bp, 0);
+	assert_int_equal(sh->retry_after_us, S);
+	assert_string_equal(sh->in_use_arg, "be_in_use");
+	assert_string_equal(sh->free_arg, "be_free");
+
+	/* Endpoints, whatever the tier. */
+	req(&a, "POST", "/api/search", NULL, "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "search");
+	assert_string_equal(v.tier->name, "pro");
+	assert_int_equal(v.priority, 1);
+	req(&a, "GET", "/api/search", NULL, NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "free");
+	assert_int_equal(v.priority, 2);
+	req(&a, "GET", "/api/status", NULL, "tier", "enterprise", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "status");
+	assert_int_equal(v.priority, 2);
+	req(&a, "POST", "/api/payments", NULL, NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "payments");
+	assert_int_equal(v.priority, 0);
+	/* Payments stay P0 even when marked as test traffic. */
+	req(&a, "POST", "/api/payments/refund", NULL, "test", "1", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "payments");
+	assert_int_equal(v.priority, 0);
+	req(&a, "GET", "/api/payments", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 0);
+	/* Test traffic is P3, even a POST. */
+	req(&a, "POST", "/api/orders", NULL, "test", "1", NULL);
+	assert_int_equal(classify(r, &a).priority, 3);
+	req(&a, "GET", "/", NULL, "test", "1", NULL);
+	assert_int_equal(classify(r, &a).priority, 3);
+	req(&a, "GET", "/", NULL, "test", "0", NULL);
+	assert_int_equal(classify(r, &a).priority, 2);
+	req(&a, "POST", "/api/orders", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 1);
+	req(&a, "DELETE", "/api/orders/1", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 2);
+	/* Tiers. */
+	req(&a, "GET", "/", NULL, "tier", "enterprise", NULL);
+	assert_string_equal(rule_of(r, &a), "enterprise");
+	req(&a, "GET", "/", NULL, "tier", "pro", NULL);
+	assert_string_equal(rule_of(r, &a), "pro");
+	req(&a, "GET", "/", NULL, "tier", "gold", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, "GET", "/", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	rules_free(r);
+}
+
+static void test_full_fixture(void **unused)
+{
+	struct rules *r, *r2;
+	const struct rules_settings *s;
+	const struct rules_rule *x;
+	const struct shed_config *sh;
+
+	setenv("RL_TEST_PASSWORD", "s3cret!", 1);
+	r = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
+	if (!r)
+		fail_msg("%s", err);
+	s = rules_settings(r);
+	assert_true(s->has_listen && s->has_threads && s->has_store && s->has_address &&
+		    s->has_user && s->has_password && s->has_timeout && s->has_agents);
+	assert_string_equal(s->listen, "[::1]:9000");
+	assert_int_equal(s->threads, 4);
+	assert_int_equal(s->store, RULES_STORE_REDIS);
+	assert_string_equal(s->address, "/run/redis/redis.sock");
+	assert_string_equal(s->user, "spoa");
+	assert_string_equal(s->password, "s3cret!");
+	assert_int_equal(s->timeout_ms, 2);
+	assert_int_equal(s->agents, 3);
+	assert_int_equal(rules_on_failure(r), RULES_FAIL_LOCAL);
+	assert_int_equal(rules_identity(r)->n, 2);
+	assert_string_equal(rules_identity(r)->name[0], "api_key");
+	assert_string_equal(rules_identity(r)->name[1], "ip");
+	assert_false(rules_shadow(r));
+	assert_string_equal(rules_cost_argument(r), "weight");
+	assert_string_equal(rules_tier_argument(r), "plan");
+	assert_string_equal(rules_default_tier(r)->name, "basic");
+	assert_int_equal(rules_default_priority(r), 3);
+	assert_int_equal(rules_count(r), 7);
+
+	x = rules_find(r, "basic");
+	assert_int_equal(x->nlimits, 2);
+	check_limit(x, 0, 10, S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(x, 1, 100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	assert_false(x->shadow);
+	assert_int_equal(x->on_failure, RULES_FAIL_LOCAL);
+	assert_int_equal(x->cost, 1);
+	x = rules_find(r, "plus");
+	assert_int_equal(x->nlimits, 3);
+	check_limit(x, 0, 1000, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(x, 1, 20000, 3600 * S, 30000, LIMIT_TOKEN_BUCKET);
+	check_limit(x, 2, 100000, 86400 * S, 0, LIMIT_SLIDING_WINDOW);
+	assert_true(x->shadow);
+	assert_int_equal(x->on_failure, RULES_FAIL_CLOSED);
+	assert_int_equal(x->cost, 2);
+	x = rules_find(r, "unlimited");
+	assert_int_equal(x->nlimits, 0);
+	x = rules_find(r, "upload");
+	assert_int_equal(x->kind, RULES_KIND_ENDPOINT);
+	assert_int_equal(x->index, 3);
+	check_limit(x, 0, 5, 60 * S, 0, LIMIT_FIXED_WINDOW);
+	assert_int_equal(x->cost, 10);
+	assert_int_equal(x->on_failure, RULES_FAIL_LOCAL);
+	x = rules_find(r, "admin.panel");
+	assert_true(x->shadow);
+	assert_int_equal(x->on_failure, RULES_FAIL_OPEN);
+	assert_non_null(rules_find(r, "team-blue"));
+	assert_non_null(rules_find(r, "port-8443"));
+	assert_null(rules_find(r, "nope"));
+	assert_null(rules_find(r, ""));
+
+	sh = rules_shed(r);
+	assert_int_equal(sh->threshold_bp[1], SHED_NEVER);
+	assert_int_equal(sh->threshold_bp[2], 9250);
+	assert_int_equal(sh->threshold_bp[3], 5000);
+	assert_int_equal(sh->ramp_bp, 1225);
+	assert_int_equal(sh->retry_after_us, 5 * S);
+	assert_string_equal(sh->in_use_arg, "busy");
+	assert_string_equal(sh->free_arg, "idle");
+	assert_true(sh->shadow);
+
+	/* Settings compare equal across loads of the same file only. */
+	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
+	assert_non_null(r2);
+	assert_true(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	rules_free(r2);
+	r2 = rules_default();
+	assert_false(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	rules_free(r2);
+	setenv("RL_TEST_PASSWORD", "other", 1);
+	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
+	assert_non_null(r2);
+	assert_false(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	rules_free(r2);
+	rules_free(r);
+}
+
+static void test_anchors(void **unused)
+{
+	struct rules *r = rules_load(FIXTURES "/valid-anchors.yaml", err, sizeof(err));
+	struct rules_args a;
+
+	if (!r)
+		fail_msg("%s", err);
+	assert_int_equal(rules_count(r), 4);
+	check_limit(rules_find(r, "trial"), 1, 1000, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(rules_find(r, "search"), 0, 100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	req(&a, "POST", "/api/search", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 1);
+	assert_string_equal(classify(r, &a).rule->name, "search");
+	rules_free(r);
+}
+
+/* ---- every error message ------------------------------------------------------------ */
+
+/* Loads one err-*.yaml and compares the message with its "# expect:" line. */
+static void check_error_fixture(const char *path)
+{
+	char line[1024], expected[2048];
+	FILE *fp = fopen(path, "r");
+	const char *e;
+	size_t n;
+	struct rules *r;
+
+	assert_non_null(fp);
+	if (!fgets(line, sizeof(line), fp))
+		fail_msg("%s: empty", path);
+	fclose(fp);
+	n = strlen(line);
+	if (n && line[n - 1] == '\n')
+		line[--n] = '\0';
+	if (strncmp(line, "# expect: FILE", 14) != 0)
+		fail_msg("%s: no \"# expect: FILE...\" first line", path);
+	e = line + 14;
+	snprintf(expected, sizeof(expected), "%s%s", path, e);
+	r = rules_load(path, err, sizeof(err));
+	if (r) {
+		rules_free(r);
+		fail_msg("%s: loaded, expected: %s", path, expected);
+	}
+	if (strcmp(err, expected) != 0)
+		fail_msg("%s:\n  got      %s\n  expected %s", path, err, expected);
+}
+
+static void test_error_fixtures(void **unused)
+{
+	DIR *d = opendir(FIXTURES);
+	struct dirent *e;
+	int count = 0;
+
+	assert_non_null(d);
+	setenv("RL_TEST_EMPTY", "", 1);
+	unsetenv("RL_TEST_NOT_SET");
+	while ((e = readdir(d)) != NULL) {
+		char path[512];
+		size_t n = strlen(e->d_name);
+
+		if (strncmp(e->d_name, "err-", 4) != 0 || n < 5 ||
+		    strcmp(e->d_name + n - 5, ".yaml") != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", FIXTURES, e->d_name);
+		check_error_fixture(path);
+		count++;
+	}
+	closedir(d);
+	assert_int_equal(count, ERR_FIXTURES);
+}
+
+static void test_file_errors(void **unused)
+{
+	char path[] = "/tmp/test_rules_XXXXXX";
+	char big[64];
+	int fd;
+	struct rules *r;
+
+	assert_null(rules_load(FIXTURES "/no-such-file.yaml", err, sizeof(err)));
+	assert_string_equal(err, FIXTURES "/no-such-file.yaml: cannot open: No such file or directory");
+	assert_null(rules_load(FIXTURES, err, sizeof(err)));
+	assert_string_equal(err, FIXTURES ": not a regular file");
+	assert_null(rules_load(FIXTURES "/empty.yaml", err, sizeof(err)));
+	assert_string_equal(err, FIXTURES "/empty.yaml: no settings (the file is empty or only comments); "
+				 "write {} to keep every default");
+
+	/* A file over the size limit is refused before it is read. */
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)RULES_FILE_MAX + 1), 0);
+	close(fd);
+	r = rules_load(path, err, sizeof(err));
+	unlink(path);
+	assert_null(r);
+	snprintf(big, sizeof(big), ": larger than %u bytes", RULES_FILE_MAX);
+	assert_int_equal(strncmp(err, path, strlen(path)), 0);
+	assert_string_equal(err + strlen(path), big);
+
+	/* Unreadable: not for root, who reads everything. */
+	if (geteuid() != 0) {
+		char p2[] = "/tmp/test_rules_XXXXXX";
+
+		fd = mkstemp(p2);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, "{}\n", 3), 3);
+		close(fd);
+		assert_int_equal(chmod(p2, 0), 0);
+		r = rules_load(p2, err, sizeof(err));
+		unlink(p2);
+		assert_null(r);
+		assert_int_equal(strncmp(err, p2, strlen(p2)), 0);
+		assert_string_equal(err + strlen(p2), ": cannot open: Permission denied");
+	}
+}
+
+static void test_buffer_errors(void **unused)
+{
+	char *huge;
+	char small[16];
+
+	/* Length over the limit. */
+	huge = calloc(1, (size_t)RULES_FILE_MAX + 1);
+	assert_non_null(huge);
+	assert_null(rules_load_buffer(huge, (size_t)RULES_FILE_MAX + 1, "t.yaml", err, sizeof(err)));
+	free(huge);
+	assert_string_equal(err, "t.yaml: larger than 4194304 bytes");
+	/* Empty, NULL buffer. */
+	load_fails("", "t.yaml: no settings (the file is empty or only comments); write {} to keep every default");
+	assert_null(rules_load_buffer(NULL, 0, "t.yaml", err, sizeof(err)));
+	/* No name, no room for a message: no crash. */
+	assert_null(rules_load_buffer("x: [", 4, NULL, NULL, 0));
+	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
+	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
+				 "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
+				 "priorities, shedding)");
+	/* A short buffer truncates the message, NUL-terminated. */
+	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
+	assert_string_equal(small, "t.yaml:1:1: unk");
+	/* The buffer is not read past len (no NUL needed). */
+	{
+		struct rules *r = rules_load_buffer("threads: 2x", 10, "t.yaml", err, sizeof(err));
+
+		assert_non_null(r);
+		assert_int_equal(rules_settings(r)->threads, 2);
+		rules_free(r);
+	}
+	/* Messages never hold raw control bytes. */
+	load_fails("listen: \"a\\tb\\u00e9\"\n",
+		   "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \"a\\x09b\\xc3\\xa9\"");
+	/* CRLF line ends count lines the same way. */
+	load_fails("store:\r\n  type: redis\r\n\r\n  timeout: 0s\r\n",
+		   "t.yaml:4:12: store.timeout: expected a duration from 1ms to 60s such as 20ms, got \"0s\"");
+}
+
+/* Lists at their caps load; one more is refused. */
+static char *repeat(const char *head, const char *fmt, int n)
+{
+	size_t cap = strlen(head) + (size_t)n * 128 + 1, o;
+	char *s = malloc(cap);
+
+	assert_non_null(s);
+	o = (size_t)snprintf(s, cap, "%s", head);
+	for (int i = 0; i < n; i++)
+		o += (size_t)snprintf(s + o, cap - o, fmt, i, i);
+	return s;
+}
+
+static void test_caps(void **unused)
+{
+	char *y;
+	struct rules *r;
+
+	y = repeat("endpoints:\n", "  - { name: e%d, match: { path: /p%d }, limits: [] }\n", 1024);
+	r = load(y);
+	assert_int_equal(rules_count(r), 1025);
+	rules_free(r);
+	free(y);
+	y = repeat("endpoints:\n", "  - { name: e%d, match: { path: /p%d }, limits: [] }\n", 1025);
+	load_fails(y, "t.yaml:2:3: endpoints: more than 1024 endpoints");
+	free(y);
+
+	y = repeat("tiers:\n  default: t0\n", "  t%d: { limits: [\"1%d/1s\"] }\n", 256);
+	r = load(y);
+	assert_int_equal(rules_count(r), 256);
+	rules_free(r);
+	free(y);
+	y = repeat("tiers:\n  default: t0\n", "  t%d: { limits: [\"1%d/1s\"] }\n", 257);
+	load_fails(y, "t.yaml:2:3: tiers: more than 256 tiers");
+	free(y);
+
+	y = repeat("priorities:\n  classes:\n", "    - { priority: 1, match: { args: { a%d: \"%d\" } } }\n", 256);
+	r = load(y);
+	rules_free(r);
+	free(y);
+	y = repeat("priorities:\n  classes:\n", "    - { priority: 1, match: { args: { a%d: \"%d\" } } }\n", 257);
+	load_fails(y, "t.yaml:3:5: priorities.classes: more than 256 classes");
+	free(y);
+
+	/* 16 limits, 8 identity arguments, 32 values, 16 arguments: fine. */
+	r = load("tiers:\n  t:\n    limits: [1/1s, 1/2s, 1/3s, 1/4s, 1/5s, 1/6s, 1/7s, 1/8s, 1/9s, "
+		 "1/10s, 1/11s, 1/12s, 1/13s, 1/14s, 1/15s, 1/16s]\n"
+		 "identity: [a, b, c, d, e, f, g, h]\n");
+	assert_int_equal(rules_rule_at(r, 0)->nlimits, 16);
+	assert_int_equal(rules_identity(r)->n, 8);
+	rules_free(r);
+	y = repeat("endpoints:\n  - name: x\n    limits: []\n    match:\n      path: [/a", ", /p%d%d", 31);
+	strcat(y, "]\n");
+	rules_free(load(y));
+	free(y);
+	y = repeat("endpoints:\n  - name: x\n    limits: []\n    match:\n      args: { a: b", ", a%d: \"%d\"", 15);
+	strcat(y, " }\n");
+	rules_free(load(y));
+	free(y);
+}
+
+/* Every allocation failure gives "out of memory", leaks nothing (under
+ * ASan) and the same load then succeeds. */
+static void test_out_of_memory(void **unused)
+{
+	static const char *const files[] = {FIXTURES "/valid-full.yaml", EXAMPLE};
+	int failures = 0;
+
+	setenv("RL_TEST_PASSWORD", "pw", 1);
+	for (size_t f = 0; f < 2; f++) {
+		for (long n = 0; n < 10000; n++) {
+			struct rules *r;
+			char expected[256];
+
+			xalloc_fail_after(n);
+			r = rules_load(files[f], err, sizeof(err));
+			xalloc_fail_after(-1);
+			if (r) {
+				rules_free(r);
+				break;
+			}
+			snprintf(expected, sizeof(expected), "%s: out of memory", files[f]);
+			assert_string_equal(err, expected);
+			failures++;
+		}
+	}
+	assert_true(failures > 10);
+	xalloc_fail_after(0);
+	assert_null(rules_default());
+	xalloc_fail_after(-1);
+}
+
+static void test_password_env(void **unused)
+{
+	struct rules *r;
+
+	setenv("RL_TEST_PW", "from-env", 1);
+	r = load("store: { type: redis, password: \"${RL_TEST_PW}\" }");
+	assert_string_equal(rules_settings(r)->password, "from-env");
+	rules_free(r);
+	/* Only a whole "${NAME}" is replaced. */
+	r = load("store: { type: redis, password: \"x${RL_TEST_PW}\" }");
+	assert_string_equal(rules_settings(r)->password, "x${RL_TEST_PW}");
+	rules_free(r);
+	r = load("store: { type: redis, password: \"${}\" }");
+	assert_string_equal(rules_settings(r)->password, "${}");
+	rules_free(r);
+	/* The variable's value is checked against the same bound. */
+	{
+		char longval[300];
+
+		memset(longval, 'p', sizeof(longval) - 1);
+		longval[sizeof(longval) - 1] = '\0';
+		setenv("RL_TEST_PW", longval, 1);
+		load_fails("store: { type: redis, password: \"${RL_TEST_PW}\" }",
+			   "t.yaml:1:33: store.password: longer than 255 bytes");
+	}
+	unsetenv("RL_TEST_PW");
+}
+
+static void test_settings_values(void **unused)
+{
+	struct rules *r;
+
+	r = load("store: { type: memory }");
+	assert_true(rules_settings(r)->has_store);
+	assert_int_equal(rules_settings(r)->store, RULES_STORE_MEMORY);
+	rules_free(r);
+	r = load("store: { type: redis, address: \"[2001:db8::1]:6380\", timeout: 1s }\nlisten: \"0.0.0.0:1\"");
+	assert_string_equal(rules_settings(r)->address, "[2001:db8::1]:6380");
+	assert_int_equal(rules_settings(r)->timeout_ms, 1000);
+	assert_string_equal(rules_settings(r)->listen, "0.0.0.0:1");
+	assert_true(rules_settings(r)->has_address);
+	assert_false(rules_settings(r)->has_user);
+	rules_free(r);
+	r = load("threads: 256\nstore: { type: redis, timeout: 60s, agents: 10000 }\nshadow: true\n"
+		 "identity: ip\non_store_failure: closed\n");
+	assert_int_equal(rules_settings(r)->threads, 256);
+	assert_int_equal(rules_settings(r)->timeout_ms, 60000);
+	assert_int_equal(rules_settings(r)->agents, 10000);
+	assert_true(rules_shadow(r));
+	assert_int_equal(rules_identity(r)->n, 1);
+	assert_string_equal(rules_identity(r)->name[0], "ip");
+	assert_int_equal(rules_on_failure(r), RULES_FAIL_CLOSED);
+	assert_int_equal(rules_rule_at(r, 0)->on_failure, RULES_FAIL_CLOSED);
+	rules_free(r);
+	load_fails("listen: \"[::1]\"", "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \"[::1]\"");
+	load_fails("listen: \":80\"", "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \":80\"");
+	load_fails("listen: \"a:0\"", "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \"a:0\"");
+	load_fails("listen: \"a:123456\"", "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \"a:123456\"");
+	load_fails("threads: 99999999999999999999999", "t.yaml:1:10: threads: expected an integer from 1 to 256, got \"99999999999999999999999\"");
+	load_fails("threads: +", "t.yaml:1:10: threads: expected an integer from 1 to 256, got \"+\"");
+	load_fails("threads: \"\"", "t.yaml:1:10: threads: expected an integer from 1 to 256, got \"\"");
+	load_fails("threads:", "t.yaml:1:9: threads: expected an integer from 1 to 256, got nothing");
+	load_fails("shedding: { ramp: 10.% }", "t.yaml:1:19: shedding.ramp: expected a percentage from 0% to 100% such as 80%, got \"10.%\"");
+	load_fails("shedding: { ramp: 1.234% }", "t.yaml:1:19: shedding.ramp: expected a percentage from 0% to 100% such as 80%, got \"1.234%\"");
+	load_fails("shedding: { ramp: \"%\" }", "t.yaml:1:19: shedding.ramp: expected a percentage from 0% to 100% such as 80%, got \"%\"");
+	r = load("shedding: { ramp: 100%, thresholds: { 1: 100%, 2: 1%, 3: 1% } }");
+	load_fails("shedding: { thresholds: { 3: 0.99% } }", "t.yaml:1:30: shedding.thresholds.3: expected a percentage from 1% to 100% (or off) such as 80%, got \"0.99%\"");
+	assert_int_equal(rules_shed(r)->ramp_bp, 10000);
+	assert_int_equal(rules_shed(r)->threshold_bp[1], 10000);
+	assert_int_equal(rules_shed(r)->threshold_bp[2], 100);
+	rules_free(r);
+}
+
+/* ---- classification -------------------------------------------------------------------- */
+
+static const char *const tiers_yaml =
+	"on_store_failure: closed\n"
+	"cost_argument: weight\n"
+	"tiers:\n"
+	"  default: free\n"
+	"  free: { limits: [\"100/1m\"] }\n"
+	"  pro: { limits: [\"1000/1m\"], shadow: true, on_store_failure: local }\n"
+	"  internal: { limits: [], cost: 3 }\n";
+
+static void test_first_match_and_paths(void **unused)
+{
+	struct rules_args a;
+	struct rules *r = load(
+		"endpoints:\n"
+		"  - { name: first, match: { path: /api }, limits: [\"1/1s\"] }\n"
+		"  - { name: second, match: { path: /api/search }, limits: [\"2/1s\"] }\n"
+		"  - { name: static, match: { path: /static/ }, limits: [\"3/1s\"] }\n"
+		"  - { name: root, match: { path: / , method: OPTIONS }, limits: [] }\n");
+
+	req(&a, NULL, "/api/search", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "first"); /* first match wins */
+	req(&a, NULL, "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "first");
+	req(&a, NULL, "/api/", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "first");
+	req(&a, NULL, "/api?q=1", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "first");
+	req(&a, NULL, "/apiary", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* not at a segment boundary */
+	req(&a, NULL, "/ap", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, "/API", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* paths are case-sensitive */
+	req(&a, NULL, "/static/x.css", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "static");
+	req(&a, NULL, "/static/", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "static");
+	req(&a, NULL, "/static", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, "/staticfile", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, "OPTIONS", "/anything", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "root");
+	req(&a, "GET", "/anything", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	/* Missing or non-string path: no path condition holds. */
+	req(&a, NULL, NULL, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "path", spop_int64(1));
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "path", spop_null());
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "path", bin("/api/x"));
+	assert_string_equal(rule_of(r, &a), "first");
+	/* A path with a NUL byte compares as bytes. */
+	memset(&a, 0, sizeof(a));
+	add(&a, "path", spop_strn("/api\0x", 6));
+	assert_string_equal(rule_of(r, &a), "default");
+	rules_free(r);
+}
+
+static void test_method(void **unused)
+{
+	struct rules_args a;
+	struct rules *r = load(
+		"endpoints:\n"
+		"  - { name: writes, match: { method: [POST, PUT], path: /api }, limits: [] }\n"
+		"  - { name: reads, match: { method: GET }, limits: [] }\n");
+
+	req(&a, "POST", "/api/x", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "writes");
+	req(&a, "PUT", "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "writes");
+	req(&a, "POST", "/other", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* both conditions needed */
+	req(&a, "post", "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* case-sensitive */
+	req(&a, "POSTX", "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, "POS", "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, "GET", "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "reads");
+	req(&a, NULL, "/api", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	rules_free(r);
+}
+
+static void test_host(void **unused)
+{
+	struct rules_args a;
+	struct rules *r = load(
+		"endpoints:\n"
+		"  - { name: tls, match: { host: \"API.example.com:8443\" }, limits: [] }\n"
+		"  - { name: api, match: { host: API.Example.com }, limits: [] }\n"
+		"  - { name: v6, match: { host: \"[::1]\" }, limits: [] }\n");
+
+	req(&a, NULL, NULL, "api.example.com", NULL);
+	assert_string_equal(rule_of(r, &a), "api");
+	req(&a, NULL, NULL, "API.EXAMPLE.COM", NULL);
+	assert_string_equal(rule_of(r, &a), "api");
+	req(&a, NULL, NULL, "api.example.com:80", NULL);
+	assert_string_equal(rule_of(r, &a), "api"); /* port ignored */
+	req(&a, NULL, NULL, "Api.Example.Com:8443", NULL);
+	assert_string_equal(rule_of(r, &a), "tls"); /* port given: must match */
+	req(&a, NULL, NULL, "api.example.com:84431", NULL);
+	assert_string_equal(rule_of(r, &a), "api");
+	req(&a, NULL, NULL, "api.example.com.evil.net", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, "xapi.example.com", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, "[::1]:8080", NULL);
+	assert_string_equal(rule_of(r, &a), "v6");
+	req(&a, NULL, NULL, "[::1]", NULL);
+	assert_string_equal(rule_of(r, &a), "v6");
+	req(&a, NULL, NULL, "::1", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, "", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	rules_free(r);
+}
+
+static void test_args_match(void **unused)
+{
+	struct rules_args a;
+	uint8_t v4[4] = {10, 0, 0, 1};
+	uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
+	struct spop_data d;
+	struct rules *r = load(
+		"endpoints:\n"
+		"  - { name: team, match: { args: { x_team: [blue, navy] } }, limits: [] }\n"
+		"  - { name: both, match: { args: { a: \"1\", b: \"\" } }, limits: [] }\n"
+		"  - { name: flag, match: { args: { f: \"true\" } }, limits: [] }\n"
+		"  - { name: neg, match: { args: { n: \"-5\" } }, limits: [] }\n"
+		"  - { name: v4, match: { args: { src: 10.0.0.1 } }, limits: [] }\n"
+		"  - { name: v6, match: { args: { src: \"2001:db8::1\" } }, limits: [] }\n");
+
+	req(&a, NULL, NULL, NULL, "x_team", "blue", NULL);
+	assert_string_equal(rule_of(r, &a), "team");
+	req(&a, NULL, NULL, NULL, "x_team", "navy", NULL);
+	assert_string_equal(rule_of(r, &a), "team");
+	req(&a, NULL, NULL, NULL, "x_team", "Blue", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, NULL, "x_team", "blu", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, NULL, "x_team", "bluee", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, NULL, NULL, NULL, "x_tea", "blue", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "x_team", bin("blue"));
+	assert_string_equal(rule_of(r, &a), "team");
+	memset(&a, 0, sizeof(a));
+	add(&a, "x_team", spop_null());
+	assert_string_equal(rule_of(r, &a), "default");
+	/* Every argument condition must hold; "" matches an empty string. */
+	req(&a, NULL, NULL, NULL, "a", "1", "b", "", NULL);
+	assert_string_equal(rule_of(r, &a), "both");
+	req(&a, NULL, NULL, NULL, "a", "1", NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "a", spop_int64(1));
+	add(&a, "b", spop_null());
+	assert_string_equal(rule_of(r, &a), "default"); /* NULL is not "" */
+	memset(&a, 0, sizeof(a));
+	add(&a, "a", spop_int64(1));
+	add(&a, "b", bin(""));
+	assert_string_equal(rule_of(r, &a), "both"); /* integers as decimal text */
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_UINT32;
+	d.u.u32 = 1;
+	add(&a, "a", d);
+	add(&a, "b", str(""));
+	assert_string_equal(rule_of(r, &a), "both");
+	memset(&a, 0, sizeof(a));
+	add(&a, "f", spop_bool(1));
+	assert_string_equal(rule_of(r, &a), "flag");
+	memset(&a, 0, sizeof(a));
+	add(&a, "f", spop_bool(0));
+	assert_string_equal(rule_of(r, &a), "default");
+	memset(&a, 0, sizeof(a));
+	add(&a, "n", spop_int64(-5));
+	assert_string_equal(rule_of(r, &a), "neg");
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_INT32;
+	d.u.i32 = -5;
+	add(&a, "n", d);
+	assert_string_equal(rule_of(r, &a), "neg");
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_IPV4;
+	memcpy(d.u.ipv4, v4, 4);
+	add(&a, "src", d);
+	assert_string_equal(rule_of(r, &a), "v4");
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_IPV6;
+	memcpy(d.u.ipv6, v6, 16);
+	add(&a, "src", d);
+	assert_string_equal(rule_of(r, &a), "v6");
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_UINT64;
+	d.u.u64 = UINT64_MAX;
+	add(&a, "src", d);
+	assert_string_equal(rule_of(r, &a), "default");
+	rules_free(r);
+}
+
+static void test_tiers(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	struct rules *r = load(tiers_yaml);
+
+	assert_string_equal(rules_default_tier(r)->name, "free");
+	req(&a, NULL, NULL, NULL, "tier", "pro", NULL);
+	assert_string_equal(rule_of(r, &a), "pro");
+	req(&a, NULL, NULL, NULL, "tier", "internal", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "internal");
+	assert_int_equal(v.rule->nlimits, 0);
+	memset(&a, 0, sizeof(a));
+	add(&a, "tier", bin("pro"));
+	assert_string_equal(rule_of(r, &a), "pro");
+	/* Absent, empty, NULL, unknown, other case, not a string: default. */
+	req(&a, NULL, NULL, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "Pro", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "gold", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "default", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "pro ", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	req(&a, NULL, NULL, NULL, "tier", "a-tier-name-longer-than-31-bytes!", NULL);
+	assert_string_equal(rule_of(r, &a), "free");
+	memset(&a, 0, sizeof(a));
+	add(&a, "tier", spop_null());
+	assert_string_equal(rule_of(r, &a), "free");
+	memset(&a, 0, sizeof(a));
+	add(&a, "tier", spop_int64(1));
+	assert_string_equal(rule_of(r, &a), "free");
+	rules_free(r);
+
+	/* A single tier is the default without saying so; the argument can
+	 * be renamed. */
+	r = load("tiers: { argument: plan, only: { limits: [\"5/1s\"] } }");
+	assert_string_equal(rules_default_tier(r)->name, "only");
+	req(&a, NULL, NULL, NULL, "tier", "only", NULL);
+	assert_string_equal(rule_of(r, &a), "only");
+	rules_free(r);
+	r = load("tiers: { argument: plan, default: b, a: { limits: [] }, b: { limits: [] } }");
+	req(&a, NULL, NULL, NULL, "tier", "a", NULL);
+	assert_string_equal(rule_of(r, &a), "b");
+	req(&a, NULL, NULL, NULL, "plan", "a", NULL);
+	assert_string_equal(rule_of(r, &a), "a");
+	rules_free(r);
+}
+
+static void test_endpoints_replace_tiers(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	char *y = malloc(4096);
+	struct rules *r;
+
+	assert_non_null(y);
+	snprintf(y, 4096, "%s%s", tiers_yaml,
+		 "endpoints:\n"
+		 "  - { name: pro-search, match: { tier: pro, path: /search }, limits: [\"7/1s\"] }\n"
+		 "  - { name: search, match: { path: /search }, limits: [\"5/1s\", \"50/1m\"], cost: 4 }\n"
+		 "  - { name: login, match: { path: /login }, limits: [\"3/1m\"], shadow: true, on_store_failure: open }\n"
+		 "  - { name: free-or-internal, match: { tier: [free, internal], path: /x }, limits: [] }\n");
+	r = load(y);
+	free(y);
+	req(&a, "GET", "/search", NULL, "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "pro-search");
+	assert_string_equal(v.tier->name, "pro");
+	check_limit(v.rule, 0, 7, S, 0, LIMIT_TOKEN_BUCKET);
+	assert_int_equal(v.rule->nlimits, 1);
+	/* The endpoint's own settings apply, not the tier's: pro is in
+	 * shadow mode and fails local, pro-search neither. */
+	assert_false(v.shadow);
+	assert_int_equal(v.on_failure, RULES_FAIL_CLOSED);
+	req(&a, "GET", "/search", NULL, NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "search");
+	assert_string_equal(v.tier->name, "free");
+	assert_int_equal(v.rule->nlimits, 2);
+	assert_int_equal(v.cost, 4);
+	req(&a, "GET", "/search", NULL, "tier", "gold", NULL); /* unknown: free */
+	assert_string_equal(rule_of(r, &a), "search");
+	req(&a, "GET", "/login", NULL, "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "login");
+	assert_true(v.shadow);
+	assert_int_equal(v.on_failure, RULES_FAIL_OPEN);
+	req(&a, "GET", "/other", NULL, "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_string_equal(v.rule->name, "pro");
+	assert_true(v.shadow);
+	assert_int_equal(v.on_failure, RULES_FAIL_LOCAL);
+	req(&a, "GET", "/x", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "free-or-internal"); /* default tier */
+	req(&a, "GET", "/x", NULL, "tier", "internal", NULL);
+	assert_string_equal(rule_of(r, &a), "free-or-internal");
+	req(&a, "GET", "/x", NULL, "tier", "pro", NULL);
+	assert_string_equal(rule_of(r, &a), "pro");
+	rules_free(r);
+}
+
+static void test_priorities(void **unused)
+{
+	struct rules_args a;
+	struct rules *r = load(
+		"tiers: { default: free, free: { limits: [] }, vip: { limits: [] } }\n"
+		"priorities:\n"
+		"  default: 1\n"
+		"  classes:\n"
+		"    - { priority: 0, match: { path: /pay } }\n"
+		"    - { priority: 3, match: { args: { test: \"1\" } } }\n"
+		"    - { priority: 0, match: { tier: vip } }\n"
+		"    - { priority: 2, match: { method: [GET, HEAD] } }\n");
+
+	req(&a, "GET", "/pay", NULL, "test", "1", NULL);
+	assert_int_equal(classify(r, &a).priority, 0); /* first match wins */
+	req(&a, "GET", "/x", NULL, "test", "1", "tier", "vip", NULL);
+	assert_int_equal(classify(r, &a).priority, 3);
+	req(&a, "GET", "/x", NULL, "tier", "vip", NULL);
+	assert_int_equal(classify(r, &a).priority, 0);
+	req(&a, "HEAD", "/x", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 2);
+	req(&a, "POST", "/x", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 1); /* default */
+	req(&a, NULL, NULL, NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 1);
+	rules_free(r);
+	r = load("priorities: { default: 0 }");
+	req(&a, "GET", "/", NULL, NULL);
+	assert_int_equal(classify(r, &a).priority, 0);
+	rules_free(r);
+}
+
+static void test_shadow(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	struct rules *r;
+
+	/* Per rule: only that rule's limits. */
+	r = load(tiers_yaml);
+	req(&a, NULL, NULL, NULL, "tier", "pro", NULL);
+	v = classify(r, &a);
+	assert_true(v.shadow);
+	assert_false(v.shed_shadow);
+	req(&a, NULL, NULL, NULL, "tier", "free", NULL);
+	v = classify(r, &a);
+	assert_false(v.shadow);
+	assert_false(v.shed_shadow);
+	rules_free(r);
+	/* Global: everything, shedding included, even a rule that says
+	 * shadow: false. */
+	r = load("shadow: true\ntiers: { t: { limits: [1/1s], shadow: false } }");
+	req(&a, NULL, NULL, NULL, NULL);
+	v = classify(r, &a);
+	assert_true(v.shadow);
+	assert_true(v.shed_shadow);
+	assert_false(v.rule->shadow);
+	rules_free(r);
+	/* Shedding alone. */
+	r = load("shedding: { shadow: true }");
+	v = classify(r, &a);
+	assert_false(v.shadow);
+	assert_true(v.shed_shadow);
+	rules_free(r);
+}
+
+static void test_failure_policy(void **unused)
+{
+	struct rules_args a;
+	struct rules *r = load(tiers_yaml);
+
+	req(&a, NULL, NULL, NULL, NULL);
+	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_CLOSED); /* file default */
+	req(&a, NULL, NULL, NULL, "tier", "pro", NULL);
+	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_LOCAL); /* its own */
+	rules_free(r);
+	/* Without a file default: open. */
+	r = load("tiers: { t: { limits: [] } }\n"
+		 "endpoints: [ { name: e, match: { path: /e }, limits: [], on_store_failure: closed } ]");
+	req(&a, NULL, "/", NULL, NULL);
+	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_OPEN);
+	req(&a, NULL, "/e", NULL, NULL);
+	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_CLOSED);
+	rules_free(r);
+	assert_string_equal(rules_failure_str(RULES_FAIL_OPEN), "open");
+	assert_string_equal(rules_failure_str(RULES_FAIL_CLOSED), "closed");
+	assert_string_equal(rules_failure_str(RULES_FAIL_LOCAL), "local");
+}
+
+static void test_cost(void **unused)
+{
+	struct rules_args a;
+	struct spop_data d;
+	struct rules *r = load(tiers_yaml);
+
+#define COST_OF(data, tier)                                                    \
+	(memset(&a, 0, sizeof(a)), add(&a, "weight", data),                     \
+	 add(&a, "tier", str(tier)), classify(r, &a).cost)
+	assert_int_equal(COST_OF(spop_int64(5), "free"), 5);
+	assert_int_equal(COST_OF(spop_int64(5), "internal"), 5);     /* argument wins */
+	assert_int_equal(COST_OF(spop_int64(0), "internal"), 3);     /* else the rule's */
+	assert_int_equal(COST_OF(spop_int64(-2), "free"), 1);
+	assert_int_equal(COST_OF(spop_int64(INT64_MAX), "free"), UINT32_MAX);
+	assert_int_equal(COST_OF(spop_int64(UINT32_MAX), "free"), UINT32_MAX);
+	assert_int_equal(COST_OF(spop_int64((int64_t)UINT32_MAX + 1), "free"), UINT32_MAX);
+	assert_int_equal(COST_OF(str("7"), "free"), 7);
+	assert_int_equal(COST_OF(bin("12"), "free"), 12);
+	assert_int_equal(COST_OF(str("007"), "free"), 7);
+	assert_int_equal(COST_OF(str("99999999999999999999"), "free"), UINT32_MAX);
+	assert_int_equal(COST_OF(str("999999999999999999999"), "internal"), 3); /* 21 digits */
+	assert_int_equal(COST_OF(str("7a"), "internal"), 3);
+	assert_int_equal(COST_OF(str("-7"), "internal"), 3);
+	assert_int_equal(COST_OF(str(""), "internal"), 3);
+	assert_int_equal(COST_OF(str("0"), "internal"), 3);
+	assert_int_equal(COST_OF(spop_null(), "internal"), 3);
+	assert_int_equal(COST_OF(spop_bool(1), "internal"), 3);
+	d.type = SPOP_T_UINT64;
+	d.u.u64 = UINT64_MAX;
+	assert_int_equal(COST_OF(d, "free"), UINT32_MAX);
+	d.type = SPOP_T_INT32;
+	d.u.i32 = 9;
+	assert_int_equal(COST_OF(d, "free"), 9);
+	d.type = SPOP_T_UINT32;
+	d.u.u32 = 0;
+	assert_int_equal(COST_OF(d, "internal"), 3);
+#undef COST_OF
+	req(&a, NULL, NULL, NULL, "tier", "internal", NULL);
+	assert_int_equal(classify(r, &a).cost, 3);
+	rules_free(r);
+	/* Without cost_argument, the argument is not looked at. */
+	r = load("{}");
+	memset(&a, 0, sizeof(a));
+	add(&a, "cost", spop_int64(9));
+	assert_int_equal(classify(r, &a).cost, 1);
+	rules_free(r);
+}
+
+static void test_identity(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	uint8_t v4[4] = {192, 0, 2, 7};
+	struct spop_data ip;
+	struct rules *r = rules_default();
+
+	ip.type = SPOP_T_IPV4;
+	memcpy(ip.u.ipv4, v4, 4);
+	memset(&a, 0, sizeof(a));
+	add(&a, "api_key", str(""));
+	add(&a, "user", spop_null());
+	add(&a, "ip", ip);
+	v = classify(r, &a);
+	assert_int_equal(v.identity, 2);
+	assert_ptr_equal(v.identity_val, &a.a[2].val);
+	memset(&a, 0, sizeof(a));
+	add(&a, "ip", ip);
+	add(&a, "user", str("alice"));
+	add(&a, "api_key", bin("k1"));
+	v = classify(r, &a);
+	assert_int_equal(v.identity, 0);
+	assert_ptr_equal(v.identity_val, &a.a[2].val);
+	memset(&a, 0, sizeof(a));
+	add(&a, "user", spop_int64(0)); /* an integer is a value */
+	v = classify(r, &a);
+	assert_int_equal(v.identity, 1);
+	memset(&a, 0, sizeof(a));
+	add(&a, "api_key", bin(""));
+	add(&a, "other", str("x"));
+	v = classify(r, &a);
+	assert_int_equal(v.identity, -1);
+	assert_null(v.identity_val);
+	rules_free(r);
+}
+
+static void test_load_figures(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	struct spop_data d;
+	struct rules *r = load("shedding: { in_use: busy, free: idle }");
+
+	memset(&a, 0, sizeof(a));
+	add(&a, "busy", spop_int64(3));
+	add(&a, "idle", spop_int64(-1));
+	v = classify(r, &a);
+	assert_true(v.load_known);
+	assert_int_equal(v.in_use, 3);
+	assert_int_equal(v.free_conns, -1);
+	memset(&a, 0, sizeof(a));
+	add(&a, "busy", spop_int64(3));
+	v = classify(r, &a);
+	assert_false(v.load_known);
+	memset(&a, 0, sizeof(a));
+	add(&a, "busy", str("3"));
+	add(&a, "idle", spop_int64(1));
+	v = classify(r, &a);
+	assert_false(v.load_known);
+	memset(&a, 0, sizeof(a));
+	add(&a, "be_in_use", spop_int64(3));
+	add(&a, "be_free", spop_int64(1));
+	assert_false(classify(r, &a).load_known);
+	memset(&a, 0, sizeof(a));
+	d.type = SPOP_T_UINT64;
+	d.u.u64 = UINT64_MAX;
+	add(&a, "busy", d);
+	d.type = SPOP_T_UINT32;
+	d.u.u32 = 7;
+	add(&a, "idle", d);
+	v = classify(r, &a);
+	assert_true(v.load_known);
+	assert_int_equal(v.in_use, INT64_MAX);
+	assert_int_equal(v.free_conns, 7);
+	rules_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_args_get),
+		cmocka_unit_test(test_args_from_kv),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_example),
+		cmocka_unit_test(test_full_fixture),
+		cmocka_unit_test(test_anchors),
+		cmocka_unit_test(test_error_fixtures),
+		cmocka_unit_test(test_file_errors),
+		cmocka_unit_test(test_buffer_errors),
+		cmocka_unit_test(test_caps),
+		cmocka_unit_test(test_out_of_memory),
+		cmocka_unit_test(test_password_env),
+		cmocka_unit_test(test_settings_values),
+		cmocka_unit_test(test_first_match_and_paths),
+		cmocka_unit_test(test_method),
+		cmocka_unit_test(test_host),
+		cmocka_unit_test(test_args_match),
+		cmocka_unit_test(test_tiers),
+		cmocka_unit_test(test_endpoints_replace_tiers),
+		cmocka_unit_test(test_priorities),
+		cmocka_unit_test(test_shadow),
+		cmocka_unit_test(test_failure_policy),
+		cmocka_unit_test(test_cost),
+		cmocka_unit_test(test_identity),
+		cmocka_unit_test(test_load_figures),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
