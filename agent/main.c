@@ -235,6 +235,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	r = rules_load(cli.rules_path, err, sizeof(err));
 	if (!r) {
 		log_err("reload failed, the rules in force stay: %s", err);
+		STAT_INC(srv.reload_failures);
 		return;
 	}
 	old = rules_settings(atomic_load(&srv.rules)->rules);
@@ -246,6 +247,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	}
 	server_swap_rules(&srv, rs);
+	STAT_INC(srv.reloads);
 	log_info("reloaded %s: %zu rule(s)", cli.rules_path, rules_count(r));
 }
 

@@ -113,6 +113,27 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_limited_total", "Decisions with status 429.", SUM(limited));
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
 		SUM(degraded));
+	counter(o, "spoa_rl_shadow_total",
+		"Requests that would have been refused, forwarded by shadow mode.", SUM(shadow));
+	counter(o, "spoa_rl_store_down_total",
+		"Requests refused with 503 because the store failed (fail-closed).",
+		SUM(store_down));
+	outf(o, "# HELP spoa_rl_shed_total Requests shed with 503, by priority.\n"
+		"# TYPE spoa_rl_shed_total counter\n");
+	for (int p = 1; p < 4; p++)
+		outf(o, "spoa_rl_shed_total{priority=\"%d\"} %llu\n", p,
+		     (unsigned long long)SUM(shed[p]));
+	{
+		struct ruleset *rs = atomic_load(&srv->rules);
+
+		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",
+			STAT_GET(srv->reloads));
+		counter(o, "spoa_rl_reload_failures_total",
+			"SIGHUPs whose file was invalid (the rules in force stayed).",
+			STAT_GET(srv->reload_failures));
+		gauge(o, "spoa_rl_rules_generation", "Generation of the rules in force (1 at start, +1 per reload).",
+		      rs ? rs->gen : 0);
+	}
 	outf(o, "# HELP spoa_rl_disconnects_total AGENT-DISCONNECT frames sent, by status.\n"
 		"# TYPE spoa_rl_disconnects_total counter\n");
 	for (int st = 0; st < 14; st++) {

@@ -84,6 +84,8 @@ struct server {
 	struct server_config cfg;
 	_Atomic(struct ruleset *) rules;  /* current; the server holds a reference */
 	struct retired *retired;
+	counter_t reloads;                /* rules reloaded (SIGHUP) */
+	counter_t reload_failures;        /* SIGHUP with an invalid file */
 	struct memstore *mem;
 	const struct redis_config *redis; /* NULL: in-memory store */
 	int lfd;
