@@ -163,6 +163,12 @@ static void render(struct server *srv, struct out *o)
 			RSUM(reconnects));
 		counter(o, "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.",
 			RSUM(noscript));
+		counter(o, "spoa_rl_redis_breaker_trips_total",
+			"Times the circuit breaker stopped calls to Redis after failures.",
+			RSUM(breaker_trips));
+		counter(o, "spoa_rl_redis_breaker_skips_total",
+			"Decisions made without Redis while the circuit breaker was open.",
+			RSUM(breaker_skips));
 	}
 	if (srv->mem) {
 		struct memstore_stats ms;

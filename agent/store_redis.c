@@ -22,6 +22,13 @@
 #define RECONNECT_MAX 2.0
 #define LID_MAX 48
 #define NUM_MAX 24
+/* Circuit breaker: after BREAKER_FAILS script calls in a row that missed
+ * their deadline or failed, decisions skip Redis for a while (answered at
+ * once by the failure policy instead of each waiting out the deadline);
+ * then one call probes. The pause doubles on each failed probe. */
+#define BREAKER_FAILS 3
+#define BREAKER_MIN_US 500000
+#define BREAKER_MAX_US 10000000
 
 enum rs_state {
 	RS_DISCONNECTED,
@@ -74,6 +81,10 @@ struct rstore {
 	size_t inflight;             /* queries sent, not answered */
 	struct rbatch *oldest, *newest;
 	struct refusal *cache;
+	int fails;                   /* calls in a row that failed */
+	int64_t open_until;          /* breaker open until then (local clock) */
+	int64_t open_for;            /* the next pause */
+	int half_open;               /* a probe is allowed */
 	msgpack_sbuffer sbuf;
 	/* argv of one script call */
 	const char **argv;
@@ -269,6 +280,32 @@ static void arm_deadline(struct rstore *rs)
 	ev_timer_start(rs->w->loop, &rs->deadline_w);
 }
 
+static void call_failed(struct rstore *rs, int64_t now)
+{
+	if (++rs->fails < BREAKER_FAILS && !rs->half_open)
+		return;
+	if (rs->open_until > now)
+		return;
+	rs->open_for = rs->open_for ? rs->open_for * 2 : BREAKER_MIN_US;
+	if (rs->open_for > BREAKER_MAX_US)
+		rs->open_for = BREAKER_MAX_US;
+	rs->open_until = now + rs->open_for;
+	rs->half_open = 0;
+	STAT_INC(rs->stats.breaker_trips);
+	log_warn("redis: worker %d: %d failed calls in a row, deciding without Redis for %lld ms",
+		 rs->w->idx, rs->fails, (long long)(rs->open_for / 1000));
+}
+
+static void call_succeeded(struct rstore *rs)
+{
+	if (rs->open_for && rs->half_open)
+		log_info("redis: worker %d: Redis answers again", rs->w->idx);
+	rs->fails = 0;
+	rs->open_for = 0;
+	rs->open_until = 0;
+	rs->half_open = 0;
+}
+
 /* Answers, degraded, every query whose deadline has passed: queued ones
  * and sent ones. A late reply for a sent one is then ignored. */
 static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
@@ -289,6 +326,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 			break;
 		STAT_ADD(rs->stats.timeouts, b->n);
 		fail_batch(rs, b);
+		call_failed(rs, now);
 	}
 	arm_deadline(rs);
 }
@@ -489,7 +527,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 		else if (reply && reply->type == REDIS_REPLY_ARRAY &&
 			 rs->cfg->encoding == REDIS_ENC_PLAIN)
 			rc = answer_plain(rs, b, reply);
+		if (rc == 0)
+			call_succeeded(rs);
 		if (rc < 0) {
+			if (reply)
+				call_failed(rs, server_now_us());
 			if (reply) {
 				STAT_INC(rs->stats.errors);
 				log_warn("redis: decision failed: %s",
@@ -881,6 +923,14 @@ int rstore_submit(struct rstore *rs, const struct decide_query *q,
 	if (rs->cfg->local_cache && cache_answer(rs, q, now, d)) {
 		STAT_INC(rs->stats.local_refusals);
 		return 1;
+	}
+	if (rs->open_until) {
+		if (now < rs->open_until) {
+			STAT_INC(rs->stats.breaker_skips);
+			fallback(rs, q, d);
+			return 1;
+		}
+		rs->half_open = 1; /* this and the next queries probe */
 	}
 	if (rs->state == RS_DISCONNECTED ||
 	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending ||

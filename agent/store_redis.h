@@ -59,6 +59,8 @@ struct rstore_stats {
 	counter_t errors;         /* error replies */
 	counter_t reconnects;
 	counter_t noscript;
+	counter_t breaker_trips;  /* circuit breaker opened */
+	counter_t breaker_skips;  /* decisions made without Redis while open */
 };
 
 void redis_config_defaults(struct redis_config *cfg);

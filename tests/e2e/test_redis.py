@@ -607,6 +607,44 @@ def test_deadline_when_redis_is_paused(h):
     assert s.ask("fresh") == ok(100, 60, 98, 2)
 
 
+def metric(port, name):
+    text = http_get(port, "/metrics").text
+    m = re.search(r"^%s (\d+)$" % re.escape(name), text, re.M)
+    assert m, "no metric %s in:\n%s" % (name, text)
+    return int(m.group(1))
+
+
+def test_circuit_breaker_when_redis_stalls(h):
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20",
+                    "--metrics", "127.0.0.1:%d" % mport)
+    s = Spop(a.port)
+    assert s.ask("cb") == ok(100, 60, 99, 1)
+    redis.pause()
+    try:
+        # Three calls in a row miss their deadline: the breaker opens and
+        # the next decisions do not wait for Redis at all.
+        for i in range(10):
+            assert s.ask("cb%d" % i) == degraded(100, 60)
+        assert metric(mport, "spoa_rl_redis_breaker_trips_total") >= 1
+        skips = metric(mport, "spoa_rl_redis_breaker_skips_total")
+        assert skips >= 5, skips
+        assert "deciding without Redis" in a.log()
+    finally:
+        redis.resume()
+    n = [0]
+
+    def from_redis():
+        n[0] += 1
+        return not s.ask("probe%d" % n[0])["degraded"]
+
+    # the pause is at most 0.5 s doubled per failed probe
+    wait_for(from_redis, 8, "decisions from Redis once it answers", interval=0.05)
+    assert "Redis answers again" in a.log()
+    assert s.ask("fresh") == ok(100, 60, 99, 1)
+
+
 # ------------------------------------------------------------ 9: AUTH, ACL
 
 
