@@ -1626,6 +1626,101 @@ static void yaml_failure(const yaml_parser_t *p, const char *buf, size_t len, co
 	snprintf(err, errlen, "%s: YAML: cannot parse", name);
 }
 
+/* Bounds of the pre-scan below. The format needs 7 levels of nesting; a
+ * large real file has a few thousand nodes and a handful of anchors. */
+#define DEPTH_MAX 32
+#define NODES_MAX 200000
+#define ANCHORS_MAX 256
+#define ALIASES_MAX 4096
+
+/* A first pass over the parser's events, in constant memory, before
+ * libyaml's loader builds the document. It refuses what would make that
+ * slow: libyaml's scanner spends time proportional to the depth on every
+ * token (a 2 MB file of "[" would take hours), its loader compares every
+ * anchor with all earlier ones and looks each alias up linearly, and a
+ * document costs about 150 bytes per node. Syntax errors are reported
+ * here, with the same messages as the loader's. Returns 0, or -1 with err
+ * set. */
+static int prescan(const char *buf, size_t len, const char *name, char *err, size_t errlen)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	int depth = 0, rc = 0;
+	size_t nodes = 0, anchors = 0, aliases = 0;
+	bool done = false;
+
+	if (!yaml_parser_initialize(&p)) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return -1;
+	}
+	yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
+	while (!done && rc == 0) {
+		const char *too_many = NULL;
+		const yaml_char_t *anchor = NULL;
+		size_t limit = 0;
+
+		if (!yaml_parser_parse(&p, &ev)) {
+			yaml_failure(&p, buf, len, name, err, errlen);
+			rc = -1;
+			break;
+		}
+		switch (ev.type) {
+		case YAML_SEQUENCE_START_EVENT:
+			anchor = ev.data.sequence_start.anchor;
+			depth++;
+			nodes++;
+			break;
+		case YAML_MAPPING_START_EVENT:
+			anchor = ev.data.mapping_start.anchor;
+			depth++;
+			nodes++;
+			break;
+		case YAML_SCALAR_EVENT:
+			anchor = ev.data.scalar.anchor;
+			nodes++;
+			break;
+		case YAML_ALIAS_EVENT:
+			if (++aliases > ALIASES_MAX) {
+				too_many = "aliases (*name)";
+				limit = ALIASES_MAX;
+			}
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			depth--;
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = true;
+			break;
+		case YAML_NO_EVENT:
+		case YAML_STREAM_START_EVENT:
+		case YAML_DOCUMENT_START_EVENT:
+		case YAML_DOCUMENT_END_EVENT:
+			break;
+		}
+		if (anchor && ++anchors > ANCHORS_MAX) {
+			too_many = "anchors (&name)";
+			limit = ANCHORS_MAX;
+		}
+		if (nodes > NODES_MAX) {
+			too_many = "values";
+			limit = NODES_MAX;
+		}
+		if (depth > DEPTH_MAX) {
+			snprintf(err, errlen, "%s:%zu:%zu: nested deeper than %d levels", name,
+				 ev.start_mark.line + 1, ev.start_mark.column + 1, DEPTH_MAX);
+			rc = -1;
+		} else if (too_many) {
+			snprintf(err, errlen, "%s:%zu:%zu: more than %zu %s", name,
+				 ev.start_mark.line + 1, ev.start_mark.column + 1, limit, too_many);
+			rc = -1;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&p);
+	return rc;
+}
+
 static void free_parts(struct rules *r)
 {
 	struct arena_block *b = r->arena;
@@ -1666,6 +1761,8 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 		snprintf(err, errlen, "%s: larger than %u bytes", name, RULES_FILE_MAX);
 		return NULL;
 	}
+	if (prescan(buf, len, name, err, errlen) < 0)
+		return NULL;
 	if (!yaml_parser_initialize(&parser)) {
 		snprintf(err, errlen, "%s: out of memory", name);
 		return NULL;

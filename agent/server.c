@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +16,8 @@
 #include "alloc.h"
 #include "conn.h"
 #include "log.h"
+
+static int server_bind(struct server *srv);
 
 void server_config_defaults(struct server_config *cfg)
 {
@@ -79,6 +82,19 @@ int64_t server_now_us(void)
 
 int server_listen(struct server *srv)
 {
+	struct rlimit rl;
+
+	/* Every SPOP connection is a descriptor: take what the hard limit
+	 * allows. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	return server_bind(srv);
+}
+
+static int server_bind(struct server *srv)
+{
 	struct addrinfo hints, *res, *ai;
 	int fd = -1, one = 1, rc;
 
@@ -126,13 +142,29 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 		int one = 1;
 
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE)
-				log_warn("accept: %s", strerror(errno));
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
+				/* The pending connection stays pending and the
+				 * listener stays readable: pause accepting rather
+				 * than spin. */
+				log_warn("accept: %s; pausing accepts for 100 ms", strerror(errno));
+				ev_io_stop(loop, &w->accept_w);
+				/* a one-shot timer must be set again before a restart */
+				ev_timer_set(&w->accept_pause_w, 0.1, 0.);
+				ev_timer_start(loop, &w->accept_pause_w);
+			}
 			return;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		conn_accept(w, fd);
 	}
+}
+
+static void on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = t->data;
+
+	ev_io_start(loop, &w->accept_w);
 }
 
 static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
@@ -161,7 +193,7 @@ static void worker_refresh_rules(struct worker *w)
 
 static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
 {
-	/* the prepare watcher picks up the new rules */
+	worker_refresh_rules(a->data);
 }
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
@@ -204,12 +236,15 @@ int server_start(struct server *srv)
 		ev_io_init(&w->accept_w, on_accept, srv->lfd, EV_READ);
 		w->accept_w.data = w;
 		ev_io_start(w->loop, &w->accept_w);
+		ev_timer_init(&w->accept_pause_w, on_accept_pause, 0.1, 0.);
+		w->accept_pause_w.data = w;
 		ev_async_init(&w->stop_w, on_stop);
 		ev_async_start(w->loop, &w->stop_w);
 		ev_prepare_init(&w->reap_w, on_prepare);
 		w->reap_w.data = w;
 		ev_prepare_start(w->loop, &w->reap_w);
 		ev_async_init(&w->wake_w, on_wake);
+		w->wake_w.data = w;
 		ev_async_start(w->loop, &w->wake_w);
 		w->rules = atomic_load(&srv->rules);
 		ruleset_acquire(w->rules);

@@ -53,6 +53,7 @@ struct worker {
 	pthread_t thread;
 	struct ev_loop *loop;
 	ev_io accept_w;
+	ev_timer accept_pause_w;  /* accepting resumes (after EMFILE) */
 	ev_async stop_w;
 	ev_prepare reap_w;
 	struct conn *reap_list;   /* closed, freed before the loop blocks */

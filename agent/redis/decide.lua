@@ -229,12 +229,24 @@ local function eval_token(v, now, cost, quota, period, burst)
 			xr = xr + n
 		end
 		-- remaining = floor((cap*T - new d) / T) = floor((xq*n + xr) / p)
-		local q1, r1 = muldiv(xq, n, p)
-		local q2 = divmod(r1 + xr, p)
-		if nr > 0 then
-			return true, q1 + q2, 0, nq + 1, fmt('%d+%d', now + nq, nr)
+		local left
+		local x = xq * n + xr
+		if x < TWO52 then
+			left = floor(x / p)
+			local r = x - left * p
+			if r < 0 then
+				left = left - 1
+			elseif r >= p then
+				left = left + 1
+			end
+		else
+			local q1, r1 = muldiv(xq, n, p)
+			left = q1 + (divmod(r1 + xr, p))
 		end
-		return true, q1 + q2, 0, nq, fmt('%d', now + nq)
+		if nr > 0 then
+			return true, left, 0, nq + 1, fmt('%d+%d', now + nq, nr)
+		end
+		return true, left, 0, nq, fmt('%d', now + nq)
 	end
 	-- it passes once d has shrunk by (d + cost*T) - cap*T
 	local yq, yr = nq - tq, nr - tr
@@ -251,13 +263,19 @@ end
 -- Sliding window counter over aligned windows [k*P, (k+1)*P): the estimate
 -- is prev * (P - elapsed) / P + cur; allowed when estimate + cost <= quota.
 local function eval_sliding(v, now, cost, quota, period)
-	local _, e = divmod(now, period)
+	local e = now % period
+	if e < 0 then
+		e = e + period
+	end
 	local ws = now - e
 	local cur, prev = 0, 0
 	if v then
 		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
-		u, c, pv = tonumber(u), tonumber(c), tonumber(pv)
-		if u and u < TWO54 and c and c <= MAX_VALUE and pv and pv <= MAX_VALUE then
+		-- (tonumber of digits is a number: inf when they are too many)
+		if u then
+			u, c, pv = tonumber(u), tonumber(c), tonumber(pv)
+		end
+		if u and u < TWO54 and c <= MAX_VALUE and pv <= MAX_VALUE then
 			local s = u - 2 * period
 			if s >= ws then
 				-- s > ws only when the clock stepped back: keep the counts
@@ -303,15 +321,20 @@ end
 
 -- Fixed window over aligned windows [k*P, (k+1)*P).
 local function eval_fixed(v, now, cost, quota, period)
-	local _, e = divmod(now, period)
+	local e = now % period
+	if e < 0 then
+		e = e + period
+	end
 	local ws = now - e
 	local left = period - e
 	local cnt = 0
 	if v then
 		local u, c = match(v, '^(%d+):(%d+)$')
-		u, c = tonumber(u), tonumber(c)
+		if u then
+			u, c = tonumber(u), tonumber(c)
+		end
 		-- u - P > ws only when the clock stepped back: keep the count
-		if u and u < TWO54 and c and c <= MAX_VALUE and u - period >= ws then
+		if u and u < TWO54 and c <= MAX_VALUE and u - period >= ws then
 			cnt = c
 		end
 	end
@@ -345,7 +368,7 @@ end
 
 -- Returns nil when keys and requests are valid, else a message. Values are
 -- read by position, as run() reads them: an array must have no holes and
--- no element past its end (table.maxn), other keys are never read.
+-- no element past its end (table.maxn); other keys are never read.
 local function validate(keys, reqs)
 	local nkeys = #keys
 	for i = 1, nkeys do
@@ -358,8 +381,9 @@ local function validate(keys, reqs)
 	if not nr or nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
 		return fmt('requests: need an array of 1 to %d requests', MAX_REQS)
 	end
-	-- seen[lid] == i: lid already named by request i
-	local seen = {}
+	-- valid[lid]: a limit found valid, which a limit with the same lid and
+	-- the same values is too; seen[lid] == i: lid named by request i
+	local valid, seen = {}, {}
 	for i = 1, nr do
 		local q = reqs[i]
 		if type(q) ~= 'table' or q[3] == nil or q[4] ~= nil then
@@ -383,30 +407,34 @@ local function validate(keys, reqs)
 				return fmt('request %d limit %d: need [lid, algo, quota, period_us, burst]', i, j)
 			end
 			local lid, algo, quota, period, burst = l[1], l[2], l[3], l[4], l[5]
-			if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
-				return fmt('request %d limit %d: lid must be a string of 1 to %d bytes', i, j, MAX_LID)
+			local v = valid[lid]
+			if not (v and v[2] == algo and v[3] == quota and v[4] == period and v[5] == burst) then
+				if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
+					return fmt('request %d limit %d: lid must be a string of 1 to %d bytes', i, j, MAX_LID)
+				end
+				if algo ~= 0 and algo ~= 1 and algo ~= 2 then
+					return fmt('request %d limit %d: algo must be 0, 1 or 2', i, j)
+				end
+				if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
+					return fmt('request %d limit %d: quota must be an integer in 1..2^47', i, j)
+				end
+				if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
+					return fmt('request %d limit %d: period_us must be an integer in 1..2^47', i, j)
+				end
+				if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
+					return fmt('request %d limit %d: burst must be an integer in 0..2^47', i, j)
+				end
+				-- the bucket's depth in time, burst * period / quota, must stay
+				-- below 2^53 once added to the clock
+				if algo == 0 and burst > quota and burst / quota * period > TWO52 then
+					return fmt('request %d limit %d: burst * period_us / quota exceeds 2^52', i, j)
+				end
+				valid[lid] = l
 			end
 			if seen[lid] == i then
 				return fmt('request %d limit %d: duplicate lid', i, j)
 			end
 			seen[lid] = i
-			if algo ~= 0 and algo ~= 1 and algo ~= 2 then
-				return fmt('request %d limit %d: algo must be 0, 1 or 2', i, j)
-			end
-			if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
-				return fmt('request %d limit %d: quota must be an integer in 1..2^47', i, j)
-			end
-			if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
-				return fmt('request %d limit %d: period_us must be an integer in 1..2^47', i, j)
-			end
-			if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
-				return fmt('request %d limit %d: burst must be an integer in 0..2^47', i, j)
-			end
-			-- the bucket's depth in time, burst * period / quota, must stay
-			-- below 2^53 once added to the clock
-			if algo == 0 and burst > quota and burst / quota * period > TWO52 then
-				return fmt('request %d limit %d: burst * period_us / quota exceeds 2^52', i, j)
-			end
 		end
 	end
 	return nil
@@ -417,15 +445,16 @@ local function now_us()
 	return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Decides every request in order at time now, calling
--- emit(allowed, decider, nlimits, remaining[], retry_after_us[], reset_us[])
--- once per request (the arrays are reused: copy what is kept), and writes
--- the keys once at the end (stale fields deleted, expiry reset).
-local function run(keys, reqs, now, emit)
+-- Decides every request in order at time now and returns the results in
+-- one flat array: now, then per request allowed (1 or 0) and decider, then
+-- remaining, retry_after_us and reset_us per limit. Writes the keys once
+-- at the end (stale fields deleted, expiry reset).
+local function run(keys, reqs, now)
 	-- fields[name]: lid -> value, as read and then as decided in this call;
 	-- needs[name]: lid -> need of each value written, for keys written
 	local fields, needs, written, nw = {}, {}, {}, 0
-	local okv, remv, retv, resv, valv = {}, {}, {}, {}, {}
+	local out, no = { now }, 1
+	local okv, valv = {}, {}
 	for i = 1, #reqs do
 		local q = reqs[i]
 		local name = keys[q[1]]
@@ -441,17 +470,21 @@ local function run(keys, reqs, now, emit)
 		local cost, ls = q[2], q[3]
 		local nl = #ls
 		local all = true
+		-- out[at + 3j - 2 .. at + 3j]: limit j's remaining, retry, reset
+		local at = no + 2
+		local k = at
 		for j = 1, nl do
 			local l = ls[j]
-			local algo, ok, rem, ret, res, val = l[2]
+			local algo, ok, val = l[2]
 			if algo == 0 then
-				ok, rem, ret, res, val = eval_token(f[l[1]], now, cost, l[3], l[4], l[5])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_token(f[l[1]], now, cost, l[3], l[4], l[5])
 			elseif algo == 1 then
-				ok, rem, ret, res, val = eval_sliding(f[l[1]], now, cost, l[3], l[4])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(f[l[1]], now, cost, l[3], l[4])
 			else
-				ok, rem, ret, res, val = eval_fixed(f[l[1]], now, cost, l[3], l[4])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(f[l[1]], now, cost, l[3], l[4])
 			end
-			okv[j], remv[j], retv[j], resv[j], valv[j] = ok, rem, ret, res, val
+			k = k + 3
+			okv[j], valv[j] = ok, val
 			if not ok then
 				all = false
 			end
@@ -466,26 +499,32 @@ local function run(keys, reqs, now, emit)
 				written[nw] = name
 			end
 			best = 1
+			local low = out[at + 1]
 			for j = 1, nl do
 				local lid = ls[j][1]
+				local m = at + 3 * j
 				f[lid] = valv[j]
-				nd[lid] = now + resv[j]
-				if remv[j] < remv[best] then
-					best = j
+				nd[lid] = now + out[m]
+				if out[m - 2] < low then
+					best, low = j, out[m - 2]
 				end
 			end
+			out[no + 1] = 1
 		else
+			local most = -1
 			for j = 1, nl do
-				if not okv[j] and (best == 0 or retv[j] > retv[best]) then
-					best = j
+				if not okv[j] and out[at + 3 * j - 1] > most then
+					best, most = j, out[at + 3 * j - 1]
 				end
 			end
+			out[no + 1] = 0
 		end
-		emit(all, best, nl, remv, retv, resv)
+		out[no + 2] = best
+		no = k
 	end
 	local set, del = {}, {}
-	for k = 1, nw do
-		local name = written[k]
+	for w = 1, nw do
+		local name = written[w]
 		local nd = needs[name]
 		local ns, ndel, last = 0, 0, 0
 		for fld, val in pairs(fields[name]) do
@@ -510,12 +549,14 @@ local function run(keys, reqs, now, emit)
 			rcall('HDEL', name, unpack(del, 1, ndel))
 		end
 		rcall('HSET', name, unpack(set, 1, ns))
-		local ms, r = divmod(last, 1000)
+		-- in whole milliseconds, rounded up
+		local r = last % 1000
 		if r > 0 then
-			ms = ms + 1
+			last = last + 1000 - r
 		end
-		rcall('PEXPIREAT', name, ms)
+		rcall('PEXPIREAT', name, last / 1000)
 	end
+	return out
 end
 -- ==== END CORE ====
 
@@ -539,15 +580,38 @@ end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)
 end
-local results, nres = {}, 0
-local function emit(ok, best, nl, remv, retv, resv)
-	local per = {}
-	for j = 1, nl do
-		per[j] = { remv[j], retv[j], resv[j] }
+local out = run(KEYS, reqs, now_us())
+
+-- The reply, the bytes cmsgpack.pack would make of the nested arrays,
+-- built from pieces without a table per result.
+local pack, char, concat = cmsgpack.pack, string.char, table.concat
+
+-- an array header: fixarray up to 15 elements, else array 16
+local function header(n)
+	if n < 16 then
+		return char(0x90 + n)
 	end
-	nres = nres + 1
-	results[nres] = { ok and 1 or 0, best, per }
+	return char(0xdc, floor(n / 256), n % 256)
 end
-local now = now_us()
-run(KEYS, reqs, now, emit)
-return cmsgpack.pack({ now, results })
+
+local nr = #reqs
+local parts, np = { '\146' .. pack(out[1]) .. header(nr) }, 1
+local k = 1
+for i = 1, nr do
+	local nl = #reqs[i][3]
+	-- allowed (0 or 1) and decider (1..64) are positive fixints
+	if nl < 16 then
+		parts[np + 1] = char(0x93, out[k + 1], out[k + 2], 0x90 + nl)
+	else
+		parts[np + 1] = char(0x93, out[k + 1], out[k + 2], 0xdc, 0, nl)
+	end
+	np = np + 1
+	k = k + 2
+	for _ = 1, nl do
+		parts[np + 1] = '\147'
+		parts[np + 2] = pack(out[k + 1], out[k + 2], out[k + 3])
+		np = np + 2
+		k = k + 3
+	end
+end
+return concat(parts, '', 1, np)

@@ -1,0 +1,432 @@
+"""End to end through the real haproxy with each example of
+haproxy-examples/ as it is (addresses from RL_* variables), its SPOE file
+(with a longer processing timeout, see spoe_copy) and its rules file from
+examples/:
+
+    tiers-map.cfg   spoe-conf/ratelimit-tiers.conf     examples/rules-tiers.yaml
+    jwt.cfg         spoe-conf/ratelimit-jwt.conf       examples/rules-tiers.yaml
+    shedding.cfg    spoe-conf/ratelimit-shedding.conf  examples/rules-shedding.yaml
+"""
+
+import base64
+import hashlib
+import hmac
+import http.server
+import json
+import os
+import re
+import threading
+import time
+
+import harness
+from harness import http_get, wait_for
+
+EXAMPLES = os.path.join(harness.ROOT, "haproxy-examples")
+SPOE_DIR = os.path.join(harness.ROOT, "spoe-conf")
+RULES_DIR = os.path.join(harness.ROOT, "examples")
+
+BAD_LOG_RE = re.compile(r"\d\dZ (error|warning): |disconnect, status|Sanitizer|"
+                        r"runtime error|Assertion|Segmentation|Abort")
+
+# examples/rules-tiers.yaml
+FREE_POLICY = '"free-1m";q=10;w=60, "free-1d";q=100;w=86400'
+PRO_POLICY = '"pro";q=100;w=60'
+ENTERPRISE_POLICY = '"enterprise";q=1000;w=60'
+EXPORT_POLICY = '"export-free";q=2;w=60'
+
+
+def assert_log_clean(agent):
+    bad = [line for line in agent.log().splitlines() if BAD_LOG_RE.search(line)]
+    assert not bad, "agent log has: %r" % bad[:5]
+
+
+def spoe_copy(h, name, timeout="1s"):
+    """The example's SPOE file with a longer `timeout processing`: its 50 ms
+    suit a production agent, not a test machine busy with other work, where
+    a late answer would let a request through unchecked. Nothing else
+    changes."""
+    with open(os.path.join(SPOE_DIR, name)) as f:
+        text = f.read()
+    line = "    timeout processing 50ms\n"
+    assert text.count(line) == 1, "%s: no single %r" % (name, line)
+    path = os.path.join(h.dir, name)
+    with open(path, "w") as f:
+        f.write(text.replace(line, "    timeout processing %s\n" % timeout))
+    return path
+
+
+def start(h, cfg, spoe, rules, backend=None, env=None):
+    """The agent on the example's rules, a backend, haproxy on the example's
+    configuration and SPOE file; returns them once haproxy sees the agent
+    UP."""
+    agent = h.agent("--threads", "2", "-f", os.path.join(RULES_DIR, rules))
+    if backend is None:
+        backend = h.backend()
+    e = {"RL_SPOE_CONF": spoe_copy(h, spoe)}
+    e.update(env or {})
+    hp = h.haproxy(agent.port, backend.port, cfg=os.path.join(EXAMPLES, cfg), env=e)
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    return agent, backend, hp
+
+
+class Bucket:
+    """The expected state of one client's bucket under one rule: the
+    RateLimit header of each answer is checked against what `quota` per
+    `period_s` allows, given the tokens taken so far and the time since the
+    bucket's first request (tokens come back while the test runs, so the
+    values are exact for a fast run and stay right for a slow one)."""
+
+    def __init__(self, rule, policy, name, quota, period_s):
+        self.rule = rule
+        self.policy = policy
+        self.name = name  # the policy item that the RateLimit header names
+        self.quota = quota
+        self.per_us = period_s * 1000000 // quota
+        self.used = 0
+        self.t0 = None
+
+    def request(self, send, status=200):
+        """send() and checks the answer; 200 and 401 take a token, 429
+        does not. Returns the response."""
+        if self.t0 is None:
+            self.t0 = time.monotonic()
+        r = send()
+        assert r.status == status, r
+        if status != 429:
+            self.used += 1
+        elapsed_us = int((time.monotonic() - self.t0) * 1e6) + 1
+        assert r.headers.get("X-RL-Rule") == self.rule, r
+        assert r.headers.get("RateLimit-Policy") == self.policy, r
+        m = re.fullmatch(r'"([^"]+)";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
+        assert m and m.group(1) == self.name, r
+        remaining, reset = int(m.group(2)), int(m.group(3))
+        lo = self.quota - self.used
+        hi = min(self.quota, lo + elapsed_us // self.per_us)
+        assert lo <= remaining <= hi, (r, lo, hi)
+        debt = self.used * self.per_us  # refill time missing at the start
+        t_hi = -(-debt // 1000000)
+        t_lo = max(0, -(-(debt - elapsed_us) // 1000000))
+        assert t_lo <= reset <= t_hi, (r, t_lo, t_hi)
+        if status == 200:
+            assert r.body == b"ok\n", r
+            assert r.headers.get("Retry-After") is None, r
+        elif status == 429:
+            retry = int(r.headers.get("Retry-After", "-1"))
+            assert -(-(self.per_us - elapsed_us) // 1000000) <= retry <= \
+                -(-self.per_us // 1000000), (r, elapsed_us)
+            assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry}, r
+        return r
+
+
+def free():
+    # The minute limit is the tighter one: it names the RateLimit header.
+    return Bucket("free", FREE_POLICY, "free-1m", 10, 60)
+
+
+def pro():
+    return Bucket("pro", PRO_POLICY, "pro", 100, 60)
+
+
+def enterprise():
+    return Bucket("enterprise", ENTERPRISE_POLICY, "enterprise", 1000, 60)
+
+
+def use_free_tier(send):
+    """Ten requests pass, the eleventh is refused."""
+    b = free()
+    for _ in range(10):
+        b.request(send)
+    b.request(send, 429)
+    return b
+
+
+# ---- tiers-map.cfg -------------------------------------------------------------------
+
+def key_get(hp, key=None, path="/"):
+    return http_get(hp.port, path, headers={"X-Api-Key": key} if key is not None else {})
+
+
+def test_tiers_map(h):
+    agent, backend, hp = start(h, "tiers-map.cfg", "ratelimit-tiers.conf", "rules-tiers.yaml",
+                               env={"RL_TIERS_MAP": os.path.join(EXAMPLES, "tiers.map")})
+    # A key missing from the map: map(...,free), the free tier.
+    use_free_tier(lambda: key_get(hp, "not-in-the-map"))
+    # A pro key of the map passes the same eleven requests, and more.
+    p = pro()
+    for _ in range(12):
+        p.request(lambda: key_get(hp, "pro-key-1111"))
+    # Keys are buckets of their own, whatever their tier.
+    pro().request(lambda: key_get(hp, "pro-key-2222"))
+    enterprise().request(lambda: key_get(hp, "ent-key-3333"))
+    free().request(lambda: key_get(hp, "other-free-key"))
+    # Map keys match whole and exactly: a prefix of a pro key is free.
+    free().request(lambda: key_get(hp, "pro-key-111"))
+    # No key: no tier argument (the rules' default tier); the address is
+    # the client.
+    free().request(lambda: key_get(hp))
+    # The endpoint of the free tier only: exports, 2 per minute.
+    ex = Bucket("export-free", EXPORT_POLICY, "export-free", 2, 60)
+    ex.request(lambda: key_get(hp, "exporter", "/api/export/all"))
+    ex.request(lambda: key_get(hp, "exporter", "/api/export"))
+    ex.request(lambda: key_get(hp, "exporter", "/api/export/all"), 429)
+    # A bucket of its own: the key's tier limits are untouched, and
+    # /api/exports is not below /api/export.
+    f = free()
+    f.request(lambda: key_get(hp, "exporter"))
+    f.request(lambda: key_get(hp, "exporter", "/api/exports"))
+    # A pro key on the same path keeps its tier's limits.
+    p.request(lambda: key_get(hp, "pro-key-1111", "/api/export/all"))
+    # Requests refused never reach the application.
+    assert backend.count == 10 + 12 + 5 + 2 + 2 + 1, backend.count
+    assert_log_clean(agent)
+
+
+# ---- jwt.cfg -------------------------------------------------------------------------
+
+JWT_SECRET = "e2e-secret-0123456789"
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def jwt(claims, secret=JWT_SECRET, alg="HS256", exp_in=3600):
+    """An HS256 token signed with secret; exp is now + exp_in unless the
+    claims set it (None: no exp claim)."""
+    claims = dict(claims)
+    if exp_in is not None and "exp" not in claims:
+        claims["exp"] = int(time.time()) + exp_in
+    head = b64url(json.dumps({"alg": alg, "typ": "JWT"}).encode())
+    body = b64url(json.dumps(claims).encode())
+    signing_input = ("%s.%s" % (head, body)).encode()
+    sig = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+    return "%s.%s.%s" % (head, body, b64url(sig) if alg == "HS256" else "")
+
+
+def bearer_get(hp, token=None, path="/"):
+    headers = {"Authorization": "Bearer " + token} if token is not None else {}
+    return http_get(hp.port, path, headers=headers)
+
+
+def assert_unauthorized(r):
+    assert r.status == 401, r
+    assert json.loads(r.body) == {"error": "invalid_token"}, r
+    assert r.headers.get("WWW-Authenticate") == 'Bearer error="invalid_token"', r
+
+
+def test_jwt(h):
+    agent, backend, hp = start(h, "jwt.cfg", "ratelimit-jwt.conf", "rules-tiers.yaml",
+                               env={"RL_JWT_SECRET": JWT_SECRET})
+    bob = jwt({"sub": "bob", "plan": "free"})
+    alice = jwt({"sub": "alice", "plan": "pro"})
+    # bob's bucket: ten pass, the eleventh is refused.
+    b = use_free_tier(lambda: bearer_get(hp, bob))
+    # alice, on the same address: her own bucket, her plan's limits.
+    a = pro()
+    for _ in range(12):
+        a.request(lambda: bearer_get(hp, alice))
+    # Another free user is not bob; another token of bob is still bob.
+    free().request(lambda: bearer_get(hp, jwt({"sub": "carol", "plan": "free"})))
+    b.request(lambda: bearer_get(hp, jwt({"sub": "bob", "plan": "free"}, exp_in=7200)), 429)
+    # The plan claim picks the tier; an unknown or missing plan is free.
+    enterprise().request(lambda: bearer_get(hp, jwt({"sub": "dave", "plan": "enterprise"})))
+    free().request(lambda: bearer_get(hp, jwt({"sub": "erin", "plan": "gold"})))
+    free().request(lambda: bearer_get(hp, jwt({"sub": "frank"})))
+    # A token signed with another secret, an expired one, an unsigned one,
+    # one without exp: 401, counted against the client address.
+    ip = free()
+    forged = jwt({"sub": "alice", "plan": "enterprise"}, secret="not-the-secret")
+    for token in (forged,
+                  jwt({"sub": "alice", "plan": "pro"}, exp_in=-10),
+                  jwt({"sub": "alice", "plan": "pro"}, alg="none"),
+                  jwt({"sub": "alice", "plan": "pro"}, exp_in=None)):
+        assert_unauthorized(ip.request(lambda: bearer_get(hp, token), 401))
+    # Without a token the address is the client: the same bucket.
+    for _ in range(6):
+        ip.request(lambda: bearer_get(hp))
+    ip.request(lambda: bearer_get(hp), 429)
+    # The address refused, a forged token meets the limit first.
+    ip.request(lambda: bearer_get(hp, forged), 429)
+    # Users keep their own buckets.
+    a.request(lambda: bearer_get(hp, alice))
+    # Refused requests (429 and 401) never reach the application.
+    assert backend.count == 10 + 12 + 1 + 3 + 6 + 1, backend.count
+    assert_log_clean(agent)
+
+
+# ---- shedding.cfg ------------------------------------------------------------------------
+
+class HoldingBackend:
+    """An HTTP server that answers 200 "ok\\n" at once, except requests with
+    an X-Hold header, which it holds until release() (at most 15 s): they
+    keep a connection of haproxy's backend busy."""
+
+    def __init__(self):
+        self.count = 0
+        self.held = 0
+        self.seen = []
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self):
+                hold = self.headers.get("X-Hold") is not None
+                with backend.lock:
+                    backend.count += 1
+                    backend.seen.append((self.command, self.path, hold))
+                    if hold:
+                        backend.held += 1
+                if hold:
+                    backend.gate.wait(15)
+                    with backend.lock:
+                        backend.held -= 1
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                body = b"ok\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 64
+
+            def handle_error(self, request, client_address):
+                pass
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def release(self):
+        self.gate.set()
+
+    def stop(self):
+        self.gate.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def app_busy(hp):
+    """Connections of backend app in use, as be_conn counts them."""
+    for row in hp.stats():
+        if row.get("pxname") == "app" and row.get("svname") == "BACKEND":
+            return int(row["scur"])
+    raise AssertionError("no stats for backend app")
+
+
+def test_shedding(h):
+    backend = HoldingBackend()
+    h.backends.append(backend)  # stopped by the harness whatever happens
+    agent, backend, hp = start(h, "shedding.cfg", "ratelimit-shedding.conf",
+                               "rules-shedding.yaml", backend=backend)
+    holders = []
+    results = []
+
+    def hold_one():
+        # A payment (P0): never shed, so the filling never fails.
+        r = http_get(hp.port, "/api/payments/slow", method="POST",
+                     headers={"X-Hold": "1", "Content-Length": "0"}, timeout=20)
+        with backend.lock:
+            results.append(r)
+
+    def fill_to(n):
+        while len(holders) < n:
+            t = threading.Thread(target=hold_one, daemon=True)
+            t.start()
+            holders.append(t)
+        wait_for(lambda: backend.held == n, 5, "%d requests held by the backend" % n)
+        # haproxy's count, with the requests of the checks gone.
+        wait_for(lambda: app_busy(hp) == n, 5, "be_conn(app) == %d" % n)
+
+    def send(priority, path="/", method="GET", test=False):
+        headers = {"X-Test": "1"} if test else {}
+        if method == "POST":
+            headers["Content-Length"] = "0"
+        r = http_get(hp.port, path, method=method, headers=headers)
+        assert r.headers.get("X-RL-Priority") == str(priority), r
+        return r
+
+    def passes(priority, **kw):
+        r = send(priority, **kw)
+        assert r.status == 200, r
+        assert r.body == b"ok\n", r
+        assert r.headers.get("X-RL-Reason") == "ok", r
+        assert r.headers.get("RateLimit-Policy") == '"default";q=600;w=60', r
+        # the request leaves its connection before the next check
+        wait_for(lambda: app_busy(hp) == len(holders), 5, "be_conn(app) back to the held")
+
+    def shed(priority, **kw):
+        before = backend.count
+        r = send(priority, **kw)
+        assert r.status == 503, r
+        assert r.headers.get("Retry-After") == "2", r
+        assert r.headers.get("X-RL-Reason") == "shed", r
+        assert json.loads(r.body) == {"error": "unavailable", "reason": "shed",
+                                      "retry_after": 2}, r
+        assert backend.count == before, "a shed request reached the application"
+
+    try:
+        # Idle: every priority passes, test traffic too.
+        passes(3, test=True)
+        passes(2)
+        passes(1, method="POST")
+        passes(0, path="/api/payments")
+        # 7 of the 10 connections busy, load 70%: P3 is shed, and only P3.
+        fill_to(7)
+        shed(3, test=True)
+        shed(3, method="POST", test=True)
+        passes(2)
+        passes(1, method="POST")
+        passes(0, path="/api/payments", test=True)
+        # 80%: P2 too.
+        fill_to(8)
+        shed(3, test=True)
+        shed(2)
+        passes(1, method="POST")
+        passes(0, path="/api/payments")
+        # 90%: P1 too; payments still pass.
+        fill_to(9)
+        shed(2)
+        shed(1, method="POST")
+        passes(0, path="/api/payments", method="POST")
+        # 100%: a payment is not shed; it waits in haproxy's queue for a
+        # connection and is served when one frees up.
+        fill_to(10)
+        shed(1, method="POST")
+        queued = []
+        t = threading.Thread(target=lambda: queued.append(
+            http_get(hp.port, "/api/payments", headers={"X-Test": "1"}, timeout=20)),
+            daemon=True)
+        t.start()
+        time.sleep(0.5)
+        assert not queued, queued
+        assert backend.count == 4 + 10 + 3 + 2 + 1, backend.count
+    finally:
+        backend.release()
+    t.join(20)
+    assert len(queued) == 1, "the queued payment got no answer"
+    r = queued[0]
+    assert r.status == 200, r
+    assert r.headers.get("X-RL-Priority") == "0", r
+    for t in holders:
+        t.join(20)
+    assert len(results) == 10 and all(r.status == 200 for r in results), results
+    assert all(r.headers.get("X-RL-Priority") == "0" for r in results), results
+    assert backend.count == 4 + 10 + 3 + 2 + 1 + 1, backend.count
+    assert_log_clean(agent)
