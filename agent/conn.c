@@ -453,7 +453,9 @@ static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor
 	int decider;
 
 	decide_prepare(w->rules, args, nargs, worker_rand(w), &q);
-	if (q.shed) {
+	/* Shed in earnest: no token taken. Shed in shadow mode: the limits
+	 * still decide, and the answer says it would have been shed. */
+	if (q.shed && !q.shed_shadow) {
 		decide_shed(&q, d);
 		return 1;
 	}

@@ -179,14 +179,26 @@ void decide_shed(const struct decide_query *q, struct decide_decision *d)
 		d->retry_after = 1;
 }
 
+/* A query shed in shadow mode went on to its limits: when they let it
+ * through, the answer still says it would have been shed. */
+static void shadow_shed(const struct decide_query *q, struct decide_decision *d)
+{
+	if (q->shed && q->shed_shadow && d->status == 0 && !d->shadow) {
+		d->shadow = true;
+		d->reason = DECIDE_SHED;
+	}
+}
+
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
 	const struct limit_result *r;
 
 	base(q, d);
-	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits)
+	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits) {
+		shadow_shed(q, d);
 		return;
+	}
 	r = &res[decider];
 	d->counted = true;
 	d->limit = (int64_t)r->limit;
@@ -207,6 +219,7 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit),
 			   q->rs->rule[q->rule->index].pname[decider], (uint64_t)d->remaining,
 			   d->reset);
+	shadow_shed(q, d);
 }
 
 void decide_degraded(const struct decide_query *q, struct decide_decision *d)
@@ -224,6 +237,7 @@ void decide_degraded(const struct decide_query *q, struct decide_decision *d)
 		d->status = 503;
 		d->retry_after = 1;
 	}
+	shadow_shed(q, d);
 }
 
 void decide_local(const struct decide_query *q, struct memstore *mem, int64_t now_us,

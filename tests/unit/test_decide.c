@@ -317,6 +317,38 @@ static void test_shadow(void **state)
 	ruleset_release(rs);
 }
 
+static void test_shedding_in_shadow_mode(void **state)
+{
+	struct ruleset *rs = load("limits: [5/1m]\nshedding: { thresholds: { 3: 70% }, shadow: true }\n"
+				  "priorities: { default: 3 }");
+	struct decide_query q;
+	struct decide_decision d;
+	struct args a;
+	struct limit_result ok = { .allowed = true, .limit = 5, .remaining = 4, .reset_us = 12000000 };
+	struct limit_result no = { .allowed = false, .limit = 5, .remaining = 0,
+				   .retry_after_us = 12000000, .reset_us = 60000000 };
+
+	(void)state;
+	args_init(&a);
+	args_add(&a, "be_in_use", spop_int64(9));
+	args_add(&a, "be_free", spop_int64(1));
+	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	assert_true(q.shed);
+	assert_true(q.shed_shadow);
+	/* the limits still decide; an allowed request says it would be shed */
+	decide_result(&q, &ok, 0, &d);
+	assert_int_equal(d.status, 0);
+	assert_true(d.shadow);
+	assert_string_equal(decide_reason_str(d.reason), "shed");
+	assert_int_equal(d.remaining, 4);
+	/* a refused one is refused: shedding's shadow mode is not the limits' */
+	decide_result(&q, &no, 0, &d);
+	assert_int_equal(d.status, 429);
+	assert_false(d.shadow);
+	assert_string_equal(decide_reason_str(d.reason), "limited");
+	ruleset_release(rs);
+}
+
 static void test_tiers_and_endpoints(void **state)
 {
 	struct ruleset *rs = load(
@@ -440,6 +472,7 @@ int main(void)
 		cmocka_unit_test(test_degraded_policies),
 		cmocka_unit_test(test_shedding),
 		cmocka_unit_test(test_shadow),
+		cmocka_unit_test(test_shedding_in_shadow_mode),
 		cmocka_unit_test(test_tiers_and_endpoints),
 		cmocka_unit_test(test_actions_encoding),
 	};

@@ -28,7 +28,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 121
+#define ERR_FIXTURES 124
 
 static char err[1024];
 
@@ -687,6 +687,102 @@ static void test_caps(void **unused)
 	free(y);
 }
 
+/* head followed by n copies of unit. */
+static char *times(const char *head, const char *unit, int n)
+{
+	size_t hl = strlen(head), ul = strlen(unit);
+	char *s = malloc(hl + (size_t)n * ul + 64);
+
+	assert_non_null(s);
+	memcpy(s, head, hl);
+	for (int i = 0; i < n; i++)
+		memcpy(s + hl + (size_t)i * ul, unit, ul);
+	s[hl + (size_t)n * ul] = '\0';
+	return s;
+}
+
+/* What would make libyaml slow is refused before the document is built:
+ * deep nesting, many anchors, many aliases, many values. */
+static void test_prescan_caps(void **unused)
+{
+	char *y;
+	struct rules *r;
+
+	/* 32 levels pass the scan (the schema then refuses them). */
+	y = times("x: ", "[", 31);
+	for (int i = 0; i < 31; i++)
+		strcat(y, "]");
+	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
+		   "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
+		   "priorities, shedding)");
+	free(y);
+	y = times("x: ", "{a: ", 32);
+	load_fails(y, "t.yaml:1:128: nested deeper than 32 levels");
+	free(y);
+
+	/* 256 anchors and 4096 aliases are fine. */
+	y = repeat("identity: [", "&a%d a%d, ", 256);
+	strcat(y, "z]\n");
+	load_fails(y, "t.yaml:1:11: identity: more than 8 arguments");
+	free(y);
+	y = repeat("identity: [", "&a%d a%d, ", 257);
+	strcat(y, "z]\n");
+	load_fails(y, "t.yaml:1:2864: more than 256 anchors (&name)");
+	free(y);
+	y = times("tiers: { t: { limits: &l [] } }\npriorities: { classes: [", "*l, ", 4096);
+	strcat(y, "] }\n");
+	load_fails(y, "t.yaml:2:24: priorities.classes: more than 256 classes");
+	free(y);
+	y = times("tiers: { t: { limits: &l [] } }\npriorities: { classes: [", "*l, ", 4097);
+	strcat(y, "] }\n");
+	load_fails(y, "t.yaml:2:16409: more than 4096 aliases (*name)");
+	free(y);
+
+	/* 200000 values: the root mapping, the key, the list and its items. */
+	y = times("identity: [", "a,", 199997);
+	strcat(y, "]\n");
+	load_fails(y, "t.yaml:1:11: identity: more than 8 arguments");
+	free(y);
+	y = times("identity: [", "a,", 199998);
+	strcat(y, "]\n");
+	load_fails(y, "t.yaml:1:400006: more than 200000 values");
+	free(y);
+
+	/* Aliases resolve to the shared node (see also valid-anchors.yaml). */
+	r = load("tiers:\n  default: a\n  a: &t { limits: [\"1/1s\"], cost: 2 }\n  b: *t\n");
+	assert_int_equal(rules_find(r, "b")->cost, 2);
+	rules_free(r);
+	load_fails("tiers: *t\n", "t.yaml:1:8: YAML: found undefined alias");
+}
+
+/* The top-level limits: of a file without tiers are those of the
+ * built-in rule "default". */
+static void test_top_level_limits(void **unused)
+{
+	struct rules *r;
+	struct rules_args a;
+
+	r = load("limits: [\"5/1s\", { rate: \"50/1m\", algorithm: fixed }]\n"
+		 "endpoints: [ { name: e, match: { path: /e }, limits: [\"1/1s\"] } ]\n");
+	assert_int_equal(rules_count(r), 2);
+	assert_string_equal(rules_default_tier(r)->name, "default");
+	assert_int_equal(rules_default_tier(r)->kind, RULES_KIND_DEFAULT);
+	assert_int_equal(rules_default_tier(r)->nlimits, 2);
+	check_limit(rules_default_tier(r), 0, 5, S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(rules_default_tier(r), 1, 50, 60 * S, 0, LIMIT_FIXED_WINDOW);
+	req(&a, "GET", "/", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	req(&a, "GET", "/e", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "e");
+	rules_free(r);
+	r = load("limits: []");
+	assert_int_equal(rules_default_tier(r)->nlimits, 0);
+	rules_free(r);
+	load_fails("limits: 5/1s", "t.yaml:1:9: limits: expected a list of limits, got \"5/1s\"");
+	load_fails("limits: [\"5/1s\", \"6/1s\"]",
+		   "t.yaml:1:18: limits[1]: a limit of period 1s is already in this rule (limits[0])");
+}
+
 /* Every allocation failure gives "out of memory", leaks nothing (under
  * ASan) and the same load then succeeds. */
 static void test_out_of_memory(void **unused)
@@ -1339,6 +1435,8 @@ int main(void)
 		cmocka_unit_test(test_file_errors),
 		cmocka_unit_test(test_buffer_errors),
 		cmocka_unit_test(test_caps),
+		cmocka_unit_test(test_prescan_caps),
+		cmocka_unit_test(test_top_level_limits),
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test(test_password_env),
 		cmocka_unit_test(test_settings_values),
