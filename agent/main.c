@@ -83,7 +83,7 @@ static int split_addr(const char *s, char *host, size_t hcap, char *port, size_t
 	host[hlen] = '\0';
 	colon++;
 	if (*colon == '\0' || strlen(colon) >= pcap ||
-	    strspn(colon, "0123456789") != strlen(colon) || atoi(colon) < 1 ||
+	    strspn(colon, "0123456789") != strlen(colon) || atoi(colon) < 0 ||
 	    atoi(colon) > 65535)
 		return -1;
 	snprintf(port, pcap, "%s", colon);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -126,7 +127,25 @@ static int server_bind(struct server *srv)
 		return -1;
 	}
 	srv->lfd = fd;
-	log_info("listening on %s:%s", srv->cfg.host, srv->cfg.port);
+	{
+		/* With port 0 the kernel picks one: say which, so a supervisor
+		 * (or a test) can read it from the log. */
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char port[16];
+
+		snprintf(port, sizeof(port), "%s", srv->cfg.port);
+		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+			if (ss.ss_family == AF_INET)
+				snprintf(port, sizeof(port), "%u",
+					 ntohs(((struct sockaddr_in *)&ss)->sin_port));
+			else if (ss.ss_family == AF_INET6)
+				snprintf(port, sizeof(port), "%u",
+					 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
+		}
+		log_info("listening on %s%s%s:%s", strchr(srv->cfg.host, ':') ? "[" : "",
+			 srv->cfg.host, strchr(srv->cfg.host, ':') ? "]" : "", port);
+	}
 	return 0;
 }
 

@@ -417,28 +417,24 @@ local function now_us()
 	local t = rcall('TIME')
 	return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-
 -- Decides every request in order at time now and returns the results in
 -- one flat array: now, then per request allowed (1 or 0) and decider, then
 -- remaining, retry_after_us and reset_us per limit. Writes the keys once
 -- at the end (stale fields deleted, expiry reset).
 local function run(keys, reqs, now)
-	-- fields[name]: lid -> value, as read and then as decided in this call;
-	-- needs[name]: lid -> need of each value written, for keys written
-	local fields, needs, written, nw = {}, {}, {}, 0
+	-- hash[name]: the key's fields as HGETALL gives them, {lid, value, ...},
+	-- then as decided in this call (a few fields: a scan beats a table);
+	-- need[value]: the need of each value written (a function of the value)
+	local hash, need, written, nw = {}, {}, {}, 0
 	local out, no = { now }, 1
-	local okv, valv = {}, {}
+	local okv, valv, posv = {}, {}, {}
 	for i = 1, #reqs do
 		local q = reqs[i]
 		local name = keys[q[1]]
-		local f = fields[name]
-		if not f then
-			local flat = rcall('HGETALL', name)
-			f = {}
-			for j = 1, #flat, 2 do
-				f[flat[j]] = flat[j + 1]
-			end
-			fields[name] = f
+		local h = hash[name]
+		if not h then
+			h = rcall('HGETALL', name)
+			hash[name] = h
 		end
 		local cost, ls = q[2], q[3]
 		local nl = #ls
@@ -448,36 +444,46 @@ local function run(keys, reqs, now)
 		local k = at
 		for j = 1, nl do
 			local l = ls[j]
-			local algo, ok, val = l[2]
+			local lid, algo = l[1], l[2]
+			local p = 1
+			while h[p] and h[p] ~= lid do
+				p = p + 2
+			end
+			local ok, val
 			if algo == 0 then
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_token(f[l[1]], now, cost, l[3], l[4], l[5])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_token(h[p + 1], now, cost, l[3], l[4], l[5])
 			elseif algo == 1 then
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(f[l[1]], now, cost, l[3], l[4])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(h[p + 1], now, cost, l[3], l[4])
 			else
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(f[l[1]], now, cost, l[3], l[4])
+				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(h[p + 1], now, cost, l[3], l[4])
 			end
 			k = k + 3
-			okv[j], valv[j] = ok, val
+			okv[j], valv[j], posv[j] = ok, val, p
 			if not ok then
 				all = false
 			end
 		end
 		local best = 0
 		if all then
-			local nd = needs[name]
-			if not nd then
-				nd = {}
-				needs[name] = nd
+			if not written[name] then
+				written[name] = true
 				nw = nw + 1
 				written[nw] = name
 			end
 			best = 1
 			local low = out[at + 1]
 			for j = 1, nl do
-				local lid = ls[j][1]
-				local m = at + 3 * j
-				f[lid] = valv[j]
-				nd[lid] = now + out[m]
+				local p, val, m = posv[j], valv[j], at + 3 * j
+				-- a field new to the key goes at its end (where p points,
+				-- unless another new field of this request took it)
+				if h[p] == nil then
+					h[p] = ls[j][1]
+				elseif h[p] ~= ls[j][1] then
+					p = #h + 1
+					h[p] = ls[j][1]
+				end
+				h[p + 1] = val
+				need[val] = now + out[m]
 				if out[m - 2] < low then
 					best, low = j, out[m - 2]
 				end
@@ -498,11 +504,13 @@ local function run(keys, reqs, now)
 	local set, del = {}, {}
 	for w = 1, nw do
 		local name = written[w]
-		local nd = needs[name]
+		local h = hash[name]
 		local ns, ndel, last = 0, 0, 0
-		for fld, val in pairs(fields[name]) do
-			local u = nd[fld]
+		for p = 1, #h, 2 do
+			local fld, val = h[p], h[p + 1]
+			local u = need[val]
 			if u then
+				-- written (or equal to a value written: the same need)
 				set[ns + 1] = fld
 				set[ns + 2] = val
 				ns = ns + 2

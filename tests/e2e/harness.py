@@ -141,17 +141,23 @@ class Proc:
 
 
 class Agent(Proc):
+    """The agent on a port the kernel picks (--listen 127.0.0.1:0), read back
+    from its log: no window in which another process can take the port."""
+
+    LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+
     def __init__(self, h, args, name):
-        self.port = free_port()
         binary = os.path.join(BUILD, "spoa-ratelimit")
         if not os.access(binary, os.X_OK):
             raise RuntimeError("%s is missing: build it with `make agent`" % binary)
-        argv = [binary, "--listen", "127.0.0.1:%d" % self.port] + list(args)
+        argv = [binary, "--listen", "127.0.0.1:0"] + list(args)
         super().__init__(name, argv, os.path.join(h.dir, name + ".log"))
-        # The agent says when it listens; the port check covers an agent
-        # that says it in other words.
-        wait_for(lambda: "listening on" in self.log() or not self.alive(), 10,
+        wait_for(lambda: self.LISTEN_RE.search(self.log()) or not self.alive(), 10,
                  "%s to log 'listening on'" % name)
+        m = self.LISTEN_RE.search(self.log())
+        if not m:
+            raise AssertionError("%s did not start:\n%s" % (name, self.log()))
+        self.port = int(m.group(1))
         wait_port(self.port, 5, self.popen)
 
 
