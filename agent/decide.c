@@ -98,15 +98,38 @@ void ruleset_release(struct ruleset *rs)
 
 /* ---- decisions ---------------------------------------------------------------- */
 
+void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
+		const char *rule, uint8_t key[IDENTITY_KEY_LEN])
+{
+	/* kind \0 value \0 rule: each rule of a client has its own key */
+	uint8_t buf[RULES_NAME_MAX + 512 + RULES_NAME_MAX + 2];
+	size_t n, klen = strlen(kind), rlen = strlen(rule);
+
+	if (klen > RULES_NAME_MAX)
+		klen = RULES_NAME_MAX;
+	if (vlen > 512)
+		vlen = 512;
+	if (rlen > RULES_NAME_MAX)
+		rlen = RULES_NAME_MAX;
+	memcpy(buf, kind, klen);
+	n = klen;
+	buf[n++] = '\0';
+	memcpy(buf + n, value, vlen);
+	n += vlen;
+	buf[n++] = '\0';
+	memcpy(buf + n, rule, rlen);
+	n += rlen;
+	siphash128(rs->secret, buf, n, key);
+}
+
 void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q)
 {
 	struct rules_args a;
 	struct rules_verdict v;
 	const struct rules_names *ids = rules_identity(rs->rules);
-	/* kind \0 value \0 rule: each rule of a client has its own key */
-	uint8_t buf[RULES_NAME_MAX + 512 + RULES_NAME_MAX + 2];
-	size_t n = 0, klen, tlen, rlen;
+	char text[512];
+	size_t tlen;
 	const char *kind;
 
 	a.n = 0;
@@ -129,19 +152,9 @@ void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
 
 	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
 	q->identity = kind;
-	klen = strlen(kind);
-	memcpy(buf, kind, klen);
-	n = klen;
-	buf[n++] = '\0';
-	tlen = v.identity >= 0 && v.identity_val
-		       ? identity_text(v.identity_val, (char *)buf + n, 512)
-		       : 0;
-	n += tlen;
-	buf[n++] = '\0';
-	rlen = strlen(v.rule->name);
-	memcpy(buf + n, v.rule->name, rlen);
-	n += rlen;
-	siphash128(rs->secret, buf, n, q->key);
+	tlen = v.identity >= 0 && v.identity_val ? identity_text(v.identity_val, text, sizeof(text))
+						 : 0;
+	decide_key(rs, kind, text, tlen, v.rule->name, q->key);
 	identity_hex(q->key, q->key_hex);
 }
 

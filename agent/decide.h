@@ -97,6 +97,10 @@ struct decide_decision {
 	bool counted;          /* remaining and reset are known */
 };
 
+/* The key of one rule of a client: SipHash of "kind\0value\0rule". */
+void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
+		const char *rule, uint8_t key[IDENTITY_KEY_LEN]);
+
 /* Builds the query for one check-rate message from its KV arguments (a
  * cursor from spop_msg_next, already validated). `rnd` is a uniform random
  * number for probabilistic shedding. The query points into rs and into the

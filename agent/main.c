@@ -48,6 +48,7 @@ static void usage(FILE *out)
 		"      --max-conns N         connections per worker (default 10000)\n"
 		"      --mem-max-keys N      client limits kept in memory (default 1000000)\n"
 		"      --metrics ADDR:PORT   serve Prometheus metrics at /metrics\n"
+		"      --admin               also serve /admin/client and /admin/reset there\n"
 		"      --check               validate the options and rules, then exit\n"
 		"  -v, --verbose             more logs (repeat for debug)\n"
 		"  -q, --quiet               errors and warnings only\n"
@@ -133,6 +134,7 @@ enum {
 	OPT_REDIS_ENCODING,
 	OPT_NO_CACHE,
 	OPT_METRICS,
+	OPT_ADMIN,
 };
 
 /* What the command line said, before the rules file is read. */
@@ -307,6 +309,7 @@ int main(int argc, char **argv)
 		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "admin", no_argument, NULL, OPT_ADMIN },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -458,6 +461,9 @@ int main(int argc, char **argv)
 				BAD("--metrics: expected ADDR:PORT, got '%s'", optarg);
 			cli.use_metrics = 1;
 			break;
+		case OPT_ADMIN:
+			srv.admin = 1;
+			break;
 		case OPT_CHECK:
 			cli.check = 1;
 			break;
@@ -480,6 +486,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		BAD("unexpected argument '%s'", argv[optind]);
+	if (srv.admin && !cli.use_metrics)
+		BAD("--admin serves on the --metrics listener: give --metrics ADDR:PORT");
 	if (cli.rules_path && (cli.nlimits || cli.burst || cli.identity || cli.cost_arg))
 		BAD("--limit, --burst, --identity and --cost-arg describe the rules of the "
 		    "command line; with -f, write them in the rules file");

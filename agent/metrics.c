@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "alloc.h"
 #include "log.h"
 #include "server.h"
@@ -245,6 +246,19 @@ static void on_client(struct ev_loop *loop, ev_io *io, int revents)
 		else
 			respond(c, "500 Internal Server Error", "text/plain", "", 0);
 		xfree(body);
+	} else if (c->m->srv->admin && (strncmp(c->req, "GET /admin/", 11) == 0 ||
+					 strncmp(c->req, "POST /admin/", 12) == 0)) {
+		char method[8], target[1024], *out = xmalloc(65536);
+		const char *status = "500 Internal Server Error";
+		int alen = -1;
+
+		if (out && sscanf(c->req, "%7s %1023s", method, target) == 2)
+			alen = admin_handle(c->m->srv, method, target, out, 65536, &status);
+		if (alen >= 0)
+			respond(c, status, "application/json", out, (size_t)alen);
+		else
+			respond(c, "500 Internal Server Error", "text/plain", "", 0);
+		xfree(out);
 	} else if (strncmp(c->req, "GET /healthz ", 13) == 0) {
 		respond(c, "200 OK", "text/plain", "ok\n", 3);
 	} else {

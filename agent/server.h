@@ -86,6 +86,8 @@ struct server {
 	_Atomic(struct ruleset *) rules;  /* current; the server holds a reference */
 	struct retired *retired;
 	counter_t reloads;                /* rules reloaded (SIGHUP) */
+	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
+	int admin;                        /* /admin/ endpoints served */
 	counter_t reload_failures;        /* SIGHUP with an invalid file */
 	struct memstore *mem;
 	const struct redis_config *redis; /* NULL: in-memory store */

@@ -59,6 +59,7 @@ struct rbatch {
 struct refusal {
 	uint8_t key[IDENTITY_KEY_LEN];
 	const struct limit_spec *limits;
+	uint64_t epoch;      /* admin resets so far; a later reset voids it */
 	uint32_t cost;
 	int64_t until;
 	int64_t full_at;
@@ -196,6 +197,7 @@ static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t
 	struct limit_result res[DECIDE_MAX_LIMITS];
 
 	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
+	    e->epoch != atomic_load_explicit(&rs->w->srv->reset_epoch, memory_order_relaxed) ||
 	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
 		return 0;
 	memset(&res[e->decider], 0, sizeof(res[0]));
@@ -231,6 +233,7 @@ static void cache_store(struct rstore *rs, const struct rq *r, int decider,
 	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
 	e->limits = r->q.limits;
 	e->cost = r->q.cost;
+	e->epoch = atomic_load_explicit(&rs->w->srv->reset_epoch, memory_order_relaxed);
 	e->decider = decider;
 	e->until = sent + res[decider].retry_after_us;
 	e->full_at = sent + res[decider].reset_us;

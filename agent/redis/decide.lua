@@ -366,6 +366,36 @@ local function need_until(v)
 	return num
 end
 
+-- Returns nil when l is a valid limit, else what is wrong with it.
+local function limit_error(l)
+	if type(l) ~= 'table' or l[5] == nil or l[6] ~= nil then
+		return 'need [lid, algo, quota, period_us, burst]'
+	end
+	local lid, algo, quota, period, burst = l[1], l[2], l[3], l[4], l[5]
+	if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
+		return fmt('lid must be a string of 1 to %d bytes', MAX_LID)
+	end
+	if algo ~= 0 and algo ~= 1 and algo ~= 2 then
+		return 'algo must be 0, 1 or 2'
+	end
+	-- x % 1 ~= 0 for fractions, and for NaN and infinities too
+	if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
+		return 'quota must be an integer in 1..2^47'
+	end
+	if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
+		return 'period_us must be an integer in 1..2^47'
+	end
+	if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
+		return 'burst must be an integer in 0..2^47'
+	end
+	-- the bucket's depth in time, burst * period / quota, must stay below
+	-- 2^53 once added to the clock
+	if algo == 0 and burst > quota and burst / quota * period > TWO52 then
+		return 'burst * period_us / quota exceeds 2^52'
+	end
+	return nil
+end
+
 -- Returns nil when keys and requests are valid, else a message. Values are
 -- read by position, as run() reads them: an array must have no holes and
 -- no element past its end (table.maxn); other keys are never read.
@@ -381,16 +411,13 @@ local function validate(keys, reqs)
 	if not nr or nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
 		return fmt('requests: need an array of 1 to %d requests', MAX_REQS)
 	end
-	-- valid[lid]: a limit found valid, which a limit with the same lid and
-	-- the same values is too; seen[lid] == i: lid named by request i
-	local valid, seen = {}, {}
+	local seen = {}
 	for i = 1, nr do
 		local q = reqs[i]
 		if type(q) ~= 'table' or q[3] == nil or q[4] ~= nil then
 			return fmt('request %d: need [key_index, cost, limits]', i)
 		end
 		local ki, cost, ls = q[1], q[2], q[3]
-		-- x % 1 ~= 0 for fractions, and for NaN and infinities too
 		if type(ki) ~= 'number' or ki < 1 or ki > nkeys or ki % 1 ~= 0 then
 			return fmt('request %d: key_index must be an integer in 1..%d', i, nkeys)
 		end
@@ -402,35 +429,12 @@ local function validate(keys, reqs)
 			return fmt('request %d: limits must be an array of 1 to %d limits', i, MAX_LIMITS)
 		end
 		for j = 1, nl do
-			local l = ls[j]
-			if type(l) ~= 'table' or l[5] == nil or l[6] ~= nil then
-				return fmt('request %d limit %d: need [lid, algo, quota, period_us, burst]', i, j)
+			local e = limit_error(ls[j])
+			if e then
+				return fmt('request %d limit %d: %s', i, j, e)
 			end
-			local lid, algo, quota, period, burst = l[1], l[2], l[3], l[4], l[5]
-			local v = valid[lid]
-			if not (v and v[2] == algo and v[3] == quota and v[4] == period and v[5] == burst) then
-				if type(lid) ~= 'string' or #lid < 1 or #lid > MAX_LID then
-					return fmt('request %d limit %d: lid must be a string of 1 to %d bytes', i, j, MAX_LID)
-				end
-				if algo ~= 0 and algo ~= 1 and algo ~= 2 then
-					return fmt('request %d limit %d: algo must be 0, 1 or 2', i, j)
-				end
-				if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
-					return fmt('request %d limit %d: quota must be an integer in 1..2^47', i, j)
-				end
-				if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
-					return fmt('request %d limit %d: period_us must be an integer in 1..2^47', i, j)
-				end
-				if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
-					return fmt('request %d limit %d: burst must be an integer in 0..2^47', i, j)
-				end
-				-- the bucket's depth in time, burst * period / quota, must stay
-				-- below 2^53 once added to the clock
-				if algo == 0 and burst > quota and burst / quota * period > TWO52 then
-					return fmt('request %d limit %d: burst * period_us / quota exceeds 2^52', i, j)
-				end
-				valid[lid] = l
-			end
+			-- seen[lid] == i: lid already named by request i
+			local lid = ls[j][1]
 			if seen[lid] == i then
 				return fmt('request %d limit %d: duplicate lid', i, j)
 			end
@@ -438,6 +442,53 @@ local function validate(keys, reqs)
 		end
 	end
 	return nil
+end
+
+-- True when validate() would find nothing wrong, checked faster: no type()
+-- where a bad type makes the comparison itself raise an error (the caller
+-- runs this in pcall), and a limit equal to one found valid (same lid and
+-- values) is valid. False or an error: ask validate() what is wrong.
+local function valid_fast(keys, reqs)
+	for i = 1, #keys do
+		local k = keys[i]
+		if #k ~= 37 or not find(k, '^rl:{%x+}$') then
+			return false
+		end
+	end
+	local nr = #reqs
+	if nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
+		return false
+	end
+	local known, seen = {}, {}
+	for i = 1, nr do
+		local q = reqs[i]
+		local cost, ls = q[2], q[3]
+		-- KEYS is an array: keys[x] is a key exactly when x is in 1..#keys
+		if keys[q[1]] == nil or q[4] ~= nil or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
+			return false
+		end
+		local nl = #ls
+		if nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
+			return false
+		end
+		for j = 1, nl do
+			local l = ls[j]
+			local lid = l[1]
+			local v = known[lid]
+			if not (v and v[2] == l[2] and v[3] == l[3] and v[4] == l[4] and v[5] == l[5]
+			    and l[6] == nil) then
+				if limit_error(l) then
+					return false
+				end
+				known[lid] = l
+			end
+			if seen[lid] == i then
+				return false
+			end
+			seen[lid] = i
+		end
+	end
+	return true
 end
 
 local function now_us()
@@ -583,7 +634,10 @@ if #ARGV ~= 1 then
 end
 local reqs, err = unpack_one(pcall(cmsgpack.unpack, ARGV[1]))
 if err == nil then
-	err = validate(KEYS, reqs)
+	local ok, good = pcall(valid_fast, KEYS, reqs)
+	if not (ok and good) then
+		err = validate(KEYS, reqs)
+	end
 end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)

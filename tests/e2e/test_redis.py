@@ -645,6 +645,35 @@ def test_circuit_breaker_when_redis_stalls(h):
     assert s.ask("fresh") == ok(100, 60, 99, 1)
 
 
+def test_admin_inspect_and_reset(h):
+    import json
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = start_agent(h, redis, "--limit", "2/1d", "--metrics", "127.0.0.1:%d" % mport, "--admin")
+    s = Spop(a.port)
+    assert s.ask("adm")["status"] == 0
+    assert s.ask("adm")["status"] == 0
+    assert s.ask("adm")["status"] == 429
+    assert s.ask("adm")["status"] == 429  # from the local refusal cache
+    r = http_get(mport, "/admin/client?api_key=adm")
+    assert r.status == 200, r
+    info = json.loads(r.text)
+    assert info["identity"] == "api_key" and info["value"] == "adm", info
+    (rule,) = info["rules"]
+    assert rule["rule"] == "default" and re.fullmatch(r"rl:\{[0-9a-f]{32}\}", rule["key"]), rule
+    assert len(rule["fields"]) == 1 and 0 < rule["ttl_ms"] <= 86400 * 1000, rule
+    keys = [k.decode() if isinstance(k, bytes) else k for k in redis.rl_keys()]
+    assert keys == [rule["key"]], keys
+    r = http_get(mport, "/admin/reset?api_key=adm", method="POST")
+    assert r.status == 200 and json.loads(r.text)["rules"][0]["deleted"] == 1, r
+    # the bucket is full again, and no worker answers from its cache
+    v = s.ask("adm")
+    assert v["status"] == 0 and v["remaining"] == 1, v
+    assert http_get(mport, "/admin/client").status == 400
+    assert http_get(mport, "/admin/nothing").status == 404
+    assert "admin: reset the buckets of api_key=adm" in a.log()
+
+
 # ------------------------------------------------------------ 9: AUTH, ACL
 
 
