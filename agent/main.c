@@ -522,9 +522,16 @@ int main(int argc, char **argv)
 		log_err("cannot allocate the in-memory store");
 		return 1;
 	}
+	main_loop = ev_default_loop(EVFLAG_AUTO);
+	/* Metrics listen before the SPOP port does, so whoever waits for the
+	 * "listening on" line finds both ready. */
+	if (cli.use_metrics) {
+		metrics = metrics_start(main_loop, &srv, cli.mhost, cli.mport);
+		if (!metrics)
+			return 1;
+	}
 	if (server_listen(&srv) < 0)
 		return 1;
-	main_loop = ev_default_loop(EVFLAG_AUTO);
 	ev_signal_init(&sig_int, on_signal, SIGINT);
 	ev_signal_init(&sig_term, on_signal, SIGTERM);
 	ev_signal_init(&sig_hup, on_signal, SIGHUP);
@@ -539,13 +546,6 @@ int main(int argc, char **argv)
 	}
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
 		 rules_count(rs->rules), rules_source(rs->rules), use_redis ? "Redis" : "in-memory");
-	if (cli.use_metrics) {
-		metrics = metrics_start(main_loop, &srv, cli.mhost, cli.mport);
-		if (!metrics) {
-			server_stop(&srv);
-			return 1;
-		}
-	}
 	ev_run(main_loop, 0);
 	metrics_stop(metrics);
 	server_stop(&srv);
