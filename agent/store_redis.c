@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "conn.h"
 #include "log.h"
+#include "redis_reply.h"
 #include "server.h"
 
 /* The decision scripts, generated from the Lua files of agent/redis at build time. */
@@ -82,6 +83,7 @@ struct rstore {
 	size_t inflight;             /* queries sent, not answered */
 	struct rbatch *oldest, *newest;
 	struct refusal *cache;
+	struct redis_decision *decoded; /* a batch's decoded reply */
 	int fails;                   /* calls in a row that failed */
 	int64_t open_until;          /* breaker open until then (local clock) */
 	int64_t open_for;            /* the next pause */
@@ -336,18 +338,6 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- replies ------------------------------------------------------------------ */
 
-static int64_t obj_int(const msgpack_object *o, int *ok)
-{
-	if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX)
-		return (int64_t)o->via.u64;
-	if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
-		return o->via.i64;
-	if (o->type == MSGPACK_OBJECT_FLOAT64 || o->type == MSGPACK_OBJECT_FLOAT32)
-		return (int64_t)o->via.f64;
-	*ok = 0;
-	return 0;
-}
-
 /* Fills res[] from one request's [remaining, retry_after_us, reset_us] per
  * limit. Returns 0 or -1. */
 static int result_from(const struct rq *r, int64_t allowed, const int64_t *vals,
@@ -389,56 +379,17 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 	ruleset_release(r->q.rs);
 }
 
-/* msgpack reply: [now_us, [[allowed, decider, [[rem, retry, reset]...]]...]] */
+/* msgpack reply, decoded by redis_reply.c */
 static int answer_msgpack(struct rstore *rs, struct rbatch *b, const char *data, size_t len)
 {
-	msgpack_unpacked up;
-	size_t off = 0;
-	int rc = -1;
-
-	msgpack_unpacked_init(&up);
-	if (msgpack_unpack_next(&up, data, len, &off) != MSGPACK_UNPACK_SUCCESS)
-		goto out;
-	const msgpack_object *top = &up.data;
-	if (top->type != MSGPACK_OBJECT_ARRAY || top->via.array.size != 2)
-		goto out;
-	const msgpack_object *results = &top->via.array.ptr[1];
-	if (results->type != MSGPACK_OBJECT_ARRAY || results->via.array.size != b->n)
-		goto out;
+	if (redis_reply_msgpack(data, len, b->n, rs->decoded) < 0)
+		return -1;
 	for (size_t i = 0; i < b->n; i++) {
-		const msgpack_object *o = &results->via.array.ptr[i];
-		int64_t vals[3 * DECIDE_MAX_LIMITS];
-		size_t nvals = 0;
-		int ok = 1;
-		int64_t allowed, decider;
+		const struct redis_decision *d = &rs->decoded[i];
 
-		if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != 3 ||
-		    o->via.array.ptr[2].type != MSGPACK_OBJECT_ARRAY) {
-			answer_one(rs, b, i, 0, 0, NULL, 0);
-			continue;
-		}
-		allowed = obj_int(&o->via.array.ptr[0], &ok);
-		decider = obj_int(&o->via.array.ptr[1], &ok);
-		const msgpack_object_array *pl = &o->via.array.ptr[2].via.array;
-		for (size_t j = 0; j < pl->size && ok; j++) {
-			const msgpack_object *l = &pl->ptr[j];
-
-			if (l->type != MSGPACK_OBJECT_ARRAY || l->via.array.size != 3 ||
-			    nvals + 3 > 3 * DECIDE_MAX_LIMITS) {
-				ok = 0;
-				break;
-			}
-			for (size_t k = 0; k < 3; k++)
-				vals[nvals++] = obj_int(&l->via.array.ptr[k], &ok);
-		}
-		if (!ok)
-			decider = 0;
-		answer_one(rs, b, i, allowed, decider, vals, nvals);
+		answer_one(rs, b, i, d->allowed, d->ok ? d->decider : 0, d->vals, d->nvals);
 	}
-	rc = 0;
-out:
-	msgpack_unpacked_destroy(&up);
-	return rc;
+	return 0;
 }
 
 /* plain reply: now_us, then per request allowed, decider, 3 per limit */
@@ -860,13 +811,15 @@ struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
 	max_argc = 4 + (size_t)cfg->batch_max * (1 + 3 + 5 * DECIDE_MAX_LIMITS);
 	rs->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rs->queue));
 	rs->cache = xcalloc(CACHE_SIZE, sizeof(*rs->cache));
+	rs->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rs->decoded));
 	rs->argv = xcalloc(max_argc, sizeof(*rs->argv));
 	rs->argvlen = xcalloc(max_argc, sizeof(*rs->argvlen));
 	rs->arena_cap = max_argc * (NUM_MAX + LID_MAX);
 	rs->arena = xmalloc(rs->arena_cap);
-	if (!rs->queue || !rs->cache || !rs->argv || !rs->argvlen || !rs->arena) {
+	if (!rs->queue || !rs->cache || !rs->decoded || !rs->argv || !rs->argvlen || !rs->arena) {
 		xfree(rs->queue);
 		xfree(rs->cache);
+		xfree(rs->decoded);
 		xfree(rs->argv);
 		xfree(rs->argvlen);
 		xfree(rs->arena);
@@ -910,6 +863,7 @@ void rstore_free(struct rstore *rs)
 	msgpack_sbuffer_destroy(&rs->sbuf);
 	xfree(rs->queue);
 	xfree(rs->cache);
+	xfree(rs->decoded);
 	xfree(rs->argv);
 	xfree(rs->argvlen);
 	xfree(rs->arena);
