@@ -1,0 +1,1038 @@
+"""The Redis store's benchmarks, run by bench/run.py in the same invocation
+as the in-memory ones so that their ratios hold on a noisy machine.
+
+Every run starts a fresh redis-server on a free loopback port (no
+persistence) and a fresh agent with --redis and --metrics, and stops both
+whatever happens. The configurations:
+
+  R1  redis-benchmark running the agent's own decision script
+      (decide_plain.lua, one request with one token-bucket limit per call)
+      with the generator's concurrency: Redis's cost of one EVALSHA per
+      decision, measured by Redis's own tool
+  R2  the agent asking Redis once per decision (--redis-batch 1)
+  R3  the agent batching decisions (default --redis-batch 64), msgpack
+  R4  the same with --redis-encoding plain
+  R5  open loop at 50% of R3's throughput: the latency figures
+  R6  the same at 25%
+  L   one refused client flooding the agent, with and without the local
+      refusal cache: decisions/s and the number of script calls
+  M   Redis memory per tracked client key, with one limit and with two
+
+Runs of related rows are interleaved, so that load from elsewhere on the
+machine falls on all of them alike. Besides throughput and latency, each run
+records what explains them: decisions per script call (the agent's metrics),
+Redis's CPU and script time per decision (INFO cpu, INFO commandstats), and
+how long Redis waited for a CPU (/proc schedstat).
+
+run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
+"""
+
+import csv
+import hashlib
+import io
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+SCRIPT_PLAIN = os.path.join("agent", "redis", "decide_plain.lua")
+
+# The generator's shape (8 connections, 20 NOTIFYs in flight on each) in
+# redis-benchmark's terms: 8 clients, 20 commands pipelined on each.
+RB_CLIENTS, RB_PIPELINE, RB_KEYSPACE = 8, 20, 100000
+# redis-benchmark writes __rand_int__ as 12 decimal digits: padded with 20
+# zeros, the key has the 32 hex digits the scripts insist on.
+RB_KEY = "rl:{" + "0" * 20 + "__rand_int__}"
+KEY_RE = re.compile(r"^rl:\{[0-9a-f]{32}\}$")
+
+# A deadline far above any queueing on this machine, so that no decision
+# is answered degraded (fail-open) and every figure is a Redis decision.
+REDIS_TIMEOUT_MS = "1000"
+KEYS = "10000"
+CACHE_LIMIT, CACHE_QUOTA = "10/1h", 10
+MEM_LIMITS = (("one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
+              ("two limits (`--limit 100/1m --limit 1000/1h`)",
+               ["--limit", "100/1m", "--limit", "1000/1h"]))
+
+REDIS_START_S = 5.0
+REDIS_STOP_S = 5.0
+READY_S = 10.0
+
+UNITS_US = {"ms": 1000, "s": 1000000, "m": 60000000, "h": 3600000000,
+            "d": 86400000000}
+
+
+class RedisError(Exception):
+    pass
+
+
+def limit_plain_args(spec):
+    """decide_plain.lua's per-limit arguments for a token bucket "N/P" with
+    no --burst: lid, algo, quota, period_us, burst. The lid is the agent's
+    (store_redis.c lid_of: "t<quota>/<period_us>/<burst>")."""
+    quota, period = spec.split("/")
+    m = re.match(r"^(\d*)(ms|s|m|h|d)$", period)
+    if not m:
+        raise ValueError("unsupported limit %r" % spec)
+    period_us = int(m.group(1) or 1) * UNITS_US[m.group(2)]
+    return ["t%d/%d/0" % (int(quota), period_us), "0", str(int(quota)),
+            str(period_us), "0"]
+
+
+class Resp:
+    """A minimal RESP2 client for the few commands the benchmark sends."""
+
+    def __init__(self, port, timeout=10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.rf = self.sock.makefile("rb")
+
+    def close(self):
+        try:
+            self.rf.close()
+        finally:
+            self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def command(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+        return self._read()
+
+    def _read(self):
+        line = self.rf.readline()
+        if not line.endswith(b"\r\n"):
+            raise ConnectionError("redis closed the connection")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RedisError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind in (b"$", b"*"):
+            n = int(rest)
+            if n < 0:
+                return None
+            if kind == b"*":
+                return [self._read() for _ in range(n)]
+            data = self.rf.read(n + 2)
+            if len(data) != n + 2:
+                raise ConnectionError("redis closed the connection")
+            return data[:-2]
+        raise ConnectionError("not RESP: %r" % line[:40])
+
+
+class RedisServer:
+    """A fresh redis-server on a free loopback port, no persistence, stopped
+    on exit from `with`."""
+
+    def __init__(self, ctx, extra=()):
+        self.ctx = ctx
+        self.extra = list(extra)
+        self.proc = None
+        self.port = None
+        self.log_path = None
+
+    def argv(self):
+        return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--daemonize", "no",
+                "--dir", self.ctx.logdir] + self.extra
+
+    def cmdline(self):
+        return " ".join(shlex.quote(x) for x in self.argv()[:-2 - len(self.extra)]
+                        + self.extra)
+
+    def log_tail(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-10:])
+        except OSError:
+            return ""
+
+    def __enter__(self):
+        # A port found free can be taken before Redis binds it; retry.
+        for attempt in range(3):
+            self.port = self.ctx.free_port()
+            self.log_path = os.path.join(self.ctx.logdir, "redis-%d.log" % self.port)
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=log)
+            deadline = time.monotonic() + REDIS_START_S
+            try:
+                while time.monotonic() < deadline and self.proc.poll() is None:
+                    try:
+                        # the PONG must come from this server, not from
+                        # one that took the port first
+                        if (self.command("PING") == b"PONG" and
+                                self.info("server").get("process_id") == str(self.proc.pid)):
+                            return self
+                    except (OSError, ConnectionError, RedisError):
+                        time.sleep(0.02)
+            except BaseException:
+                self.stop()
+                raise
+            self.stop()
+            tail = self.log_tail()
+            if "in use" not in tail.lower() or attempt == 2:
+                raise RuntimeError("redis-server did not start: %s\n%s"
+                                   % (self.cmdline(), tail))
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(REDIS_STOP_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    @property
+    def addr(self):
+        return "127.0.0.1:%d" % self.port
+
+    def command(self, *args):
+        with Resp(self.port) as c:
+            return c.command(*args)
+
+    def info(self, section):
+        out = {}
+        for line in self.command("INFO", section).decode().splitlines():
+            k, sep, v = line.partition(":")
+            if sep and not k.startswith("#"):
+                out[k] = v.strip()
+        return out
+
+    def cpu_s(self):
+        i = self.info("cpu")
+        return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
+
+    def evalsha_stats(self):
+        """(calls, usec, failed + rejected) of EVALSHA so far."""
+        line = self.info("commandstats").get("cmdstat_evalsha", "")
+        f = dict(p.partition("=")[::2] for p in line.split(",") if p)
+        return (int(f.get("calls", 0)), int(f.get("usec", 0)),
+                int(f.get("failed_calls", 0)) + int(f.get("rejected_calls", 0)))
+
+    def used_memory(self):
+        return int(self.info("memory")["used_memory"])
+
+    def sample_keys(self, count):
+        cursor, keys = b"0", []
+        while len(keys) < count:
+            cursor, batch = self.command("SCAN", cursor, "COUNT", 100)
+            keys.extend(k.decode(errors="replace") for k in batch)
+            if cursor == b"0":
+                break
+        return keys[:count]
+
+
+class RedisAgent:
+    """The agent with --redis and --metrics, ready once its worker has the
+    decision script loaded and the metrics endpoint answers."""
+
+    def __init__(self, ctx, args):
+        self.ctx = ctx
+        self.args = args
+        self.agent = None
+        self.mport = None
+        self.script_sha = None
+
+    def __enter__(self):
+        # The metrics port can be taken too; the agent then exits after
+        # "listening on", which the generic start does not notice.
+        for attempt in range(3):
+            self.mport = self.ctx.free_port()
+            self.agent = self.ctx.Agent(
+                self.ctx.agent_bin,
+                self.args + ["--metrics", "127.0.0.1:%d" % self.mport],
+                self.ctx.logdir)
+            self.agent.__enter__()
+            try:
+                if self._wait_ready():
+                    return self
+            except BaseException:
+                self.agent.stop()
+                raise
+            tail = self.agent.log_tail()
+            self.agent.stop()
+            if "in use" not in tail.lower() or attempt == 2:
+                raise RuntimeError("agent not ready with Redis: %s\n%s"
+                                   % (" ".join(self.agent.cmdline()), tail))
+        raise RuntimeError("agent not ready")
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + READY_S
+        while time.monotonic() < deadline and self.agent.proc.poll() is None:
+            with open(self.agent.log_path, errors="replace") as f:
+                m = re.search(r"ready \(script ([0-9a-f]+)\)", f.read())
+            if m:
+                try:
+                    ours = "spoa_rl_redis_calls_total" in self.metrics()
+                except (OSError, ValueError):
+                    ours = False
+                if ours and self.agent.proc.poll() is None:
+                    self.script_sha = m.group(1)
+                    return True
+            time.sleep(0.02)
+        return False
+
+    def __exit__(self, *exc):
+        self.agent.stop()
+        return False
+
+    def metrics(self):
+        """The agent's counters, summed over labels."""
+        url = "http://127.0.0.1:%d/metrics" % self.mport
+        with urllib.request.urlopen(url, timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name, _, value = line.rpartition(" ")
+            name = name.split("{", 1)[0]
+            out[name] = out.get(name, 0) + float(value)
+        return out
+
+
+def sched_s(pid):
+    """(seconds on a CPU, seconds runnable but waiting for one) of every
+    thread of a process so far, from /proc/PID/task/*/schedstat; None when
+    the kernel does not keep them."""
+    run = wait = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                r, w = f.read().split()[:2]
+            run += int(r)
+            wait += int(w)
+    except (OSError, ValueError):
+        return None
+    return run / 1e9, wait / 1e9
+
+
+def machine_idle():
+    """(idle, total) jiffies of all CPUs so far (/proc/stat)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return v[3] + v[4], sum(v)
+
+
+class Window:
+    """What happened on the machine between start() and stop(): CPU of Redis
+    (INFO cpu), how long Redis's threads waited for a CPU while runnable,
+    and how much of the machine's CPU time was idle."""
+
+    def __init__(self, rd):
+        self.rd = rd
+
+    def start(self):
+        self.c0 = self.rd.cpu_s()
+        self.s0 = sched_s(self.rd.proc.pid)
+        self.i0 = machine_idle()
+        self.t0 = time.monotonic()
+
+    def stop(self, res):
+        wall = time.monotonic() - self.t0
+        c1, s1, i1 = self.rd.cpu_s(), sched_s(self.rd.proc.pid), machine_idle()
+        res["redis_cpu"] = 100 * (c1 - self.c0) / wall
+        res["redis_cpu_s"] = c1 - self.c0
+        res["redis_wait"] = (100 * (s1[1] - self.s0[1]) / wall
+                             if s1 is not None and self.s0 is not None else None)
+        res["idle"] = (100 * (i1[0] - self.i0[0]) / (i1[1] - self.i0[1])
+                       if i1 is not None and self.i0 is not None and i1[1] > self.i0[1]
+                       else None)
+
+
+def embedded_script(binary):
+    """decide_plain.lua as built into the agent (a C string made from the
+    file, byte for byte), or None when it cannot be found."""
+    try:
+        with open(binary, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    start = data.find(b"--[[ decide_plain.lua")
+    end = data.find(b"\0", start)
+    if start < 0 or end < 0 or data.find(b"--[[ decide_plain.lua", start + 1) >= 0:
+        return None
+    return data[start:end]
+
+
+def quote(argv):
+    return " ".join(shlex.quote(x) for x in argv)
+
+
+
+
+# ---- R1: redis-benchmark ---------------------------------------------------
+
+def rb_argv(port, n, sha, limit):
+    return (["redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+             "-c", str(RB_CLIENTS), "-P", str(RB_PIPELINE), "-n", str(n),
+             "-r", str(RB_KEYSPACE), "--csv",
+             "EVALSHA", sha, "1", RB_KEY, "1", "1", "1", "1"]
+            + limit_plain_args(limit))
+
+
+def rb_once(ctx, n, limit, inspect=None):
+    """One redis-benchmark run on a fresh server. Returns (result, None) or
+    (None, error)."""
+    with RedisServer(ctx) as rd:
+        sha = rd.command("SCRIPT", "LOAD", ctx.plain_script).decode()
+        argv = rb_argv(rd.port, n, sha, limit)
+        win = Window(rd)
+        s0, g0 = rd.evalsha_stats(), ctx.children_cpu_s()
+        win.start()
+        try:
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                               text=True, timeout=max(60, n / 1000.0))
+        except subprocess.TimeoutExpired:
+            return None, "redis-benchmark did not finish"
+        wall = time.monotonic() - win.t0
+        s1, g1 = rd.evalsha_stats(), ctx.children_cpu_s()
+        cpu = {}
+        win.stop(cpu)
+        extra = inspect(rd) if inspect else {}
+        redis_cmd = rd.cmdline()
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    if p.returncode != 0 or not rows or "rps" not in rows[-1]:
+        return None, "redis-benchmark exit %d: %s" % (
+            p.returncode, (p.stderr or p.stdout).strip()[-400:])
+    row = rows[-1]
+    calls, usec, failed = (s1[0] - s0[0], s1[1] - s0[1], s1[2] - s0[2])
+    res = {
+        "rps": float(row["rps"]),
+        "p50_us": 1000 * float(row["p50_latency_ms"]),
+        "p99_us": 1000 * float(row["p99_latency_ms"]),
+        "p999_us": None,
+        "requests": n,
+        "calls": calls,
+        "replies": calls,
+        "failed": failed,
+        "usec_per_decision": usec / calls if calls else None,
+        "gen_cpu": 100 * (g1 - g0) / wall,
+        "agent_cpu": None,
+        "sha": sha,
+        "cmds": [redis_cmd,
+                 "redis-cli -p %d -x SCRIPT LOAD < %s   # -> %s"
+                 % (int(argv[4]), SCRIPT_PLAIN, sha),
+                 quote(argv)],
+    }
+    res.update(extra)
+    res.update(cpu)
+    res["cpu_per_decision"] = 1e6 * res["redis_cpu_s"] / calls if calls else None
+    return res, None
+
+
+def baseline_size(ctx, row):
+    """A first, short redis-benchmark run whose keys outlive it (100/1h: 36 s
+    per token), to check that __rand_int__ was expanded inside the key and
+    that every call succeeded. Its rate sizes the measured runs, since
+    redis-benchmark stops on a request count, not on a time. Returns that
+    count, or None."""
+    if shutil.which("redis-benchmark") is None:
+        ctx.problems.append("R1: redis-benchmark is not installed (Debian redis-tools)")
+        return None
+    n0 = 5000 if ctx.quick else 20000
+
+    def inspect(rd):
+        return {"dbsize": rd.command("DBSIZE"), "sample": rd.sample_keys(5)}
+
+    label = "[R1] redis-benchmark check run"
+    try:
+        res, err = rb_once(ctx, n0, "100/1h", inspect)
+    except (RuntimeError, OSError, ConnectionError, RedisError) as e:
+        res, err = None, str(e)
+    if res is None:
+        ctx.problems.append("%s: %s" % (label, err))
+        print("%s: %s" % (label, err), flush=True)
+        return None
+    # n0 draws from RB_KEYSPACE values: about 18000 distinct for 20000
+    expect = RB_KEYSPACE * (1 - (1 - 1.0 / RB_KEYSPACE) ** n0)
+    bad = [k for k in res["sample"] if not KEY_RE.match(k)]
+    row["check"] = {"n": n0, "dbsize": res["dbsize"], "expect": expect,
+                    "sample": res["sample"][:2]}
+    if res["calls"] != n0 or res["failed"]:
+        ctx.problems.append("%s: %d EVALSHA of %d, %d failed"
+                            % (label, res["calls"], n0, res["failed"]))
+    if bad or abs(res["dbsize"] - expect) > 0.05 * expect:
+        ctx.problems.append("%s: %d keys after %d calls (about %.0f expected), "
+                            "sample %s" % (label, res["dbsize"], n0, expect, res["sample"]))
+    print("%s: %.0f/s, %d keys after %d calls (about %.0f expected), e.g. %s"
+          % (label, res["rps"], res["dbsize"], n0, expect, res["sample"][:1]), flush=True)
+    return int(min(10000000, max(10000, round(res["rps"] * ctx.duration, -3))))
+
+
+# ---- agent runs --------------------------------------------------------------
+
+def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, after=None):
+    """One run: fresh Redis, fresh agent, the generator. Returns (result,
+    None) or (None, error)."""
+    with RedisServer(ctx, redis_extra) as rd:
+        if before:
+            before(rd)
+        with RedisAgent(ctx, agent_args + ["--redis", rd.addr]) as ag:
+            m0 = ag.metrics()
+            mem0 = rd.used_memory()
+            win = Window(rd)
+            s0 = rd.evalsha_stats()
+            a0 = sched_s(ag.agent.proc.pid)
+            win.start()
+            res, err = ctx.run_bench(ctx.bench_bin, ag.agent.proc.pid, ag.agent.port,
+                                     gen, duration)
+            if res is None:
+                return None, err
+            win.stop(res)
+            a1 = sched_s(ag.agent.proc.pid)
+            s1 = rd.evalsha_stats()
+            res["agent_wait"] = (100 * (a1[1] - a0[1]) / (time.monotonic() - win.t0)
+                                 if a0 is not None and a1 is not None else None)
+            m1 = ag.metrics()
+            res["agent_cmd"] = quote(ag.agent.cmdline())
+            res["bench_cmd"] = quote([ctx.rel(ctx.bench_bin), "--addr",
+                                      "127.0.0.1:%d" % ag.agent.port] + gen + ["--json"])
+            res["script_sha"] = ag.script_sha
+            if after:
+                res.update(after(rd))
+            res["mem_before"] = mem0
+        res["agent_exit"] = ag.agent.exit_code
+        res["redis_cmd"] = rd.cmdline()
+        res["redis_port"] = rd.port
+    d = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
+    res["calls"] = int(d.get("spoa_rl_redis_calls_total", 0))
+    res["replies"] = int(d.get("spoa_rl_redis_replies_total", 0))
+    res["local"] = int(d.get("spoa_rl_local_refusals_total", 0))
+    res["degraded"] = int(d.get("spoa_rl_degraded_total", 0))
+    res["timeouts"] = int(d.get("spoa_rl_redis_timeouts_total", 0))
+    res["unavailable"] = int(d.get("spoa_rl_redis_unavailable_total", 0))
+    res["redis_errors"] = int(d.get("spoa_rl_redis_errors_total", 0))
+    res["evalsha"] = s1[0] - s0[0]
+    res["failed"] = s1[2] - s0[2]
+    res["usec_per_decision"] = ((s1[1] - s0[1]) / res["replies"]
+                                if res["replies"] else None)
+    res["cpu_per_decision"] = (1e6 * res["redis_cpu_s"] / res["replies"]
+                               if res["replies"] else None)
+    return res, None
+
+
+def redis_checks(res, expect_local=False):
+    bad = []
+    if res["agent_exit"] != 0:
+        bad.append("agent exit status on SIGTERM: %s" % res["agent_exit"])
+    if res["degraded"] or res["timeouts"] or res["unavailable"] or res["redis_errors"]:
+        bad.append("%d decisions degraded (%d past the deadline, %d without Redis, "
+                   "%d error replies)" % (res["degraded"], res["timeouts"],
+                                          res["unavailable"], res["redis_errors"]))
+    if res["failed"]:
+        bad.append("%d EVALSHA failed in Redis" % res["failed"])
+    if res["evalsha"] != res["calls"]:
+        bad.append("the agent counts %d script calls, Redis %d EVALSHA"
+                   % (res["calls"], res["evalsha"]))
+    if res["replies"] + res["local"] != res["requests"]:
+        bad.append("%d answers, but %d from Redis and %d local"
+                   % (res["requests"], res["replies"], res["local"]))
+    if res["local"] and not expect_local:
+        bad.append("%d local refusals where nothing is refused" % res["local"])
+    return bad
+
+
+def cpu_text(res):
+    pct = lambda v: "?" if v is None else "%.0f%%" % v
+    return "CPU Redis %s agent %s generator %s, Redis waited %s, machine idle %s" % (
+        pct(res["redis_cpu"]), pct(res.get("agent_cpu")), pct(res["gen_cpu"]),
+        pct(res.get("redis_wait")), pct(res.get("idle")))
+
+
+def do_run(ctx, row, r, runs):
+    """One run of a row: appends the result or records the failure."""
+    label = "[%s] %s, run %d/%d" % (row["key"], row["short"], r + 1, runs)
+    try:
+        res, err = row["once"]()
+    except (RuntimeError, OSError, ConnectionError, RedisError) as e:
+        res, err = None, str(e)
+    if res is None:
+        ctx.problems.append("%s: %s" % (label, err))
+        print("%s: %s" % (label, err), flush=True)
+        return
+    bad = row["checks"](res)
+    for b in bad:
+        ctx.problems.append("%s: %s" % (label, b))
+    row["runs"].append(res)
+    print("%s: %.0f/s p50 %s us p99 %s us, %s%d script calls (%.1f per call, %s us of "
+          "Redis CPU per decision), %s%s" % (
+              label, res["rps"], ctx.fmt_us(res["p50_us"]), ctx.fmt_us(res["p99_us"]),
+              "" if "limited" not in res else "429 %d of %d, " % (res["limited"],
+                                                                  res["requests"]),
+              res["calls"], res["replies"] / res["calls"] if res["calls"] else 0,
+              "%.1f" % res["cpu_per_decision"] if res.get("cpu_per_decision") else "?",
+              cpu_text(res), "" if not bad else "  PROBLEM: " + "; ".join(bad)),
+          flush=True)
+    if bad and res.get("stderr"):
+        print(res["stderr"], flush=True)
+
+
+def interleave(ctx, rows, runs):
+    """Run 1 of every row, then run 2 of every row, ...: a spell of load from
+    elsewhere on the machine then hits every row alike instead of one."""
+    for r in range(runs):
+        for row in rows:
+            do_run(ctx, row, r, runs)
+    for row in rows:
+        if row["runs"]:
+            row["median"] = ctx.pick_median(row["runs"], row["open"])
+
+
+def run(ctx):
+    """Runs every Redis configuration; returns the rows for report()."""
+    rows = {}
+    if shutil.which("redis-server") is None:
+        ctx.problems.append("Redis configurations skipped: redis-server is not installed")
+        return rows
+    # R1 runs the agent's own copy of the plain script, the one built into
+    # the binary (the file may have changed since the build, or change
+    # during the benchmark); R4 checks that the agent loads that very copy.
+    with open(os.path.join(ctx.root, SCRIPT_PLAIN), "rb") as f:
+        from_file = f.read()
+    ctx.plain_script = embedded_script(ctx.agent_bin) or from_file
+    ctx.plain_note = None
+    if ctx.plain_script != from_file:
+        ctx.plain_note = ("the agent was built from another version of %s than the file "
+                          "now holds; R1 ran the agent's copy (sha %s)"
+                          % (SCRIPT_PLAIN, hashlib.sha1(ctx.plain_script).hexdigest()))
+        print("note: " + ctx.plain_note, flush=True)
+    common = ["--requests", ctx.max_requests] + ctx.gen_args
+    base_args = ["-t", "1", "--redis-timeout", REDIS_TIMEOUT_MS]
+    high = base_args + ["--limit", ctx.high_limit]
+    gen = common + ["--keys", KEYS, "--duration", "%g" % ctx.duration]
+
+    def agent_row(key, short, title, agent_args, gen_args, duration, expect="pass",
+                  expect_local=False, more_checks=None, open_loop=False, **kw):
+        def once():
+            return agent_once(ctx, agent_args, gen_args, duration, **kw)
+
+        def checks(res):
+            bad = ctx.check(res, expect) + redis_checks(res, expect_local)
+            return bad + (more_checks(res) if more_checks else [])
+
+        rows[key] = {"key": key, "short": short, "title": title, "runs": [],
+                     "open": open_loop, "once": once, "checks": checks}
+        return rows[key]
+
+    def plain_sha(res):
+        # The agent embeds its scripts at build time: a binary older than the
+        # file would not run the script R1 measures.
+        want = hashlib.sha1(ctx.plain_script).hexdigest()
+        if res["script_sha"] != want:
+            return ["the agent loaded a plain script (sha %s) that is not the one R1 "
+                    "runs (sha %s): was the agent rebuilt during the benchmark?"
+                    % (res["script_sha"], want)]
+        return []
+
+    # R1 to R4, interleaved
+    r1 = {"key": "R1", "short": "redis-benchmark", "open": False, "runs": [],
+          "title": "redis-benchmark: EVALSHA decide_plain.lua, 1 decision per call, "
+                   "-c %d -P %d" % (RB_CLIENTS, RB_PIPELINE)}
+    rows["R1"] = r1
+    n = baseline_size(ctx, r1)
+    closed = []
+    if n:
+        r1["once"] = lambda: rb_once(ctx, n, ctx.high_limit)
+        r1["checks"] = lambda res: (
+            [] if res["calls"] == n and not res["failed"] else
+            ["%d EVALSHA of %d, %d failed" % (res["calls"], n, res["failed"])])
+        closed.append(r1)
+    closed.append(agent_row(
+        "R2", "batch 1", "agent -t 1, one EVALSHA per decision (`--redis-batch 1`), msgpack",
+        high + ["--redis-batch", "1"], gen, ctx.duration))
+    closed.append(agent_row(
+        "R3", "batch 64 msgpack", "agent -t 1, batched (`--redis-batch 64`), msgpack",
+        high, gen, ctx.duration))
+    closed.append(agent_row(
+        "R4", "batch 64 plain", "agent -t 1, batched (`--redis-batch 64`), plain arguments "
+        "(`--redis-encoding plain`)", high + ["--redis-encoding", "plain"], gen,
+        ctx.duration, more_checks=plain_sha))
+    interleave(ctx, closed, ctx.runs)
+
+    # R5, R6: open loop at a share of R3's throughput
+    opened = []
+    for key, share in (("R5", 0.5), ("R6", 0.25)):
+        if not rows["R3"].get("median"):
+            ctx.problems.append("%s: skipped, R3 has no result" % key)
+            continue
+        rate = max(1, round(rows["R3"]["median"]["rps"] * share))
+        opened.append(agent_row(
+            key, "open loop %.0f%%" % (100 * share),
+            "agent -t 1, batched, msgpack: open loop at %.0f%% of R3" % (100 * share),
+            high, common + ["--keys", KEYS, "--rate", str(rate),
+                            "--duration", "%g" % ctx.duration],
+            ctx.duration, open_loop=True))
+    interleave(ctx, opened, ctx.runs)
+
+    # One client over its limit: everything after the first CACHE_QUOTA
+    # requests is 429, answered by Redis or by the agent's cache.
+    def cache_counts(res):
+        n = res["requests"]
+        allowed = min(n, CACHE_QUOTA)
+        if res["passed"] != allowed or res["limited"] != n - allowed:
+            return ["expected %d passed and %d limited, got %d and %d"
+                    % (allowed, n - allowed, res["passed"], res["limited"])]
+        return []
+
+    flood = common + ["--keys", "1", "--duration", "%g" % (ctx.duration / 2)]
+    cache_rows = [
+        agent_row("L1", "flood, cache", "one refused client, local refusal cache (default)",
+                  base_args + ["--limit", CACHE_LIMIT], flood, ctx.duration / 2, "any",
+                  expect_local=True, more_checks=cache_counts),
+        agent_row("L2", "flood, no cache", "one refused client, `--no-local-cache`",
+                  base_args + ["--limit", CACHE_LIMIT, "--no-local-cache"], flood,
+                  ctx.duration / 2, "any", more_checks=cache_counts)]
+    interleave(ctx, cache_rows, ctx.runs)
+
+    # Memory: every request names a new client, so every key is created
+    # once. Active expiry is paused: with 1000/1h a key's state is needed
+    # for only 3.6 s after its request, and the figure wanted is the size of
+    # a live key, not how fast Redis expires them.
+    nkeys = 20000 if ctx.quick else 100000
+    mem_gen = ctx.gen_args + ["--keys", str(nkeys), "--requests", str(nkeys),
+                              "--duration", "120"]
+
+    def pause_expiry(rd):
+        rd.command("DEBUG", "SET-ACTIVE-EXPIRE", "0")
+
+    def measure(rd):
+        # before SCAN: it deletes the expired keys it walks over
+        out = {"mem_after": rd.used_memory(), "dbsize": rd.command("DBSIZE")}
+        sample = rd.sample_keys(1)
+        out["key_usage"] = (rd.command("MEMORY", "USAGE", sample[0], "SAMPLES", "0")
+                            if sample else None)
+        out["key_fields"] = rd.command("HLEN", sample[0]) if sample else None
+        out["key_sample"] = sample
+        return out
+
+    def mem_counts(res):
+        bad = []
+        if res["requests"] != nkeys or res["passed"] != nkeys:
+            bad.append("expected %d requests, all passed; got %d, %d passed"
+                       % (nkeys, res["requests"], res["passed"]))
+        if res["dbsize"] != nkeys:
+            bad.append("DBSIZE %d after %d distinct clients" % (res["dbsize"], nkeys))
+        return bad
+
+    mem_rows = [agent_row("M%d" % i, "memory %d" % i, title, base_args + limits, mem_gen,
+                          120, more_checks=mem_counts,
+                          redis_extra=["--enable-debug-command", "local"],
+                          before=pause_expiry, after=measure)
+                for i, (title, limits) in enumerate(MEM_LIMITS, 1)]
+    interleave(ctx, mem_rows, 1)
+    return rows
+
+
+# ---- report ----------------------------------------------------------------------
+
+def _cpu(v):
+    return "-" if v is None else "%.0f%%" % v
+
+
+def _us(ctx, v):
+    return "-" if v is None else ctx.fmt_us(v)
+
+
+def report(ctx, rows):
+    """The "Redis store" section of BENCHMARKS.md, as a list of lines."""
+    L = ["## Redis store", ""]
+    if not rows:
+        L += ["Not run (see Checks).", ""]
+        return L
+    med = lambda k: rows.get(k, {}).get("median")
+    r1, r2, r3 = med("R1"), med("R2"), med("R3")
+    L.append("Each run: a fresh `redis-server` (no persistence) on a free loopback port, "
+             "a fresh agent `-t 1 --redis-timeout %s` and the same generator as above "
+             "(%s, %s keys). Redis, the agent and the generator share the machine's CPUs. "
+             "The runs of R1 to R4 are interleaved (the first run of each, then the "
+             "second of each, ...), likewise R5 and R6, and L1 and L2, so that a spell "
+             "of load from elsewhere on the machine hits them alike; the median run of "
+             "each is shown."
+             % (REDIS_TIMEOUT_MS, " ".join(ctx.gen_args), KEYS))
+    L.append("")
+    L.append("| # | configuration | decisions/s | vs R1 | vs R2 | p50 us | p99 us | p99.9 us "
+             "| decisions per script call | Redis CPU us per decision | Redis us in "
+             "EVALSHA per decision | CPU Redis / agent / "
+             "generator | Redis waiting for a CPU | machine idle | degraded "
+             "| all runs (decisions/s) |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for key in ("R1", "R2", "R3", "R4", "R5", "R6"):
+        row = rows.get(key)
+        if not row:
+            continue
+        m = row.get("median")
+        if not m:
+            L.append("| %s | %s | failed | | | | | | | | | | | | | |" % (key, row["title"]))
+            continue
+        is_open = key in ("R5", "R6")
+        vs1 = "%.2fx" % (m["rps"] / r1["rps"]) if r1 and not is_open else "-"
+        vs2 = "%.2fx" % (m["rps"] / r2["rps"]) if r2 and not is_open else "-"
+        per_call = "%.1f" % (m["replies"] / m["calls"]) if m["calls"] else "-"
+        usec = "%.1f" % m["usec_per_decision"] if m["usec_per_decision"] else "-"
+        cpud = "%.1f" % m["cpu_per_decision"] if m.get("cpu_per_decision") else "-"
+        cpu = "%s / %s / %s" % (_cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
+                                _cpu(m["gen_cpu"]))
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            key, row["title"], m["rps"], vs1, vs2, _us(ctx, m["p50_us"]),
+            _us(ctx, m["p99_us"]), _us(ctx, m["p999_us"]), per_call, cpud, usec, cpu,
+            _cpu(m.get("redis_wait")), _cpu(m.get("idle")),
+            "-" if key == "R1" else m["degraded"],
+            ", ".join("%.0f" % r["rps"] for r in row["runs"])))
+    L.append("")
+
+    # verdicts, computed so the text cannot drift from the figures
+    verdicts = []
+    f1 = lambda v: "?" if not v else "%.1f" % v
+    if r2 and r3:
+        x = r3["rps"] / r2["rps"]
+        v = ("Batching (R3) answers %.2fx the decisions/s of one EVALSHA per decision "
+             "(R2): the 2x target is %s." % (x, "met" if x >= 2 else "NOT met"))
+        c2, c3 = r2.get("cpu_per_decision"), r3.get("cpu_per_decision")
+        if c2 and c3:
+            v += (" Redis used %.1f us of CPU per decision with one call per decision and "
+                  "%.1f us batched (%s and %s us inside EVALSHA): batching removes the "
+                  "per-call part but not the script's own work per decision, so while "
+                  "Redis sets the pace it is worth about %.2fx in Redis CPU; with a whole "
+                  "CPU to itself Redis would decide about %.0f/s batched."
+                  % (c2, c3, f1(r2["usec_per_decision"]), f1(r3["usec_per_decision"]),
+                     c2 / c3, 1e6 / c3))
+        if r3.get("redis_wait") is not None and r3["agent_cpu"] is not None:
+            v += (" In R3 Redis was running %.0f%% and waiting for a CPU %.0f%% of the "
+                  "time while the agent used %.0f%% of one: Redis, with the CPU share "
+                  "this machine gave it, set the pace, not the agent."
+                  % (r3["redis_cpu"], r3["redis_wait"], r3["agent_cpu"]))
+        verdicts.append(v)
+    r4 = med("R4")
+    if r3 and r4:
+        faster = "msgpack" if r3["rps"] >= r4["rps"] else "plain"
+        v = ("msgpack (R3) %.0f/s against plain (R4) %.0f/s: %s is faster by %.0f%% here"
+             % (r3["rps"], r4["rps"], faster,
+                100 * (max(r3["rps"], r4["rps"]) / min(r3["rps"], r4["rps"]) - 1)))
+        c3, c4 = r3.get("cpu_per_decision"), r4.get("cpu_per_decision")
+        if c3 and c4:
+            v += ("; Redis CPU per decision, which preemption does not inflate, is %.1f "
+                  "us against %.1f us (%s cheaper by %.0f%%)."
+                  % (c3, c4, "msgpack" if c3 <= c4 else "plain",
+                     100 * (max(c3, c4) / min(c3, c4) - 1)))
+        else:
+            v += "."
+        verdicts.append(v)
+    for ol in (med("R5"), med("R6")):
+        if not ol:
+            continue
+        half = ol is med("R5")
+        v = ("At %s of R3's peak (open loop, %.0f/s) p50 is %s us and p99 %s us%s." % (
+            "half" if half else "a quarter", ol["rps"], ctx.fmt_us(ol["p50_us"]),
+            ctx.fmt_us(ol["p99_us"]),
+            (": the target of p99 under 1 ms is %s"
+             % ("met" if ol["p99_us"] < 1000 else "NOT met")) if half else ""))
+        if ol["calls"] and ol.get("cpu_per_decision") and r3:
+            v += (" Requests arriving one at a time make small batches (%.1f decisions "
+                  "per call, %.1f us of Redis CPU per decision against %s in R3): Redis "
+                  "ran %.0f%% of the time%s." % (
+                      ol["replies"] / ol["calls"], ol["cpu_per_decision"],
+                      f1(r3.get("cpu_per_decision")), ol["redis_cpu"],
+                      "" if ol.get("redis_wait") is None else
+                      " and waited for a CPU %.0f%% (machine idle %s)"
+                      % (ol["redis_wait"], _cpu(ol.get("idle")))))
+        mem = getattr(ctx, "memory", {}).get("half" if half else "quarter")
+        if mem:
+            v += (" Without Redis, the in-memory store's open loop at %s of its own peak "
+                  "(configuration %d above) had p50 %s us and p99 %s us in the same "
+                  "invocation%s." % (
+                      "half" if half else "a quarter", 5 if half else 6,
+                      ctx.fmt_us(mem["p50_us"]), ctx.fmt_us(mem["p99_us"]),
+                      ": the agent misses 1 ms at p99 on this machine even without "
+                      "Redis, so this tail says more about the shared CPUs than about "
+                      "Redis"
+                      if mem["p99_us"] >= 1000 else
+                      ": the part above that is the Redis path"))
+        verdicts.append(v)
+    for v in verdicts:
+        L.append("- " + v)
+    if verdicts:
+        L.append("")
+
+    L.append("### Local answer for a refused client")
+    L.append("")
+    L.append("One client (`--keys 1`) at `--limit %s` floods the agent: %d requests pass, "
+             "every later one is 429 (checked exactly). Closed loop, %g s per run."
+             % (CACHE_LIMIT, CACHE_QUOTA, ctx.duration / 2))
+    L.append("")
+    L.append("| # | configuration | decisions/s | p50 us | p99 us | 429 answers | answered locally "
+             "| script calls (agent) | EVALSHA calls (Redis) | CPU Redis / agent | all runs |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for key in ("L1", "L2"):
+        row = rows.get(key)
+        if not row:
+            continue
+        m = row.get("median")
+        if not m:
+            L.append("| %s | %s | failed | | | | | | | | |" % (key, row["title"]))
+            continue
+        L.append("| %s | %s | %.0f | %s | %s | %d of %d | %d | %d | %d | %s / %s | %s |" % (
+            key, row["title"], m["rps"], _us(ctx, m["p50_us"]), _us(ctx, m["p99_us"]),
+            m["limited"], m["requests"], m["local"], m["calls"], m["evalsha"],
+            _cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
+            ", ".join("%.0f" % r["rps"] for r in row["runs"])))
+    L.append("")
+    l1, l2 = med("L1"), med("L2")
+    if l1 and l2:
+        L.append("With the cache, %d script call%s carried the first %d decisions (the "
+                 "requests already in flight before the first refusal came back; the "
+                 "generator keeps %s) and the agent answered the other %d itself: %.1fx "
+                 "the decisions/s of asking Redis every time (L2: %d calls of about %.0f "
+                 "decisions each)." % (
+                     l1["calls"], "s" if l1["calls"] != 1 else "", l1["replies"],
+                     "%s x %s" % (ctx.gen_args[ctx.gen_args.index("--conns") + 1],
+                                  ctx.gen_args[ctx.gen_args.index("--inflight") + 1]),
+                     l1["local"], l1["rps"] / l2["rps"], l2["calls"],
+                     l2["replies"] / l2["calls"] if l2["calls"] else 0))
+        L.append("")
+
+    L.append("### Redis memory per client key")
+    L.append("")
+    L.append("One run each. `used_memory` (INFO memory) after the agent connected and loaded its "
+             "script, and after it decided for N distinct clients (one request each, "
+             "all allowed), divided by DBSIZE. Active expiry is paused for the "
+             "measurement (`DEBUG SET-ACTIVE-EXPIRE 0`): with `1000/1h` a key's state "
+             "is needed only 3.6 s after its request, and the figure wanted is the size "
+             "of a live key. `MEMORY USAGE` of one key is shown for comparison (it "
+             "leaves out the key's share of the keyspace and expiry tables).")
+    L.append("")
+    L.append("| # | limits | keys (DBSIZE) | used_memory before | after | bytes per key "
+             "| MEMORY USAGE of one key | fields per key | decisions/s of the fill |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key in ("M1", "M2"):
+        row = rows.get(key)
+        if not row:
+            continue
+        m = row.get("median")
+        if not m:
+            L.append("| %s | %s | failed | | | | | | |" % (key, row["title"]))
+            continue
+        per = ((m["mem_after"] - m["mem_before"]) / m["dbsize"]) if m["dbsize"] else 0
+        L.append("| %s | %s | %d | %d | %d | %.0f | %s | %s | %.0f |" % (
+            key, row["title"], m["dbsize"], m["mem_before"], m["mem_after"], per,
+            m["key_usage"] if m["key_usage"] is not None else "-",
+            m["key_fields"] if m["key_fields"] is not None else "-", m["rps"]))
+    L.append("")
+
+    L.append("### How to read it")
+    L.append("")
+    L.append("- R1 is Redis alone, measured by its own tool: `redis-benchmark` sends "
+             "`EVALSHA` of `%s` (the agent's script with plain arguments; msgpack's "
+             "binary argument cannot be given on its command line) for one request with "
+             "one token-bucket limit, %d clients x %d pipelined, keys drawn from %d. No "
+             "agent, no SPOP. \"vs R1\" compares the whole path with Redis doing one "
+             "decision per call; R2 can beat R1 when a single msgpack decision costs "
+             "Redis less than a plain one (see \"Redis CPU us per decision\")."
+             % (SCRIPT_PLAIN, RB_CLIENTS, RB_PIPELINE, RB_KEYSPACE))
+    L.append("- R2 asks Redis once per decision (still pipelined: every call of a loop "
+             "iteration leaves in one write). R3 and R4 put up to 64 decisions of one "
+             "loop iteration in one script call; \"decisions per script call\" is "
+             "`spoa_rl_redis_replies_total / spoa_rl_redis_calls_total`, so the batches "
+             "actually sent, not the maximum.")
+    L.append("- \"Redis CPU us per decision\" is Redis's CPU time during the run (INFO "
+             "cpu) divided by the decisions it made: everything Redis did for one "
+             "decision (reading, the script, replying, expiring keys), and 1e6 divided "
+             "by it is what Redis would sustain with a whole CPU. \"Redis us in EVALSHA "
+             "per decision\" is `cmdstat_evalsha` usec (INFO commandstats) divided by "
+             "the decisions: the script alone, the part batching cannot shrink below "
+             "the script's work per decision; it is wall time, so it grows when Redis "
+             "is preempted on a busy machine. "
+             "CPU columns are percent of one CPU during the run (Redis: INFO cpu "
+             "`used_cpu_sys + used_cpu_user`; agent: /proc; generator: rusage). Redis "
+             "near 100% means Redis is the bottleneck. \"Redis waiting for a CPU\" is "
+             "the time its threads were runnable but not running (/proc/PID/task/*/"
+             "schedstat), in percent of the run, and \"machine idle\" the idle share "
+             "of all CPUs (/proc/stat): Redis below 100% with a large wait and an idle "
+             "machine near 0% means the machine, not Redis, set the figure (other "
+             "processes, the agent and the generator took the CPUs).")
+    L.append("- degraded counts decisions answered without Redis (deadline passed, no "
+             "connection): it must be 0 for the row to measure Redis, and every run "
+             "checks that, that the agent's script calls equal Redis's EVALSHA count, "
+             "and that every answer came from Redis or the local cache.")
+    L.append("- R5 and R6 send on a fixed timetable and count latency from the scheduled "
+             "time, like configurations 5 and 6 above; a latency includes a round trip "
+             "to Redis and the wait for the loop iteration's batch. When Redis running "
+             "plus Redis waiting for a CPU is near 100%, Redis had work queued the whole "
+             "run: the rate was at or above what it could serve with the CPU it got, and "
+             "latency is queueing.")
+    L.append("- L1 / L2: with the cache, Redis only sees the requests that arrived before "
+             "the first refusal came back (the first batches in flight); after that the "
+             "agent answers locally until the client's exact retry time. Without it, "
+             "every request reaches Redis, batched.")
+    L.append("")
+
+    L.append("### Commands")
+    L.append("")
+    L.append("The median run's exact commands (ports are picked free at run time):")
+    L.append("")
+    for key in ("R1", "R2", "R3", "R4", "R5", "R6", "L1", "L2", "M1", "M2"):
+        row = rows.get(key)
+        if not row:
+            continue
+        m = row.get("median")
+        L.append("%s. %s" % (key, row["title"]))
+        L.append("")
+        L.append("   ```")
+        if not m:
+            L.append("   (no successful run)")
+        elif key == "R1":
+            for c in m["cmds"]:
+                L.append("   " + c)
+        else:
+            cli = "redis-cli -p %d" % m["redis_port"]
+            L.append("   " + m["redis_cmd"])
+            if key.startswith("M"):
+                L.append("   %s DEBUG SET-ACTIVE-EXPIRE 0" % cli)
+            L.append("   " + m["agent_cmd"])
+            if key.startswith("M"):
+                L.append("   %s INFO memory   # used_memory before" % cli)
+            L.append("   " + m["bench_cmd"])
+            if key.startswith("M"):
+                L.append("   %s INFO memory; %s DBSIZE" % (cli, cli))
+        L.append("   ```")
+        L.append("")
+    if getattr(ctx, "plain_note", None):
+        L.append("Note: %s." % ctx.plain_note)
+        L.append("")
+    chk = rows.get("R1", {}).get("check")
+    if chk:
+        L.append("R1's key expansion was checked by a first run of %d calls at `100/1h` "
+                 "(keys live 36 s): %d distinct keys (about %.0f expected from %d values), "
+                 "e.g. `%s`." % (chk["n"], chk["dbsize"], chk["expect"], RB_KEYSPACE,
+                                 chk["sample"][0] if chk["sample"] else "?"))
+        L.append("")
+    return L
