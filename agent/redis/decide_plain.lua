@@ -41,17 +41,21 @@ computed from the values themselves: no separate expiry per field is kept,
 fields written by other calls for other limits are accounted for, and the
 key never outlives the moment all of its state is fresh again.
 
-Cost: a call reads each key once (HGETALL) and keeps its fields in a table,
-so later requests of the batch see what earlier ones wrote; each key that
-changed is written once at the end, one HSET of its changed fields and one
-PEXPIREAT. The hot path allocates only the reply: no closures, no pattern
-matching of our own token values, and a token bucket's constants (reduced
-fraction, capacity in intervals) are computed once per limit and call.
+Cost, per call: each key is read once (HGETALL) and its fields kept, so
+later requests of the batch see what earlier ones wrote, and each key that
+changed is written once at the end (one HSET of the fields written, one
+PEXPIREAT). Arguments are checked on the way (decide()), cheaply, and only
+bad ones go through the slower validate() that says what is wrong. A token
+bucket's constants (its interval as a reduced fraction, its capacity) are
+computed once per call. Inside Redis's Lua, a C call, a table and a new
+string each cost as much as dozens of plain operations: the hot path makes
+few of them (no type() where a comparison would fail anyway, s + 0 rather
+than tonumber(s) for digits, x % d rather than math.floor).
 ]]
 
 local floor = math.floor
 local find, sub, byte, match, fmt = string.find, string.sub, string.byte, string.match, string.format
-local type, tonumber, pairs, unpack, maxn = type, tonumber, pairs, unpack, table.maxn
+local type, tonumber, unpack, maxn = type, tonumber, unpack, table.maxn
 local rcall = redis.call
 
 local MAX_REQS = 4096
@@ -83,16 +87,13 @@ end
 local function muldiv(a, b, d)
 	local p = a * b
 	if p < TWO52 then
-		local q = floor(p / d)
-		local r = p - q * d
+		-- x % d is x - floor(x / d) * d: exact when x + d < 2^53, and
+		-- d too much when the division rounded up to the next integer
+		local r = p % d
 		if r < 0 then
-			q = q - 1
 			r = r + d
-		elseif r >= d then
-			q = q + 1
-			r = r - d
 		end
-		return q, r
+		return (p - r) / d, r
 	end
 	local bq, br = divmod(b, d)
 	local h = 1
@@ -121,14 +122,6 @@ local function muldiv(a, b, d)
 	return q, r
 end
 
-local function gcd(a, b)
-	while b > 0 do
-		local _, r = divmod(a, b)
-		a, b = b, r
-	end
-	return a
-end
-
 -- A token bucket's constants by period, for this call: quota, burst (the
 -- key, checked), capacity, p and n (T = p/n in lowest terms), capacity * T
 -- as tq + tr/n, and T itself as q1 + r1/n (the cost of a request of 1).
@@ -139,7 +132,11 @@ local function tb_consts(quota, period, burst)
 	if burst > 0 then
 		cap = burst
 	end
-	local g = gcd(period, quota)
+	local g, r = period, quota
+	while r > 0 do
+		local _, x = divmod(g, r)
+		g, r = r, x
+	end
 	local p, n = period / g, quota / g
 	local tq, tr = muldiv(cap, p, n)
 	local q1, r1 = divmod(p, n)
@@ -205,13 +202,11 @@ local function eval_token(v, now, cost, quota, period, burst)
 		local left
 		local x = xq * n + xr
 		if x < TWO52 then
-			left = floor(x / p)
-			local r = x - left * p
+			local r = x % p
 			if r < 0 then
-				left = left - 1
-			elseif r >= p then
-				left = left + 1
+				r = r + p
 			end
+			left = (x - r) / p
 		else
 			local q1, r1 = muldiv(xq, n, p)
 			left = q1 + (divmod(r1 + xr, p))
@@ -236,6 +231,7 @@ end
 -- Sliding window counter over aligned windows [k*P, (k+1)*P): the estimate
 -- is prev * (P - elapsed) / P + cur; allowed when estimate + cost <= quota.
 local function eval_sliding(v, now, cost, quota, period)
+	-- (now % period: exact, as now + period < 2^53, see muldiv)
 	local e = now % period
 	if e < 0 then
 		e = e + period
@@ -244,9 +240,10 @@ local function eval_sliding(v, now, cost, quota, period)
 	local cur, prev = 0, 0
 	if v then
 		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
-		-- (tonumber of digits is a number: inf when they are too many)
+		-- digits convert (to inf when too many): s + 0, not the slower
+		-- tonumber(s)
 		if u then
-			u, c, pv = tonumber(u), tonumber(c), tonumber(pv)
+			u, c, pv = u + 0, c + 0, pv + 0
 		end
 		if u and u < TWO54 and c <= MAX_VALUE and pv <= MAX_VALUE then
 			local s = u - 2 * period
@@ -304,7 +301,7 @@ local function eval_fixed(v, now, cost, quota, period)
 	if v then
 		local u, c = match(v, '^(%d+):(%d+)$')
 		if u then
-			u, c = tonumber(u), tonumber(c)
+			u, c = u + 0, c + 0
 		end
 		-- u - P > ws only when the clock stepped back: keep the count
 		if u and u < TWO54 and c <= MAX_VALUE and u - period >= ws then
@@ -332,7 +329,7 @@ local function need_until(v)
 	if not e then
 		return nil
 	end
-	local num = tonumber(sub(v, 1, e))
+	local num = sub(v, 1, e) + 0
 	if byte(v, e + 1) == 43 then -- '+'
 		return num + 1
 	end
@@ -417,100 +414,94 @@ local function validate(keys, reqs)
 	return nil
 end
 
--- True when validate() would find nothing wrong, checked faster: no type()
--- where a bad type makes the comparison itself raise an error (the caller
--- runs this in pcall), and a limit equal to one found valid (same lid and
--- values) is valid. False or an error: ask validate() what is wrong.
-local function valid_fast(keys, reqs)
+local function now_us()
+	local t = rcall('TIME')
+	return t[1] * 1000000 + t[2]
+end
+
+-- Decides every request in order at time now, without writing: each key
+-- is read once and its fields kept as HGETALL gives them, {lid, value, ...}
+-- (a few fields: a scan beats a table), updated as requests take tokens.
+-- Checks the arguments on the way, as validate() does but faster: no
+-- type() where a bad type makes the comparison itself raise an error (the
+-- caller runs this in pcall), and a limit equal to one found valid (same
+-- lid, same values) is valid. Returns nil when something is wrong (then
+-- validate() says what); else the results as one flat array (now, then per
+-- request allowed (1 or 0) and decider, then remaining, retry_after_us and
+-- reset_us per limit), the fields by key name, the names of the keys
+-- written (written[1..nw]) and the need of each value written.
+local function decide(keys, reqs, now)
 	for i = 1, #keys do
 		local k = keys[i]
 		if #k ~= 37 or not find(k, '^rl:{%x+}$') then
-			return false
+			return nil
 		end
 	end
 	local nr = #reqs
 	if nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
-		return false
+		return nil
 	end
+	-- known[lid]: a limit found valid; seen[lid] == i: named by request i
 	local known, seen = {}, {}
+	local hash, written, nw, need = {}, {}, 0, {}
+	local out, no = { now }, 1
+	local valv, posv = {}, {}
+	local _
 	for i = 1, nr do
 		local q = reqs[i]
-		local cost, ls = q[2], q[3]
+		local name, cost, ls = keys[q[1]], q[2], q[3]
 		-- KEYS is an array: keys[x] is a key exactly when x is in 1..#keys
-		if keys[q[1]] == nil or q[4] ~= nil or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
-			return false
+		if name == nil or q[4] ~= nil or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
+			return nil
 		end
 		local nl = #ls
 		if nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
-			return false
+			return nil
 		end
-		for j = 1, nl do
-			local l = ls[j]
-			local lid = l[1]
-			local v = known[lid]
-			if not (v and v[2] == l[2] and v[3] == l[3] and v[4] == l[4] and v[5] == l[5]
-			    and l[6] == nil) then
-				if limit_error(l) then
-					return false
-				end
-				known[lid] = l
-			end
-			if seen[lid] == i then
-				return false
-			end
-			seen[lid] = i
-		end
-	end
-	return true
-end
-
-local function now_us()
-	local t = rcall('TIME')
-	return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
--- Decides every request in order at time now and returns the results in
--- one flat array: now, then per request allowed (1 or 0) and decider, then
--- remaining, retry_after_us and reset_us per limit. Writes the keys once
--- at the end (stale fields deleted, expiry reset).
-local function run(keys, reqs, now)
-	-- hash[name]: the key's fields as HGETALL gives them, {lid, value, ...},
-	-- then as decided in this call (a few fields: a scan beats a table);
-	-- need[value]: the need of each value written (a function of the value)
-	local hash, need, written, nw = {}, {}, {}, 0
-	local out, no = { now }, 1
-	local okv, valv, posv = {}, {}, {}
-	for i = 1, #reqs do
-		local q = reqs[i]
-		local name = keys[q[1]]
 		local h = hash[name]
 		if not h then
 			h = rcall('HGETALL', name)
 			hash[name] = h
 		end
-		local cost, ls = q[2], q[3]
-		local nl = #ls
 		local all = true
 		-- out[at + 3j - 2 .. at + 3j]: limit j's remaining, retry, reset
 		local at = no + 2
 		local k = at
 		for j = 1, nl do
 			local l = ls[j]
-			local lid, algo = l[1], l[2]
+			local lid, algo, quota, period = l[1], l[2], l[3], l[4]
+			local v = known[lid]
+			if not (v and v[2] == algo and v[3] == quota and v[4] == period
+			    and v[5] == l[5] and l[6] == nil) then
+				if limit_error(l) then
+					return nil
+				end
+				known[lid] = l
+			end
+			if nl > 2 then
+				if seen[lid] == i then
+					return nil
+				end
+				seen[lid] = i
+			elseif j == 2 and ls[1][1] == lid then
+				return nil
+			end
 			local p = 1
 			while h[p] and h[p] ~= lid do
 				p = p + 2
 			end
-			local ok, val
+			local val
 			if algo == 0 then
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_token(h[p + 1], now, cost, l[3], l[4], l[5])
+				_, out[k + 1], out[k + 2], out[k + 3], val = eval_token(h[p + 1], now, cost, quota, period, l[5])
 			elseif algo == 1 then
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(h[p + 1], now, cost, l[3], l[4])
+				_, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(h[p + 1], now, cost, quota, period)
 			else
-				ok, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(h[p + 1], now, cost, l[3], l[4])
+				_, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(h[p + 1], now, cost, quota, period)
 			end
+			-- (a limit that allows, and only such a limit, has a new value)
 			k = k + 3
-			okv[j], valv[j], posv[j] = ok, val, p
-			if not ok then
+			valv[j], posv[j] = val, p
+			if not val then
 				all = false
 			end
 		end
@@ -527,13 +518,15 @@ local function run(keys, reqs, now)
 				local p, val, m = posv[j], valv[j], at + 3 * j
 				-- a field new to the key goes at its end (where p points,
 				-- unless another new field of this request took it)
+				local lid = ls[j][1]
 				if h[p] == nil then
-					h[p] = ls[j][1]
-				elseif h[p] ~= ls[j][1] then
+					h[p] = lid
+				elseif h[p] ~= lid then
 					p = #h + 1
-					h[p] = ls[j][1]
+					h[p] = lid
 				end
 				h[p + 1] = val
+				-- (the need is a function of the value: need_until(val))
 				need[val] = now + out[m]
 				if out[m - 2] < low then
 					best, low = j, out[m - 2]
@@ -543,7 +536,7 @@ local function run(keys, reqs, now)
 		else
 			local most = -1
 			for j = 1, nl do
-				if not okv[j] and out[at + 3 * j - 1] > most then
+				if not valv[j] and out[at + 3 * j - 1] > most then
 					best, most = j, out[at + 3 * j - 1]
 				end
 			end
@@ -552,7 +545,16 @@ local function run(keys, reqs, now)
 		out[no + 2] = best
 		no = k
 	end
+	return out, hash, written, nw, need
+end
+
+-- Writes each key decide() changed, once: the fields it wrote (one HSET),
+-- its stale and unreadable fields deleted, PEXPIREAT the latest need.
+local function flush(now, hash, written, nw, need)
 	local set, del = {}, {}
+	-- keys whose latest need is a window's end share it: one string for a
+	-- run of equal expiries
+	local ms, text
 	for w = 1, nw do
 		local name = written[w]
 		local h = hash[name]
@@ -583,11 +585,32 @@ local function run(keys, reqs, now)
 		rcall('HSET', name, unpack(set, 1, ns))
 		-- in whole milliseconds, rounded up
 		local r = last % 1000
-		if r > 0 then
-			last = last + 1000 - r
+		last = (last - r) / 1000 + (r > 0 and 1 or 0)
+		if last ~= ms then
+			ms, text = last, fmt('%d', last)
 		end
-		rcall('PEXPIREAT', name, last / 1000)
+		rcall('PEXPIREAT', name, text)
 	end
+end
+
+-- Decides every request in order at time now and writes the keys. Returns
+-- decide()'s flat array of results, or nil and a message when the
+-- arguments are bad (then nothing is written).
+local function run(keys, reqs, now)
+	local ok, out, hash, written, nw, need = pcall(decide, keys, reqs, now)
+	if not (ok and out) then
+		local err = validate(keys, reqs)
+		if err then
+			return nil, err
+		end
+		-- valid after all: an error of Redis (a key of the wrong type)
+		-- then stops the script here, before anything is written
+		out, hash, written, nw, need = decide(keys, reqs, now)
+		if not out then
+			return nil, 'arguments refused'
+		end
+	end
+	flush(now, hash, written, nw, need)
 	return out
 end
 -- ==== END CORE ====
@@ -628,14 +651,47 @@ local function parse_plain(argv)
 	return reqs
 end
 
-local reqs, err = parse_plain(ARGV)
-if err == nil then
-	local ok, good = pcall(valid_fast, KEYS, reqs)
-	if not (ok and good) then
-		err = validate(KEYS, reqs)
+-- parse_plain() for arguments that are all well formed, faster: s + 0
+-- converts a number's text as tonumber(s) does (but -0 to 0, the same to
+-- every check), and raises an error where tonumber would return nil (the
+-- caller runs this in pcall). Returns nil when anything is amiss:
+-- parse_plain() then says what.
+local function parse_plain_fast(argv)
+	local na = #argv
+	local nreq = argv[1] + 0
+	if nreq < 1 or nreq > MAX_REQS or nreq % 1 ~= 0 then
+		return nil
 	end
+	local reqs, pos = {}, 2
+	for i = 1, nreq do
+		local nl = argv[pos + 2] + 0
+		local k = pos + 3
+		if nl < 1 or nl > MAX_LIMITS or nl % 1 ~= 0 or k + 5 * nl - 1 > na then
+			return nil
+		end
+		local ls = {}
+		for j = 1, nl do
+			ls[j] = { argv[k], argv[k + 1] + 0, argv[k + 2] + 0, argv[k + 3] + 0, argv[k + 4] + 0 }
+			k = k + 5
+		end
+		reqs[i] = { argv[pos] + 0, argv[pos + 1] + 0, ls }
+		pos = k
+	end
+	if pos - 1 ~= na then
+		return nil
+	end
+	return reqs
+end
+
+local ok, reqs, err = pcall(parse_plain_fast, ARGV)
+if not (ok and reqs) then
+	reqs, err = parse_plain(ARGV)
+end
+local out
+if reqs then
+	out, err = run(KEYS, reqs, now_us())
 end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)
 end
-return run(KEYS, reqs, now_us())
+return out

@@ -695,6 +695,216 @@ def test_scripts_agree_on_the_same_timeline():
         assert strip(a) == strip(b), (step, a, b)
 
 
+# ------------------------------------------------- argument checks, fuzzed
+
+# Scalars that break a request wherever they land (or, for some, nowhere).
+_ODD = [None, "1", "", "x" * 65, 1.5, -1, 0, 2 ** 32, 2 ** 47 + 1, float("nan"),
+        float("inf"), -float("inf"), True, False, [], [1], {"a": 1}, 5.0, 3]
+
+
+# Keys of the right shape (upper case hex) or not.
+_ODD_KEYS = ["rl:{%s}" % ("A" * 32), "rl:{%s}" % ("a" * 31), "rl:{%s}" % ("g" * 32),
+             "x:{%s}" % ("a" * 32), "rl:{%s}x" % ("a" * 32)]
+
+
+def _random_case(rng):
+    """A random (keys, requests) of decide.lua's shape, often slightly wrong:
+    a value replaced, an element added, dropped or turned into a hole, an
+    array turned into a map, a bad key. Lids repeat across requests, with
+    the same or other values."""
+    keys = [new_key() for _ in range(rng.randint(1, 3))]
+    spec = {lid: [lid, rng.randint(0, 2), rng.choice([1, 7, 1000]),
+                  rng.choice([1, 999, S]), rng.choice([0, 0, 5])] for lid in "abcde"}
+    reqs = []
+    for _ in range(rng.randint(1, 4)):
+        ls = []
+        for lid in rng.sample("abcde", rng.randint(1, 4)):
+            lim = list(spec[lid])
+            if rng.random() < 0.2:
+                lim[rng.randint(2, 4)] += 1  # same lid, other (valid) values
+            ls.append(lim)
+        reqs.append([rng.randint(1, len(keys)), rng.randint(1, 9), ls])
+
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        # what to break: the list of requests, a request, its limits, a limit
+        q = rng.choice(reqs) if reqs else None
+        kind = rng.randrange(5)
+        if kind == 0 or not isinstance(q, list):
+            t = reqs
+        elif kind == 1 or len(q) < 3 or not isinstance(q[2], list):
+            t = q
+        elif kind == 2 or not q[2] or not isinstance(q[2][0], list):
+            t = q[2]
+        elif kind == 3:
+            t = rng.choice([l for l in q[2] if isinstance(l, list)] or [q[2]])
+        else:
+            keys[rng.randrange(len(keys))] = rng.choice(_ODD_KEYS)
+            continue
+        how = rng.randrange(6)
+        if how <= 1 and t:
+            t[rng.randrange(len(t))] = rng.choice(_ODD)
+        elif how == 2:
+            t.append(rng.choice(_ODD))
+        elif how == 3 and t:
+            del t[rng.randrange(len(t))]
+        elif how == 4 and t:
+            t.insert(rng.randrange(len(t) + 1), None)  # a hole
+        elif t:
+            t.append(t[0])  # a duplicate
+    # arrays as maps: read by position all the same
+    if reqs and rng.random() < 0.1:
+        i = rng.randrange(len(reqs))
+        if isinstance(reqs[i], list):
+            reqs[i] = {j + 1: v for j, v in enumerate(reqs[i])}
+    deep = rng.random() < 0.05
+    if deep and reqs and isinstance(reqs[0], list) and len(reqs[0]) == 3 \
+            and isinstance(reqs[0][2], list) and reqs[0][2]:
+        reqs[0][2][0] = ["deep", TB, 1, 2 ** 46, 2 ** 20]
+    return keys, reqs
+
+
+_CHECKS_DRIVER = """
+local now = 1795000000000000
+local out = {}
+for i = 1, #ARGV do
+	local case = cmsgpack.unpack(ARGV[i])
+	local ok, res = pcall(decide, case[1], case[2], now)
+	local fast = ok and res ~= nil
+	local slow = validate(case[1], case[2]) == nil
+	out[i] = (fast and 2 or 0) + (slow and 1 or 0)
+end
+return out
+"""
+
+
+def test_fast_checks_agree_with_validate():
+    """decide() checks the arguments itself, faster than validate() (the
+    reference, whose messages the scripts return); the two must accept
+    exactly the same arguments. Then each script, called for real, must
+    answer an error exactly for what validate() refuses, and write nothing
+    when it does."""
+    r = redis()
+    rng = random.Random(707)
+    cases = [_random_case(rng) for _ in range(1500)]
+    script = _core_driver().replace(_DRIVER, _CHECKS_DRIVER)
+    verdicts = r.c.command("EVAL", script, 0, *[mpack.packb([k, q]) for k, q in cases])
+    assert len(verdicts) == len(cases)
+    accepted = 0
+    for (keys, reqs), v in zip(cases, verdicts):
+        assert v in (0, 3), ("decide() and validate() disagree (%d)" % v, keys, reqs)
+        accepted += v == 3
+    assert 100 < accepted < len(cases) - 100, accepted
+    for (keys, reqs), v in zip(cases, verdicts):
+        arg = mpack.packb(reqs)
+        try:
+            r.c.command("EVALSHA", r.sha_mp, len(keys), *keys, arg)
+        except RespError as e:
+            assert v == 0, ("refused what validate() accepts", str(e), keys, reqs)
+            assert str(e).startswith("ERR rl decide: "), (str(e), keys, reqs)
+            fresh = [k for k in keys if k not in _ODD_KEYS]  # (others are shared)
+            assert not fresh or r.c.command("EXISTS", *fresh) == 0, (keys, reqs)
+        else:
+            assert v == 3, ("accepted what validate() refuses", keys, reqs)
+
+
+_PLAIN_DRIVER = """
+local function same(a, b)
+	if type(a) ~= type(b) then
+		return false
+	end
+	if type(a) ~= 'table' then
+		return a == b or (a ~= a and b ~= b)
+	end
+	if #a ~= #b then
+		return false
+	end
+	for i = 1, #a do
+		if not same(a[i], b[i]) then
+			return false
+		end
+	end
+	return true
+end
+local out = {}
+for i = 1, #ARGV do
+	local argv = cmsgpack.unpack(ARGV[i])
+	local ok, fast = pcall(parse_plain_fast, argv)
+	local slow, err = parse_plain(argv)
+	if not (ok and fast) then
+		out[i] = slow and 1 or 0
+	elseif same(fast, slow) then
+		out[i] = 3
+	else
+		out[i] = 4
+	end
+end
+return out
+"""
+
+
+def test_plain_fast_parse_agrees_with_parse_plain():
+    """decide_plain.lua parses ARGV with s + 0 first (an error on text that
+    is not a number) and falls back to parse_plain() (tonumber, a message);
+    whatever the fast parse returns must be exactly what parse_plain()
+    returns."""
+    with open(SCRIPT_PLAIN) as f:
+        text = f.read()
+    a = text.index("-- ==== BEGIN CORE")
+    b = text.index("local ok, reqs, err = pcall(parse_plain_fast, ARGV)")
+    core_end = text.index("-- ==== END CORE ====")
+    script = text[a:core_end] + text[text.index("\n", core_end):b] + _PLAIN_DRIVER
+    rng = random.Random(808)
+    odd = ["x", "", "1.5", "-1", "0", "nan", "inf", " 7", "0x10", "1e3", "7 ", "-0", "+5",
+           str(2 ** 47 + 1), str(2 ** 60)]
+    cases = []
+    for _ in range(400):
+        _, reqs = _random_case(random.Random(rng.random()))
+        reqs = [q for q in reqs if isinstance(q, list) and len(q) == 3 and isinstance(q[2], list)
+                and all(isinstance(l, list) and len(l) == 5 for l in q[2])]
+        if not reqs:
+            continue
+        args = [str(x) if not isinstance(x, str) else x
+                for x in plain_args([(q[0], q[1], q[2]) for q in reqs])]
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            how = rng.randrange(4)
+            if how <= 1:
+                args[rng.randrange(len(args))] = rng.choice(odd)
+            elif how == 2:
+                args.append(rng.choice(odd))
+            else:
+                del args[rng.randrange(len(args))]
+        cases.append(args)
+    got = redis().c.command("EVAL", script, 0, *[mpack.packb(c) for c in cases])
+    assert len(got) == len(cases)
+    for args, v in zip(cases, got):
+        assert v != 4, ("parse_plain_fast() and parse_plain() differ", args)
+    assert got.count(3) > 100 and got.count(1) + got.count(0) > 50, \
+        [got.count(x) for x in range(4)]
+
+
+def test_msgpack_reply_is_canonical():
+    """decide.lua builds its reply from pieces; the bytes must be those of
+    the shortest encoding of every integer and array length, as
+    cmsgpack.pack made them: more than 15 results, a request with more
+    than 15 limits, and integers of every width."""
+    keys = [new_key() for _ in range(3)]
+    many = [("m%d" % i, TB, 2 ** i, S, 0) for i in range(17)]
+    widths = [("w1", TB, 100, 10 * S, 0), ("w2", TB, 60000, 10 * S, 0),
+              ("w3", SW, 10 ** 6, 2 ** 40, 0), ("w4", FW, 2 ** 40, 2 ** 36, 0)]
+    reqs = [(1 + i % 3, 1 + i % 2, widths) for i in range(18)] + [(2, 1, many)]
+    raw = redis().c.command("EVALSHA", redis().sha_mp, len(keys), *keys,
+                            mpack.packb([[ki, cost, [list(l) for l in ls]] for ki, cost, ls in reqs]))
+    now, results = mpack.unpackb(raw)
+    assert raw == mpack.packb([now, results])
+    assert len(results) == 19 and len(results[18][2]) == 17
+    flat = [x for r in results for p in r[2] for x in p]
+    for lo, hi in ((0, 127), (128, 255), (256, 65535), (65536, 2 ** 32 - 1), (2 ** 32, 2 ** 53)):
+        assert any(lo <= x <= hi for x in flat), (lo, hi, flat)
+    # and the decisions are the model's
+    assert Model().decide(now, keys, reqs) == \
+        [(a, d, [tuple(p) for p in per]) for a, d, per in results]
+
+
 # ------------------------------------------------------------- measure
 
 
