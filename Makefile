@@ -47,13 +47,21 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-# The Redis decision scripts become C strings. `?` is escaped so that no
-# "??x" in Lua turns into a C trigraph.
+# The Redis decision scripts become C strings. decide_plain.lua gets the
+# core of decide.lua in place of its "CORE" line (one copy of the math).
+# `?` is escaped so that no "??x" in Lua turns into a C trigraph.
 LUA_SCRIPTS := agent/redis/decide.lua agent/redis/decide_plain.lua
-$(BUILD)/gen/redis_scripts.h: $(LUA_SCRIPTS)
+$(BUILD)/gen/decide_plain.lua: $(LUA_SCRIPTS)
+	@mkdir -p $(dir $@)
+	awk 'FNR == NR { if (/^-- ==== BEGIN CORE/) on = 1; if (on) core = core $$0 "\n"; \
+		if (/^-- ==== END CORE ====/) on = 0; next } \
+	     /^-- ==== CORE ====$$/ { printf "%s", core; n++; next } { print } \
+	     END { if (n != 1) exit 1 }' agent/redis/decide.lua agent/redis/decide_plain.lua \
+		> $@.tmp && mv $@.tmp $@
+$(BUILD)/gen/redis_scripts.h: agent/redis/decide.lua $(BUILD)/gen/decide_plain.lua
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from $(LUA_SCRIPTS) */'; \
-	  for f in $(LUA_SCRIPTS); do \
+	  for f in $^; do \
 	    case $$f in *plain*) n=redis_script_plain;; *) n=redis_script_msgpack;; esac; \
 	    echo "static const char $$n[] ="; \
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \

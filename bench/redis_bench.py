@@ -37,8 +37,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "e2e"))
+import lua_scripts  # noqa: E402  (decide_plain.lua as built into the agent)
 
 SCRIPT_PLAIN = os.path.join("agent", "redis", "decide_plain.lua")
 
@@ -617,8 +622,7 @@ def run(ctx):
     # R1 runs the agent's own copy of the plain script, the one built into
     # the binary (the file may have changed since the build, or change
     # during the benchmark); R4 checks that the agent loads that very copy.
-    with open(os.path.join(ctx.root, SCRIPT_PLAIN), "rb") as f:
-        from_file = f.read()
+    from_file = lua_scripts.plain_script().encode()
     ctx.plain_script = embedded_script(ctx.agent_bin) or from_file
     ctx.plain_note = None
     if ctx.plain_script != from_file:

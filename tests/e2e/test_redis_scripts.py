@@ -18,12 +18,12 @@ import time
 from fractions import Fraction
 
 import harness
+import lua_scripts
 import mpack
 from resp import Client, RespError, encode
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT_MP = os.path.join(ROOT, "agent", "redis", "decide.lua")
-SCRIPT_PLAIN = os.path.join(ROOT, "agent", "redis", "decide_plain.lua")
+SCRIPT_MP = lua_scripts.SCRIPT_MP
 
 TB, SW, FW = 0, 1, 2
 MS = 1000
@@ -54,10 +54,8 @@ class _Redis:
         else:
             raise RuntimeError("redis-server did not start: %s" % last)
         self.c = Client("127.0.0.1", self.port)
-        with open(SCRIPT_MP, "rb") as f:
-            self.sha_mp = self.c.command("SCRIPT", "LOAD", f.read()).decode()
-        with open(SCRIPT_PLAIN, "rb") as f:
-            self.sha_plain = self.c.command("SCRIPT", "LOAD", f.read()).decode()
+        self.sha_mp = self.c.command("SCRIPT", "LOAD", lua_scripts.msgpack_script()).decode()
+        self.sha_plain = self.c.command("SCRIPT", "LOAD", lua_scripts.plain_script()).decode()
 
     def stop(self):
         try:
@@ -288,14 +286,10 @@ def ceil_div(a, b):
 # ----------------------------------------------------------------- tests
 
 
-def test_core_is_identical_in_both_scripts():
-    def core(path):
-        with open(path) as f:
-            text = f.read()
-        a = text.index("-- ==== BEGIN CORE")
-        b = text.index("-- ==== END CORE ====")
-        return text[a:b]
-    assert core(SCRIPT_MP) == core(SCRIPT_PLAIN), "the shared core of the two scripts differs"
+def test_plain_script_is_assembled_with_the_one_core():
+    plain = lua_scripts.plain_script()
+    assert lua_scripts.core(plain) == lua_scripts.core(lua_scripts.msgpack_script())
+    assert plain.count("-- ==== BEGIN CORE") == 1 and lua_scripts.CORE_MARK not in plain
 
 
 _DRIVER = """
@@ -847,8 +841,7 @@ def test_plain_fast_parse_agrees_with_parse_plain():
     is not a number) and falls back to parse_plain() (tonumber, a message);
     whatever the fast parse returns must be exactly what parse_plain()
     returns."""
-    with open(SCRIPT_PLAIN) as f:
-        text = f.read()
+    text = lua_scripts.plain_script()
     a = text.index("-- ==== BEGIN CORE")
     b = text.index("local ok, reqs, err = pcall(parse_plain_fast, ARGV)")
     core_end = text.index("-- ==== END CORE ====")
