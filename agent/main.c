@@ -39,8 +39,9 @@ static void usage(FILE *out)
 		"      --redis-password PW   AUTH password (or env RL_REDIS_PASSWORD)\n"
 		"      --redis-timeout MS    deadline of a decision (default 20)\n"
 		"      --redis-batch N       decisions per script call (default 64)\n"
+		"      --redis-pipeline N    script calls in flight per worker (default 2)\n"
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
-		"      --redis-encoding E    msgpack (default) or plain script arguments\n"
+		"      --redis-encoding E    plain (default) or msgpack script arguments\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"  Other:\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
@@ -130,6 +131,7 @@ enum {
 	OPT_REDIS_PASSWORD,
 	OPT_REDIS_TIMEOUT,
 	OPT_REDIS_BATCH,
+	OPT_REDIS_PIPELINE,
 	OPT_REDIS_PENDING,
 	OPT_REDIS_ENCODING,
 	OPT_NO_CACHE,
@@ -305,6 +307,7 @@ int main(int argc, char **argv)
 		{ "redis-password", required_argument, NULL, OPT_REDIS_PASSWORD },
 		{ "redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT },
 		{ "redis-batch", required_argument, NULL, OPT_REDIS_BATCH },
+		{ "redis-pipeline", required_argument, NULL, OPT_REDIS_PIPELINE },
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
 		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
@@ -438,6 +441,11 @@ int main(int argc, char **argv)
 			if (parse_num(optarg, 1, 1024, &num) < 0)
 				BAD("--redis-batch: expected 1 to 1024, got '%s'", optarg);
 			rcfg.batch_max = (int)num;
+			break;
+		case OPT_REDIS_PIPELINE:
+			if (parse_num(optarg, 1, 1024, &num) < 0)
+				BAD("--redis-pipeline: expected 1 to 1024, got '%s'", optarg);
+			rcfg.pipeline = (int)num;
 			break;
 		case OPT_REDIS_PENDING:
 			if (parse_num(optarg, 1, 1000000, &num) < 0)

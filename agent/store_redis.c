@@ -81,6 +81,7 @@ struct rstore {
 	struct rq *queue;
 	size_t qhead, qlen;
 	size_t inflight;             /* queries sent, not answered */
+	int calls;                   /* script calls sent, reply not back */
 	struct rbatch *oldest, *newest;
 	struct refusal *cache;
 	struct redis_decision *decoded; /* a batch's decoded reply */
@@ -107,7 +108,8 @@ void redis_config_defaults(struct redis_config *cfg)
 	cfg->timeout = 0.020;
 	cfg->max_pending = 10000;
 	cfg->batch_max = 64;
-	cfg->encoding = REDIS_ENC_MSGPACK;
+	cfg->pipeline = 2;
+	cfg->encoding = REDIS_ENC_PLAIN;
 	cfg->local_cache = 1;
 }
 
@@ -318,12 +320,19 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 	struct rstore *rs = t->data;
 	int64_t now = server_now_us();
 
+	int expired = 0;
+
 	while (rs->qlen && rs->queue[rs->qhead].deadline <= now) {
 		answer_degraded(rs, &rs->queue[rs->qhead]);
 		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
 		rs->qlen--;
 		STAT_INC(rs->stats.timeouts);
+		expired = 1;
 	}
+	/* Queries still queued at their deadline waited behind a call that
+	 * has not come back: that counts against Redis too. */
+	if (expired && rs->state == RS_READY)
+		call_failed(rs, now);
 	for (struct rbatch *b = rs->oldest; b; b = b->next) {
 		if (b->answered)
 			continue;
@@ -473,6 +482,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			return;
 	}
 	unlink_batch(rs, b);
+	rs->calls--;
 	if (!b->answered) {
 		rs->inflight -= b->n;
 		if (reply && reply->type == REDIS_REPLY_STRING &&
@@ -630,13 +640,17 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 	return 0;
 }
 
-/* Sends what is queued, in batches of at most batch_max. Called before the
- * loop blocks, so one loop iteration's queries share script calls. */
+/* Sends what is queued, in batches of at most batch_max, with at most
+ * `pipeline` calls in flight. Called before the loop blocks and when a
+ * reply frees a place. While calls are out, new queries gather into the
+ * next batch: under light load a query leaves at once, under heavy load
+ * batches grow by themselves, and Redis never holds a backlog of small
+ * calls (each call costs Redis about as much as a dozen decisions). */
 static void send_batches(struct rstore *rs)
 {
 	int64_t now = server_now_us();
 
-	while (rs->qlen && rs->state == RS_READY) {
+	while (rs->qlen && rs->state == RS_READY && rs->calls < rs->cfg->pipeline) {
 		size_t n = rs->qlen < (size_t)rs->cfg->batch_max ? rs->qlen
 								 : (size_t)rs->cfg->batch_max;
 		struct rbatch *b = xmalloc(sizeof(*b) + n * sizeof(struct rq));
@@ -669,6 +683,8 @@ static void send_batches(struct rstore *rs)
 			STAT_ADD(rs->stats.unavailable, b->n);
 			fail_batch(rs, b);
 			xfree(b);
+		} else {
+			rs->calls++;
 		}
 	}
 	arm_deadline(rs);

@@ -36,6 +36,7 @@ struct redis_config {
 	double timeout;          /* deadline of a decision, seconds */
 	int max_pending;         /* queries waiting per worker, queued or sent */
 	int batch_max;           /* queries per script call */
+	int pipeline;            /* script calls in flight per worker */
 	enum redis_encoding encoding;
 	int local_cache;         /* answer known-refused clients locally */
 };

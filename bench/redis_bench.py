@@ -11,7 +11,7 @@ whatever happens. The configurations:
       decision, measured by Redis's own tool
   R2  the agent asking Redis once per decision (--redis-batch 1)
   R3  the agent batching decisions (default --redis-batch 64), msgpack
-  R4  the same with --redis-encoding plain
+  R4  the same with --redis-encoding plain (the default)
   R5  open loop at 50% of R3's throughput: the latency figures
   R6  the same at 25%
   L   one refused client flooding the agent, with and without the local
@@ -673,13 +673,14 @@ def run(ctx):
         closed.append(r1)
     closed.append(agent_row(
         "R2", "batch 1", "agent -t 1, one EVALSHA per decision (`--redis-batch 1`), msgpack",
-        high + ["--redis-batch", "1"], gen, ctx.duration))
+        high + ["--redis-batch", "1", "--redis-encoding", "msgpack"], gen, ctx.duration))
     closed.append(agent_row(
-        "R3", "batch 64 msgpack", "agent -t 1, batched (`--redis-batch 64`), msgpack",
-        high, gen, ctx.duration))
+        "R3", "batch 64 msgpack", "agent -t 1, batched (`--redis-batch 64`), msgpack "
+        "(`--redis-encoding msgpack`)", high + ["--redis-encoding", "msgpack"], gen,
+        ctx.duration))
     closed.append(agent_row(
         "R4", "batch 64 plain", "agent -t 1, batched (`--redis-batch 64`), plain arguments "
-        "(`--redis-encoding plain`)", high + ["--redis-encoding", "plain"], gen,
+        "(`--redis-encoding plain`, the default)", high + ["--redis-encoding", "plain"], gen,
         ctx.duration, more_checks=plain_sha))
     interleave(ctx, closed, ctx.runs)
 
@@ -692,7 +693,7 @@ def run(ctx):
         rate = max(1, round(rows["R3"]["median"]["rps"] * share))
         opened.append(agent_row(
             key, "open loop %.0f%%" % (100 * share),
-            "agent -t 1, batched, msgpack: open loop at %.0f%% of R3" % (100 * share),
+            "agent -t 1, defaults (batched, plain): open loop at %.0f%% of R3" % (100 * share),
             high, common + ["--keys", KEYS, "--rate", str(rate),
                             "--duration", "%g" % ctx.duration],
             ctx.duration, open_loop=True))

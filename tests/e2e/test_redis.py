@@ -775,7 +775,7 @@ def test_local_refusal_cache(h):
 
 def test_plain_encoding_decides_like_msgpack(h):
     redis = RedisServer(h)
-    mp = start_agent(h, redis, "--limit", "5/10s", name="agent-msgpack")
+    mp = start_agent(h, redis, "--limit", "5/10s", "--redis-encoding", "msgpack", name="agent-msgpack")
     pl = start_agent(h, redis, "--limit", "5/10s", "--redis-encoding", "plain",
                      name="agent-plain")
     s_mp, s_pl = Spop(mp.port), Spop(pl.port)
