@@ -41,7 +41,7 @@ static void usage(FILE *out)
 		"      --redis-batch N       decisions per script call (default 64)\n"
 		"      --redis-pipeline N    script calls in flight per worker (default 2)\n"
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
-		"      --redis-encoding E    plain (default) or msgpack script arguments\n"
+		"      --redis-encoding E    msgpack (default) or plain script arguments\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"  Other:\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"

@@ -109,7 +109,7 @@ void redis_config_defaults(struct redis_config *cfg)
 	cfg->max_pending = 10000;
 	cfg->batch_max = 64;
 	cfg->pipeline = 2;
-	cfg->encoding = REDIS_ENC_PLAIN;
+	cfg->encoding = REDIS_ENC_MSGPACK;
 	cfg->local_cache = 1;
 }
 
