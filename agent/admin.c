@@ -11,6 +11,7 @@
 #include "decide.h"
 #include "identity.h"
 #include "log.h"
+#include "query.h"
 #include "server.h"
 
 #define ADMIN_PARAMS_MAX 32
@@ -55,65 +56,6 @@ static void out_json_str(struct out *o, const char *s, size_t len)
 			outf(o, "%c", c);
 	}
 	outf(o, "\"");
-}
-
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-/* Decodes %XX and '+' in place; returns the new length. */
-static size_t url_decode(char *s, size_t len)
-{
-	size_t i = 0, j = 0;
-
-	while (i < len) {
-		if (s[i] == '%' && i + 2 < len + 0 && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-			s[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-			i += 3;
-		} else if (s[i] == '+') {
-			s[j++] = ' ';
-			i++;
-		} else {
-			s[j++] = s[i++];
-		}
-	}
-	return j;
-}
-
-/* The query's parameters as message arguments (strings). `query` is
- * modified in place and must outlive args. */
-static void parse_query(char *query, struct rules_args *args)
-{
-	char *p = query;
-
-	args->n = 0;
-	while (p && *p) {
-		char *amp = strchr(p, '&');
-		char *eq;
-		struct spop_str name;
-		struct spop_data val;
-
-		if (amp)
-			*amp = '\0';
-		eq = strchr(p, '=');
-		if (eq && eq != p) {
-			*eq = '\0';
-			name.ptr = p;
-			name.len = url_decode(p, strlen(p));
-			val.type = SPOP_T_STR;
-			val.u.str.ptr = eq + 1;
-			val.u.str.len = url_decode(eq + 1, strlen(eq + 1));
-			rules_args_add(args, name, &val);
-		}
-		p = amp ? amp + 1 : NULL;
-	}
 }
 
 /* A synchronous connection for one admin request; NULL with a message. */
@@ -239,7 +181,7 @@ int admin_handle(struct server *srv, const char *method, const char *target, cha
 		return o.err ? -1 : (int)o.len;
 	}
 	snprintf(query, sizeof(query), "%s", q ? q + 1 : "");
-	parse_query(query, &args);
+	query_parse(query, &args);
 	rules_classify(rs->rules, &args, &v);
 	ids = rules_identity(rs->rules);
 	if (v.identity < 0 || !v.identity_val) {
