@@ -13,10 +13,8 @@
  */
 #include "rules.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdalign.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +27,7 @@
 #include <yaml.h>
 
 #include "alloc.h"
+#include "identity.h"
 
 /* ---- loaded rules ----------------------------------------------------------- */
 
@@ -2086,42 +2085,18 @@ static bool cond_host(const struct cond *c, const struct spop_data *d, size_t no
 static bool cond_arg(const struct cond *c, const struct spop_data *d)
 {
 	char buf[64];
-	int n = -1;
+	size_t n;
 
-	if (!d)
+	if (!d || d->type == SPOP_T_NULL)
 		return false;
-	switch ((enum spop_type)d->type) {
-	case SPOP_T_STR:
-	case SPOP_T_BIN:
+	if (d->type == SPOP_T_STR || d->type == SPOP_T_BIN)
 		return cond_exact(c, d);
-	case SPOP_T_NULL:
-		return false;
-	case SPOP_T_BOOL:
-		n = snprintf(buf, sizeof(buf), "%s", d->u.boolean ? "true" : "false");
-		break;
-	case SPOP_T_INT32:
-		n = snprintf(buf, sizeof(buf), "%" PRId32, d->u.i32);
-		break;
-	case SPOP_T_UINT32:
-		n = snprintf(buf, sizeof(buf), "%" PRIu32, d->u.u32);
-		break;
-	case SPOP_T_INT64:
-		n = snprintf(buf, sizeof(buf), "%" PRId64, d->u.i64);
-		break;
-	case SPOP_T_UINT64:
-		n = snprintf(buf, sizeof(buf), "%" PRIu64, d->u.u64);
-		break;
-	case SPOP_T_IPV4:
-		n = inet_ntop(AF_INET, d->u.ipv4, buf, sizeof(buf)) ? (int)strlen(buf) : -1;
-		break;
-	case SPOP_T_IPV6:
-		n = inet_ntop(AF_INET6, d->u.ipv6, buf, sizeof(buf)) ? (int)strlen(buf) : -1;
-		break;
-	}
-	if (n < 0 || (size_t)n >= sizeof(buf))
+	/* the text a client is identified by: one rendering for both */
+	n = identity_text(d, buf, sizeof(buf));
+	if (n == 0)
 		return false;
 	for (size_t i = 0; i < c->n; i++)
-		if (bytes_eq(buf, (size_t)n, &c->v[i]))
+		if (bytes_eq(buf, n, &c->v[i]))
 			return true;
 	return false;
 }
