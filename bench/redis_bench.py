@@ -44,6 +44,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "e2e"))
 import lua_scripts  # noqa: E402  (decide_plain.lua as built into the agent)
+from resp import Client, ProtocolError, RespError  # noqa: E402
 
 SCRIPT_PLAIN = os.path.join("agent", "redis", "decide_plain.lua")
 
@@ -72,9 +73,6 @@ UNITS_US = {"ms": 1000, "s": 1000000, "m": 60000000, "h": 3600000000,
             "d": 86400000000}
 
 
-class RedisError(Exception):
-    pass
-
 
 def limit_plain_args(spec):
     """decide_plain.lua's per-limit arguments for a token bucket "N/P" with
@@ -87,58 +85,6 @@ def limit_plain_args(spec):
     period_us = int(m.group(1) or 1) * UNITS_US[m.group(2)]
     return ["t%d/%d/0" % (int(quota), period_us), "0", str(int(quota)),
             str(period_us), "0"]
-
-
-class Resp:
-    """A minimal RESP2 client for the few commands the benchmark sends."""
-
-    def __init__(self, port, timeout=10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.rf = self.sock.makefile("rb")
-
-    def close(self):
-        try:
-            self.rf.close()
-        finally:
-            self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def command(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.sock.sendall(b"".join(out))
-        return self._read()
-
-    def _read(self):
-        line = self.rf.readline()
-        if not line.endswith(b"\r\n"):
-            raise ConnectionError("redis closed the connection")
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest
-        if kind == b"-":
-            raise RedisError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind in (b"$", b"*"):
-            n = int(rest)
-            if n < 0:
-                return None
-            if kind == b"*":
-                return [self._read() for _ in range(n)]
-            data = self.rf.read(n + 2)
-            if len(data) != n + 2:
-                raise ConnectionError("redis closed the connection")
-            return data[:-2]
-        raise ConnectionError("not RESP: %r" % line[:40])
 
 
 class RedisServer:
@@ -185,7 +131,7 @@ class RedisServer:
                         if (self.command("PING") == b"PONG" and
                                 self.info("server").get("process_id") == str(self.proc.pid)):
                             return self
-                    except (OSError, ConnectionError, RedisError):
+                    except (OSError, ConnectionError, ProtocolError, RespError):
                         time.sleep(0.02)
             except BaseException:
                 self.stop()
@@ -218,7 +164,7 @@ class RedisServer:
         return "127.0.0.1:%d" % self.port
 
     def command(self, *args):
-        with Resp(self.port) as c:
+        with Client("127.0.0.1", self.port, timeout=10.0) as c:
             return c.command(*args)
 
     def info(self, section):
@@ -472,7 +418,7 @@ def baseline_size(ctx, row):
     label = "[R1] redis-benchmark check run"
     try:
         res, err = rb_once(ctx, n0, "100/1h", inspect)
-    except (RuntimeError, OSError, ConnectionError, RedisError) as e:
+    except (RuntimeError, OSError, ConnectionError, ProtocolError, RespError) as e:
         res, err = None, str(e)
     if res is None:
         ctx.problems.append("%s: %s" % (label, err))
@@ -579,7 +525,7 @@ def do_run(ctx, row, r, runs):
     label = "[%s] %s, run %d/%d" % (row["key"], row["short"], r + 1, runs)
     try:
         res, err = row["once"]()
-    except (RuntimeError, OSError, ConnectionError, RedisError) as e:
+    except (RuntimeError, OSError, ConnectionError, ProtocolError, RespError) as e:
         res, err = None, str(e)
     if res is None:
         ctx.problems.append("%s: %s" % (label, err))
