@@ -614,6 +614,33 @@ def metric(port, name):
     return int(m.group(1))
 
 
+def burst_calls(h, redis, *args, n=200):
+    """EVALSHA calls Redis ran for n NOTIFYs sent in one write to a fresh
+    agent with `args`; every decision must come from Redis."""
+    a = start_agent(h, redis, "--limit", "1000000/1h", "--redis-timeout", "2000", *args)
+    before = redis.evalsha_calls()
+    with Conn(a.port, timeout=10.0) as c:
+        c.handshake()
+        c.send(b"".join(spop.check_rate(sid, 1, api_key="k%d" % sid) for sid in range(1, n + 1)))
+        for _ in range(n):
+            v = c.expect(ACK, timeout=10).vars()
+            assert v["status"] == 0 and not v["degraded"], v
+    return redis.evalsha_calls() - before
+
+
+def test_batching_and_calls_in_flight(h):
+    redis = RedisServer(h)
+    # one decision per call, as many calls out as come: one call each
+    assert burst_calls(h, redis, "--redis-batch", "1", "--redis-pipeline", "1024") == 200
+    # batches of up to 64 with one call out at a time: the 200 decisions
+    # gather behind the first call into at least ceil(200/64) calls, and
+    # far fewer than 200
+    calls = burst_calls(h, redis, "--redis-batch", "64", "--redis-pipeline", "1")
+    assert 4 <= calls <= 40, calls
+    # one decision per call and one call out at a time: still one each
+    assert burst_calls(h, redis, "--redis-batch", "1", "--redis-pipeline", "1") == 200
+
+
 def test_circuit_breaker_when_redis_stalls(h):
     redis = RedisServer(h)
     mport = harness.free_port()
