@@ -20,6 +20,7 @@ static const uint8_t default_secret[16] = {
  * within a rule, so names are unique within the field. */
 static void derive_rule(const struct rules_rule *r, int agents, struct ruleset_rule *out)
 {
+	static const char algo[] = { 't', 's', 'f' };
 	char period[32];
 
 	out->policy[0] = '\0';
@@ -37,6 +38,10 @@ static void derive_rule(const struct rules_rule *r, int agents, struct ruleset_r
 					   limit_ceil_s(r->limits[i].period_us)) < 0) {
 			/* keeps the items that fit */
 		}
+		snprintf(out->lid[i], sizeof(out->lid[i]), "%c%llu/%lld/%llu",
+			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
+			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
+			 (unsigned long long)r->limits[i].burst);
 		/* The local policy shares the limit among the agents; each
 		 * keeps at least one request per period. */
 		*l = r->limits[i];

@@ -31,6 +31,7 @@
 #define DECIDE_MAX_LIMITS RULES_LIMITS_MAX
 #define DECIDE_POLICY_MAX 512
 #define DECIDE_PNAME_MAX (RULES_NAME_MAX + 40)
+#define DECIDE_LID_MAX 48
 
 /* The message the agent understands (part of the contract with HAProxy). */
 #define DECIDE_MESSAGE "check-rate"
@@ -39,6 +40,9 @@ struct ruleset_rule {
 	char policy[DECIDE_POLICY_MAX];   /* RateLimit-Policy value */
 	char pname[RULES_LIMITS_MAX][DECIDE_PNAME_MAX]; /* policy name per limit */
 	struct limit_spec local[RULES_LIMITS_MAX];      /* limits / agents */
+	/* Redis hash field per limit, named by algorithm and parameters, so
+	 * that a changed limit starts fresh instead of misreading old state */
+	char lid[RULES_LIMITS_MAX][DECIDE_LID_MAX];
 };
 
 struct ruleset {

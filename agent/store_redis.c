@@ -21,7 +21,6 @@
 #define CACHE_SIZE 4096            /* refused-until entries per worker */
 #define RECONNECT_MIN 0.05
 #define RECONNECT_MAX 2.0
-#define LID_MAX 48
 #define NUM_MAX 24
 /* Circuit breaker: after BREAKER_FAILS script calls in a row that missed
  * their deadline or failed, decisions skip Redis for a while (answered at
@@ -514,15 +513,6 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 
 /* ---- sending -------------------------------------------------------------------- */
 
-static void lid_of(const struct limit_spec *l, char *buf, size_t cap)
-{
-	static const char algo[] = { 't', 's', 'f' };
-
-	snprintf(buf, cap, "%c%llu/%lld/%llu", algo[l->algo <= 2 ? l->algo : 0],
-		 (unsigned long long)l->quota, (long long)l->period_us,
-		 (unsigned long long)l->burst);
-}
-
 /* Text for the argv; NULL when the arena is full (cannot happen with the
  * arena sized for batch_max queries, checked anyway). */
 static const char *arena_put(struct rstore *rs, size_t *used, const char *s, size_t len)
@@ -542,7 +532,7 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 {
 	size_t argc = 0, nkeys = 0, used = 0;
 	size_t keyidx[1024];
-	char tmp[NUM_MAX + LID_MAX];
+	char tmp[NUM_MAX + DECIDE_LID_MAX];
 	const char *p;
 	int n;
 
@@ -590,9 +580,8 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 			msgpack_pack_array(&pk, q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
-				char lid[LID_MAX];
+				const char *lid = q->rs->rule[q->rule->index].lid[j];
 
-				lid_of(l, lid, sizeof(lid));
 				msgpack_pack_array(&pk, 5);
 				msgpack_pack_str(&pk, strlen(lid));
 				msgpack_pack_str_body(&pk, lid, strlen(lid));
@@ -622,10 +611,11 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 			PUT_NUM("%zu", q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
-				char lid[LID_MAX];
+				const char *lid = q->rs->rule[q->rule->index].lid[j];
 
-				lid_of(l, lid, sizeof(lid));
-				PUT_NUM("%s", lid);
+				/* hiredis copies the arguments: no need to */
+				rs->argv[argc] = lid;
+				rs->argvlen[argc++] = strlen(lid);
 				PUT_NUM("%d", (int)l->algo);
 				PUT_NUM("%llu", (unsigned long long)l->quota);
 				PUT_NUM("%lld", (long long)l->period_us);
@@ -830,7 +820,7 @@ struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
 	rs->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rs->decoded));
 	rs->argv = xcalloc(max_argc, sizeof(*rs->argv));
 	rs->argvlen = xcalloc(max_argc, sizeof(*rs->argvlen));
-	rs->arena_cap = max_argc * (NUM_MAX + LID_MAX);
+	rs->arena_cap = max_argc * (NUM_MAX + DECIDE_LID_MAX);
 	rs->arena = xmalloc(rs->arena_cap);
 	if (!rs->queue || !rs->cache || !rs->decoded || !rs->argv || !rs->argvlen || !rs->arena) {
 		xfree(rs->queue);

@@ -205,6 +205,9 @@ static void test_result_several_limits(void **state)
 	assert_int_equal(d.limit, 1000);
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
 	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
+	/* Redis field names, derived once per ruleset */
+	assert_string_equal(rs->rule[q.rule->index].lid[0], "t100/60000000/0");
+	assert_string_equal(rs->rule[q.rule->index].lid[1], "t1000/3600000000/0");
 	ruleset_release(rs);
 }
 
