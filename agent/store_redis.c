@@ -483,27 +483,24 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	unlink_batch(rs, b);
 	rs->calls--;
 	if (!b->answered) {
-		rs->inflight -= b->n;
+		/* both decoders check the whole reply before answering anyone */
 		if (reply && reply->type == REDIS_REPLY_STRING &&
 		    rs->cfg->encoding == REDIS_ENC_MSGPACK)
 			rc = answer_msgpack(rs, b, reply->str, reply->len);
 		else if (reply && reply->type == REDIS_REPLY_ARRAY &&
 			 rs->cfg->encoding == REDIS_ENC_PLAIN)
 			rc = answer_plain(rs, b, reply);
-		if (rc == 0)
+		if (rc == 0) {
+			rs->inflight -= b->n;
 			call_succeeded(rs);
-		if (rc < 0) {
-			if (reply)
-				call_failed(rs, server_now_us());
-			if (reply) {
-				STAT_INC(rs->stats.errors);
-				log_warn("redis: decision failed: %s",
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-			} else {
-				STAT_ADD(rs->stats.unavailable, b->n);
-			}
-			b->answered = 0;
-			rs->inflight += b->n;
+		} else if (reply) {
+			call_failed(rs, server_now_us());
+			STAT_INC(rs->stats.errors);
+			log_warn("redis: decision failed: %s",
+				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+			fail_batch(rs, b);
+		} else {
+			STAT_ADD(rs->stats.unavailable, b->n);
 			fail_batch(rs, b);
 		}
 	}
