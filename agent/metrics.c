@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,6 +100,42 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
 		s_;                                                           \
 	})
 
+/* A histogram summed over the workers' stores; bounds in seconds. */
+static void histogram(struct out *o, struct server *srv, const char *name, const char *help,
+		      size_t offset)
+{
+	static const int64_t bound[HIST_BUCKETS - 1] = HIST_BOUNDS_US;
+	uint64_t cum = 0, sum = 0, count = 0;
+
+	outf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (int b = 0; b < HIST_BUCKETS; b++) {
+		for (int i = 0; i < srv->nworkers; i++) {
+			const struct hist *h;
+
+			if (!srv->workers[i].rs)
+				continue;
+			h = (const struct hist *)((const char *)rstore_get_stats(srv->workers[i].rs) + offset);
+			cum += STAT_GET(h->bucket[b]);
+			if (b == 0) {
+				sum += STAT_GET(h->sum_us);
+				count += STAT_GET(h->count);
+			}
+		}
+		if (b < HIST_BUCKETS - 1) {
+			/* seconds in plain decimals: 0.00005, not 5e-05 */
+			char le[32];
+			int n = snprintf(le, sizeof(le), "%.6f", (double)bound[b] / 1e6);
+
+			while (n > 1 && le[n - 1] == '0' && le[n - 2] != '.')
+				le[--n] = '\0';
+			outf(o, "%s_bucket{le=\"%s\"} %llu\n", name, le, (unsigned long long)cum);
+		} else
+			outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	}
+	outf(o, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum / 1e6, name,
+	     (unsigned long long)count);
+}
+
 static void render(struct server *srv, struct out *o)
 {
 	uint64_t acc = SUM(accepted), closed = SUM(closed);
@@ -170,6 +207,12 @@ static void render(struct server *srv, struct out *o)
 		counter(o, "spoa_rl_redis_breaker_skips_total",
 			"Decisions made without Redis while the circuit breaker was open.",
 			RSUM(breaker_skips));
+		histogram(o, srv, "spoa_rl_redis_call_duration_seconds",
+			  "Script calls, from sending to the reply.",
+			  offsetof(struct rstore_stats, call_time));
+		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",
+			  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
+			  offsetof(struct rstore_stats, wait_time));
 	}
 	if (srv->mem) {
 		struct memstore_stats ms;

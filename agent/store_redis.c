@@ -40,7 +40,8 @@ enum rs_state {
 struct rq {
 	struct store_ref ref;
 	struct decide_query q;
-	int64_t deadline;   /* local monotonic microseconds */
+	int64_t queued;     /* local monotonic microseconds */
+	int64_t deadline;
 };
 
 struct rbatch {
@@ -491,6 +492,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			 rs->cfg->encoding == REDIS_ENC_PLAIN)
 			rc = answer_plain(rs, b, reply);
 		if (rc == 0) {
+			int64_t now = server_now_us();
+
+			hist_observe(&rs->stats.call_time, now - b->sent);
+			for (size_t i = 0; i < b->n; i++)
+				hist_observe(&rs->stats.wait_time, now - b->rq[i].queued);
 			rs->inflight -= b->n;
 			call_succeeded(rs);
 		} else if (reply) {
@@ -903,6 +909,7 @@ int rstore_submit(struct rstore *rs, const struct decide_query *q,
 	r->ref = *ref;
 	r->q = *q;
 	ruleset_acquire(q->rs); /* the rules must outlive a reload until answered */
+	r->queued = now;
 	r->deadline = now + (int64_t)(rs->cfg->timeout * 1e6);
 	rs->qlen++;
 	if (rs->qlen == 1 && !ev_is_active(&rs->deadline_w))

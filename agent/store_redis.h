@@ -62,6 +62,8 @@ struct rstore_stats {
 	counter_t noscript;
 	counter_t breaker_trips;  /* circuit breaker opened */
 	counter_t breaker_skips;  /* decisions made without Redis while open */
+	struct hist call_time;    /* script call sent -> its reply */
+	struct hist wait_time;    /* query submitted -> answered by Redis */
 };
 
 void redis_config_defaults(struct redis_config *cfg);

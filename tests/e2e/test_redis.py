@@ -641,6 +641,52 @@ def test_batching_and_calls_in_flight(h):
     assert burst_calls(h, redis, "--redis-batch", "1", "--redis-pipeline", "1") == 200
 
 
+def histogram(port, name):
+    """A histogram of /metrics: ({le: cumulative count}, sum, count)."""
+    text = http_get(port, "/metrics").text
+    buckets = {m.group(1): int(m.group(2)) for m in
+               re.finditer(r'^%s_bucket\{le="([^"]+)"\} (\d+)$' % re.escape(name), text, re.M)}
+    total = re.search(r"^%s_sum (\S+)$" % re.escape(name), text, re.M)
+    count = re.search(r"^%s_count (\d+)$" % re.escape(name), text, re.M)
+    assert buckets and total and count, "no histogram %s in:\n%s" % (name, text)
+    return buckets, float(total.group(1)), int(count.group(1))
+
+
+def test_latency_histograms(h):
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "2000",
+                    "--metrics", "127.0.0.1:%d" % mport)
+    s = Spop(a.port)
+    for i in range(20):
+        assert not s.ask("quick")["degraded"]
+    # one decision held up by Redis for at least 150 ms: its time counts
+    # from submission, and it lands above the 100 ms bound
+    with Conn(a.port, timeout=10.0) as c:
+        c.handshake()
+        redis.pause()
+        try:
+            c.send(spop.check_rate(1, 1, api_key="slow"))
+            time.sleep(0.15)
+        finally:
+            redis.resume()
+        v = c.expect(ACK, timeout=5).vars()
+        assert v["status"] == 0 and not v["degraded"], v
+    name = "spoa_rl_redis_decision_duration_seconds"
+    buckets, total, count = histogram(mport, name)
+    assert count == 21 == metric(mport, "spoa_rl_redis_replies_total")
+    bounds = list(buckets)
+    assert bounds[-1] == "+Inf" and buckets["+Inf"] == count
+    assert [float(b) for b in bounds[:-1]] == sorted(float(b) for b in bounds[:-1])
+    values = [buckets[b] for b in bounds]
+    assert values == sorted(values), values
+    assert buckets["0.1"] == 20, buckets
+    assert total >= 0.15, total
+    calls, ctotal, ccount = histogram(mport, "spoa_rl_redis_call_duration_seconds")
+    assert ccount == metric(mport, "spoa_rl_redis_calls_total") == calls["+Inf"]
+    assert calls["0.1"] == ccount - 1 and ctotal >= 0.15, (calls, ctotal)
+
+
 def test_circuit_breaker_when_redis_stalls(h):
     redis = RedisServer(h)
     mport = harness.free_port()
