@@ -295,13 +295,14 @@ def sched_s(pid):
 
 
 def machine_idle():
-    """(idle, total) jiffies of all CPUs so far (/proc/stat)."""
+    """(idle, stolen, total) jiffies of all CPUs so far (/proc/stat); stolen
+    is the time a virtual machine's host ran something else instead."""
     try:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    return v[3] + v[4], sum(v)
+    return v[3] + v[4], v[7], sum(v)
 
 
 class Window:
@@ -325,9 +326,9 @@ class Window:
         res["redis_cpu_s"] = c1 - self.c0
         res["redis_wait"] = (100 * (s1[1] - self.s0[1]) / wall
                              if s1 is not None and self.s0 is not None else None)
-        res["idle"] = (100 * (i1[0] - self.i0[0]) / (i1[1] - self.i0[1])
-                       if i1 is not None and self.i0 is not None and i1[1] > self.i0[1]
-                       else None)
+        ok = i1 is not None and self.i0 is not None and i1[2] > self.i0[2]
+        res["idle"] = 100 * (i1[0] - self.i0[0]) / (i1[2] - self.i0[2]) if ok else None
+        res["steal"] = 100 * (i1[1] - self.i0[1]) / (i1[2] - self.i0[2]) if ok else None
 
 
 def embedded_script(binary):
@@ -509,7 +510,9 @@ def memory_once(ctx, gen, duration):
     """One run of the in-memory store (no Redis) with the generator `gen`:
     the same path as the Redis rows but for Redis, as a reference."""
     with ctx.Agent(ctx.agent_bin, ["-t", "1", "--limit", ctx.high_limit], ctx.logdir) as ag:
+        i0 = machine_idle()
         res, err = ctx.run_bench(ctx.bench_bin, ag.proc.pid, ag.port, gen, duration)
+        i1 = machine_idle()
         if res is None:
             return None, err
         res["agent_cmd"] = quote(ag.cmdline())
@@ -518,6 +521,9 @@ def memory_once(ctx, gen, duration):
     res["agent_exit"] = ag.exit_code
     res.update(calls=0, replies=0, local=0, redis_cpu=None, redis_wait=None,
                cpu_per_decision=None, usec_per_decision=None, degraded=0)
+    if i0 and i1 and i1[2] > i0[2]:
+        res["idle"] = 100 * (i1[0] - i0[0]) / (i1[2] - i0[2])
+        res["steal"] = 100 * (i1[1] - i0[1]) / (i1[2] - i0[2])
     return res, None
 
 
@@ -784,16 +790,16 @@ def report(ctx, rows):
     L.append("| # | configuration | decisions/s | vs R1 | vs R2 | p50 us | p99 us | p99.9 us "
              "| decisions per script call | Redis CPU us per decision | Redis us in "
              "EVALSHA per decision | CPU Redis / agent / "
-             "generator | Redis waiting for a CPU | machine idle | degraded "
+             "generator | Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for key in ("R1", "R2", "R3", "R4", "R5", "N5", "R6", "N6"):
         row = rows.get(key)
         if not row:
             continue
         m = row.get("median")
         if not m:
-            L.append("| %s | %s | failed | | | | | | | | | | | | | |" % (key, row["title"]))
+            L.append("| %s | %s | failed | | | | | | | | | | | | | | |" % (key, row["title"]))
             continue
         is_open = key in ("R5", "R6", "N5", "N6")
         vs1 = "%.2fx" % (m["rps"] / r1["rps"]) if r1 and not is_open else "-"
@@ -803,10 +809,10 @@ def report(ctx, rows):
         cpud = "%.1f" % m["cpu_per_decision"] if m.get("cpu_per_decision") else "-"
         cpu = "%s / %s / %s" % (_cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
                                 _cpu(m["gen_cpu"]))
-        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             key, row["title"], m["rps"], vs1, vs2, _us(ctx, m["p50_us"]),
             _us(ctx, m["p99_us"]), _us(ctx, m["p999_us"]), per_call, cpud, usec, cpu,
-            _cpu(m.get("redis_wait")), _cpu(m.get("idle")),
+            _cpu(m.get("redis_wait")), _cpu(m.get("idle")), _cpu(m.get("steal")),
             "-" if key == "R1" or key.startswith("N") else m["degraded"],
             ", ".join("%.0f" % r["rps"] for r in row["runs"])))
     L.append("")
@@ -999,7 +1005,9 @@ def report(ctx, rows):
              "near 100% means Redis is the bottleneck. \"Redis waiting for a CPU\" is "
              "the time its threads were runnable but not running (/proc/PID/task/*/"
              "schedstat), in percent of the run, and \"machine idle\" the idle share "
-             "of all CPUs (/proc/stat): Redis below 100% with a large wait and an idle "
+             "of all CPUs (/proc/stat); \"stolen by the host\" is the share of the "
+             "virtual CPUs' time the host gave to something else (steal in /proc/stat), "
+             "time in which nothing on this machine ran. Redis below 100% with a large wait and an idle "
              "machine near 0% means the machine, not Redis, set the figure (other "
              "processes, the agent and the generator took the CPUs).")
     L.append("- degraded counts decisions answered without Redis (deadline passed, no "

@@ -365,6 +365,10 @@ def write_report(path, meta, rows, problems, redis_lines):
     L.append("- Runs: %d per configuration of %g s each; the median run is shown%s"
              % (meta["runs"], meta["duration"],
                 " (quick mode: a smoke check, not figures to compare)" if meta["quick"] else ""))
+    if meta.get("steal") is not None:
+        L.append("- CPU time stolen by the virtual machine's host over the whole invocation: "
+                 "%.1f%% (steal in /proc/stat; the machine's CPUs ran nothing of ours then)"
+                 % meta["steal"])
     L.append("")
     L.append("## In-memory store")
     L.append("")
@@ -440,6 +444,7 @@ def main():
         "runs": runs,
         "duration": duration,
     }
+    steal0 = redis_bench.machine_idle()
     rows, problems, done = [], [], {}
     confs = configurations() if a.only != "redis" else []
     redis_rows = None
@@ -497,6 +502,9 @@ def main():
                 free_port=free_port, children_cpu_s=children_cpu_s, rel=rel,
                 fmt_us=fmt_us, memory=done)
             redis_rows = redis_bench.run(ctx)
+    steal1 = redis_bench.machine_idle()
+    if steal0 and steal1 and steal1[2] > steal0[2]:
+        meta["steal"] = 100 * (steal1[1] - steal0[1]) / (steal1[2] - steal0[2])
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
     write_report(out, meta, rows, problems, redis_lines)
     print("bench: wrote %s" % rel(out))
