@@ -638,7 +638,8 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
  * reply frees a place. While calls are out, new queries gather into the
  * next batch: under light load a query leaves at once, under heavy load
  * batches grow by themselves, and Redis never holds a backlog of small
- * calls (each call costs Redis about as much as a dozen decisions). */
+ * calls (each call costs Redis, on top of the decisions in it, about as
+ * much as one or two more decisions). */
 static void send_batches(struct rstore *rs)
 {
 	int64_t now = server_now_us();
