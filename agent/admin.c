@@ -12,34 +12,11 @@
 #include "identity.h"
 #include "log.h"
 #include "query.h"
+#include "out.h"
 #include "server.h"
 
 #define ADMIN_PARAMS_MAX 32
 #define ADMIN_TEXT_MAX 512
-
-struct out {
-	char *buf;
-	size_t cap, len;
-	int err;
-};
-
-static void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void outf(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (o->err)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= o->cap - o->len) {
-		o->err = 1;
-		return;
-	}
-	o->len += (size_t)n;
-}
 
 /* A JSON string: quotes, backslashes and control bytes escaped. */
 static void out_json_str(struct out *o, const char *s, size_t len)
@@ -157,7 +134,7 @@ static void memory_rule(struct server *srv, const struct rules_rule *rule, const
 int admin_handle(struct server *srv, const char *method, const char *target, char *body,
 		 size_t cap, const char **status)
 {
-	struct out o = { body, cap, 0, 0 };
+	struct out o = { body, cap, 0, 0, 0 };
 	char query[ADMIN_TEXT_MAX * 2];
 	const char *q = strchr(target, '?');
 	struct rules_args args;
@@ -194,7 +171,7 @@ int admin_handle(struct server *srv, const char *method, const char *target, cha
 	}
 	tlen = identity_text(v.identity_val, text, sizeof(text));
 	if (srv->redis) {
-		struct out err = { text + tlen + 1, sizeof(text) - tlen - 1, 0, 0 };
+		struct out err = { text + tlen + 1, sizeof(text) - tlen - 1, 0, 0, 0 };
 
 		err.buf[0] = '\0';
 		rc = admin_redis(srv->redis, &err);

@@ -12,6 +12,7 @@
 #include "admin.h"
 #include "alloc.h"
 #include "log.h"
+#include "out.h"
 #include "server.h"
 #include "spop.h"
 #include "store_redis.h"
@@ -34,42 +35,6 @@ struct metrics {
 	int fd;
 	ev_io accept_w;
 };
-
-struct out {
-	char *buf;
-	size_t cap, len;
-	int err;
-};
-
-static void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void outf(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	for (;;) {
-		if (o->err)
-			return;
-		va_start(ap, fmt);
-		n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			o->err = 1;
-			return;
-		}
-		if ((size_t)n < o->cap - o->len) {
-			o->len += (size_t)n;
-			return;
-		}
-		char *nb = xrealloc(o->buf, o->cap * 2 + (size_t)n);
-		if (!nb) {
-			o->err = 1;
-			return;
-		}
-		o->buf = nb;
-		o->cap = o->cap * 2 + (size_t)n;
-	}
-}
 
 static void counter(struct out *o, const char *name, const char *help, uint64_t v)
 {
@@ -226,7 +191,7 @@ static void render(struct server *srv, struct out *o)
 
 size_t metrics_render(struct server *srv, char **out)
 {
-	struct out o = { xmalloc(8192), 8192, 0, 0 };
+	struct out o = { xmalloc(8192), 8192, 0, 0, 1 };
 
 	if (!o.buf)
 		return 0;

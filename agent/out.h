@@ -1,0 +1,18 @@
+/* out.h: text built with printf into a buffer, for HTTP bodies. A fixed
+ * buffer fails once full; a growing one reallocates. Either way the first
+ * failure sticks (err) and later writes do nothing. */
+#ifndef RL_OUT_H
+#define RL_OUT_H
+
+#include <stddef.h>
+
+struct out {
+	char *buf;
+	size_t cap, len;
+	int err;
+	int grow;   /* 1: buf is from xmalloc and may be reallocated */
+};
+
+void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
