@@ -531,32 +531,47 @@ static const char *arena_put(struct rstore *rs, size_t *used, const char *s, siz
 	return p;
 }
 
+/* The script's arguments (see decide.lua): the distinct rules of the batch
+ * once each, [lid, algo, quota, period_us, burst] per limit, then three
+ * integers per query, key_index, cost and rule_index. A rule is its
+ * limits array: the queries of one rule of one ruleset share it. */
 static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 {
-	size_t argc = 0, nkeys = 0, used = 0;
-	size_t keyidx[1024];
+	size_t argc = 0, nkeys = 0, nrules = 0, used = 0;
+	size_t keyidx[1024], ruleidx[1024];
+	const struct decide_query *rule_q[1024];
 	char tmp[NUM_MAX + DECIDE_LID_MAX];
 	const char *p;
 	int n;
 
+	if (b->n > sizeof(keyidx) / sizeof(keyidx[0]))
+		return -1;
 	rs->argv[argc] = "EVALSHA";
 	rs->argvlen[argc++] = 7;
 	rs->argv[argc] = rs->sha;
 	rs->argvlen[argc++] = strlen(rs->sha);
 	argc++; /* numkeys, below */
-	/* One key per distinct client: "rl:{hex}". */
+	/* One key per distinct client: "rl:{hex}". One rule per distinct
+	 * limits array. */
 	for (size_t i = 0; i < b->n; i++) {
+		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
 
+		for (k = 0; k < nrules; k++)
+			if (rule_q[k]->limits == q->limits)
+				break;
+		if (k == nrules)
+			rule_q[nrules++] = q;
+		ruleidx[i] = k + 1;
 		for (k = 0; k < i; k++)
-			if (memcmp(b->rq[k].q.key, b->rq[i].q.key, IDENTITY_KEY_LEN) == 0)
+			if (memcmp(b->rq[k].q.key, q->key, IDENTITY_KEY_LEN) == 0)
 				break;
 		if (k < i) {
 			keyidx[i] = keyidx[k];
 			continue;
 		}
 		keyidx[i] = ++nkeys;
-		n = snprintf(tmp, sizeof(tmp), "rl:{%s}", b->rq[i].q.key_hex);
+		n = snprintf(tmp, sizeof(tmp), "rl:{%s}", q->key_hex);
 		if (!(p = arena_put(rs, &used, tmp, (size_t)n)))
 			return -1;
 		rs->argv[argc] = p;
@@ -573,13 +588,11 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 
 		msgpack_sbuffer_clear(&rs->sbuf);
 		msgpack_packer_init(&pk, &rs->sbuf, msgpack_sbuffer_write);
-		msgpack_pack_array(&pk, b->n);
-		for (size_t i = 0; i < b->n; i++) {
-			const struct decide_query *q = &b->rq[i].q;
+		msgpack_pack_array(&pk, 2);
+		msgpack_pack_array(&pk, nrules);
+		for (size_t r = 0; r < nrules; r++) {
+			const struct decide_query *q = rule_q[r];
 
-			msgpack_pack_array(&pk, 3);
-			msgpack_pack_uint64(&pk, keyidx[i]);
-			msgpack_pack_uint32(&pk, q->cost);
 			msgpack_pack_array(&pk, q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
@@ -594,6 +607,12 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 				msgpack_pack_uint64(&pk, l->burst);
 			}
 		}
+		msgpack_pack_array(&pk, 3 * b->n);
+		for (size_t i = 0; i < b->n; i++) {
+			msgpack_pack_uint64(&pk, keyidx[i]);
+			msgpack_pack_uint32(&pk, b->rq[i].q.cost);
+			msgpack_pack_uint64(&pk, ruleidx[i]);
+		}
 		rs->argv[argc] = rs->sbuf.data;
 		rs->argvlen[argc++] = rs->sbuf.size;
 	} else {
@@ -605,12 +624,10 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 		rs->argv[argc] = p;                                           \
 		rs->argvlen[argc++] = (size_t)n;                              \
 	} while (0)
-		PUT_NUM("%zu", b->n);
-		for (size_t i = 0; i < b->n; i++) {
-			const struct decide_query *q = &b->rq[i].q;
+		PUT_NUM("%zu", nrules);
+		for (size_t r = 0; r < nrules; r++) {
+			const struct decide_query *q = rule_q[r];
 
-			PUT_NUM("%zu", keyidx[i]);
-			PUT_NUM("%u", q->cost);
 			PUT_NUM("%zu", q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
@@ -624,6 +641,11 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 				PUT_NUM("%lld", (long long)l->period_us);
 				PUT_NUM("%llu", (unsigned long long)l->burst);
 			}
+		}
+		for (size_t i = 0; i < b->n; i++) {
+			PUT_NUM("%zu", keyidx[i]);
+			PUT_NUM("%u", b->rq[i].q.cost);
+			PUT_NUM("%zu", ruleidx[i]);
 		}
 #undef PUT_NUM
 	}
@@ -817,8 +839,9 @@ struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
 	rs->cfg = cfg;
 	rs->backoff = RECONNECT_MIN;
 	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
-	 * 1 + per query 3 + 5 per limit (plain). */
-	max_argc = 4 + (size_t)cfg->batch_max * (1 + 3 + 5 * DECIDE_MAX_LIMITS);
+	 * 1 + per rule 1 + 5 per limit + per query 3 (plain), at most a rule
+	 * per query. */
+	max_argc = 4 + (size_t)cfg->batch_max * (1 + 1 + 5 * DECIDE_MAX_LIMITS + 3);
 	rs->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rs->queue));
 	rs->cache = xcalloc(CACHE_SIZE, sizeof(*rs->cache));
 	rs->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rs->decoded));

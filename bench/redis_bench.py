@@ -76,9 +76,9 @@ UNITS_US = {"ms": 1000, "s": 1000000, "m": 60000000, "h": 3600000000,
 
 
 def limit_plain_args(spec):
-    """decide_plain.lua's per-limit arguments for a token bucket "N/P" with
-    no --burst: lid, algo, quota, period_us, burst. The lid is the agent's
-    (store_redis.c lid_of: "t<quota>/<period_us>/<burst>")."""
+    """The five arguments of one limit in decide_plain.lua's rules, for a
+    token bucket "N/P" with no --burst: lid, algo, quota, period_us, burst.
+    The lid is the agent's (decide.c: "t<quota>/<period_us>/<burst>")."""
     quota, period = spec.split("/")
     m = re.match(r"^(\d*)(ms|s|m|h|d)$", period)
     if not m:
@@ -355,11 +355,13 @@ def quote(argv):
 # ---- R1: redis-benchmark ---------------------------------------------------
 
 def rb_argv(port, n, sha, limit):
+    # one rule of one limit (nrules 1, nlimits 1, the limit), then one
+    # request: key_index 1, cost 1, rule_index 1
     return (["redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
              "-c", str(RB_CLIENTS), "-P", str(RB_PIPELINE), "-n", str(n),
              "-r", str(RB_KEYSPACE), "--csv",
-             "EVALSHA", sha, "1", RB_KEY, "1", "1", "1", "1"]
-            + limit_plain_args(limit))
+             "EVALSHA", sha, "1", RB_KEY, "1", "1"]
+            + limit_plain_args(limit) + ["1", "1", "1"])
 
 
 def rb_once(ctx, n, limit, inspect=None):

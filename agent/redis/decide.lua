@@ -5,21 +5,26 @@ KEYS: one key per distinct client of the batch, "rl:{<32 hex digits>}". The
 braces are a Cluster hash tag: in Cluster, every key of one call must share
 a slot, so a batch there holds the clients of a single slot.
 
-ARGV[1]: msgpack array of requests, in order:
-  request = [key_index, cost, limits]
-    key_index  1-based index into KEYS
-    cost       weight of the request, 1 .. 2^32-1
-    limits     array of 1 .. 64 limits, each [lid, algo, quota, period_us, burst]
-      lid        1 .. 64 bytes, unique per limit (it names the hash field)
-      algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window
-      quota      N requests per period, 1 .. 2^47
-      period_us  P in microseconds, 1 .. 2^47
-      burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
-                 burst * period_us / quota <= 2^52 (windows ignore it:
-                 their capacity is the quota)
+ARGV[1]: msgpack array of two elements, [rules, requests]:
+  rules     array of 1 .. 4096 rules; a rule is an array of 1 .. 64 limits,
+            each [lid, algo, quota, period_us, burst], its lids distinct
+    lid        1 .. 64 bytes, unique per limit (it names the hash field)
+    algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window
+    quota      N requests per period, 1 .. 2^47
+    period_us  P in microseconds, 1 .. 2^47
+    burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
+               burst * period_us / quota <= 2^52 (windows ignore it:
+               their capacity is the quota)
+  requests  flat array of 3 integers per request, 1 .. 4096 requests:
+    key_index   1-based index into KEYS
+    cost        weight of the request, 1 .. 2^32-1
+    rule_index  1-based index into rules: the limits the request is checked
+                against
   Requests are decided in order: a later request of the same client sees
   what an earlier one took. Limits with the same lid are the same limit,
-  whichever request names them.
+  whichever rule names them. Every rule is checked, used or not. (Flat
+  requests and rules sent once keep the decoding cheap: cmsgpack makes a
+  Lua table per array, and a batch's requests mostly share a few rules.)
 
 Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit]
   allowed    1 or 0; a request is all or nothing: when any of its limits
@@ -27,7 +32,8 @@ Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit]
   decider    1-based index of the limit that decides: when refused, the
              refusing limit with the longest retry_after; when allowed, the
              limit with the fewest remaining; ties go to the lowest index
-  per_limit  [remaining, retry_after_us, reset_us] per limit, each limit
+  per_limit  [remaining, retry_after_us, reset_us] per limit of the request's
+             rule, in the rule's order, each limit
              evaluated on its own (a limit that would allow reports what it
              would leave, even when another limit refuses the request)
     remaining       whole requests of cost 1 left after this one, 0 if refused
@@ -86,6 +92,7 @@ local type, tonumber, unpack, maxn = type, tonumber, unpack, table.maxn
 local rcall = redis.call
 
 local MAX_REQS = 4096
+local MAX_RULES = 4096
 local MAX_LIMITS = 64
 local MAX_LID = 64
 local MAX_COST = 4294967295
@@ -393,10 +400,10 @@ local function limit_error(l)
 	return nil
 end
 
--- Returns nil when keys and requests are valid, else a message. Values are
--- read by position, as run() reads them: an array must have no holes and
--- no element past its end (table.maxn); other keys are never read.
-local function validate(keys, reqs)
+-- Returns nil when keys, rules and requests are valid, else a message.
+-- Values are read by position, as run() reads them: an array must have no
+-- holes and no element past its end (table.maxn); other keys are never read.
+local function validate(keys, rules, reqs)
 	local nkeys = #keys
 	for i = 1, nkeys do
 		local k = keys[i]
@@ -404,38 +411,42 @@ local function validate(keys, reqs)
 			return fmt('key %d: must be rl:{<32 hex digits>}', i)
 		end
 	end
-	local nr = type(reqs) == 'table' and #reqs
-	if not nr or nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
-		return fmt('requests: need an array of 1 to %d requests', MAX_REQS)
+	local nrules = type(rules) == 'table' and #rules
+	if not nrules or nrules < 1 or nrules > MAX_RULES or maxn(rules) ~= nrules then
+		return fmt('rules: need an array of 1 to %d rules', MAX_RULES)
 	end
-	local seen = {}
-	for i = 1, nr do
-		local q = reqs[i]
-		if type(q) ~= 'table' or q[3] == nil or q[4] ~= nil then
-			return fmt('request %d: need [key_index, cost, limits]', i)
+	for r = 1, nrules do
+		local ls = rules[r]
+		local nl = type(ls) == 'table' and #ls
+		if not nl or nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
+			return fmt('rule %d: need an array of 1 to %d limits', r, MAX_LIMITS)
 		end
-		local ki, cost, ls = q[1], q[2], q[3]
+		for j = 1, nl do
+			local e = limit_error(ls[j])
+			if e then
+				return fmt('rule %d limit %d: %s', r, j, e)
+			end
+			for x = 1, j - 1 do
+				if ls[x][1] == ls[j][1] then
+					return fmt('rule %d limit %d: duplicate lid', r, j)
+				end
+			end
+		end
+	end
+	local n3 = type(reqs) == 'table' and #reqs
+	if not n3 or n3 < 3 or n3 > 3 * MAX_REQS or n3 % 3 ~= 0 or maxn(reqs) ~= n3 then
+		return fmt('requests: need an array of 3 to %d integers, 3 per request', 3 * MAX_REQS)
+	end
+	for i = 1, n3 / 3 do
+		local ki, cost, ri = reqs[3 * i - 2], reqs[3 * i - 1], reqs[3 * i]
 		if type(ki) ~= 'number' or ki < 1 or ki > nkeys or ki % 1 ~= 0 then
 			return fmt('request %d: key_index must be an integer in 1..%d', i, nkeys)
 		end
 		if type(cost) ~= 'number' or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
 			return fmt('request %d: cost must be an integer in 1..%.0f', i, MAX_COST)
 		end
-		local nl = type(ls) == 'table' and #ls
-		if not nl or nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
-			return fmt('request %d: limits must be an array of 1 to %d limits', i, MAX_LIMITS)
-		end
-		for j = 1, nl do
-			local e = limit_error(ls[j])
-			if e then
-				return fmt('request %d limit %d: %s', i, j, e)
-			end
-			-- seen[lid] == i: lid already named by request i
-			local lid = ls[j][1]
-			if seen[lid] == i then
-				return fmt('request %d limit %d: duplicate lid', i, j)
-			end
-			seen[lid] = i
+		if type(ri) ~= 'number' or ri < 1 or ri > nrules or ri % 1 ~= 0 then
+			return fmt('request %d: rule_index must be an integer in 1..%d', i, nrules)
 		end
 	end
 	return nil
@@ -449,42 +460,59 @@ end
 -- Decides every request in order at time now, without writing: each key
 -- is read once and its fields kept as HGETALL gives them, {lid, value, ...}
 -- (a few fields: a scan beats a table), updated as requests take tokens.
--- Checks the arguments on the way, as validate() does but faster: no
--- type() where a bad type makes the comparison itself raise an error (the
--- caller runs this in pcall), and a limit equal to one found valid (same
--- lid, same values) is valid. Returns nil when something is wrong (then
--- validate() says what); else the results as one flat array (now, then per
--- request allowed (1 or 0) and decider, then remaining, retry_after_us and
--- reset_us per limit), the fields by key name, the names of the keys
--- written (written[1..nw]) and the need of each value written.
-local function decide(keys, reqs, now)
+-- Checks the arguments on the way, as validate() does but faster: each
+-- rule once, and no type() where a bad type makes the comparison itself
+-- raise an error (the caller runs this in pcall). Returns nil when
+-- something is wrong (then validate() says what); else the results as one
+-- flat array (now, then per request allowed (1 or 0) and decider, then
+-- remaining, retry_after_us and reset_us per limit), the fields by key
+-- name, the names of the keys written (written[1..nw]) and the need of
+-- each value written.
+local function decide(keys, rules, reqs, now)
 	for i = 1, #keys do
 		local k = keys[i]
 		if #k ~= 37 or not find(k, '^rl:{%x+}$') then
 			return nil
 		end
 	end
-	local nr = #reqs
-	if nr < 1 or nr > MAX_REQS or maxn(reqs) ~= nr then
+	local nrules = #rules
+	if nrules < 1 or nrules > MAX_RULES or maxn(rules) ~= nrules then
 		return nil
 	end
-	-- known[lid]: a limit found valid; seen[lid] == i: named by request i
-	local known, seen = {}, {}
-	local hash, written, nw, need = {}, {}, 0, {}
-	local out, no = { now }, 1
-	local valv, posv = {}, {}
-	local _
-	for i = 1, nr do
-		local q = reqs[i]
-		local name, cost, ls = keys[q[1]], q[2], q[3]
-		-- KEYS is an array: keys[x] is a key exactly when x is in 1..#keys
-		if name == nil or q[4] ~= nil or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
-			return nil
-		end
+	for r = 1, nrules do
+		local ls = rules[r]
 		local nl = #ls
 		if nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
 			return nil
 		end
+		for j = 1, nl do
+			if limit_error(ls[j]) then
+				return nil
+			end
+			local lid = ls[j][1]
+			for x = 1, j - 1 do
+				if ls[x][1] == lid then
+					return nil
+				end
+			end
+		end
+	end
+	local n3 = #reqs
+	if n3 < 3 or n3 > 3 * MAX_REQS or n3 % 3 ~= 0 or maxn(reqs) ~= n3 then
+		return nil
+	end
+	local hash, written, nw, need = {}, {}, 0, {}
+	local out, no = { now }, 1
+	local valv, posv = {}, {}
+	local _
+	for b = 3, n3, 3 do
+		-- KEYS and rules are arrays: keys[x] is a key exactly when x is in
+		-- 1..#keys, rules[x] a rule exactly when x is in 1..#rules
+		local name, cost, ls = keys[reqs[b - 2]], reqs[b - 1], rules[reqs[b]]
+		if name == nil or ls == nil or cost < 1 or cost > MAX_COST or cost % 1 ~= 0 then
+			return nil
+		end
+		local nl = #ls
 		local h = hash[name]
 		if not h then
 			h = rcall('HGETALL', name)
@@ -497,22 +525,6 @@ local function decide(keys, reqs, now)
 		for j = 1, nl do
 			local l = ls[j]
 			local lid, algo, quota, period = l[1], l[2], l[3], l[4]
-			local v = known[lid]
-			if not (v and v[2] == algo and v[3] == quota and v[4] == period
-			    and v[5] == l[5] and l[6] == nil) then
-				if limit_error(l) then
-					return nil
-				end
-				known[lid] = l
-			end
-			if nl > 2 then
-				if seen[lid] == i then
-					return nil
-				end
-				seen[lid] = i
-			elseif j == 2 and ls[1][1] == lid then
-				return nil
-			end
 			local p = 1
 			while h[p] and h[p] ~= lid do
 				p = p + 2
@@ -623,16 +635,16 @@ end
 -- Decides every request in order at time now and writes the keys. Returns
 -- decide()'s flat array of results, or nil and a message when the
 -- arguments are bad (then nothing is written).
-local function run(keys, reqs, now)
-	local ok, out, hash, written, nw, need = pcall(decide, keys, reqs, now)
+local function run(keys, rules, reqs, now)
+	local ok, out, hash, written, nw, need = pcall(decide, keys, rules, reqs, now)
 	if not (ok and out) then
-		local err = validate(keys, reqs)
+		local err = validate(keys, rules, reqs)
 		if err then
 			return nil, err
 		end
 		-- valid after all: an error of Redis (a key of the wrong type)
 		-- then stops the script here, before anything is written
-		out, hash, written, nw, need = decide(keys, reqs, now)
+		out, hash, written, nw, need = decide(keys, rules, reqs, now)
 		if not out then
 			return nil, 'arguments refused'
 		end
@@ -653,12 +665,16 @@ local function unpack_one(ok, ...)
 end
 
 if #ARGV ~= 1 then
-	return redis.error_reply('ERR rl decide: need exactly one argument (msgpack requests)')
+	return redis.error_reply('ERR rl decide: need exactly one argument (msgpack [rules, requests])')
 end
-local reqs, err = unpack_one(pcall(cmsgpack.unpack, ARGV[1]))
-local out
+local arg, err = unpack_one(pcall(cmsgpack.unpack, ARGV[1]))
+if err == nil and (type(arg) ~= 'table' or arg[1] == nil or arg[2] == nil or maxn(arg) ~= 2) then
+	err = 'ARGV[1]: need [rules, requests]'
+end
+local rules, reqs, out
 if err == nil then
-	out, err = run(KEYS, reqs, now_us())
+	rules, reqs = arg[1], arg[2]
+	out, err = run(KEYS, rules, reqs, now_us())
 end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)
@@ -678,11 +694,11 @@ local function header(n)
 	return char(0xdc, floor(n / 256), n % 256)
 end
 
-local nr = #reqs
+local nr = #reqs / 3
 local parts, np = { '\146' .. pack(out[1]) .. header(nr) }, 1
 local k = 1
 for i = 1, nr do
-	local nl = #reqs[i][3]
+	local nl = #rules[reqs[3 * i]]
 	-- allowed (0 or 1) and decider (1..64) are positive fixints
 	if nl < 16 then
 		parts[np + 1] = char(0x93, out[k + 1], out[k + 2], 0x90 + nl)

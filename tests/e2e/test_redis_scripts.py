@@ -9,6 +9,7 @@ client keys of its own.
 """
 
 import atexit
+import copy
 import math
 import os
 import random
@@ -85,23 +86,47 @@ def new_key():
 # ------------------------------------------------------- calling scripts
 
 
+def to_rules(reqs):
+    """Requests of the shape the tests write, [(key_index, cost, limits)],
+    in the scripts' shape: (rules, flat). Equal lists of limits make one
+    rule, in the order first seen; flat is key_index, cost, rule_index per
+    request."""
+    rules, index, flat = [], {}, []
+    for ki, cost, ls in reqs:
+        rule = tuple(tuple(l) for l in ls)
+        if rule not in index:
+            rules.append([list(l) for l in rule])
+            index[rule] = len(rules)
+        flat += [ki, cost, index[rule]]
+    return rules, flat
+
+
+def mp_arg(reqs):
+    """decide.lua's ARGV[1] for requests of the tests' shape."""
+    return mpack.packb(list(to_rules(reqs)))
+
+
 def call_mp(keys, reqs, c=None):
     """decide.lua; returns (now_us, [(allowed, decider, [(rem, retry, reset)])])."""
     r = redis()
-    raw = (c or r.c).command("EVALSHA", r.sha_mp, len(keys), *keys,
-                             mpack.packb([[ki, cost, [list(l) for l in ls]]
-                                          for ki, cost, ls in reqs]))
+    raw = (c or r.c).command("EVALSHA", r.sha_mp, len(keys), *keys, mp_arg(reqs))
     now, results = mpack.unpackb(raw)
     return now, [(a, d, [tuple(p) for p in per]) for a, d, per in results]
 
 
-def plain_args(reqs):
-    args = [len(reqs)]
-    for ki, cost, ls in reqs:
-        args += [ki, cost, len(ls)]
-        for l in ls:
+def plain_layout(rules, flat):
+    """decide_plain.lua's ARGV: nrules, then per rule nlimits and the five
+    values of each limit, then the flat requests."""
+    args = [len(rules)]
+    for rule in rules:
+        args.append(len(rule))
+        for l in rule:
             args += list(l)
-    return args
+    return args + list(flat)
+
+
+def plain_args(reqs):
+    return plain_layout(*to_rules(reqs))
 
 
 def call_plain(keys, reqs, c=None):
@@ -566,72 +591,136 @@ def test_clients_are_independent():
 def test_bad_arguments_write_nothing():
     r = redis()
     good_limit = ["t", TB, 10, S, 0]
+    good = [[good_limit]]  # one rule of one limit
+    bad_limit = ["t", 9, 1, 1, 0]
     k1, k2 = new_key(), new_key()
     wrong = new_key()
     r.c.command("SET", wrong, "not a hash")
+
+    def mp(rules, reqs):
+        return mpack.packb([rules, reqs])
+
+    # (keys, ARGV[1], the start of the message after "rl decide: ", or None
+    # where any message will do)
     bad_mp = [
-        ([k1], b"\xc1"),                                   # never used byte
-        ([k1], b"\x93\x01"),                               # truncated array
-        ([k1], mpack.packb([]) + b"\x01"),                  # two values
-        ([k1], mpack.packb([])),                           # no request
-        ([k1], mpack.packb({"a": 1})),
-        ([k1], mpack.packb([[1, 1]])),
-        ([k1], mpack.packb([[2, 1, [good_limit]]])),      # key_index past KEYS
-        ([k1], mpack.packb([[0, 1, [good_limit]]])),
-        ([k1], mpack.packb([[1, 0, [good_limit]]])),       # cost 0
-        ([k1], mpack.packb([[1, 1.5, [good_limit]]])),
-        ([k1], mpack.packb([[1, 2 ** 32, [good_limit]]])),
-        ([k1], mpack.packb([[1, "1", [good_limit]]])),
-        ([k1], mpack.packb([[1, 1, []]])),
-        ([k1], mpack.packb([[1, 1, [["t", 3, 10, S, 0]]]])),        # algo
-        ([k1], mpack.packb([[1, 1, [["t", TB, 0, S, 0]]]])),        # quota
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, 0, 0]]]])),       # period
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, -S, 0]]]])),
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S, -1]]]])),      # burst
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, 2 ** 60, 0]]]])),
-        ([k1], mpack.packb([[1, 1, [["t", TB, 1, 2 ** 46, 2 ** 20]]]])),  # too deep
-        ([k1], mpack.packb([[1, 1, [["", TB, 10, S, 0]]]])),        # lid
-        ([k1], mpack.packb([[1, 1, [[7, TB, 10, S, 0]]]])),
-        ([k1], mpack.packb([[1, 1, [good_limit, good_limit]]])),    # duplicate lid
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S]]]])),
-        ([k1], mpack.packb([[1, 1, [["t", TB, 10, S, 0, 9]]]])),
-        ([k1], mpack.packb([[1, 1, [["t", TB, None, S, 0]]]])),
-        ([k1], mpack.packb([[1, 1, [good_limit, None, good_limit]]])),
+        ([k1], b"\xc1", "ARGV[1]: bad msgpack"),             # never used byte
+        ([k1], b"\x93\x01", "ARGV[1]: bad msgpack"),         # truncated array
+        ([k1], mp(good, [1, 1, 1]) + b"\x01", "ARGV[1]: need exactly one"),  # two values
+        # ARGV[1] not [rules, requests]
+        ([k1], mpack.packb({"a": 1}), "ARGV[1]: need [rules, requests]"),
+        ([k1], mpack.packb({"rules": good, "requests": [1, 1, 1]}),
+         "ARGV[1]: need [rules, requests]"),
+        ([k1], mpack.packb([good]), "ARGV[1]: need [rules, requests]"),
+        ([k1], mpack.packb([good, [1, 1, 1], [1, 1, 1]]), "ARGV[1]: need [rules, requests]"),
+        ([k1], mpack.packb([]), "ARGV[1]: need [rules, requests]"),
+        ([k1], mpack.packb(7), "ARGV[1]: need [rules, requests]"),
+        # the requests
+        ([k1], mp(good, []), "requests: "),                  # no request
+        ([k1], mp(good, {"a": 1}), "requests: "),
+        ([k1], mp(good, 7), "requests: "),
+        ([k1], mp(good, [1, 1]), "requests: "),              # not 3 per request
+        ([k1], mp(good, [1, 1, 1, 1]), "requests: "),
+        ([k1], mp(good, [1, 1, 1, None, 1, 1]), None),     # a hole
+        ([k1], mp(good, [[1, 1, 1]]), None),               # nested as before
+        ([k1], mp(good, [1, 1, 1] * 4097), "requests: "),
+        ([k1], mp(good, [2, 1, 1]), "request 1: key_index"),  # key_index past KEYS
+        ([k1], mp(good, [0, 1, 1]), "request 1: key_index"),
+        ([k1], mp(good, [1, 0, 1]), "request 1: cost"),      # cost 0
+        ([k1], mp(good, [1, 1.5, 1]), "request 1: cost"),
+        ([k1], mp(good, [1, 2 ** 32, 1]), "request 1: cost"),
+        ([k1], mp(good, [1, "1", 1]), "request 1: cost"),
+        ([k1], mp(good, [1, 1, 0]), "request 1: rule_index"),  # rule_index 0
+        ([k1], mp(good, [1, 1, 2]), "request 1: rule_index"),  # past the rules
+        ([k1], mp(good, [1, 1, 1.5]), "request 1: rule_index"),
+        ([k1], mp(good, [1, 1, "1"]), "request 1: rule_index"),
+        # the rules
+        ([k1], mp([], [1, 1, 1]), "rules: "),
+        ([k1], mp({"a": good[0]}, [1, 1, 1]), "rules: "),
+        ([k1], mp(7, [1, 1, 1]), "rules: "),
+        ([k1], mp(good * 4097, [1, 1, 1]), "rules: "),
+        ([k1], mp([[]], [1, 1, 1]), "rule 1: "),            # no limit
+        ([k1], mp([7], [1, 1, 1]), "rule 1: "),
+        ([k1], mp([[["l%d" % i, TB, 10, S, 0] for i in range(65)]], [1, 1, 1]), "rule 1: "),
+        ([k1], mp([good_limit], [1, 1, 1]), "rule 1 limit 1: "),  # a limit, not a rule
+        ([k1], mp([[["t", 3, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: algo"),
+        ([k1], mp([[["t", TB, 0, S, 0]]], [1, 1, 1]), "rule 1 limit 1: quota"),
+        ([k1], mp([[["t", TB, 10, 0, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
+        ([k1], mp([[["t", TB, 10, -S, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
+        ([k1], mp([[["t", TB, 10, S, -1]]], [1, 1, 1]), "rule 1 limit 1: burst"),
+        ([k1], mp([[["t", TB, 10, 2 ** 60, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
+        ([k1], mp([[["t", TB, 1, 2 ** 46, 2 ** 20]]], [1, 1, 1]), "rule 1 limit 1: "),  # deep
+        ([k1], mp([[["", TB, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: lid"),
+        ([k1], mp([[[7, TB, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: lid"),
+        ([k1], mp([[good_limit, good_limit]], [1, 1, 1]), "rule 1 limit 2: duplicate lid"),
+        ([k1], mp([[["s", SW, 5, S, 0], good_limit, ["t", FW, 3, S, 0]]], [1, 1, 1]),
+         "rule 1 limit 3: duplicate lid"),
+        ([k1], mp([[["t", TB, 10, S]]], [1, 1, 1]), "rule 1 limit 1: "),        # short
+        ([k1], mp([[["t", TB, 10, S, 0, 9]]], [1, 1, 1]), "rule 1 limit 1: "),  # long
+        ([k1], mp([[["t", TB, None, S, 0]]], [1, 1, 1]), "rule 1 limit 1: quota"),
+        ([k1], mp([[good_limit, None, ["u", TB, 10, S, 0]]], [1, 1, 1]), None),  # a hole
+        # a rule no request uses is checked all the same
+        ([k1], mp([[good_limit], [bad_limit]], [1, 1, 1]), "rule 2 limit 1: algo"),
+        ([k1], mp([[good_limit], []], [1, 1, 1]), "rule 2: "),
         # a valid first request does not get written when the second is bad
-        ([k1, k2], mpack.packb([[1, 1, [good_limit]], [2, 1, [["t", 9, 1, 1, 0]]]])),
-        (["rl:{nothex}"], mpack.packb([[1, 1, [good_limit]]])),
-        (["other:{%s}" % ("a" * 32)], mpack.packb([[1, 1, [good_limit]]])),
+        ([k1, k2], mp([[good_limit], [bad_limit]], [1, 1, 1, 2, 1, 2]), "rule 2 limit 1: algo"),
+        ([k1, k2], mp(good, [1, 1, 1, 2, 0, 1]), "request 2: cost"),
+        ([k1, k2], mp(good, [1, 1, 1, 2, 1, 2]), "request 2: rule_index"),
+        (["rl:{nothex}"], mp(good, [1, 1, 1]), "key 1: "),
+        (["other:{%s}" % ("a" * 32)], mp(good, [1, 1, 1]), "key 1: "),
+        ([k1, "rl:{%s}" % ("a" * 31)], mp(good, [1, 1, 1]), "key 2: "),
         # a key of the wrong type fails before anything is written
-        ([k1, wrong], mpack.packb([[1, 1, [good_limit]], [2, 1, [good_limit]]])),
+        ([k1, wrong], mp(good, [1, 1, 1, 2, 1, 1]), "WRONGTYPE"),
     ]
+    g = list(good_limit)
+    # (keys, ARGV, as bad_mp)
     bad_plain = [
-        ([k1], []),
-        ([k1], [0]),
-        ([k1], ["x"]),
-        ([k1], [1, 1, 1]),
-        ([k1], [1, 1, 1, 1, "t", 0, 10, S]),
-        ([k1], [1, 1, 1, 1, "t", 0, 10, S, 0, "extra"]),
-        ([k1], [1, 1, 1, 1, "t", "zero", 10, S, 0]),
-        ([k1], [1, 1, 1, 1, "t", 0, "nan", S, 0]),
-        ([k1], [1, 1, 1, 1, "t", 0, "inf", S, 0]),
-        ([k1], [1, 1, 1, 1, "t", 0, 10, S, 0.5]),
-        ([k1], [1, 1, 0]),
-        ([k1], [1, 2, 1, 1, "t", 0, 10, S, 0]),
-        ([k1, k2], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 5.5]),
-        ([k1, wrong], [2, 1, 1, 1, "t", 0, 10, S, 0, 2, 1, 1, "t", 0, 10, S, 0]),
+        ([k1], [], None),
+        ([k1], [0], None),                                   # nrules 0
+        ([k1], ["x"], None),
+        ([k1], [1], None),                                   # nlimits missing
+        ([k1], [1, 0, 1, 1, 1], None),                       # nlimits 0
+        ([k1], [1, "x", *g, 1, 1, 1], None),
+        ([k1], [1, 1, "t", 0, 10, S], None),                 # a short limit
+        ([k1], [1, 1, *g], None),                            # no request
+        ([k1], [1, 1, *g, 1, 1], None),                      # not 3 per request
+        ([k1], [1, 1, *g, 1, 1, 1, "extra"], None),
+        ([k1], [2, 1, *g, 1, 1, 1], None),                   # a rule missing
+        ([k1], [1, 2, *g, 1, 1, 1], None),                   # a limit missing
+        ([k1], [1, 1, "t", "zero", 10, S, 0, 1, 1, 1], "rule 1 limit 1: algo"),
+        ([k1], [1, 1, "t", 0, "nan", S, 0, 1, 1, 1], "rule 1 limit 1: quota"),
+        ([k1], [1, 1, "t", 0, "inf", S, 0, 1, 1, 1], "rule 1 limit 1: quota"),
+        ([k1], [1, 1, "t", 0, 10, S, 0.5, 1, 1, 1], "rule 1 limit 1: burst"),
+        ([k1], [1, 2, *g, *g, 1, 1, 1], "rule 1 limit 2: duplicate lid"),
+        ([k1], [1, 1, *g, 2, 1, 1], "request 1: key_index"),
+        ([k1], [1, 1, *g, 0, 1, 1], "request 1: key_index"),
+        ([k1], [1, 1, *g, 1, 0, 1], "request 1: cost"),
+        ([k1], [1, 1, *g, 1, 2 ** 32, 1], "request 1: cost"),
+        ([k1], [1, 1, *g, 1, "x", 1], "request 1: cost"),
+        ([k1], [1, 1, *g, 1, 1, 0], "request 1: rule_index"),
+        ([k1], [1, 1, *g, 1, 1, 2], "request 1: rule_index"),
+        ([k1], [1, 1, *g, 1, 1, 1.5], "request 1: rule_index"),
+        ([k1], [2, 1, *g, 1, *bad_limit, 1, 1, 1], "rule 2 limit 1: algo"),  # unused
+        ([k1, k2], [2, 1, *g, 1, "t", 0, 10, S, 5.5, 1, 1, 1, 2, 1, 2], "rule 2 limit 1: burst"),
+        ([k1, k2], [1, 1, *g, 1, 1, 1, 2, 1, 0], "request 2: rule_index"),
+        (["rl:{nothex}"], [1, 1, *g, 1, 1, 1], "key 1: "),
+        ([k1, wrong], [1, 1, *g, 1, 1, 1, 2, 1, 1], "WRONGTYPE"),
     ]
-    cases = [(r.sha_mp, keys, [arg]) for keys, arg in bad_mp]
-    cases += [(r.sha_plain, keys, args) for keys, args in bad_plain]
-    cases.append((r.sha_mp, [k1], []))
-    cases.append((r.sha_mp, [k1], [mpack.packb([[1, 1, [good_limit]]]), b"more"]))
-    for sha, keys, args in cases:
+    cases = [(r.sha_mp, keys, [arg], want) for keys, arg, want in bad_mp]
+    cases += [(r.sha_plain, keys, args, want) for keys, args, want in bad_plain]
+    cases.append((r.sha_mp, [k1], [], None))
+    cases.append((r.sha_mp, [k1], [mp(good, [1, 1, 1]), b"more"], None))
+    for sha, keys, args, want in cases:
         try:
             r.c.command("EVALSHA", sha, len(keys), *keys, *args)
         except RespError as e:
             msg = str(e)
             assert msg.startswith("ERR") or msg.startswith("WRONGTYPE"), msg
-            if "WRONGTYPE" not in msg:
-                assert "rl decide: " in msg, msg
+            if want == "WRONGTYPE":
+                assert "WRONGTYPE" in msg, (msg, keys, args)
+            else:
+                assert "rl decide: " in msg, (msg, keys, args)
+                if want is not None:
+                    assert msg.split("rl decide: ", 1)[1].startswith(want), (msg, want, keys, args)
         else:
             raise AssertionError("no error for %r %r" % (keys, args))
         # (DBSIZE would not do: keys of other tests expire meanwhile)
@@ -691,7 +780,7 @@ def test_scripts_agree_on_the_same_timeline():
 
 # ------------------------------------------------- argument checks, fuzzed
 
-# Scalars that break a request wherever they land (or, for some, nowhere).
+# Values that break the arguments wherever they land (or, for some, nowhere).
 _ODD = [None, "1", "", "x" * 65, 1.5, -1, 0, 2 ** 32, 2 ** 47 + 1, float("nan"),
         float("inf"), -float("inf"), True, False, [], [1], {"a": 1}, 5.0, 3]
 
@@ -701,44 +790,87 @@ _ODD_KEYS = ["rl:{%s}" % ("A" * 32), "rl:{%s}" % ("a" * 31), "rl:{%s}" % ("g" * 
              "x:{%s}" % ("a" * 32), "rl:{%s}x" % ("a" * 32)]
 
 
+def _odd(rng):
+    """One of _ODD, a copy: a later break may change the arrays it holds."""
+    return copy.deepcopy(rng.choice(_ODD))
+
+
+def _lists(t):
+    return [x for x in t if isinstance(x, list)] if isinstance(t, list) else []
+
+
 def _random_case(rng):
-    """A random (keys, requests) of decide.lua's shape, often slightly wrong:
-    a value replaced, an element added, dropped or turned into a hole, an
-    array turned into a map, a bad key. Lids repeat across requests, with
-    the same or other values."""
+    """A random (keys, rules, requests) of decide.lua's shape, often slightly
+    wrong: a value replaced, an element added, dropped or turned into a
+    hole, an array turned into a map, a bad key, a key_index or rule_index
+    out of range, a lid twice in one rule. Lids repeat across rules, with
+    the same or other values, and some rules no request uses (they are
+    checked all the same)."""
     keys = [new_key() for _ in range(rng.randint(1, 3))]
     spec = {lid: [lid, rng.randint(0, 2), rng.choice([1, 7, 1000]),
                   rng.choice([1, 999, S]), rng.choice([0, 0, 5])] for lid in "abcde"}
-    reqs = []
-    for _ in range(rng.randint(1, 4)):
-        ls = []
+    rules = []
+    for _ in range(rng.randint(1, 3)):
+        rule = []
         for lid in rng.sample("abcde", rng.randint(1, 4)):
             lim = list(spec[lid])
             if rng.random() < 0.2:
                 lim[rng.randint(2, 4)] += 1  # same lid, other (valid) values
-            ls.append(lim)
-        reqs.append([rng.randint(1, len(keys)), rng.randint(1, 9), ls])
+            rule.append(lim)
+        rules.append(rule)
+    reqs = []
+    for _ in range(rng.randint(1, 4)):
+        reqs += [rng.randint(1, len(keys)), rng.randint(1, 9), rng.randint(1, len(rules))]
 
     for _ in range(rng.choice([0, 1, 1, 1, 2])):
-        # what to break: the list of requests, a request, its limits, a limit
-        q = rng.choice(reqs) if reqs else None
-        kind = rng.randrange(5)
-        if kind == 0 or not isinstance(q, list):
-            t = reqs
-        elif kind == 1 or len(q) < 3 or not isinstance(q[2], list):
-            t = q
-        elif kind == 2 or not q[2] or not isinstance(q[2][0], list):
-            t = q[2]
+        # what to break: the rules, a rule, a limit, the requests, an index
+        # in the requests, a key, a rule's lids
+        kind = rng.randrange(8)
+        if kind == 0:
+            t = rules
+        elif kind == 1:
+            t = rng.choice(_lists(rules) or [rules])
+        elif kind == 2:
+            t = rng.choice([l for r in _lists(rules) for l in _lists(r)] or [rules])
         elif kind == 3:
-            t = rng.choice([l for l in q[2] if isinstance(l, list)] or [q[2]])
-        else:
+            t = reqs
+        elif kind == 4:
+            if isinstance(reqs, list) and len(reqs) >= 3:
+                # at the edges of the ranges, or just past them
+                i = 3 * rng.randrange(len(reqs) // 3)
+                if rng.random() < 0.5:
+                    reqs[i] = rng.choice([0, len(keys), len(keys) + 1])
+                else:
+                    n = len(rules) if isinstance(rules, (list, dict)) else 1
+                    reqs[i + 2] = rng.choice([0, n, n + 1])
+            continue
+        elif kind == 5:
             keys[rng.randrange(len(keys))] = rng.choice(_ODD_KEYS)
+            continue
+        elif kind == 6:
+            # a lid twice in one rule, with the same or other values
+            r = rng.choice(_lists(rules) or [[]])
+            ls = _lists(r)
+            if ls:
+                dup = list(rng.choice(ls))
+                if len(dup) > 2 and rng.random() < 0.5:
+                    dup[2] = rng.choice([1, 7, 1000])
+                r.insert(rng.randrange(len(r) + 1), dup)
+            continue
+        else:
+            # the rules or the requests as a whole
+            if rng.random() < 0.5:
+                rules = _odd(rng)
+            else:
+                reqs = _odd(rng)
+            continue
+        if not isinstance(t, list):
             continue
         how = rng.randrange(6)
         if how <= 1 and t:
-            t[rng.randrange(len(t))] = rng.choice(_ODD)
+            t[rng.randrange(len(t))] = _odd(rng)
         elif how == 2:
-            t.append(rng.choice(_ODD))
+            t.append(_odd(rng))
         elif how == 3 and t:
             del t[rng.randrange(len(t))]
         elif how == 4 and t:
@@ -746,15 +878,25 @@ def _random_case(rng):
         elif t:
             t.append(t[0])  # a duplicate
     # arrays as maps: read by position all the same
-    if reqs and rng.random() < 0.1:
-        i = rng.randrange(len(reqs))
-        if isinstance(reqs[i], list):
-            reqs[i] = {j + 1: v for j, v in enumerate(reqs[i])}
-    deep = rng.random() < 0.05
-    if deep and reqs and isinstance(reqs[0], list) and len(reqs[0]) == 3 \
-            and isinstance(reqs[0][2], list) and reqs[0][2]:
-        reqs[0][2][0] = ["deep", TB, 1, 2 ** 46, 2 ** 20]
-    return keys, reqs
+    if rng.random() < 0.1:
+        parents = [("rules", None)] + [(r, None) for r in _lists(rules)]
+        parents += [(r, j) for r in _lists(rules) for j, l in enumerate(r) if isinstance(l, list)]
+        parents.append(("reqs", None))
+        where, j = rng.choice(parents)
+        if where == "rules" and isinstance(rules, list):
+            rules = {i + 1: v for i, v in enumerate(rules)}
+        elif where == "reqs" and isinstance(reqs, list):
+            reqs = {i + 1: v for i, v in enumerate(reqs)}
+        elif isinstance(where, list) and j is None:
+            i = rules.index(where)
+            rules[i] = {i2 + 1: v for i2, v in enumerate(where)}
+        elif isinstance(where, list):
+            where[j] = {i2 + 1: v for i2, v in enumerate(where[j])}
+    if rng.random() < 0.05 and _lists(rules) and _lists(rules)[0]:
+        # a deep bucket: too deep (2^66 us), or just within (about 2^51 us)
+        _lists(rules)[0][0] = rng.choice([["deep", TB, 1, 2 ** 46, 2 ** 20],
+                                          ["deep", TB, 3, 2 ** 40 + 1, 6000]])
+    return keys, rules, reqs
 
 
 _CHECKS_DRIVER = """
@@ -762,9 +904,9 @@ local now = 1795000000000000
 local out = {}
 for i = 1, #ARGV do
 	local case = cmsgpack.unpack(ARGV[i])
-	local ok, res = pcall(decide, case[1], case[2], now)
+	local ok, res = pcall(decide, case[1], case[2], case[3], now)
 	local fast = ok and res ~= nil
-	local slow = validate(case[1], case[2]) == nil
+	local slow = validate(case[1], case[2], case[3]) == nil
 	out[i] = (fast and 2 or 0) + (slow and 1 or 0)
 end
 return out
@@ -781,24 +923,24 @@ def test_fast_checks_agree_with_validate():
     rng = random.Random(707)
     cases = [_random_case(rng) for _ in range(1500)]
     script = _core_driver().replace(_DRIVER, _CHECKS_DRIVER)
-    verdicts = r.c.command("EVAL", script, 0, *[mpack.packb([k, q]) for k, q in cases])
+    verdicts = r.c.command("EVAL", script, 0, *[mpack.packb(list(c)) for c in cases])
     assert len(verdicts) == len(cases)
     accepted = 0
-    for (keys, reqs), v in zip(cases, verdicts):
-        assert v in (0, 3), ("decide() and validate() disagree (%d)" % v, keys, reqs)
+    for (keys, rules, reqs), v in zip(cases, verdicts):
+        assert v in (0, 3), ("decide() and validate() disagree (%d)" % v, keys, rules, reqs)
         accepted += v == 3
     assert 100 < accepted < len(cases) - 100, accepted
-    for (keys, reqs), v in zip(cases, verdicts):
-        arg = mpack.packb(reqs)
+    for (keys, rules, reqs), v in zip(cases, verdicts):
+        arg = mpack.packb([rules, reqs])
         try:
             r.c.command("EVALSHA", r.sha_mp, len(keys), *keys, arg)
         except RespError as e:
-            assert v == 0, ("refused what validate() accepts", str(e), keys, reqs)
-            assert str(e).startswith("ERR rl decide: "), (str(e), keys, reqs)
+            assert v == 0, ("refused what validate() accepts", str(e), keys, rules, reqs)
+            assert str(e).startswith("ERR rl decide: "), (str(e), keys, rules, reqs)
             fresh = [k for k in keys if k not in _ODD_KEYS]  # (others are shared)
-            assert not fresh or r.c.command("EXISTS", *fresh) == 0, (keys, reqs)
+            assert not fresh or r.c.command("EXISTS", *fresh) == 0, (keys, rules, reqs)
         else:
-            assert v == 3, ("accepted what validate() refuses", keys, reqs)
+            assert v == 3, ("accepted what validate() refuses", keys, rules, reqs)
 
 
 _PLAIN_DRIVER = """
@@ -822,11 +964,11 @@ end
 local out = {}
 for i = 1, #ARGV do
 	local argv = cmsgpack.unpack(ARGV[i])
-	local ok, fast = pcall(parse_plain_fast, argv)
-	local slow, err = parse_plain(argv)
-	if not (ok and fast) then
-		out[i] = slow and 1 or 0
-	elseif same(fast, slow) then
+	local ok, frules, freqs = pcall(parse_plain_fast, argv)
+	local srules, sreqs = parse_plain(argv)
+	if not (ok and frules) then
+		out[i] = srules and 1 or 0
+	elseif same(frules, srules) and same(freqs, sreqs) then
 		out[i] = 3
 	else
 		out[i] = 4
@@ -839,11 +981,11 @@ return out
 def test_plain_fast_parse_agrees_with_parse_plain():
     """decide_plain.lua parses ARGV with s + 0 first (an error on text that
     is not a number) and falls back to parse_plain() (tonumber, a message);
-    whatever the fast parse returns must be exactly what parse_plain()
-    returns."""
+    whatever the fast parse returns, rules and requests, must be exactly
+    what parse_plain() returns."""
     text = lua_scripts.plain_script()
     a = text.index("-- ==== BEGIN CORE")
-    b = text.index("local ok, reqs, err = pcall(parse_plain_fast, ARGV)")
+    b = text.index("local ok, rules, reqs = pcall(parse_plain_fast, ARGV)")
     core_end = text.index("-- ==== END CORE ====")
     script = text[a:core_end] + text[text.index("\n", core_end):b] + _PLAIN_DRIVER
     rng = random.Random(808)
@@ -851,13 +993,13 @@ def test_plain_fast_parse_agrees_with_parse_plain():
            str(2 ** 47 + 1), str(2 ** 60)]
     cases = []
     for _ in range(400):
-        _, reqs = _random_case(random.Random(rng.random()))
-        reqs = [q for q in reqs if isinstance(q, list) and len(q) == 3 and isinstance(q[2], list)
-                and all(isinstance(l, list) and len(l) == 5 for l in q[2])]
-        if not reqs:
+        _, rules, reqs = _random_case(random.Random(rng.random()))
+        # what the flat layout can carry: arrays, limits of five values
+        rules = [r for r in _lists(rules) if r and all(isinstance(l, list) and len(l) == 5
+                                                        for l in r)]
+        if not rules or not isinstance(reqs, list) or not reqs:
             continue
-        args = [str(x) if not isinstance(x, str) else x
-                for x in plain_args([(q[0], q[1], q[2]) for q in reqs])]
+        args = [str(x) if not isinstance(x, str) else x for x in plain_layout(rules, reqs)]
         for _ in range(rng.choice([0, 0, 1, 2])):
             how = rng.randrange(4)
             if how <= 1:
@@ -885,8 +1027,7 @@ def test_msgpack_reply_is_canonical():
     widths = [("w1", TB, 100, 10 * S, 0), ("w2", TB, 60000, 10 * S, 0),
               ("w3", SW, 10 ** 6, 2 ** 40, 0), ("w4", FW, 2 ** 40, 2 ** 36, 0)]
     reqs = [(1 + i % 3, 1 + i % 2, widths) for i in range(18)] + [(2, 1, many)]
-    raw = redis().c.command("EVALSHA", redis().sha_mp, len(keys), *keys,
-                            mpack.packb([[ki, cost, [list(l) for l in ls]] for ki, cost, ls in reqs]))
+    raw = redis().c.command("EVALSHA", redis().sha_mp, len(keys), *keys, mp_arg(reqs))
     now, results = mpack.unpackb(raw)
     assert raw == mpack.packb([now, results])
     assert len(results) == 19 and len(results[18][2]) == 17
@@ -916,11 +1057,11 @@ def _measure(batch, seconds=None, depth=16):
         cmds = []
         for i in range(64):
             keys = [pool[(i * batch + j) % len(pool)] for j in range(batch)]
-            reqs = [[j + 1, 1, lim] for j in range(batch)]
+            reqs = [(j + 1, 1, lim) for j in range(batch)]
             if sha == r.sha_mp:
-                args = [mpack.packb(reqs)]
+                args = [mp_arg(reqs)]
             else:
-                args = plain_args([(q[0], q[1], [tuple(l) for l in q[2]]) for q in reqs])
+                args = plain_args(reqs)
             cmds.append(("EVALSHA", sha, batch, *keys, *args))
         wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
         c = Client("127.0.0.1", r.port)
