@@ -661,7 +661,7 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
  * next batch: under light load a query leaves at once, under heavy load
  * batches grow by themselves, and Redis never holds a backlog of small
  * calls (each call costs Redis, on top of the decisions in it, about as
- * much as one or two more decisions). */
+ * much as two or three more decisions). */
 static void send_batches(struct rstore *rs)
 {
 	int64_t now = server_now_us();
