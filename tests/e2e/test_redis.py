@@ -648,6 +648,46 @@ def test_batching_and_calls_in_flight(h):
     assert burst_calls(h, redis, "--redis-batch", "1", "--redis-pipeline", "1") == 200
 
 
+def test_several_rules_in_one_call(h):
+    """A script call carries each of its batch's rules once and a rule
+    index per decision: decisions of three rules (two endpoints and the
+    default tier), interleaved in one write, each meet their own rule's
+    limits exactly, with both encodings."""
+    rules = os.path.join(h.dir, "rules.yaml")
+    with open(rules, "w") as f:
+        f.write("tiers:\n  default: t\n  t: { limits: [\"6/1h\"] }\n"
+                "endpoints:\n"
+                "  - { name: a, match: { path: /a }, limits: [\"3/1h\"] }\n"
+                "  - { name: b, match: { path: /b }, limits: [\"2/1h\", \"4/1m\"] }\n")
+    want = {"/a": (3, "a"), "/b": (2, "b"), "/x": (6, "t")}
+    redis = RedisServer(h)
+    for enc in ("msgpack", "plain"):
+        a = start_agent(h, redis, "--rules", rules, "--redis-encoding", enc,
+                        "--redis-pipeline", "1", "--redis-timeout", "2000",
+                        name="agent-" + enc)
+        before = redis.evalsha_calls()
+        sent = {}
+        with Conn(a.port, timeout=10.0) as c:
+            c.handshake()
+            frames = []
+            for i in range(8):
+                for path in ("/a", "/b", "/x"):
+                    sid = len(sent) + 1
+                    sent[sid] = path
+                    frames.append(spop.check_rate(sid, 1, api_key=enc + "-client", path=path))
+            c.send(b"".join(frames))
+            passed = collections.Counter()
+            for _ in sent:
+                f = c.expect(ACK, timeout=10)
+                v = f.vars()
+                path = sent[f.sid]
+                assert not v["degraded"] and v["rule"] == want[path][1], (enc, path, v)
+                passed[path] += v["status"] == 0
+        assert passed == {p: n for p, (n, _) in want.items()}, (enc, passed)
+        calls = redis.evalsha_calls() - before
+        assert calls < len(sent), (enc, calls)
+        assert_log_clean(a)
+
 def histogram(port, name):
     """A histogram of /metrics: ({le: cumulative count}, sum, count)."""
     text = http_get(port, "/metrics").text
