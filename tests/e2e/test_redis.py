@@ -116,6 +116,17 @@ class Spop:
         self.c.close()
 
 
+def wait_decided_by_redis(s, timeout, what):
+    """Asks for fresh clients until an answer comes from Redis, not degraded."""
+    n = [0]
+
+    def from_redis():
+        n[0] += 1
+        return not s.ask("probe%d" % n[0])["degraded"]
+
+    wait_for(from_redis, timeout, what, interval=0.05)
+
+
 def sleep_until(t):
     left = t - time.monotonic()
     if left > 0:
@@ -603,13 +614,7 @@ def test_deadline_when_redis_is_paused(h):
             assert dt < 0.1, "answer %d took %.3f s with Redis paused" % (i, dt)
     finally:
         redis.resume()
-    n = [0]
-
-    def from_redis():
-        n[0] += 1
-        return not s.ask("probe%d" % n[0])["degraded"]
-
-    wait_for(from_redis, 5, "decisions from Redis after SIGCONT", interval=0.05)
+    wait_decided_by_redis(s, 5, "decisions from Redis after SIGCONT")
     assert s.ask("fresh") == ok(100, 60, 99, 1)
     assert s.ask("fresh") == ok(100, 60, 98, 2)
 
@@ -753,14 +758,8 @@ def test_circuit_breaker_when_redis_stalls(h):
         assert "deciding without Redis" in a.log()
     finally:
         redis.resume()
-    n = [0]
-
-    def from_redis():
-        n[0] += 1
-        return not s.ask("probe%d" % n[0])["degraded"]
-
     # the pause is at most 0.5 s doubled per failed probe
-    wait_for(from_redis, 8, "decisions from Redis once it answers", interval=0.05)
+    wait_decided_by_redis(s, 8, "decisions from Redis once it answers")
     assert "Redis answers again" in a.log()
     assert s.ask("fresh") == ok(100, 60, 99, 1)
 
