@@ -75,6 +75,21 @@ UNITS_US = {"ms": 1000, "s": 1000000, "m": 60000000, "h": 3600000000,
 
 
 
+def terminate(proc, timeout_s):
+    """Stops a child: SIGTERM, then SIGKILL if it has not exited within
+    timeout_s. Returns True when it had to be killed."""
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return True
+
+
 def limit_plain_args(spec):
     """The five arguments of one limit in decide_plain.lua's rules, for a
     token bucket "N/P" with no --burst: lid, algo, quota, period_us, burst.
@@ -147,13 +162,7 @@ class RedisServer:
     def stop(self):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(REDIS_STOP_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, REDIS_STOP_S)
         self.proc = None
 
     def __exit__(self, *exc):

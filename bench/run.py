@@ -112,14 +112,8 @@ class Agent:
     def stop(self):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(AGENT_STOP_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.exit_code = "killed after %.0f s" % AGENT_STOP_S
+        if redis_bench.terminate(self.proc, AGENT_STOP_S):
+            self.exit_code = "killed after %.0f s" % AGENT_STOP_S
         if self.exit_code is None:
             self.exit_code = self.proc.returncode
         self.proc = None
