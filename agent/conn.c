@@ -8,10 +8,9 @@
 #include "alloc.h"
 #include "decide.h"
 #include "log.h"
-#include "memstore.h"
 #include "server.h"
 #include "spop.h"
-#include "store_redis.h"
+#include "store.h"
 
 /* Output is bounded: past WBUF_HIGH bytes queued (a peer that does not
  * read), the connection stops reading until it drains below WBUF_LOW. */
@@ -56,54 +55,54 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
 static int slot_take(struct worker *w, struct conn *c)
 {
-	if (w->nfree_slots == 0) {
-		uint32_t n = w->nslots ? w->nslots * 2 : 64;
-		struct conn **slots = xrealloc(w->slots, n * sizeof(*slots));
+	if (w->conns.nfree_slots == 0) {
+		uint32_t n = w->conns.nslots ? w->conns.nslots * 2 : 64;
+		struct conn **slots = xrealloc(w->conns.slots, n * sizeof(*slots));
 		uint32_t *gens, *fs;
 
 		if (!slots)
 			return -1;
-		w->slots = slots;
-		gens = xrealloc(w->gens, n * sizeof(*gens));
+		w->conns.slots = slots;
+		gens = xrealloc(w->conns.gens, n * sizeof(*gens));
 		if (!gens)
 			return -1;
-		w->gens = gens;
-		fs = xrealloc(w->free_slots, n * sizeof(*fs));
+		w->conns.gens = gens;
+		fs = xrealloc(w->conns.free_slots, n * sizeof(*fs));
 		if (!fs)
 			return -1;
-		w->free_slots = fs;
-		for (uint32_t i = w->nslots; i < n; i++) {
-			w->slots[i] = NULL;
-			w->gens[i] = 0;
+		w->conns.free_slots = fs;
+		for (uint32_t i = w->conns.nslots; i < n; i++) {
+			w->conns.slots[i] = NULL;
+			w->conns.gens[i] = 0;
 		}
 		/* push in reverse so that low slots are used first */
-		for (uint32_t i = n; i > w->nslots; i--)
-			w->free_slots[w->nfree_slots++] = i - 1;
-		w->nslots = n;
+		for (uint32_t i = n; i > w->conns.nslots; i--)
+			w->conns.free_slots[w->conns.nfree_slots++] = i - 1;
+		w->conns.nslots = n;
 	}
-	c->slot = w->free_slots[--w->nfree_slots];
-	w->slots[c->slot] = c;
-	w->gens[c->slot]++;
+	c->slot = w->conns.free_slots[--w->conns.nfree_slots];
+	w->conns.slots[c->slot] = c;
+	w->conns.gens[c->slot]++;
 	return 0;
 }
 
 static void slot_release(struct worker *w, struct conn *c)
 {
-	w->slots[c->slot] = NULL;
-	w->gens[c->slot]++;
-	w->free_slots[w->nfree_slots++] = c->slot;
+	w->conns.slots[c->slot] = NULL;
+	w->conns.gens[c->slot]++;
+	w->conns.free_slots[w->conns.nfree_slots++] = c->slot;
 }
 
 /* ---- life cycle ---------------------------------------------------------- */
 
 static struct conn *conn_get(struct worker *w)
 {
-	struct conn *c = w->spare;
+	struct conn *c = w->conns.spare;
 	uint32_t own = w->srv->cfg.max_frame_size;
 
 	if (c) {
-		w->spare = c->next;
-		w->nspare--;
+		w->conns.spare = c->next;
+		w->conns.nspare--;
 	} else {
 		c = xcalloc(1, sizeof(*c));
 		if (!c)
@@ -134,8 +133,8 @@ void conn_accept(struct worker *w, int fd)
 {
 	struct conn *c;
 
-	if (w->nconns >= w->srv->cfg.max_conns) {
-		log_warn("worker %d: %d connections, refusing another", w->idx, w->nconns);
+	if (w->conns.nconns >= w->srv->cfg.max_conns) {
+		log_warn("worker %d: %d connections, refusing another", w->idx, w->conns.nconns);
 		close(fd);
 		return;
 	}
@@ -143,15 +142,15 @@ void conn_accept(struct worker *w, int fd)
 	if (!c || slot_take(w, c) < 0) {
 		log_err("worker %d: out of memory for a new connection", w->idx);
 		if (c) {
-			c->next = w->spare;
-			w->spare = c;
-			w->nspare++;
+			c->next = w->conns.spare;
+			w->conns.spare = c;
+			w->conns.nspare++;
 		}
 		close(fd);
 		return;
 	}
 	c->fd = fd;
-	w->nconns++;
+	w->conns.nconns++;
 	STAT_INC(w->stats.accepted);
 	ev_io_init(&c->rio, on_read, fd, EV_READ);
 	c->rio.data = c;
@@ -177,10 +176,10 @@ void conn_close(struct conn *c)
 	c->fd = -1;
 	c->state = CONN_CLOSED;
 	slot_release(w, c);
-	w->nconns--;
+	w->conns.nconns--;
 	STAT_INC(w->stats.closed);
-	c->next = w->reap_list;
-	w->reap_list = c;
+	c->next = w->conns.reap_list;
+	w->conns.reap_list = c;
 }
 
 static void conn_destroy(struct conn *c)
@@ -192,33 +191,43 @@ static void conn_destroy(struct conn *c)
 
 void conn_reap(struct worker *w)
 {
-	while (w->reap_list) {
-		struct conn *c = w->reap_list;
+	while (w->conns.reap_list) {
+		struct conn *c = w->conns.reap_list;
 
-		w->reap_list = c->next;
+		w->conns.reap_list = c->next;
 		/* Keep a few for the next connections, with buffers that did
 		 * not grow past their initial size. */
-		if (w->nspare < SPARES_MAX && c->wcap == WBUF_INIT &&
+		if (w->conns.nspare < SPARES_MAX && c->wcap == WBUF_INIT &&
 		    !atomic_load(&w->srv->stopping)) {
-			c->next = w->spare;
-			w->spare = c;
-			w->nspare++;
+			c->next = w->conns.spare;
+			w->conns.spare = c;
+			w->conns.nspare++;
 		} else {
 			conn_destroy(c);
 		}
 	}
 }
 
-void conn_free_spares(struct worker *w)
+void conn_table_free(struct worker *w)
 {
-	conn_reap(w);
-	while (w->spare) {
-		struct conn *c = w->spare;
+	struct conn_table *t = &w->conns;
 
-		w->spare = c->next;
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i])
+			conn_close(t->slots[i]);
+	t->flush_list = NULL;
+	conn_reap(w);
+	while (t->spare) {
+		struct conn *c = t->spare;
+
+		t->spare = c->next;
 		conn_destroy(c);
 	}
-	w->nspare = 0;
+	t->nspare = 0;
+	xfree(t->slots);
+	xfree(t->gens);
+	xfree(t->free_slots);
+	memset(t, 0, sizeof(*t));
 }
 
 /* ---- output -------------------------------------------------------------- */
@@ -442,15 +451,14 @@ static uint32_t worker_rand(struct worker *w)
 	return x;
 }
 
-/* Decides with the in-memory store, or hands the query to Redis. Returns 1
- * when *d holds the decision now, 0 when it comes later (conn_answer). */
+/* Decides a check-rate message. Returns 1 when *d holds the decision now,
+ * 0 when it comes later (conn_answer). */
 static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor args,
 		  unsigned nargs, struct decide_decision *d)
 {
 	struct worker *w = c->w;
 	struct decide_query q;
-	struct limit_result res[DECIDE_MAX_LIMITS];
-	int decider;
+	struct store_ref ref;
 
 	decide_prepare(w->rules, args, nargs, worker_rand(w), &q);
 	/* Shed in earnest: no token taken. Shed in shadow mode: the limits
@@ -459,19 +467,11 @@ static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor
 		decide_shed(&q, d);
 		return 1;
 	}
-	if (q.nlimits == 0) {
-		decide_result(&q, res, -1, d);
-		return 1;
-	}
-	if (w->rs) {
-		struct store_ref ref = { c->slot, w->gens[c->slot], f->stream_id, f->frame_id };
-
-		return rstore_submit(w->rs, &q, &ref, d);
-	}
-	decider = memstore_check(w->srv->mem, q.key, q.limits, q.nlimits,
-				 server_now_us(), q.cost, res);
-	decide_result(&q, res, decider, d);
-	return 1;
+	ref.slot = c->slot;
+	ref.gen = w->conns.gens[c->slot];
+	ref.stream_id = f->stream_id;
+	ref.frame_id = f->frame_id;
+	return store_submit(w->store, &q, &ref, d);
 }
 
 static void handle_notify(struct conn *c, const struct spop_frame *f)
@@ -508,32 +508,32 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 	}
 }
 
-void conn_answer(struct worker *w, const struct store_ref *ref,
-		 const struct decide_decision *d)
+void conn_answer(void *worker, const struct store_ref *ref, const struct decide_decision *d)
 {
+	struct worker *w = worker;
 	struct conn *c;
 
 	count_decision(w, d);
-	if (ref->slot >= w->nslots || w->gens[ref->slot] != ref->gen)
+	if (ref->slot >= w->conns.nslots || w->conns.gens[ref->slot] != ref->gen)
 		return; /* the connection has gone: nobody to answer */
-	c = w->slots[ref->slot];
+	c = w->conns.slots[ref->slot];
 	if (!c || c->state != CONN_READY)
 		return;
 	if (queue_ack(c, ref->stream_id, ref->frame_id, d) < 0 && c->state == CONN_CLOSED)
 		return;
 	if (!c->in_flush) {
 		c->in_flush = 1;
-		c->flush_next = w->flush_list;
-		w->flush_list = c;
+		c->flush_next = w->conns.flush_list;
+		w->conns.flush_list = c;
 	}
 }
 
 void conn_flush_pending(struct worker *w)
 {
-	while (w->flush_list) {
-		struct conn *c = w->flush_list;
+	while (w->conns.flush_list) {
+		struct conn *c = w->conns.flush_list;
 
-		w->flush_list = c->flush_next;
+		w->conns.flush_list = c->flush_next;
 		c->in_flush = 0;
 		c->flush_next = NULL;
 		if (c->state != CONN_CLOSED)

@@ -16,6 +16,23 @@
 struct worker;
 struct conn;
 
+/* A worker's connections: live ones by slot (answers find theirs by slot
+ * and generation), closed ones waiting to be freed, answered ones waiting
+ * to be written, and spares kept with their buffers. Owned by conn.c:
+ * zeroed memory is an empty table; conn_table_free() releases it. */
+struct conn_table {
+	struct conn **slots;
+	uint32_t *gens;           /* generation of each slot */
+	uint32_t nslots;
+	uint32_t *free_slots;
+	uint32_t nfree_slots;
+	struct conn *reap_list;   /* closed, freed before the loop blocks */
+	struct conn *flush_list;  /* answered asynchronously, to write */
+	struct conn *spare;
+	int nspare;
+	int nconns;
+};
+
 /* Takes ownership of an accepted, non-blocking socket. */
 void conn_accept(struct worker *w, int fd);
 
@@ -25,10 +42,11 @@ void conn_close(struct conn *c);
 struct store_ref;
 struct decide_decision;
 
-/* Queues the ACK of an asynchronous decision, if its connection is still
- * the one it was (slot and generation); written by conn_flush_pending(). */
-void conn_answer(struct worker *w, const struct store_ref *ref,
-		 const struct decide_decision *d);
+/* The worker's store answer callback (store_answer_fn, with the worker as
+ * its private pointer): queues the ACK of a decision made later, if its
+ * connection is still the one it was (slot and generation); written by
+ * conn_flush_pending(). */
+void conn_answer(void *worker, const struct store_ref *ref, const struct decide_decision *d);
 
 /* Writes the ACKs queued by conn_answer(). Called before the loop blocks. */
 void conn_flush_pending(struct worker *w);
@@ -36,7 +54,7 @@ void conn_flush_pending(struct worker *w);
 /* Frees or recycles connections on the worker's reap list. */
 void conn_reap(struct worker *w);
 
-/* Frees every spare connection of a worker (at shutdown). */
-void conn_free_spares(struct worker *w);
+/* Closes every connection of a stopped worker and frees its table. */
+void conn_table_free(struct worker *w);
 
 #endif

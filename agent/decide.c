@@ -240,38 +240,35 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 	shadow_shed(q, d);
 }
 
-void decide_degraded(const struct decide_query *q, struct decide_decision *d)
+/* Without the store: forwarded or refused, marked degraded either way. */
+static void degraded(const struct decide_query *q, struct decide_decision *d)
 {
 	base(q, d);
 	d->degraded = true;
 	if (q->nlimits > 0)
 		d->limit = (int64_t)q->limits[0].quota;
-	if (q->on_failure == RULES_FAIL_CLOSED && q->nlimits > 0) {
-		d->reason = DECIDE_STORE_DOWN;
-		if (q->shadow) {
-			d->shadow = true;
-			return;
-		}
-		d->status = 503;
-		d->retry_after = 1;
-	}
+}
+
+void decide_open(const struct decide_query *q, struct decide_decision *d)
+{
+	degraded(q, d);
 	shadow_shed(q, d);
 }
 
-void decide_local(const struct decide_query *q, struct memstore *mem, int64_t now_us,
-		  struct decide_decision *d)
+void decide_closed(const struct decide_query *q, struct decide_decision *d)
 {
-	struct limit_result res[DECIDE_MAX_LIMITS];
-	const struct ruleset_rule *rr = &q->rs->rule[q->rule->index];
-	int decider;
-
 	if (q->nlimits == 0) {
-		decide_degraded(q, d);
+		decide_open(q, d);
 		return;
 	}
-	decider = memstore_check(mem, q->key, rr->local, q->nlimits, now_us, q->cost, res);
-	decide_result(q, res, decider, d);
-	d->degraded = true;
+	degraded(q, d);
+	d->reason = DECIDE_STORE_DOWN;
+	if (q->shadow) {
+		d->shadow = true;
+		return;
+	}
+	d->status = 503;
+	d->retry_after = 1;
 }
 
 const char *decide_reason_str(enum decide_reason r)

@@ -7,8 +7,8 @@
  *   decide_shed()      when the query is shed: the 503 answer
  *   (the store checks the query's limits at a time of its choosing)
  *   decide_result()    store answer -> decision
- *   decide_degraded()  no store answer: the rule's failure policy
- *   decide_local()     the "local" policy: an in-memory bucket
+ *   decide_open(), decide_closed()  no store answer (store.c chooses by
+ *                      the rule's failure policy)
  *   decide_put_actions() decision -> SET-VAR actions of the ACK
  *
  * Rules come as a ruleset: the loaded rules plus what is derived from them
@@ -24,7 +24,6 @@
 
 #include "identity.h"
 #include "limiter.h"
-#include "memstore.h"
 #include "rules.h"
 #include "spop.h"
 
@@ -120,15 +119,12 @@ void decide_shed(const struct decide_query *q, struct decide_decision *d);
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d);
 
-/* The decision without the shared store, by the rule's failure policy:
- * open (forward), closed (503 store_down). Both are marked degraded. For
- * the local policy use decide_local(). */
-void decide_degraded(const struct decide_query *q, struct decide_decision *d);
-
-/* The local policy: the rule's limits divided by the fleet size, checked
- * in this agent's memory. Marked degraded. */
-void decide_local(const struct decide_query *q, struct memstore *mem, int64_t now_us,
-		  struct decide_decision *d);
+/* Answers without the shared store (store.c picks one by the rule's
+ * failure policy). Both are marked degraded. decide_open() forwards;
+ * decide_closed() refuses with 503, reason store_down (forwards in shadow
+ * mode, and when the rule has no limit). */
+void decide_open(const struct decide_query *q, struct decide_decision *d);
+void decide_closed(const struct decide_query *q, struct decide_decision *d);
 
 /* Appends the SET-VAR actions (scope txn) of a decision. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);

@@ -20,6 +20,8 @@
 #include <stdint.h>
 
 #define LIMIT_US_PER_S 1000000LL
+/* Limits of one rule, checked together (all or nothing). */
+#define LIMIT_SET_MAX 16
 
 /* Bounds of the notation. limit_eval clamps a spec to them, so no spec a
  * caller builds by hand can overflow its arithmetic. */

@@ -10,10 +10,11 @@
 
 #include "decide.h"
 #include "log.h"
-#include "memstore.h"
 #include "metrics.h"
 #include "rules.h"
 #include "server.h"
+#include "store.h"
+#include "store_redis.h"
 
 #define RL_VERSION "0.2.0"
 
@@ -524,10 +525,10 @@ int main(int argc, char **argv)
 	atomic_init(&srv.rules, rs);
 
 	signal(SIGPIPE, SIG_IGN);
-	srv.redis = use_redis ? &rcfg : NULL;
-	srv.mem = memstore_new(srv.cfg.mem_max_keys);
-	if (!srv.mem) {
-		log_err("cannot allocate the in-memory store");
+	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
+			      : store_memory_new(srv.cfg.mem_max_keys);
+	if (!srv.store) {
+		log_err("cannot allocate the store");
 		return 1;
 	}
 	main_loop = ev_default_loop(EVFLAG_AUTO);
@@ -558,7 +559,7 @@ int main(int argc, char **argv)
 	metrics_stop(metrics);
 	server_stop(&srv);
 	ruleset_release(atomic_load(&srv.rules));
-	memstore_free(srv.mem);
+	store_free(srv.store);
 	log_info("stopped");
 	return 0;
 }

@@ -15,7 +15,8 @@
 #include "out.h"
 #include "server.h"
 #include "spop.h"
-#include "store_redis.h"
+#include "memstore.h"
+#include "store.h"
 
 #define REQ_MAX 4096
 #define CLIENT_TIMEOUT 5.0
@@ -60,8 +61,7 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
 	({                                                                    \
 		uint64_t s_ = 0;                                              \
 		for (int i_ = 0; i_ < srv->nworkers; i_++)                    \
-			if (srv->workers[i_].rs)                              \
-				s_ += STAT_GET(rstore_get_stats(srv->workers[i_].rs)->field); \
+			s_ += STAT_GET(srv->workers[i_].store->stats.field);  \
 		s_;                                                           \
 	})
 
@@ -77,9 +77,7 @@ static void histogram(struct out *o, struct server *srv, const char *name, const
 		for (int i = 0; i < srv->nworkers; i++) {
 			const struct hist *h;
 
-			if (!srv->workers[i].rs)
-				continue;
-			h = (const struct hist *)((const char *)rstore_get_stats(srv->workers[i].rs) + offset);
+			h = (const struct hist *)((const char *)&srv->workers[i].store->stats + offset);
 			cum += STAT_GET(h->bucket[b]);
 			if (b == 0) {
 				sum += STAT_GET(h->sum_us);
@@ -146,11 +144,11 @@ static void render(struct server *srv, struct out *o)
 			outf(o, "spoa_rl_disconnects_total{status=\"%d\"} %llu\n",
 			     st == 13 ? 99 : st, (unsigned long long)v);
 	}
-	if (srv->redis) {
+	if (srv->store->ops->shared) {
 		counter(o, "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
 			RSUM(queries));
 		counter(o, "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).",
-			RSUM(batches));
+			RSUM(calls));
 		counter(o, "spoa_rl_redis_replies_total", "Decisions answered by Redis.",
 			RSUM(replies));
 		counter(o, "spoa_rl_local_refusals_total",
@@ -163,7 +161,7 @@ static void render(struct server *srv, struct out *o)
 			RSUM(unavailable));
 		counter(o, "spoa_rl_redis_errors_total", "Error replies from Redis.", RSUM(errors));
 		counter(o, "spoa_rl_redis_connects_total", "Connection attempts to Redis.",
-			RSUM(reconnects));
+			RSUM(connects));
 		counter(o, "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.",
 			RSUM(noscript));
 		counter(o, "spoa_rl_redis_breaker_trips_total",
@@ -174,15 +172,15 @@ static void render(struct server *srv, struct out *o)
 			RSUM(breaker_skips));
 		histogram(o, srv, "spoa_rl_redis_call_duration_seconds",
 			  "Script calls, from sending to the reply.",
-			  offsetof(struct rstore_stats, call_time));
+			  offsetof(struct store_stats, call_time));
 		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",
 			  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
-			  offsetof(struct rstore_stats, wait_time));
+			  offsetof(struct store_stats, wait_time));
 	}
-	if (srv->mem) {
+	{
 		struct memstore_stats ms;
 
-		memstore_get_stats(srv->mem, &ms);
+		memstore_get_stats(srv->store->mem, &ms);
 		gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
 		counter(o, "spoa_rl_memory_full_total",
 			"In-memory decisions made without room to keep state.", ms.full);

@@ -14,7 +14,7 @@ void outf(struct out *o, const char *fmt, ...)
 		if (o->err)
 			return;
 		va_start(ap, fmt);
-		n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+		n = vsnprintf(o->buf ? o->buf + o->len : NULL, o->cap - o->len, fmt, ap);
 		va_end(ap);
 		if (n < 0) {
 			o->err = 1;
@@ -36,4 +36,20 @@ void outf(struct out *o, const char *fmt, ...)
 		o->buf = nb;
 		o->cap = o->cap * 2 + (size_t)n;
 	}
+}
+
+void out_json_str(struct out *o, const char *s, size_t len)
+{
+	outf(o, "\"");
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			outf(o, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			outf(o, "\\u%04x", c);
+		else
+			outf(o, "%c", c);
+	}
+	outf(o, "\"");
 }

@@ -15,4 +15,8 @@ struct out {
 
 void outf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A JSON string of s[0..len): quotes, backslashes, control bytes and
+ * bytes outside ASCII escaped (\u00XX), so any bytes give valid JSON. */
+void out_json_str(struct out *o, const char *s, size_t len);
+
 #endif

@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "conn.h"
 #include "log.h"
+#include "store.h"
 
 static int server_bind(struct server *srv);
 
@@ -71,14 +73,6 @@ void server_collect_rules(struct server *srv)
 			pp = &r->next;
 		}
 	}
-}
-
-int64_t server_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 int server_listen(struct server *srv)
@@ -205,8 +199,7 @@ static void worker_refresh_rules(struct worker *w)
 	ruleset_acquire(cur);
 	w->rules = cur;
 	atomic_store_explicit(&w->seen_gen, cur->gen, memory_order_release);
-	if (w->rs)
-		rstore_rules_changed(w->rs);
+	store_rules_changed(w->store);
 	ruleset_release(old);
 }
 
@@ -230,69 +223,93 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* Frees what worker_init() set up, in reverse; safe on a partly set-up
+ * worker (every field is NULL or valid). */
+static void worker_fini(struct worker *w)
+{
+	/* Pending store answers are written to connections still open. */
+	store_worker_free(w->store);
+	w->store = NULL;
+	if (w->loop) {
+		conn_flush_pending(w);
+		conn_table_free(w);
+		ev_loop_destroy(w->loop);
+		w->loop = NULL;
+	}
+	ruleset_release(w->rules);
+	w->rules = NULL;
+}
+
+/* Sets up worker i, its thread not started. Returns 0, or -1 after logging
+ * why, with what was set up undone. */
+static int worker_init(struct server *srv, struct worker *w, int i)
+{
+	w->srv = srv;
+	w->idx = i;
+	w->rules = atomic_load(&srv->rules);
+	ruleset_acquire(w->rules);
+	atomic_store(&w->seen_gen, w->rules->gen);
+	w->rnd = 0x9e3779b9u ^ (uint32_t)(i * 0x85ebca6bu) ^ (uint32_t)clock_now_us();
+	if (w->rnd == 0)
+		w->rnd = 1;
+	w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
+	if (!w->loop) {
+		log_err("worker %d: cannot create an event loop", i);
+		worker_fini(w);
+		return -1;
+	}
+	ev_io_init(&w->accept_w, on_accept, srv->lfd, EV_READ);
+	w->accept_w.data = w;
+	ev_io_start(w->loop, &w->accept_w);
+	ev_timer_init(&w->accept_pause_w, on_accept_pause, 0.1, 0.);
+	w->accept_pause_w.data = w;
+	ev_async_init(&w->stop_w, on_stop);
+	ev_async_start(w->loop, &w->stop_w);
+	ev_prepare_init(&w->reap_w, on_prepare);
+	w->reap_w.data = w;
+	ev_prepare_start(w->loop, &w->reap_w);
+	ev_async_init(&w->wake_w, on_wake);
+	w->wake_w.data = w;
+	ev_async_start(w->loop, &w->wake_w);
+	w->store = store_worker_new(srv->store, w->loop, i, conn_answer, w);
+	if (!w->store) {
+		worker_fini(w);
+		return -1;
+	}
+	return 0;
+}
+
 int server_start(struct server *srv)
 {
 	sigset_t all, old;
+	int rc = 0;
 
-	srv->nworkers = srv->cfg.threads;
-	srv->workers = xcalloc((size_t)srv->nworkers, sizeof(*srv->workers));
-	if (!srv->workers)
+	srv->nworkers = 0;
+	srv->workers = xcalloc((size_t)srv->cfg.threads, sizeof(*srv->workers));
+	if (!srv->workers) {
+		log_err("out of memory for %d workers", srv->cfg.threads);
 		return -1;
+	}
 	/* Workers never take signals: the main thread handles them. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	for (int i = 0; i < srv->nworkers; i++) {
+	for (int i = 0; i < srv->cfg.threads; i++) {
 		struct worker *w = &srv->workers[i];
 
-		w->srv = srv;
-		w->idx = i;
-		w->loop = ev_loop_new(EVFLAG_AUTO | EVFLAG_NOSIGMASK);
-		if (!w->loop) {
-			log_err("cannot create an event loop");
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-			return -1;
-		}
-		ev_io_init(&w->accept_w, on_accept, srv->lfd, EV_READ);
-		w->accept_w.data = w;
-		ev_io_start(w->loop, &w->accept_w);
-		ev_timer_init(&w->accept_pause_w, on_accept_pause, 0.1, 0.);
-		w->accept_pause_w.data = w;
-		ev_async_init(&w->stop_w, on_stop);
-		ev_async_start(w->loop, &w->stop_w);
-		ev_prepare_init(&w->reap_w, on_prepare);
-		w->reap_w.data = w;
-		ev_prepare_start(w->loop, &w->reap_w);
-		ev_async_init(&w->wake_w, on_wake);
-		w->wake_w.data = w;
-		ev_async_start(w->loop, &w->wake_w);
-		w->rules = atomic_load(&srv->rules);
-		ruleset_acquire(w->rules);
-		atomic_store(&w->seen_gen, w->rules->gen);
-		w->rnd = 0x9e3779b9u ^ (uint32_t)(i * 0x85ebca6bu) ^ (uint32_t)server_now_us();
-		if (w->rnd == 0)
-			w->rnd = 1;
-		if (srv->redis) {
-			w->rs = rstore_new(w, srv->redis);
-			if (!w->rs) {
-				log_err("cannot create the Redis store");
-				pthread_sigmask(SIG_SETMASK, &old, NULL);
-				srv->nworkers = i;
-				ev_loop_destroy(w->loop);
-				w->loop = NULL;
-				return -1;
-			}
+		if (worker_init(srv, w, i) < 0) {
+			rc = -1;
+			break;
 		}
 		if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
 			log_err("cannot start worker %d", i);
-			ev_loop_destroy(w->loop);
-			w->loop = NULL;
-			srv->nworkers = i;
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-			return -1;
+			worker_fini(w);
+			rc = -1;
+			break;
 		}
+		srv->nworkers = i + 1;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return 0;
+	return rc;
 }
 
 void server_stop(struct server *srv)
@@ -301,23 +318,8 @@ void server_stop(struct server *srv)
 	for (int i = 0; i < srv->nworkers; i++)
 		ev_async_send(srv->workers[i].loop, &srv->workers[i].stop_w);
 	for (int i = 0; i < srv->nworkers; i++) {
-		struct worker *w = &srv->workers[i];
-
-		pthread_join(w->thread, NULL);
-		if (w->rs)
-			rstore_free(w->rs);
-		w->rs = NULL;
-		conn_flush_pending(w);
-		for (uint32_t s = 0; s < w->nslots; s++)
-			if (w->slots[s])
-				conn_close(w->slots[s]);
-		conn_free_spares(w);
-		ruleset_release(w->rules);
-		w->rules = NULL;
-		ev_loop_destroy(w->loop);
-		xfree(w->slots);
-		xfree(w->gens);
-		xfree(w->free_slots);
+		pthread_join(srv->workers[i].thread, NULL);
+		worker_fini(&srv->workers[i]);
 	}
 	xfree(srv->workers);
 	srv->workers = NULL;

@@ -15,11 +15,11 @@
 
 #include "stats.h"
 
+#include "conn.h"
 #include "decide.h"
-#include "memstore.h"
-#include "store_redis.h"
 
-struct conn;
+struct store;
+struct store_worker;
 
 struct server_config {
 	char host[256];
@@ -56,21 +56,12 @@ struct worker {
 	ev_timer accept_pause_w;  /* accepting resumes (after EMFILE) */
 	ev_async stop_w;
 	ev_prepare reap_w;
-	struct conn *reap_list;   /* closed, freed before the loop blocks */
-	struct conn *flush_list;  /* answered asynchronously, to write */
-	struct rstore *rs;        /* NULL with the in-memory store */
+	struct store_worker *store;
 	struct ruleset *rules;    /* this worker's reference to the rules */
 	atomic_uint_fast64_t seen_gen; /* generation of `rules` */
 	ev_async wake_w;          /* new rules to pick up */
 	uint32_t rnd;
-	struct conn **slots;      /* live connections by slot */
-	uint32_t *gens;           /* generation of each slot */
-	uint32_t nslots;
-	uint32_t *free_slots;
-	uint32_t nfree_slots;
-	struct conn *spare;       /* recycled connections with their buffers */
-	int nspare;
-	int nconns;
+	struct conn_table conns;  /* conn.c's: allocated and freed there */
 	struct worker_stats stats;
 };
 
@@ -86,14 +77,12 @@ struct server {
 	_Atomic(struct ruleset *) rules;  /* current; the server holds a reference */
 	struct retired *retired;
 	counter_t reloads;                /* rules reloaded (SIGHUP) */
-	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
 	int admin;                        /* /admin/ endpoints served */
 	counter_t reload_failures;        /* SIGHUP with an invalid file */
-	struct memstore *mem;
-	const struct redis_config *redis; /* NULL: in-memory store */
+	struct store *store;              /* the caller's; workers attach to it */
 	int lfd;
 	struct worker *workers;
-	int nworkers;
+	int nworkers;                     /* workers running (threads started) */
 	atomic_int stopping;
 };
 
@@ -102,7 +91,9 @@ void server_config_defaults(struct server_config *cfg);
 /* Binds and listens. Returns 0, or -1 after logging why. */
 int server_listen(struct server *srv);
 
-/* Starts the workers; returns 0 or -1. */
+/* Starts the workers; returns 0, or -1 after logging why (then the
+ * workers that did start run until server_stop, which is always safe to
+ * call). */
 int server_start(struct server *srv);
 
 /* Asks every worker to stop, joins them, closes every connection. */
@@ -115,8 +106,5 @@ void server_swap_rules(struct server *srv, struct ruleset *rs);
 
 /* Releases retired rules that no worker uses any more. Main thread only. */
 void server_collect_rules(struct server *srv);
-
-/* Microseconds of the clock the in-memory store uses (monotonic). */
-int64_t server_now_us(void);
 
 #endif

@@ -9,11 +9,13 @@
 
 #include <hiredis/adapters/libev.h>
 
+#include "addr.h"
 #include "alloc.h"
-#include "conn.h"
+#include "clock.h"
+#include "memstore.h"
 #include "log.h"
 #include "redis_reply.h"
-#include "server.h"
+#include "store.h"
 
 /* The decision scripts, generated from the Lua files of agent/redis at build time. */
 #include "redis_scripts.h"
@@ -68,7 +70,7 @@ struct refusal {
 };
 
 struct rstore {
-	struct worker *w;
+	struct store_worker *sw;
 	const struct redis_config *cfg;
 	redisAsyncContext *ac;
 	enum rs_state state;
@@ -95,7 +97,7 @@ struct rstore {
 	size_t *argvlen;
 	char *arena;                 /* key and number texts of the argv */
 	size_t arena_cap;
-	struct rstore_stats stats;
+	struct store_stats *stats;   /* the worker's */
 };
 
 static void start_connect(struct rstore *rs);
@@ -104,7 +106,7 @@ static void send_batches(struct rstore *rs);
 void redis_config_defaults(struct redis_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	cfg->port = 6379;
+	addr_parse("127.0.0.1:6379", 0, &cfg->addr);
 	cfg->timeout = 0.020;
 	cfg->max_pending = 10000;
 	cfg->batch_max = 64;
@@ -115,73 +117,21 @@ void redis_config_defaults(struct redis_config *cfg)
 
 int redis_config_set_addr(struct redis_config *cfg, const char *addr)
 {
-	const char *colon;
-	char *end;
-	long port;
-	size_t hlen;
-
-	if (addr[0] == '/') {
-		if (strlen(addr) >= sizeof(cfg->unix_path))
-			return -1;
-		snprintf(cfg->unix_path, sizeof(cfg->unix_path), "%s", addr);
-		cfg->host[0] = '\0';
-		return 0;
-	}
-	if (addr[0] == '[') {
-		const char *rb = strchr(addr, ']');
-
-		if (!rb || rb[1] != ':')
-			return -1;
-		hlen = (size_t)(rb - addr - 1);
-		colon = rb + 1;
-		addr++;
-	} else {
-		colon = strrchr(addr, ':');
-		if (!colon)
-			return -1;
-		hlen = (size_t)(colon - addr);
-	}
-	if (hlen == 0 || hlen >= sizeof(cfg->host))
-		return -1;
-	port = strtol(colon + 1, &end, 10);
-	if (*end || end == colon + 1 || port < 1 || port > 65535)
-		return -1;
-	memcpy(cfg->host, addr, hlen);
-	cfg->host[hlen] = '\0';
-	cfg->port = (int)port;
-	cfg->unix_path[0] = '\0';
-	return 0;
-}
-
-const struct rstore_stats *rstore_get_stats(const struct rstore *rs)
-{
-	return &rs->stats;
+	return addr_parse(addr, ADDR_UNIX, &cfg->addr);
 }
 
 /* ---- answers --------------------------------------------------------------- */
 
-/* The decision without Redis, by the rule's failure policy. */
-static void fallback(struct rstore *rs, const struct decide_query *q,
-		     struct decide_decision *d)
-{
-	if (q->on_failure == RULES_FAIL_LOCAL)
-		decide_local(q, rs->w->srv->mem, server_now_us(), d);
-	else
-		decide_degraded(q, d);
-}
-
-/* Answers a queued query without Redis and drops its hold on the rules. */
+/* Reports a query Redis did not decide: the failure policy answers it. */
 static void answer_degraded(struct rstore *rs, const struct rq *r)
 {
-	struct decide_decision d;
-
-	fallback(rs, &r->q, &d);
-	conn_answer(rs->w, &r->ref, &d);
-	ruleset_release(r->q.rs);
+	store_complete(rs->sw, &r->q, &r->ref, NULL, -1);
 }
 
-void rstore_rules_changed(struct rstore *rs)
+static void redis_rules_changed(struct store_worker *sw)
 {
+	struct rstore *rs = sw->impl;
+
 	memset(rs->cache, 0, CACHE_SIZE * sizeof(*rs->cache));
 }
 
@@ -193,15 +143,15 @@ static struct refusal *cache_slot(struct rstore *rs, const uint8_t *key)
 	return &rs->cache[h & (CACHE_SIZE - 1)];
 }
 
-/* Answers from the cache when the client is known to be refused now. */
+/* Fills res[] and *decider when the client is known to be refused now.
+ * Returns 1 then, else 0. */
 static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t now,
-			struct decide_decision *d)
+			struct limit_result *res, int *decider)
 {
 	struct refusal *e = cache_slot(rs, q->key);
-	struct limit_result res[DECIDE_MAX_LIMITS];
 
 	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
-	    e->epoch != atomic_load_explicit(&rs->w->srv->reset_epoch, memory_order_relaxed) ||
+	    e->epoch != store_reset_epoch(rs->sw->st) ||
 	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
 		return 0;
 	memset(&res[e->decider], 0, sizeof(res[0]));
@@ -210,7 +160,7 @@ static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t
 	res[e->decider].remaining = 0;
 	res[e->decider].retry_after_us = e->until - now;
 	res[e->decider].reset_us = e->full_at > now ? e->full_at - now : 0;
-	decide_result(q, res, e->decider, d);
+	*decider = e->decider;
 	return 1;
 }
 
@@ -237,7 +187,7 @@ static void cache_store(struct rstore *rs, const struct rq *r, int decider,
 	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
 	e->limits = r->q.limits;
 	e->cost = r->q.cost;
-	e->epoch = atomic_load_explicit(&rs->w->srv->reset_epoch, memory_order_relaxed);
+	e->epoch = store_reset_epoch(rs->sw->st);
 	e->decider = decider;
 	e->until = sent + res[decider].retry_after_us;
 	e->full_at = sent + res[decider].reset_us;
@@ -279,12 +229,12 @@ static void arm_deadline(struct rstore *rs)
 		next = b->rq[0].deadline;
 	if (rs->qlen && rs->queue[rs->qhead].deadline < next)
 		next = rs->queue[rs->qhead].deadline;
-	ev_timer_stop(rs->w->loop, &rs->deadline_w);
+	ev_timer_stop(rs->sw->loop, &rs->deadline_w);
 	if (next == INT64_MAX)
 		return;
-	now = server_now_us();
+	now = clock_now_us();
 	ev_timer_set(&rs->deadline_w, next > now ? (double)(next - now) / 1e6 : 0., 0.);
-	ev_timer_start(rs->w->loop, &rs->deadline_w);
+	ev_timer_start(rs->sw->loop, &rs->deadline_w);
 }
 
 static void call_failed(struct rstore *rs, int64_t now)
@@ -298,15 +248,15 @@ static void call_failed(struct rstore *rs, int64_t now)
 		rs->open_for = BREAKER_MAX_US;
 	rs->open_until = now + rs->open_for;
 	rs->half_open = 0;
-	STAT_INC(rs->stats.breaker_trips);
+	STAT_INC(rs->stats->breaker_trips);
 	log_warn("redis: worker %d: %d failed calls in a row, deciding without Redis for %lld ms",
-		 rs->w->idx, rs->fails, (long long)(rs->open_for / 1000));
+		 rs->sw->idx, rs->fails, (long long)(rs->open_for / 1000));
 }
 
 static void call_succeeded(struct rstore *rs)
 {
 	if (rs->open_for && rs->half_open)
-		log_info("redis: worker %d: Redis answers again", rs->w->idx);
+		log_info("redis: worker %d: Redis answers again", rs->sw->idx);
 	rs->fails = 0;
 	rs->open_for = 0;
 	rs->open_until = 0;
@@ -318,7 +268,7 @@ static void call_succeeded(struct rstore *rs)
 static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct rstore *rs = t->data;
-	int64_t now = server_now_us();
+	int64_t now = clock_now_us();
 
 	int expired = 0;
 
@@ -326,7 +276,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		answer_degraded(rs, &rs->queue[rs->qhead]);
 		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
 		rs->qlen--;
-		STAT_INC(rs->stats.timeouts);
+		STAT_INC(rs->stats->timeouts);
 		expired = 1;
 	}
 	/* Queries still queued at their deadline waited behind a call that
@@ -338,7 +288,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 			continue;
 		if (b->rq[0].deadline > now)
 			break;
-		STAT_ADD(rs->stats.timeouts, b->n);
+		STAT_ADD(rs->stats->timeouts, b->n);
 		fail_batch(rs, b);
 		call_failed(rs, now);
 	}
@@ -367,13 +317,12 @@ static int result_from(const struct rq *r, int64_t allowed, const int64_t *vals,
 static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t allowed,
 		       int64_t decider, const int64_t *vals, size_t nvals)
 {
-	struct limit_result res[DECIDE_MAX_LIMITS];
-	struct decide_decision d;
+	struct limit_result res[LIMIT_SET_MAX];
 	const struct rq *r = &b->rq[i];
 
 	if (decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, vals, nvals, res) < 0) {
-		STAT_INC(rs->stats.errors);
+		STAT_INC(rs->stats->errors);
 		answer_degraded(rs, r);
 		return;
 	}
@@ -382,10 +331,8 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 		res[decider - 1].allowed = false;
 		cache_store(rs, r, (int)decider - 1, res, b->sent);
 	}
-	decide_result(&r->q, res, (int)decider - 1, &d);
-	STAT_INC(rs->stats.replies);
-	conn_answer(rs->w, &r->ref, &d);
-	ruleset_release(r->q.rs);
+	STAT_INC(rs->stats->replies);
+	store_complete(rs->sw, &r->q, &r->ref, res, (int)decider - 1);
 }
 
 /* msgpack reply, decoded by redis_reply.c */
@@ -414,7 +361,7 @@ static int answer_plain(struct rstore *rs, struct rbatch *b, const redisReply *r
 		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
 			return -1;
 	for (size_t i = 0; i < b->n; i++) {
-		int64_t vals[3 * DECIDE_MAX_LIMITS];
+		int64_t vals[3 * LIMIT_SET_MAX];
 		size_t nvals = 3 * b->rq[i].q.nlimits;
 		int64_t allowed = reply->element[pos]->integer;
 		int64_t decider = reply->element[pos + 1]->integer;
@@ -448,7 +395,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 	if (rs->state == RS_CONNECTING) {
 		rs->state = RS_READY;
 		rs->backoff = RECONNECT_MIN;
-		log_info("redis: worker %d ready (script %s)", rs->w->idx, rs->sha);
+		log_info("redis: worker %d ready (script %s)", rs->sw->idx, rs->sha);
 		send_batches(rs);
 	}
 }
@@ -475,7 +422,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	    !b->answered) {
 		/* Redis restarted or flushed its scripts: load again, retry once.
 		 * The batch keeps its place (and deadline) in the list. */
-		STAT_INC(rs->stats.noscript);
+		STAT_INC(rs->stats->noscript);
 		b->retried = 1;
 		load_script(rs);
 		if (send_batch_cmd(rs, b) == 0)
@@ -492,21 +439,21 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			 rs->cfg->encoding == REDIS_ENC_PLAIN)
 			rc = answer_plain(rs, b, reply);
 		if (rc == 0) {
-			int64_t now = server_now_us();
+			int64_t now = clock_now_us();
 
-			hist_observe(&rs->stats.call_time, now - b->sent);
+			hist_observe(&rs->stats->call_time, now - b->sent);
 			for (size_t i = 0; i < b->n; i++)
-				hist_observe(&rs->stats.wait_time, now - b->rq[i].queued);
+				hist_observe(&rs->stats->wait_time, now - b->rq[i].queued);
 			rs->inflight -= b->n;
 			call_succeeded(rs);
 		} else if (reply) {
-			call_failed(rs, server_now_us());
-			STAT_INC(rs->stats.errors);
+			call_failed(rs, clock_now_us());
+			STAT_INC(rs->stats->errors);
 			log_warn("redis: decision failed: %s",
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 			fail_batch(rs, b);
 		} else {
-			STAT_ADD(rs->stats.unavailable, b->n);
+			STAT_ADD(rs->stats->unavailable, b->n);
 			fail_batch(rs, b);
 		}
 	}
@@ -664,7 +611,7 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
  * much as two or three more decisions). */
 static void send_batches(struct rstore *rs)
 {
-	int64_t now = server_now_us();
+	int64_t now = clock_now_us();
 
 	while (rs->qlen && rs->state == RS_READY && rs->calls < rs->cfg->pipeline) {
 		size_t n = rs->qlen < (size_t)rs->cfg->batch_max ? rs->qlen
@@ -693,10 +640,10 @@ static void send_batches(struct rstore *rs)
 		else
 			rs->oldest = b;
 		rs->newest = b;
-		STAT_INC(rs->stats.batches);
+		STAT_INC(rs->stats->calls);
 		if (send_batch_cmd(rs, b) < 0) {
 			unlink_batch(rs, b);
-			STAT_ADD(rs->stats.unavailable, b->n);
+			STAT_ADD(rs->stats->unavailable, b->n);
 			fail_batch(rs, b);
 			xfree(b);
 		} else {
@@ -722,15 +669,15 @@ static void answer_queue_degraded(struct rstore *rs)
 		answer_degraded(rs, &rs->queue[rs->qhead]);
 		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
 		rs->qlen--;
-		STAT_INC(rs->stats.unavailable);
+		STAT_INC(rs->stats->unavailable);
 	}
 }
 
 static void schedule_reconnect(struct rstore *rs)
 {
-	ev_timer_stop(rs->w->loop, &rs->reconnect_w);
+	ev_timer_stop(rs->sw->loop, &rs->reconnect_w);
 	ev_timer_set(&rs->reconnect_w, rs->backoff, 0.);
-	ev_timer_start(rs->w->loop, &rs->reconnect_w);
+	ev_timer_start(rs->sw->loop, &rs->reconnect_w);
 	rs->backoff *= 2;
 	if (rs->backoff > RECONNECT_MAX)
 		rs->backoff = RECONNECT_MAX;
@@ -743,7 +690,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (!rs)
 		return;
 	if (status != REDIS_OK) {
-		log_warn("redis: worker %d cannot connect: %s", rs->w->idx, ac->errstr);
+		log_warn("redis: worker %d cannot connect: %s", rs->sw->idx, ac->errstr);
 		/* hiredis frees the context after this callback */
 		rs->ac = NULL;
 		rs->state = RS_DISCONNECTED;
@@ -751,7 +698,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		schedule_reconnect(rs);
 		return;
 	}
-	log_debug("redis: worker %d connected", rs->w->idx);
+	log_debug("redis: worker %d connected", rs->sw->idx);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -764,7 +711,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		rs->ac = NULL;
 		rs->state = RS_DISCONNECTED;
 		if (status != REDIS_OK)
-			log_warn("redis: worker %d lost its connection: %s", rs->w->idx,
+			log_warn("redis: worker %d lost its connection: %s", rs->sw->idx,
 				 ac->errstr);
 		answer_queue_degraded(rs);
 		schedule_reconnect(rs);
@@ -781,14 +728,36 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 	}
 }
 
+/* The AUTH command of cfg into argv: returns its argc, 0 without a
+ * password. */
+static int auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3])
+{
+	int n = 0;
+
+	if (!cfg->password[0])
+		return 0;
+	argv[n] = "AUTH";
+	argvlen[n++] = 4;
+	if (cfg->user[0]) {
+		argv[n] = cfg->user;
+		argvlen[n++] = strlen(cfg->user);
+	}
+	argv[n] = cfg->password;
+	argvlen[n++] = strlen(cfg->password);
+	return n;
+}
+
 static void start_connect(struct rstore *rs)
 {
 	const struct redis_config *cfg = rs->cfg;
+	const char *argv[3];
+	size_t argvlen[3];
+	int argc;
 	redisAsyncContext *ac;
 
 	rs->state = RS_CONNECTING;
-	ac = cfg->unix_path[0] ? redisAsyncConnectUnix(cfg->unix_path)
-			       : redisAsyncConnect(cfg->host, cfg->port);
+	ac = cfg->addr.path[0] ? redisAsyncConnectUnix(cfg->addr.path)
+			       : redisAsyncConnect(cfg->addr.host, atoi(cfg->addr.port));
 	if (!ac || ac->err) {
 		log_warn("redis: cannot connect: %s", ac ? ac->errstr : "out of memory");
 		if (ac)
@@ -799,22 +768,14 @@ static void start_connect(struct rstore *rs)
 	}
 	ac->data = rs;
 	rs->ac = ac;
-	redisLibevAttach(rs->w->loop, ac);
+	redisLibevAttach(rs->sw->loop, ac);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	STAT_INC(rs->stats.reconnects);
+	STAT_INC(rs->stats->connects);
 	/* Pipelined behind the connection: AUTH, then the script. */
-	if (cfg->password[0]) {
-		const char *argv[3] = { "AUTH", cfg->user, cfg->password };
-		size_t argvlen[3] = { 4, strlen(cfg->user), strlen(cfg->password) };
-
-		if (cfg->user[0])
-			redisAsyncCommandArgv(ac, on_auth, NULL, 3, argv, argvlen);
-		else
-			redisAsyncCommandArgv(ac, on_auth, NULL, 2,
-					      (const char *[]){ "AUTH", cfg->password },
-					      (const size_t[]){ 4, strlen(cfg->password) });
-	}
+	argc = auth_argv(cfg, argv, argvlen);
+	if (argc)
+		redisAsyncCommandArgv(ac, on_auth, NULL, argc, argv, argvlen);
 	load_script(rs);
 }
 
@@ -826,22 +787,114 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
 		start_connect(rs);
 }
 
-/* ---- public --------------------------------------------------------------------- */
+/* ---- admin --------------------------------------------------------------------- */
 
-struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
+/* A synchronous connection for one admin request; NULL with a message in
+ * a->error. */
+static redisContext *admin_connect(const struct redis_config *cfg, struct store_admin *a)
 {
+	struct timeval tv = { 1, 0 };
+	const char *argv[3];
+	size_t argvlen[3];
+	int argc = auth_argv(cfg, argv, argvlen);
+	redisContext *rc = cfg->addr.path[0]
+				   ? redisConnectUnixWithTimeout(cfg->addr.path, tv)
+				   : redisConnectWithTimeout(cfg->addr.host, atoi(cfg->addr.port), tv);
+	redisReply *r;
+
+	if (!rc || rc->err) {
+		snprintf(a->error, sizeof(a->error), "cannot connect to Redis: %s",
+			 rc ? rc->errstr : "out of memory");
+		if (rc)
+			redisFree(rc);
+		return NULL;
+	}
+	redisSetTimeout(rc, tv);
+	if (!argc)
+		return rc;
+	r = redisCommandArgv(rc, argc, argv, argvlen);
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		snprintf(a->error, sizeof(a->error), "Redis AUTH failed: %s",
+			 r ? r->str : rc->errstr);
+		if (r)
+			freeReplyObject(r);
+		redisFree(rc);
+		return NULL;
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
+/* One rule's hash: its fields and TTL, or with reset, deleted. */
+static void admin_item(redisContext *rc, const char *key, int reset, struct out *o)
+{
+	const char *argv[2] = { reset ? "DEL" : "HGETALL", key };
+	size_t argvlen[2] = { strlen(argv[0]), strlen(key) };
+	redisReply *r = redisCommandArgv(rc, 2, argv, argvlen);
+
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		outf(o, ", \"error\": ");
+		out_json_str(o, r ? r->str : rc->errstr, strlen(r ? r->str : rc->errstr));
+		if (r)
+			freeReplyObject(r);
+		return;
+	}
+	if (reset) {
+		outf(o, ", \"deleted\": %lld", r->integer);
+		freeReplyObject(r);
+		return;
+	}
+	outf(o, ", \"fields\": {");
+	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+		outf(o, "%s", i ? ", " : "");
+		out_json_str(o, r->element[i]->str, r->element[i]->len);
+		outf(o, ": ");
+		out_json_str(o, r->element[i + 1]->str, r->element[i + 1]->len);
+	}
+	outf(o, "}");
+	freeReplyObject(r);
+	argv[0] = "PTTL";
+	argvlen[0] = 4;
+	r = redisCommandArgv(rc, 2, argv, argvlen);
+	if (r && r->type == REDIS_REPLY_INTEGER)
+		outf(o, ", \"ttl_ms\": %lld", r->integer);
+	if (r)
+		freeReplyObject(r);
+}
+
+static void redis_admin(struct store *st, struct store_admin *a)
+{
+	redisContext *rc = admin_connect(st->impl, a);
+
+	for (size_t i = 0; rc && i < a->n; i++) {
+		char key[STORE_KEY_NAME_LEN + 1];
+
+		store_key_name(a->item[i].key, key);
+		admin_item(rc, key, a->reset, &a->item[i].out);
+	}
+	if (rc)
+		redisFree(rc);
+	store_admin_done(st, a);
+}
+
+/* ---- the store interface ------------------------------------------------------- */
+
+static int redis_worker_init(struct store_worker *sw)
+{
+	const struct redis_config *cfg = sw->st->impl;
 	struct rstore *rs = xcalloc(1, sizeof(*rs));
 	size_t max_argc;
 
 	if (!rs)
-		return NULL;
-	rs->w = w;
+		return -1;
+	rs->sw = sw;
 	rs->cfg = cfg;
+	rs->stats = &sw->stats;
 	rs->backoff = RECONNECT_MIN;
 	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
 	 * 1 + per rule 1 + 5 per limit + per query 3 (plain), at most a rule
 	 * per query. */
-	max_argc = 4 + (size_t)cfg->batch_max * (1 + 1 + 5 * DECIDE_MAX_LIMITS + 3);
+	max_argc = 4 + (size_t)cfg->batch_max * (1 + 1 + 5 * LIMIT_SET_MAX + 3);
 	rs->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rs->queue));
 	rs->cache = xcalloc(CACHE_SIZE, sizeof(*rs->cache));
 	rs->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rs->decoded));
@@ -857,7 +910,7 @@ struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
 		xfree(rs->argvlen);
 		xfree(rs->arena);
 		xfree(rs);
-		return NULL;
+		return -1;
 	}
 	msgpack_sbuffer_init(&rs->sbuf);
 	ev_timer_init(&rs->reconnect_w, on_reconnect, 0., 0.);
@@ -866,13 +919,16 @@ struct rstore *rstore_new(struct worker *w, const struct redis_config *cfg)
 	rs->deadline_w.data = rs;
 	ev_prepare_init(&rs->send_w, on_prepare);
 	rs->send_w.data = rs;
-	ev_prepare_start(w->loop, &rs->send_w);
+	ev_prepare_start(sw->loop, &rs->send_w);
+	sw->impl = rs;
 	start_connect(rs);
-	return rs;
+	return 0;
 }
 
-void rstore_free(struct rstore *rs)
+static void redis_worker_free(struct store_worker *sw)
 {
+	struct rstore *rs = sw->impl;
+
 	if (!rs)
 		return;
 	answer_queue_degraded(rs);
@@ -890,9 +946,9 @@ void rstore_free(struct rstore *rs)
 		fail_batch(rs, b);
 		xfree(b);
 	}
-	ev_timer_stop(rs->w->loop, &rs->reconnect_w);
-	ev_timer_stop(rs->w->loop, &rs->deadline_w);
-	ev_prepare_stop(rs->w->loop, &rs->send_w);
+	ev_timer_stop(sw->loop, &rs->reconnect_w);
+	ev_timer_stop(sw->loop, &rs->deadline_w);
+	ev_prepare_stop(sw->loop, &rs->send_w);
 	msgpack_sbuffer_destroy(&rs->sbuf);
 	xfree(rs->queue);
 	xfree(rs->cache);
@@ -901,42 +957,74 @@ void rstore_free(struct rstore *rs)
 	xfree(rs->argvlen);
 	xfree(rs->arena);
 	xfree(rs);
+	sw->impl = NULL;
 }
 
-int rstore_submit(struct rstore *rs, const struct decide_query *q,
-		  const struct store_ref *ref, struct decide_decision *d)
+static enum store_outcome redis_check(struct store_worker *sw, const struct decide_query *q,
+				      const struct store_ref *ref, struct limit_result *res,
+				      int *decider)
 {
-	int64_t now = server_now_us();
+	struct rstore *rs = sw->impl;
+	int64_t now = clock_now_us();
 	struct rq *r;
 
-	STAT_INC(rs->stats.queries);
-	if (rs->cfg->local_cache && cache_answer(rs, q, now, d)) {
-		STAT_INC(rs->stats.local_refusals);
-		return 1;
+	STAT_INC(rs->stats->queries);
+	if (rs->cfg->local_cache && cache_answer(rs, q, now, res, decider)) {
+		STAT_INC(rs->stats->local_refusals);
+		return STORE_DECIDED;
 	}
 	if (rs->open_until) {
 		if (now < rs->open_until) {
-			STAT_INC(rs->stats.breaker_skips);
-			fallback(rs, q, d);
-			return 1;
+			STAT_INC(rs->stats->breaker_skips);
+			return STORE_UNAVAILABLE;
 		}
 		rs->half_open = 1; /* this and the next queries probe */
 	}
 	if (rs->state == RS_DISCONNECTED ||
-	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending ||
-	    q->nlimits == 0) {
-		STAT_INC(rs->stats.unavailable);
-		fallback(rs, q, d);
-		return 1;
+	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending) {
+		STAT_INC(rs->stats->unavailable);
+		return STORE_UNAVAILABLE;
 	}
 	r = &rs->queue[(rs->qhead + rs->qlen) % (size_t)rs->cfg->max_pending];
 	r->ref = *ref;
 	r->q = *q;
-	ruleset_acquire(q->rs); /* the rules must outlive a reload until answered */
 	r->queued = now;
 	r->deadline = now + (int64_t)(rs->cfg->timeout * 1e6);
 	rs->qlen++;
 	if (rs->qlen == 1 && !ev_is_active(&rs->deadline_w))
 		arm_deadline(rs);
-	return 0;
+	return STORE_PENDING;
+}
+
+static void redis_free(struct store *st)
+{
+	xfree(st->impl);
+}
+
+static const struct store_ops redis_ops = {
+	.name = "redis",
+	.shared = true,
+	.worker_init = redis_worker_init,
+	.worker_free = redis_worker_free,
+	.check = redis_check,
+	.rules_changed = redis_rules_changed,
+	.admin = redis_admin,
+	.free = redis_free,
+};
+
+struct store *store_redis_new(const struct redis_config *cfg, size_t mem_max_keys)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+	struct redis_config *copy = xmalloc(sizeof(*copy));
+
+	if (!st || !copy || store_init(st, &redis_ops, mem_max_keys) < 0) {
+		if (st)
+			memstore_free(st->mem);
+		xfree(st);
+		xfree(copy);
+		return NULL;
+	}
+	*copy = *cfg;
+	st->impl = copy;
+	return st;
 }

@@ -211,20 +211,20 @@ static void test_result_several_limits(void **state)
 	ruleset_release(rs);
 }
 
-static void test_degraded_policies(void **state)
+/* The two answers without the store; store.c chooses between them (and
+ * the local policy) by the rule's failure policy. */
+static void test_open_and_closed(void **state)
 {
-	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
+	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
-	struct memstore *mem = memstore_new(1000);
-	int passed = 0;
 
 	(void)state;
 	args_init(&a);
 	args_add(&a, "api_key", spop_cstr("k"));
 	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
-	decide_degraded(&q, &d);
+	decide_closed(&q, &d);
 	assert_int_equal(d.status, 503);
 	assert_int_equal(d.retry_after, 1);
 	assert_true(d.degraded);
@@ -233,21 +233,18 @@ static void test_degraded_policies(void **state)
 	assert_string_equal(d.policy, "\"default\";q=10;w=60");
 	assert_string_equal(d.ratelimit, "");
 
-	q.on_failure = RULES_FAIL_OPEN;
-	decide_degraded(&q, &d);
+	decide_open(&q, &d);
 	assert_int_equal(d.status, 0);
+	assert_int_equal(d.limit, 10);
 	assert_true(d.degraded);
+	assert_string_equal(decide_reason_str(d.reason), "ok");
 
-	/* local: 10 per minute shared by 4 agents leaves 2 here */
-	q.on_failure = RULES_FAIL_LOCAL;
-	for (int i = 0; i < 5; i++) {
-		decide_local(&q, mem, 1000000, &d);
-		assert_true(d.degraded);
-		passed += d.status == 0;
-	}
-	assert_int_equal(passed, 2);
-	assert_int_equal(d.status, 429);
-	memstore_free(mem);
+	/* shadow mode: computed, nothing refused */
+	q.shadow = true;
+	decide_closed(&q, &d);
+	assert_int_equal(d.status, 0);
+	assert_true(d.shadow);
+	assert_string_equal(decide_reason_str(d.reason), "store_down");
 	ruleset_release(rs);
 }
 
@@ -472,7 +469,7 @@ int main(void)
 		cmocka_unit_test(test_cost_argument),
 		cmocka_unit_test(test_result_allowed_and_limited),
 		cmocka_unit_test(test_result_several_limits),
-		cmocka_unit_test(test_degraded_policies),
+		cmocka_unit_test(test_open_and_closed),
 		cmocka_unit_test(test_shedding),
 		cmocka_unit_test(test_shadow),
 		cmocka_unit_test(test_shedding_in_shadow_mode),

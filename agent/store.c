@@ -1,0 +1,159 @@
+/* store.c: the part of every store that is the same for all backends: the
+ * life of a query (submitted, decided now or later, answered), and the
+ * rule's failure policy when the shared store cannot decide. */
+#include "store.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "clock.h"
+#include "log.h"
+#include "memstore.h"
+
+int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_keys)
+{
+	st->ops = ops;
+	atomic_init(&st->reset_epoch, 0);
+	st->mem = memstore_new(mem_max_keys);
+	return st->mem ? 0 : -1;
+}
+
+void store_free(struct store *st)
+{
+	if (!st)
+		return;
+	if (st->ops->free)
+		st->ops->free(st);
+	memstore_free(st->mem);
+	xfree(st);
+}
+
+struct store_worker *store_worker_new(struct store *st, struct ev_loop *loop, int idx,
+				      store_answer_fn *answer, void *priv)
+{
+	struct store_worker *sw = xcalloc(1, sizeof(*sw));
+
+	if (!sw) {
+		log_err("worker %d: out of memory for its store", idx);
+		return NULL;
+	}
+	sw->st = st;
+	sw->loop = loop;
+	sw->idx = idx;
+	sw->answer = answer;
+	sw->priv = priv;
+	if (st->ops->worker_init && st->ops->worker_init(sw) < 0) {
+		log_err("worker %d: cannot set up the %s store", idx, st->ops->name);
+		xfree(sw);
+		return NULL;
+	}
+	return sw;
+}
+
+void store_worker_free(struct store_worker *sw)
+{
+	if (!sw)
+		return;
+	if (sw->st->ops->worker_free)
+		sw->st->ops->worker_free(sw);
+	xfree(sw);
+}
+
+void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
+{
+	struct limit_result res[LIMIT_SET_MAX];
+	int decider;
+
+	switch (q->on_failure) {
+	case RULES_FAIL_LOCAL:
+		if (q->nlimits > 0) {
+			const struct ruleset_rule *rr = &q->rs->rule[q->rule->index];
+
+			decider = memstore_check(st->mem, q->key, rr->local, q->nlimits,
+						 clock_now_us(), q->cost, res);
+			decide_result(q, res, decider, d);
+			d->degraded = true;
+			return;
+		}
+		break;
+	case RULES_FAIL_CLOSED:
+		decide_closed(q, d);
+		return;
+	case RULES_FAIL_OPEN:
+		break;
+	}
+	decide_open(q, d);
+}
+
+int store_submit(struct store_worker *sw, const struct decide_query *q,
+		 const struct store_ref *ref, struct decide_decision *d)
+{
+	struct limit_result res[LIMIT_SET_MAX];
+	int decider = -1;
+
+	if (q->nlimits == 0) {
+		decide_result(q, NULL, -1, d);
+		return 1;
+	}
+	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
+	case STORE_DECIDED:
+		decide_result(q, res, decider, d);
+		return 1;
+	case STORE_PENDING:
+		/* The backend keeps a copy of q, which points into the rules:
+		 * they must outlive a reload until the answer. */
+		ruleset_acquire(q->rs);
+		return 0;
+	case STORE_UNAVAILABLE:
+		break;
+	}
+	store_without(sw->st, q, d);
+	return 1;
+}
+
+void store_complete(struct store_worker *sw, const struct decide_query *q,
+		    const struct store_ref *ref, const struct limit_result *res, int decider)
+{
+	struct decide_decision d;
+	struct ruleset *rs = q->rs;
+
+	if (res)
+		decide_result(q, res, decider, &d);
+	else
+		store_without(sw->st, q, &d);
+	sw->answer(sw->priv, ref, &d);
+	ruleset_release(rs);
+}
+
+void store_rules_changed(struct store_worker *sw)
+{
+	if (sw->st->ops->rules_changed)
+		sw->st->ops->rules_changed(sw);
+}
+
+void store_admin(struct store *st, struct store_admin *a)
+{
+	a->error[0] = '\0';
+	st->ops->admin(st, a);
+}
+
+void store_admin_done(struct store *st, struct store_admin *a)
+{
+	if (a->reset && !a->error[0])
+		atomic_fetch_add(&st->reset_epoch, 1);
+	a->done(a);
+}
+
+uint64_t store_reset_epoch(const struct store *st)
+{
+	return atomic_load_explicit(&st->reset_epoch, memory_order_relaxed);
+}
+
+size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
+{
+	memcpy(buf, "rl:{", 4);
+	identity_hex(key, buf + 4);
+	buf[4 + IDENTITY_HEX_LEN] = '}';
+	buf[5 + IDENTITY_HEX_LEN] = '\0';
+	return STORE_KEY_NAME_LEN;
+}

@@ -1,0 +1,187 @@
+/* store.h: where the buckets live, behind one interface.
+ *
+ * A store checks a query's limits: the in-memory store at once, a shared
+ * store (Redis, in any topology) usually later. Callers see one call,
+ * store_submit(), which answers now or later through the callback the
+ * worker registered, and never learn which store they talk to. What to
+ * answer when the shared store cannot decide (the rule's failure policy:
+ * open, closed or local) is decided here, in store.c, once for every
+ * backend; backends only say "decided" or "could not".
+ *
+ * Two levels, so that a store may hold several connections per worker
+ * (Cluster nodes, shards) and process-wide state:
+ *   struct store         one per process: the backend's configuration and
+ *                        shared state, the buckets of the memory store and
+ *                        of the local policy, the admin-reset epoch;
+ *   struct store_worker  one per worker thread, on that worker's loop: the
+ *                        backend's connections, queues and counters. Only
+ *                        its thread touches it.
+ *
+ * A backend implements struct store_ops and reports the outcome of a query
+ * it accepted as pending with store_complete(). Nothing here knows SPOP
+ * connections: an answer goes to the worker's callback with the
+ * struct store_ref its caller gave, which the store carries but never
+ * reads.
+ */
+#ifndef RL_STORE_H
+#define RL_STORE_H
+
+#include <ev.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decide.h"
+#include "out.h"
+#include "stats.h"
+
+struct memstore;
+struct store;
+struct store_worker;
+
+/* Where an answer goes: for the store, an opaque token. */
+struct store_ref {
+	uint32_t slot;
+	uint32_t gen;
+	uint64_t stream_id;
+	uint64_t frame_id;
+};
+
+/* Receives the decision of a query answered later. `d` and what it points
+ * to are valid during the call only. */
+typedef void store_answer_fn(void *priv, const struct store_ref *ref,
+			     const struct decide_decision *d);
+
+/* Counters of one worker's store, summed over workers by the metrics. */
+struct store_stats {
+	counter_t queries;        /* submitted */
+	counter_t calls;          /* calls sent to the shared store (batches) */
+	counter_t replies;        /* decisions the shared store made */
+	counter_t local_refusals; /* answered from the refused-until cache */
+	counter_t timeouts;       /* without the store: deadline passed */
+	counter_t unavailable;    /* without the store: no connection, queue full */
+	counter_t errors;         /* error replies */
+	counter_t connects;       /* connection attempts */
+	counter_t noscript;       /* scripts loaded again after NOSCRIPT */
+	counter_t breaker_trips;  /* circuit breaker opened */
+	counter_t breaker_skips;  /* decided without the store while open */
+	struct hist call_time;    /* a call sent -> its reply */
+	struct hist wait_time;    /* a query submitted -> decided by the store */
+};
+
+/* What a backend's check returns. */
+enum store_outcome {
+	STORE_DECIDED,      /* res[] and *decider hold the store's answer */
+	STORE_PENDING,      /* store_complete() will be called later */
+	STORE_UNAVAILABLE,  /* the store cannot decide: failure policy */
+};
+
+/* An admin look at (or reset of) one client: one key per rule. The store
+ * writes, for item i, JSON members (", \"fields\": {...}" and so on) into
+ * item[i].out, or sets `error`; then calls store_admin_done(), perhaps
+ * before store_admin() returns, which calls done(). */
+struct store_admin_item {
+	const struct rules_rule *rule;
+	uint8_t key[IDENTITY_KEY_LEN];
+	struct out out;
+};
+
+struct store_admin {
+	bool reset;
+	size_t n;
+	struct store_admin_item *item;
+	char error[256];
+	void (*done)(struct store_admin *a);
+	void *priv;
+};
+
+struct store_ops {
+	const char *name;   /* "memory", "redis" */
+	bool shared;        /* decisions shared by a fleet */
+	/* Sets up sw->impl on sw->loop. Returns 0 or -1. */
+	int (*worker_init)(struct store_worker *sw);
+	/* Reports every query still pending (store_complete with NULL) and
+	 * frees sw->impl. */
+	void (*worker_free)(struct store_worker *sw);
+	/* Checks q->limits (q->nlimits > 0) for the answer to go to `ref`. */
+	enum store_outcome (*check)(struct store_worker *sw, const struct decide_query *q,
+				    const struct store_ref *ref, struct limit_result *res,
+				    int *decider);
+	/* The rules changed: forget what was derived from the old ones. */
+	void (*rules_changed)(struct store_worker *sw);
+	/* See struct store_admin. Runs on the caller's (main) thread. */
+	void (*admin)(struct store *st, struct store_admin *a);
+	/* Frees st->impl. */
+	void (*free)(struct store *st);
+};
+
+struct store {
+	const struct store_ops *ops;
+	void *impl;
+	struct memstore *mem;             /* memory store; the local policy */
+	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
+};
+
+struct store_worker {
+	struct store *st;
+	struct ev_loop *loop;
+	int idx;
+	store_answer_fn *answer;
+	void *priv;
+	void *impl;
+	struct store_stats stats;
+};
+
+/* The in-memory store: this agent's buckets alone. NULL when out of
+ * memory. */
+struct store *store_memory_new(size_t max_keys);
+
+/* Used by backends' constructors: st->ops, the local policy's buckets.
+ * Returns 0 or -1. */
+int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_keys);
+
+void store_free(struct store *st);
+
+/* The worker's part of the store, answering through answer(priv, ...).
+ * NULL on failure, after logging why. */
+struct store_worker *store_worker_new(struct store *st, struct ev_loop *loop, int idx,
+				      store_answer_fn *answer, void *priv);
+
+/* Answers what is still pending (without the store) and frees sw. */
+void store_worker_free(struct store_worker *sw);
+
+/* Decides a query that was not shed. Returns 1 when *d holds the decision
+ * now, 0 when it will reach the worker's answer callback (the query's
+ * rules stay referenced until then). */
+int store_submit(struct store_worker *sw, const struct decide_query *q,
+		 const struct store_ref *ref, struct decide_decision *d);
+
+/* A backend's answer to a pending query: res and decider from the store,
+ * or res NULL when it could not decide (failure policy). */
+void store_complete(struct store_worker *sw, const struct decide_query *q,
+		    const struct store_ref *ref, const struct limit_result *res, int decider);
+
+/* The decision without the shared store, by the rule's failure policy:
+ * open (forward), closed (503 store_down), local (the limits divided by
+ * the fleet size, in this agent's memory). Always marked degraded. */
+void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d);
+
+void store_rules_changed(struct store_worker *sw);
+
+/* Starts an admin look or reset (see struct store_admin). */
+void store_admin(struct store *st, struct store_admin *a);
+
+/* A backend has finished a->item[]: once a reset is done, every worker
+ * forgets the refusals it cached; then a->done(a). */
+void store_admin_done(struct store *st, struct store_admin *a);
+
+uint64_t store_reset_epoch(const struct store *st);
+
+/* The name of a client's key under a rule, as the shared store writes it
+ * and the admin endpoint shows it: "rl:{<hex>}". buf holds
+ * STORE_KEY_NAME_LEN + 1 bytes. Returns the length. */
+#define STORE_KEY_NAME_LEN (IDENTITY_HEX_LEN + 5)
+size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
+
+#endif

@@ -1,0 +1,70 @@
+/* store_mem.c: the in-memory store, this agent's buckets alone (memstore.h
+ * holds them, shared by the workers). Every decision is made at once. */
+#include "store.h"
+
+#include "alloc.h"
+#include "clock.h"
+#include "memstore.h"
+
+static enum store_outcome mem_check(struct store_worker *sw, const struct decide_query *q,
+				    const struct store_ref *ref, struct limit_result *res,
+				    int *decider)
+{
+	*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits, clock_now_us(),
+				  q->cost, res);
+	return STORE_DECIDED;
+}
+
+/* For each rule: its limits with what they hold now, or with reset, how
+ * many entries were dropped. */
+static void mem_admin(struct store *st, struct store_admin *a)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		const struct rules_rule *rule = a->item[i].rule;
+		struct out *o = &a->item[i].out;
+		struct limit_result res[LIMIT_SET_MAX];
+		char period[32];
+
+		if (a->reset) {
+			outf(o, ", \"deleted\": %zu", memstore_reset(st->mem, a->item[i].key));
+			continue;
+		}
+		if (rule->nlimits == 0) {
+			outf(o, ", \"limits\": []");
+			continue;
+		}
+		/* weight 0: a look that takes nothing */
+		memstore_check(st->mem, a->item[i].key, rule->limits, rule->nlimits,
+			       clock_now_us(), 0, res);
+		outf(o, ", \"limits\": [");
+		for (size_t k = 0; k < rule->nlimits; k++) {
+			limit_format_period(rule->limits[k].period_us, period, sizeof(period));
+			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
+			     k ? ", " : "", (unsigned long long)rule->limits[k].quota, period,
+			     (unsigned long long)res[k].remaining,
+			     (long long)limit_ceil_s(res[k].reset_us));
+		}
+		outf(o, "]");
+	}
+	store_admin_done(st, a);
+}
+
+static const struct store_ops mem_ops = {
+	.name = "memory",
+	.shared = false,
+	.check = mem_check,
+	.admin = mem_admin,
+};
+
+struct store *store_memory_new(size_t max_keys)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+
+	if (!st)
+		return NULL;
+	if (store_init(st, &mem_ops, max_keys) < 0) {
+		xfree(st);
+		return NULL;
+	}
+	return st;
+}

@@ -1,0 +1,288 @@
+/* Unit tests of store.c (the life of a query and the failure policy, with
+ * a backend written here) and store_mem.c (the in-memory store). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "memstore.h"
+#include "store.h"
+
+static struct ruleset *load(const char *yaml)
+{
+	char err[512];
+	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
+
+	if (!r)
+		fail_msg("rules: %s", err);
+	return ruleset_new(r, 1);
+}
+
+static void prepare(struct ruleset *rs, const char *api_key, struct decide_query *q)
+{
+	uint8_t buf[256];
+	struct spop_wbuf w;
+	struct spop_cursor c;
+
+	spop_wbuf_init(&w, buf, sizeof(buf));
+	spop_put_name(&w, "api_key", 7);
+	spop_put_data(&w, &(struct spop_data){ .type = SPOP_T_STR,
+					       .u.str = { api_key, strlen(api_key) } });
+	assert_int_equal(w.err, 0);
+	c.p = buf;
+	c.end = buf + w.len;
+	decide_prepare(rs, c, 1, 0, q);
+}
+
+/* ---- a backend that does what the test says -------------------------------- */
+
+static enum store_outcome next_outcome;
+static struct decide_query held;     /* the query a PENDING check kept */
+static struct store_ref held_ref;
+static int checks;
+
+static enum store_outcome fake_check(struct store_worker *sw, const struct decide_query *q,
+				     const struct store_ref *ref, struct limit_result *res,
+				     int *decider)
+{
+	checks++;
+	if (next_outcome == STORE_DECIDED) {
+		memset(res, 0, sizeof(*res));
+		res[0].allowed = false;
+		res[0].limit = q->limits[0].quota;
+		res[0].retry_after_us = 2500000;
+		res[0].reset_us = 60000000;
+		*decider = 0;
+	} else if (next_outcome == STORE_PENDING) {
+		held = *q;
+		held_ref = *ref;
+	}
+	return next_outcome;
+}
+
+static void fake_admin(struct store *st, struct store_admin *a)
+{
+	snprintf(a->error, sizeof(a->error), "no");
+	store_admin_done(st, a);
+}
+
+static const struct store_ops fake_ops = {
+	.name = "fake",
+	.shared = true,
+	.check = fake_check,
+	.admin = fake_admin,
+};
+
+static struct decide_decision answered;
+static struct store_ref answered_ref;
+static int answers;
+
+static void on_answer(void *priv, const struct store_ref *ref, const struct decide_decision *d)
+{
+	assert_ptr_equal(priv, &answers);
+	answered = *d;
+	answered_ref = *ref;
+	answers++;
+}
+
+static struct store *fake_store(void)
+{
+	struct store *st = xcalloc(1, sizeof(*st));
+
+	assert_non_null(st);
+	assert_int_equal(store_init(st, &fake_ops, 1000), 0);
+	return st;
+}
+
+/* Decided at once, decided later, not decided: each reaches the caller as
+ * a decision, the late one through the callback with the caller's ref. */
+static void test_outcomes(void **state)
+{
+	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed");
+	struct store *st = fake_store();
+	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
+	struct store_ref ref = { 7, 3, 11, 12 };
+	struct decide_query q;
+	struct decide_decision d;
+
+	(void)state;
+	assert_non_null(sw);
+	prepare(rs, "k", &q);
+
+	next_outcome = STORE_DECIDED;
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.retry_after, 3);
+	assert_false(d.degraded);
+
+	next_outcome = STORE_UNAVAILABLE;
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 503);
+	assert_true(d.degraded);
+	assert_string_equal(decide_reason_str(d.reason), "store_down");
+
+	/* pending: the rules stay referenced until the answer */
+	next_outcome = STORE_PENDING;
+	assert_int_equal(atomic_load(&rs->refs), 1);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 0);
+	assert_int_equal(atomic_load(&rs->refs), 2);
+	assert_int_equal(answers, 0);
+	store_complete(sw, &held, &held_ref, NULL, -1);
+	assert_int_equal(answers, 1);
+	assert_int_equal(atomic_load(&rs->refs), 1);
+	assert_memory_equal(&answered_ref, &ref, sizeof(ref));
+	assert_int_equal(answered.status, 503);
+	assert_true(answered.degraded);
+
+	/* a rule without limits never reaches the backend */
+	{
+		struct ruleset *none = load("limits: []");
+		int before = checks;
+
+		prepare(none, "k", &q);
+		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(checks, before);
+		ruleset_release(none);
+	}
+	store_worker_free(sw);
+	store_free(st);
+	ruleset_release(rs);
+}
+
+/* The failure policy: closed refuses, open forwards, local keeps the limit
+ * divided among the agents, each answer marked degraded. */
+static void test_failure_policies(void **state)
+{
+	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
+	struct store *st = fake_store();
+	struct decide_query q;
+	struct decide_decision d;
+	int passed = 0;
+
+	(void)state;
+	prepare(rs, "k", &q);
+	store_without(st, &q, &d);
+	assert_int_equal(d.status, 503);
+	assert_true(d.degraded);
+
+	q.on_failure = RULES_FAIL_OPEN;
+	store_without(st, &q, &d);
+	assert_int_equal(d.status, 0);
+	assert_true(d.degraded);
+
+	/* local: 10 per minute shared by 4 agents leaves 2 here */
+	q.on_failure = RULES_FAIL_LOCAL;
+	for (int i = 0; i < 5; i++) {
+		store_without(st, &q, &d);
+		assert_true(d.degraded);
+		passed += d.status == 0;
+	}
+	assert_int_equal(passed, 2);
+	assert_int_equal(d.status, 429);
+	store_free(st);
+	ruleset_release(rs);
+}
+
+static int admin_finished;
+
+static void admin_done(struct store_admin *a)
+{
+	admin_finished++;
+}
+
+/* A reset voids cached refusals (the epoch moves) only when it worked. */
+static void test_reset_epoch(void **state)
+{
+	struct store *st = fake_store();
+	struct store_admin a = { .reset = true, .done = admin_done };
+
+	(void)state;
+	store_admin(st, &a);
+	assert_int_equal(admin_finished, 1);
+	assert_string_equal(a.error, "no");
+	assert_int_equal(store_reset_epoch(st), 0);
+	store_free(st);
+
+	st = store_memory_new(1000);
+	admin_finished = 0;
+	store_admin(st, &a);
+	assert_int_equal(admin_finished, 1);
+	assert_string_equal(a.error, "");
+	assert_int_equal(store_reset_epoch(st), 1);
+	store_free(st);
+}
+
+/* The memory store decides at once, counts exactly, and its admin look
+ * and reset see and drop the client's buckets. */
+static void test_memory_store(void **state)
+{
+	struct ruleset *rs = load("limits: [3/1h]");
+	struct store *st = store_memory_new(1000);
+	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
+	struct store_ref ref = { 0, 0, 0, 0 };
+	struct decide_query q;
+	struct decide_decision d;
+	struct store_admin_item it = { 0 };
+	struct store_admin a = { .n = 1, .item = &it, .done = admin_done };
+	char key[STORE_KEY_NAME_LEN + 1];
+	int answers_before = answers;
+
+	(void)state;
+	assert_non_null(st);
+	assert_non_null(sw);
+	assert_string_equal(st->ops->name, "memory");
+	prepare(rs, "k", &q);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.remaining, 2 - i);
+	}
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+
+	it.rule = q.rule;
+	memcpy(it.key, q.key, sizeof(it.key));
+	it.out = (struct out){ NULL, 0, 0, 0, 1 };
+	store_admin(st, &a);
+	assert_int_equal(it.out.err, 0);
+	assert_string_equal(it.out.buf,
+			    ", \"limits\": [{\"limit\": \"3/1h\", \"remaining\": 0, \"reset\": 3600}]");
+	xfree(it.out.buf);
+
+	a.reset = true;
+	it.out = (struct out){ NULL, 0, 0, 0, 1 };
+	store_admin(st, &a);
+	assert_string_equal(it.out.buf, ", \"deleted\": 1");
+	xfree(it.out.buf);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.remaining, 2);
+
+	assert_int_equal(store_key_name(q.key, key), STORE_KEY_NAME_LEN);
+	assert_int_equal(strlen(key), STORE_KEY_NAME_LEN);
+	assert_memory_equal(key, "rl:{", 4);
+	assert_memory_equal(key + 4, q.key_hex, IDENTITY_HEX_LEN);
+	assert_string_equal(key + 4 + IDENTITY_HEX_LEN, "}");
+	assert_int_equal(answers, answers_before); /* all answered at once */
+	store_worker_free(sw);
+	store_free(st);
+	ruleset_release(rs);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_outcomes),
+		cmocka_unit_test(test_failure_policies),
+		cmocka_unit_test(test_reset_epoch),
+		cmocka_unit_test(test_memory_store),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
