@@ -519,14 +519,16 @@ def test_keys_expire_when_full_again(h):
     assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
     key = keys[0]
     assert redis.command("TYPE", key) == b"hash"
-    # One token used: full again 200 ms later, and the key goes then.
+    # One token used: full again 200 ms later, and the key goes then. The
+    # expiry is rounded up to Redis's next millisecond, so PTTL read within
+    # the same millisecond as the script may say one more.
     pttl = redis.command("PTTL", key)
-    assert 0 < pttl <= 200, pttl
+    assert 0 < pttl <= 201, pttl
     for rem in (3, 2, 1, 0):
         assert s.ask("exp")["remaining"] == rem
     t_last = time.monotonic()
     pttl = redis.command("PTTL", key)
-    assert 700 < pttl <= 1000, pttl
+    assert 700 < pttl <= 1001, pttl
     wait_for(lambda: redis.command("EXISTS", key) == 0, 1.5, "the key to expire")
     assert time.monotonic() - t_last < 1.2
     assert redis.rl_keys() == []
