@@ -13,7 +13,12 @@ char *xstrdup(const char *s);
 void xfree(void *p);
 
 /* Test hook: make the allocation after `n` more successful ones fail
- * (n < 0 disables injection). Not thread-safe; for tests only. */
+ * (n < 0 disables injection). For tests: with several threads
+ * allocating, which call fails is not defined. */
 void xalloc_fail_after(long n);
+
+/* Allocations made and not yet freed, for tests that check a path frees
+ * everything it took. */
+long xalloc_live(void);
 
 #endif

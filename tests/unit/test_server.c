@@ -1,0 +1,159 @@
+/* Unit tests of server.c's start and stop: every way start-up can fail
+ * leaves a server that server_stop() takes down without a crash, a leak or
+ * a reference left on the rules. Failures are injected at the link
+ * boundary (ev_loop_new, pthread_create: -Wl,--wrap) and in the project's
+ * allocation wrappers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "log.h"
+#include "server.h"
+#include "store.h"
+
+/* ---- link-time hooks -------------------------------------------------------- */
+
+struct ev_loop *__real_ev_loop_new(unsigned int flags);
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+			  void *arg);
+
+static int loops_before_failure = -1;   /* -1: never fail */
+static int threads_before_failure = -1;
+
+struct ev_loop *__wrap_ev_loop_new(unsigned int flags)
+{
+	if (loops_before_failure == 0)
+		return NULL;
+	if (loops_before_failure > 0)
+		loops_before_failure--;
+	return __real_ev_loop_new(flags);
+}
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+			  void *arg)
+{
+	if (threads_before_failure == 0)
+		return 11; /* EAGAIN */
+	if (threads_before_failure > 0)
+		threads_before_failure--;
+	return __real_pthread_create(t, attr, fn, arg);
+}
+
+/* ---- fixture ----------------------------------------------------------------- */
+
+static struct server srv;
+static struct ruleset *rules;
+
+static void setup_server(int threads)
+{
+	memset(&srv, 0, sizeof(srv));
+	server_config_defaults(&srv.cfg);
+	snprintf(srv.cfg.port, sizeof(srv.cfg.port), "0");
+	srv.cfg.threads = threads;
+	srv.lfd = -1;
+	rules = ruleset_new(rules_default(), 1);
+	assert_non_null(rules);
+	atomic_init(&srv.rules, rules);
+	srv.store = store_memory_new(1000);
+	assert_non_null(srv.store);
+	assert_int_equal(server_listen(&srv), 0);
+}
+
+/* Stops the server and checks that nothing it allocated is left and that
+ * the rules are referenced by the server alone. */
+static void teardown_server(long live_before)
+{
+	server_stop(&srv);
+	assert_int_equal(srv.nworkers, 0);
+	assert_int_equal(atomic_load(&rules->refs), 1);
+	ruleset_release(rules);
+	store_free(srv.store);
+	assert_int_equal(xalloc_live(), live_before);
+}
+
+static void test_start_and_stop(void **state)
+{
+	long live = xalloc_live();
+
+	(void)state;
+	setup_server(3);
+	assert_int_equal(server_start(&srv), 0);
+	assert_int_equal(srv.nworkers, 3);
+	teardown_server(live);
+}
+
+/* The second worker's loop cannot be made: the first runs, the rest never
+ * exist, and stopping joins the one thread that started. */
+static void test_loop_failure(void **state)
+{
+	long live = xalloc_live();
+
+	(void)state;
+	for (int k = 0; k < 3; k++) {
+		setup_server(3);
+		loops_before_failure = k;
+		assert_int_equal(server_start(&srv), -1);
+		loops_before_failure = -1;
+		assert_int_equal(srv.nworkers, k);
+		teardown_server(live);
+	}
+}
+
+static void test_thread_failure(void **state)
+{
+	long live = xalloc_live();
+
+	(void)state;
+	for (int k = 0; k < 3; k++) {
+		setup_server(3);
+		threads_before_failure = k;
+		assert_int_equal(server_start(&srv), -1);
+		threads_before_failure = -1;
+		assert_int_equal(srv.nworkers, k);
+		teardown_server(live);
+	}
+}
+
+/* Every allocation of start-up fails in turn. */
+static void test_allocation_failures(void **state)
+{
+	long live = xalloc_live();
+	int failed = 0;
+
+	(void)state;
+	for (long n = 0; n < 200; n++) {
+		int rc;
+
+		setup_server(2);
+		xalloc_fail_after(n);
+		rc = server_start(&srv);
+		xalloc_fail_after(-1);
+		teardown_server(live);
+		if (rc == 0)
+			break;
+		failed++;
+	}
+	/* start-up allocates, so some runs failed, and the loop ended with
+	 * one that had all it needed */
+	assert_true(failed > 0);
+	assert_true(failed < 200);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_start_and_stop),
+		cmocka_unit_test(test_loop_failure),
+		cmocka_unit_test(test_thread_failure),
+		cmocka_unit_test(test_allocation_failures),
+	};
+
+	log_set_level(LOG_ERR - 1); /* quiet: failures are expected */
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
