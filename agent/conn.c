@@ -453,7 +453,7 @@ static uint32_t worker_rand(struct worker *w)
 
 /* Decides a check-rate message. Returns 1 when *d holds the decision now,
  * 0 when it comes later (conn_answer). */
-static int decide(struct conn *c, const struct spop_frame *f, struct spop_cursor args,
+static int check_rate(struct conn *c, const struct spop_frame *f, struct spop_cursor args,
 		  unsigned nargs, struct decide_decision *d)
 {
 	struct worker *w = c->w;
@@ -502,7 +502,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
-	if (decide(c, f, found_args, found_nargs, &d)) {
+	if (check_rate(c, f, found_args, found_nargs, &d)) {
 		count_decision(c->w, &d);
 		queue_ack(c, f->stream_id, f->frame_id, &d);
 	}

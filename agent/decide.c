@@ -106,25 +106,7 @@ void ruleset_release(struct ruleset *rs)
 void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
 		const char *rule, uint8_t key[IDENTITY_KEY_LEN])
 {
-	/* kind \0 value \0 rule: each rule of a client has its own key */
-	uint8_t buf[RULES_NAME_MAX + 512 + RULES_NAME_MAX + 2];
-	size_t n, klen = strlen(kind), rlen = strlen(rule);
-
-	if (klen > RULES_NAME_MAX)
-		klen = RULES_NAME_MAX;
-	if (vlen > 512)
-		vlen = 512;
-	if (rlen > RULES_NAME_MAX)
-		rlen = RULES_NAME_MAX;
-	memcpy(buf, kind, klen);
-	n = klen;
-	buf[n++] = '\0';
-	memcpy(buf + n, value, vlen);
-	n += vlen;
-	buf[n++] = '\0';
-	memcpy(buf + n, rule, rlen);
-	n += rlen;
-	siphash128(rs->secret, buf, n, key);
+	identity_key(rs->secret, kind, strlen(kind), value, vlen, rule, strlen(rule), key);
 }
 
 void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,

@@ -100,7 +100,7 @@ struct decide_decision {
 	bool counted;          /* remaining and reset are known */
 };
 
-/* The key of one rule of a client: SipHash of "kind\0value\0rule". */
+/* The key of one rule of a client (identity_key under the rules' secret). */
 void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
 		const char *rule, uint8_t key[IDENTITY_KEY_LEN]);
 

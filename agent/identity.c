@@ -7,8 +7,9 @@
 #include <string.h>
 
 /* ---- SipHash-2-4, 128-bit output -------------------------------------------
- * Streaming form, so that identity_hash() can feed "kind", a 0 byte and the
- * value without copying them into one buffer. */
+ * Streaming form, so that identity_key() can feed "kind", the value and the
+ * rule with 0 bytes between them, without copying them into one buffer or
+ * clipping any of them. */
 
 struct sip {
 	uint64_t v0, v1, v2, v3;
@@ -108,7 +109,7 @@ static void sip_final(struct sip *s, uint8_t out[16])
 	store_le64(out + 8, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
 }
 
-void siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16])
+void identity_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16])
 {
 	struct sip s;
 
@@ -176,8 +177,9 @@ size_t identity_text(const struct spop_data *d, char *buf, size_t cap)
 	return len;
 }
 
-void identity_hash(const uint8_t secret[16], const char *kind, size_t kind_len,
-		   const char *value, size_t value_len, uint8_t out[IDENTITY_KEY_LEN])
+void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
+		  const char *value, size_t value_len, const char *rule, size_t rule_len,
+		  uint8_t out[IDENTITY_KEY_LEN])
 {
 	static const uint8_t sep = 0;
 	struct sip s;
@@ -188,6 +190,9 @@ void identity_hash(const uint8_t secret[16], const char *kind, size_t kind_len,
 	sip_update(&s, &sep, 1);
 	if (value && value_len > 0)
 		sip_update(&s, value, value_len);
+	sip_update(&s, &sep, 1);
+	if (rule && rule_len > 0)
+		sip_update(&s, rule, rule_len);
 	sip_final(&s, out);
 }
 

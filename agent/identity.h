@@ -1,11 +1,12 @@
 /* identity.h: who a request comes from, as a fixed-size key.
  *
  * The identity is the first non-empty argument of a configured list (by
- * default api_key, user, ip). Its kind and value are hashed with keyed
- * SipHash-2-4 (128-bit output), so a key has a bounded size, carries no
- * user-chosen byte into Redis (no Cluster hash tag, no collision with other
- * keys), and two kinds with the same value ("1.2.3.4" as api_key and as ip)
- * are different clients. */
+ * default api_key, user, ip). Its kind, its value and the rule's name are
+ * hashed with keyed SipHash-2-4 (128-bit output) into the key of the
+ * client's buckets under that rule, so a key has a bounded size, carries
+ * no user-chosen byte into Redis (no Cluster hash tag, no collision with
+ * other keys), two kinds with the same value ("1.2.3.4" as api_key and as
+ * ip) are different clients, and each rule of a client has its own key. */
 #ifndef RL_IDENTITY_H
 #define RL_IDENTITY_H
 
@@ -18,7 +19,7 @@
 #define IDENTITY_HEX_LEN (2 * IDENTITY_KEY_LEN)
 
 /* SipHash-2-4 with 128-bit output (the reference variant). */
-void siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16]);
+void identity_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16]);
 
 /* Renders typed data as the text that identifies a client: strings and
  * binaries as they are, IPv4/IPv6 in their usual text forms, integers in
@@ -26,9 +27,11 @@ void siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out
  * length written (truncated to cap - 1, NUL-terminated). */
 size_t identity_text(const struct spop_data *d, char *buf, size_t cap);
 
-/* Hashes kind and value ("kind\0value") under `secret` into out. */
-void identity_hash(const uint8_t secret[16], const char *kind, size_t kind_len,
-		   const char *value, size_t value_len, uint8_t out[IDENTITY_KEY_LEN]);
+/* The key of one client under one rule: SipHash of "kind\0value\0rule"
+ * under `secret`, every byte of each part hashed (no truncation). */
+void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
+		  const char *value, size_t value_len, const char *rule, size_t rule_len,
+		  uint8_t out[IDENTITY_KEY_LEN]);
 
 /* Lowercase hex of a key; hex holds IDENTITY_HEX_LEN + 1 bytes. */
 void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex);

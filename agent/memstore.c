@@ -8,7 +8,7 @@
  * full, deletion by backward shift, so no tombstones pile up); nothing is
  * allocated once the store exists.
  *
- * Keys come from identity_hash(), a keyed SipHash, so clients cannot choose
+ * Keys come from identity_key(), a keyed SipHash, so clients cannot choose
  * them to collide; the mixing below only spreads them.
  *
  * Each entry remembers a fingerprint of the limit spec it was counted
@@ -23,12 +23,11 @@
 #include "alloc.h"
 
 #define MS_SHARDS_MAX 64
-#define MS_LIMITS_MAX 16
 #define MS_FREE 0xff              /* idx of an unused entry */
 #define MS_SHARD_CAP_MAX (1u << 28)
 
 struct ms_entry {
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 	uint64_t fp;          /* fingerprint of the spec the state belongs to */
 	int64_t expire_us;    /* from then on the state is as good as fresh */
 	struct limit_state st;
@@ -66,7 +65,7 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
-static uint64_t key_hash(const uint8_t key[MEMSTORE_KEY_LEN])
+static uint64_t key_hash(const uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t a, b;
 
@@ -106,7 +105,7 @@ static long find_slot(const struct ms_shard *sh, const uint8_t *key, unsigned id
 		if (s == 0)
 			return -1;
 		e = &sh->entries[s - 1];
-		if (e->hash == h && e->idx == idx && memcmp(e->key, key, MEMSTORE_KEY_LEN) == 0)
+		if (e->hash == h && e->idx == idx && memcmp(e->key, key, IDENTITY_KEY_LEN) == 0)
 			return (long)i;
 	}
 }
@@ -190,7 +189,7 @@ static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32
 	e = &sh->entries[ent];
 	sh->free_head = e->hash;
 	memset(e, 0, sizeof(*e));
-	memcpy(e->key, key, MEMSTORE_KEY_LEN);
+	memcpy(e->key, key, IDENTITY_KEY_LEN);
 	e->idx = (uint8_t)idx;
 	e->hash = h;
 	for (i = h & sh->mask; sh->slots[i] != 0; i = (i + 1) & sh->mask)
@@ -245,7 +244,7 @@ struct memstore *memstore_new(size_t max_keys)
 
 	/* A small store gets fewer shards, so that each keeps room for a
 	 * client with all its limits. */
-	while (nshards < MS_SHARDS_MAX && (size_t)nshards * 2 * MS_LIMITS_MAX <= max_keys)
+	while (nshards < MS_SHARDS_MAX && (size_t)nshards * 2 * LIMIT_SET_MAX <= max_keys)
 		nshards <<= 1;
 	if (max_keys / nshards + 1 > MS_SHARD_CAP_MAX)
 		return NULL;
@@ -315,19 +314,19 @@ static int decider(const struct limit_result *res, size_t n)
 	return best;
 }
 
-int memstore_check(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN],
+int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res)
 {
-	struct limit_state cur[MS_LIMITS_MAX], next[MS_LIMITS_MAX];
-	long ent[MS_LIMITS_MAX];
-	uint64_t fp[MS_LIMITS_MAX];
-	uint32_t h[MS_LIMITS_MAX];
+	struct limit_state cur[LIMIT_SET_MAX], next[LIMIT_SET_MAX];
+	long ent[LIMIT_SET_MAX];
+	uint64_t fp[LIMIT_SET_MAX];
+	uint32_t h[LIMIT_SET_MAX];
 	uint64_t kh;
 	struct ms_shard *sh;
 	int refused = 0, no_room = 0;
 
-	if (n == 0 || n > MS_LIMITS_MAX)
+	if (n == 0 || n > LIMIT_SET_MAX)
 		return -1;
 	kh = key_hash(key);
 	sh = shard_of(ms, kh);
@@ -387,14 +386,14 @@ int memstore_check(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN],
 	return decider(res, n);
 }
 
-size_t memstore_reset(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN])
+size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t kh = key_hash(key);
 	struct ms_shard *sh = shard_of(ms, kh);
 	size_t n = 0;
 
 	pthread_mutex_lock(&sh->lock);
-	for (unsigned i = 0; i < MS_LIMITS_MAX; i++) {
+	for (unsigned i = 0; i < LIMIT_SET_MAX; i++) {
 		long s = find_slot(sh, key, i, slot_hash(kh, i));
 
 		if (s >= 0) {

@@ -14,9 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "identity.h"
 #include "limiter.h"
-
-#define MEMSTORE_KEY_LEN 16
 
 struct memstore;
 
@@ -31,20 +30,20 @@ struct memstore *memstore_new(size_t max_keys);
 void memstore_free(struct memstore *ms);
 
 /* Checks one request of weight `cost` for client `key` against `n` limits
- * (n <= 16), all or nothing: when any limit refuses, no state changes.
+ * (n <= LIMIT_SET_MAX), all or nothing: when any limit refuses, no state changes.
  * res[i] receives each limit's result; when the request is refused, a
  * limit that would have allowed it reports what it holds without this
  * request (its remaining and reset), since nothing was taken from it.
  * Returns the index of the limit that decides the answer: the refusing
  * limit with the longest retry-after, or when all allow, the one with the
  * fewest remaining (ties: the lowest index). Returns -1 for n == 0 or
- * n > 16. */
-int memstore_check(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN],
+ * n > LIMIT_SET_MAX. */
+int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res);
 
 /* Drops every entry of `key` (admin reset). Returns how many were dropped. */
-size_t memstore_reset(struct memstore *ms, const uint8_t key[MEMSTORE_KEY_LEN]);
+size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 
 /* Reclaims entries that are back to fresh at now_us. Returns how many. */
 size_t memstore_sweep(struct memstore *ms, int64_t now_us);

@@ -21,7 +21,8 @@
 
 #define SF_INT_MAX 999999999999999ULL
 
-struct out {
+/* A fixed buffer for one header value. */
+struct sfbuf {
 	char *buf;
 	size_t cap;
 	size_t len;
@@ -29,7 +30,7 @@ struct out {
 };
 
 /* Keeps one byte for the terminating NUL. */
-static void put(struct out *o, const char *s, size_t n)
+static void put(struct sfbuf *o, const char *s, size_t n)
 {
 	if (o->err)
 		return;
@@ -41,11 +42,11 @@ static void put(struct out *o, const char *s, size_t n)
 	o->len += n;
 }
 
-static void put_char(struct out *o, char c) { put(o, &c, 1); }
+static void put_char(struct sfbuf *o, char c) { put(o, &c, 1); }
 
 /* An sf-string: printable ASCII only, `"` and `\` escaped, others dropped
  * (a name cannot smuggle a field separator or a control byte). */
-static void put_sf_string(struct out *o, const char *s)
+static void put_sf_string(struct sfbuf *o, const char *s)
 {
 	put_char(o, '"');
 	for (; s && *s; s++) {
@@ -61,7 +62,7 @@ static void put_sf_string(struct out *o, const char *s)
 }
 
 /* Decimal digits without printf: this runs for every decision. */
-static void put_param(struct out *o, const char *name, uint64_t v)
+static void put_param(struct sfbuf *o, const char *name, uint64_t v)
 {
 	char num[24];
 	size_t i = sizeof(num);
@@ -79,7 +80,7 @@ static void put_param(struct out *o, const char *name, uint64_t v)
 }
 
 /* Terminates the value; on overflow leaves buf[0..keep) and returns -1. */
-static int finish(struct out *o, size_t keep)
+static int finish(struct sfbuf *o, size_t keep)
 {
 	if (o->err || o->len > INT_MAX) {
 		o->buf[keep] = '\0';
@@ -89,7 +90,7 @@ static int finish(struct out *o, size_t keep)
 	return (int)o->len;
 }
 
-static void policy_item(struct out *o, const char *name, uint64_t quota, int64_t window_s)
+static void policy_item(struct sfbuf *o, const char *name, uint64_t quota, int64_t window_s)
 {
 	put_sf_string(o, name);
 	put_param(o, "q", quota);
@@ -100,7 +101,7 @@ static void policy_item(struct out *o, const char *name, uint64_t quota, int64_t
 int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 		    int64_t window_s)
 {
-	struct out o = {buf, cap, 0, 0};
+	struct sfbuf o = {buf, cap, 0, 0};
 
 	if (!buf || cap == 0)
 		return -1;
@@ -111,7 +112,7 @@ int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
 		       int64_t reset_s)
 {
-	struct out o = {buf, cap, 0, 0};
+	struct sfbuf o = {buf, cap, 0, 0};
 
 	if (!buf || cap == 0)
 		return -1;
@@ -127,7 +128,7 @@ int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaini
 int rlheader_policy_append(char *buf, size_t cap, const char *name, uint64_t quota,
 			   int64_t window_s)
 {
-	struct out o = {buf, cap, 0, 0};
+	struct sfbuf o = {buf, cap, 0, 0};
 	size_t old;
 
 	if (!buf || cap == 0)

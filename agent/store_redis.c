@@ -47,7 +47,7 @@ struct rq {
 };
 
 struct rbatch {
-	struct rstore *rs;
+	struct redis_worker *rw;
 	struct rbatch *prev, *next;  /* in flight, oldest first */
 	int answered;                /* its queries were answered degraded */
 	int retried;                 /* sent again after NOSCRIPT */
@@ -69,7 +69,7 @@ struct refusal {
 	int decider;
 };
 
-struct rstore {
+struct redis_worker {
 	struct store_worker *sw;
 	const struct redis_config *cfg;
 	redisAsyncContext *ac;
@@ -100,8 +100,8 @@ struct rstore {
 	struct store_stats *stats;   /* the worker's */
 };
 
-static void start_connect(struct rstore *rs);
-static void send_batches(struct rstore *rs);
+static void start_connect(struct redis_worker *rw);
+static void send_batches(struct redis_worker *rw);
 
 void redis_config_defaults(struct redis_config *cfg)
 {
@@ -123,35 +123,35 @@ int redis_config_set_addr(struct redis_config *cfg, const char *addr)
 /* ---- answers --------------------------------------------------------------- */
 
 /* Reports a query Redis did not decide: the failure policy answers it. */
-static void answer_degraded(struct rstore *rs, const struct rq *r)
+static void answer_degraded(struct redis_worker *rw, const struct rq *r)
 {
-	store_complete(rs->sw, &r->q, &r->ref, NULL, -1);
+	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
 }
 
 static void redis_rules_changed(struct store_worker *sw)
 {
-	struct rstore *rs = sw->impl;
+	struct redis_worker *rw = sw->impl;
 
-	memset(rs->cache, 0, CACHE_SIZE * sizeof(*rs->cache));
+	memset(rw->cache, 0, CACHE_SIZE * sizeof(*rw->cache));
 }
 
-static struct refusal *cache_slot(struct rstore *rs, const uint8_t *key)
+static struct refusal *cache_slot(struct redis_worker *rw, const uint8_t *key)
 {
 	uint32_t h;
 
 	memcpy(&h, key, sizeof(h)); /* the key is a hash already */
-	return &rs->cache[h & (CACHE_SIZE - 1)];
+	return &rw->cache[h & (CACHE_SIZE - 1)];
 }
 
 /* Fills res[] and *decider when the client is known to be refused now.
  * Returns 1 then, else 0. */
-static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t now,
+static int cache_answer(struct redis_worker *rw, const struct decide_query *q, int64_t now,
 			struct limit_result *res, int *decider)
 {
-	struct refusal *e = cache_slot(rs, q->key);
+	struct refusal *e = cache_slot(rw, q->key);
 
 	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
-	    e->epoch != store_reset_epoch(rs->sw->st) ||
+	    e->epoch != store_reset_epoch(rw->sw->st) ||
 	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
 		return 0;
 	memset(&res[e->decider], 0, sizeof(res[0]));
@@ -167,12 +167,12 @@ static int cache_answer(struct rstore *rs, const struct decide_query *q, int64_t
 /* Remembers a refusal. Times are taken from when the batch was sent, which
  * is before Redis read its clock: the cached refusal ends no later than
  * Redis's, so the cache never refuses a request that Redis would allow. */
-static void cache_store(struct rstore *rs, const struct rq *r, int decider,
+static void cache_store(struct redis_worker *rw, const struct rq *r, int decider,
 			const struct limit_result *res, int64_t sent)
 {
 	struct refusal *e;
 
-	if (!rs->cfg->local_cache || res[decider].retry_after_us <= 0)
+	if (!rw->cfg->local_cache || res[decider].retry_after_us <= 0)
 		return;
 	/* A request heavier than a bucket never passes, however long it
 	 * waits, while lighter ones do: nothing worth remembering. */
@@ -183,11 +183,11 @@ static void cache_store(struct rstore *rs, const struct rq *r, int decider,
 		if (r->q.cost > cap)
 			return;
 	}
-	e = cache_slot(rs, r->q.key);
+	e = cache_slot(rw, r->q.key);
 	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
 	e->limits = r->q.limits;
 	e->cost = r->q.cost;
-	e->epoch = store_reset_epoch(rs->sw->st);
+	e->epoch = store_reset_epoch(rw->sw->st);
 	e->decider = decider;
 	e->until = sent + res[decider].retry_after_us;
 	e->full_at = sent + res[decider].reset_us;
@@ -195,104 +195,104 @@ static void cache_store(struct rstore *rs, const struct rq *r, int decider,
 
 /* ---- batches in flight ------------------------------------------------------ */
 
-static void unlink_batch(struct rstore *rs, struct rbatch *b)
+static void unlink_batch(struct redis_worker *rw, struct rbatch *b)
 {
 	if (b->prev)
 		b->prev->next = b->next;
 	else
-		rs->oldest = b->next;
+		rw->oldest = b->next;
 	if (b->next)
 		b->next->prev = b->prev;
 	else
-		rs->newest = b->prev;
+		rw->newest = b->prev;
 	b->prev = b->next = NULL;
 }
 
-static void fail_batch(struct rstore *rs, struct rbatch *b)
+static void fail_batch(struct redis_worker *rw, struct rbatch *b)
 {
 	if (b->answered)
 		return;
 	b->answered = 1;
-	rs->inflight -= b->n;
+	rw->inflight -= b->n;
 	for (size_t i = 0; i < b->n; i++)
-		answer_degraded(rs, &b->rq[i]);
+		answer_degraded(rw, &b->rq[i]);
 }
 
-static void arm_deadline(struct rstore *rs)
+static void arm_deadline(struct redis_worker *rw)
 {
 	int64_t next = INT64_MAX, now;
 	struct rbatch *b;
 
-	for (b = rs->oldest; b && b->answered; b = b->next)
+	for (b = rw->oldest; b && b->answered; b = b->next)
 		;
 	if (b)
 		next = b->rq[0].deadline;
-	if (rs->qlen && rs->queue[rs->qhead].deadline < next)
-		next = rs->queue[rs->qhead].deadline;
-	ev_timer_stop(rs->sw->loop, &rs->deadline_w);
+	if (rw->qlen && rw->queue[rw->qhead].deadline < next)
+		next = rw->queue[rw->qhead].deadline;
+	ev_timer_stop(rw->sw->loop, &rw->deadline_w);
 	if (next == INT64_MAX)
 		return;
 	now = clock_now_us();
-	ev_timer_set(&rs->deadline_w, next > now ? (double)(next - now) / 1e6 : 0., 0.);
-	ev_timer_start(rs->sw->loop, &rs->deadline_w);
+	ev_timer_set(&rw->deadline_w, next > now ? (double)(next - now) / 1e6 : 0., 0.);
+	ev_timer_start(rw->sw->loop, &rw->deadline_w);
 }
 
-static void call_failed(struct rstore *rs, int64_t now)
+static void call_failed(struct redis_worker *rw, int64_t now)
 {
-	if (++rs->fails < BREAKER_FAILS && !rs->half_open)
+	if (++rw->fails < BREAKER_FAILS && !rw->half_open)
 		return;
-	if (rs->open_until > now)
+	if (rw->open_until > now)
 		return;
-	rs->open_for = rs->open_for ? rs->open_for * 2 : BREAKER_MIN_US;
-	if (rs->open_for > BREAKER_MAX_US)
-		rs->open_for = BREAKER_MAX_US;
-	rs->open_until = now + rs->open_for;
-	rs->half_open = 0;
-	STAT_INC(rs->stats->breaker_trips);
+	rw->open_for = rw->open_for ? rw->open_for * 2 : BREAKER_MIN_US;
+	if (rw->open_for > BREAKER_MAX_US)
+		rw->open_for = BREAKER_MAX_US;
+	rw->open_until = now + rw->open_for;
+	rw->half_open = 0;
+	STAT_INC(rw->stats->breaker_trips);
 	log_warn("redis: worker %d: %d failed calls in a row, deciding without Redis for %lld ms",
-		 rs->sw->idx, rs->fails, (long long)(rs->open_for / 1000));
+		 rw->sw->idx, rw->fails, (long long)(rw->open_for / 1000));
 }
 
-static void call_succeeded(struct rstore *rs)
+static void call_succeeded(struct redis_worker *rw)
 {
-	if (rs->open_for && rs->half_open)
-		log_info("redis: worker %d: Redis answers again", rs->sw->idx);
-	rs->fails = 0;
-	rs->open_for = 0;
-	rs->open_until = 0;
-	rs->half_open = 0;
+	if (rw->open_for && rw->half_open)
+		log_info("redis: worker %d: Redis answers again", rw->sw->idx);
+	rw->fails = 0;
+	rw->open_for = 0;
+	rw->open_until = 0;
+	rw->half_open = 0;
 }
 
 /* Answers, degraded, every query whose deadline has passed: queued ones
  * and sent ones. A late reply for a sent one is then ignored. */
 static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct rstore *rs = t->data;
+	struct redis_worker *rw = t->data;
 	int64_t now = clock_now_us();
 
 	int expired = 0;
 
-	while (rs->qlen && rs->queue[rs->qhead].deadline <= now) {
-		answer_degraded(rs, &rs->queue[rs->qhead]);
-		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
-		rs->qlen--;
-		STAT_INC(rs->stats->timeouts);
+	while (rw->qlen && rw->queue[rw->qhead].deadline <= now) {
+		answer_degraded(rw, &rw->queue[rw->qhead]);
+		rw->qhead = (rw->qhead + 1) % (size_t)rw->cfg->max_pending;
+		rw->qlen--;
+		STAT_INC(rw->stats->timeouts);
 		expired = 1;
 	}
 	/* Queries still queued at their deadline waited behind a call that
 	 * has not come back: that counts against Redis too. */
-	if (expired && rs->state == RS_READY)
-		call_failed(rs, now);
-	for (struct rbatch *b = rs->oldest; b; b = b->next) {
+	if (expired && rw->state == RS_READY)
+		call_failed(rw, now);
+	for (struct rbatch *b = rw->oldest; b; b = b->next) {
 		if (b->answered)
 			continue;
 		if (b->rq[0].deadline > now)
 			break;
-		STAT_ADD(rs->stats->timeouts, b->n);
-		fail_batch(rs, b);
-		call_failed(rs, now);
+		STAT_ADD(rw->stats->timeouts, b->n);
+		fail_batch(rw, b);
+		call_failed(rw, now);
 	}
-	arm_deadline(rs);
+	arm_deadline(rw);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -314,7 +314,7 @@ static int result_from(const struct rq *r, int64_t allowed, const int64_t *vals,
 	return 0;
 }
 
-static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t allowed,
+static void answer_one(struct redis_worker *rw, struct rbatch *b, size_t i, int64_t allowed,
 		       int64_t decider, const int64_t *vals, size_t nvals)
 {
 	struct limit_result res[LIMIT_SET_MAX];
@@ -322,34 +322,34 @@ static void answer_one(struct rstore *rs, struct rbatch *b, size_t i, int64_t al
 
 	if (decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, vals, nvals, res) < 0) {
-		STAT_INC(rs->stats->errors);
-		answer_degraded(rs, r);
+		STAT_INC(rw->stats->errors);
+		answer_degraded(rw, r);
 		return;
 	}
 	if (!allowed) {
 		/* the deciding limit refuses; no other limit was charged */
 		res[decider - 1].allowed = false;
-		cache_store(rs, r, (int)decider - 1, res, b->sent);
+		cache_store(rw, r, (int)decider - 1, res, b->sent);
 	}
-	STAT_INC(rs->stats->replies);
-	store_complete(rs->sw, &r->q, &r->ref, res, (int)decider - 1);
+	STAT_INC(rw->stats->replies);
+	store_complete(rw->sw, &r->q, &r->ref, res, (int)decider - 1);
 }
 
 /* msgpack reply, decoded by redis_reply.c */
-static int answer_msgpack(struct rstore *rs, struct rbatch *b, const char *data, size_t len)
+static int answer_msgpack(struct redis_worker *rw, struct rbatch *b, const char *data, size_t len)
 {
-	if (redis_reply_msgpack(data, len, b->n, rs->decoded) < 0)
+	if (redis_reply_msgpack(data, len, b->n, rw->decoded) < 0)
 		return -1;
 	for (size_t i = 0; i < b->n; i++) {
-		const struct redis_decision *d = &rs->decoded[i];
+		const struct redis_decision *d = &rw->decoded[i];
 
-		answer_one(rs, b, i, d->allowed, d->ok ? d->decider : 0, d->vals, d->nvals);
+		answer_one(rw, b, i, d->allowed, d->ok ? d->decider : 0, d->vals, d->nvals);
 	}
 	return 0;
 }
 
 /* plain reply: now_us, then per request allowed, decider, 3 per limit */
-static int answer_plain(struct rstore *rs, struct rbatch *b, const redisReply *reply)
+static int answer_plain(struct redis_worker *rw, struct rbatch *b, const redisReply *reply)
 {
 	size_t pos = 1, need = 1;
 
@@ -370,108 +370,108 @@ static int answer_plain(struct rstore *rs, struct rbatch *b, const redisReply *r
 		for (size_t k = 0; k < nvals; k++)
 			vals[k] = reply->element[pos + k]->integer;
 		pos += nvals;
-		answer_one(rs, b, i, allowed, decider, vals, nvals);
+		answer_one(rw, b, i, allowed, decider, vals, nvals);
 	}
 	return 0;
 }
 
-static int send_batch_cmd(struct rstore *rs, struct rbatch *b);
+static int send_batch_cmd(struct redis_worker *rw, struct rbatch *b);
 
 static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 {
-	struct rstore *rs = ac->data;
+	struct redis_worker *rw = ac->data;
 	redisReply *reply = r;
 
-	if (!rs)
+	if (!rw)
 		return;
-	if (!reply || reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rs->sha)) {
+	if (!reply || reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rw->sha)) {
 		if (reply)
 			log_err("redis: cannot load the decision script: %s",
 				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
 	}
-	memcpy(rs->sha, reply->str, reply->len);
-	rs->sha[reply->len] = '\0';
-	if (rs->state == RS_CONNECTING) {
-		rs->state = RS_READY;
-		rs->backoff = RECONNECT_MIN;
-		log_info("redis: worker %d ready (script %s)", rs->sw->idx, rs->sha);
-		send_batches(rs);
+	memcpy(rw->sha, reply->str, reply->len);
+	rw->sha[reply->len] = '\0';
+	if (rw->state == RS_CONNECTING) {
+		rw->state = RS_READY;
+		rw->backoff = RECONNECT_MIN;
+		log_info("redis: worker %d ready (script %s)", rw->sw->idx, rw->sha);
+		send_batches(rw);
 	}
 }
 
-static void load_script(struct rstore *rs)
+static void load_script(struct redis_worker *rw)
 {
-	const char *script = rs->cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain
+	const char *script = rw->cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain
 								 : redis_script_msgpack;
 	const char *argv[3] = { "SCRIPT", "LOAD", script };
 	size_t argvlen[3] = { 6, 4, strlen(script) };
 
-	redisAsyncCommandArgv(rs->ac, on_script_loaded, NULL, 3, argv, argvlen);
+	redisAsyncCommandArgv(rw->ac, on_script_loaded, NULL, 3, argv, argvlen);
 }
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct rbatch *b = priv;
-	struct rstore *rs = b->rs;
+	struct redis_worker *rw = b->rw;
 	redisReply *reply = r;
 	int rc = -1;
 
 	if (reply && reply->type == REDIS_REPLY_ERROR &&
-	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rs->ac == ac &&
+	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rw->ac == ac &&
 	    !b->answered) {
 		/* Redis restarted or flushed its scripts: load again, retry once.
 		 * The batch keeps its place (and deadline) in the list. */
-		STAT_INC(rs->stats->noscript);
+		STAT_INC(rw->stats->noscript);
 		b->retried = 1;
-		load_script(rs);
-		if (send_batch_cmd(rs, b) == 0)
+		load_script(rw);
+		if (send_batch_cmd(rw, b) == 0)
 			return;
 	}
-	unlink_batch(rs, b);
-	rs->calls--;
+	unlink_batch(rw, b);
+	rw->calls--;
 	if (!b->answered) {
 		/* both decoders check the whole reply before answering anyone */
 		if (reply && reply->type == REDIS_REPLY_STRING &&
-		    rs->cfg->encoding == REDIS_ENC_MSGPACK)
-			rc = answer_msgpack(rs, b, reply->str, reply->len);
+		    rw->cfg->encoding == REDIS_ENC_MSGPACK)
+			rc = answer_msgpack(rw, b, reply->str, reply->len);
 		else if (reply && reply->type == REDIS_REPLY_ARRAY &&
-			 rs->cfg->encoding == REDIS_ENC_PLAIN)
-			rc = answer_plain(rs, b, reply);
+			 rw->cfg->encoding == REDIS_ENC_PLAIN)
+			rc = answer_plain(rw, b, reply);
 		if (rc == 0) {
 			int64_t now = clock_now_us();
 
-			hist_observe(&rs->stats->call_time, now - b->sent);
+			hist_observe(&rw->stats->call_time, now - b->sent);
 			for (size_t i = 0; i < b->n; i++)
-				hist_observe(&rs->stats->wait_time, now - b->rq[i].queued);
-			rs->inflight -= b->n;
-			call_succeeded(rs);
+				hist_observe(&rw->stats->wait_time, now - b->rq[i].queued);
+			rw->inflight -= b->n;
+			call_succeeded(rw);
 		} else if (reply) {
-			call_failed(rs, clock_now_us());
-			STAT_INC(rs->stats->errors);
+			call_failed(rw, clock_now_us());
+			STAT_INC(rw->stats->errors);
 			log_warn("redis: decision failed: %s",
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-			fail_batch(rs, b);
+			fail_batch(rw, b);
 		} else {
-			STAT_ADD(rs->stats->unavailable, b->n);
-			fail_batch(rs, b);
+			STAT_ADD(rw->stats->unavailable, b->n);
+			fail_batch(rw, b);
 		}
 	}
 	xfree(b);
-	arm_deadline(rs);
+	arm_deadline(rw);
 }
 
 /* ---- sending -------------------------------------------------------------------- */
 
 /* Text for the argv; NULL when the arena is full (cannot happen with the
  * arena sized for batch_max queries, checked anyway). */
-static const char *arena_put(struct rstore *rs, size_t *used, const char *s, size_t len)
+static const char *arena_put(struct redis_worker *rw, size_t *used, const char *s, size_t len)
 {
 	char *p;
 
-	if (len + 1 > rs->arena_cap - *used)
+	if (len + 1 > rw->arena_cap - *used)
 		return NULL;
-	p = rs->arena + *used;
+	p = rw->arena + *used;
 	memcpy(p, s, len);
 	p[len] = '\0';
 	*used += len + 1;
@@ -482,7 +482,7 @@ static const char *arena_put(struct rstore *rs, size_t *used, const char *s, siz
  * once each, [lid, algo, quota, period_us, burst] per limit, then three
  * integers per query, key_index, cost and rule_index. A rule is its
  * limits array: the queries of one rule of one ruleset share it. */
-static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
+static int send_batch_cmd(struct redis_worker *rw, struct rbatch *b)
 {
 	size_t argc = 0, nkeys = 0, nrules = 0, used = 0;
 	size_t keyidx[1024], ruleidx[1024];
@@ -493,10 +493,10 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 
 	if (b->n > sizeof(keyidx) / sizeof(keyidx[0]))
 		return -1;
-	rs->argv[argc] = "EVALSHA";
-	rs->argvlen[argc++] = 7;
-	rs->argv[argc] = rs->sha;
-	rs->argvlen[argc++] = strlen(rs->sha);
+	rw->argv[argc] = "EVALSHA";
+	rw->argvlen[argc++] = 7;
+	rw->argv[argc] = rw->sha;
+	rw->argvlen[argc++] = strlen(rw->sha);
 	argc++; /* numkeys, below */
 	/* One key per distinct client: "rl:{hex}". One rule per distinct
 	 * limits array. */
@@ -519,22 +519,22 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 		}
 		keyidx[i] = ++nkeys;
 		n = snprintf(tmp, sizeof(tmp), "rl:{%s}", q->key_hex);
-		if (!(p = arena_put(rs, &used, tmp, (size_t)n)))
+		if (!(p = arena_put(rw, &used, tmp, (size_t)n)))
 			return -1;
-		rs->argv[argc] = p;
-		rs->argvlen[argc++] = (size_t)n;
+		rw->argv[argc] = p;
+		rw->argvlen[argc++] = (size_t)n;
 	}
 	n = snprintf(tmp, sizeof(tmp), "%zu", nkeys);
-	if (!(p = arena_put(rs, &used, tmp, (size_t)n)))
+	if (!(p = arena_put(rw, &used, tmp, (size_t)n)))
 		return -1;
-	rs->argv[2] = p;
-	rs->argvlen[2] = (size_t)n;
+	rw->argv[2] = p;
+	rw->argvlen[2] = (size_t)n;
 
-	if (rs->cfg->encoding == REDIS_ENC_MSGPACK) {
+	if (rw->cfg->encoding == REDIS_ENC_MSGPACK) {
 		msgpack_packer pk;
 
-		msgpack_sbuffer_clear(&rs->sbuf);
-		msgpack_packer_init(&pk, &rs->sbuf, msgpack_sbuffer_write);
+		msgpack_sbuffer_clear(&rw->sbuf);
+		msgpack_packer_init(&pk, &rw->sbuf, msgpack_sbuffer_write);
 		msgpack_pack_array(&pk, 2);
 		msgpack_pack_array(&pk, nrules);
 		for (size_t r = 0; r < nrules; r++) {
@@ -560,16 +560,16 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 			msgpack_pack_uint32(&pk, b->rq[i].q.cost);
 			msgpack_pack_uint64(&pk, ruleidx[i]);
 		}
-		rs->argv[argc] = rs->sbuf.data;
-		rs->argvlen[argc++] = rs->sbuf.size;
+		rw->argv[argc] = rw->sbuf.data;
+		rw->argvlen[argc++] = rw->sbuf.size;
 	} else {
 #define PUT_NUM(fmt, v)                                                       \
 	do {                                                                  \
 		n = snprintf(tmp, sizeof(tmp), fmt, v);                       \
-		if (!(p = arena_put(rs, &used, tmp, (size_t)n)))              \
+		if (!(p = arena_put(rw, &used, tmp, (size_t)n)))              \
 			return -1;                                            \
-		rs->argv[argc] = p;                                           \
-		rs->argvlen[argc++] = (size_t)n;                              \
+		rw->argv[argc] = p;                                           \
+		rw->argvlen[argc++] = (size_t)n;                              \
 	} while (0)
 		PUT_NUM("%zu", nrules);
 		for (size_t r = 0; r < nrules; r++) {
@@ -581,8 +581,8 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 				const char *lid = q->rs->rule[q->rule->index].lid[j];
 
 				/* hiredis copies the arguments: no need to */
-				rs->argv[argc] = lid;
-				rs->argvlen[argc++] = strlen(lid);
+				rw->argv[argc] = lid;
+				rw->argvlen[argc++] = strlen(lid);
 				PUT_NUM("%d", (int)l->algo);
 				PUT_NUM("%llu", (unsigned long long)l->quota);
 				PUT_NUM("%lld", (long long)l->period_us);
@@ -596,8 +596,8 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
 		}
 #undef PUT_NUM
 	}
-	if (redisAsyncCommandArgv(rs->ac, on_batch_reply, b, (int)argc, rs->argv,
-				  rs->argvlen) != REDIS_OK)
+	if (redisAsyncCommandArgv(rw->ac, on_batch_reply, b, (int)argc, rw->argv,
+				  rw->argvlen) != REDIS_OK)
 		return -1;
 	return 0;
 }
@@ -609,112 +609,112 @@ static int send_batch_cmd(struct rstore *rs, struct rbatch *b)
  * batches grow by themselves, and Redis never holds a backlog of small
  * calls (each call costs Redis, on top of the decisions in it, about as
  * much as two or three more decisions). */
-static void send_batches(struct rstore *rs)
+static void send_batches(struct redis_worker *rw)
 {
 	int64_t now = clock_now_us();
 
-	while (rs->qlen && rs->state == RS_READY && rs->calls < rs->cfg->pipeline) {
-		size_t n = rs->qlen < (size_t)rs->cfg->batch_max ? rs->qlen
-								 : (size_t)rs->cfg->batch_max;
+	while (rw->qlen && rw->state == RS_READY && rw->calls < rw->cfg->pipeline) {
+		size_t n = rw->qlen < (size_t)rw->cfg->batch_max ? rw->qlen
+								 : (size_t)rw->cfg->batch_max;
 		struct rbatch *b = xmalloc(sizeof(*b) + n * sizeof(struct rq));
 
 		if (!b)
 			return; /* the deadline answers them */
-		b->rs = rs;
+		b->rw = rw;
 		b->answered = 0;
 		b->retried = 0;
 		b->sent = now;
 		b->n = n;
 		b->prev = b->next = NULL;
 		for (size_t i = 0; i < n; i++) {
-			b->rq[i] = rs->queue[rs->qhead];
-			rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
+			b->rq[i] = rw->queue[rw->qhead];
+			rw->qhead = (rw->qhead + 1) % (size_t)rw->cfg->max_pending;
 		}
-		rs->qlen -= n;
-		rs->inflight += n;
+		rw->qlen -= n;
+		rw->inflight += n;
 		/* append to the in-flight list before sending: a failing send
 		 * calls the reply callback with NULL at once */
-		b->prev = rs->newest;
-		if (rs->newest)
-			rs->newest->next = b;
+		b->prev = rw->newest;
+		if (rw->newest)
+			rw->newest->next = b;
 		else
-			rs->oldest = b;
-		rs->newest = b;
-		STAT_INC(rs->stats->calls);
-		if (send_batch_cmd(rs, b) < 0) {
-			unlink_batch(rs, b);
-			STAT_ADD(rs->stats->unavailable, b->n);
-			fail_batch(rs, b);
+			rw->oldest = b;
+		rw->newest = b;
+		STAT_INC(rw->stats->calls);
+		if (send_batch_cmd(rw, b) < 0) {
+			unlink_batch(rw, b);
+			STAT_ADD(rw->stats->unavailable, b->n);
+			fail_batch(rw, b);
 			xfree(b);
 		} else {
-			rs->calls++;
+			rw->calls++;
 		}
 	}
-	arm_deadline(rs);
+	arm_deadline(rw);
 }
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
-	struct rstore *rs = p->data;
+	struct redis_worker *rw = p->data;
 
-	if (rs->qlen && rs->state == RS_READY)
-		send_batches(rs);
+	if (rw->qlen && rw->state == RS_READY)
+		send_batches(rw);
 }
 
 /* ---- connection ----------------------------------------------------------------- */
 
-static void answer_queue_degraded(struct rstore *rs)
+static void answer_queue_degraded(struct redis_worker *rw)
 {
-	while (rs->qlen) {
-		answer_degraded(rs, &rs->queue[rs->qhead]);
-		rs->qhead = (rs->qhead + 1) % (size_t)rs->cfg->max_pending;
-		rs->qlen--;
-		STAT_INC(rs->stats->unavailable);
+	while (rw->qlen) {
+		answer_degraded(rw, &rw->queue[rw->qhead]);
+		rw->qhead = (rw->qhead + 1) % (size_t)rw->cfg->max_pending;
+		rw->qlen--;
+		STAT_INC(rw->stats->unavailable);
 	}
 }
 
-static void schedule_reconnect(struct rstore *rs)
+static void schedule_reconnect(struct redis_worker *rw)
 {
-	ev_timer_stop(rs->sw->loop, &rs->reconnect_w);
-	ev_timer_set(&rs->reconnect_w, rs->backoff, 0.);
-	ev_timer_start(rs->sw->loop, &rs->reconnect_w);
-	rs->backoff *= 2;
-	if (rs->backoff > RECONNECT_MAX)
-		rs->backoff = RECONNECT_MAX;
+	ev_timer_stop(rw->sw->loop, &rw->reconnect_w);
+	ev_timer_set(&rw->reconnect_w, rw->backoff, 0.);
+	ev_timer_start(rw->sw->loop, &rw->reconnect_w);
+	rw->backoff *= 2;
+	if (rw->backoff > RECONNECT_MAX)
+		rw->backoff = RECONNECT_MAX;
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
 {
-	struct rstore *rs = ac->data;
+	struct redis_worker *rw = ac->data;
 
-	if (!rs)
+	if (!rw)
 		return;
 	if (status != REDIS_OK) {
-		log_warn("redis: worker %d cannot connect: %s", rs->sw->idx, ac->errstr);
+		log_warn("redis: worker %d cannot connect: %s", rw->sw->idx, ac->errstr);
 		/* hiredis frees the context after this callback */
-		rs->ac = NULL;
-		rs->state = RS_DISCONNECTED;
-		answer_queue_degraded(rs);
-		schedule_reconnect(rs);
+		rw->ac = NULL;
+		rw->state = RS_DISCONNECTED;
+		answer_queue_degraded(rw);
+		schedule_reconnect(rw);
 		return;
 	}
-	log_debug("redis: worker %d connected", rs->sw->idx);
+	log_debug("redis: worker %d connected", rw->sw->idx);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-	struct rstore *rs = ac->data;
+	struct redis_worker *rw = ac->data;
 
-	if (!rs)
+	if (!rw)
 		return;
-	if (rs->ac == ac) {
-		rs->ac = NULL;
-		rs->state = RS_DISCONNECTED;
+	if (rw->ac == ac) {
+		rw->ac = NULL;
+		rw->state = RS_DISCONNECTED;
 		if (status != REDIS_OK)
-			log_warn("redis: worker %d lost its connection: %s", rs->sw->idx,
+			log_warn("redis: worker %d lost its connection: %s", rw->sw->idx,
 				 ac->errstr);
-		answer_queue_degraded(rs);
-		schedule_reconnect(rs);
+		answer_queue_degraded(rw);
+		schedule_reconnect(rw);
 	}
 }
 
@@ -747,44 +747,44 @@ static int auth_argv(const struct redis_config *cfg, const char *argv[3], size_t
 	return n;
 }
 
-static void start_connect(struct rstore *rs)
+static void start_connect(struct redis_worker *rw)
 {
-	const struct redis_config *cfg = rs->cfg;
+	const struct redis_config *cfg = rw->cfg;
 	const char *argv[3];
 	size_t argvlen[3];
 	int argc;
 	redisAsyncContext *ac;
 
-	rs->state = RS_CONNECTING;
+	rw->state = RS_CONNECTING;
 	ac = cfg->addr.path[0] ? redisAsyncConnectUnix(cfg->addr.path)
 			       : redisAsyncConnect(cfg->addr.host, atoi(cfg->addr.port));
 	if (!ac || ac->err) {
 		log_warn("redis: cannot connect: %s", ac ? ac->errstr : "out of memory");
 		if (ac)
 			redisAsyncFree(ac);
-		rs->state = RS_DISCONNECTED;
-		schedule_reconnect(rs);
+		rw->state = RS_DISCONNECTED;
+		schedule_reconnect(rw);
 		return;
 	}
-	ac->data = rs;
-	rs->ac = ac;
-	redisLibevAttach(rs->sw->loop, ac);
+	ac->data = rw;
+	rw->ac = ac;
+	redisLibevAttach(rw->sw->loop, ac);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	STAT_INC(rs->stats->connects);
+	STAT_INC(rw->stats->connects);
 	/* Pipelined behind the connection: AUTH, then the script. */
 	argc = auth_argv(cfg, argv, argvlen);
 	if (argc)
 		redisAsyncCommandArgv(ac, on_auth, NULL, argc, argv, argvlen);
-	load_script(rs);
+	load_script(rw);
 }
 
 static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct rstore *rs = t->data;
+	struct redis_worker *rw = t->data;
 
-	if (rs->state == RS_DISCONNECTED)
-		start_connect(rs);
+	if (rw->state == RS_DISCONNECTED)
+		start_connect(rw);
 }
 
 /* ---- admin --------------------------------------------------------------------- */
@@ -882,81 +882,81 @@ static void redis_admin(struct store *st, struct store_admin *a)
 static int redis_worker_init(struct store_worker *sw)
 {
 	const struct redis_config *cfg = sw->st->impl;
-	struct rstore *rs = xcalloc(1, sizeof(*rs));
+	struct redis_worker *rw = xcalloc(1, sizeof(*rw));
 	size_t max_argc;
 
-	if (!rs)
+	if (!rw)
 		return -1;
-	rs->sw = sw;
-	rs->cfg = cfg;
-	rs->stats = &sw->stats;
-	rs->backoff = RECONNECT_MIN;
+	rw->sw = sw;
+	rw->cfg = cfg;
+	rw->stats = &sw->stats;
+	rw->backoff = RECONNECT_MIN;
 	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
 	 * 1 + per rule 1 + 5 per limit + per query 3 (plain), at most a rule
 	 * per query. */
 	max_argc = 4 + (size_t)cfg->batch_max * (1 + 1 + 5 * LIMIT_SET_MAX + 3);
-	rs->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rs->queue));
-	rs->cache = xcalloc(CACHE_SIZE, sizeof(*rs->cache));
-	rs->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rs->decoded));
-	rs->argv = xcalloc(max_argc, sizeof(*rs->argv));
-	rs->argvlen = xcalloc(max_argc, sizeof(*rs->argvlen));
-	rs->arena_cap = max_argc * (NUM_MAX + DECIDE_LID_MAX);
-	rs->arena = xmalloc(rs->arena_cap);
-	if (!rs->queue || !rs->cache || !rs->decoded || !rs->argv || !rs->argvlen || !rs->arena) {
-		xfree(rs->queue);
-		xfree(rs->cache);
-		xfree(rs->decoded);
-		xfree(rs->argv);
-		xfree(rs->argvlen);
-		xfree(rs->arena);
-		xfree(rs);
+	rw->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rw->queue));
+	rw->cache = xcalloc(CACHE_SIZE, sizeof(*rw->cache));
+	rw->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rw->decoded));
+	rw->argv = xcalloc(max_argc, sizeof(*rw->argv));
+	rw->argvlen = xcalloc(max_argc, sizeof(*rw->argvlen));
+	rw->arena_cap = max_argc * (NUM_MAX + DECIDE_LID_MAX);
+	rw->arena = xmalloc(rw->arena_cap);
+	if (!rw->queue || !rw->cache || !rw->decoded || !rw->argv || !rw->argvlen || !rw->arena) {
+		xfree(rw->queue);
+		xfree(rw->cache);
+		xfree(rw->decoded);
+		xfree(rw->argv);
+		xfree(rw->argvlen);
+		xfree(rw->arena);
+		xfree(rw);
 		return -1;
 	}
-	msgpack_sbuffer_init(&rs->sbuf);
-	ev_timer_init(&rs->reconnect_w, on_reconnect, 0., 0.);
-	rs->reconnect_w.data = rs;
-	ev_timer_init(&rs->deadline_w, on_deadline, 0., 0.);
-	rs->deadline_w.data = rs;
-	ev_prepare_init(&rs->send_w, on_prepare);
-	rs->send_w.data = rs;
-	ev_prepare_start(sw->loop, &rs->send_w);
-	sw->impl = rs;
-	start_connect(rs);
+	msgpack_sbuffer_init(&rw->sbuf);
+	ev_timer_init(&rw->reconnect_w, on_reconnect, 0., 0.);
+	rw->reconnect_w.data = rw;
+	ev_timer_init(&rw->deadline_w, on_deadline, 0., 0.);
+	rw->deadline_w.data = rw;
+	ev_prepare_init(&rw->send_w, on_prepare);
+	rw->send_w.data = rw;
+	ev_prepare_start(sw->loop, &rw->send_w);
+	sw->impl = rw;
+	start_connect(rw);
 	return 0;
 }
 
 static void redis_worker_free(struct store_worker *sw)
 {
-	struct rstore *rs = sw->impl;
+	struct redis_worker *rw = sw->impl;
 
-	if (!rs)
+	if (!rw)
 		return;
-	answer_queue_degraded(rs);
-	if (rs->ac) {
-		redisAsyncContext *ac = rs->ac;
+	answer_queue_degraded(rw);
+	if (rw->ac) {
+		redisAsyncContext *ac = rw->ac;
 
-		rs->ac = NULL;
+		rw->ac = NULL;
 		/* runs every pending callback with a NULL reply */
 		redisAsyncFree(ac);
 	}
-	while (rs->oldest) {
-		struct rbatch *b = rs->oldest;
+	while (rw->oldest) {
+		struct rbatch *b = rw->oldest;
 
-		unlink_batch(rs, b);
-		fail_batch(rs, b);
+		unlink_batch(rw, b);
+		fail_batch(rw, b);
 		xfree(b);
 	}
-	ev_timer_stop(sw->loop, &rs->reconnect_w);
-	ev_timer_stop(sw->loop, &rs->deadline_w);
-	ev_prepare_stop(sw->loop, &rs->send_w);
-	msgpack_sbuffer_destroy(&rs->sbuf);
-	xfree(rs->queue);
-	xfree(rs->cache);
-	xfree(rs->decoded);
-	xfree(rs->argv);
-	xfree(rs->argvlen);
-	xfree(rs->arena);
-	xfree(rs);
+	ev_timer_stop(sw->loop, &rw->reconnect_w);
+	ev_timer_stop(sw->loop, &rw->deadline_w);
+	ev_prepare_stop(sw->loop, &rw->send_w);
+	msgpack_sbuffer_destroy(&rw->sbuf);
+	xfree(rw->queue);
+	xfree(rw->cache);
+	xfree(rw->decoded);
+	xfree(rw->argv);
+	xfree(rw->argvlen);
+	xfree(rw->arena);
+	xfree(rw);
 	sw->impl = NULL;
 }
 
@@ -964,35 +964,35 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 				      const struct store_ref *ref, struct limit_result *res,
 				      int *decider)
 {
-	struct rstore *rs = sw->impl;
+	struct redis_worker *rw = sw->impl;
 	int64_t now = clock_now_us();
 	struct rq *r;
 
-	STAT_INC(rs->stats->queries);
-	if (rs->cfg->local_cache && cache_answer(rs, q, now, res, decider)) {
-		STAT_INC(rs->stats->local_refusals);
+	STAT_INC(rw->stats->queries);
+	if (rw->cfg->local_cache && cache_answer(rw, q, now, res, decider)) {
+		STAT_INC(rw->stats->local_refusals);
 		return STORE_DECIDED;
 	}
-	if (rs->open_until) {
-		if (now < rs->open_until) {
-			STAT_INC(rs->stats->breaker_skips);
+	if (rw->open_until) {
+		if (now < rw->open_until) {
+			STAT_INC(rw->stats->breaker_skips);
 			return STORE_UNAVAILABLE;
 		}
-		rs->half_open = 1; /* this and the next queries probe */
+		rw->half_open = 1; /* this and the next queries probe */
 	}
-	if (rs->state == RS_DISCONNECTED ||
-	    rs->qlen + rs->inflight >= (size_t)rs->cfg->max_pending) {
-		STAT_INC(rs->stats->unavailable);
+	if (rw->state == RS_DISCONNECTED ||
+	    rw->qlen + rw->inflight >= (size_t)rw->cfg->max_pending) {
+		STAT_INC(rw->stats->unavailable);
 		return STORE_UNAVAILABLE;
 	}
-	r = &rs->queue[(rs->qhead + rs->qlen) % (size_t)rs->cfg->max_pending];
+	r = &rw->queue[(rw->qhead + rw->qlen) % (size_t)rw->cfg->max_pending];
 	r->ref = *ref;
 	r->q = *q;
 	r->queued = now;
-	r->deadline = now + (int64_t)(rs->cfg->timeout * 1e6);
-	rs->qlen++;
-	if (rs->qlen == 1 && !ev_is_active(&rs->deadline_w))
-		arm_deadline(rs);
+	r->deadline = now + (int64_t)(rw->cfg->timeout * 1e6);
+	rw->qlen++;
+	if (rw->qlen == 1 && !ev_is_active(&rw->deadline_w))
+		arm_deadline(rw);
 	return STORE_PENDING;
 }
 

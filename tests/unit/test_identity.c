@@ -51,56 +51,63 @@ static void test_siphash128_vectors(void **unused)
 		msg[i] = (uint8_t)i;
 	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
 		unhex(vec[i].hex, want, 16);
-		siphash128(key00_0f, msg, vec[i].len, out);
+		identity_siphash128(key00_0f, msg, vec[i].len, out);
 		assert_memory_equal(out, want, 16);
 	}
-	siphash128(key00_0f, NULL, 0, out);
+	identity_siphash128(key00_0f, NULL, 0, out);
 	unhex(vec[0].hex, want, 16);
 	assert_memory_equal(out, want, 16);
 }
 
-/* identity_hash is SipHash over "kind\0value", fed in pieces: every split
- * point must give the one-shot hash. */
-static void test_identity_hash(void **unused)
+/* identity_key is SipHash over "kind\0value\0rule" (the reference vectors
+ * above pin SipHash itself), fed in pieces: every split point must give
+ * the one-shot hash, whatever the lengths (no truncation). */
+static void test_identity_key(void **unused)
 {
-	static const struct {
-		const char *kind, *value, *hex; /* from the Python implementation */
-	} vec[] = {
-		{"ip", "1.2.3.4", "4f5a4011524907a0259458adad751fc3"},
-		{"api_key", "1.2.3.4", "6dcec14c21c63b5ad7a6f9abf405c370"},
-		{"user", "", "acfb7a79547d1a4aa7f7ed6ae3f74690"},
-	};
-	uint8_t out[16], want[16], buf[80];
+	static uint8_t buf[1200];
+	uint8_t out[16], want[16];
+	static const size_t vlens[] = { 0, 1, 7, 8, 9, 40, 511, 512, 513, 1000 };
 
-	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
-		unhex(vec[i].hex, want, 16);
-		identity_hash(key00_0f, vec[i].kind, strlen(vec[i].kind), vec[i].value,
-			      strlen(vec[i].value), out);
-		assert_memory_equal(out, want, 16);
-	}
-	for (size_t k = 0; k <= 20; k++) {
-		for (size_t v = 0; v <= 40; v++) {
-			for (size_t j = 0; j < k + 1 + v; j++)
-				buf[j] = (uint8_t)(j * 37 + k * 11 + v + 1);
-			buf[k] = 0;
-			siphash128(key00_0f, buf, k + 1 + v, want);
-			identity_hash(key00_0f, (const char *)buf, k, (const char *)buf + k + 1, v,
-				      out);
-			assert_memory_equal(out, want, 16);
+	for (size_t k = 0; k <= 20; k += 3) {
+		for (size_t vi = 0; vi < sizeof(vlens) / sizeof(vlens[0]); vi++) {
+			for (size_t r = 0; r <= 17; r += 4) {
+				size_t v = vlens[vi], n = k + 1 + v + 1 + r;
+
+				for (size_t j = 0; j < n; j++)
+					buf[j] = (uint8_t)(j * 37 + k * 11 + v + r + 1);
+				buf[k] = 0;
+				buf[k + 1 + v] = 0;
+				identity_siphash128(key00_0f, buf, n, want);
+				identity_key(key00_0f, (const char *)buf, k, (const char *)buf + k + 1,
+					     v, (const char *)buf + k + 1 + v + 1, r, out);
+				assert_memory_equal(out, want, 16);
+			}
 		}
 	}
-	/* Kind matters: the same value under two kinds is two clients. */
+	/* Kind, rule and secret each matter: the same value under two kinds
+	 * is two clients; two rules of one client are two keys. */
 	{
 		uint8_t a[16], b[16];
 		uint8_t other[16];
 
-		identity_hash(key00_0f, "ip", 2, "x", 1, a);
-		identity_hash(key00_0f, "user", 4, "x", 1, b);
+		identity_key(key00_0f, "ip", 2, "x", 1, "r", 1, a);
+		identity_key(key00_0f, "user", 4, "x", 1, "r", 1, b);
 		assert_memory_not_equal(a, b, 16);
-		/* And so does the secret. */
+		identity_key(key00_0f, "ip", 2, "x", 1, "s", 1, b);
+		assert_memory_not_equal(a, b, 16);
 		memcpy(other, key00_0f, 16);
 		other[15] ^= 1;
-		identity_hash(other, "ip", 2, "x", 1, b);
+		identity_key(other, "ip", 2, "x", 1, "r", 1, b);
+		assert_memory_not_equal(a, b, 16);
+	}
+	/* Values that differ after byte 511 are different clients. */
+	{
+		uint8_t a[16], b[16];
+
+		memset(buf, 'a', 600);
+		identity_key(key00_0f, "api_key", 7, (const char *)buf, 600, "r", 1, a);
+		buf[599] = 'b';
+		identity_key(key00_0f, "api_key", 7, (const char *)buf, 600, "r", 1, b);
 		assert_memory_not_equal(a, b, 16);
 	}
 }
@@ -222,7 +229,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_siphash128_vectors),
-		cmocka_unit_test(test_identity_hash),
+		cmocka_unit_test(test_identity_key),
 		cmocka_unit_test(test_identity_text),
 		cmocka_unit_test(test_identity_text_truncation),
 		cmocka_unit_test(test_identity_hex),

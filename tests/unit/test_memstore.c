@@ -27,7 +27,7 @@ static struct limit_spec bucket(uint64_t quota, int64_t period)
 }
 
 /* Distinct, well spread test keys (real keys are SipHash outputs). */
-static void make_key(uint64_t i, uint8_t key[MEMSTORE_KEY_LEN])
+static void make_key(uint64_t i, uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t x = i * 0x9e3779b97f4a7c15ULL + 1, y;
 
@@ -42,7 +42,7 @@ static void test_bad_counts(void **unused)
 	struct memstore *ms = memstore_new(100);
 	struct limit_spec l[17];
 	struct limit_result res[17];
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 
 	assert_non_null(ms);
 	make_key(1, key);
@@ -67,7 +67,7 @@ static void test_all_or_nothing(void **unused)
 	struct memstore *ms = memstore_new(1000);
 	struct limit_spec l[2] = {bucket(10, 60 * S), bucket(3, S)};
 	struct limit_result res[2];
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 
 	assert_non_null(ms);
 	make_key(7, key);
@@ -106,7 +106,7 @@ static void test_decider(void **unused)
 	struct limit_spec b[2] = {bucket(3, 60 * S), bucket(3, S)};
 	struct limit_spec same[2] = {bucket(5, S), bucket(5, S)};
 	struct limit_result res[2];
-	uint8_t k1[MEMSTORE_KEY_LEN], k2[MEMSTORE_KEY_LEN], k3[MEMSTORE_KEY_LEN];
+	uint8_t k1[IDENTITY_KEY_LEN], k2[IDENTITY_KEY_LEN], k3[IDENTITY_KEY_LEN];
 
 	make_key(11, k1);
 	make_key(12, k2);
@@ -135,7 +135,7 @@ static void test_spec_change_and_expiry(void **unused)
 	struct memstore *ms = memstore_new(1000);
 	struct limit_spec l = bucket(10, 60 * S), l2 = bucket(5, 60 * S);
 	struct limit_result res;
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 
 	make_key(3, key);
 	for (int i = 0; i < 3; i++)
@@ -163,7 +163,7 @@ static void test_full(void **unused)
 	struct limit_spec two[2] = {bucket(2, S), bucket(4, S)};
 	struct limit_result res[2];
 	struct memstore_stats st;
-	uint8_t a[MEMSTORE_KEY_LEN], b[MEMSTORE_KEY_LEN], c[MEMSTORE_KEY_LEN];
+	uint8_t a[IDENTITY_KEY_LEN], b[IDENTITY_KEY_LEN], c[IDENTITY_KEY_LEN];
 
 	assert_non_null(ms);
 	make_key(100, a);
@@ -229,7 +229,7 @@ static void test_sweep_and_reset(void **unused)
 	struct limit_spec three[3] = {bucket(10, S), bucket(100, 60 * S), bucket(5, S)};
 	struct limit_result res[3];
 	struct memstore_stats st;
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 
 	for (uint64_t i = 0; i < 10; i++) {
 		make_key(i, key);
@@ -274,7 +274,7 @@ static void test_many_keys(void **unused)
 	struct limit_result res;
 	struct memstore_stats st;
 	static uint8_t stored[NKEYS];
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 	uint64_t nstored = 0;
 
 	assert_non_null(ms);
@@ -316,7 +316,7 @@ static void test_no_allocation(void **unused)
 {
 	struct limit_spec l = bucket(3, S);
 	struct limit_result res;
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 	struct memstore *ms;
 	long k;
 
@@ -352,7 +352,7 @@ static void *worker(void *p)
 	struct worker_arg *w = p;
 	struct limit_spec l = bucket(5000, 3600 * S);
 	struct limit_result res;
-	uint8_t key[MEMSTORE_KEY_LEN];
+	uint8_t key[IDENTITY_KEY_LEN];
 
 	make_key(999, key);
 	for (int i = 0; i < 10000; i++) {
