@@ -67,7 +67,7 @@ $(BUILD)/gen/redis_scripts.h: agent/redis/decide.lua $(BUILD)/gen/decide_plain.l
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
 	        -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
 	    echo ';'; done; } > $@.tmp && mv $@.tmp $@
-$(BUILD)/agent/store_redis.o: $(BUILD)/gen/redis_scripts.h
+$(BUILD)/agent/redis_node.o: $(BUILD)/gen/redis_scripts.h
 
 $(AGENT_BIN): $(AGENT_OBJS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)

@@ -142,7 +142,6 @@ void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
 	tlen = v.identity >= 0 && v.identity_val ? identity_text(v.identity_val, text, sizeof(text))
 						 : 0;
 	decide_key(rs, kind, text, tlen, v.rule->name, q->key);
-	identity_hex(q->key, q->key_hex);
 }
 
 /* A decision's common part: rule, priority, policy. */

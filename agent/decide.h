@@ -63,7 +63,6 @@ void ruleset_release(struct ruleset *rs);
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
-	char key_hex[IDENTITY_HEX_LEN + 1];
 	const char *identity;       /* the argument that named the client */
 	struct ruleset *rs;
 	const struct rules_rule *rule;

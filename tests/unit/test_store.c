@@ -267,7 +267,12 @@ static void test_memory_store(void **state)
 	assert_int_equal(store_key_name(q.key, key), STORE_KEY_NAME_LEN);
 	assert_int_equal(strlen(key), STORE_KEY_NAME_LEN);
 	assert_memory_equal(key, "rl:{", 4);
-	assert_memory_equal(key + 4, q.key_hex, IDENTITY_HEX_LEN);
+	{
+		char hex[IDENTITY_HEX_LEN + 1];
+
+		identity_hex(q.key, hex);
+		assert_memory_equal(key + 4, hex, IDENTITY_HEX_LEN);
+	}
 	assert_string_equal(key + 4 + IDENTITY_HEX_LEN, "}");
 	assert_int_equal(answers, answers_before); /* all answered at once */
 	store_worker_free(sw);

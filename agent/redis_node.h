@@ -1,0 +1,64 @@
+/* redis_node.h: one Redis server as one worker sees it.
+ *
+ * An asynchronous hiredis connection on the worker's loop, the decision
+ * script loaded on it, and the decisions waiting for it: a bounded queue
+ * that leaves in batches, one EVALSHA per batch and loop iteration, a few
+ * batches in flight (pipelined). Every query has a deadline; a query whose
+ * answer is not back in time, or that a failed call or a lost connection
+ * leaves without one, is reported failed, exactly once. A circuit breaker
+ * stops calling a server that keeps failing, for a while; the connection
+ * comes back by itself with backoff.
+ *
+ * The owner (a Redis store, which may hold several nodes per worker) gets
+ * each outcome through the callbacks it registered; a node never calls up
+ * by name. Only the worker's thread touches a node. */
+#ifndef RL_REDIS_NODE_H
+#define RL_REDIS_NODE_H
+
+#include <ev.h>
+#include <stdint.h>
+
+#include "addr.h"
+#include "decide.h"
+#include "store.h"
+
+struct redis_config;
+struct redis_node;
+
+/* One query for Redis: where its answer goes, what to decide, when. */
+struct redis_query {
+	struct store_ref ref;
+	struct decide_query q;
+	int64_t queued;     /* local monotonic microseconds */
+	int64_t deadline;
+};
+
+struct redis_node_cb {
+	/* Redis decided r: res[0..nlimits) and the deciding limit's index.
+	 * `sent` is when the call left (local clock), before Redis read its
+	 * own clock. */
+	void (*decided)(void *owner, const struct redis_query *r,
+			const struct limit_result *res, int decider, int64_t sent);
+	/* Redis did not decide r (deadline, error, lost connection). */
+	void (*failed)(void *owner, const struct redis_query *r);
+};
+
+/* Connects to `addr` with cfg's credentials and limits (cfg must outlive
+ * the node). Counters go to *stats. NULL when out of memory. */
+struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
+				  const struct redis_config *cfg, const struct redis_node_cb *cb,
+				  void *owner, struct store_stats *stats);
+
+/* Reports every query still waiting as failed, then frees the node. */
+void redis_node_free(struct redis_node *rn);
+
+/* Queues a copy of r for the next batch. Returns 0, or -1 when the node
+ * cannot take it now (not connected, breaker open, queue full): r is then
+ * the caller's to answer. */
+int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
+
+/* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
+ * 0 without a password. */
+int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3]);
+
+#endif
