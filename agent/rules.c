@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdalign.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +23,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <yaml.h>
-
 #include "alloc.h"
 #include "identity.h"
+#include "yaml_strict.h"
 
 /* ---- loaded rules ----------------------------------------------------------- */
 
@@ -123,426 +121,27 @@ static void *arena_alloc(struct rules *r, size_t n)
 	return p;
 }
 
-/* ---- loading context and messages ------------------------------------------- */
+/* ---- loading context ----------------------------------------------------------- */
 
 struct ctx {
-	yaml_document_t *doc;
-	const char *name;
-	char *err;
-	size_t errlen;
+	struct ys y;          /* the file, and where messages go */
 	struct rules *r;
 	yaml_mark_t *marks;   /* where each rule is named, for duplicate names */
 	bool builtin;         /* rules[0] is the built-in default rule */
 };
 
-#define PATH_MAX_LEN 192
-
-/* Writes "NAME:LINE:COL: WHERE: message" (WHERE omitted when empty) and
- * returns -1, so that readers can `return fail(...)`. */
-__attribute__((format(printf, 4, 5)))
-static int fail(struct ctx *c, yaml_mark_t mark, const char *where, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	n = snprintf(c->err, c->errlen, "%s:%zu:%zu: %s%s", c->name, mark.line + 1,
-		     mark.column + 1, where, where[0] ? ": " : "");
-	if (n < 0 || (size_t)n >= c->errlen)
-		return -1;
-	va_start(ap, fmt);
-	vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-static int fail_oom(struct ctx *c)
-{
-	snprintf(c->err, c->errlen, "%s: out of memory", c->name);
-	return -1;
-}
-
-/* Renders bytes as a double-quoted string for a message: printable ASCII
- * as is, other bytes as \xNN, at most 48 bytes of input then "...". */
-static const char *quote(char *out, size_t cap, const char *s, size_t len)
-{
-	size_t o = 0, i;
-
-	if (cap < 8) {
-		if (cap)
-			out[0] = '\0';
-		return out;
-	}
-	out[o++] = '"';
-	for (i = 0; i < len && i < 48; i++) {
-		unsigned char ch = (unsigned char)s[i];
-
-		if (o + 8 > cap)
-			break;
-		if (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\')
-			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
-		else
-			out[o++] = (char)ch;
-	}
-	if (i < len && o + 5 <= cap) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o++] = '"';
-	out[o] = '\0';
-	return out;
-}
-
-/* Joins a, sep and b into out (PATH_MAX_LEN bytes). Paths are made of
- * bounded parts (names of at most 31 bytes, a depth of at most five), so
- * they fit; were one longer, it would only be cut short. */
-static void path_join(char *out, const char *a, const char *sep, const char *b)
-{
-	const char *parts[3] = {a, sep, b};
-	size_t o = 0;
-
-	for (size_t i = 0; i < 3; i++)
-		for (const char *p = parts[i]; *p && o < PATH_MAX_LEN - 1; p++)
-			out[o++] = *p;
-	out[o] = '\0';
-}
-
-static void path_key(char *out, const char *parent, const char *key)
-{
-	path_join(out, parent, parent[0] ? "." : "", key);
-}
-
-static void path_index(char *out, const char *parent, size_t i)
-{
-	char idx[24];
-
-	snprintf(idx, sizeof(idx), "[%zu]", i);
-	path_join(out, parent, "", idx);
-}
-
-/* ---- nodes ----------------------------------------------------------------------- */
-
-static yaml_node_t *node_at(struct ctx *c, int index)
-{
-	return yaml_document_get_node(c->doc, index);
-}
-
-static bool is_null(const yaml_node_t *n)
-{
-	const char *s;
-
-	if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-		return false;
-	s = (const char *)n->data.scalar.value;
-	return n->data.scalar.length == 0 || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 ||
-	       strcmp(s, "Null") == 0 || strcmp(s, "NULL") == 0;
-}
-
-/* What a node is, for "expected X, got Y". */
-static const char *node_desc(const yaml_node_t *n, char *buf, size_t cap)
-{
-	switch (n->type) {
-	case YAML_MAPPING_NODE:
-		return "a mapping";
-	case YAML_SEQUENCE_NODE:
-		return "a list";
-	case YAML_SCALAR_NODE:
-		if (is_null(n))
-			return "nothing";
-		return quote(buf, cap, (const char *)n->data.scalar.value, n->data.scalar.length);
-	case YAML_NO_NODE:
-		break;
-	}
-	return "nothing";
-}
-
-static int fail_type(struct ctx *c, const yaml_node_t *n, const char *where, const char *expected)
-{
-	char q[PATH_MAX_LEN];
-
-	return fail(c, n->start_mark, where, "expected %s, got %s", expected, node_desc(n, q, sizeof(q)));
-}
-
-static bool key_is(const yaml_node_t *k, const char *name)
-{
-	size_t len = strlen(name);
-
-	return k->type == YAML_SCALAR_NODE && k->data.scalar.length == len &&
-	       memcmp(k->data.scalar.value, name, len) == 0;
-}
-
-static size_t seq_len(const yaml_node_t *n)
-{
-	return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-}
-
-static size_t map_len(const yaml_node_t *n)
-{
-	return (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
-}
-
-static int expect_mapping(struct ctx *c, const yaml_node_t *n, const char *where)
-{
-	if (n->type != YAML_MAPPING_NODE)
-		return fail_type(c, n, where, "a mapping");
-	return 0;
-}
-
-static int check_key(struct ctx *c, const yaml_node_t *k, const char *where)
-{
-	if (k->type != YAML_SCALAR_NODE || is_null(k))
-		return fail(c, k->start_mark, where, "keys must be strings");
-	return 0;
-}
-
-/* Reads a mapping whose keys are all known: vals[i] (and keys[i]) become
- * the nodes of keys known[i], NULL when absent. Unknown and duplicate keys
- * are errors. */
-static int map_fields(struct ctx *c, yaml_node_t *map, const char *where,
-		      const char *const *known, size_t nknown, yaml_node_t **keys,
-		      yaml_node_t **vals)
-{
-	yaml_node_pair_t *p;
-
-	for (size_t i = 0; i < nknown; i++)
-		keys[i] = vals[i] = NULL;
-	if (expect_mapping(c, map, where) < 0)
-		return -1;
-	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
-		size_t i;
-
-		if (check_key(c, k, where) < 0)
-			return -1;
-		for (i = 0; i < nknown; i++)
-			if (key_is(k, known[i]))
-				break;
-		if (i == nknown) {
-			char q[PATH_MAX_LEN], list[512];
-			size_t o = 0;
-
-			list[0] = '\0';
-			for (size_t j = 0; j < nknown && o < sizeof(list); j++)
-				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s",
-						      j ? ", " : "", known[j]);
-			return fail(c, k->start_mark, where, "unknown key %s (expected one of: %s)",
-				    quote(q, sizeof(q), (const char *)k->data.scalar.value,
-					  k->data.scalar.length), list);
-		}
-		if (vals[i])
-			return fail(c, k->start_mark, where, "duplicate key \"%s\" (first at %zu:%zu)",
-				    known[i], keys[i]->start_mark.line + 1,
-				    keys[i]->start_mark.column + 1);
-		keys[i] = k;
-		vals[i] = v;
-	}
-	return 0;
-}
-
-static int fail_missing(struct ctx *c, const yaml_node_t *map, const char *where,
-			const char *key, const char *hint)
-{
-	return fail(c, map->start_mark, where, "missing key \"%s\"%s", key, hint);
-}
-
-/* ---- scalars ---------------------------------------------------------------------- */
-
-/* A non-null scalar without NUL bytes, as a C string. */
-static int get_text(struct ctx *c, yaml_node_t *n, const char *where, const char **s,
-		    size_t *len)
-{
-	if (n->type != YAML_SCALAR_NODE || is_null(n))
-		return fail_type(c, n, where, "a string");
-	*s = (const char *)n->data.scalar.value;
-	*len = n->data.scalar.length;
-	if (memchr(*s, '\0', *len))
-		return fail(c, n->start_mark, where, "contains a NUL byte");
-	return 0;
-}
-
-static int get_cstr(struct ctx *c, yaml_node_t *n, const char *where, char *out, size_t cap)
-{
-	const char *s;
-	size_t len;
-
-	if (get_text(c, n, where, &s, &len) < 0)
-		return -1;
-	if (len >= cap)
-		return fail(c, n->start_mark, where, "longer than %zu bytes", cap - 1);
-	memcpy(out, s, len);
-	out[len] = '\0';
-	return 0;
-}
-
-static bool name_char(char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       ch == '_' || ch == '.' || ch == '-';
-}
-
-static bool valid_name(const char *s, size_t len)
-{
-	if (len == 0 || len >= RULES_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (!name_char(s[i]))
-			return false;
-	return true;
-}
-
 /* A rule or argument name: 1 to 31 of [A-Za-z0-9_.-]. */
-static int get_name(struct ctx *c, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX])
+static int get_name(struct ys *y, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX])
 {
-	const char *s;
-	size_t len;
-	char q[PATH_MAX_LEN];
-
-	if (n->type != YAML_SCALAR_NODE || is_null(n))
-		return fail_type(c, n, where, "a name");
-	s = (const char *)n->data.scalar.value;
-	len = n->data.scalar.length;
-	if (!valid_name(s, len))
-		return fail(c, n->start_mark, where,
-			    "%s: names are 1 to 31 characters among A-Z a-z 0-9 _ . -",
-			    quote(q, sizeof(q), s, len));
-	memcpy(out, s, len);
-	out[len] = '\0';
-	return 0;
+	return ys_name(y, n, where, out, RULES_NAME_MAX);
 }
 
-/* A decimal integer in [min, max]. */
-static int get_int(struct ctx *c, yaml_node_t *n, const char *where, long long min,
-		   long long max, long long *out)
-{
-	const char *s;
-	size_t len, i = 0;
-	bool neg = false;
-	unsigned long long v = 0;
-	char q[PATH_MAX_LEN];
-
-	if (n->type != YAML_SCALAR_NODE || is_null(n))
-		goto bad;
-	s = (const char *)n->data.scalar.value;
-	len = n->data.scalar.length;
-	if (i < len && (s[i] == '-' || s[i] == '+'))
-		neg = s[i++] == '-';
-	if (i == len)
-		goto bad;
-	for (; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			goto bad;
-		if (v > 100000000000000000ULL)
-			goto bad; /* far out of every range, and no overflow */
-		v = v * 10 + (unsigned long long)(s[i] - '0');
-	}
-	*out = neg ? -(long long)v : (long long)v;
-	if (*out < min || *out > max)
-		goto bad;
-	return 0;
-bad:
-	return fail(c, n->start_mark, where, "expected an integer from %lld to %lld, got %s", min,
-		    max, node_desc(n, q, sizeof(q)));
-}
-
-static int get_bool(struct ctx *c, yaml_node_t *n, const char *where, bool *out)
-{
-	static const char *const yes[] = {"true", "True", "TRUE"};
-	static const char *const no[] = {"false", "False", "FALSE"};
-
-	if (n->type == YAML_SCALAR_NODE) {
-		for (size_t i = 0; i < 3; i++) {
-			if (key_is(n, yes[i])) {
-				*out = true;
-				return 0;
-			}
-			if (key_is(n, no[i])) {
-				*out = false;
-				return 0;
-			}
-		}
-	}
-	return fail_type(c, n, where, "true or false");
-}
-
-/* A duration in [min_us, max_us]; `range` describes it for the message. */
-static int get_duration(struct ctx *c, yaml_node_t *n, const char *where, int64_t min_us,
-			int64_t max_us, const char *range, int64_t *out)
-{
-	char q[PATH_MAX_LEN];
-	int64_t us;
-
-	if (n->type != YAML_SCALAR_NODE || is_null(n) ||
-	    memchr(n->data.scalar.value, '\0', n->data.scalar.length) ||
-	    limit_parse_duration((const char *)n->data.scalar.value, &us) < 0 || us < min_us ||
-	    us > max_us)
-		return fail(c, n->start_mark, where, "expected a duration from %s, got %s", range,
-			    node_desc(n, q, sizeof(q)));
-	*out = us;
-	return 0;
-}
-
-/* A percentage with up to two decimals ("90%", "92.5%"), in basis points
- * within [min_bp, max_bp]; "off" gives SHED_NEVER when allow_off. */
-static int get_percent(struct ctx *c, yaml_node_t *n, const char *where, int min_bp,
-		       int max_bp, bool allow_off, int *out)
-{
-	const char *s;
-	size_t len, i = 0;
-	long v = 0;
-	int decimals = 0;
-	char q[PATH_MAX_LEN];
-
-	if (n->type != YAML_SCALAR_NODE || is_null(n))
-		goto bad;
-	s = (const char *)n->data.scalar.value;
-	len = n->data.scalar.length;
-	if (allow_off && key_is(n, "off")) {
-		*out = SHED_NEVER;
-		return 0;
-	}
-	for (; i < len && s[i] >= '0' && s[i] <= '9' && i < 4; i++)
-		v = v * 10 + (s[i] - '0');
-	if (i == 0)
-		goto bad;
-	if (i < len && s[i] == '.') {
-		i++;
-		for (; i < len && s[i] >= '0' && s[i] <= '9' && decimals < 2; i++, decimals++)
-			v = v * 10 + (s[i] - '0');
-		if (decimals == 0)
-			goto bad;
-	}
-	for (; decimals < 2; decimals++)
-		v *= 10;
-	if (i + 1 != len || s[i] != '%' || v < min_bp || v > max_bp)
-		goto bad;
-	*out = (int)v;
-	return 0;
-bad:
-	return fail(c, n->start_mark, where,
-		    "expected a percentage from %d%% to %d%%%s such as 80%%, got %s", min_bp / 100,
-		    max_bp / 100, allow_off ? " (or off)" : "", node_desc(n, q, sizeof(q)));
-}
-
-/* One of `words` (exact); its index in *out. `expect` lists them. */
-static int get_word(struct ctx *c, yaml_node_t *n, const char *where, const char *const *words,
-		    size_t nwords, const char *expect, int *out)
-{
-	if (n->type == YAML_SCALAR_NODE) {
-		for (size_t i = 0; i < nwords; i++) {
-			if (key_is(n, words[i])) {
-				*out = (int)i;
-				return 0;
-			}
-		}
-	}
-	return fail_type(c, n, where, expect);
-}
-
-static int get_failure(struct ctx *c, yaml_node_t *n, const char *where, enum rules_failure *out)
+static int get_failure(struct ys *y, yaml_node_t *n, const char *where, enum rules_failure *out)
 {
 	static const char *const words[] = {"open", "closed", "local"};
 	int i = 0;
 
-	if (get_word(c, n, where, words, 3, "open, closed or local", &i) < 0)
+	if (ys_word(y, n, where, words, 3, "open, closed or local", &i) < 0)
 		return -1;
 	*out = i == 0 ? RULES_FAIL_OPEN : i == 1 ? RULES_FAIL_CLOSED : RULES_FAIL_LOCAL;
 	return 0;
@@ -594,6 +193,13 @@ static bool valid_hostport(const char *s, size_t host_max)
 	return v >= 1 && v <= 65535;
 }
 
+/* A byte of an environment variable's name. */
+static bool env_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '_';
+}
+
 static int parse_store(struct ctx *c, yaml_node_t *map)
 {
 	enum { K_TYPE, K_ADDRESS, K_USER, K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
@@ -606,10 +212,10 @@ static int parse_store(struct ctx *c, yaml_node_t *map)
 	long long num;
 	int64_t us;
 
-	if (map_fields(c, map, "store", keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, map, "store", keys, K_N, k, v) < 0)
 		return -1;
 	if (v[K_TYPE]) {
-		if (get_word(c, v[K_TYPE], "store.type", types, 2, "memory or redis", &type) < 0)
+		if (ys_word(&c->y, v[K_TYPE], "store.type", types, 2, "memory or redis", &type) < 0)
 			return -1;
 		s->has_store = true;
 		s->store = type == 1 ? RULES_STORE_REDIS : RULES_STORE_MEMORY;
@@ -618,31 +224,31 @@ static int parse_store(struct ctx *c, yaml_node_t *map)
 		/* Keys that would have no effect are errors: an operator who
 		 * wrote an address expects Redis to be used. */
 		for (int i = K_ADDRESS; i < K_N; i++) {
-			char where[PATH_MAX_LEN];
+			char where[YS_PATH_MAX];
 
 			if (!k[i])
 				continue;
-			path_key(where, "store", keys[i]);
-			return fail(c, k[i]->start_mark, where,
-				    "applies to type redis only (add type: redis)");
+			ys_path_key(where, "store", keys[i]);
+			return ys_fail(&c->y, k[i]->start_mark, where,
+				       "applies to type redis only (add type: redis)");
 		}
 		return 0;
 	}
 	if (v[K_ADDRESS]) {
-		if (get_cstr(c, v[K_ADDRESS], "store.address", s->address, sizeof(s->address)) < 0)
+		if (ys_cstr(&c->y, v[K_ADDRESS], "store.address", s->address, sizeof(s->address)) < 0)
 			return -1;
 		if (s->address[0] == '/' ? strlen(s->address) > 255
 					 : !valid_hostport(s->address, 255)) {
-			char q[PATH_MAX_LEN];
+			char q[YS_PATH_MAX];
 
-			return fail(c, v[K_ADDRESS]->start_mark, "store.address",
-				    "expected HOST:PORT or a socket path, got %s",
-				    quote(q, sizeof(q), s->address, strlen(s->address)));
+			return ys_fail(&c->y, v[K_ADDRESS]->start_mark, "store.address",
+				       "expected HOST:PORT or a socket path, got %s",
+				       ys_quote(q, sizeof(q), s->address, strlen(s->address)));
 		}
 		s->has_address = true;
 	}
 	if (v[K_USER]) {
-		if (get_cstr(c, v[K_USER], "store.user", s->user, sizeof(s->user)) < 0)
+		if (ys_cstr(&c->y, v[K_USER], "store.user", s->user, sizeof(s->user)) < 0)
 			return -1;
 		s->has_user = true;
 	}
@@ -650,7 +256,7 @@ static int parse_store(struct ctx *c, yaml_node_t *map)
 		const char *p;
 		size_t len;
 
-		if (get_text(c, v[K_PASSWORD], "store.password", &p, &len) < 0)
+		if (ys_text(&c->y, v[K_PASSWORD], "store.password", &p, &len) < 0)
 			return -1;
 		/* "${NAME}" keeps the secret out of the file. */
 		if (len > 3 && p[0] == '$' && p[1] == '{' && p[len - 1] == '}') {
@@ -659,41 +265,41 @@ static int parse_store(struct ctx *c, yaml_node_t *map)
 			size_t vlen = len - 3;
 
 			if (vlen >= sizeof(var))
-				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
-					    "environment variable name longer than %zu bytes",
-					    sizeof(var) - 1);
+				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
+					       "environment variable name longer than %zu bytes",
+					       sizeof(var) - 1);
 			memcpy(var, p + 2, vlen);
 			var[vlen] = '\0';
 			for (size_t i = 0; i < vlen; i++)
-				if (!(name_char(var[i]) && var[i] != '.' && var[i] != '-'))
-					return fail(c, v[K_PASSWORD]->start_mark, "store.password",
-						    "\"${...}\" must name an environment variable (A-Z a-z 0-9 _)");
+				if (!env_char(var[i]))
+					return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
+						       "\"${...}\" must name an environment variable (A-Z a-z 0-9 _)");
 			val = getenv(var);
 			if (!val)
-				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
-					    "environment variable %s is not set", var);
+				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
+					       "environment variable %s is not set", var);
 			if (!*val)
-				return fail(c, v[K_PASSWORD]->start_mark, "store.password",
-					    "environment variable %s is empty", var);
+				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
+					       "environment variable %s is empty", var);
 			p = val;
 			len = strlen(val);
 		}
 		if (len >= sizeof(s->password))
-			return fail(c, v[K_PASSWORD]->start_mark, "store.password",
-				    "longer than %zu bytes", sizeof(s->password) - 1);
+			return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
+				       "longer than %zu bytes", sizeof(s->password) - 1);
 		memcpy(s->password, p, len);
 		s->password[len] = '\0';
 		s->has_password = true;
 	}
 	if (v[K_TIMEOUT]) {
-		if (get_duration(c, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
-				 "1ms to 60s such as 20ms", &us) < 0)
+		if (ys_duration(&c->y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
+				"1ms to 60s such as 20ms", &us) < 0)
 			return -1;
 		s->timeout_ms = (int)((us + 999) / 1000);
 		s->has_timeout = true;
 	}
 	if (v[K_AGENTS]) {
-		if (get_int(c, v[K_AGENTS], "store.agents", 1, 10000, &num) < 0)
+		if (ys_int(&c->y, v[K_AGENTS], "store.agents", 1, 10000, &num) < 0)
 			return -1;
 		s->agents = (int)num;
 		s->has_agents = true;
@@ -701,41 +307,15 @@ static int parse_store(struct ctx *c, yaml_node_t *map)
 	return 0;
 }
 
-/* A string or a list of strings (1 to max items), each item to `each`. */
-typedef int (*item_fn)(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg);
-
-static int string_or_list(struct ctx *c, yaml_node_t *n, const char *where, size_t max,
-			  const char *what, item_fn each, void *arg)
-{
-	char item[PATH_MAX_LEN];
-	size_t count;
-
-	if (n->type == YAML_SCALAR_NODE)
-		return each(c, n, where, 0, arg);
-	if (n->type != YAML_SEQUENCE_NODE)
-		return fail_type(c, n, where, "a string or a list");
-	count = seq_len(n);
-	if (count == 0)
-		return fail(c, n->start_mark, where, "empty list");
-	if (count > max)
-		return fail(c, n->start_mark, where, "more than %zu %s", max, what);
-	for (size_t i = 0; i < count; i++) {
-		path_index(item, where, i);
-		if (each(c, node_at(c, n->data.sequence.items.start[i]), item, i, arg) < 0)
-			return -1;
-	}
-	return 0;
-}
-
-static int identity_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
 	struct rules_names *ids = arg;
 
-	if (get_name(c, n, where, ids->name[i]) < 0)
+	if (get_name(y, n, where, ids->name[i]) < 0)
 		return -1;
 	for (size_t j = 0; j < i; j++)
 		if (strcmp(ids->name[j], ids->name[i]) == 0)
-			return fail(c, n->start_mark, where, "\"%s\" is listed twice", ids->name[i]);
+			return ys_fail(y, n->start_mark, where, "\"%s\" is listed twice", ids->name[i]);
 	ids->n = i + 1;
 	return 0;
 }
@@ -749,35 +329,35 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
 	static const char *const algos[] = {"token", "sliding", "fixed"};
 	yaml_node_t *k[K_N], *v[K_N];
-	char sub[PATH_MAX_LEN], msg[256];
+	char sub[YS_PATH_MAX], msg[256];
 	const char *s;
 	size_t len;
 	long long burst = 0;
 	int algo = 0;
 
-	if (map_fields(c, map, where, keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, map, where, keys, K_N, k, v) < 0)
 		return -1;
 	if (!v[K_RATE])
-		return fail_missing(c, map, where, "rate", " (such as rate: 100/1m)");
-	path_key(sub, where, "rate");
-	if (get_text(c, v[K_RATE], sub, &s, &len) < 0)
+		return ys_fail_missing(&c->y, map, where, "rate", " (such as rate: 100/1m)");
+	ys_path_key(sub, where, "rate");
+	if (ys_text(&c->y, v[K_RATE], sub, &s, &len) < 0)
 		return -1;
 	if (limit_parse(s, out, msg, sizeof(msg)) < 0)
-		return fail(c, v[K_RATE]->start_mark, sub, "%s", msg);
+		return ys_fail(&c->y, v[K_RATE]->start_mark, sub, "%s", msg);
 	if (v[K_ALGO]) {
-		path_key(sub, where, "algorithm");
-		if (get_word(c, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
+		ys_path_key(sub, where, "algorithm");
+		if (ys_word(&c->y, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
 			return -1;
 		out->algo = algo == 0 ? LIMIT_TOKEN_BUCKET
 			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
 	}
 	if (v[K_BURST]) {
-		path_key(sub, where, "burst");
-		if (get_int(c, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
+		ys_path_key(sub, where, "burst");
+		if (ys_int(&c->y, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
 			return -1;
 		if (out->algo != LIMIT_TOKEN_BUCKET)
-			return fail(c, k[K_BURST]->start_mark, sub,
-				    "burst applies to the token bucket only (algorithm: token)");
+			return ys_fail(&c->y, k[K_BURST]->start_mark, sub,
+				       "burst applies to the token bucket only (algorithm: token)");
 		out->burst = (uint64_t)burst;
 	}
 	return 0;
@@ -786,19 +366,19 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 			struct rules_rule *rule)
 {
-	char item[PATH_MAX_LEN], msg[256];
+	char item[YS_PATH_MAX], msg[256];
 	size_t count;
 
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return fail_type(c, seq, where, "a list of limits");
-	count = seq_len(seq);
+		return ys_fail_type(&c->y, seq, where, "a list of limits");
+	count = ys_seq_len(seq);
 	if (count > RULES_LIMITS_MAX)
-		return fail(c, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
+		return ys_fail(&c->y, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
 		struct limit_spec *l = &rule->limits[i];
 
-		path_index(item, where, i);
+		ys_path_index(item, where, i);
 		if (n->type == YAML_MAPPING_NODE) {
 			if (parse_limit_long(c, n, item, l) < 0)
 				return -1;
@@ -806,12 +386,12 @@ static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 			const char *s;
 			size_t len;
 
-			if (n->type != YAML_SCALAR_NODE || is_null(n))
-				return fail_type(c, n, item, "a limit such as 100/1m");
-			if (get_text(c, n, item, &s, &len) < 0)
+			if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
+				return ys_fail_type(&c->y, n, item, "a limit such as 100/1m");
+			if (ys_text(&c->y, n, item, &s, &len) < 0)
 				return -1;
 			if (limit_parse(s, l, msg, sizeof(msg)) < 0)
-				return fail(c, n->start_mark, item, "%s", msg);
+				return ys_fail(&c->y, n->start_mark, item, "%s", msg);
 		}
 		/* Policy names are "<rule>-<period>": periods must differ. */
 		for (size_t j = 0; j < i; j++) {
@@ -819,9 +399,9 @@ static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 				char period[32];
 
 				limit_format_period(l->period_us, period, sizeof(period));
-				return fail(c, n->start_mark, item,
-					    "a limit of period %s is already in this rule (limits[%zu])",
-					    period, j);
+				return ys_fail(&c->y, n->start_mark, item,
+					       "a limit of period %s is already in this rule (limits[%zu])",
+					       period, j);
 			}
 		}
 		rule->nlimits = i + 1;
@@ -837,29 +417,29 @@ static const char *const rule_keys[R_N] = {"name", "match", "limits",
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rules_rule *rule)
 {
-	char sub[PATH_MAX_LEN];
+	char sub[YS_PATH_MAX];
 	long long cost;
 
 	rule->on_failure = c->r->on_failure;
 	rule->cost = 1;
 	if (!v[R_LIMITS])
-		return fail_missing(c, body, where, "limits", " (write limits: [] for no limit)");
-	path_key(sub, where, "limits");
+		return ys_fail_missing(&c->y, body, where, "limits", " (write limits: [] for no limit)");
+	ys_path_key(sub, where, "limits");
 	if (parse_limits(c, v[R_LIMITS], sub, rule) < 0)
 		return -1;
 	if (v[R_SHADOW]) {
-		path_key(sub, where, "shadow");
-		if (get_bool(c, v[R_SHADOW], sub, &rule->shadow) < 0)
+		ys_path_key(sub, where, "shadow");
+		if (ys_bool(&c->y, v[R_SHADOW], sub, &rule->shadow) < 0)
 			return -1;
 	}
 	if (v[R_FAILURE]) {
-		path_key(sub, where, "on_store_failure");
-		if (get_failure(c, v[R_FAILURE], sub, &rule->on_failure) < 0)
+		ys_path_key(sub, where, "on_store_failure");
+		if (get_failure(&c->y, v[R_FAILURE], sub, &rule->on_failure) < 0)
 			return -1;
 	}
 	if (v[R_COST]) {
-		path_key(sub, where, "cost");
-		if (get_int(c, v[R_COST], sub, 1, UINT32_MAX, &cost) < 0)
+		ys_path_key(sub, where, "cost");
+		if (ys_int(&c->y, v[R_COST], sub, 1, UINT32_MAX, &cost) < 0)
 			return -1;
 		rule->cost = (uint32_t)cost;
 	}
@@ -875,11 +455,11 @@ static int check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char
 		if (strcmp(r->rules[j].name, r->rules[i].name) != 0)
 			continue;
 		if (j == 0 && c->builtin)
-			return fail(c, mark, where,
-				    "duplicate rule name \"%s\" (the built-in rule of a file without tiers)",
-				    r->rules[i].name);
-		return fail(c, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
-			    r->rules[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
+			return ys_fail(&c->y, mark, where,
+				       "duplicate rule name \"%s\" (the built-in rule of a file without tiers)",
+				       r->rules[i].name);
+		return ys_fail(&c->y, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
+			       r->rules[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
 	}
 	c->marks[i] = mark;
 	return 0;
@@ -896,20 +476,20 @@ static void tier_list(struct ctx *c, char *buf, size_t cap)
 
 static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
 {
-	char q[PATH_MAX_LEN], list[512];
+	char q[YS_PATH_MAX], list[512];
 
-	if (n->type != YAML_SCALAR_NODE || is_null(n))
-		return fail_type(c, n, where, "a tier name");
+	if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
+		return ys_fail_type(&c->y, n, where, "a tier name");
 	for (size_t i = 0; i < c->r->ntiers; i++) {
-		if (key_is(n, c->r->rules[i].name)) {
+		if (ys_is(n, c->r->rules[i].name)) {
 			*out = i;
 			return 0;
 		}
 	}
 	tier_list(c, list, sizeof(list));
-	return fail(c, n->start_mark, where, "no tier named %s (tiers: %s)",
-		    quote(q, sizeof(q), (const char *)n->data.scalar.value, n->data.scalar.length),
-		    list);
+	return ys_fail(&c->y, n->start_mark, where, "no tier named %s (tiers: %s)",
+		       ys_quote(q, sizeof(q), (const char *)n->data.scalar.value, n->data.scalar.length),
+		       list);
 }
 
 /* ---- tiers ----------------------------------------------------------------------------- */
@@ -922,7 +502,7 @@ static int set_builtin_rule(struct ctx *c)
 	r->rules = xcalloc(1, sizeof(*r->rules));
 	c->marks = xcalloc(1, sizeof(*c->marks));
 	if (!r->rules || !c->marks)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	d = &r->rules[0];
 	snprintf(d->name, sizeof(d->name), "%s", RULES_DEFAULT_RULE);
 	d->kind = RULES_KIND_DEFAULT;
@@ -947,51 +527,51 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 
 	if (!map)
 		return set_builtin_rule(c);
-	if (expect_mapping(c, map, "tiers") < 0)
+	if (ys_expect_mapping(&c->y, map, "tiers") < 0)
 		return -1;
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = node_at(c, p->key);
+		yaml_node_t *k = ys_node(&c->y, p->key);
 
-		if (!key_is(k, "argument") && !key_is(k, "default"))
+		if (!ys_is(k, "argument") && !ys_is(k, "default"))
 			count++;
 	}
 	if (count > RULES_TIERS_MAX)
-		return fail(c, map->start_mark, "tiers", "more than %d tiers", RULES_TIERS_MAX);
+		return ys_fail(&c->y, map->start_mark, "tiers", "more than %d tiers", RULES_TIERS_MAX);
 	if (count == 0)
-		return fail(c, map->start_mark, "tiers",
-			    "no tier defined (a tier is a key such as free: { limits: [100/1m] })");
+		return ys_fail(&c->y, map->start_mark, "tiers",
+			       "no tier defined (a tier is a key such as free: { limits: [100/1m] })");
 	r->rules = xcalloc(count, sizeof(*r->rules));
 	c->marks = xcalloc(count, sizeof(*c->marks));
 	if (!r->rules || !c->marks)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
-		char where[PATH_MAX_LEN];
+		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
+		char where[YS_PATH_MAX];
 
-		if (check_key(c, k, "tiers") < 0)
+		if (ys_check_key(&c->y, k, "tiers") < 0)
 			return -1;
 		/* Keys repeat at most once each before this stops, so the
 		 * quadratic scan is bounded by the tier cap. */
 		for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-			yaml_node_t *prev = node_at(c, q->key);
+			yaml_node_t *prev = ys_node(&c->y, q->key);
 
 			if (prev->data.scalar.length == k->data.scalar.length &&
 			    memcmp(prev->data.scalar.value, k->data.scalar.value,
 				   k->data.scalar.length) == 0) {
-				char qs[PATH_MAX_LEN];
+				char qs[YS_PATH_MAX];
 
-				return fail(c, k->start_mark, "tiers", "duplicate key %s (first at %zu:%zu)",
-					    quote(qs, sizeof(qs), (const char *)k->data.scalar.value,
-						  k->data.scalar.length),
-					    prev->start_mark.line + 1, prev->start_mark.column + 1);
+				return ys_fail(&c->y, k->start_mark, "tiers", "duplicate key %s (first at %zu:%zu)",
+					       ys_quote(qs, sizeof(qs), (const char *)k->data.scalar.value,
+							k->data.scalar.length),
+					       prev->start_mark.line + 1, prev->start_mark.column + 1);
 			}
 		}
-		if (key_is(k, "argument")) {
-			if (get_name(c, v, "tiers.argument", r->tier_arg) < 0)
+		if (ys_is(k, "argument")) {
+			if (get_name(&c->y, v, "tiers.argument", r->tier_arg) < 0)
 				return -1;
 			continue;
 		}
-		if (key_is(k, "default")) {
+		if (ys_is(k, "default")) {
 			def = v;
 			continue;
 		}
@@ -999,15 +579,15 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 			struct rules_rule *rule = &r->rules[r->ntiers];
 			yaml_node_t *fk[R_N], *fv[R_N];
 
-			if (get_name(c, k, "tiers", rule->name) < 0)
+			if (get_name(&c->y, k, "tiers", rule->name) < 0)
 				return -1;
-			path_key(where, "tiers", rule->name);
+			ys_path_key(where, "tiers", rule->name);
 			rule->kind = RULES_KIND_TIER;
 			rule->index = (unsigned)r->ntiers;
 			/* A tier is named by its key: no name, no match. */
 			fk[R_NAME] = fv[R_NAME] = fk[R_MATCH] = fv[R_MATCH] = NULL;
-			if (map_fields(c, v, where, rule_keys + R_LIMITS, R_N - R_LIMITS,
-				       fk + R_LIMITS, fv + R_LIMITS) < 0 ||
+			if (ys_map_fields(&c->y, v, where, rule_keys + R_LIMITS, R_N - R_LIMITS,
+					  fk + R_LIMITS, fv + R_LIMITS) < 0 ||
 			    parse_rule_common(c, v, where, fv, rule) < 0)
 				return -1;
 			c->marks[r->ntiers] = k->start_mark;
@@ -1018,7 +598,7 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 	if (def)
 		return find_tier(c, def, "tiers.default", &r->default_tier);
 	if (r->ntiers > 1)
-		return fail_missing(c, map, "tiers", "default", " (required with more than one tier)");
+		return ys_fail_missing(&c->y, map, "tiers", "default", " (required with more than one tier)");
 	r->default_tier = 0;
 	return 0;
 }
@@ -1028,14 +608,17 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 enum val_kind { V_METHOD, V_PATH, V_HOST, V_ARG };
 
 struct values_arg {
+	struct ctx *c;
 	struct cond *out;
 	enum val_kind kind;
 	size_t count;
 };
 
+/* A byte of an HTTP method (RFC 9110 tchar). */
 static bool tchar(char ch)
 {
-	return name_char(ch) || (ch && strchr("!#$%&'*+^`|~", ch) != NULL);
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
 }
 
 /* The host without its port: "[v6]:p" -> "[v6]", "name:p" -> "name". A
@@ -1055,17 +638,18 @@ static size_t host_len_noport(const char *h, size_t len)
 	return (size_t)(colon - h);
 }
 
-static int value_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
 	struct values_arg *va = arg;
+	struct ctx *c = va->c;
 	struct mval *mv = &va->out->v[i];
 	const char *s;
 	size_t len;
-	char q[PATH_MAX_LEN], *copy;
+	char q[YS_PATH_MAX], *copy;
 
-	if (get_text(c, n, where, &s, &len) < 0)
+	if (ys_text(y, n, where, &s, &len) < 0)
 		return -1;
-	quote(q, sizeof(q), s, len);
+	ys_quote(q, sizeof(q), s, len);
 	switch (va->kind) {
 	case V_METHOD:
 		for (size_t j = 0; j < len; j++) {
@@ -1076,32 +660,32 @@ static int value_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i
 				for (size_t u = 0; u < m; u++)
 					up[u] = (s[u] >= 'a' && s[u] <= 'z') ? (char)(s[u] - 32) : s[u];
 				up[m] = '\0';
-				return fail(c, n->start_mark, where,
-					    "%s: methods are case-sensitive, write \"%s\"", q, up);
+				return ys_fail(y, n->start_mark, where,
+					       "%s: methods are case-sensitive, write \"%s\"", q, up);
 			}
 			if (!tchar(s[j]))
-				return fail(c, n->start_mark, where, "%s: not a method name", q);
+				return ys_fail(y, n->start_mark, where, "%s: not a method name", q);
 		}
 		if (len == 0)
-			return fail(c, n->start_mark, where, "%s: not a method name", q);
+			return ys_fail(y, n->start_mark, where, "%s: not a method name", q);
 		break;
 	case V_PATH:
 		if (len == 0 || s[0] != '/')
-			return fail(c, n->start_mark, where, "%s: a path starts with \"/\"", q);
+			return ys_fail(y, n->start_mark, where, "%s: a path starts with \"/\"", q);
 		break;
 	case V_HOST:
 		if (len == 0)
-			return fail(c, n->start_mark, where, "%s: not a host name", q);
+			return ys_fail(y, n->start_mark, where, "%s: not a host name", q);
 		for (size_t j = 0; j < len; j++)
 			if ((unsigned char)s[j] <= ' ' || s[j] == '/' || (unsigned char)s[j] >= 0x7f)
-				return fail(c, n->start_mark, where, "%s: not a host name", q);
+				return ys_fail(y, n->start_mark, where, "%s: not a host name", q);
 		break;
 	case V_ARG:
 		break;
 	}
 	copy = arena_alloc(c->r, len + 1);
 	if (!copy)
-		return fail_oom(c);
+		return ys_fail_oom(y);
 	memcpy(copy, s, len);
 	copy[len] = '\0';
 	if (va->kind == V_HOST) {
@@ -1117,35 +701,29 @@ static int value_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i
 	return 0;
 }
 
-/* How many items string_or_list() will hand over at most: sizes the
- * arrays it fills (it rejects lists over RULES_VALUES_MAX itself). */
-static size_t list_count(const yaml_node_t *n)
-{
-	size_t count;
-
-	if (n->type != YAML_SEQUENCE_NODE)
-		return 1;
-	count = seq_len(n);
-	return count > RULES_VALUES_MAX ? RULES_VALUES_MAX : count;
-}
-
 static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum val_kind kind,
 			struct cond *out)
 {
-	struct values_arg va = {out, kind, 0};
+	struct values_arg va = {c, out, kind, 0};
 
-	out->v = arena_alloc(c->r, list_count(n) * sizeof(*out->v));
+	out->v = arena_alloc(c->r, ys_list_count(n, RULES_VALUES_MAX) * sizeof(*out->v));
 	if (!out->v)
-		return fail_oom(c);
-	return string_or_list(c, n, where, RULES_VALUES_MAX, "values", value_item, &va);
+		return ys_fail_oom(&c->y);
+	return ys_string_or_list(&c->y, n, where, RULES_VALUES_MAX, "values", value_item, &va);
 }
 
-static int tier_item(struct ctx *c, yaml_node_t *n, const char *where, size_t i, void *arg)
+struct tiers_arg {
+	struct ctx *c;
+	struct match *m;
+};
+
+static int tier_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
-	struct match *m = arg;
+	struct tiers_arg *ta = arg;
+	struct match *m = ta->m;
 	size_t t;
 
-	if (find_tier(c, n, where, &t) < 0)
+	if (find_tier(ta->c, n, where, &t) < 0)
 		return -1;
 	m->tiers[i] = (unsigned)t;
 	m->ntiers = i + 1;
@@ -1157,34 +735,34 @@ static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, 
 	yaml_node_pair_t *p;
 	size_t count, i = 0;
 
-	if (expect_mapping(c, map, where) < 0)
+	if (ys_expect_mapping(&c->y, map, where) < 0)
 		return -1;
-	count = map_len(map);
+	count = ys_map_len(map);
 	if (count == 0)
-		return fail(c, map->start_mark, where, "empty mapping");
+		return ys_fail(&c->y, map->start_mark, where, "empty mapping");
 	if (count > RULES_MATCH_ARGS_MAX)
-		return fail(c, map->start_mark, where, "more than %d arguments", RULES_MATCH_ARGS_MAX);
+		return ys_fail(&c->y, map->start_mark, where, "more than %d arguments", RULES_MATCH_ARGS_MAX);
 	m->args = arena_alloc(c->r, count * sizeof(*m->args));
 	if (!m->args)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++, i++) {
-		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
+		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
 		struct arg_cond *a = &m->args[i];
-		char sub[PATH_MAX_LEN];
+		char sub[YS_PATH_MAX];
 
-		if (check_key(c, k, where) < 0 || get_name(c, k, where, a->name) < 0)
+		if (ys_check_key(&c->y, k, where) < 0 || get_name(&c->y, k, where, a->name) < 0)
 			return -1;
 		for (size_t j = 0; j < i; j++) {
 			if (strcmp(m->args[j].name, a->name) == 0) {
-				yaml_node_t *prev = node_at(c, map->data.mapping.pairs.start[j].key);
+				yaml_node_t *prev = ys_node(&c->y, map->data.mapping.pairs.start[j].key);
 
-				return fail(c, k->start_mark, where,
-					    "duplicate key \"%s\" (first at %zu:%zu)", a->name,
-					    prev->start_mark.line + 1, prev->start_mark.column + 1);
+				return ys_fail(&c->y, k->start_mark, where,
+					       "duplicate key \"%s\" (first at %zu:%zu)", a->name,
+					       prev->start_mark.line + 1, prev->start_mark.column + 1);
 			}
 		}
 		a->name_len = strlen(a->name);
-		path_key(sub, where, a->name);
+		ys_path_key(sub, where, a->name);
 		if (parse_values(c, v, sub, V_ARG, &a->c) < 0)
 			return -1;
 		m->nargs = i + 1;
@@ -1197,39 +775,43 @@ static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struc
 	enum { K_METHOD, K_PATH, K_HOST, K_TIER, K_ARGS, K_N };
 	static const char *const keys[K_N] = {"method", "path", "host", "tier", "args"};
 	yaml_node_t *k[K_N], *v[K_N];
-	char sub[PATH_MAX_LEN];
+	char sub[YS_PATH_MAX];
 
 	memset(m, 0, sizeof(*m));
-	if (map_fields(c, map, where, keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, map, where, keys, K_N, k, v) < 0)
 		return -1;
 	if (!v[K_METHOD] && !v[K_PATH] && !v[K_HOST] && !v[K_TIER] && !v[K_ARGS])
-		return fail(c, map->start_mark, where,
-			    "no condition (expected one or more of: method, path, host, tier, args)");
+		return ys_fail(&c->y, map->start_mark, where,
+			       "no condition (expected one or more of: method, path, host, tier, args)");
 	if (v[K_METHOD]) {
-		path_key(sub, where, "method");
+		ys_path_key(sub, where, "method");
 		if (parse_values(c, v[K_METHOD], sub, V_METHOD, &m->method) < 0)
 			return -1;
 	}
 	if (v[K_PATH]) {
-		path_key(sub, where, "path");
+		ys_path_key(sub, where, "path");
 		if (parse_values(c, v[K_PATH], sub, V_PATH, &m->path) < 0)
 			return -1;
 	}
 	if (v[K_HOST]) {
-		path_key(sub, where, "host");
+		ys_path_key(sub, where, "host");
 		if (parse_values(c, v[K_HOST], sub, V_HOST, &m->host) < 0)
 			return -1;
 	}
 	if (v[K_TIER]) {
-		path_key(sub, where, "tier");
-		m->tiers = arena_alloc(c->r, list_count(v[K_TIER]) * sizeof(*m->tiers));
+		struct tiers_arg ta = {c, m};
+
+		ys_path_key(sub, where, "tier");
+		m->tiers = arena_alloc(c->r, ys_list_count(v[K_TIER], RULES_VALUES_MAX) *
+				       sizeof(*m->tiers));
 		if (!m->tiers)
-			return fail_oom(c);
-		if (string_or_list(c, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item, m) < 0)
+			return ys_fail_oom(&c->y);
+		if (ys_string_or_list(&c->y, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item,
+				      &ta) < 0)
 			return -1;
 	}
 	if (v[K_ARGS]) {
-		path_key(sub, where, "args");
+		ys_path_key(sub, where, "args");
 		if (parse_match_args(c, v[K_ARGS], sub, m) < 0)
 			return -1;
 	}
@@ -1245,46 +827,46 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 	void *p;
 
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return fail_type(c, seq, "endpoints", "a list");
-	count = seq_len(seq);
+		return ys_fail_type(&c->y, seq, "endpoints", "a list");
+	count = ys_seq_len(seq);
 	if (count > RULES_ENDPOINTS_MAX)
-		return fail(c, seq->start_mark, "endpoints", "more than %d endpoints",
-			    RULES_ENDPOINTS_MAX);
+		return ys_fail(&c->y, seq->start_mark, "endpoints", "more than %d endpoints",
+			       RULES_ENDPOINTS_MAX);
 	if (count == 0)
 		return 0;
 	p = xrealloc(r->rules, (r->ntiers + count) * sizeof(*r->rules));
 	if (!p)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	r->rules = p;
 	memset(r->rules + r->ntiers, 0, count * sizeof(*r->rules));
 	p = xrealloc(c->marks, (r->ntiers + count) * sizeof(*c->marks));
 	if (!p)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	c->marks = p;
 	r->ep = xcalloc(count, sizeof(*r->ep));
 	if (!r->ep)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
 		size_t ri = r->ntiers + i;
 		struct rules_rule *rule = &r->rules[ri];
 		yaml_node_t *k[R_N], *v[R_N];
-		char where[PATH_MAX_LEN], sub[PATH_MAX_LEN];
+		char where[YS_PATH_MAX], sub[YS_PATH_MAX];
 
-		path_index(where, "endpoints", i);
-		if (map_fields(c, n, where, rule_keys, R_N, k, v) < 0)
+		ys_path_index(where, "endpoints", i);
+		if (ys_map_fields(&c->y, n, where, rule_keys, R_N, k, v) < 0)
 			return -1;
 		if (!v[R_NAME])
-			return fail_missing(c, n, where, "name", "");
-		path_key(sub, where, "name");
-		if (get_name(c, v[R_NAME], sub, rule->name) < 0 ||
+			return ys_fail_missing(&c->y, n, where, "name", "");
+		ys_path_key(sub, where, "name");
+		if (get_name(&c->y, v[R_NAME], sub, rule->name) < 0 ||
 		    check_rule_name(c, ri, v[R_NAME]->start_mark, sub) < 0)
 			return -1;
 		rule->kind = RULES_KIND_ENDPOINT;
 		rule->index = (unsigned)ri;
 		if (!v[R_MATCH])
-			return fail_missing(c, n, where, "match", "");
-		path_key(sub, where, "match");
+			return ys_fail_missing(&c->y, n, where, "match", "");
+		ys_path_key(sub, where, "match");
 		if (parse_match(c, v[R_MATCH], sub, &r->ep[i]) < 0 ||
 		    parse_rule_common(c, n, where, v, rule) < 0)
 			return -1;
@@ -1304,10 +886,10 @@ static int parse_priorities(struct ctx *c, yaml_node_t *map)
 	long long num;
 	size_t count;
 
-	if (map_fields(c, map, "priorities", keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, map, "priorities", keys, K_N, k, v) < 0)
 		return -1;
 	if (v[K_DEFAULT]) {
-		if (get_int(c, v[K_DEFAULT], "priorities.default", 0, 3, &num) < 0)
+		if (ys_int(&c->y, v[K_DEFAULT], "priorities.default", 0, 3, &num) < 0)
 			return -1;
 		r->default_priority = (int)num;
 	}
@@ -1315,33 +897,33 @@ static int parse_priorities(struct ctx *c, yaml_node_t *map)
 	if (!seq)
 		return 0;
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return fail_type(c, seq, "priorities.classes", "a list");
-	count = seq_len(seq);
+		return ys_fail_type(&c->y, seq, "priorities.classes", "a list");
+	count = ys_seq_len(seq);
 	if (count > RULES_CLASSES_MAX)
-		return fail(c, seq->start_mark, "priorities.classes", "more than %d classes",
-			    RULES_CLASSES_MAX);
+		return ys_fail(&c->y, seq->start_mark, "priorities.classes", "more than %d classes",
+			       RULES_CLASSES_MAX);
 	if (count == 0)
 		return 0;
 	r->classes = xcalloc(count, sizeof(*r->classes));
 	if (!r->classes)
-		return fail_oom(c);
+		return ys_fail_oom(&c->y);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = node_at(c, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
 		yaml_node_t *ck[C_N], *cv[C_N];
-		char where[PATH_MAX_LEN], sub[PATH_MAX_LEN];
+		char where[YS_PATH_MAX], sub[YS_PATH_MAX];
 
-		path_index(where, "priorities.classes", i);
-		if (map_fields(c, n, where, ckeys, C_N, ck, cv) < 0)
+		ys_path_index(where, "priorities.classes", i);
+		if (ys_map_fields(&c->y, n, where, ckeys, C_N, ck, cv) < 0)
 			return -1;
 		if (!cv[C_PRIORITY])
-			return fail_missing(c, n, where, "priority", "");
+			return ys_fail_missing(&c->y, n, where, "priority", "");
 		if (!cv[C_MATCH])
-			return fail_missing(c, n, where, "match", "");
-		path_key(sub, where, "priority");
-		if (get_int(c, cv[C_PRIORITY], sub, 0, 3, &num) < 0)
+			return ys_fail_missing(&c->y, n, where, "match", "");
+		ys_path_key(sub, where, "priority");
+		if (ys_int(&c->y, cv[C_PRIORITY], sub, 0, 3, &num) < 0)
 			return -1;
 		r->classes[i].priority = (int)num;
-		path_key(sub, where, "match");
+		ys_path_key(sub, where, "match");
 		if (parse_match(c, cv[C_MATCH], sub, &r->classes[i].m) < 0)
 			return -1;
 		r->nclasses = i + 1;
@@ -1369,37 +951,38 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 	static const char *const where = "shedding.thresholds";
 	yaml_node_t *seen[SHED_PRIORITIES] = {NULL};
 	yaml_node_pair_t *p;
-	char q[PATH_MAX_LEN];
+	char q[YS_PATH_MAX];
 
-	if (expect_mapping(c, map, where) < 0)
+	if (ys_expect_mapping(&c->y, map, where) < 0)
 		return -1;
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = node_at(c, p->key), *v = node_at(c, p->value);
-		char sub[PATH_MAX_LEN];
-		int prio;
+		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
+		char sub[YS_PATH_MAX];
+		int prio, bp;
 
-		if (check_key(c, k, where) < 0)
+		if (ys_check_key(&c->y, k, where) < 0)
 			return -1;
-		if (key_is(k, "0") || key_is(k, "P0"))
-			return fail(c, k->start_mark, where, "P0 is never shed: remove this key");
-		if (key_is(k, "1") || key_is(k, "P1"))
+		if (ys_is(k, "0") || ys_is(k, "P0"))
+			return ys_fail(&c->y, k->start_mark, where, "P0 is never shed: remove this key");
+		if (ys_is(k, "1") || ys_is(k, "P1"))
 			prio = 1;
-		else if (key_is(k, "2") || key_is(k, "P2"))
+		else if (ys_is(k, "2") || ys_is(k, "P2"))
 			prio = 2;
-		else if (key_is(k, "3") || key_is(k, "P3"))
+		else if (ys_is(k, "3") || ys_is(k, "P3"))
 			prio = 3;
 		else
-			return fail(c, k->start_mark, where, "unknown priority %s (expected 1, 2 or 3)",
-				    quote(q, sizeof(q), (const char *)k->data.scalar.value,
-					  k->data.scalar.length));
+			return ys_fail(&c->y, k->start_mark, where, "unknown priority %s (expected 1, 2 or 3)",
+				       ys_quote(q, sizeof(q), (const char *)k->data.scalar.value,
+						k->data.scalar.length));
 		if (seen[prio])
-			return fail(c, k->start_mark, where, "P%d is given twice (first at %zu:%zu)",
-				    prio, seen[prio]->start_mark.line + 1,
-				    seen[prio]->start_mark.column + 1);
+			return ys_fail(&c->y, k->start_mark, where, "P%d is given twice (first at %zu:%zu)",
+				       prio, seen[prio]->start_mark.line + 1,
+				       seen[prio]->start_mark.column + 1);
 		seen[prio] = k;
 		snprintf(sub, sizeof(sub), "%s.%d", where, prio);
-		if (get_percent(c, v, sub, 100, SHED_FULL, true, &sc->threshold_bp[prio]) < 0)
+		if (ys_percent(&c->y, v, sub, 100, SHED_FULL, true, &bp) < 0)
 			return -1;
+		sc->threshold_bp[prio] = bp == YS_OFF ? SHED_NEVER : bp;
 	}
 	/* A less important priority must go first: P1 >= P2 >= P3 ("off"
 	 * counting as above 100%). An inversion is almost surely a typo. */
@@ -1413,9 +996,9 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 
 			fmt_bp(a, sizeof(a), lo);
 			fmt_bp(b, sizeof(b), hi);
-			return fail(c, map->start_mark, where,
-				    "P%d (%s) is shed later than P%d (%s): a less important priority must be shed first",
-				    i, a, i - 1, b);
+			return ys_fail(&c->y, map->start_mark, where,
+				       "P%d (%s) is shed later than P%d (%s): a less important priority must be shed first",
+				       i, a, i - 1, b);
 		}
 	}
 	return 0;
@@ -1429,26 +1012,26 @@ static int parse_shedding(struct ctx *c, yaml_node_t *map)
 	struct shed_config *sc = &c->r->shed;
 	yaml_node_t *k[K_N], *v[K_N];
 
-	if (map_fields(c, map, "shedding", keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, map, "shedding", keys, K_N, k, v) < 0)
 		return -1;
-	if (v[K_IN_USE] && get_name(c, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
+	if (v[K_IN_USE] && get_name(&c->y, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
 		return -1;
-	if (v[K_FREE] && get_name(c, v[K_FREE], "shedding.free", sc->free_arg) < 0)
+	if (v[K_FREE] && get_name(&c->y, v[K_FREE], "shedding.free", sc->free_arg) < 0)
 		return -1;
 	if (strcmp(sc->in_use_arg, sc->free_arg) == 0)
-		return fail(c, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
-			    v[K_FREE] ? "shedding.free" : "shedding.in_use",
-			    "in_use and free must be different arguments");
+		return ys_fail(&c->y, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
+			       v[K_FREE] ? "shedding.free" : "shedding.in_use",
+			       "in_use and free must be different arguments");
 	if (v[K_THRESHOLDS] && parse_thresholds(c, v[K_THRESHOLDS], sc) < 0)
 		return -1;
-	if (v[K_RAMP] && get_percent(c, v[K_RAMP], "shedding.ramp", 0, SHED_FULL, false,
-				     &sc->ramp_bp) < 0)
+	if (v[K_RAMP] && ys_percent(&c->y, v[K_RAMP], "shedding.ramp", 0, SHED_FULL, false,
+				    &sc->ramp_bp) < 0)
 		return -1;
-	if (v[K_RETRY] && get_duration(c, v[K_RETRY], "shedding.retry_after", LIMIT_US_PER_S,
-				       3600 * LIMIT_US_PER_S, "1s to 1h such as 1s",
-				       &sc->retry_after_us) < 0)
+	if (v[K_RETRY] && ys_duration(&c->y, v[K_RETRY], "shedding.retry_after", LIMIT_US_PER_S,
+				      3600 * LIMIT_US_PER_S, "1s to 1h such as 1s",
+				      &sc->retry_after_us) < 0)
 		return -1;
-	if (v[K_SHADOW] && get_bool(c, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
+	if (v[K_SHADOW] && ys_bool(&c->y, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
 		return -1;
 	return 0;
 }
@@ -1489,46 +1072,46 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	yaml_node_t *k[K_N], *v[K_N];
 	long long num;
 
-	if (map_fields(c, root, "", keys, K_N, k, v) < 0)
+	if (ys_map_fields(&c->y, root, "", keys, K_N, k, v) < 0)
 		return -1;
 	if (v[K_LISTEN]) {
-		char q[PATH_MAX_LEN];
+		char q[YS_PATH_MAX];
 
-		if (get_cstr(c, v[K_LISTEN], "listen", s->listen, sizeof(s->listen)) < 0)
+		if (ys_cstr(&c->y, v[K_LISTEN], "listen", s->listen, sizeof(s->listen)) < 0)
 			return -1;
 		if (!valid_hostport(s->listen, 255))
-			return fail(c, v[K_LISTEN]->start_mark, "listen",
-				    "expected ADDR:PORT such as 127.0.0.1:12345, got %s",
-				    quote(q, sizeof(q), s->listen, strlen(s->listen)));
+			return ys_fail(&c->y, v[K_LISTEN]->start_mark, "listen",
+				       "expected ADDR:PORT such as 127.0.0.1:12345, got %s",
+				       ys_quote(q, sizeof(q), s->listen, strlen(s->listen)));
 		s->has_listen = true;
 	}
 	if (v[K_THREADS]) {
-		if (get_int(c, v[K_THREADS], "threads", 1, 256, &num) < 0)
+		if (ys_int(&c->y, v[K_THREADS], "threads", 1, 256, &num) < 0)
 			return -1;
 		s->threads = (int)num;
 		s->has_threads = true;
 	}
 	if (v[K_STORE] && parse_store(c, v[K_STORE]) < 0)
 		return -1;
-	if (v[K_FAILURE] && get_failure(c, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
+	if (v[K_FAILURE] && get_failure(&c->y, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
 		return -1;
 	if (v[K_IDENTITY]) {
 		struct rules_names ids;
 
 		memset(&ids, 0, sizeof(ids));
-		if (string_or_list(c, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
-				   identity_item, &ids) < 0)
+		if (ys_string_or_list(&c->y, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
+				      identity_item, &ids) < 0)
 			return -1;
 		r->identity = ids;
 	}
-	if (v[K_SHADOW] && get_bool(c, v[K_SHADOW], "shadow", &r->shadow) < 0)
+	if (v[K_SHADOW] && ys_bool(&c->y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
-	if (v[K_COST] && get_name(c, v[K_COST], "cost_argument", r->cost_arg) < 0)
+	if (v[K_COST] && get_name(&c->y, v[K_COST], "cost_argument", r->cost_arg) < 0)
 		return -1;
 	if (v[K_LIMITS] && v[K_TIERS])
-		return fail(c, k[K_LIMITS]->start_mark, "limits",
-			    "limits (the one rule \"default\" of every client) and tiers "
-			    "exclude each other: put the limits in a tier");
+		return ys_fail(&c->y, k[K_LIMITS]->start_mark, "limits",
+			       "limits (the one rule \"default\" of every client) and tiers "
+			       "exclude each other: put the limits in a tier");
 	if (parse_tiers(c, v[K_TIERS]) < 0)
 		return -1;
 	/* Without tiers, top-level limits replace those of the built-in
@@ -1546,178 +1129,6 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	if (v[K_SHEDDING] && parse_shedding(c, v[K_SHEDDING]) < 0)
 		return -1;
 	return 0;
-}
-
-/* Line and column (from 1) of a byte offset, for reader errors, which
- * libyaml reports as an offset. */
-static void offset_mark(const char *buf, size_t len, size_t off, size_t *line, size_t *col)
-{
-	size_t l = 1, start = 0;
-
-	if (off > len)
-		off = len;
-	for (size_t i = 0; i < off; i++) {
-		if (buf[i] == '\n') {
-			l++;
-			start = i + 1;
-		}
-	}
-	*line = l;
-	*col = off - start + 1;
-}
-
-/* True when line `line` (from 0) of buf is indented with a tab, which
- * YAML forbids and which libyaml reports in terms of tokens. */
-static bool tab_indented(const char *buf, size_t len, size_t line)
-{
-	size_t i = 0;
-
-	for (size_t l = 0; l < line && i < len; i++)
-		if (buf[i] == '\n')
-			l++;
-	for (; i < len && (buf[i] == ' ' || buf[i] == '\t'); i++)
-		if (buf[i] == '\t')
-			return true;
-	return false;
-}
-
-static void yaml_failure(const yaml_parser_t *p, const char *buf, size_t len, const char *name,
-			 char *err, size_t errlen)
-{
-	const char *hint = "";
-	size_t line, col;
-
-	switch (p->error) {
-	case YAML_MEMORY_ERROR:
-		snprintf(err, errlen, "%s: out of memory", name);
-		return;
-	case YAML_READER_ERROR:
-		offset_mark(buf, len, p->problem_offset, &line, &col);
-		if (p->problem_value != -1)
-			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s (byte 0x%02x)", name, line, col,
-				 p->problem ? p->problem : "unreadable input",
-				 (unsigned)p->problem_value & 0xffu);
-		else
-			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s", name, line, col,
-				 p->problem ? p->problem : "unreadable input");
-		return;
-	case YAML_SCANNER_ERROR:
-	case YAML_PARSER_ERROR:
-	case YAML_COMPOSER_ERROR:
-		if (tab_indented(buf, len, p->problem_mark.line))
-			hint = "; indent with spaces, not tabs";
-		if (p->context)
-			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s (%s at %zu:%zu%s)", name,
-				 p->problem_mark.line + 1, p->problem_mark.column + 1,
-				 p->problem ? p->problem : "syntax error", p->context,
-				 p->context_mark.line + 1, p->context_mark.column + 1, hint);
-		else
-			snprintf(err, errlen, "%s:%zu:%zu: YAML: %s%s%s%s", name,
-				 p->problem_mark.line + 1, p->problem_mark.column + 1,
-				 p->problem ? p->problem : "syntax error", hint[0] ? " (" : "",
-				 hint[0] ? hint + 2 : "", hint[0] ? ")" : "");
-		return;
-	case YAML_NO_ERROR:
-	case YAML_WRITER_ERROR:
-	case YAML_EMITTER_ERROR:
-		break;
-	}
-	snprintf(err, errlen, "%s: YAML: cannot parse", name);
-}
-
-/* Bounds of the pre-scan below. The format needs 7 levels of nesting; a
- * large real file has a few thousand nodes and a handful of anchors. */
-#define DEPTH_MAX 32
-#define NODES_MAX 200000
-#define ANCHORS_MAX 256
-#define ALIASES_MAX 4096
-
-/* A first pass over the parser's events, in constant memory, before
- * libyaml's loader builds the document. It refuses what would make that
- * slow: libyaml's scanner spends time proportional to the depth on every
- * token (a 2 MB file of "[" would take hours), its loader compares every
- * anchor with all earlier ones and looks each alias up linearly, and a
- * document costs about 150 bytes per node. Syntax errors are reported
- * here, with the same messages as the loader's. Returns 0, or -1 with err
- * set. */
-static int prescan(const char *buf, size_t len, const char *name, char *err, size_t errlen)
-{
-	yaml_parser_t p;
-	yaml_event_t ev;
-	int depth = 0, rc = 0;
-	size_t nodes = 0, anchors = 0, aliases = 0;
-	bool done = false;
-
-	if (!yaml_parser_initialize(&p)) {
-		snprintf(err, errlen, "%s: out of memory", name);
-		return -1;
-	}
-	yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
-	while (!done && rc == 0) {
-		const char *too_many = NULL;
-		const yaml_char_t *anchor = NULL;
-		size_t limit = 0;
-
-		if (!yaml_parser_parse(&p, &ev)) {
-			yaml_failure(&p, buf, len, name, err, errlen);
-			rc = -1;
-			break;
-		}
-		switch (ev.type) {
-		case YAML_SEQUENCE_START_EVENT:
-			anchor = ev.data.sequence_start.anchor;
-			depth++;
-			nodes++;
-			break;
-		case YAML_MAPPING_START_EVENT:
-			anchor = ev.data.mapping_start.anchor;
-			depth++;
-			nodes++;
-			break;
-		case YAML_SCALAR_EVENT:
-			anchor = ev.data.scalar.anchor;
-			nodes++;
-			break;
-		case YAML_ALIAS_EVENT:
-			if (++aliases > ALIASES_MAX) {
-				too_many = "aliases (*name)";
-				limit = ALIASES_MAX;
-			}
-			break;
-		case YAML_SEQUENCE_END_EVENT:
-		case YAML_MAPPING_END_EVENT:
-			depth--;
-			break;
-		case YAML_STREAM_END_EVENT:
-			done = true;
-			break;
-		case YAML_NO_EVENT:
-		case YAML_STREAM_START_EVENT:
-		case YAML_DOCUMENT_START_EVENT:
-		case YAML_DOCUMENT_END_EVENT:
-			break;
-		}
-		if (anchor && ++anchors > ANCHORS_MAX) {
-			too_many = "anchors (&name)";
-			limit = ANCHORS_MAX;
-		}
-		if (nodes > NODES_MAX) {
-			too_many = "values";
-			limit = NODES_MAX;
-		}
-		if (depth > DEPTH_MAX) {
-			snprintf(err, errlen, "%s:%zu:%zu: nested deeper than %d levels", name,
-				 ev.start_mark.line + 1, ev.start_mark.column + 1, DEPTH_MAX);
-			rc = -1;
-		} else if (too_many) {
-			snprintf(err, errlen, "%s:%zu:%zu: more than %zu %s", name,
-				 ev.start_mark.line + 1, ev.start_mark.column + 1, limit, too_many);
-			rc = -1;
-		}
-		yaml_event_delete(&ev);
-	}
-	yaml_parser_delete(&p);
-	return rc;
 }
 
 static void free_parts(struct rules *r)
@@ -1739,8 +1150,6 @@ static void free_parts(struct rules *r)
 struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, char *err,
 				size_t errlen)
 {
-	yaml_parser_t parser;
-	yaml_document_t doc, extra;
 	yaml_node_t *root;
 	struct ctx c;
 	struct rules *r = NULL;
@@ -1760,55 +1169,26 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 		snprintf(err, errlen, "%s: larger than %u bytes", name, RULES_FILE_MAX);
 		return NULL;
 	}
-	if (prescan(buf, len, name, err, errlen) < 0)
-		return NULL;
-	if (!yaml_parser_initialize(&parser)) {
-		snprintf(err, errlen, "%s: out of memory", name);
-		return NULL;
-	}
-	yaml_parser_set_input_string(&parser, (const unsigned char *)buf, len);
-	if (!yaml_parser_load(&parser, &doc)) {
-		yaml_failure(&parser, buf, len, name, err, errlen);
-		yaml_parser_delete(&parser);
-		return NULL;
-	}
-	root = yaml_document_get_root_node(&doc);
+	memset(&c, 0, sizeof(c));
+	if (ys_open(&c.y, buf, len, name, err, errlen, &root) < 0)
+		goto out;
 	if (!root) {
 		snprintf(err, errlen,
 			 "%s: no settings (the file is empty or only comments); write {} to keep every default",
 			 name);
 		goto out;
 	}
-	/* One document only: a second one would be silently ignored. */
-	if (!yaml_parser_load(&parser, &extra)) {
-		yaml_failure(&parser, buf, len, name, err, errlen);
-		goto out;
-	}
-	if (yaml_document_get_root_node(&extra)) {
-		snprintf(err, errlen, "%s:%zu:%zu: a second YAML document (one document per file)",
-			 name, extra.start_mark.line + 1, extra.start_mark.column + 1);
-		yaml_document_delete(&extra);
-		goto out;
-	}
-	yaml_document_delete(&extra);
-
 	r = xcalloc(1, sizeof(*r));
 	if (!r) {
-		snprintf(err, errlen, "%s: out of memory", name);
+		ys_fail_oom(&c.y);
 		goto out;
 	}
 	rules_init_defaults(r, name);
-	memset(&c, 0, sizeof(c));
-	c.doc = &doc;
-	c.name = name;
-	c.err = err;
-	c.errlen = errlen;
 	c.r = r;
 	rc = parse_root(&c, root);
 	xfree(c.marks);
 out:
-	yaml_document_delete(&doc);
-	yaml_parser_delete(&parser);
+	ys_close(&c.y);
 	if (rc < 0) {
 		if (r)
 			free_parts(r);
@@ -2286,3 +1666,4 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 		out->free_conns = free_conns;
 	}
 }
+
