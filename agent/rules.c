@@ -25,6 +25,7 @@
 
 #include "alloc.h"
 #include "identity.h"
+#include "settings.h"
 #include "yaml_strict.h"
 
 /* ---- loaded rules ----------------------------------------------------------- */
@@ -77,7 +78,7 @@ struct arena_block {
 
 struct rules {
 	char source[256];
-	struct rules_settings settings;
+	struct settings settings;
 	struct rules_names identity;
 	char cost_arg[RULES_NAME_MAX];
 	char tier_arg[RULES_NAME_MAX];
@@ -147,165 +148,7 @@ static int get_failure(struct ys *y, yaml_node_t *n, const char *where, enum rul
 	return 0;
 }
 
-/* ---- settings ---------------------------------------------------------------------- */
-
-static bool all_digits(const char *s, size_t len)
-{
-	if (len == 0)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-	return true;
-}
-
-/* HOST:PORT or [V6]:PORT, host at most host_max bytes, port 1..65535. */
-static bool valid_hostport(const char *s, size_t host_max)
-{
-	const char *colon, *port;
-	size_t hlen, plen;
-	long v = 0;
-
-	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-
-		if (!rb || rb[1] != ':')
-			return false;
-		hlen = (size_t)(rb - s - 1);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			return false;
-		hlen = (size_t)(colon - s);
-	}
-	if (hlen == 0 || hlen > host_max)
-		return false;
-	for (const char *h = s; h < colon; h++)
-		if ((unsigned char)*h <= ' ' || *h == '/')
-			return false;
-	port = colon + 1;
-	plen = strlen(port);
-	if (!all_digits(port, plen) || plen > 5)
-		return false;
-	for (size_t i = 0; i < plen; i++)
-		v = v * 10 + (port[i] - '0');
-	return v >= 1 && v <= 65535;
-}
-
-/* A byte of an environment variable's name. */
-static bool env_char(char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       ch == '_';
-}
-
-static int parse_store(struct ctx *c, yaml_node_t *map)
-{
-	enum { K_TYPE, K_ADDRESS, K_USER, K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
-	static const char *const keys[K_N] = {"type", "address", "user",
-					      "password", "timeout", "agents"};
-	static const char *const types[] = {"memory", "redis"};
-	struct rules_settings *s = &c->r->settings;
-	yaml_node_t *k[K_N], *v[K_N];
-	int type = 0;
-	long long num;
-	int64_t us;
-
-	if (ys_map_fields(&c->y, map, "store", keys, K_N, k, v) < 0)
-		return -1;
-	if (v[K_TYPE]) {
-		if (ys_word(&c->y, v[K_TYPE], "store.type", types, 2, "memory or redis", &type) < 0)
-			return -1;
-		s->has_store = true;
-		s->store = type == 1 ? RULES_STORE_REDIS : RULES_STORE_MEMORY;
-	}
-	if (type == 0) {
-		/* Keys that would have no effect are errors: an operator who
-		 * wrote an address expects Redis to be used. */
-		for (int i = K_ADDRESS; i < K_N; i++) {
-			char where[YS_PATH_MAX];
-
-			if (!k[i])
-				continue;
-			ys_path_key(where, "store", keys[i]);
-			return ys_fail(&c->y, k[i]->start_mark, where,
-				       "applies to type redis only (add type: redis)");
-		}
-		return 0;
-	}
-	if (v[K_ADDRESS]) {
-		if (ys_cstr(&c->y, v[K_ADDRESS], "store.address", s->address, sizeof(s->address)) < 0)
-			return -1;
-		if (s->address[0] == '/' ? strlen(s->address) > 255
-					 : !valid_hostport(s->address, 255)) {
-			char q[YS_PATH_MAX];
-
-			return ys_fail(&c->y, v[K_ADDRESS]->start_mark, "store.address",
-				       "expected HOST:PORT or a socket path, got %s",
-				       ys_quote(q, sizeof(q), s->address, strlen(s->address)));
-		}
-		s->has_address = true;
-	}
-	if (v[K_USER]) {
-		if (ys_cstr(&c->y, v[K_USER], "store.user", s->user, sizeof(s->user)) < 0)
-			return -1;
-		s->has_user = true;
-	}
-	if (v[K_PASSWORD]) {
-		const char *p;
-		size_t len;
-
-		if (ys_text(&c->y, v[K_PASSWORD], "store.password", &p, &len) < 0)
-			return -1;
-		/* "${NAME}" keeps the secret out of the file. */
-		if (len > 3 && p[0] == '$' && p[1] == '{' && p[len - 1] == '}') {
-			char var[128];
-			const char *val;
-			size_t vlen = len - 3;
-
-			if (vlen >= sizeof(var))
-				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
-					       "environment variable name longer than %zu bytes",
-					       sizeof(var) - 1);
-			memcpy(var, p + 2, vlen);
-			var[vlen] = '\0';
-			for (size_t i = 0; i < vlen; i++)
-				if (!env_char(var[i]))
-					return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
-						       "\"${...}\" must name an environment variable (A-Z a-z 0-9 _)");
-			val = getenv(var);
-			if (!val)
-				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
-					       "environment variable %s is not set", var);
-			if (!*val)
-				return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
-					       "environment variable %s is empty", var);
-			p = val;
-			len = strlen(val);
-		}
-		if (len >= sizeof(s->password))
-			return ys_fail(&c->y, v[K_PASSWORD]->start_mark, "store.password",
-				       "longer than %zu bytes", sizeof(s->password) - 1);
-		memcpy(s->password, p, len);
-		s->password[len] = '\0';
-		s->has_password = true;
-	}
-	if (v[K_TIMEOUT]) {
-		if (ys_duration(&c->y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
-				"1ms to 60s such as 20ms", &us) < 0)
-			return -1;
-		s->timeout_ms = (int)((us + 999) / 1000);
-		s->has_timeout = true;
-	}
-	if (v[K_AGENTS]) {
-		if (ys_int(&c->y, v[K_AGENTS], "store.agents", 1, 10000, &num) < 0)
-			return -1;
-		s->agents = (int)num;
-		s->has_agents = true;
-	}
-	return 0;
-}
+/* ---- identity ---------------------------------------------------------------------- */
 
 static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
@@ -1040,15 +883,8 @@ static int parse_shedding(struct ctx *c, yaml_node_t *map)
 
 static void rules_init_defaults(struct rules *r, const char *name)
 {
-	struct rules_settings *s = &r->settings;
-
 	snprintf(r->source, sizeof(r->source), "%s", name);
-	snprintf(s->listen, sizeof(s->listen), "127.0.0.1:12345");
-	s->threads = 0;
-	s->store = RULES_STORE_MEMORY;
-	snprintf(s->address, sizeof(s->address), "127.0.0.1:6379");
-	s->timeout_ms = 20;
-	s->agents = 1;
+	settings_defaults(&r->settings);
 	snprintf(r->identity.name[0], RULES_NAME_MAX, "api_key");
 	snprintf(r->identity.name[1], RULES_NAME_MAX, "user");
 	snprintf(r->identity.name[2], RULES_NAME_MAX, "ip");
@@ -1059,39 +895,25 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	shed_config_defaults(&r->shed);
 }
 
+/* The root holds the settings' keys, then those of the rules: one
+ * mapping, so that an unknown key lists them all. */
 static int parse_root(struct ctx *c, yaml_node_t *root)
 {
-	enum { K_LISTEN, K_THREADS, K_STORE, K_FAILURE, K_IDENTITY, K_SHADOW, K_COST,
-	       K_LIMITS, K_TIERS, K_ENDPOINTS, K_PRIORITIES, K_SHEDDING, K_N };
-	static const char *const keys[K_N] = {
-		"listen", "threads", "store", "on_store_failure", "identity", "shadow",
-		"cost_argument", "limits", "tiers", "endpoints", "priorities", "shedding",
+	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_LIMITS, K_TIERS, K_ENDPOINTS,
+	       K_PRIORITIES, K_SHEDDING, K_N };
+	static const char *const rules_keys[K_N] = {
+		"on_store_failure", "identity", "shadow", "cost_argument", "limits",
+		"tiers", "endpoints", "priorities", "shedding",
 	};
+	const char *keys[SETTINGS_NKEYS + K_N];
+	yaml_node_t *all_k[SETTINGS_NKEYS + K_N], *all_v[SETTINGS_NKEYS + K_N];
+	yaml_node_t **k = all_k + SETTINGS_NKEYS, **v = all_v + SETTINGS_NKEYS;
 	struct rules *r = c->r;
-	struct rules_settings *s = &r->settings;
-	yaml_node_t *k[K_N], *v[K_N];
-	long long num;
 
-	if (ys_map_fields(&c->y, root, "", keys, K_N, k, v) < 0)
-		return -1;
-	if (v[K_LISTEN]) {
-		char q[YS_PATH_MAX];
-
-		if (ys_cstr(&c->y, v[K_LISTEN], "listen", s->listen, sizeof(s->listen)) < 0)
-			return -1;
-		if (!valid_hostport(s->listen, 255))
-			return ys_fail(&c->y, v[K_LISTEN]->start_mark, "listen",
-				       "expected ADDR:PORT such as 127.0.0.1:12345, got %s",
-				       ys_quote(q, sizeof(q), s->listen, strlen(s->listen)));
-		s->has_listen = true;
-	}
-	if (v[K_THREADS]) {
-		if (ys_int(&c->y, v[K_THREADS], "threads", 1, 256, &num) < 0)
-			return -1;
-		s->threads = (int)num;
-		s->has_threads = true;
-	}
-	if (v[K_STORE] && parse_store(c, v[K_STORE]) < 0)
+	memcpy(keys, settings_keys, sizeof(settings_keys));
+	memcpy(keys + SETTINGS_NKEYS, rules_keys, sizeof(rules_keys));
+	if (ys_map_fields(&c->y, root, "", keys, SETTINGS_NKEYS + K_N, all_k, all_v) < 0 ||
+	    settings_parse(&c->y, all_v, &r->settings) < 0)
 		return -1;
 	if (v[K_FAILURE] && get_failure(&c->y, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
 		return -1;
@@ -1279,19 +1101,7 @@ void rules_free(struct rules *r)
 
 /* ---- accessors --------------------------------------------------------------------------------- */
 
-const struct rules_settings *rules_settings(const struct rules *r) { return &r->settings; }
-
-bool rules_settings_equal(const struct rules_settings *a, const struct rules_settings *b)
-{
-	return a->has_listen == b->has_listen && strcmp(a->listen, b->listen) == 0 &&
-	       a->has_threads == b->has_threads && a->threads == b->threads &&
-	       a->has_store == b->has_store && a->store == b->store &&
-	       a->has_address == b->has_address && strcmp(a->address, b->address) == 0 &&
-	       a->has_user == b->has_user && strcmp(a->user, b->user) == 0 &&
-	       a->has_password == b->has_password && strcmp(a->password, b->password) == 0 &&
-	       a->has_timeout == b->has_timeout && a->timeout_ms == b->timeout_ms &&
-	       a->has_agents == b->has_agents && a->agents == b->agents;
-}
+const struct settings *rules_settings(const struct rules *r) { return &r->settings; }
 
 const char *rules_source(const struct rules *r) { return r->source; }
 const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }

@@ -20,8 +20,10 @@
 
 #include <cmocka.h>
 
+#include "addr.h"
 #include "alloc.h"
 #include "rules.h"
+#include "settings.h"
 #include "spop.h"
 
 #define S LIMIT_US_PER_S
@@ -31,6 +33,14 @@
 #define ERR_FIXTURES 124
 
 static char err[1024];
+
+/* An address as the file would write it. */
+static const char *addr_str(const struct addr *a)
+{
+	static char buf[ADDR_HOST_MAX + 16];
+
+	return addr_format(a, buf, sizeof(buf));
+}
 
 static struct rules *load(const char *yaml)
 {
@@ -174,7 +184,7 @@ static void test_args_from_kv(void **unused)
 
 static void check_defaults(const struct rules *r)
 {
-	const struct rules_settings *s = rules_settings(r);
+	const struct settings *s = rules_settings(r);
 	const struct rules_rule *d;
 	const struct shed_config *sh;
 	struct rules_args a;
@@ -182,10 +192,10 @@ static void check_defaults(const struct rules *r)
 
 	assert_false(s->has_listen || s->has_threads || s->has_store || s->has_address ||
 		     s->has_user || s->has_password || s->has_timeout || s->has_agents);
-	assert_string_equal(s->listen, "127.0.0.1:12345");
+	assert_string_equal(addr_str(&s->listen), "127.0.0.1:12345");
 	assert_int_equal(s->threads, 0);
-	assert_int_equal(s->store, RULES_STORE_MEMORY);
-	assert_string_equal(s->address, "127.0.0.1:6379");
+	assert_int_equal(s->store, SETTINGS_STORE_MEMORY);
+	assert_string_equal(addr_str(&s->address), "127.0.0.1:6379");
 	assert_int_equal(s->timeout_ms, 20);
 	assert_int_equal(s->agents, 1);
 	assert_int_equal(rules_identity(r)->n, 3);
@@ -270,7 +280,7 @@ static void check_limit(const struct rules_rule *rule, size_t i, uint64_t quota,
 static void test_example(void **unused)
 {
 	struct rules *r = rules_load(EXAMPLE, err, sizeof(err));
-	const struct rules_settings *s;
+	const struct settings *s;
 	const struct rules_rule *x;
 	const struct shed_config *sh;
 	struct rules_args a;
@@ -282,11 +292,11 @@ static void test_example(void **unused)
 		fail_msg("%s", err);
 	s = rules_settings(r);
 	assert_true(s->has_listen);
-	assert_string_equal(s->listen, "127.0.0.1:12345");
+	assert_string_equal(addr_str(&s->listen), "127.0.0.1:12345");
 	assert_true(s->has_store);
-	assert_int_equal(s->store, RULES_STORE_REDIS);
+	assert_int_equal(s->store, SETTINGS_STORE_REDIS);
 	assert_true(s->has_address);
-	assert_string_equal(s->address, "127.0.0.1:6379");
+	assert_string_equal(addr_str(&s->address), "127.0.0.1:6379");
 	assert_true(s->has_timeout);
 	assert_int_equal(s->timeout_ms, 20);
 	assert_false(s->has_user || s->has_password || s->has_threads || s->has_agents);
@@ -385,7 +395,7 @@ static void test_example(void **unused)
 static void test_full_fixture(void **unused)
 {
 	struct rules *r, *r2;
-	const struct rules_settings *s;
+	const struct settings *s;
 	const struct rules_rule *x;
 	const struct shed_config *sh;
 
@@ -396,10 +406,12 @@ static void test_full_fixture(void **unused)
 	s = rules_settings(r);
 	assert_true(s->has_listen && s->has_threads && s->has_store && s->has_address &&
 		    s->has_user && s->has_password && s->has_timeout && s->has_agents);
-	assert_string_equal(s->listen, "[::1]:9000");
+	assert_string_equal(s->listen.host, "::1");
+	assert_string_equal(s->listen.port, "9000");
 	assert_int_equal(s->threads, 4);
-	assert_int_equal(s->store, RULES_STORE_REDIS);
-	assert_string_equal(s->address, "/run/redis/redis.sock");
+	assert_int_equal(s->store, SETTINGS_STORE_REDIS);
+	assert_string_equal(s->address.path, "/run/redis/redis.sock");
+	assert_string_equal(s->address.host, "");
 	assert_string_equal(s->user, "spoa");
 	assert_string_equal(s->password, "s3cret!");
 	assert_int_equal(s->timeout_ms, 2);
@@ -459,15 +471,15 @@ static void test_full_fixture(void **unused)
 	/* Settings compare equal across loads of the same file only. */
 	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
 	assert_non_null(r2);
-	assert_true(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	assert_true(settings_equal(rules_settings(r), rules_settings(r2)));
 	rules_free(r2);
 	r2 = rules_default();
-	assert_false(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	assert_false(settings_equal(rules_settings(r), rules_settings(r2)));
 	rules_free(r2);
 	setenv("RL_TEST_PASSWORD", "other", 1);
 	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
 	assert_non_null(r2);
-	assert_false(rules_settings_equal(rules_settings(r), rules_settings(r2)));
+	assert_false(settings_equal(rules_settings(r), rules_settings(r2)));
 	rules_free(r2);
 	rules_free(r);
 }
@@ -848,12 +860,13 @@ static void test_settings_values(void **unused)
 
 	r = load("store: { type: memory }");
 	assert_true(rules_settings(r)->has_store);
-	assert_int_equal(rules_settings(r)->store, RULES_STORE_MEMORY);
+	assert_int_equal(rules_settings(r)->store, SETTINGS_STORE_MEMORY);
 	rules_free(r);
 	r = load("store: { type: redis, address: \"[2001:db8::1]:6380\", timeout: 1s }\nlisten: \"0.0.0.0:1\"");
-	assert_string_equal(rules_settings(r)->address, "[2001:db8::1]:6380");
+	assert_string_equal(rules_settings(r)->address.host, "2001:db8::1");
+	assert_string_equal(rules_settings(r)->address.port, "6380");
 	assert_int_equal(rules_settings(r)->timeout_ms, 1000);
-	assert_string_equal(rules_settings(r)->listen, "0.0.0.0:1");
+	assert_string_equal(addr_str(&rules_settings(r)->listen), "0.0.0.0:1");
 	assert_true(rules_settings(r)->has_address);
 	assert_false(rules_settings(r)->has_user);
 	rules_free(r);
