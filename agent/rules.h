@@ -6,19 +6,20 @@
  * docs/rules.md is the operators' reference of the format;
  * examples/rules.yaml a complete example.
  *
- * Loading is strict: an unknown key, a wrong type, a duplicate, a value out
- * of range or a YAML syntax error rejects the whole file with one message
- * "FILE:LINE:COL: where: problem" (lines and columns from 1), so a typo
- * can never pass silently and a reload can keep the rules in force.
+ * Loading (rules_load.c) is strict: an unknown key, a wrong type, a
+ * duplicate, a value out of range or a YAML syntax error rejects the whole
+ * file with one message "FILE:LINE:COL: where: problem" (lines and columns
+ * from 1), so a typo can never pass silently and a reload can keep the
+ * rules in force.
  *
  * A loaded `struct rules` is immutable: any number of threads may classify
  * against it at once without locks. It is freed as a whole by rules_free()
  * once no thread uses it any more (the caller's reload scheme decides
  * when).
  *
- * Classification (rules_classify) is pure: no I/O, no clock, no allocation.
- * It reads only the message arguments the caller collected, compares bytes
- * exactly (same length, same bytes; hosts ignoring ASCII case) and never
+ * Classification (rules_classify.c) is pure: no I/O, no clock, no
+ * allocation, and no YAML linked in. It reads only the message arguments
+ * the caller collected, compares bytes exactly (same length, same bytes; hosts ignoring ASCII case) and never
  * reads past an argument's length. Its cost is linear in the number of
  * endpoints and priority classes, which are capped (RULES_ENDPOINTS_MAX,
  * RULES_CLASSES_MAX), like every list of the file, so neither loading nor

@@ -13,7 +13,7 @@
 
 #include "limiter.h"
 
-/* ---- messages ------------------------------------------------------------------ */
+/* ---- messages ------------------------------------------------------------ */
 
 int ys_fail(struct ys *y, yaml_mark_t mark, const char *where, const char *fmt, ...)
 {
@@ -92,7 +92,7 @@ void ys_path_index(char *out, const char *parent, size_t i)
 	path_join(out, parent, "", idx);
 }
 
-/* ---- nodes ----------------------------------------------------------------------- */
+/* ---- nodes --------------------------------------------------------------- */
 
 yaml_node_t *ys_node(struct ys *y, int index)
 {
@@ -220,7 +220,7 @@ int ys_fail_missing(struct ys *y, const yaml_node_t *map, const char *where, con
 	return ys_fail(y, map->start_mark, where, "missing key \"%s\"%s", key, hint);
 }
 
-/* ---- scalars ---------------------------------------------------------------------- */
+/* ---- scalars ------------------------------------------------------------- */
 
 int ys_text(struct ys *y, yaml_node_t *n, const char *where, const char **s, size_t *len)
 {
@@ -405,7 +405,7 @@ int ys_word(struct ys *y, yaml_node_t *n, const char *where, const char *const *
 	return ys_fail_type(y, n, where, expect);
 }
 
-/* ---- lists ------------------------------------------------------------------------ */
+/* ---- lists --------------------------------------------------------------- */
 
 int ys_string_or_list(struct ys *y, yaml_node_t *n, const char *where, size_t max,
 		      const char *what, ys_item_fn each, void *arg)
@@ -440,7 +440,7 @@ size_t ys_list_count(const yaml_node_t *n, size_t max)
 	return count > max ? max : count;
 }
 
-/* ---- the document ------------------------------------------------------------------ */
+/* ---- the document -------------------------------------------------------- */
 
 /* Line and column (from 1) of a byte offset, for reader errors, which
  * libyaml reports as an offset. */
