@@ -102,7 +102,8 @@ static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t
 		return -1;
 	for (size_t j = 0; j < i; j++)
 		if (strcmp(ids->name[j], ids->name[i]) == 0)
-			return ys_fail(y, n->start_mark, where, "\"%s\" is listed twice", ids->name[i]);
+			return ys_fail(y, n->start_mark, where, "\"%s\" is listed twice",
+				       ids->name[i]);
 	ids->n = i + 1;
 	return 0;
 }
@@ -112,6 +113,7 @@ static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t
 static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 			    struct limit_spec *out)
 {
+	struct ys *y = &c->y;
 	enum { K_RATE, K_BURST, K_ALGO, K_N };
 	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
 	static const char *const algos[] = {"token", "sliding", "fixed"};
@@ -122,28 +124,28 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 	long long burst = 0;
 	int algo = 0;
 
-	if (ys_map_fields(&c->y, map, where, keys, K_N, k, v) < 0)
+	if (ys_map_fields(y, map, where, keys, K_N, k, v) < 0)
 		return -1;
 	if (!v[K_RATE])
-		return ys_fail_missing(&c->y, map, where, "rate", " (such as rate: 100/1m)");
+		return ys_fail_missing(y, map, where, "rate", " (such as rate: 100/1m)");
 	ys_path_key(sub, where, "rate");
-	if (ys_text(&c->y, v[K_RATE], sub, &s, &len) < 0)
+	if (ys_text(y, v[K_RATE], sub, &s, &len) < 0)
 		return -1;
 	if (limit_parse(s, out, msg, sizeof(msg)) < 0)
-		return ys_fail(&c->y, v[K_RATE]->start_mark, sub, "%s", msg);
+		return ys_fail(y, v[K_RATE]->start_mark, sub, "%s", msg);
 	if (v[K_ALGO]) {
 		ys_path_key(sub, where, "algorithm");
-		if (ys_word(&c->y, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
+		if (ys_word(y, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
 			return -1;
 		out->algo = algo == 0 ? LIMIT_TOKEN_BUCKET
 			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
 	}
 	if (v[K_BURST]) {
 		ys_path_key(sub, where, "burst");
-		if (ys_int(&c->y, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
+		if (ys_int(y, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
 			return -1;
 		if (out->algo != LIMIT_TOKEN_BUCKET)
-			return ys_fail(&c->y, k[K_BURST]->start_mark, sub,
+			return ys_fail(y, k[K_BURST]->start_mark, sub,
 				       "burst applies to the token bucket only (algorithm: token)");
 		out->burst = (uint64_t)burst;
 	}
@@ -153,16 +155,17 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 			struct rules_rule *rule)
 {
+	struct ys *y = &c->y;
 	char item[YS_PATH_MAX], msg[256];
 	size_t count;
 
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return ys_fail_type(&c->y, seq, where, "a list of limits");
+		return ys_fail_type(y, seq, where, "a list of limits");
 	count = ys_seq_len(seq);
 	if (count > RULES_LIMITS_MAX)
-		return ys_fail(&c->y, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
+		return ys_fail(y, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_seq_item(y, seq, i);
 		struct limit_spec *l = &rule->limits[i];
 
 		ys_path_index(item, where, i);
@@ -174,11 +177,11 @@ static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 			size_t len;
 
 			if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
-				return ys_fail_type(&c->y, n, item, "a limit such as 100/1m");
-			if (ys_text(&c->y, n, item, &s, &len) < 0)
+				return ys_fail_type(y, n, item, "a limit such as 100/1m");
+			if (ys_text(y, n, item, &s, &len) < 0)
 				return -1;
 			if (limit_parse(s, l, msg, sizeof(msg)) < 0)
-				return ys_fail(&c->y, n->start_mark, item, "%s", msg);
+				return ys_fail(y, n->start_mark, item, "%s", msg);
 		}
 		/* Policy names are "<rule>-<period>": periods must differ. */
 		for (size_t j = 0; j < i; j++) {
@@ -186,7 +189,7 @@ static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 				char period[32];
 
 				limit_format_period(l->period_us, period, sizeof(period));
-				return ys_fail(&c->y, n->start_mark, item,
+				return ys_fail(y, n->start_mark, item,
 					       "a limit of period %s is already in this rule (limits[%zu])",
 					       period, j);
 			}
@@ -204,29 +207,30 @@ static const char *const rule_keys[R_N] = {"name", "match", "limits",
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rules_rule *rule)
 {
+	struct ys *y = &c->y;
 	char sub[YS_PATH_MAX];
 	long long cost;
 
 	rule->on_failure = c->r->on_failure;
 	rule->cost = 1;
 	if (!v[R_LIMITS])
-		return ys_fail_missing(&c->y, body, where, "limits", " (write limits: [] for no limit)");
+		return ys_fail_missing(y, body, where, "limits", " (write limits: [] for no limit)");
 	ys_path_key(sub, where, "limits");
 	if (parse_limits(c, v[R_LIMITS], sub, rule) < 0)
 		return -1;
 	if (v[R_SHADOW]) {
 		ys_path_key(sub, where, "shadow");
-		if (ys_bool(&c->y, v[R_SHADOW], sub, &rule->shadow) < 0)
+		if (ys_bool(y, v[R_SHADOW], sub, &rule->shadow) < 0)
 			return -1;
 	}
 	if (v[R_FAILURE]) {
 		ys_path_key(sub, where, "on_store_failure");
-		if (get_failure(&c->y, v[R_FAILURE], sub, &rule->on_failure) < 0)
+		if (get_failure(y, v[R_FAILURE], sub, &rule->on_failure) < 0)
 			return -1;
 	}
 	if (v[R_COST]) {
 		ys_path_key(sub, where, "cost");
-		if (ys_int(&c->y, v[R_COST], sub, 1, UINT32_MAX, &cost) < 0)
+		if (ys_int(y, v[R_COST], sub, 1, UINT32_MAX, &cost) < 0)
 			return -1;
 		rule->cost = (uint32_t)cost;
 	}
@@ -236,16 +240,17 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 /* Names are unique among all rules; rule `i` is being named at `mark`. */
 static int check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)
 {
+	struct ys *y = &c->y;
 	struct rules *r = c->r;
 
 	for (size_t j = 0; j < i; j++) {
 		if (strcmp(r->rules[j].name, r->rules[i].name) != 0)
 			continue;
 		if (j == 0 && c->builtin)
-			return ys_fail(&c->y, mark, where,
+			return ys_fail(y, mark, where,
 				       "duplicate rule name \"%s\" (the built-in rule of a file without tiers)",
 				       r->rules[i].name);
-		return ys_fail(&c->y, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
+		return ys_fail(y, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
 			       r->rules[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
 	}
 	c->marks[i] = mark;
@@ -263,10 +268,11 @@ static void tier_list(struct ctx *c, char *buf, size_t cap)
 
 static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
 {
+	struct ys *y = &c->y;
 	char q[YS_PATH_MAX], list[512];
 
 	if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
-		return ys_fail_type(&c->y, n, where, "a tier name");
+		return ys_fail_type(y, n, where, "a tier name");
 	for (size_t i = 0; i < c->r->ntiers; i++) {
 		if (ys_is(n, c->r->rules[i].name)) {
 			*out = i;
@@ -274,8 +280,9 @@ static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *o
 		}
 	}
 	tier_list(c, list, sizeof(list));
-	return ys_fail(&c->y, n->start_mark, where, "no tier named %s (tiers: %s)",
-		       ys_quote(q, sizeof(q), (const char *)n->data.scalar.value, n->data.scalar.length),
+	return ys_fail(y, n->start_mark, where, "no tier named %s (tiers: %s)",
+		       ys_quote(q, sizeof(q), (const char *)n->data.scalar.value,
+				n->data.scalar.length),
 		       list);
 }
 
@@ -283,13 +290,14 @@ static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *o
 
 static int set_builtin_rule(struct ctx *c)
 {
+	struct ys *y = &c->y;
 	struct rules *r = c->r;
 	struct rules_rule *d;
 
 	r->rules = xcalloc(1, sizeof(*r->rules));
 	c->marks = xcalloc(1, sizeof(*c->marks));
 	if (!r->rules || !c->marks)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	d = &r->rules[0];
 	snprintf(d->name, sizeof(d->name), "%s", RULES_DEFAULT_RULE);
 	d->kind = RULES_KIND_DEFAULT;
@@ -307,6 +315,7 @@ static int set_builtin_rule(struct ctx *c)
 
 static int parse_tiers(struct ctx *c, yaml_node_t *map)
 {
+	struct ys *y = &c->y;
 	struct rules *r = c->r;
 	yaml_node_t *def = NULL;
 	yaml_node_pair_t *p;
@@ -314,47 +323,50 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 
 	if (!map)
 		return set_builtin_rule(c);
-	if (ys_expect_mapping(&c->y, map, "tiers") < 0)
+	if (ys_expect_mapping(y, map, "tiers") < 0)
 		return -1;
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = ys_node(&c->y, p->key);
+		yaml_node_t *k = ys_node(y, p->key);
 
 		if (!ys_is(k, "argument") && !ys_is(k, "default"))
 			count++;
 	}
 	if (count > RULES_TIERS_MAX)
-		return ys_fail(&c->y, map->start_mark, "tiers", "more than %d tiers", RULES_TIERS_MAX);
+		return ys_fail(y, map->start_mark, "tiers", "more than %d tiers", RULES_TIERS_MAX);
 	if (count == 0)
-		return ys_fail(&c->y, map->start_mark, "tiers",
+		return ys_fail(y, map->start_mark, "tiers",
 			       "no tier defined (a tier is a key such as free: { limits: [100/1m] })");
 	r->rules = xcalloc(count, sizeof(*r->rules));
 	c->marks = xcalloc(count, sizeof(*c->marks));
 	if (!r->rules || !c->marks)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
+		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
 		char where[YS_PATH_MAX];
 
-		if (ys_check_key(&c->y, k, "tiers") < 0)
+		if (ys_check_key(y, k, "tiers") < 0)
 			return -1;
 		/* Keys repeat at most once each before this stops, so the
 		 * quadratic scan is bounded by the tier cap. */
 		for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-			yaml_node_t *prev = ys_node(&c->y, q->key);
+			yaml_node_t *prev = ys_node(y, q->key);
 
 			if (prev->data.scalar.length == k->data.scalar.length &&
 			    memcmp(prev->data.scalar.value, k->data.scalar.value,
 				   k->data.scalar.length) == 0) {
 				char qs[YS_PATH_MAX];
 
-				return ys_fail(&c->y, k->start_mark, "tiers", "duplicate key %s (first at %zu:%zu)",
-					       ys_quote(qs, sizeof(qs), (const char *)k->data.scalar.value,
+				return ys_fail(y, k->start_mark, "tiers",
+					       "duplicate key %s (first at %zu:%zu)",
+					       ys_quote(qs, sizeof(qs),
+							(const char *)k->data.scalar.value,
 							k->data.scalar.length),
-					       prev->start_mark.line + 1, prev->start_mark.column + 1);
+					       prev->start_mark.line + 1,
+					       prev->start_mark.column + 1);
 			}
 		}
 		if (ys_is(k, "argument")) {
-			if (get_name(&c->y, v, "tiers.argument", r->tier_arg) < 0)
+			if (get_name(y, v, "tiers.argument", r->tier_arg) < 0)
 				return -1;
 			continue;
 		}
@@ -366,14 +378,14 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 			struct rules_rule *rule = &r->rules[r->ntiers];
 			yaml_node_t *fk[R_N], *fv[R_N];
 
-			if (get_name(&c->y, k, "tiers", rule->name) < 0)
+			if (get_name(y, k, "tiers", rule->name) < 0)
 				return -1;
 			ys_path_key(where, "tiers", rule->name);
 			rule->kind = RULES_KIND_TIER;
 			rule->index = (unsigned)r->ntiers;
 			/* A tier is named by its key: no name, no match. */
 			fk[R_NAME] = fv[R_NAME] = fk[R_MATCH] = fv[R_MATCH] = NULL;
-			if (ys_map_fields(&c->y, v, where, rule_keys + R_LIMITS, R_N - R_LIMITS,
+			if (ys_map_fields(y, v, where, rule_keys + R_LIMITS, R_N - R_LIMITS,
 					  fk + R_LIMITS, fv + R_LIMITS) < 0 ||
 			    parse_rule_common(c, v, where, fv, rule) < 0)
 				return -1;
@@ -385,7 +397,7 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 	if (def)
 		return find_tier(c, def, "tiers.default", &r->default_tier);
 	if (r->ntiers > 1)
-		return ys_fail_missing(&c->y, map, "tiers", "default", " (required with more than one tier)");
+		return ys_fail_missing(y, map, "tiers", "default", " (required with more than one tier)");
 	r->default_tier = 0;
 	return 0;
 }
@@ -474,12 +486,13 @@ static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i,
 static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum val_kind kind,
 			struct cond *out)
 {
+	struct ys *y = &c->y;
 	struct values_arg va = {c, out, kind, 0};
 
 	out->v = arena_alloc(c->r, ys_list_count(n, RULES_VALUES_MAX) * sizeof(*out->v));
 	if (!out->v)
-		return ys_fail_oom(&c->y);
-	return ys_string_or_list(&c->y, n, where, RULES_VALUES_MAX, "values", value_item, &va);
+		return ys_fail_oom(y);
+	return ys_string_or_list(y, n, where, RULES_VALUES_MAX, "values", value_item, &va);
 }
 
 struct tiers_arg {
@@ -502,31 +515,35 @@ static int tier_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, 
 
 static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
 {
+	struct ys *y = &c->y;
 	yaml_node_pair_t *p;
 	size_t count, i = 0;
 
-	if (ys_expect_mapping(&c->y, map, where) < 0)
+	if (ys_expect_mapping(y, map, where) < 0)
 		return -1;
 	count = ys_map_len(map);
 	if (count == 0)
-		return ys_fail(&c->y, map->start_mark, where, "empty mapping");
+		return ys_fail(y, map->start_mark, where, "empty mapping");
 	if (count > RULES_MATCH_ARGS_MAX)
-		return ys_fail(&c->y, map->start_mark, where, "more than %d arguments", RULES_MATCH_ARGS_MAX);
+		return ys_fail(y, map->start_mark, where, "more than %d arguments",
+			       RULES_MATCH_ARGS_MAX);
 	m->args = arena_alloc(c->r, count * sizeof(*m->args));
 	if (!m->args)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++, i++) {
-		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
+		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
 		struct arg_cond *a = &m->args[i];
 		char sub[YS_PATH_MAX];
 
-		if (ys_check_key(&c->y, k, where) < 0 || get_name(&c->y, k, where, a->name) < 0)
+		if (ys_check_key(y, k, where) < 0 || get_name(y, k, where, a->name) < 0)
 			return -1;
 		for (size_t j = 0; j < i; j++) {
 			if (strcmp(m->args[j].name, a->name) == 0) {
-				yaml_node_t *prev = ys_node(&c->y, map->data.mapping.pairs.start[j].key);
+				yaml_node_t *prev;
 
-				return ys_fail(&c->y, k->start_mark, where,
+				prev = ys_node(y, map->data.mapping.pairs.start[j].key);
+
+				return ys_fail(y, k->start_mark, where,
 					       "duplicate key \"%s\" (first at %zu:%zu)", a->name,
 					       prev->start_mark.line + 1, prev->start_mark.column + 1);
 			}
@@ -542,16 +559,17 @@ static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, 
 
 static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
 {
+	struct ys *y = &c->y;
 	enum { K_METHOD, K_PATH, K_HOST, K_TIER, K_ARGS, K_N };
 	static const char *const keys[K_N] = {"method", "path", "host", "tier", "args"};
 	yaml_node_t *k[K_N], *v[K_N];
 	char sub[YS_PATH_MAX];
 
 	memset(m, 0, sizeof(*m));
-	if (ys_map_fields(&c->y, map, where, keys, K_N, k, v) < 0)
+	if (ys_map_fields(y, map, where, keys, K_N, k, v) < 0)
 		return -1;
 	if (!v[K_METHOD] && !v[K_PATH] && !v[K_HOST] && !v[K_TIER] && !v[K_ARGS])
-		return ys_fail(&c->y, map->start_mark, where,
+		return ys_fail(y, map->start_mark, where,
 			       "no condition (expected one or more of: method, path, host, tier, args)");
 	if (v[K_METHOD]) {
 		ys_path_key(sub, where, "method");
@@ -575,8 +593,8 @@ static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struc
 		m->tiers = arena_alloc(c->r, ys_list_count(v[K_TIER], RULES_VALUES_MAX) *
 				       sizeof(*m->tiers));
 		if (!m->tiers)
-			return ys_fail_oom(&c->y);
-		if (ys_string_or_list(&c->y, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item,
+			return ys_fail_oom(y);
+		if (ys_string_or_list(y, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item,
 				      &ta) < 0)
 			return -1;
 	}
@@ -592,50 +610,51 @@ static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struc
 
 static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 {
+	struct ys *y = &c->y;
 	struct rules *r = c->r;
 	size_t count;
 	void *p;
 
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return ys_fail_type(&c->y, seq, "endpoints", "a list");
+		return ys_fail_type(y, seq, "endpoints", "a list");
 	count = ys_seq_len(seq);
 	if (count > RULES_ENDPOINTS_MAX)
-		return ys_fail(&c->y, seq->start_mark, "endpoints", "more than %d endpoints",
+		return ys_fail(y, seq->start_mark, "endpoints", "more than %d endpoints",
 			       RULES_ENDPOINTS_MAX);
 	if (count == 0)
 		return 0;
 	p = xrealloc(r->rules, (r->ntiers + count) * sizeof(*r->rules));
 	if (!p)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	r->rules = p;
 	memset(r->rules + r->ntiers, 0, count * sizeof(*r->rules));
 	p = xrealloc(c->marks, (r->ntiers + count) * sizeof(*c->marks));
 	if (!p)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	c->marks = p;
 	r->ep = xcalloc(count, sizeof(*r->ep));
 	if (!r->ep)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_seq_item(y, seq, i);
 		size_t ri = r->ntiers + i;
 		struct rules_rule *rule = &r->rules[ri];
 		yaml_node_t *k[R_N], *v[R_N];
 		char where[YS_PATH_MAX], sub[YS_PATH_MAX];
 
 		ys_path_index(where, "endpoints", i);
-		if (ys_map_fields(&c->y, n, where, rule_keys, R_N, k, v) < 0)
+		if (ys_map_fields(y, n, where, rule_keys, R_N, k, v) < 0)
 			return -1;
 		if (!v[R_NAME])
-			return ys_fail_missing(&c->y, n, where, "name", "");
+			return ys_fail_missing(y, n, where, "name", "");
 		ys_path_key(sub, where, "name");
-		if (get_name(&c->y, v[R_NAME], sub, rule->name) < 0 ||
+		if (get_name(y, v[R_NAME], sub, rule->name) < 0 ||
 		    check_rule_name(c, ri, v[R_NAME]->start_mark, sub) < 0)
 			return -1;
 		rule->kind = RULES_KIND_ENDPOINT;
 		rule->index = (unsigned)ri;
 		if (!v[R_MATCH])
-			return ys_fail_missing(&c->y, n, where, "match", "");
+			return ys_fail_missing(y, n, where, "match", "");
 		ys_path_key(sub, where, "match");
 		if (parse_match(c, v[R_MATCH], sub, &r->ep[i]) < 0 ||
 		    parse_rule_common(c, n, where, v, rule) < 0)
@@ -647,6 +666,7 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 
 static int parse_priorities(struct ctx *c, yaml_node_t *map)
 {
+	struct ys *y = &c->y;
 	enum { K_DEFAULT, K_CLASSES, K_N };
 	static const char *const keys[K_N] = {"default", "classes"};
 	enum { C_PRIORITY, C_MATCH, C_N };
@@ -656,10 +676,10 @@ static int parse_priorities(struct ctx *c, yaml_node_t *map)
 	long long num;
 	size_t count;
 
-	if (ys_map_fields(&c->y, map, "priorities", keys, K_N, k, v) < 0)
+	if (ys_map_fields(y, map, "priorities", keys, K_N, k, v) < 0)
 		return -1;
 	if (v[K_DEFAULT]) {
-		if (ys_int(&c->y, v[K_DEFAULT], "priorities.default", 0, 3, &num) < 0)
+		if (ys_int(y, v[K_DEFAULT], "priorities.default", 0, 3, &num) < 0)
 			return -1;
 		r->default_priority = (int)num;
 	}
@@ -667,30 +687,30 @@ static int parse_priorities(struct ctx *c, yaml_node_t *map)
 	if (!seq)
 		return 0;
 	if (seq->type != YAML_SEQUENCE_NODE)
-		return ys_fail_type(&c->y, seq, "priorities.classes", "a list");
+		return ys_fail_type(y, seq, "priorities.classes", "a list");
 	count = ys_seq_len(seq);
 	if (count > RULES_CLASSES_MAX)
-		return ys_fail(&c->y, seq->start_mark, "priorities.classes", "more than %d classes",
+		return ys_fail(y, seq->start_mark, "priorities.classes", "more than %d classes",
 			       RULES_CLASSES_MAX);
 	if (count == 0)
 		return 0;
 	r->classes = xcalloc(count, sizeof(*r->classes));
 	if (!r->classes)
-		return ys_fail_oom(&c->y);
+		return ys_fail_oom(y);
 	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = ys_node(&c->y, seq->data.sequence.items.start[i]);
+		yaml_node_t *n = ys_seq_item(y, seq, i);
 		yaml_node_t *ck[C_N], *cv[C_N];
 		char where[YS_PATH_MAX], sub[YS_PATH_MAX];
 
 		ys_path_index(where, "priorities.classes", i);
-		if (ys_map_fields(&c->y, n, where, ckeys, C_N, ck, cv) < 0)
+		if (ys_map_fields(y, n, where, ckeys, C_N, ck, cv) < 0)
 			return -1;
 		if (!cv[C_PRIORITY])
-			return ys_fail_missing(&c->y, n, where, "priority", "");
+			return ys_fail_missing(y, n, where, "priority", "");
 		if (!cv[C_MATCH])
-			return ys_fail_missing(&c->y, n, where, "match", "");
+			return ys_fail_missing(y, n, where, "match", "");
 		ys_path_key(sub, where, "priority");
-		if (ys_int(&c->y, cv[C_PRIORITY], sub, 0, 3, &num) < 0)
+		if (ys_int(y, cv[C_PRIORITY], sub, 0, 3, &num) < 0)
 			return -1;
 		r->classes[i].priority = (int)num;
 		ys_path_key(sub, where, "match");
@@ -718,22 +738,23 @@ static void fmt_bp(char *buf, size_t cap, int bp)
 
 static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config *sc)
 {
+	struct ys *y = &c->y;
 	static const char *const where = "shedding.thresholds";
 	yaml_node_t *seen[SHED_PRIORITIES] = {NULL};
 	yaml_node_pair_t *p;
 	char q[YS_PATH_MAX];
 
-	if (ys_expect_mapping(&c->y, map, where) < 0)
+	if (ys_expect_mapping(y, map, where) < 0)
 		return -1;
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = ys_node(&c->y, p->key), *v = ys_node(&c->y, p->value);
+		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
 		char sub[YS_PATH_MAX];
 		int prio, bp;
 
-		if (ys_check_key(&c->y, k, where) < 0)
+		if (ys_check_key(y, k, where) < 0)
 			return -1;
 		if (ys_is(k, "0") || ys_is(k, "P0"))
-			return ys_fail(&c->y, k->start_mark, where, "P0 is never shed: remove this key");
+			return ys_fail(y, k->start_mark, where, "P0 is never shed: remove this key");
 		if (ys_is(k, "1") || ys_is(k, "P1"))
 			prio = 1;
 		else if (ys_is(k, "2") || ys_is(k, "P2"))
@@ -741,16 +762,18 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 		else if (ys_is(k, "3") || ys_is(k, "P3"))
 			prio = 3;
 		else
-			return ys_fail(&c->y, k->start_mark, where, "unknown priority %s (expected 1, 2 or 3)",
+			return ys_fail(y, k->start_mark, where,
+				       "unknown priority %s (expected 1, 2 or 3)",
 				       ys_quote(q, sizeof(q), (const char *)k->data.scalar.value,
 						k->data.scalar.length));
 		if (seen[prio])
-			return ys_fail(&c->y, k->start_mark, where, "P%d is given twice (first at %zu:%zu)",
+			return ys_fail(y, k->start_mark, where,
+				       "P%d is given twice (first at %zu:%zu)",
 				       prio, seen[prio]->start_mark.line + 1,
 				       seen[prio]->start_mark.column + 1);
 		seen[prio] = k;
 		snprintf(sub, sizeof(sub), "%s.%d", where, prio);
-		if (ys_percent(&c->y, v, sub, 100, SHED_FULL, true, &bp) < 0)
+		if (ys_percent(y, v, sub, 100, SHED_FULL, true, &bp) < 0)
 			return -1;
 		sc->threshold_bp[prio] = bp == YS_OFF ? SHED_NEVER : bp;
 	}
@@ -766,7 +789,7 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 
 			fmt_bp(a, sizeof(a), lo);
 			fmt_bp(b, sizeof(b), hi);
-			return ys_fail(&c->y, map->start_mark, where,
+			return ys_fail(y, map->start_mark, where,
 				       "P%d (%s) is shed later than P%d (%s): a less important priority must be shed first",
 				       i, a, i - 1, b);
 		}
@@ -776,32 +799,33 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 
 static int parse_shedding(struct ctx *c, yaml_node_t *map)
 {
+	struct ys *y = &c->y;
 	enum { K_IN_USE, K_FREE, K_THRESHOLDS, K_RAMP, K_RETRY, K_SHADOW, K_N };
 	static const char *const keys[K_N] = {"in_use", "free", "thresholds",
 					      "ramp", "retry_after", "shadow"};
 	struct shed_config *sc = &c->r->shed;
 	yaml_node_t *k[K_N], *v[K_N];
 
-	if (ys_map_fields(&c->y, map, "shedding", keys, K_N, k, v) < 0)
+	if (ys_map_fields(y, map, "shedding", keys, K_N, k, v) < 0)
 		return -1;
-	if (v[K_IN_USE] && get_name(&c->y, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
+	if (v[K_IN_USE] && get_name(y, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
 		return -1;
-	if (v[K_FREE] && get_name(&c->y, v[K_FREE], "shedding.free", sc->free_arg) < 0)
+	if (v[K_FREE] && get_name(y, v[K_FREE], "shedding.free", sc->free_arg) < 0)
 		return -1;
 	if (strcmp(sc->in_use_arg, sc->free_arg) == 0)
-		return ys_fail(&c->y, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
+		return ys_fail(y, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
 			       v[K_FREE] ? "shedding.free" : "shedding.in_use",
 			       "in_use and free must be different arguments");
 	if (v[K_THRESHOLDS] && parse_thresholds(c, v[K_THRESHOLDS], sc) < 0)
 		return -1;
-	if (v[K_RAMP] && ys_percent(&c->y, v[K_RAMP], "shedding.ramp", 0, SHED_FULL, false,
+	if (v[K_RAMP] && ys_percent(y, v[K_RAMP], "shedding.ramp", 0, SHED_FULL, false,
 				    &sc->ramp_bp) < 0)
 		return -1;
-	if (v[K_RETRY] && ys_duration(&c->y, v[K_RETRY], "shedding.retry_after", LIMIT_US_PER_S,
+	if (v[K_RETRY] && ys_duration(y, v[K_RETRY], "shedding.retry_after", LIMIT_US_PER_S,
 				      3600 * LIMIT_US_PER_S, "1s to 1h such as 1s",
 				      &sc->retry_after_us) < 0)
 		return -1;
-	if (v[K_SHADOW] && ys_bool(&c->y, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
+	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
 		return -1;
 	return 0;
 }
@@ -826,6 +850,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
  * mapping, so that an unknown key lists them all. */
 static int parse_root(struct ctx *c, yaml_node_t *root)
 {
+	struct ys *y = &c->y;
 	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_LIMITS, K_TIERS, K_ENDPOINTS,
 	       K_PRIORITIES, K_SHEDDING, K_N };
 	static const char *const rules_keys[K_N] = {
@@ -839,26 +864,26 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 
 	memcpy(keys, settings_keys, sizeof(settings_keys));
 	memcpy(keys + SETTINGS_NKEYS, rules_keys, sizeof(rules_keys));
-	if (ys_map_fields(&c->y, root, "", keys, SETTINGS_NKEYS + K_N, all_k, all_v) < 0 ||
-	    settings_parse(&c->y, all_v, &r->settings) < 0)
+	if (ys_map_fields(y, root, "", keys, SETTINGS_NKEYS + K_N, all_k, all_v) < 0 ||
+	    settings_parse(y, all_v, &r->settings) < 0)
 		return -1;
-	if (v[K_FAILURE] && get_failure(&c->y, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
+	if (v[K_FAILURE] && get_failure(y, v[K_FAILURE], "on_store_failure", &r->on_failure) < 0)
 		return -1;
 	if (v[K_IDENTITY]) {
 		struct rules_names ids;
 
 		memset(&ids, 0, sizeof(ids));
-		if (ys_string_or_list(&c->y, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
+		if (ys_string_or_list(y, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
 				      identity_item, &ids) < 0)
 			return -1;
 		r->identity = ids;
 	}
-	if (v[K_SHADOW] && ys_bool(&c->y, v[K_SHADOW], "shadow", &r->shadow) < 0)
+	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
-	if (v[K_COST] && get_name(&c->y, v[K_COST], "cost_argument", r->cost_arg) < 0)
+	if (v[K_COST] && get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
 		return -1;
 	if (v[K_LIMITS] && v[K_TIERS])
-		return ys_fail(&c->y, k[K_LIMITS]->start_mark, "limits",
+		return ys_fail(y, k[K_LIMITS]->start_mark, "limits",
 			       "limits (the one rule \"default\" of every client) and tiers "
 			       "exclude each other: put the limits in a tier");
 	if (parse_tiers(c, v[K_TIERS]) < 0)

@@ -126,7 +126,8 @@ static const char *node_desc(const yaml_node_t *n, char *buf, size_t cap)
 	case YAML_SCALAR_NODE:
 		if (ys_is_null(n))
 			return "nothing";
-		return ys_quote(buf, cap, (const char *)n->data.scalar.value, n->data.scalar.length);
+		return ys_quote(buf, cap, (const char *)n->data.scalar.value,
+				n->data.scalar.length);
 	case YAML_NO_NODE:
 		break;
 	}
@@ -199,13 +200,15 @@ int ys_map_fields(struct ys *y, yaml_node_t *map, const char *where, const char 
 			for (size_t j = 0; j < nknown && o < sizeof(list); j++)
 				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s",
 						      j ? ", " : "", known[j]);
-			return ys_fail(y, k->start_mark, where, "unknown key %s (expected one of: %s)",
+			return ys_fail(y, k->start_mark, where,
+				       "unknown key %s (expected one of: %s)",
 				       ys_quote(q, sizeof(q), (const char *)k->data.scalar.value,
 						k->data.scalar.length),
 				       list);
 		}
 		if (vals[i])
-			return ys_fail(y, k->start_mark, where, "duplicate key \"%s\" (first at %zu:%zu)",
+			return ys_fail(y, k->start_mark, where,
+				       "duplicate key \"%s\" (first at %zu:%zu)",
 				       known[i], keys[i]->start_mark.line + 1,
 				       keys[i]->start_mark.column + 1);
 		keys[i] = k;
