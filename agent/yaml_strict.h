@@ -24,9 +24,10 @@
  * deeper than YS_DEPTH_MAX, more than YS_NODES_MAX values, YS_ANCHORS_MAX
  * anchors or YS_ALIASES_MAX aliases). Aliases stay shared nodes, possibly
  * cyclic: a walk that reads only the keys it knows, to a fixed depth, and
- * caps every list it visits cannot loop or blow up. Getters never read past
- * a scalar's length (no NUL needed), and ys_text() refuses NUL bytes so a
- * value can be used as a C string.
+ * caps every list it visits cannot loop or blow up. The input needs no NUL
+ * and is not read past its length; getters compare scalars by length, and
+ * ys_text() refuses NUL bytes inside a value so that it can be used as a C
+ * string.
  */
 #ifndef RL_YAML_STRICT_H
 #define RL_YAML_STRICT_H
