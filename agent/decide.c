@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "rlheader.h"
+#include "settings.h"
 
 /* The hashing key. Agents of one fleet must share it so that they compute
  * the same Redis keys; SipHash under any key spreads and bounds keys. */
@@ -59,7 +60,7 @@ static void derive_rule(const struct rules_rule *r, int agents, struct ruleset_r
 struct ruleset *ruleset_new(struct rules *rules, uint64_t gen)
 {
 	struct ruleset *rs = xcalloc(1, sizeof(*rs));
-	const struct rules_settings *st = rules_settings(rules);
+	const struct settings *st = rules_settings(rules);
 
 	if (!rs) {
 		rules_free(rules);

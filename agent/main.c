@@ -8,11 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "addr.h"
 #include "decide.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
 #include "server.h"
+#include "settings.h"
 #include "store.h"
 #include "store_redis.h"
 
@@ -226,7 +228,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	char err[1024];
 	struct rules *r;
 	struct ruleset *rs;
-	const struct rules_settings *old;
+	const struct settings *old;
 
 	if (s->signum != SIGHUP) {
 		log_info("signal %d: stopping", s->signum);
@@ -244,7 +246,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	}
 	old = rules_settings(atomic_load(&srv.rules)->rules);
-	if (!rules_settings_equal(old, rules_settings(r)))
+	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
 	rs = ruleset_new(r, ++rules_gen);
 	if (!rs) {
@@ -262,23 +264,15 @@ static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* Settings of the rules file, where the command line did not say. */
-static int apply_settings(const struct rules_settings *st, struct redis_config *rcfg,
+static int apply_settings(const struct settings *st, struct redis_config *rcfg,
 			  int *use_redis)
 {
-	if (st->has_listen && !cli.listen_set &&
-	    split_addr(st->listen, srv.cfg.host, sizeof(srv.cfg.host), srv.cfg.port,
-		       sizeof(srv.cfg.port)) < 0) {
-		log_err("%s: listen: expected ADDR:PORT, got '%s'", cli.rules_path, st->listen);
-		return -1;
-	}
+	if (st->has_listen && !cli.listen_set)
+		srv.cfg.listen = st->listen;
 	if (st->has_threads && !cli.threads_set)
 		srv.cfg.threads = st->threads;
-	if (!cli.redis_set && st->has_store && st->store == RULES_STORE_REDIS) {
-		if (redis_config_set_addr(rcfg, st->has_address ? st->address : "127.0.0.1:6379") < 0) {
-			log_err("%s: store.address: expected HOST:PORT or a socket path, got '%s'",
-				cli.rules_path, st->address);
-			return -1;
-		}
+	if (!cli.redis_set && st->has_store && st->store == SETTINGS_STORE_REDIS) {
+		rcfg->addr = st->address; /* validated when the file was read */
 		*use_redis = 1;
 	}
 	if (st->has_timeout && !cli.timeout_set)
@@ -355,12 +349,15 @@ int main(int argc, char **argv)
 		case 'f':
 			cli.rules_path = optarg;
 			break;
-		case 'l':
-			if (split_addr(optarg, srv.cfg.host, sizeof(srv.cfg.host), srv.cfg.port,
-				       sizeof(srv.cfg.port)) < 0)
+		case 'l': {
+			struct addr a;
+
+			if (addr_parse(optarg, ADDR_PORT0, &a) < 0)
 				BAD("--listen: expected ADDR:PORT, got '%s'", optarg);
+			srv.cfg.listen = a;
 			cli.listen_set = 1;
 			break;
+		}
 		case 't':
 			if (parse_num(optarg, 1, 256, &num) < 0)
 				BAD("--threads: expected 1 to 256, got '%s'", optarg);

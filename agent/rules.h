@@ -2,23 +2,24 @@
  *
  * A rules file names the client (identity), gives each client tier its
  * limits, overrides them per endpoint, assigns priorities for load shedding,
- * and carries the settings the agent applies at start. docs/rules.md is the
- * operators' reference of the format; examples/rules.yaml a complete
- * example.
+ * and carries the settings the agent applies at start (settings.h).
+ * docs/rules.md is the operators' reference of the format;
+ * examples/rules.yaml a complete example.
  *
- * Loading is strict: an unknown key, a wrong type, a duplicate, a value out
- * of range or a YAML syntax error rejects the whole file with one message
- * "FILE:LINE:COL: where: problem" (lines and columns from 1), so a typo
- * can never pass silently and a reload can keep the rules in force.
+ * Loading (rules_load.c) is strict: an unknown key, a wrong type, a
+ * duplicate, a value out of range or a YAML syntax error rejects the whole
+ * file with one message "FILE:LINE:COL: where: problem" (lines and columns
+ * from 1), so a typo can never pass silently and a reload can keep the
+ * rules in force.
  *
  * A loaded `struct rules` is immutable: any number of threads may classify
  * against it at once without locks. It is freed as a whole by rules_free()
  * once no thread uses it any more (the caller's reload scheme decides
  * when).
  *
- * Classification (rules_classify) is pure: no I/O, no clock, no allocation.
- * It reads only the message arguments the caller collected, compares bytes
- * exactly (same length, same bytes; hosts ignoring ASCII case) and never
+ * Classification (rules_classify.c) is pure: no I/O, no clock, no
+ * allocation, and no YAML linked in. It reads only the message arguments
+ * the caller collected, compares bytes exactly (same length, same bytes; hosts ignoring ASCII case) and never
  * reads past an argument's length. Its cost is linear in the number of
  * endpoints and priority classes, which are capped (RULES_ENDPOINTS_MAX,
  * RULES_CLASSES_MAX), like every list of the file, so neither loading nor
@@ -91,11 +92,6 @@ enum rules_kind {
 	RULES_KIND_ENDPOINT = 2,
 };
 
-enum rules_store {
-	RULES_STORE_MEMORY = 0,
-	RULES_STORE_REDIS = 1,
-};
-
 /* One rule: a tier, an endpoint, or the built-in default. Its name is what
  * the agent exports as txn.rl.rule. The periods of its limits are distinct
  * (policy names are "<rule>-<period>"). nlimits 0 means no rate limit. */
@@ -110,34 +106,13 @@ struct rules_rule {
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
 };
 
-/* Settings main() applies at start; a reload does not change them. The
- * has_* flags say which ones the file set. Strings are NUL-terminated and
- * zero-padded, so two settings can be compared with rules_settings_equal. */
-struct rules_settings {
-	bool has_listen;
-	char listen[272];        /* ADDR:PORT or [V6]:PORT */
-	bool has_threads;
-	int threads;             /* 1..256 */
-	bool has_store;
-	enum rules_store store;  /* memory unless the file says redis */
-	bool has_address;
-	char address[272];       /* HOST:PORT, [V6]:PORT or /unix/socket */
-	bool has_user;
-	char user[128];
-	bool has_password;
-	char password[256];      /* ${NAME} already replaced */
-	bool has_timeout;
-	int timeout_ms;          /* 1..60000 */
-	bool has_agents;
-	int agents;              /* 1..10000, default 1 */
-};
-
 struct rules_names {
 	char name[RULES_IDENTITY_MAX][RULES_NAME_MAX];
 	size_t n;
 };
 
 struct rules;
+struct settings;
 
 /* Loads a rules file. Returns the rules, or NULL with a message in err:
  * "PATH:LINE:COL: where: problem", or "PATH: problem" for a file that
@@ -160,9 +135,8 @@ struct rules *rules_default(void);
 
 void rules_free(struct rules *r);
 
-const struct rules_settings *rules_settings(const struct rules *r);
-bool rules_settings_equal(const struct rules_settings *a,
-			  const struct rules_settings *b);
+/* The settings the file carried (settings.h). */
+const struct settings *rules_settings(const struct rules *r);
 
 /* The name the rules were loaded under ("(defaults)" for rules_default). */
 const char *rules_source(const struct rules *r);

@@ -1,9 +1,6 @@
 #include "server.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -11,7 +8,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -25,8 +21,7 @@ static int server_bind(struct server *srv);
 void server_config_defaults(struct server_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	snprintf(cfg->host, sizeof(cfg->host), "127.0.0.1");
-	snprintf(cfg->port, sizeof(cfg->port), "12345");
+	addr_parse("127.0.0.1:12345", 0, &cfg->listen);
 	cfg->threads = 1;
 	cfg->max_frame_size = SPOP_OWN_FRAME_SIZE;
 	cfg->max_conns = 10000;
@@ -90,56 +85,18 @@ int server_listen(struct server *srv)
 
 static int server_bind(struct server *srv)
 {
-	struct addrinfo hints, *res, *ai;
-	int fd = -1, one = 1, rc;
+	char err[512], where[ADDR_HOST_MAX + 16];
+	struct addr bound = srv->cfg.listen;
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	rc = getaddrinfo(srv->cfg.host, srv->cfg.port, &hints, &res);
-	if (rc != 0) {
-		log_err("cannot resolve %s:%s: %s", srv->cfg.host, srv->cfg.port,
-			gai_strerror(rc));
+	srv->lfd = addr_listen(&srv->cfg.listen, 1024, err, sizeof(err));
+	if (srv->lfd < 0) {
+		log_err("%s", err);
 		return -1;
 	}
-	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			    ai->ai_protocol);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
-			break;
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	if (fd < 0) {
-		log_err("cannot listen on %s:%s: %s", srv->cfg.host, srv->cfg.port,
-			strerror(errno));
-		return -1;
-	}
-	srv->lfd = fd;
-	{
-		/* With port 0 the kernel picks one: say which, so a supervisor
-		 * (or a test) can read it from the log. */
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		char port[16];
-
-		snprintf(port, sizeof(port), "%s", srv->cfg.port);
-		if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-			if (ss.ss_family == AF_INET)
-				snprintf(port, sizeof(port), "%u",
-					 ntohs(((struct sockaddr_in *)&ss)->sin_port));
-			else if (ss.ss_family == AF_INET6)
-				snprintf(port, sizeof(port), "%u",
-					 ntohs(((struct sockaddr_in6 *)&ss)->sin6_port));
-		}
-		log_info("listening on %s%s%s:%s", strchr(srv->cfg.host, ':') ? "[" : "",
-			 srv->cfg.host, strchr(srv->cfg.host, ':') ? "]" : "", port);
-	}
+	/* With port 0 the kernel picks one: say which, so a supervisor (or a
+	 * test) can read it from the log. */
+	snprintf(bound.port, sizeof(bound.port), "%u", addr_local_port(srv->lfd));
+	log_info("listening on %s", addr_format(&bound, where, sizeof(where)));
 	return 0;
 }
 

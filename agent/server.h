@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "addr.h"
 #include "stats.h"
 
 #include "conn.h"
@@ -22,8 +23,7 @@ struct store;
 struct store_worker;
 
 struct server_config {
-	char host[256];
-	char port[16];
+	struct addr listen;
 	int threads;
 	uint32_t max_frame_size;  /* own maximum, >= 16380 */
 	int max_conns;            /* per worker */

@@ -1,3 +1,3 @@
 UNIT_TESTS += decide
 test_decide_SRCS := tests/unit/test_decide.c agent/decide.c agent/spop.c agent/identity.c \
-	agent/rlheader.c agent/limiter.c agent/rules.c agent/shed.c agent/alloc.c
+	agent/rlheader.c $(RULES_SRCS) agent/alloc.c

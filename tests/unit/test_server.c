@@ -54,7 +54,7 @@ static void setup_server(int threads)
 {
 	memset(&srv, 0, sizeof(srv));
 	server_config_defaults(&srv.cfg);
-	snprintf(srv.cfg.port, sizeof(srv.cfg.port), "0");
+	assert_int_equal(addr_parse("127.0.0.1:0", ADDR_PORT0, &srv.cfg.listen), 0);
 	srv.cfg.threads = threads;
 	srv.lfd = -1;
 	rules = ruleset_new(rules_default(), 1);

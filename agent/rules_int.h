@@ -1,0 +1,87 @@
+/* rules_int.h: the loaded rules as rules_load.c builds them and
+ * rules_classify.c reads them. Private to those two files; everything else
+ * goes through rules.h.
+ *
+ * The split keeps the request path apart from the file: rules_classify.c
+ * includes no YAML and links none, and nothing it reads is written after
+ * rules_load_buffer() returns, so the rules stay immutable and shared
+ * between threads without locks. Every count below is bounded by the
+ * loader (RULES_*_MAX), which is what keeps classification linear and
+ * short.
+ */
+#ifndef RL_RULES_INT_H
+#define RL_RULES_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "rules.h"
+#include "settings.h"
+
+/* One value of a match condition. `port` (hosts only): the value names a
+ * port, so it is compared with the request's host as sent, port included. */
+struct mval {
+	const char *ptr;
+	size_t len;
+	bool port;
+};
+
+/* A condition holds when the request's value equals any of its values;
+ * n == 0 means no condition. */
+struct cond {
+	struct mval *v;
+	size_t n;
+};
+
+struct arg_cond {
+	char name[RULES_NAME_MAX];
+	size_t name_len;
+	struct cond c;
+};
+
+/* Every condition present must hold. */
+struct match {
+	struct cond method;
+	struct cond path;
+	struct cond host;
+	unsigned *tiers;   /* indexes of tiers */
+	size_t ntiers;
+	struct arg_cond *args;
+	size_t nargs;
+};
+
+struct pclass {
+	int priority;
+	struct match m;
+};
+
+/* Loaded rules: a few arrays plus an arena (struct arena_block, the
+ * loader's) that holds every string and list of match values. */
+struct rules {
+	char source[256];
+	struct settings settings;
+	struct rules_names identity;
+	char cost_arg[RULES_NAME_MAX];
+	char tier_arg[RULES_NAME_MAX];
+	bool shadow;
+	enum rules_failure on_failure;
+	int default_priority;
+	struct shed_config shed;
+	struct rules_rule *rules;  /* tiers, then endpoints */
+	size_t nrules;
+	size_t ntiers;
+	size_t default_tier;
+	struct match *ep;          /* ep[i] is the match of rules[ntiers + i] */
+	struct pclass *classes;
+	size_t nclasses;
+	struct arena_block *arena; /* freed with the rules */
+};
+
+
+/* The length of a Host value without its port: "[v6]:p" -> "[v6]",
+ * "name:p" -> "name"; a bare IPv6 address (several colons, no brackets)
+ * has no port. The loader uses it to mark the values that name a port, the
+ * classifier to compare the others. */
+size_t rules_host_noport(const char *h, size_t len);
+
+#endif

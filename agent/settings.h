@@ -1,0 +1,72 @@
+/* settings.h: the process settings a rules file may carry (listen
+ * address, worker threads, the store), apart from the rules themselves.
+ *
+ * main() applies them once at start, the command line taking precedence; a
+ * reload reads them again only to warn that they changed (settings_equal).
+ * They are the root keys settings_keys of the rules file, read with the
+ * same strictness as the rest of it (see yaml_strict.h): a wrong type, a
+ * value out of range or an address that does not parse rejects the file
+ * with "FILE:LINE:COL: key: problem".
+ *
+ * Addresses are parsed here, once, by addr_parse(): `listen` is HOST:PORT
+ * or [V6]:PORT with a port from 1 to 65535; `store.address` may also be a
+ * Unix socket path. A password written "${NAME}" is taken from the
+ * environment variable NAME while the file is read, so that the secret
+ * stays out of the file.
+ */
+#ifndef RL_SETTINGS_H
+#define RL_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "addr.h"
+
+enum settings_store {
+	SETTINGS_STORE_MEMORY = 0,
+	SETTINGS_STORE_REDIS = 1,
+};
+
+/* The has_* flags say which settings the file set; the others keep the
+ * defaults of settings_defaults(). Strings are NUL-terminated and
+ * zero-padded (as are the fields of a struct addr), so two settings
+ * compare with settings_equal. */
+struct settings {
+	bool has_listen;
+	struct addr listen;      /* a host and port, never a path */
+	bool has_threads;
+	int threads;             /* 1..256; 0 when not set */
+	bool has_store;
+	enum settings_store store; /* memory unless the file says redis */
+	bool has_address;
+	struct addr address;     /* host and port, or path */
+	bool has_user;
+	char user[128];
+	bool has_password;
+	char password[256];      /* ${NAME} already replaced */
+	bool has_timeout;
+	int timeout_ms;          /* 1..60000 */
+	bool has_agents;
+	int agents;              /* 1..10000, default 1 */
+};
+
+/* Listen on 127.0.0.1:12345, in-memory store, Redis (when chosen) at
+ * 127.0.0.1:6379 with a 20 ms timeout, one agent; nothing set. */
+void settings_defaults(struct settings *s);
+
+bool settings_equal(const struct settings *a, const struct settings *b);
+
+/* The root keys that are settings, in the order messages list them. */
+#define SETTINGS_NKEYS 3
+extern const char *const settings_keys[SETTINGS_NKEYS];
+
+struct ys;
+struct yaml_node_s; /* libyaml's yaml_node_t */
+
+/* Reads the settings into *s (which holds the defaults) from vals[i], the
+ * value of root key settings_keys[i] or NULL when absent, as
+ * ys_map_fields() returns them. Returns 0, or -1 with the message in y. */
+int settings_parse(struct ys *y, struct yaml_node_s *const vals[SETTINGS_NKEYS],
+		   struct settings *s);
+
+#endif
