@@ -131,38 +131,36 @@ static void memory_rule(struct server *srv, const struct rules_rule *rule, const
 	outf(o, "]");
 }
 
-int admin_handle(struct server *srv, const char *method, const char *target, char *body,
-		 size_t cap, const char **status)
+int admin_handle(struct server *srv, const char *method, const char *path, const char *query,
+		 char *body, size_t cap, int *status)
 {
 	struct out o = { body, cap, 0, 0, 0 };
-	char query[ADMIN_TEXT_MAX * 2];
-	const char *q = strchr(target, '?');
+	char qbuf[ADMIN_TEXT_MAX * 2];
 	struct rules_args args;
 	struct rules_verdict v;
 	struct ruleset *rs = atomic_load(&srv->rules);
 	const struct rules_names *ids;
 	char text[ADMIN_TEXT_MAX];
-	size_t tlen, plen;
+	size_t tlen;
 	int reset;
 	redisContext *rc = NULL;
 
-	plen = q ? (size_t)(q - target) : strlen(target);
-	if (plen == 13 && memcmp(target, "/admin/client", 13) == 0 && strcmp(method, "GET") == 0) {
+	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0) {
 		reset = 0;
-	} else if (plen == 12 && memcmp(target, "/admin/reset", 12) == 0 &&
-		   strcmp(method, "POST") == 0) {
+	} else if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
 		reset = 1;
 	} else {
-		*status = "404 Not Found";
+		*status = 404;
 		outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE... or POST /admin/reset?ARG=VALUE...\"}\n");
 		return o.err ? -1 : (int)o.len;
 	}
-	snprintf(query, sizeof(query), "%s", q ? q + 1 : "");
-	query_parse(query, &args);
+	/* query_parse() decodes in place */
+	snprintf(qbuf, sizeof(qbuf), "%s", query);
+	query_parse(qbuf, &args);
 	rules_classify(rs->rules, &args, &v);
 	ids = rules_identity(rs->rules);
 	if (v.identity < 0 || !v.identity_val) {
-		*status = "400 Bad Request";
+		*status = 400;
 		outf(&o, "{\"error\": \"name the client with one of its identity arguments (");
 		for (size_t i = 0; i < ids->n; i++)
 			outf(&o, "%s%s", i ? ", " : "", ids->name[i]);
@@ -176,14 +174,14 @@ int admin_handle(struct server *srv, const char *method, const char *target, cha
 		err.buf[0] = '\0';
 		rc = admin_redis(srv->redis, &err);
 		if (!rc) {
-			*status = "502 Bad Gateway";
+			*status = 502;
 			outf(&o, "{\"error\": ");
 			out_json_str(&o, err.buf, err.len);
 			outf(&o, "}\n");
 			return o.err ? -1 : (int)o.len;
 		}
 	}
-	*status = "200 OK";
+	*status = 200;
 	outf(&o, "{\"identity\": ");
 	out_json_str(&o, ids->name[v.identity], strlen(ids->name[v.identity]));
 	outf(&o, ", \"value\": ");

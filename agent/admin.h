@@ -14,10 +14,10 @@
 
 struct server;
 
-/* Writes a JSON answer for `method` and `target` (path and query) into
- * body[0..cap) and sets *status ("200 OK", "404 Not Found", ...). Returns
- * the body's length, or -1 when it did not fit. */
-int admin_handle(struct server *srv, const char *method, const char *target, char *body,
-		 size_t cap, const char **status);
+/* Writes a JSON answer for `method` on `path` with `query` (what follows
+ * '?', still percent-encoded) into body[0..cap) and sets *status (200,
+ * 404, ...). Returns the body's length, or -1 when it did not fit. */
+int admin_handle(struct server *srv, const char *method, const char *path, const char *query,
+		 char *body, size_t cap, int *status);
 
 #endif

@@ -8,7 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "addr.h"
+#include "admin.h"
+#include "alloc.h"
 #include "decide.h"
+#include "http.h"
 #include "log.h"
 #include "memstore.h"
 #include "metrics.h"
@@ -16,6 +20,7 @@
 #include "server.h"
 
 #define RL_VERSION "0.2.0"
+#define ADMIN_BODY_MAX 65536
 
 static void usage(FILE *out)
 {
@@ -151,7 +156,7 @@ struct cli {
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int check;
 	int use_metrics;
-	char mhost[256], mport[16];
+	struct addr metrics;
 };
 
 static struct ev_loop *main_loop;
@@ -260,6 +265,62 @@ static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
 	server_collect_rules(&srv);
 }
 
+static void serve_metrics(struct http_req *req, void *arg)
+{
+	char *body = NULL;
+	size_t len = metrics_render(&srv, &body);
+
+	if (body)
+		http_respond(req, 200, "text/plain; version=0.0.4", body, len);
+	else
+		http_respond(req, 500, "text/plain", "", 0);
+	xfree(body);
+}
+
+static void serve_healthz(struct http_req *req, void *arg)
+{
+	http_respond(req, 200, "text/plain", "ok\n", 3);
+}
+
+static void serve_admin(struct http_req *req, void *arg)
+{
+	char *body = xmalloc(ADMIN_BODY_MAX);
+	int status = 500, len = -1;
+
+	if (body)
+		len = admin_handle(&srv, http_req_method(req), http_req_path(req),
+				   http_req_query(req), body, ADMIN_BODY_MAX, &status);
+	if (len >= 0)
+		http_respond(req, status, "application/json", body, (size_t)len);
+	else
+		http_respond(req, 500, "text/plain", "", 0);
+	xfree(body);
+}
+
+/* The --metrics listener: /metrics, /healthz and, with --admin, /admin/.
+ * NULL after logging why. */
+static struct http_server *ops_start(void)
+{
+	struct http_server *h = http_new(main_loop);
+	char err[512], where[ADDR_HOST_MAX + 16];
+
+	if (!h || http_route(h, "GET", "/metrics", serve_metrics, NULL) < 0 ||
+	    http_route(h, "GET", "/healthz", serve_healthz, NULL) < 0 ||
+	    (srv.admin && (http_route(h, "GET", "/admin/", serve_admin, NULL) < 0 ||
+			   http_route(h, "POST", "/admin/", serve_admin, NULL) < 0))) {
+		log_err("metrics: out of memory");
+		http_free(h);
+		return NULL;
+	}
+	if (http_listen(h, &cli.metrics, err, sizeof(err)) < 0) {
+		log_err("metrics: %s", err);
+		http_free(h);
+		return NULL;
+	}
+	log_info("metrics on http://%s/metrics", addr_format(&cli.metrics, where, sizeof(where)));
+	return h;
+}
+
 /* Settings of the rules file, where the command line did not say. */
 static int apply_settings(const struct rules_settings *st, struct redis_config *rcfg,
 			  int *use_redis)
@@ -323,7 +384,7 @@ int main(int argc, char **argv)
 	static struct redis_config rcfg;
 	const char *env_pw = getenv("RL_REDIS_PASSWORD");
 	int use_redis = 0;
-	struct metrics *metrics = NULL;
+	struct http_server *ops = NULL;
 	struct rules *rules;
 	struct ruleset *rs;
 	char err[1024];
@@ -464,8 +525,7 @@ int main(int argc, char **argv)
 			rcfg.local_cache = 0;
 			break;
 		case OPT_METRICS:
-			if (split_addr(optarg, cli.mhost, sizeof(cli.mhost), cli.mport,
-				       sizeof(cli.mport)) < 0)
+			if (addr_parse(optarg, 0, &cli.metrics) < 0)
 				BAD("--metrics: expected ADDR:PORT, got '%s'", optarg);
 			cli.use_metrics = 1;
 			break;
@@ -534,8 +594,8 @@ int main(int argc, char **argv)
 	/* Metrics listen before the SPOP port does, so whoever waits for the
 	 * "listening on" line finds both ready. */
 	if (cli.use_metrics) {
-		metrics = metrics_start(main_loop, &srv, cli.mhost, cli.mport);
-		if (!metrics)
+		ops = ops_start();
+		if (!ops)
 			return 1;
 	}
 	if (server_listen(&srv) < 0)
@@ -555,7 +615,7 @@ int main(int argc, char **argv)
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
 		 rules_count(rs->rules), rules_source(rs->rules), use_redis ? "Redis" : "in-memory");
 	ev_run(main_loop, 0);
-	metrics_stop(metrics);
+	http_free(ops);
 	server_stop(&srv);
 	ruleset_release(atomic_load(&srv.rules));
 	memstore_free(srv.mem);
