@@ -20,44 +20,59 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
 	     (unsigned long long)v);
 }
 
-/* Sums a worker counter over every worker. */
-#define SUM(field)                                                            \
-	({                                                                    \
-		uint64_t s_ = 0;                                              \
-		for (int i_ = 0; i_ < srv->nworkers; i_++)                    \
-			s_ += STAT_GET(srv->workers[i_].stats.field);         \
-		s_;                                                           \
-	})
-#define RSUM(field)                                                           \
-	({                                                                    \
-		uint64_t s_ = 0;                                              \
-		for (int i_ = 0; i_ < srv->nworkers; i_++)                    \
-			if (srv->workers[i_].rs)                              \
-				s_ += STAT_GET(rstore_get_stats(srv->workers[i_].rs)->field); \
-		s_;                                                           \
-	})
+/* Offsets of counters in the structs summed below. An array element is
+ * the offset of the array plus its index times sizeof(counter_t). */
+#define WORKER(field) offsetof(struct worker_stats, field)
+#define REDIS(field) offsetof(struct rstore_stats, field)
 
-/* A histogram summed over the workers' stores; bounds in seconds. */
-static void histogram(struct out *o, struct server *srv, const char *name, const char *help,
-		      size_t offset)
+static uint64_t counter_at(const void *stats, size_t offset)
+{
+	return STAT_GET(*(const counter_t *)((const char *)stats + offset));
+}
+
+/* A counter of struct worker_stats summed over every worker. */
+static uint64_t worker_sum(const struct server *srv, size_t offset)
+{
+	uint64_t s = 0;
+
+	for (int i = 0; i < srv->nworkers; i++)
+		s += counter_at(&srv->workers[i].stats, offset);
+	return s;
+}
+
+/* The stats of worker i's Redis store, NULL without one: the only place
+ * that knows where they are kept. */
+static const struct rstore_stats *redis_stats(const struct server *srv, int i)
+{
+	return srv->workers[i].rs ? rstore_get_stats(srv->workers[i].rs) : NULL;
+}
+
+/* A counter of struct rstore_stats summed over every worker's store. */
+static uint64_t redis_sum(const struct server *srv, size_t offset)
+{
+	uint64_t s = 0;
+
+	for (int i = 0; i < srv->nworkers; i++) {
+		const struct rstore_stats *st = redis_stats(srv, i);
+
+		if (st)
+			s += counter_at(st, offset);
+	}
+	return s;
+}
+
+/* The struct hist at `offset` in struct rstore_stats, summed over the
+ * workers' stores; bounds in seconds. */
+static void histogram(struct out *o, const struct server *srv, const char *name,
+		      const char *help, size_t offset)
 {
 	static const int64_t bound[HIST_BUCKETS - 1] = HIST_BOUNDS_US;
-	uint64_t cum = 0, sum = 0, count = 0;
+	uint64_t cum = 0;
 
 	outf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int b = 0; b < HIST_BUCKETS; b++) {
-		for (int i = 0; i < srv->nworkers; i++) {
-			const struct hist *h;
-
-			if (!srv->workers[i].rs)
-				continue;
-			h = (const struct hist *)((const char *)rstore_get_stats(srv->workers[i].rs) + offset);
-			cum += STAT_GET(h->bucket[b]);
-			if (b == 0) {
-				sum += STAT_GET(h->sum_us);
-				count += STAT_GET(h->count);
-			}
-		}
+		cum += redis_sum(srv, offset + offsetof(struct hist, bucket) +
+					      (size_t)b * sizeof(counter_t));
 		if (b < HIST_BUCKETS - 1) {
 			/* seconds in plain decimals: 0.00005, not 5e-05 */
 			char le[32];
@@ -69,35 +84,42 @@ static void histogram(struct out *o, struct server *srv, const char *name, const
 		} else
 			outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
 	}
-	outf(o, "%s_sum %.6f\n%s_count %llu\n", name, (double)sum / 1e6, name,
-	     (unsigned long long)count);
+	outf(o, "%s_sum %.6f\n%s_count %llu\n", name,
+	     (double)redis_sum(srv, offset + offsetof(struct hist, sum_us)) / 1e6, name,
+	     (unsigned long long)redis_sum(srv, offset + offsetof(struct hist, count)));
 }
 
 static void render(struct server *srv, struct out *o)
 {
-	uint64_t acc = SUM(accepted), closed = SUM(closed);
+	uint64_t acc = worker_sum(srv, WORKER(accepted));
+	uint64_t closed = worker_sum(srv, WORKER(closed));
 
 	counter(o, "spoa_rl_connections_total", "SPOP connections accepted.", acc);
 	gauge(o, "spoa_rl_connections", "SPOP connections open.", acc - closed);
-	counter(o, "spoa_rl_hellos_total", "SPOP handshakes completed.", SUM(hellos));
+	counter(o, "spoa_rl_hellos_total", "SPOP handshakes completed.",
+		worker_sum(srv, WORKER(hellos)));
 	counter(o, "spoa_rl_healthchecks_total", "HAProxy health checks answered.",
-		SUM(healthchecks));
-	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.", SUM(notifies));
+		worker_sum(srv, WORKER(healthchecks)));
+	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.",
+		worker_sum(srv, WORKER(notifies)));
 	counter(o, "spoa_rl_decisions_total", "check-rate decisions answered.",
-		SUM(decisions));
-	counter(o, "spoa_rl_limited_total", "Decisions with status 429.", SUM(limited));
+		worker_sum(srv, WORKER(decisions)));
+	counter(o, "spoa_rl_limited_total", "Decisions with status 429.",
+		worker_sum(srv, WORKER(limited)));
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
-		SUM(degraded));
+		worker_sum(srv, WORKER(degraded)));
 	counter(o, "spoa_rl_shadow_total",
-		"Requests that would have been refused, forwarded by shadow mode.", SUM(shadow));
+		"Requests that would have been refused, forwarded by shadow mode.",
+		worker_sum(srv, WORKER(shadow)));
 	counter(o, "spoa_rl_store_down_total",
 		"Requests refused with 503 because the store failed (fail-closed).",
-		SUM(store_down));
+		worker_sum(srv, WORKER(store_down)));
 	outf(o, "# HELP spoa_rl_shed_total Requests shed with 503, by priority.\n"
 		"# TYPE spoa_rl_shed_total counter\n");
 	for (int p = 1; p < 4; p++)
 		outf(o, "spoa_rl_shed_total{priority=\"%d\"} %llu\n", p,
-		     (unsigned long long)SUM(shed[p]));
+		     (unsigned long long)worker_sum(srv, WORKER(shed) +
+							   (size_t)p * sizeof(counter_t)));
 	{
 		struct ruleset *rs = atomic_load(&srv->rules);
 
@@ -112,7 +134,8 @@ static void render(struct server *srv, struct out *o)
 	outf(o, "# HELP spoa_rl_disconnects_total AGENT-DISCONNECT frames sent, by status.\n"
 		"# TYPE spoa_rl_disconnects_total counter\n");
 	for (int st = 0; st < 14; st++) {
-		uint64_t v = SUM(disconnects_sent[st]);
+		uint64_t v = worker_sum(srv, WORKER(disconnects_sent) +
+					     (size_t)st * sizeof(counter_t));
 
 		if (v)
 			outf(o, "spoa_rl_disconnects_total{status=\"%d\"} %llu\n",
@@ -120,36 +143,36 @@ static void render(struct server *srv, struct out *o)
 	}
 	if (srv->redis) {
 		counter(o, "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
-			RSUM(queries));
+			redis_sum(srv, REDIS(queries)));
 		counter(o, "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).",
-			RSUM(batches));
+			redis_sum(srv, REDIS(batches)));
 		counter(o, "spoa_rl_redis_replies_total", "Decisions answered by Redis.",
-			RSUM(replies));
+			redis_sum(srv, REDIS(replies)));
 		counter(o, "spoa_rl_local_refusals_total",
 			"Refusals answered locally: the client was known refused until a later time.",
-			RSUM(local_refusals));
+			redis_sum(srv, REDIS(local_refusals)));
 		counter(o, "spoa_rl_redis_timeouts_total", "Decisions past their deadline.",
-			RSUM(timeouts));
+			redis_sum(srv, REDIS(timeouts)));
 		counter(o, "spoa_rl_redis_unavailable_total",
 			"Decisions made without Redis: no connection or queue full.",
-			RSUM(unavailable));
-		counter(o, "spoa_rl_redis_errors_total", "Error replies from Redis.", RSUM(errors));
+			redis_sum(srv, REDIS(unavailable)));
+		counter(o, "spoa_rl_redis_errors_total", "Error replies from Redis.",
+			redis_sum(srv, REDIS(errors)));
 		counter(o, "spoa_rl_redis_connects_total", "Connection attempts to Redis.",
-			RSUM(reconnects));
+			redis_sum(srv, REDIS(reconnects)));
 		counter(o, "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.",
-			RSUM(noscript));
+			redis_sum(srv, REDIS(noscript)));
 		counter(o, "spoa_rl_redis_breaker_trips_total",
 			"Times the circuit breaker stopped calls to Redis after failures.",
-			RSUM(breaker_trips));
+			redis_sum(srv, REDIS(breaker_trips)));
 		counter(o, "spoa_rl_redis_breaker_skips_total",
 			"Decisions made without Redis while the circuit breaker was open.",
-			RSUM(breaker_skips));
+			redis_sum(srv, REDIS(breaker_skips)));
 		histogram(o, srv, "spoa_rl_redis_call_duration_seconds",
-			  "Script calls, from sending to the reply.",
-			  offsetof(struct rstore_stats, call_time));
+			  "Script calls, from sending to the reply.", REDIS(call_time));
 		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",
 			  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
-			  offsetof(struct rstore_stats, wait_time));
+			  REDIS(wait_time));
 	}
 	if (srv->mem) {
 		struct memstore_stats ms;
