@@ -1,118 +1,151 @@
 #include "admin.h"
 
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "alloc.h"
 #include "decide.h"
+#include "http.h"
 #include "identity.h"
 #include "log.h"
-#include "query.h"
 #include "out.h"
+#include "query.h"
 #include "server.h"
 #include "store.h"
 
-#define ADMIN_PARAMS_MAX 32
 #define ADMIN_TEXT_MAX 512
 
-/* Both stores answer admin requests before store_admin() returns. */
-static void admin_done(struct store_admin *a)
+/* One admin request waiting for the store. */
+struct admin_req {
+	struct store_admin a;
+	struct http_req *req;
+	struct store *store;
+	struct ruleset *rs;        /* referenced until the answer */
+	const char *kind;          /* identity argument's name, in rs */
+	char text[ADMIN_TEXT_MAX]; /* its value as text */
+	size_t tlen;
+};
+
+static void respond_json(struct http_req *req, int status, struct out *o)
 {
-	*(int *)a->priv = 1;
+	if (o->err)
+		http_respond(req, 500, "text/plain", "", 0);
+	else
+		http_respond(req, status, "application/json", o->buf, o->len);
 }
 
-int admin_handle(struct server *srv, const char *method, const char *target, char *body,
-		 size_t cap, const char **status)
+/* The store has answered: render every rule's state. */
+static void admin_done(struct store_admin *a)
 {
-	struct out o = { body, cap, 0, 0, 0 };
-	char query[ADMIN_TEXT_MAX * 2];
-	const char *q = strchr(target, '?');
+	struct admin_req *ar = a->priv;
+	struct out o = { NULL, 0, 0, 0, 1 };
+	int status = 200;
+
+	if (a->error[0]) {
+		status = 502;
+		outf(&o, "{\"error\": ");
+		out_json_str(&o, a->error, strlen(a->error));
+		outf(&o, "}\n");
+	} else {
+		outf(&o, "{\"identity\": ");
+		out_json_str(&o, ar->kind, strlen(ar->kind));
+		outf(&o, ", \"value\": ");
+		out_json_str(&o, ar->text, ar->tlen);
+		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
+		for (size_t i = 0; i < a->n; i++) {
+			const struct store_admin_item *it = &a->item[i];
+			char key[STORE_KEY_NAME_LEN + 1];
+
+			store_key_name(it->key, key);
+			outf(&o, "%s{\"rule\": ", i ? ", " : "");
+			out_json_str(&o, it->rule->name, strlen(it->rule->name));
+			outf(&o, ", \"key\": \"%s\"", key);
+			if (it->out.err)
+				o.err = 1;
+			else if (it->out.len)
+				outf(&o, "%.*s", (int)it->out.len, it->out.buf);
+			outf(&o, "}");
+		}
+		outf(&o, "]}\n");
+		if (a->reset)
+			log_info("admin: reset the buckets of %s=%.*s", ar->kind, (int)ar->tlen,
+				 ar->text);
+	}
+	respond_json(ar->req, status, &o);
+	xfree(o.buf);
+	for (size_t i = 0; i < a->n; i++)
+		xfree(a->item[i].out.buf);
+	xfree(a->item);
+	ruleset_release(ar->rs);
+	xfree(ar);
+}
+
+void admin_serve(struct server *srv, struct http_req *req)
+{
+	const char *method = http_req_method(req), *path = http_req_path(req);
+	char qbuf[ADMIN_TEXT_MAX * 2];
+	struct out o = { NULL, 0, 0, 0, 1 };
 	struct rules_args args;
 	struct rules_verdict v;
-	struct ruleset *rs = atomic_load(&srv->rules);
 	const struct rules_names *ids;
-	char text[ADMIN_TEXT_MAX];
-	size_t tlen, plen, nrules;
-	int reset, done = 0;
-	struct store_admin a;
+	struct admin_req *ar;
+	struct ruleset *rs;
+	size_t nrules;
+	bool reset;
 
-	plen = q ? (size_t)(q - target) : strlen(target);
-	if (plen == 13 && memcmp(target, "/admin/client", 13) == 0 && strcmp(method, "GET") == 0) {
-		reset = 0;
-	} else if (plen == 12 && memcmp(target, "/admin/reset", 12) == 0 &&
-		   strcmp(method, "POST") == 0) {
-		reset = 1;
+	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0) {
+		reset = false;
+	} else if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
+		reset = true;
 	} else {
-		*status = "404 Not Found";
 		outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE... or POST /admin/reset?ARG=VALUE...\"}\n");
-		return o.err ? -1 : (int)o.len;
+		respond_json(req, 404, &o);
+		xfree(o.buf);
+		return;
 	}
-	snprintf(query, sizeof(query), "%s", q ? q + 1 : "");
-	query_parse(query, &args);
+	rs = atomic_load(&srv->rules);
+	/* query_parse() decodes in place */
+	snprintf(qbuf, sizeof(qbuf), "%s", http_req_query(req));
+	query_parse(qbuf, &args);
 	rules_classify(rs->rules, &args, &v);
 	ids = rules_identity(rs->rules);
 	if (v.identity < 0 || !v.identity_val) {
-		*status = "400 Bad Request";
 		outf(&o, "{\"error\": \"name the client with one of its identity arguments (");
 		for (size_t i = 0; i < ids->n; i++)
 			outf(&o, "%s%s", i ? ", " : "", ids->name[i]);
 		outf(&o, ")\"}\n");
-		return o.err ? -1 : (int)o.len;
+		respond_json(req, 400, &o);
+		xfree(o.buf);
+		return;
 	}
-	tlen = identity_text(v.identity_val, text, sizeof(text));
-	/* Every rule of the client, each with its own key. */
 	nrules = rules_count(rs->rules);
-	memset(&a, 0, sizeof(a));
-	a.reset = reset;
-	a.item = xcalloc(nrules ? nrules : 1, sizeof(*a.item));
-	if (!a.item)
-		return -1;
-	a.n = nrules;
-	a.done = admin_done;
-	a.priv = &done;
-	for (size_t i = 0; i < nrules; i++) {
-		a.item[i].rule = rules_rule_at(rs->rules, i);
-		decide_key(rs, ids->name[v.identity], text, tlen, a.item[i].rule->name,
-			   a.item[i].key);
-		a.item[i].out = (struct out){ NULL, 0, 0, 0, 1 };
+	ar = xcalloc(1, sizeof(*ar));
+	if (ar)
+		ar->a.item = xcalloc(nrules ? nrules : 1, sizeof(*ar->a.item));
+	if (!ar || !ar->a.item) {
+		xfree(ar);
+		http_respond(req, 500, "text/plain", "", 0);
+		return;
 	}
-	store_admin(srv->store, &a);
-	if (!done || a.error[0]) {
-		*status = "502 Bad Gateway";
-		outf(&o, "{\"error\": ");
-		out_json_str(&o, a.error, strlen(a.error));
-		outf(&o, "}\n");
-		goto out;
-	}
-	*status = "200 OK";
-	outf(&o, "{\"identity\": ");
-	out_json_str(&o, ids->name[v.identity], strlen(ids->name[v.identity]));
-	outf(&o, ", \"value\": ");
-	out_json_str(&o, text, tlen);
-	outf(&o, ", \"store\": \"%s\", \"rules\": [", srv->store->ops->name);
+	/* The main thread holds the rules only while it reads them: keep a
+	 * reference until the store answers. */
+	ruleset_acquire(rs);
+	ar->rs = rs;
+	ar->req = req;
+	ar->store = srv->store;
+	ar->kind = ids->name[v.identity];
+	ar->tlen = identity_text(v.identity_val, ar->text, sizeof(ar->text));
+	ar->a.reset = reset;
+	ar->a.n = nrules;
+	ar->a.done = admin_done;
+	ar->a.priv = ar;
+	/* Every rule of the client, each with its own key. */
 	for (size_t i = 0; i < nrules; i++) {
-		const struct store_admin_item *it = &a.item[i];
-		char key[STORE_KEY_NAME_LEN + 1];
+		struct store_admin_item *it = &ar->a.item[i];
 
-		store_key_name(it->key, key);
-		outf(&o, "%s{\"rule\": ", i ? ", " : "");
-		out_json_str(&o, it->rule->name, strlen(it->rule->name));
-		outf(&o, ", \"key\": \"%s\"", key);
-		if (it->out.err)
-			o.err = 1;
-		else if (it->out.len)
-			outf(&o, "%.*s", (int)it->out.len, it->out.buf);
-		outf(&o, "}");
+		it->rule = rules_rule_at(rs->rules, i);
+		decide_key(rs, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
+		it->out = (struct out){ NULL, 0, 0, 0, 1 };
 	}
-	outf(&o, "]}\n");
-	if (reset)
-		log_info("admin: reset the buckets of %s=%.*s", ids->name[v.identity], (int)tlen, text);
-out:
-	for (size_t i = 0; i < a.n; i++)
-		xfree(a.item[i].out.buf);
-	xfree(a.item);
-	return o.err ? -1 : (int)o.len;
+	store_admin(srv->store, &ar->a);
 }

@@ -1,23 +1,21 @@
-/* admin.h: inspect and reset a client's buckets, over the metrics listener
- * when the agent runs with --admin (loopback only, like the metrics).
+/* admin.h: inspect and reset a client's buckets, over the operations
+ * listener when the agent runs with --admin.
  *
  *   GET  /admin/client?api_key=k1     every rule's key and state
  *   POST /admin/reset?api_key=k1      delete them (all rules of the client)
  *
  * The parameters are message arguments: the client is named as HAProxy
- * would name it (the first identity argument present). Redis is read with
- * a short synchronous connection of its own, off the workers' paths. */
+ * would name it (the first identity argument present). The store answers
+ * through the store interface (store_admin), which may answer later: the
+ * HTTP answer leaves when it does. */
 #ifndef RL_ADMIN_H
 #define RL_ADMIN_H
 
-#include <stddef.h>
-
+struct http_req;
 struct server;
 
-/* Writes a JSON answer for `method` and `target` (path and query) into
- * body[0..cap) and sets *status ("200 OK", "404 Not Found", ...). Returns
- * the body's length, or -1 when it did not fit. */
-int admin_handle(struct server *srv, const char *method, const char *target, char *body,
-		 size_t cap, const char **status);
+/* Handles one /admin/ request: answers it through http_respond(), now or
+ * once the store has answered. */
+void admin_serve(struct server *srv, struct http_req *req);
 
 #endif

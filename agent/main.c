@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include "addr.h"
+#include "admin.h"
+#include "alloc.h"
 #include "decide.h"
+#include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
@@ -58,41 +61,6 @@ static void usage(FILE *out)
 		"  -q, --quiet               errors and warnings only\n"
 		"      --version             print the version and exit\n"
 		"  -h, --help                this text\n");
-}
-
-/* Splits "HOST:PORT" or "[V6]:PORT". Returns 0 or -1. */
-static int split_addr(const char *s, char *host, size_t hcap, char *port, size_t pcap)
-{
-	const char *colon;
-	size_t hlen;
-
-	if (s[0] == '[') {
-		const char *rb = strchr(s, ']');
-
-		if (!rb || rb[1] != ':')
-			return -1;
-		hlen = (size_t)(rb - s - 1);
-		if (hlen == 0 || hlen >= hcap)
-			return -1;
-		memcpy(host, s + 1, hlen);
-		colon = rb + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (!colon)
-			return -1;
-		hlen = (size_t)(colon - s);
-		if (hlen == 0 || hlen >= hcap)
-			return -1;
-		memcpy(host, s, hlen);
-	}
-	host[hlen] = '\0';
-	colon++;
-	if (*colon == '\0' || strlen(colon) >= pcap ||
-	    strspn(colon, "0123456789") != strlen(colon) || atoi(colon) < 0 ||
-	    atoi(colon) > 65535)
-		return -1;
-	snprintf(port, pcap, "%s", colon);
-	return 0;
 }
 
 /* Parses a decimal integer within [min, max]. Returns 0 or -1. */
@@ -154,7 +122,7 @@ struct cli {
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int check;
 	int use_metrics;
-	char mhost[256], mport[16];
+	struct addr metrics;
 };
 
 static struct ev_loop *main_loop;
@@ -263,6 +231,52 @@ static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
 	server_collect_rules(&srv);
 }
 
+static void serve_metrics(struct http_req *req, void *arg)
+{
+	char *body = NULL;
+	size_t len = metrics_render(&srv, &body);
+
+	if (body)
+		http_respond(req, 200, "text/plain; version=0.0.4", body, len);
+	else
+		http_respond(req, 500, "text/plain", "", 0);
+	xfree(body);
+}
+
+static void serve_healthz(struct http_req *req, void *arg)
+{
+	http_respond(req, 200, "text/plain", "ok\n", 3);
+}
+
+static void serve_admin(struct http_req *req, void *arg)
+{
+	admin_serve(&srv, req);
+}
+
+/* The --metrics listener: /metrics, /healthz and, with --admin, /admin/.
+ * NULL after logging why. */
+static struct http_server *ops_start(void)
+{
+	struct http_server *h = http_new(main_loop);
+	char err[512], where[ADDR_HOST_MAX + 16];
+
+	if (!h || http_route(h, "GET", "/metrics", serve_metrics, NULL) < 0 ||
+	    http_route(h, "GET", "/healthz", serve_healthz, NULL) < 0 ||
+	    (srv.admin && (http_route(h, "GET", "/admin/", serve_admin, NULL) < 0 ||
+			   http_route(h, "POST", "/admin/", serve_admin, NULL) < 0))) {
+		log_err("metrics: out of memory");
+		http_free(h);
+		return NULL;
+	}
+	if (http_listen(h, &cli.metrics, err, sizeof(err)) < 0) {
+		log_err("metrics: %s", err);
+		http_free(h);
+		return NULL;
+	}
+	log_info("metrics on http://%s/metrics", addr_format(&cli.metrics, where, sizeof(where)));
+	return h;
+}
+
 /* Settings of the rules file, where the command line did not say. */
 static int apply_settings(const struct settings *st, struct redis_config *rcfg,
 			  int *use_redis)
@@ -318,7 +332,7 @@ int main(int argc, char **argv)
 	static struct redis_config rcfg;
 	const char *env_pw = getenv("RL_REDIS_PASSWORD");
 	int use_redis = 0;
-	struct metrics *metrics = NULL;
+	struct http_server *ops = NULL;
 	struct rules *rules;
 	struct ruleset *rs;
 	char err[1024];
@@ -462,8 +476,7 @@ int main(int argc, char **argv)
 			rcfg.local_cache = 0;
 			break;
 		case OPT_METRICS:
-			if (split_addr(optarg, cli.mhost, sizeof(cli.mhost), cli.mport,
-				       sizeof(cli.mport)) < 0)
+			if (addr_parse(optarg, 0, &cli.metrics) < 0)
 				BAD("--metrics: expected ADDR:PORT, got '%s'", optarg);
 			cli.use_metrics = 1;
 			break;
@@ -532,8 +545,8 @@ int main(int argc, char **argv)
 	/* Metrics listen before the SPOP port does, so whoever waits for the
 	 * "listening on" line finds both ready. */
 	if (cli.use_metrics) {
-		metrics = metrics_start(main_loop, &srv, cli.mhost, cli.mport);
-		if (!metrics)
+		ops = ops_start();
+		if (!ops)
 			return 1;
 	}
 	if (server_listen(&srv) < 0)
@@ -553,7 +566,7 @@ int main(int argc, char **argv)
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
 		 rules_count(rs->rules), rules_source(rs->rules), use_redis ? "Redis" : "in-memory");
 	ev_run(main_loop, 0);
-	metrics_stop(metrics);
+	http_free(ops);
 	server_stop(&srv);
 	ruleset_release(atomic_load(&srv.rules));
 	store_free(srv.store);
