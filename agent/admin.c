@@ -20,8 +20,8 @@ struct admin_req {
 	struct store_admin a;
 	struct http_req *req;
 	struct store *store;
-	struct ruleset *rs;        /* referenced until the answer */
-	const char *kind;          /* identity argument's name, in rs */
+	struct rules *rules;        /* referenced until the answer */
+	const char *kind;          /* identity argument's name, in rules */
 	char text[ADMIN_TEXT_MAX]; /* its value as text */
 	size_t tlen;
 };
@@ -76,7 +76,7 @@ static void admin_done(struct store_admin *a)
 	for (size_t i = 0; i < a->n; i++)
 		xfree(a->item[i].out.buf);
 	xfree(a->item);
-	ruleset_release(ar->rs);
+	rules_release(ar->rules);
 	xfree(ar);
 }
 
@@ -89,7 +89,7 @@ void admin_serve(struct server *srv, struct http_req *req)
 	struct rules_verdict v;
 	const struct rules_names *ids;
 	struct admin_req *ar;
-	struct ruleset *rs;
+	struct rules *rules;
 	size_t nrules;
 	bool reset;
 
@@ -103,12 +103,12 @@ void admin_serve(struct server *srv, struct http_req *req)
 		xfree(o.buf);
 		return;
 	}
-	rs = atomic_load(&srv->rules);
+	rules = atomic_load(&srv->rules);
 	/* query_parse() decodes in place */
 	snprintf(qbuf, sizeof(qbuf), "%s", http_req_query(req));
 	query_parse(qbuf, &args);
-	rules_classify(rs->rules, &args, &v);
-	ids = rules_identity(rs->rules);
+	rules_classify(rules, &args, &v);
+	ids = rules_identity(rules);
 	if (v.identity < 0 || !v.identity_val) {
 		outf(&o, "{\"error\": \"name the client with one of its identity arguments (");
 		for (size_t i = 0; i < ids->n; i++)
@@ -118,7 +118,7 @@ void admin_serve(struct server *srv, struct http_req *req)
 		xfree(o.buf);
 		return;
 	}
-	nrules = rules_count(rs->rules);
+	nrules = rules_count(rules);
 	ar = xcalloc(1, sizeof(*ar));
 	if (ar)
 		ar->a.item = xcalloc(nrules ? nrules : 1, sizeof(*ar->a.item));
@@ -129,8 +129,8 @@ void admin_serve(struct server *srv, struct http_req *req)
 	}
 	/* The main thread holds the rules only while it reads them: keep a
 	 * reference until the store answers. */
-	ruleset_acquire(rs);
-	ar->rs = rs;
+	rules_acquire(rules);
+	ar->rules = rules;
 	ar->req = req;
 	ar->store = srv->store;
 	ar->kind = ids->name[v.identity];
@@ -143,8 +143,8 @@ void admin_serve(struct server *srv, struct http_req *req)
 	for (size_t i = 0; i < nrules; i++) {
 		struct store_admin_item *it = &ar->a.item[i];
 
-		it->rule = rules_rule_at(rs->rules, i);
-		decide_key(rs, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
+		it->rule = rules_rule_at(rules, i);
+		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
 	}
 	store_admin(srv->store, &ar->a);

@@ -7,124 +7,29 @@
 #include "rlheader.h"
 #include "settings.h"
 
-/* The hashing key. Agents of one fleet must share it so that they compute
- * the same Redis keys; SipHash under any key spreads and bounds keys. */
-static const uint8_t default_secret[16] = {
-	0x73, 0x70, 0x6f, 0x61, 0x2d, 0x72, 0x61, 0x74,
-	0x65, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x2d, 0x31,
-};
-
-/* ---- ruleset ---------------------------------------------------------------- */
-
-/* Policy names: the rule's name when it has one limit, else the rule's name
- * and the limit's period ("free-1m"); the loader keeps periods distinct
- * within a rule, so names are unique within the field. */
-static void derive_rule(const struct rules_rule *r, int agents, struct ruleset_rule *out)
-{
-	static const char algo[] = { 't', 's', 'f' };
-	char period[32];
-
-	out->policy[0] = '\0';
-	for (size_t i = 0; i < r->nlimits; i++) {
-		struct limit_spec *l = &out->local[i];
-
-		if (r->nlimits == 1) {
-			snprintf(out->pname[i], sizeof(out->pname[i]), "%s", r->name);
-		} else {
-			limit_format_period(r->limits[i].period_us, period, sizeof(period));
-			snprintf(out->pname[i], sizeof(out->pname[i]), "%s-%s", r->name, period);
-		}
-		if (rlheader_policy_append(out->policy, sizeof(out->policy), out->pname[i],
-					   r->limits[i].quota,
-					   limit_ceil_s(r->limits[i].period_us)) < 0) {
-			/* keeps the items that fit */
-		}
-		snprintf(out->lid[i], sizeof(out->lid[i]), "%c%llu/%lld/%llu",
-			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
-			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
-			 (unsigned long long)r->limits[i].burst);
-		/* The local policy shares the limit among the agents; each
-		 * keeps at least one request per period. */
-		*l = r->limits[i];
-		l->quota = r->limits[i].quota / (uint64_t)agents;
-		if (l->quota == 0)
-			l->quota = 1;
-		if (l->burst) {
-			l->burst /= (uint64_t)agents;
-			if (l->burst == 0)
-				l->burst = 1;
-		}
-	}
-}
-
-struct ruleset *ruleset_new(struct rules *rules, uint64_t gen)
-{
-	struct ruleset *rs = xcalloc(1, sizeof(*rs));
-	const struct settings *st = rules_settings(rules);
-
-	if (!rs) {
-		rules_free(rules);
-		return NULL;
-	}
-	rs->rules = rules;
-	rs->gen = gen;
-	atomic_init(&rs->refs, 1);
-	memcpy(rs->secret, default_secret, sizeof(rs->secret));
-	rs->agents = st->has_agents && st->agents > 0 ? st->agents : 1;
-	rs->nrules = rules_count(rules);
-	rs->rule = xcalloc(rs->nrules ? rs->nrules : 1, sizeof(*rs->rule));
-	if (!rs->rule) {
-		rules_free(rules);
-		xfree(rs);
-		return NULL;
-	}
-	for (size_t i = 0; i < rs->nrules; i++) {
-		const struct rules_rule *r = rules_rule_at(rules, i);
-
-		derive_rule(r, rs->agents, &rs->rule[r->index]);
-	}
-	return rs;
-}
-
-void ruleset_acquire(struct ruleset *rs)
-{
-	atomic_fetch_add_explicit(&rs->refs, 1, memory_order_relaxed);
-}
-
-void ruleset_release(struct ruleset *rs)
-{
-	if (!rs)
-		return;
-	if (atomic_fetch_sub_explicit(&rs->refs, 1, memory_order_acq_rel) == 1) {
-		rules_free(rs->rules);
-		xfree(rs->rule);
-		xfree(rs);
-	}
-}
-
 /* ---- decisions ---------------------------------------------------------------- */
 
-void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
+void decide_key(const struct rules *rules, const char *kind, const char *value, size_t vlen,
 		const char *rule, uint8_t key[IDENTITY_KEY_LEN])
 {
-	identity_key(rs->secret, kind, strlen(kind), value, vlen, rule, strlen(rule), key);
+	identity_key(rules_secret(rules), kind, strlen(kind), value, vlen, rule, strlen(rule), key);
 }
 
-void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
+void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q)
 {
 	struct rules_args a;
 	struct rules_verdict v;
-	const struct rules_names *ids = rules_identity(rs->rules);
+	const struct rules_names *ids = rules_identity(rules);
 	char text[512];
 	size_t tlen;
 	const char *kind;
 
 	a.n = 0;
 	rules_args_from_kv(&a, args, nargs);
-	rules_classify(rs->rules, &a, &v);
+	rules_classify(rules, &a, &v);
 
-	q->rs = rs;
+	q->rules = rules;
 	q->rule = v.rule;
 	q->limits = v.rule->limits;
 	q->nlimits = v.rule->nlimits;
@@ -135,14 +40,14 @@ void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
 	q->on_failure = v.on_failure;
 	q->shed = false;
 	if (v.load_known && q->priority > 0)
-		q->shed = shed_decide(rules_shed(rs->rules), q->priority, v.in_use,
+		q->shed = shed_decide(rules_shed(rules), q->priority, v.in_use,
 				      v.free_conns, rnd);
 
 	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
 	q->identity = kind;
 	tlen = v.identity >= 0 && v.identity_val ? identity_text(v.identity_val, text, sizeof(text))
 						 : 0;
-	decide_key(rs, kind, text, tlen, v.rule->name, q->key);
+	decide_key(rules, kind, text, tlen, v.rule->name, q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -156,7 +61,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->priority = q->priority;
 	d->reason = DECIDE_OK;
 	d->rule = q->rule->name;
-	d->policy = q->rs->rule[q->rule->index].policy;
+	d->policy = q->rule->policy;
 	d->ratelimit[0] = '\0';
 	d->shadow = false;
 	d->degraded = false;
@@ -165,7 +70,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 
 void decide_shed(const struct decide_query *q, struct decide_decision *d)
 {
-	const struct shed_config *sc = rules_shed(q->rs->rules);
+	const struct shed_config *sc = rules_shed(q->rules);
 
 	base(q, d);
 	d->reason = DECIDE_SHED;
@@ -217,7 +122,7 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		}
 	}
 	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit),
-			   q->rs->rule[q->rule->index].pname[decider], (uint64_t)d->remaining,
+			   q->rule->pname[decider], (uint64_t)d->remaining,
 			   d->reset);
 	shadow_shed(q, d);
 }

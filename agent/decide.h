@@ -11,9 +11,9 @@
  *                      the rule's failure policy)
  *   decide_put_actions() decision -> SET-VAR actions of the ACK
  *
- * Rules come as a ruleset: the loaded rules plus what is derived from them
- * once (header values), reference-counted so that a reload can replace them
- * while decisions made under the old ones are still waiting for Redis.
+ * A query points into the rules it was made under (rules.h: loaded and
+ * derived once, reference-counted): the store keeps them referenced while
+ * the query waits, so a reload never pulls them from under it.
  */
 #ifndef RL_DECIDE_H
 #define RL_DECIDE_H
@@ -27,45 +27,14 @@
 #include "rules.h"
 #include "spop.h"
 
-#define DECIDE_MAX_LIMITS RULES_LIMITS_MAX
-#define DECIDE_POLICY_MAX 512
-#define DECIDE_PNAME_MAX (RULES_NAME_MAX + 40)
-#define DECIDE_LID_MAX 48
-
 /* The message the agent understands (part of the contract with HAProxy). */
 #define DECIDE_MESSAGE "check-rate"
-
-struct ruleset_rule {
-	char policy[DECIDE_POLICY_MAX];   /* RateLimit-Policy value */
-	char pname[RULES_LIMITS_MAX][DECIDE_PNAME_MAX]; /* policy name per limit */
-	struct limit_spec local[RULES_LIMITS_MAX];      /* limits / agents */
-	/* Redis hash field per limit, named by algorithm and parameters, so
-	 * that a changed limit starts fresh instead of misreading old state */
-	char lid[RULES_LIMITS_MAX][DECIDE_LID_MAX];
-};
-
-struct ruleset {
-	struct rules *rules;
-	atomic_uint refs;
-	uint64_t gen;
-	uint8_t secret[16];
-	int agents;                       /* fleet size for the local policy */
-	size_t nrules;
-	struct ruleset_rule *rule;        /* by rules_rule.index */
-};
-
-/* Wraps loaded rules (taking ownership) with one reference. NULL on
- * allocation failure (the rules are freed then). */
-struct ruleset *ruleset_new(struct rules *rules, uint64_t gen);
-void ruleset_acquire(struct ruleset *rs);
-/* Drops a reference; the last one frees the ruleset and its rules. */
-void ruleset_release(struct ruleset *rs);
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
 	const char *identity;       /* the argument that named the client */
-	struct ruleset *rs;
-	const struct rules_rule *rule;
+	struct rules *rules;
+	const struct rule *rule;
 	const struct limit_spec *limits;
 	size_t nlimits;
 	uint32_t cost;
@@ -92,22 +61,23 @@ struct decide_decision {
 	int priority;
 	enum decide_reason reason;
 	const char *rule;
-	const char *policy;    /* points into the ruleset, or "" */
-	char ratelimit[DECIDE_PNAME_MAX + 64];
+	const char *policy;    /* points into the rules, or "" */
+	char ratelimit[RULES_PNAME_MAX + 64];
 	bool shadow;
 	bool degraded;
 	bool counted;          /* remaining and reset are known */
 };
 
 /* The key of one rule of a client (identity_key under the rules' secret). */
-void decide_key(const struct ruleset *rs, const char *kind, const char *value, size_t vlen,
+void decide_key(const struct rules *rules, const char *kind, const char *value, size_t vlen,
 		const char *rule, uint8_t key[IDENTITY_KEY_LEN]);
 
 /* Builds the query for one check-rate message from its KV arguments (a
  * cursor from spop_msg_next, already validated). `rnd` is a uniform random
- * number for probabilistic shedding. The query points into rs and into the
- * message; the caller keeps rs referenced as long as the query lives. */
-void decide_prepare(struct ruleset *rs, struct spop_cursor args, unsigned nargs,
+ * number for probabilistic shedding. The query points into the rules and
+ * into the message; the caller keeps the rules referenced as long as the
+ * query lives. */
+void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q);
 
 /* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */

@@ -113,8 +113,8 @@ enum {
 /* What the command line said, before the rules file is read. */
 struct cli {
 	const char *rules_path;
-	char limits[DECIDE_MAX_LIMITS][64];
-	const char *algos[DECIDE_MAX_LIMITS];
+	char limits[LIMIT_SET_MAX][64];
+	const char *algos[LIMIT_SET_MAX];
 	int nlimits;
 	long long burst;
 	const char *identity;
@@ -128,7 +128,7 @@ struct cli {
 static struct ev_loop *main_loop;
 static struct server srv;
 static struct cli cli;
-static uint64_t rules_gen;
+static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
 
 /* The rules the command line describes, as a rules file would: the same
  * loader validates both. */
@@ -195,7 +195,6 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	char err[1024];
 	struct rules *r;
-	struct ruleset *rs;
 	const struct settings *old;
 
 	if (s->signum != SIGHUP) {
@@ -213,15 +212,11 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		STAT_INC(srv.reload_failures);
 		return;
 	}
-	old = rules_settings(atomic_load(&srv.rules)->rules);
+	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
-	rs = ruleset_new(r, ++rules_gen);
-	if (!rs) {
-		log_err("reload failed: out of memory");
-		return;
-	}
-	server_swap_rules(&srv, rs);
+	rules_set_gen(r, ++generation);
+	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
 	log_info("reloaded %s: %zu rule(s)", cli.rules_path, rules_count(r));
 }
@@ -334,7 +329,6 @@ int main(int argc, char **argv)
 	int use_redis = 0;
 	struct http_server *ops = NULL;
 	struct rules *rules;
-	struct ruleset *rs;
 	char err[1024];
 	long long num;
 	int opt, level = LOG_INFO;
@@ -382,8 +376,8 @@ int main(int argc, char **argv)
 			char *colon;
 			struct limit_spec spec;
 
-			if (cli.nlimits == DECIDE_MAX_LIMITS)
-				BAD("at most %d limits", DECIDE_MAX_LIMITS);
+			if (cli.nlimits == LIMIT_SET_MAX)
+				BAD("at most %d limits", LIMIT_SET_MAX);
 			if (strlen(optarg) >= sizeof(cli.limits[0]))
 				BAD("--limit '%s': too long", optarg);
 			snprintf(cli.limits[cli.nlimits], sizeof(cli.limits[0]), "%s", optarg);
@@ -518,21 +512,17 @@ int main(int argc, char **argv)
 		return cli.check ? 1 : 2;
 	}
 	if (apply_settings(rules_settings(rules), &rcfg, &use_redis) < 0) {
-		rules_free(rules);
+		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
 	if (cli.check) {
 		printf("%s: ok, %zu rule(s)\n", cli.rules_path ? cli.rules_path : "command line",
 		       rules_count(rules));
-		rules_free(rules);
+		rules_release(rules);
 		return 0;
 	}
-	rs = ruleset_new(rules, ++rules_gen);
-	if (!rs) {
-		log_err("out of memory");
-		return 1;
-	}
-	atomic_init(&srv.rules, rs);
+	rules_set_gen(rules, ++generation);
+	atomic_init(&srv.rules, rules);
 
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
@@ -564,11 +554,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
-		 rules_count(rs->rules), rules_source(rs->rules), use_redis ? "Redis" : "in-memory");
+		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory");
 	ev_run(main_loop, 0);
 	http_free(ops);
 	server_stop(&srv);
-	ruleset_release(atomic_load(&srv.rules));
+	rules_release(atomic_load(&srv.rules));
 	store_free(srv.store);
 	log_info("stopped");
 	return 0;

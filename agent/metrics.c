@@ -113,7 +113,7 @@ static void render(struct server *srv, struct out *o)
 		     (unsigned long long)worker_sum(srv, WORKER(shed) +
 							   (size_t)p * sizeof(counter_t)));
 	{
-		struct ruleset *rs = atomic_load(&srv->rules);
+		struct rules *rules = atomic_load(&srv->rules);
 
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",
 			STAT_GET(srv->reloads));
@@ -121,7 +121,7 @@ static void render(struct server *srv, struct out *o)
 			"SIGHUPs whose file was invalid (the rules in force stayed).",
 			STAT_GET(srv->reload_failures));
 		gauge(o, "spoa_rl_rules_generation", "Generation of the rules in force (1 at start, +1 per reload).",
-		      rs ? rs->gen : 0);
+		      rules ? rules_gen(rules) : 0);
 	}
 	outf(o, "# HELP spoa_rl_disconnects_total AGENT-DISCONNECT frames sent, by status.\n"
 		"# TYPE spoa_rl_disconnects_total counter\n");

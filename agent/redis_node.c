@@ -373,13 +373,13 @@ static const char *arena_put(struct redis_node *rn, size_t *used, const char *s,
 /* The script's arguments (see decide.lua): the distinct rules of the batch
  * once each, [lid, algo, quota, period_us, burst] per limit, then three
  * integers per query, key_index, cost and rule_index. A rule is its
- * limits array: the queries of one rule of one ruleset share it. */
+ * limits array: the queries of one rule of the same rules share it. */
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
 	size_t argc = 0, nkeys = 0, nrules = 0, used = 0;
 	size_t keyidx[1024], ruleidx[1024];
 	const struct decide_query *rule_q[1024];
-	char tmp[NUM_MAX + DECIDE_LID_MAX];
+	char tmp[NUM_MAX + RULES_LID_MAX];
 	const char *p;
 	int n;
 
@@ -435,7 +435,7 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 			msgpack_pack_array(&pk, q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
-				const char *lid = q->rs->rule[q->rule->index].lid[j];
+				const char *lid = q->rule->lid[j];
 
 				msgpack_pack_array(&pk, 5);
 				msgpack_pack_str(&pk, strlen(lid));
@@ -470,7 +470,7 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 			PUT_NUM("%zu", q->nlimits);
 			for (size_t j = 0; j < q->nlimits; j++) {
 				const struct limit_spec *l = &q->limits[j];
-				const char *lid = q->rs->rule[q->rule->index].lid[j];
+				const char *lid = q->rule->lid[j];
 
 				/* hiredis copies the arguments: no need to */
 				rn->argv[argc] = lid;
@@ -702,7 +702,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
-	rn->arena_cap = max_argc * (NUM_MAX + DECIDE_LID_MAX);
+	rn->arena_cap = max_argc * (NUM_MAX + RULES_LID_MAX);
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
 		xfree(rn->queue);

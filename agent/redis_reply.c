@@ -199,7 +199,7 @@ static int decode_one(struct rd *r, struct redis_decision *d)
 	d->ok = 0;
 	d->nvals = 0;
 	if (read_array(r, &n) < 0 || n != 3 || read_int(r, &d->allowed) < 0 ||
-	    read_int(r, &d->decider) < 0 || read_array(r, &nl) < 0 || nl > RULES_LIMITS_MAX)
+	    read_int(r, &d->decider) < 0 || read_array(r, &nl) < 0 || nl > LIMIT_SET_MAX)
 		goto bad;
 	for (uint32_t j = 0; j < nl; j++) {
 		uint32_t three;

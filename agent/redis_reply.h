@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rules.h"
+#include "limiter.h"
 
 /* Never allocates; see redis_reply.c for why not msgpack-c here. */
 
@@ -21,7 +21,7 @@ struct redis_decision {
 	int64_t allowed;        /* 1 or 0 */
 	int64_t decider;        /* 1-based index of the deciding limit */
 	size_t nvals;           /* 3 per limit */
-	int64_t vals[3 * RULES_LIMITS_MAX];
+	int64_t vals[3 * LIMIT_SET_MAX];
 };
 
 /* Decodes the reply of a batch of n requests into out[0..n). Returns 0, or

@@ -13,9 +13,13 @@
  * rules in force.
  *
  * A loaded `struct rules` is immutable: any number of threads may classify
- * against it at once without locks. It is freed as a whole by rules_free()
- * once no thread uses it any more (the caller's reload scheme decides
- * when).
+ * against it at once without locks. What every answer needs of a rule
+ * (its RateLimit-Policy value, the store's field names, the local failure
+ * policy's share of each limit) is derived once, at load. Loaded rules
+ * are reference-counted: the loader's reference, then one per holder
+ * (a worker, a decision waiting for Redis), so a reload can replace them
+ * while older decisions finish under the rules they started with; the
+ * last rules_release() frees them as a whole.
  *
  * Classification (rules_classify.c) is pure: no I/O, no clock, no
  * allocation, and no YAML linked in. It reads only the message arguments
@@ -37,7 +41,9 @@
 #include "spop.h"
 
 #define RULES_NAME_MAX 32        /* rule and argument names, NUL included */
-#define RULES_LIMITS_MAX 16      /* limits per rule */
+#define RULES_POLICY_MAX 512     /* a RateLimit-Policy value, NUL included */
+#define RULES_PNAME_MAX (RULES_NAME_MAX + 40) /* a policy item's name */
+#define RULES_LID_MAX 48         /* a limit's field name in the store */
 #define RULES_IDENTITY_MAX 8     /* identity arguments */
 #define RULES_ARGS_MAX 64        /* message arguments looked at */
 #define RULES_TIERS_MAX 256
@@ -95,15 +101,25 @@ enum rules_kind {
 /* One rule: a tier, an endpoint, or the built-in default. Its name is what
  * the agent exports as txn.rl.rule. The periods of its limits are distinct
  * (policy names are "<rule>-<period>"). nlimits 0 means no rate limit. */
-struct rules_rule {
+struct rule {
 	char name[RULES_NAME_MAX];
 	enum rules_kind kind;
 	unsigned index;          /* position in rules_rule_at(), 0-based */
-	struct limit_spec limits[RULES_LIMITS_MAX];
+	struct limit_spec limits[LIMIT_SET_MAX];
 	size_t nlimits;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
+	/* Derived at load: */
+	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */
+	char pname[LIMIT_SET_MAX][RULES_PNAME_MAX];     /* policy item per limit */
+	/* The shared store's field per limit, named by algorithm and
+	 * parameters, so that a changed limit starts fresh instead of
+	 * misreading old state. */
+	char lid[LIMIT_SET_MAX][RULES_LID_MAX];
+	/* The local failure policy: each limit divided by the fleet size
+	 * (store.agents), at least 1. */
+	struct limit_spec local[LIMIT_SET_MAX];
 };
 
 struct rules_names {
@@ -133,7 +149,20 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name,
  * fail-open, in-memory store. NULL only when out of memory. */
 struct rules *rules_default(void);
 
-void rules_free(struct rules *r);
+/* Takes one more reference. */
+void rules_acquire(struct rules *r);
+/* Drops one; the last frees the rules. NULL does nothing. */
+void rules_release(struct rules *r);
+/* References held now (for tests: who took one gives it back). */
+unsigned rules_refs(const struct rules *r);
+
+/* The generation the holder of the rules gave them (0 when loaded); the
+ * server numbers them 1 at start, +1 per reload. */
+uint64_t rules_gen(const struct rules *r);
+void rules_set_gen(struct rules *r, uint64_t gen);
+
+/* The key that client keys are hashed under (identity_key). */
+const uint8_t *rules_secret(const struct rules *r);
 
 /* The settings the file carried (settings.h). */
 const struct settings *rules_settings(const struct rules *r);
@@ -149,7 +178,7 @@ const char *rules_cost_argument(const struct rules *r);
 
 /* The argument that names the tier, and the default tier. */
 const char *rules_tier_argument(const struct rules *r);
-const struct rules_rule *rules_default_tier(const struct rules *r);
+const struct rule *rules_default_tier(const struct rules *r);
 
 bool rules_shadow(const struct rules *r);               /* global shadow */
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */
@@ -159,17 +188,17 @@ const struct shed_config *rules_shed(const struct rules *r);
 /* Every rule: tiers in file order (or the built-in default), then
  * endpoints in file order. */
 size_t rules_count(const struct rules *r);
-const struct rules_rule *rules_rule_at(const struct rules *r, size_t i);
+const struct rule *rules_rule_at(const struct rules *r, size_t i);
 /* The rule named exactly `name`, or NULL. */
-const struct rules_rule *rules_find(const struct rules *r, const char *name);
+const struct rule *rules_find(const struct rules *r, const char *name);
 
 const char *rules_failure_str(enum rules_failure f);
 
 /* ---- classification --------------------------------------------------------- */
 
 struct rules_verdict {
-	const struct rules_rule *rule;  /* the rule whose limits apply */
-	const struct rules_rule *tier;  /* the client's tier (or the default) */
+	const struct rule *rule;  /* the rule whose limits apply */
+	const struct rule *tier;  /* the client's tier (or the default) */
 	int priority;                   /* 0..3 */
 	bool shadow;                    /* limits: rule's or global shadow */
 	bool shed_shadow;               /* shedding: global or shedding.shadow */

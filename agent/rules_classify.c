@@ -292,7 +292,7 @@ static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
 
 	if (is_text(d) && d->u.str.len > 0 && d->u.str.len < RULES_NAME_MAX) {
 		for (size_t i = 0; i < r->ntiers; i++) {
-			const struct rules_rule *t = &r->rules[i];
+			const struct rule *t = &r->rule[i];
 
 			if (t->kind == RULES_KIND_TIER && strlen(t->name) == d->u.str.len &&
 			    memcmp(t->name, d->u.str.ptr, d->u.str.len) == 0)
@@ -306,7 +306,7 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out)
 {
 	struct request q;
-	const struct rules_rule *rule;
+	const struct rule *rule;
 	const struct spop_data *d;
 	int64_t in_use, free_conns;
 
@@ -320,11 +320,11 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 		q.host_noport = rules_host_noport(q.host->u.str.ptr, q.host->u.str.len);
 	q.tier = resolve_tier(r, args);
 
-	out->tier = &r->rules[q.tier];
+	out->tier = &r->rule[q.tier];
 	rule = out->tier;
 	for (size_t i = 0; i + r->ntiers < r->nrules; i++) {
 		if (match_holds(&r->ep[i], &q)) {
-			rule = &r->rules[r->ntiers + i];
+			rule = &r->rule[r->ntiers + i];
 			break;
 		}
 	}

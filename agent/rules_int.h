@@ -12,6 +12,7 @@
 #ifndef RL_RULES_INT_H
 #define RL_RULES_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -58,6 +59,9 @@ struct pclass {
 /* Loaded rules: a few arrays plus an arena (struct arena_block, the
  * loader's) that holds every string and list of match values. */
 struct rules {
+	atomic_uint refs;
+	uint64_t gen;
+	uint8_t secret[16];
 	char source[256];
 	struct settings settings;
 	struct rules_names identity;
@@ -67,11 +71,11 @@ struct rules {
 	enum rules_failure on_failure;
 	int default_priority;
 	struct shed_config shed;
-	struct rules_rule *rules;  /* tiers, then endpoints */
+	struct rule *rule;   /* tiers, then endpoints */
 	size_t nrules;
 	size_t ntiers;
 	size_t default_tier;
-	struct match *ep;          /* ep[i] is the match of rules[ntiers + i] */
+	struct match *ep;          /* ep[i] is the match of rule[ntiers + i] */
 	struct pclass *classes;
 	size_t nclasses;
 	struct arena_block *arena; /* freed with the rules */

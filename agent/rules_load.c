@@ -11,7 +11,7 @@
  *
  * The loaded rules (rules_int.h) live in a few arrays plus an arena that
  * holds every string and list of match values, all freed at once by
- * rules_free(); nothing is written once rules_load_buffer() returns.
+ * rules_release(); nothing is written once rules_load_buffer() returns.
  */
 #include "rules_int.h"
 
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "rlheader.h"
 #include "settings.h"
 #include "yaml_strict.h"
 
@@ -72,7 +73,7 @@ struct ctx {
 	struct ys y;          /* the file, and where messages go */
 	struct rules *r;
 	yaml_mark_t *marks;   /* where each rule is named, for duplicate names */
-	bool builtin;         /* rules[0] is the built-in default rule */
+	bool builtin;         /* rule[0] is the built-in default rule */
 };
 
 /* A rule or argument name: 1 to 31 of [A-Za-z0-9_.-]. */
@@ -153,7 +154,7 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 }
 
 static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
-			struct rules_rule *rule)
+			struct rule *rule)
 {
 	struct ys *y = &c->y;
 	char item[YS_PATH_MAX], msg[256];
@@ -162,8 +163,8 @@ static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
 	if (seq->type != YAML_SEQUENCE_NODE)
 		return ys_fail_type(y, seq, where, "a list of limits");
 	count = ys_seq_len(seq);
-	if (count > RULES_LIMITS_MAX)
-		return ys_fail(y, seq->start_mark, where, "more than %d limits", RULES_LIMITS_MAX);
+	if (count > LIMIT_SET_MAX)
+		return ys_fail(y, seq->start_mark, where, "more than %d limits", LIMIT_SET_MAX);
 	for (size_t i = 0; i < count; i++) {
 		yaml_node_t *n = ys_seq_item(y, seq, i);
 		struct limit_spec *l = &rule->limits[i];
@@ -205,7 +206,7 @@ static const char *const rule_keys[R_N] = {"name", "match", "limits",
 					   "shadow", "on_store_failure", "cost"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
-			     yaml_node_t **v, struct rules_rule *rule)
+			     yaml_node_t **v, struct rule *rule)
 {
 	struct ys *y = &c->y;
 	char sub[YS_PATH_MAX];
@@ -244,14 +245,14 @@ static int check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char
 	struct rules *r = c->r;
 
 	for (size_t j = 0; j < i; j++) {
-		if (strcmp(r->rules[j].name, r->rules[i].name) != 0)
+		if (strcmp(r->rule[j].name, r->rule[i].name) != 0)
 			continue;
 		if (j == 0 && c->builtin)
 			return ys_fail(y, mark, where,
 				       "duplicate rule name \"%s\" (the built-in rule of a file without tiers)",
-				       r->rules[i].name);
+				       r->rule[i].name);
 		return ys_fail(y, mark, where, "duplicate rule name \"%s\" (first at %zu:%zu)",
-			       r->rules[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
+			       r->rule[i].name, c->marks[j].line + 1, c->marks[j].column + 1);
 	}
 	c->marks[i] = mark;
 	return 0;
@@ -263,7 +264,7 @@ static void tier_list(struct ctx *c, char *buf, size_t cap)
 
 	buf[0] = '\0';
 	for (size_t i = 0; i < c->r->ntiers && o < cap; i++)
-		o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->r->rules[i].name);
+		o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->r->rule[i].name);
 }
 
 static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
@@ -274,7 +275,7 @@ static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *o
 	if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
 		return ys_fail_type(y, n, where, "a tier name");
 	for (size_t i = 0; i < c->r->ntiers; i++) {
-		if (ys_is(n, c->r->rules[i].name)) {
+		if (ys_is(n, c->r->rule[i].name)) {
 			*out = i;
 			return 0;
 		}
@@ -292,13 +293,13 @@ static int set_builtin_rule(struct ctx *c)
 {
 	struct ys *y = &c->y;
 	struct rules *r = c->r;
-	struct rules_rule *d;
+	struct rule *d;
 
-	r->rules = xcalloc(1, sizeof(*r->rules));
+	r->rule = xcalloc(1, sizeof(*r->rule));
 	c->marks = xcalloc(1, sizeof(*c->marks));
-	if (!r->rules || !c->marks)
+	if (!r->rule || !c->marks)
 		return ys_fail_oom(y);
-	d = &r->rules[0];
+	d = &r->rule[0];
 	snprintf(d->name, sizeof(d->name), "%s", RULES_DEFAULT_RULE);
 	d->kind = RULES_KIND_DEFAULT;
 	d->limits[0].quota = 100;
@@ -336,9 +337,9 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 	if (count == 0)
 		return ys_fail(y, map->start_mark, "tiers",
 			       "no tier defined (a tier is a key such as free: { limits: [100/1m] })");
-	r->rules = xcalloc(count, sizeof(*r->rules));
+	r->rule = xcalloc(count, sizeof(*r->rule));
 	c->marks = xcalloc(count, sizeof(*c->marks));
-	if (!r->rules || !c->marks)
+	if (!r->rule || !c->marks)
 		return ys_fail_oom(y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
 		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
@@ -375,7 +376,7 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 			continue;
 		}
 		{
-			struct rules_rule *rule = &r->rules[r->ntiers];
+			struct rule *rule = &r->rule[r->ntiers];
 			yaml_node_t *fk[R_N], *fv[R_N];
 
 			if (get_name(y, k, "tiers", rule->name) < 0)
@@ -623,11 +624,11 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 			       RULES_ENDPOINTS_MAX);
 	if (count == 0)
 		return 0;
-	p = xrealloc(r->rules, (r->ntiers + count) * sizeof(*r->rules));
+	p = xrealloc(r->rule, (r->ntiers + count) * sizeof(*r->rule));
 	if (!p)
 		return ys_fail_oom(y);
-	r->rules = p;
-	memset(r->rules + r->ntiers, 0, count * sizeof(*r->rules));
+	r->rule = p;
+	memset(r->rule + r->ntiers, 0, count * sizeof(*r->rule));
 	p = xrealloc(c->marks, (r->ntiers + count) * sizeof(*c->marks));
 	if (!p)
 		return ys_fail_oom(y);
@@ -638,7 +639,7 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 	for (size_t i = 0; i < count; i++) {
 		yaml_node_t *n = ys_seq_item(y, seq, i);
 		size_t ri = r->ntiers + i;
-		struct rules_rule *rule = &r->rules[ri];
+		struct rule *rule = &r->rule[ri];
 		yaml_node_t *k[R_N], *v[R_N];
 		char where[YS_PATH_MAX], sub[YS_PATH_MAX];
 
@@ -832,8 +833,17 @@ static int parse_shedding(struct ctx *c, yaml_node_t *map)
 
 /* ---- the file ------------------------------------------------------------ */
 
+/* The hashing key. Agents of one fleet must share it so that they compute
+ * the same Redis keys; SipHash under any key spreads and bounds keys. */
+static const uint8_t default_secret[16] = {
+	0x73, 0x70, 0x6f, 0x61, 0x2d, 0x72, 0x61, 0x74,
+	0x65, 0x6c, 0x69, 0x6d, 0x69, 0x74, 0x2d, 0x31,
+};
+
 static void rules_init_defaults(struct rules *r, const char *name)
 {
+	atomic_init(&r->refs, 1);
+	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
 	snprintf(r->identity.name[0], RULES_NAME_MAX, "api_key");
@@ -891,9 +901,9 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	/* Without tiers, top-level limits replace those of the built-in
 	 * rule "default" (the command line's --limit comes this way). */
 	if (v[K_LIMITS]) {
-		r->rules[0].nlimits = 0;
-		memset(r->rules[0].limits, 0, sizeof(r->rules[0].limits));
-		if (parse_limits(c, v[K_LIMITS], "limits", &r->rules[0]) < 0)
+		r->rule[0].nlimits = 0;
+		memset(r->rule[0].limits, 0, sizeof(r->rule[0].limits));
+		if (parse_limits(c, v[K_LIMITS], "limits", &r->rule[0]) < 0)
 			return -1;
 	}
 	if (v[K_ENDPOINTS] && parse_endpoints(c, v[K_ENDPOINTS]) < 0)
@@ -903,6 +913,56 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	if (v[K_SHEDDING] && parse_shedding(c, v[K_SHEDDING]) < 0)
 		return -1;
 	return 0;
+}
+
+/* Policy names: the rule's name when it has one limit, else the rule's name
+ * and the limit's period ("free-1m"); the loader keeps periods distinct
+ * within a rule, so names are unique within the field. */
+static void derive_rule(struct rule *r, int agents)
+{
+	static const char algo[] = { 't', 's', 'f' };
+	char period[32];
+
+	r->policy[0] = '\0';
+	for (size_t i = 0; i < r->nlimits; i++) {
+		struct limit_spec *l = &r->local[i];
+
+		if (r->nlimits == 1) {
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s", r->name);
+		} else {
+			limit_format_period(r->limits[i].period_us, period, sizeof(period));
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-%s", r->name, period);
+		}
+		if (rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
+					   r->limits[i].quota,
+					   limit_ceil_s(r->limits[i].period_us)) < 0) {
+			/* keeps the items that fit */
+		}
+		snprintf(r->lid[i], sizeof(r->lid[i]), "%c%llu/%lld/%llu",
+			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
+			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
+			 (unsigned long long)r->limits[i].burst);
+		/* The local policy shares the limit among the agents; each
+		 * keeps at least one request per period. */
+		*l = r->limits[i];
+		l->quota = r->limits[i].quota / (uint64_t)agents;
+		if (l->quota == 0)
+			l->quota = 1;
+		if (l->burst) {
+			l->burst /= (uint64_t)agents;
+			if (l->burst == 0)
+				l->burst = 1;
+		}
+	}
+}
+
+/* What every answer needs of each rule, derived once (rules.h). */
+static void derive(struct rules *r)
+{
+	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
+
+	for (size_t i = 0; i < r->nrules; i++)
+		derive_rule(&r->rule[i], agents);
 }
 
 static void free_parts(struct rules *r)
@@ -915,7 +975,7 @@ static void free_parts(struct rules *r)
 		xfree(b);
 		b = next;
 	}
-	xfree(r->rules);
+	xfree(r->rule);
 	xfree(r->ep);
 	xfree(r->classes);
 	xfree(r);
@@ -960,6 +1020,8 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 	rules_init_defaults(r, name);
 	c.r = r;
 	rc = parse_root(&c, root);
+	if (rc == 0)
+		derive(r);
 	xfree(c.marks);
 out:
 	ys_close(&c.y);
@@ -1045,11 +1107,22 @@ struct rules *rules_default(void)
 	return rules_load_buffer("{}", 2, "(defaults)", NULL, 0);
 }
 
-void rules_free(struct rules *r)
+void rules_acquire(struct rules *r)
 {
-	if (r)
+	atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void rules_release(struct rules *r)
+{
+	if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1)
 		free_parts(r);
 }
+
+unsigned rules_refs(const struct rules *r) { return atomic_load(&((struct rules *)r)->refs); }
+
+uint64_t rules_gen(const struct rules *r) { return r->gen; }
+void rules_set_gen(struct rules *r, uint64_t gen) { r->gen = gen; }
+const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
 
 /* ---- accessors ----------------------------------------------------------- */
 
@@ -1060,9 +1133,9 @@ const struct rules_names *rules_identity(const struct rules *r) { return &r->ide
 const char *rules_cost_argument(const struct rules *r) { return r->cost_arg; }
 const char *rules_tier_argument(const struct rules *r) { return r->tier_arg; }
 
-const struct rules_rule *rules_default_tier(const struct rules *r)
+const struct rule *rules_default_tier(const struct rules *r)
 {
-	return &r->rules[r->default_tier];
+	return &r->rule[r->default_tier];
 }
 
 bool rules_shadow(const struct rules *r) { return r->shadow; }
@@ -1071,16 +1144,16 @@ int rules_default_priority(const struct rules *r) { return r->default_priority; 
 const struct shed_config *rules_shed(const struct rules *r) { return &r->shed; }
 size_t rules_count(const struct rules *r) { return r->nrules; }
 
-const struct rules_rule *rules_rule_at(const struct rules *r, size_t i)
+const struct rule *rules_rule_at(const struct rules *r, size_t i)
 {
-	return i < r->nrules ? &r->rules[i] : NULL;
+	return i < r->nrules ? &r->rule[i] : NULL;
 }
 
-const struct rules_rule *rules_find(const struct rules *r, const char *name)
+const struct rule *rules_find(const struct rules *r, const char *name)
 {
 	for (size_t i = 0; i < r->nrules; i++)
-		if (strcmp(r->rules[i].name, name) == 0)
-			return &r->rules[i];
+		if (strcmp(r->rule[i].name, name) == 0)
+			return &r->rule[i];
 	return NULL;
 }
 

@@ -29,9 +29,9 @@ void server_config_defaults(struct server_config *cfg)
 	cfg->mem_max_keys = 1000000;
 }
 
-void server_swap_rules(struct server *srv, struct ruleset *rs)
+void server_swap_rules(struct server *srv, struct rules *rules)
 {
-	struct ruleset *old = atomic_exchange_explicit(&srv->rules, rs, memory_order_acq_rel);
+	struct rules *old = atomic_exchange_explicit(&srv->rules, rules, memory_order_acq_rel);
 	struct retired *r = xcalloc(1, sizeof(*r));
 
 	if (!r) {
@@ -39,8 +39,8 @@ void server_swap_rules(struct server *srv, struct ruleset *rs)
 		 * under a worker's feet. */
 		log_err("out of memory: the previous rules stay allocated");
 	} else {
-		r->rs = old;
-		r->until_gen = rs->gen;
+		r->rules = old;
+		r->until_gen = rules_gen(rules);
 		r->next = srv->retired;
 		srv->retired = r;
 	}
@@ -62,7 +62,7 @@ void server_collect_rules(struct server *srv)
 				done = 0;
 		if (done) {
 			*pp = r->next;
-			ruleset_release(r->rs);
+			rules_release(r->rules);
 			xfree(r);
 		} else {
 			pp = &r->next;
@@ -148,16 +148,16 @@ static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
  * cannot be freed between the load and the acquire. */
 static void worker_refresh_rules(struct worker *w)
 {
-	struct ruleset *cur = atomic_load_explicit(&w->srv->rules, memory_order_acquire);
-	struct ruleset *old = w->rules;
+	struct rules *cur = atomic_load_explicit(&w->srv->rules, memory_order_acquire);
+	struct rules *old = w->rules;
 
 	if (cur == old)
 		return;
-	ruleset_acquire(cur);
+	rules_acquire(cur);
 	w->rules = cur;
-	atomic_store_explicit(&w->seen_gen, cur->gen, memory_order_release);
+	atomic_store_explicit(&w->seen_gen, rules_gen(cur), memory_order_release);
 	store_rules_changed(w->store);
-	ruleset_release(old);
+	rules_release(old);
 }
 
 static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
@@ -193,7 +193,7 @@ static void worker_fini(struct worker *w)
 		ev_loop_destroy(w->loop);
 		w->loop = NULL;
 	}
-	ruleset_release(w->rules);
+	rules_release(w->rules);
 	w->rules = NULL;
 }
 
@@ -204,8 +204,8 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 	w->srv = srv;
 	w->idx = i;
 	w->rules = atomic_load(&srv->rules);
-	ruleset_acquire(w->rules);
-	atomic_store(&w->seen_gen, w->rules->gen);
+	rules_acquire(w->rules);
+	atomic_store(&w->seen_gen, rules_gen(w->rules));
 	w->rnd = 0x9e3779b9u ^ (uint32_t)(i * 0x85ebca6bu) ^ (uint32_t)clock_now_us();
 	if (w->rnd == 0)
 		w->rnd = 1;
@@ -285,7 +285,7 @@ void server_stop(struct server *srv)
 		struct retired *r = srv->retired;
 
 		srv->retired = r->next;
-		ruleset_release(r->rs);
+		rules_release(r->rules);
 		xfree(r);
 	}
 	if (srv->lfd >= 0)

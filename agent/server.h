@@ -57,7 +57,7 @@ struct worker {
 	ev_async stop_w;
 	ev_prepare reap_w;
 	struct store_worker *store;
-	struct ruleset *rules;    /* this worker's reference to the rules */
+	struct rules *rules;    /* this worker's reference to the rules */
 	atomic_uint_fast64_t seen_gen; /* generation of `rules` */
 	ev_async wake_w;          /* new rules to pick up */
 	uint32_t rnd;
@@ -65,16 +65,16 @@ struct worker {
 	struct worker_stats stats;
 };
 
-/* A ruleset replaced by a reload, freed once every worker has moved on. */
+/* Rules replaced by a reload, released once every worker has moved on. */
 struct retired {
 	struct retired *next;
-	struct ruleset *rs;
+	struct rules *rules;
 	uint64_t until_gen;
 };
 
 struct server {
 	struct server_config cfg;
-	_Atomic(struct ruleset *) rules;  /* current; the server holds a reference */
+	_Atomic(struct rules *) rules;  /* current; the server holds a reference */
 	struct retired *retired;
 	counter_t reloads;                /* rules reloaded (SIGHUP) */
 	int admin;                        /* /admin/ endpoints served */
@@ -102,7 +102,7 @@ void server_stop(struct server *srv);
 /* Installs new rules (taking the caller's reference): workers switch at
  * their next loop iteration; the old rules go when every worker has. Main
  * thread only. */
-void server_swap_rules(struct server *srv, struct ruleset *rs);
+void server_swap_rules(struct server *srv, struct rules *rules);
 
 /* Releases retired rules that no worker uses any more. Main thread only. */
 void server_collect_rules(struct server *srv);

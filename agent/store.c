@@ -67,9 +67,7 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 	switch (q->on_failure) {
 	case RULES_FAIL_LOCAL:
 		if (q->nlimits > 0) {
-			const struct ruleset_rule *rr = &q->rs->rule[q->rule->index];
-
-			decider = memstore_check(st->mem, q->key, rr->local, q->nlimits,
+			decider = memstore_check(st->mem, q->key, q->rule->local, q->nlimits,
 						 clock_now_us(), q->cost, res);
 			decide_result(q, res, decider, d);
 			d->degraded = true;
@@ -102,7 +100,7 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 	case STORE_PENDING:
 		/* The backend keeps a copy of q, which points into the rules:
 		 * they must outlive a reload until the answer. */
-		ruleset_acquire(q->rs);
+		rules_acquire(q->rules);
 		return 0;
 	case STORE_UNAVAILABLE:
 		break;
@@ -115,14 +113,14 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 		    const struct store_ref *ref, const struct limit_result *res, int decider)
 {
 	struct decide_decision d;
-	struct ruleset *rs = q->rs;
+	struct rules *rules = q->rules;
 
 	if (res)
 		decide_result(q, res, decider, &d);
 	else
 		store_without(sw->st, q, &d);
 	sw->answer(sw->priv, ref, &d);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 void store_rules_changed(struct store_worker *sw)

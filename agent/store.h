@@ -82,7 +82,7 @@ enum store_outcome {
  * item[i].out, or sets `error`; then calls store_admin_done(), perhaps
  * before store_admin() returns, which calls done(). */
 struct store_admin_item {
-	const struct rules_rule *rule;
+	const struct rule *rule;
 	uint8_t key[IDENTITY_KEY_LEN];
 	struct out out;
 };

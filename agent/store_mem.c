@@ -20,7 +20,7 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 static void mem_admin(struct store *st, struct store_admin *a)
 {
 	for (size_t i = 0; i < a->n; i++) {
-		const struct rules_rule *rule = a->item[i].rule;
+		const struct rule *rule = a->item[i].rule;
 		struct out *o = &a->item[i].out;
 		struct limit_result res[LIMIT_SET_MAX];
 		char period[32];

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	n = data[0] % 64;
 	if (redis_reply_msgpack((const char *)data + 1, size - 1, n, out) == 0) {
 		for (size_t i = 0; i < n; i++)
-			if (out[i].ok && (out[i].nvals > 3 * RULES_LIMITS_MAX || out[i].nvals % 3))
+			if (out[i].ok && (out[i].nvals > 3 * LIMIT_SET_MAX || out[i].nvals % 3))
 				abort();
 	}
 	return 0;

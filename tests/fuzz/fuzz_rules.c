@@ -31,13 +31,13 @@ static void check_rules(const struct rules *r)
 
 	CHECK(n >= 1 && n <= RULES_TIERS_MAX + RULES_ENDPOINTS_MAX);
 	for (size_t i = 0; i < n; i++) {
-		const struct rules_rule *x = rules_rule_at(r, i);
+		const struct rule *x = rules_rule_at(r, i);
 		size_t len = strnlen(x->name, sizeof(x->name));
 
 		CHECK(len > 0 && len < sizeof(x->name));
 		CHECK(x->index == i);
 		CHECK(rules_find(r, x->name) == x); /* names are unique */
-		CHECK(x->nlimits <= RULES_LIMITS_MAX);
+		CHECK(x->nlimits <= LIMIT_SET_MAX);
 		CHECK(x->cost >= 1);
 		for (size_t k = 0; k < x->nlimits; k++) {
 			CHECK(x->limits[k].quota >= 1 && x->limits[k].quota <= LIMIT_QUOTA_MAX);
@@ -141,6 +141,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_verdict(r, &a);
 		off += len;
 	}
-	rules_free(r);
+	rules_release(r);
 	return 0;
 }

@@ -38,18 +38,18 @@ static struct spop_cursor args_cursor(struct args *a)
 	return c;
 }
 
-static struct ruleset *load(const char *yaml)
+static struct rules *load(const char *yaml)
 {
 	char err[512];
 	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
 
 	if (!r)
 		fail_msg("rules: %s", err);
-	return ruleset_new(r, 1);
+	return r;
 }
 
-/* The key of a client: kind \0 value \0 rule, under the ruleset's secret. */
-static void key_of(const struct ruleset *rs, const char *kind, const char *value,
+/* The key of a client: kind \0 value \0 rule, under the rules' secret. */
+static void key_of(const struct rules *rules, const char *kind, const char *value,
 		   const char *rule, uint8_t out[IDENTITY_KEY_LEN])
 {
 	uint8_t buf[256];
@@ -63,12 +63,12 @@ static void key_of(const struct ruleset *rs, const char *kind, const char *value
 	buf[n++] = 0;
 	memcpy(buf + n, rule, strlen(rule));
 	n += strlen(rule);
-	identity_siphash128(rs->secret, buf, n, out);
+	identity_siphash128(rules_secret(rules), buf, n, out);
 }
 
 static void test_identity_order(void **state)
 {
-	struct ruleset *rs = load("{}");
+	struct rules *rules = load("{}");
 	struct decide_query q;
 	struct args a;
 	uint8_t want[IDENTITY_KEY_LEN];
@@ -80,32 +80,32 @@ static void test_identity_order(void **state)
 	args_add(&a, "ip", ip);
 	args_add(&a, "api_key", spop_null());
 	args_add(&a, "user", spop_cstr(""));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "ip");
-	key_of(rs, "ip", "10.0.0.1", "default", want);
+	key_of(rules, "ip", "10.0.0.1", "default", want);
 	assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
 
 	/* user beats ip, api_key beats user, whatever the order of arguments */
 	args_init(&a);
 	args_add(&a, "ip", ip);
 	args_add(&a, "user", spop_cstr("alice"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "user");
 	args_add(&a, "api_key", spop_cstr("k1"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "api_key");
-	key_of(rs, "api_key", "k1", "default", want);
+	key_of(rules, "api_key", "k1", "default", want);
 	assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
 
 	/* the same value under two kinds is two clients */
-	key_of(rs, "user", "k1", "default", want);
+	key_of(rules, "user", "k1", "default", want);
 	assert_memory_not_equal(q.key, want, IDENTITY_KEY_LEN);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_identity_exact_names_and_anonymous(void **state)
 {
-	struct ruleset *rs = load("{}");
+	struct rules *rules = load("{}");
 	struct decide_query q;
 	struct args a;
 
@@ -113,46 +113,46 @@ static void test_identity_exact_names_and_anonymous(void **state)
 	args_init(&a);
 	args_add(&a, "api_keyx", spop_cstr("k1")); /* not a prefix match */
 	args_add(&a, "ap", spop_cstr("k2"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "anonymous");
 	assert_int_equal(q.cost, 1);
 	assert_int_equal(q.priority, 2);
 	assert_string_equal(q.rule->name, "default");
 	assert_int_equal(q.nlimits, 1);
-	ruleset_release(rs);
+	rules_release(rules);
 
-	rs = load("identity: [x_client, ip]");
+	rules = load("identity: [x_client, ip]");
 	args_add(&a, "x_client", spop_cstr("c"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "x_client");
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_cost_argument(void **state)
 {
-	struct ruleset *rs = load("cost_argument: cost");
+	struct rules *rules = load("cost_argument: cost");
 	struct decide_query q;
 	struct args a;
 
 	(void)state;
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(3));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, 3);
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(-5));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, 1);
 	args_init(&a);
 	args_add(&a, "cost", spop_int64(1LL << 40));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.cost, UINT32_MAX);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_result_allowed_and_limited(void **state)
 {
-	struct ruleset *rs = load("{}");
+	struct rules *rules = load("{}");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -161,7 +161,7 @@ static void test_result_allowed_and_limited(void **state)
 
 	(void)state;
 	args_init(&a);
-	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
+	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, &r, 0, &d);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.retry_after, 0);
@@ -180,12 +180,12 @@ static void test_result_allowed_and_limited(void **state)
 	assert_int_equal(d.retry_after, 1);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
 	assert_string_equal(d.ratelimit, "\"default\";r=0;t=35");
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_result_several_limits(void **state)
 {
-	struct ruleset *rs = load("limits: [100/1m, 1000/1h]");
+	struct rules *rules = load("limits: [100/1m, 1000/1h]");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -197,24 +197,24 @@ static void test_result_several_limits(void **state)
 
 	(void)state;
 	args_init(&a);
-	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
+	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, r, 1, &d);
 	assert_int_equal(d.status, 429);
 	assert_int_equal(d.retry_after, 3600);
 	assert_int_equal(d.limit, 1000);
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
 	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
-	/* Redis field names, derived once per ruleset */
-	assert_string_equal(rs->rule[q.rule->index].lid[0], "t100/60000000/0");
-	assert_string_equal(rs->rule[q.rule->index].lid[1], "t1000/3600000000/0");
-	ruleset_release(rs);
+	/* Redis field names, derived once at load */
+	assert_string_equal(q.rule->lid[0], "t100/60000000/0");
+	assert_string_equal(q.rule->lid[1], "t1000/3600000000/0");
+	rules_release(rules);
 }
 
 /* The two answers without the store; store.c chooses between them (and
  * the local policy) by the rule's failure policy. */
 static void test_open_and_closed(void **state)
 {
-	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed");
+	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -222,7 +222,7 @@ static void test_open_and_closed(void **state)
 	(void)state;
 	args_init(&a);
 	args_add(&a, "api_key", spop_cstr("k"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	decide_closed(&q, &d);
 	assert_int_equal(d.status, 503);
 	assert_int_equal(d.retry_after, 1);
@@ -244,12 +244,12 @@ static void test_open_and_closed(void **state)
 	assert_int_equal(d.status, 0);
 	assert_true(d.shadow);
 	assert_string_equal(decide_reason_str(d.reason), "store_down");
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_shedding(void **state)
 {
-	struct ruleset *rs = load(
+	struct rules *rules = load(
 		"priorities:\n"
 		"  classes:\n"
 		"    - { priority: 0, match: { path: /pay } }\n"
@@ -264,11 +264,11 @@ static void test_shedding(void **state)
 	args_init(&a);
 	args_add(&a, "be_in_use", spop_int64(75));
 	args_add(&a, "be_free", spop_int64(25));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.priority, 2);
 	assert_false(q.shed);
 	args_add(&a, "test", spop_cstr("1"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.priority, 3);
 	assert_true(q.shed);
 	decide_shed(&q, &d);
@@ -282,7 +282,7 @@ static void test_shedding(void **state)
 	args_add(&a, "path", spop_cstr("/pay"));
 	args_add(&a, "be_in_use", spop_int64(100));
 	args_add(&a, "be_free", spop_int64(0));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_int_equal(q.priority, 0);
 	assert_false(q.shed);
 
@@ -290,14 +290,14 @@ static void test_shedding(void **state)
 	args_init(&a);
 	args_add(&a, "be_in_use", spop_int64(100));
 	args_add(&a, "be_free", spop_int64(-1));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_false(q.shed);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_shadow(void **state)
 {
-	struct ruleset *rs = load("limits: [1/1m]\nshadow: true");
+	struct rules *rules = load("limits: [1/1m]\nshadow: true");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -306,19 +306,19 @@ static void test_shadow(void **state)
 
 	(void)state;
 	args_init(&a);
-	decide_prepare(rs, args_cursor(&a), 0, 0, &q);
+	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	assert_true(q.shadow);
 	decide_result(&q, &r, 0, &d);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.retry_after, 0);
 	assert_true(d.shadow);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_shedding_in_shadow_mode(void **state)
 {
-	struct ruleset *rs = load("limits: [5/1m]\nshedding: { thresholds: { 3: 70% }, shadow: true }\n"
+	struct rules *rules = load("limits: [5/1m]\nshedding: { thresholds: { 3: 70% }, shadow: true }\n"
 				  "priorities: { default: 3 }");
 	struct decide_query q;
 	struct decide_decision d;
@@ -331,7 +331,7 @@ static void test_shedding_in_shadow_mode(void **state)
 	args_init(&a);
 	args_add(&a, "be_in_use", spop_int64(9));
 	args_add(&a, "be_free", spop_int64(1));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_true(q.shed);
 	assert_true(q.shed_shadow);
 	/* the limits still decide; an allowed request says it would be shed */
@@ -345,12 +345,12 @@ static void test_shedding_in_shadow_mode(void **state)
 	assert_int_equal(d.status, 429);
 	assert_false(d.shadow);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static void test_tiers_and_endpoints(void **state)
 {
-	struct ruleset *rs = load(
+	struct rules *rules = load(
 		"tiers:\n"
 		"  default: free\n"
 		"  free: { limits: [100/1m, 1000/1h] }\n"
@@ -366,7 +366,7 @@ static void test_tiers_and_endpoints(void **state)
 	args_add(&a, "tier", spop_cstr("pro"));
 	args_add(&a, "method", spop_cstr("GET"));
 	args_add(&a, "path", spop_cstr("/api/search"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.rule->name, "pro");
 	assert_int_equal(q.nlimits, 1);
 	assert_int_equal(q.limits[0].quota, 1000);
@@ -376,7 +376,7 @@ static void test_tiers_and_endpoints(void **state)
 	args_add(&a, "tier", spop_cstr("pro"));
 	args_add(&a, "method", spop_cstr("POST"));
 	args_add(&a, "path", spop_cstr("/api/search/recent"));
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q2);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q2);
 	assert_string_equal(q2.rule->name, "search");
 	assert_int_equal(q2.limits[0].quota, 50);
 	/* one client, two rules: two keys */
@@ -385,10 +385,10 @@ static void test_tiers_and_endpoints(void **state)
 	args_init(&a);
 	args_add(&a, "api_key", spop_cstr("k"));
 	args_add(&a, "tier", spop_cstr("platinum")); /* unknown: the default tier */
-	decide_prepare(rs, args_cursor(&a), a.n, 0, &q);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.rule->name, "free");
 	assert_int_equal(q.nlimits, 2);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 /* The actions, decoded back with the codec: names, scopes, types, values. */

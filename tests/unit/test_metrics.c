@@ -24,7 +24,7 @@
 
 static struct store_worker sws[NWORKERS];
 static struct worker workers[NWORKERS];
-static struct ruleset ruleset;
+static struct rules *rules;
 static struct store store;
 static const struct store_ops shared_ops = { .name = "redis", .shared = true };
 static const struct store_ops memory_ops = { .name = "memory", .shared = false };
@@ -62,14 +62,16 @@ static void scenario(struct server *srv, int redis)
 			     70000u * (i + 1));
 		workers[i].store = &sws[i];
 	}
-	ruleset.gen = 3;
-	atomic_init(&srv->rules, &ruleset);
+	if (!rules)
+		rules = rules_default();
+	rules_set_gen(rules, 3);
+	atomic_init(&srv->rules, rules);
 	atomic_store(&srv->reloads, 2);
 	atomic_store(&srv->reload_failures, 1);
 	srv->workers = workers;
 	srv->nworkers = NWORKERS;
 	store.ops = redis ? &shared_ops : &memory_ops;
-	store.mem = (struct memstore *)&ruleset; /* only passed to the stub */
+	store.mem = (struct memstore *)&store; /* only passed to the stub */
 	srv->store = &store;
 }
 

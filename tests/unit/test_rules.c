@@ -185,7 +185,7 @@ static void test_args_from_kv(void **unused)
 static void check_defaults(const struct rules *r)
 {
 	const struct settings *s = rules_settings(r);
-	const struct rules_rule *d;
+	const struct rule *d;
 	const struct shed_config *sh;
 	struct rules_args a;
 	struct rules_verdict v;
@@ -252,22 +252,22 @@ static void test_defaults(void **unused)
 	assert_non_null(r);
 	assert_string_equal(rules_source(r), "(defaults)");
 	check_defaults(r);
-	rules_free(r);
+	rules_release(r);
 	/* "{}" is the same. */
 	r = load("{}");
 	assert_string_equal(rules_source(r), "t.yaml");
 	check_defaults(r);
-	rules_free(r);
+	rules_release(r);
 	/* So is a file with only comments around it. */
 	r = load("# settings\n{}\n# end\n");
 	check_defaults(r);
-	rules_free(r);
-	rules_free(NULL);
+	rules_release(r);
+	rules_release(NULL);
 }
 
 /* ---- the example and the full fixture --------------------------------------------- */
 
-static void check_limit(const struct rules_rule *rule, size_t i, uint64_t quota, int64_t period,
+static void check_limit(const struct rule *rule, size_t i, uint64_t quota, int64_t period,
 			uint64_t burst, enum limit_algo algo)
 {
 	assert_true(i < rule->nlimits);
@@ -281,7 +281,7 @@ static void test_example(void **unused)
 {
 	struct rules *r = rules_load(EXAMPLE, err, sizeof(err));
 	const struct settings *s;
-	const struct rules_rule *x;
+	const struct rule *x;
 	const struct shed_config *sh;
 	struct rules_args a;
 	struct rules_verdict v;
@@ -389,14 +389,14 @@ static void test_example(void **unused)
 	assert_string_equal(rule_of(r, &a), "free");
 	req(&a, "GET", "/", NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "free");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_full_fixture(void **unused)
 {
 	struct rules *r, *r2;
 	const struct settings *s;
-	const struct rules_rule *x;
+	const struct rule *x;
 	const struct shed_config *sh;
 
 	setenv("RL_TEST_PASSWORD", "s3cret!", 1);
@@ -472,16 +472,16 @@ static void test_full_fixture(void **unused)
 	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
 	assert_non_null(r2);
 	assert_true(settings_equal(rules_settings(r), rules_settings(r2)));
-	rules_free(r2);
+	rules_release(r2);
 	r2 = rules_default();
 	assert_false(settings_equal(rules_settings(r), rules_settings(r2)));
-	rules_free(r2);
+	rules_release(r2);
 	setenv("RL_TEST_PASSWORD", "other", 1);
 	r2 = rules_load(FIXTURES "/valid-full.yaml", err, sizeof(err));
 	assert_non_null(r2);
 	assert_false(settings_equal(rules_settings(r), rules_settings(r2)));
-	rules_free(r2);
-	rules_free(r);
+	rules_release(r2);
+	rules_release(r);
 }
 
 static void test_anchors(void **unused)
@@ -497,7 +497,7 @@ static void test_anchors(void **unused)
 	req(&a, "POST", "/api/search", NULL, NULL);
 	assert_int_equal(classify(r, &a).priority, 1);
 	assert_string_equal(classify(r, &a).rule->name, "search");
-	rules_free(r);
+	rules_release(r);
 }
 
 /* ---- every error message ------------------------------------------------------------ */
@@ -524,7 +524,7 @@ static void check_error_fixture(const char *path)
 	snprintf(expected, sizeof(expected), "%s%s", path, e);
 	r = rules_load(path, err, sizeof(err));
 	if (r) {
-		rules_free(r);
+		rules_release(r);
 		fail_msg("%s: loaded, expected: %s", path, expected);
 	}
 	if (strcmp(err, expected) != 0)
@@ -628,7 +628,7 @@ static void test_buffer_errors(void **unused)
 
 		assert_non_null(r);
 		assert_int_equal(rules_settings(r)->threads, 2);
-		rules_free(r);
+		rules_release(r);
 	}
 	/* Messages never hold raw control bytes. */
 	load_fails("listen: \"a\\tb\\u00e9\"\n",
@@ -659,7 +659,7 @@ static void test_caps(void **unused)
 	y = repeat("endpoints:\n", "  - { name: e%d, match: { path: /p%d }, limits: [] }\n", 1024);
 	r = load(y);
 	assert_int_equal(rules_count(r), 1025);
-	rules_free(r);
+	rules_release(r);
 	free(y);
 	y = repeat("endpoints:\n", "  - { name: e%d, match: { path: /p%d }, limits: [] }\n", 1025);
 	load_fails(y, "t.yaml:2:3: endpoints: more than 1024 endpoints");
@@ -668,7 +668,7 @@ static void test_caps(void **unused)
 	y = repeat("tiers:\n  default: t0\n", "  t%d: { limits: [\"1%d/1s\"] }\n", 256);
 	r = load(y);
 	assert_int_equal(rules_count(r), 256);
-	rules_free(r);
+	rules_release(r);
 	free(y);
 	y = repeat("tiers:\n  default: t0\n", "  t%d: { limits: [\"1%d/1s\"] }\n", 257);
 	load_fails(y, "t.yaml:2:3: tiers: more than 256 tiers");
@@ -676,7 +676,7 @@ static void test_caps(void **unused)
 
 	y = repeat("priorities:\n  classes:\n", "    - { priority: 1, match: { args: { a%d: \"%d\" } } }\n", 256);
 	r = load(y);
-	rules_free(r);
+	rules_release(r);
 	free(y);
 	y = repeat("priorities:\n  classes:\n", "    - { priority: 1, match: { args: { a%d: \"%d\" } } }\n", 257);
 	load_fails(y, "t.yaml:3:5: priorities.classes: more than 256 classes");
@@ -688,14 +688,14 @@ static void test_caps(void **unused)
 		 "identity: [a, b, c, d, e, f, g, h]\n");
 	assert_int_equal(rules_rule_at(r, 0)->nlimits, 16);
 	assert_int_equal(rules_identity(r)->n, 8);
-	rules_free(r);
+	rules_release(r);
 	y = repeat("endpoints:\n  - name: x\n    limits: []\n    match:\n      path: [/a", ", /p%d%d", 31);
 	strcat(y, "]\n");
-	rules_free(load(y));
+	rules_release(load(y));
 	free(y);
 	y = repeat("endpoints:\n  - name: x\n    limits: []\n    match:\n      args: { a: b", ", a%d: \"%d\"", 15);
 	strcat(y, " }\n");
-	rules_free(load(y));
+	rules_release(load(y));
 	free(y);
 }
 
@@ -763,7 +763,7 @@ static void test_prescan_caps(void **unused)
 	/* Aliases resolve to the shared node (see also valid-anchors.yaml). */
 	r = load("tiers:\n  default: a\n  a: &t { limits: [\"1/1s\"], cost: 2 }\n  b: *t\n");
 	assert_int_equal(rules_find(r, "b")->cost, 2);
-	rules_free(r);
+	rules_release(r);
 	load_fails("tiers: *t\n", "t.yaml:1:8: YAML: found undefined alias");
 }
 
@@ -786,10 +786,10 @@ static void test_top_level_limits(void **unused)
 	assert_string_equal(rule_of(r, &a), "default");
 	req(&a, "GET", "/e", NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "e");
-	rules_free(r);
+	rules_release(r);
 	r = load("limits: []");
 	assert_int_equal(rules_default_tier(r)->nlimits, 0);
-	rules_free(r);
+	rules_release(r);
 	load_fails("limits: 5/1s", "t.yaml:1:9: limits: expected a list of limits, got \"5/1s\"");
 	load_fails("limits: [\"5/1s\", \"6/1s\"]",
 		   "t.yaml:1:18: limits[1]: a limit of period 1s is already in this rule (limits[0])");
@@ -812,7 +812,7 @@ static void test_out_of_memory(void **unused)
 			r = rules_load(files[f], err, sizeof(err));
 			xalloc_fail_after(-1);
 			if (r) {
-				rules_free(r);
+				rules_release(r);
 				break;
 			}
 			snprintf(expected, sizeof(expected), "%s: out of memory", files[f]);
@@ -842,7 +842,7 @@ static void test_root_values(void **unused)
 	assert_string_equal(rules_identity(r)->name[0], "ip");
 	assert_int_equal(rules_on_failure(r), RULES_FAIL_CLOSED);
 	assert_int_equal(rules_rule_at(r, 0)->on_failure, RULES_FAIL_CLOSED);
-	rules_free(r);
+	rules_release(r);
 	load_fails("listen: \"a:0\"", "t.yaml:1:9: listen: expected ADDR:PORT such as 127.0.0.1:12345, got \"a:0\"");
 	load_fails("shedding: { ramp: 10.% }", "t.yaml:1:19: shedding.ramp: expected a percentage from 0% to 100% such as 80%, got \"10.%\"");
 	load_fails("shedding: { ramp: 1.234% }", "t.yaml:1:19: shedding.ramp: expected a percentage from 0% to 100% such as 80%, got \"1.234%\"");
@@ -852,7 +852,7 @@ static void test_root_values(void **unused)
 	assert_int_equal(rules_shed(r)->ramp_bp, 10000);
 	assert_int_equal(rules_shed(r)->threshold_bp[1], 10000);
 	assert_int_equal(rules_shed(r)->threshold_bp[2], 100);
-	rules_free(r);
+	rules_release(r);
 }
 
 /* ---- classification -------------------------------------------------------------------- */
@@ -918,7 +918,7 @@ static void test_first_match_and_paths(void **unused)
 	memset(&a, 0, sizeof(a));
 	add(&a, "path", spop_strn("/api\0x", 6));
 	assert_string_equal(rule_of(r, &a), "default");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_method(void **unused)
@@ -945,7 +945,7 @@ static void test_method(void **unused)
 	assert_string_equal(rule_of(r, &a), "reads");
 	req(&a, NULL, "/api", NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "default");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_host(void **unused)
@@ -981,7 +981,7 @@ static void test_host(void **unused)
 	assert_string_equal(rule_of(r, &a), "default");
 	req(&a, NULL, NULL, NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "default");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_args_match(void **unused)
@@ -1065,7 +1065,7 @@ static void test_args_match(void **unused)
 	d.u.u64 = UINT64_MAX;
 	add(&a, "src", d);
 	assert_string_equal(rule_of(r, &a), "default");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_tiers(void **unused)
@@ -1105,7 +1105,7 @@ static void test_tiers(void **unused)
 	memset(&a, 0, sizeof(a));
 	add(&a, "tier", spop_int64(1));
 	assert_string_equal(rule_of(r, &a), "free");
-	rules_free(r);
+	rules_release(r);
 
 	/* A single tier is the default without saying so; the argument can
 	 * be renamed. */
@@ -1113,13 +1113,13 @@ static void test_tiers(void **unused)
 	assert_string_equal(rules_default_tier(r)->name, "only");
 	req(&a, NULL, NULL, NULL, "tier", "only", NULL);
 	assert_string_equal(rule_of(r, &a), "only");
-	rules_free(r);
+	rules_release(r);
 	r = load("tiers: { argument: plan, default: b, a: { limits: [] }, b: { limits: [] } }");
 	req(&a, NULL, NULL, NULL, "tier", "a", NULL);
 	assert_string_equal(rule_of(r, &a), "b");
 	req(&a, NULL, NULL, NULL, "plan", "a", NULL);
 	assert_string_equal(rule_of(r, &a), "a");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_endpoints_replace_tiers(void **unused)
@@ -1172,7 +1172,7 @@ static void test_endpoints_replace_tiers(void **unused)
 	assert_string_equal(rule_of(r, &a), "free-or-internal");
 	req(&a, "GET", "/x", NULL, "tier", "pro", NULL);
 	assert_string_equal(rule_of(r, &a), "pro");
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_priorities(void **unused)
@@ -1200,11 +1200,11 @@ static void test_priorities(void **unused)
 	assert_int_equal(classify(r, &a).priority, 1); /* default */
 	req(&a, NULL, NULL, NULL, NULL);
 	assert_int_equal(classify(r, &a).priority, 1);
-	rules_free(r);
+	rules_release(r);
 	r = load("priorities: { default: 0 }");
 	req(&a, "GET", "/", NULL, NULL);
 	assert_int_equal(classify(r, &a).priority, 0);
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_shadow(void **unused)
@@ -1223,7 +1223,7 @@ static void test_shadow(void **unused)
 	v = classify(r, &a);
 	assert_false(v.shadow);
 	assert_false(v.shed_shadow);
-	rules_free(r);
+	rules_release(r);
 	/* Global: everything, shedding included, even a rule that says
 	 * shadow: false. */
 	r = load("shadow: true\ntiers: { t: { limits: [1/1s], shadow: false } }");
@@ -1232,13 +1232,13 @@ static void test_shadow(void **unused)
 	assert_true(v.shadow);
 	assert_true(v.shed_shadow);
 	assert_false(v.rule->shadow);
-	rules_free(r);
+	rules_release(r);
 	/* Shedding alone. */
 	r = load("shedding: { shadow: true }");
 	v = classify(r, &a);
 	assert_false(v.shadow);
 	assert_true(v.shed_shadow);
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_failure_policy(void **unused)
@@ -1250,7 +1250,7 @@ static void test_failure_policy(void **unused)
 	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_CLOSED); /* file default */
 	req(&a, NULL, NULL, NULL, "tier", "pro", NULL);
 	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_LOCAL); /* its own */
-	rules_free(r);
+	rules_release(r);
 	/* Without a file default: open. */
 	r = load("tiers: { t: { limits: [] } }\n"
 		 "endpoints: [ { name: e, match: { path: /e }, limits: [], on_store_failure: closed } ]");
@@ -1258,7 +1258,7 @@ static void test_failure_policy(void **unused)
 	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_OPEN);
 	req(&a, NULL, "/e", NULL, NULL);
 	assert_int_equal(classify(r, &a).on_failure, RULES_FAIL_CLOSED);
-	rules_free(r);
+	rules_release(r);
 	assert_string_equal(rules_failure_str(RULES_FAIL_OPEN), "open");
 	assert_string_equal(rules_failure_str(RULES_FAIL_CLOSED), "closed");
 	assert_string_equal(rules_failure_str(RULES_FAIL_LOCAL), "local");
@@ -1303,13 +1303,13 @@ static void test_cost(void **unused)
 #undef COST_OF
 	req(&a, NULL, NULL, NULL, "tier", "internal", NULL);
 	assert_int_equal(classify(r, &a).cost, 3);
-	rules_free(r);
+	rules_release(r);
 	/* Without cost_argument, the argument is not looked at. */
 	r = load("{}");
 	memset(&a, 0, sizeof(a));
 	add(&a, "cost", spop_int64(9));
 	assert_int_equal(classify(r, &a).cost, 1);
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_identity(void **unused)
@@ -1346,7 +1346,7 @@ static void test_identity(void **unused)
 	v = classify(r, &a);
 	assert_int_equal(v.identity, -1);
 	assert_null(v.identity_val);
-	rules_free(r);
+	rules_release(r);
 }
 
 static void test_load_figures(void **unused)
@@ -1387,7 +1387,7 @@ static void test_load_figures(void **unused)
 	assert_true(v.load_known);
 	assert_int_equal(v.in_use, INT64_MAX);
 	assert_int_equal(v.free_conns, 7);
-	rules_free(r);
+	rules_release(r);
 }
 
 int main(void)

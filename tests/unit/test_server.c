@@ -48,7 +48,7 @@ int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 /* ---- fixture ----------------------------------------------------------------- */
 
 static struct server srv;
-static struct ruleset *rules;
+static struct rules *rules;
 
 static void setup_server(int threads)
 {
@@ -57,7 +57,7 @@ static void setup_server(int threads)
 	assert_int_equal(addr_parse("127.0.0.1:0", ADDR_PORT0, &srv.cfg.listen), 0);
 	srv.cfg.threads = threads;
 	srv.lfd = -1;
-	rules = ruleset_new(rules_default(), 1);
+	rules = rules_default();
 	assert_non_null(rules);
 	atomic_init(&srv.rules, rules);
 	srv.store = store_memory_new(1000);
@@ -71,8 +71,8 @@ static void teardown_server(long live_before)
 {
 	server_stop(&srv);
 	assert_int_equal(srv.nworkers, 0);
-	assert_int_equal(atomic_load(&rules->refs), 1);
-	ruleset_release(rules);
+	assert_int_equal(rules_refs(rules), 1);
+	rules_release(rules);
 	store_free(srv.store);
 	assert_int_equal(xalloc_live(), live_before);
 }

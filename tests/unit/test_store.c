@@ -13,17 +13,17 @@
 #include "memstore.h"
 #include "store.h"
 
-static struct ruleset *load(const char *yaml)
+static struct rules *load(const char *yaml)
 {
 	char err[512];
 	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
 
 	if (!r)
 		fail_msg("rules: %s", err);
-	return ruleset_new(r, 1);
+	return r;
 }
 
-static void prepare(struct ruleset *rs, const char *api_key, struct decide_query *q)
+static void prepare(struct rules *rules, const char *api_key, struct decide_query *q)
 {
 	uint8_t buf[256];
 	struct spop_wbuf w;
@@ -36,7 +36,7 @@ static void prepare(struct ruleset *rs, const char *api_key, struct decide_query
 	assert_int_equal(w.err, 0);
 	c.p = buf;
 	c.end = buf + w.len;
-	decide_prepare(rs, c, 1, 0, q);
+	decide_prepare(rules, c, 1, 0, q);
 }
 
 /* ---- a backend that does what the test says -------------------------------- */
@@ -103,7 +103,7 @@ static struct store *fake_store(void)
  * a decision, the late one through the callback with the caller's ref. */
 static void test_outcomes(void **state)
 {
-	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed");
+	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed");
 	struct store *st = fake_store();
 	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
 	struct store_ref ref = { 7, 3, 11, 12 };
@@ -112,7 +112,7 @@ static void test_outcomes(void **state)
 
 	(void)state;
 	assert_non_null(sw);
-	prepare(rs, "k", &q);
+	prepare(rules, "k", &q);
 
 	next_outcome = STORE_DECIDED;
 	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
@@ -128,45 +128,45 @@ static void test_outcomes(void **state)
 
 	/* pending: the rules stay referenced until the answer */
 	next_outcome = STORE_PENDING;
-	assert_int_equal(atomic_load(&rs->refs), 1);
+	assert_int_equal(rules_refs(rules), 1);
 	assert_int_equal(store_submit(sw, &q, &ref, &d), 0);
-	assert_int_equal(atomic_load(&rs->refs), 2);
+	assert_int_equal(rules_refs(rules), 2);
 	assert_int_equal(answers, 0);
 	store_complete(sw, &held, &held_ref, NULL, -1);
 	assert_int_equal(answers, 1);
-	assert_int_equal(atomic_load(&rs->refs), 1);
+	assert_int_equal(rules_refs(rules), 1);
 	assert_memory_equal(&answered_ref, &ref, sizeof(ref));
 	assert_int_equal(answered.status, 503);
 	assert_true(answered.degraded);
 
 	/* a rule without limits never reaches the backend */
 	{
-		struct ruleset *none = load("limits: []");
+		struct rules *none = load("limits: []");
 		int before = checks;
 
 		prepare(none, "k", &q);
 		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
 		assert_int_equal(d.status, 0);
 		assert_int_equal(checks, before);
-		ruleset_release(none);
+		rules_release(none);
 	}
 	store_worker_free(sw);
 	store_free(st);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 /* The failure policy: closed refuses, open forwards, local keeps the limit
  * divided among the agents, each answer marked degraded. */
 static void test_failure_policies(void **state)
 {
-	struct ruleset *rs = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
+	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
 	struct store *st = fake_store();
 	struct decide_query q;
 	struct decide_decision d;
 	int passed = 0;
 
 	(void)state;
-	prepare(rs, "k", &q);
+	prepare(rules, "k", &q);
 	store_without(st, &q, &d);
 	assert_int_equal(d.status, 503);
 	assert_true(d.degraded);
@@ -186,7 +186,7 @@ static void test_failure_policies(void **state)
 	assert_int_equal(passed, 2);
 	assert_int_equal(d.status, 429);
 	store_free(st);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 static int admin_finished;
@@ -222,7 +222,7 @@ static void test_reset_epoch(void **state)
  * and reset see and drop the client's buckets. */
 static void test_memory_store(void **state)
 {
-	struct ruleset *rs = load("limits: [3/1h]");
+	struct rules *rules = load("limits: [3/1h]");
 	struct store *st = store_memory_new(1000);
 	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
 	struct store_ref ref = { 0, 0, 0, 0 };
@@ -237,7 +237,7 @@ static void test_memory_store(void **state)
 	assert_non_null(st);
 	assert_non_null(sw);
 	assert_string_equal(st->ops->name, "memory");
-	prepare(rs, "k", &q);
+	prepare(rules, "k", &q);
 	for (int i = 0; i < 3; i++) {
 		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
 		assert_int_equal(d.status, 0);
@@ -277,7 +277,7 @@ static void test_memory_store(void **state)
 	assert_int_equal(answers, answers_before); /* all answered at once */
 	store_worker_free(sw);
 	store_free(st);
-	ruleset_release(rs);
+	rules_release(rules);
 }
 
 int main(void)
