@@ -85,7 +85,7 @@ tools: $(addprefix $(BUILD)/,$(TOOLS))
 
 # The rules as loaded from a file: what a test or fuzzer that loads rules links.
 RULES_SRCS := agent/rules_load.c agent/rules_classify.c agent/settings.c agent/addr.c \
-	agent/yaml_strict.c agent/shed.c agent/limiter.c agent/rlheader.c
+	agent/yaml_strict.c agent/shed.c agent/limit.c agent/rlheader.c
 
 # ---- unit tests (cmocka): one binary per module ------------------------------
 # Each tests/unit/NAME.mk adds NAME to UNIT_TESTS and sets test_NAME_SRCS to

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "identity.h"
-#include "limiter.h"
+#include "limit.h"
 #include "rules.h"
 #include "spop.h"
 

@@ -339,7 +339,7 @@ int main(int argc, char **argv)
 	server_config_defaults(&srv.cfg);
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
 	srv.lfd = -1;
-	redis_config_defaults(&rcfg);
+	store_redis_defaults(&rcfg);
 	if (env_pw) {
 		snprintf(rcfg.password, sizeof(rcfg.password), "%s", env_pw);
 		cli.password_set = 1;
@@ -424,7 +424,7 @@ int main(int argc, char **argv)
 			srv.cfg.mem_max_keys = (size_t)num;
 			break;
 		case OPT_REDIS:
-			if (redis_config_set_addr(&rcfg, optarg) < 0)
+			if (store_redis_set_addr(&rcfg, optarg) < 0)
 				BAD("--redis: expected HOST:PORT or a socket path, got '%s'", optarg);
 			use_redis = 1;
 			cli.redis_set = 1;

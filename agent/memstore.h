@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "identity.h"
-#include "limiter.h"
+#include "limit.h"
 
 struct memstore;
 

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "limiter.h"
+#include "limit.h"
 
 /* Never allocates; see redis_reply.c for why not msgpack-c here. */
 

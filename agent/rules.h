@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "limiter.h"
+#include "limit.h"
 #include "shed.h"
 #include "spop.h"
 

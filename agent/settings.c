@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "limiter.h"
+#include "limit.h"
 #include "yaml_strict.h"
 
 const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store"};

@@ -40,7 +40,7 @@ struct redis_worker {
 	struct refusal *cache;
 };
 
-void redis_config_defaults(struct redis_config *cfg)
+void store_redis_defaults(struct redis_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
 	addr_parse("127.0.0.1:6379", 0, &cfg->addr);
@@ -52,7 +52,7 @@ void redis_config_defaults(struct redis_config *cfg)
 	cfg->local_cache = 1;
 }
 
-int redis_config_set_addr(struct redis_config *cfg, const char *addr)
+int store_redis_set_addr(struct redis_config *cfg, const char *addr)
 {
 	return addr_parse(addr, ADDR_UNIX, &cfg->addr);
 }

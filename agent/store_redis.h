@@ -35,10 +35,10 @@ struct redis_config {
 	int local_cache;         /* answer known-refused clients locally */
 };
 
-void redis_config_defaults(struct redis_config *cfg);
+void store_redis_defaults(struct redis_config *cfg);
 
 /* Parses "HOST:PORT", "[V6]:PORT" or a Unix socket path ("/..."). */
-int redis_config_set_addr(struct redis_config *cfg, const char *addr);
+int store_redis_set_addr(struct redis_config *cfg, const char *addr);
 
 /* The Redis store with a copy of cfg; mem_max_keys bounds the buckets of
  * the local failure policy. Connections start with the workers. NULL when

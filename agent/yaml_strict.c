@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "limiter.h"
+#include "limit.h"
 
 /* ---- messages ------------------------------------------------------------ */
 

@@ -1,5 +1,5 @@
 /* Unit tests of store.c (the life of a query and the failure policy, with
- * a backend written here) and store_mem.c (the in-memory store). */
+ * a backend written here) and store_memory.c (the in-memory store). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "limiter.h"
+#include "limit.h"
 
 #define MS 1000LL
 #define S LIMIT_US_PER_S

@@ -1,4 +1,4 @@
-/* limiter.c: rate-limit math (see limiter.h).
+/* limit.c: rate-limit math (see limit.h).
  *
  * Exactness. The token bucket's emission interval T = period/quota is a
  * rational number of microseconds. Instead of rounding it, every token
@@ -14,7 +14,7 @@
  * Values handed back are saturated to int64, which only matters for states
  * no honest caller produces.
  */
-#include "limiter.h"
+#include "limit.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,7 +52,7 @@ static uint64_t sat_u64(i128 v)
 	return (uint64_t)v;
 }
 
-/* The spec's figures clamped to the notation's bounds (see limiter.h). */
+/* The spec's figures clamped to the notation's bounds (see limit.h). */
 struct norm {
 	i128 n;   /* quota */
 	i128 p;   /* period, us */

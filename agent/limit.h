@@ -1,4 +1,4 @@
-/* limiter.h: rate-limit math. Pure: no I/O, no clock, no allocation; the
+/* limit.h: rate-limit math. Pure: no I/O, no clock, no allocation; the
  * caller passes the time (microseconds, any epoch, monotonic per key).
  *
  * A limit "N/P" allows N requests in period P to a client that starts with a
@@ -12,8 +12,8 @@
  * requests (the classic "last_refill = now on every call" starvation bug
  * cannot happen: there is no last_refill).
  */
-#ifndef RL_LIMITER_H
-#define RL_LIMITER_H
+#ifndef RL_LIMIT_H
+#define RL_LIMIT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* store_mem.c: the in-memory store, this agent's buckets alone (memstore.h
+/* store_memory.c: the in-memory store, this agent's buckets alone (memstore.h
  * holds them, shared by the workers). Every decision is made at once. */
 #include "store.h"
 
