@@ -21,12 +21,15 @@ PKG_CFLAGS := $(shell pkg-config --cflags hiredis msgpack yaml-0.1 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs hiredis msgpack yaml-0.1 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
+# agent/ is the process (main, workers, shared helpers); each folder below
+# it one layer: protocol, rules, policy, store, ops (see the README).
+AGENT_DIRS := agent agent/protocol agent/rules agent/policy agent/store agent/ops
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
-	-Iagent -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
+	$(addprefix -I,$(AGENT_DIRS)) -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
 LIBS = -lev $(PKG_LIBS) -lm
 
-AGENT_SRCS := $(wildcard agent/*.c)
+AGENT_SRCS := $(foreach d,$(AGENT_DIRS),$(wildcard $(d)/*.c))
 AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
@@ -50,15 +53,15 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 # The Redis decision scripts become C strings. decide_plain.lua gets the
 # core of decide.lua in place of its "CORE" line (one copy of the math).
 # `?` is escaped so that no "??x" in Lua turns into a C trigraph.
-LUA_SCRIPTS := agent/redis/decide.lua agent/redis/decide_plain.lua
+LUA_SCRIPTS := agent/store/redis/decide.lua agent/store/redis/decide_plain.lua
 $(BUILD)/gen/decide_plain.lua: $(LUA_SCRIPTS)
 	@mkdir -p $(dir $@)
 	awk 'FNR == NR { if (/^-- ==== BEGIN CORE/) on = 1; if (on) core = core $$0 "\n"; \
 		if (/^-- ==== END CORE ====/) on = 0; next } \
 	     /^-- ==== CORE ====$$/ { printf "%s", core; n++; next } { print } \
-	     END { if (n != 1) exit 1 }' agent/redis/decide.lua agent/redis/decide_plain.lua \
+	     END { if (n != 1) exit 1 }' agent/store/redis/decide.lua agent/store/redis/decide_plain.lua \
 		> $@.tmp && mv $@.tmp $@
-$(BUILD)/gen/redis_scripts.h: agent/redis/decide.lua $(BUILD)/gen/decide_plain.lua
+$(BUILD)/gen/redis_scripts.h: agent/store/redis/decide.lua $(BUILD)/gen/decide_plain.lua
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from $(LUA_SCRIPTS) */'; \
 	  for f in $^; do \
@@ -67,7 +70,7 @@ $(BUILD)/gen/redis_scripts.h: agent/redis/decide.lua $(BUILD)/gen/decide_plain.l
 	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
 	        -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
 	    echo ';'; done; } > $@.tmp && mv $@.tmp $@
-$(BUILD)/agent/redis_node.o: $(BUILD)/gen/redis_scripts.h
+$(BUILD)/agent/store/redis_node.o: $(BUILD)/gen/redis_scripts.h
 
 $(AGENT_BIN): $(AGENT_OBJS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
@@ -84,8 +87,8 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 tools: $(addprefix $(BUILD)/,$(TOOLS))
 
 # The rules as loaded from a file: what a test or fuzzer that loads rules links.
-RULES_SRCS := agent/rules_load.c agent/rules_classify.c agent/settings.c agent/addr.c \
-	agent/yaml_strict.c agent/shed.c agent/limit.c agent/rlheader.c
+RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_classify.c agent/rules/settings.c agent/addr.c \
+	agent/rules/yaml_strict.c agent/policy/shed.c agent/policy/limit.c agent/policy/rlheader.c
 
 # ---- unit tests (cmocka): one binary per module ------------------------------
 # Each tests/unit/NAME.mk adds NAME to UNIT_TESTS and sets test_NAME_SRCS to

@@ -5,8 +5,8 @@ the way the Makefile builds them into the agent."""
 import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT_MP = os.path.join(ROOT, "agent", "redis", "decide.lua")
-SCRIPT_PLAIN = os.path.join(ROOT, "agent", "redis", "decide_plain.lua")
+SCRIPT_MP = os.path.join(ROOT, "agent", "store", "redis", "decide.lua")
+SCRIPT_PLAIN = os.path.join(ROOT, "agent", "store", "redis", "decide_plain.lua")
 CORE_MARK = "-- ==== CORE ====\n"
 
 

@@ -57,3 +57,28 @@ def test_readme_options_are_accepted():
     assert r.returncode == 0
     missing = sorted(o for o in opts if o not in r.stdout)
     assert not missing, "README lists options --help does not know: %s" % missing
+
+
+def test_readme_layout_names_every_module():
+    """The layout section names every folder of agent/ and every module in
+    the folder it lives in."""
+    text = readme()
+    layout = text[text.index("Layout:\n"):]
+    layout = layout[:layout.index("\n\n", layout.index("agent/"))]
+    blocks = re.split(r"^    (agent/[a-z/]*)", layout, flags=re.M)
+    described = {blocks[i].rstrip("/"): blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
+    agent = os.path.join(harness.ROOT, "agent")
+    folders = ["agent"] + ["agent/" + d for d in sorted(os.listdir(agent))
+                           if os.path.isdir(os.path.join(agent, d))]
+    missing = []
+    for folder in folders:
+        if folder == "agent/store/redis" or folder.endswith("/redis"):
+            continue
+        assert folder in described, "README layout has no entry for %s/" % folder
+        for f in sorted(os.listdir(os.path.join(harness.ROOT, folder))):
+            name, ext = os.path.splitext(f)
+            if ext != ".c" or name.endswith("_int"):
+                continue
+            if not re.search(r"\b%s\b" % re.escape(name), described[folder]):
+                missing.append("%s/%s" % (folder, f))
+    assert not missing, "README layout does not name: %s" % missing

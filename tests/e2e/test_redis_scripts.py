@@ -1,4 +1,4 @@
-"""The Redis decision scripts (agent/redis/decide.lua and decide_plain.lua)
+"""The Redis decision scripts (agent/store/redis/decide.lua and decide_plain.lua)
 against a real redis-server, compared with an ideal model of the limits
 written here with exact rational arithmetic.
 

@@ -2,7 +2,7 @@
 """Writes the seed corpus of the `frame` fuzz target.
 
 Each file is a byte stream of SPOP frames, valid or deliberately broken.
-The encoder here is independent of agent/spop.c, so the seeds also check
+The encoder here is independent of agent/protocol/spop.c, so the seeds also check
 the C codec against a second reading of the protocol.
 
     python3 tests/fuzz/gen_corpus.py [OUTDIR]   (default: corpus/frame)

@@ -1,2 +1,2 @@
 UNIT_TESTS += http_head
-test_http_head_SRCS := tests/unit/test_http_head.c agent/http_head.c
+test_http_head_SRCS := tests/unit/test_http_head.c agent/ops/http_head.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += shed
-test_shed_SRCS := tests/unit/test_shed.c agent/shed.c
+test_shed_SRCS := tests/unit/test_shed.c agent/policy/shed.c

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "../../agent/http.c"
+#include "../../agent/ops/http.c"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
