@@ -81,6 +81,32 @@ static void histogram(struct out *o, const struct server *srv, const char *name,
 	     (unsigned long long)store_sum(srv, offset + offsetof(struct hist, count)));
 }
 
+/* The shared store's counters, in the order of the text. */
+static const struct {
+	const char *name, *help;
+	size_t offset;
+} store_counters[] = {
+	{ "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
+	  STORE(queries) },
+	{ "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).", STORE(calls) },
+	{ "spoa_rl_redis_replies_total", "Decisions answered by Redis.", STORE(replies) },
+	{ "spoa_rl_local_refusals_total",
+	  "Refusals answered locally: the client was known refused until a later time.",
+	  STORE(local_refusals) },
+	{ "spoa_rl_redis_timeouts_total", "Decisions past their deadline.", STORE(timeouts) },
+	{ "spoa_rl_redis_unavailable_total",
+	  "Decisions made without Redis: no connection or queue full.", STORE(unavailable) },
+	{ "spoa_rl_redis_errors_total", "Error replies from Redis.", STORE(errors) },
+	{ "spoa_rl_redis_connects_total", "Connection attempts to Redis.", STORE(connects) },
+	{ "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.", STORE(noscript) },
+	{ "spoa_rl_redis_breaker_trips_total",
+	  "Times the circuit breaker stopped calls to Redis after failures.",
+	  STORE(breaker_trips) },
+	{ "spoa_rl_redis_breaker_skips_total",
+	  "Decisions made without Redis while the circuit breaker was open.",
+	  STORE(breaker_skips) },
+};
+
 static void render(struct server *srv, struct out *o)
 {
 	uint64_t acc = worker_sum(srv, WORKER(accepted));
@@ -134,32 +160,9 @@ static void render(struct server *srv, struct out *o)
 			     st == 13 ? 99 : st, (unsigned long long)v);
 	}
 	if (srv->store->ops->shared) {
-		counter(o, "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
-			store_sum(srv, STORE(queries)));
-		counter(o, "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).",
-			store_sum(srv, STORE(calls)));
-		counter(o, "spoa_rl_redis_replies_total", "Decisions answered by Redis.",
-			store_sum(srv, STORE(replies)));
-		counter(o, "spoa_rl_local_refusals_total",
-			"Refusals answered locally: the client was known refused until a later time.",
-			store_sum(srv, STORE(local_refusals)));
-		counter(o, "spoa_rl_redis_timeouts_total", "Decisions past their deadline.",
-			store_sum(srv, STORE(timeouts)));
-		counter(o, "spoa_rl_redis_unavailable_total",
-			"Decisions made without Redis: no connection or queue full.",
-			store_sum(srv, STORE(unavailable)));
-		counter(o, "spoa_rl_redis_errors_total", "Error replies from Redis.",
-			store_sum(srv, STORE(errors)));
-		counter(o, "spoa_rl_redis_connects_total", "Connection attempts to Redis.",
-			store_sum(srv, STORE(connects)));
-		counter(o, "spoa_rl_redis_noscript_total", "Scripts reloaded after NOSCRIPT.",
-			store_sum(srv, STORE(noscript)));
-		counter(o, "spoa_rl_redis_breaker_trips_total",
-			"Times the circuit breaker stopped calls to Redis after failures.",
-			store_sum(srv, STORE(breaker_trips)));
-		counter(o, "spoa_rl_redis_breaker_skips_total",
-			"Decisions made without Redis while the circuit breaker was open.",
-			store_sum(srv, STORE(breaker_skips)));
+		for (size_t k = 0; k < sizeof(store_counters) / sizeof(store_counters[0]); k++)
+			counter(o, store_counters[k].name, store_counters[k].help,
+				store_sum(srv, store_counters[k].offset));
 		histogram(o, srv, "spoa_rl_redis_call_duration_seconds",
 			  "Script calls, from sending to the reply.", STORE(call_time));
 		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",

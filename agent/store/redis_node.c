@@ -677,6 +677,17 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
 		start_connect(rn);
 }
 
+/* Frees the node's arrays and the node (NULL members are fine). */
+static void free_buffers(struct redis_node *rn)
+{
+	xfree(rn->queue);
+	xfree(rn->decoded);
+	xfree(rn->argv);
+	xfree(rn->argvlen);
+	xfree(rn->arena);
+	xfree(rn);
+}
+
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
 				  void *owner, struct store_stats *stats)
@@ -705,12 +716,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->arena_cap = max_argc * (NUM_MAX + RULES_LID_MAX);
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
-		xfree(rn->queue);
-		xfree(rn->decoded);
-		xfree(rn->argv);
-		xfree(rn->argvlen);
-		xfree(rn->arena);
-		xfree(rn);
+		free_buffers(rn);
 		return NULL;
 	}
 	msgpack_sbuffer_init(&rn->sbuf);
@@ -724,7 +730,6 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	start_connect(rn);
 	return rn;
 }
-
 
 void redis_node_free(struct redis_node *rn)
 {
@@ -749,12 +754,7 @@ void redis_node_free(struct redis_node *rn)
 	ev_timer_stop(rn->loop, &rn->deadline_w);
 	ev_prepare_stop(rn->loop, &rn->send_w);
 	msgpack_sbuffer_destroy(&rn->sbuf);
-	xfree(rn->queue);
-	xfree(rn->decoded);
-	xfree(rn->argv);
-	xfree(rn->argvlen);
-	xfree(rn->arena);
-	xfree(rn);
+	free_buffers(rn);
 }
 
 

@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include "rules_text.h"
+
 #include "decide.h"
 
 /* Builds a KV list of arguments in buf; returns a cursor over it. */
@@ -38,16 +40,6 @@ static struct spop_cursor args_cursor(struct args *a)
 	return c;
 }
 
-static struct rules *load(const char *yaml)
-{
-	char err[512];
-	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
-
-	if (!r)
-		fail_msg("rules: %s", err);
-	return r;
-}
-
 /* The key of a client: kind \0 value \0 rule, under the rules' secret. */
 static void key_of(const struct rules *rules, const char *kind, const char *value,
 		   const char *rule, uint8_t out[IDENTITY_KEY_LEN])
@@ -68,7 +60,7 @@ static void key_of(const struct rules *rules, const char *kind, const char *valu
 
 static void test_identity_order(void **state)
 {
-	struct rules *rules = load("{}");
+	struct rules *rules = rules_from_text("{}");
 	struct decide_query q;
 	struct args a;
 	uint8_t want[IDENTITY_KEY_LEN];
@@ -105,7 +97,7 @@ static void test_identity_order(void **state)
 
 static void test_identity_exact_names_and_anonymous(void **state)
 {
-	struct rules *rules = load("{}");
+	struct rules *rules = rules_from_text("{}");
 	struct decide_query q;
 	struct args a;
 
@@ -121,7 +113,7 @@ static void test_identity_exact_names_and_anonymous(void **state)
 	assert_int_equal(q.nlimits, 1);
 	rules_release(rules);
 
-	rules = load("identity: [x_client, ip]");
+	rules = rules_from_text("identity: [x_client, ip]");
 	args_add(&a, "x_client", spop_cstr("c"));
 	decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
 	assert_string_equal(q.identity, "x_client");
@@ -130,7 +122,7 @@ static void test_identity_exact_names_and_anonymous(void **state)
 
 static void test_cost_argument(void **state)
 {
-	struct rules *rules = load("cost_argument: cost");
+	struct rules *rules = rules_from_text("cost_argument: cost");
 	struct decide_query q;
 	struct args a;
 
@@ -152,7 +144,7 @@ static void test_cost_argument(void **state)
 
 static void test_result_allowed_and_limited(void **state)
 {
-	struct rules *rules = load("{}");
+	struct rules *rules = rules_from_text("{}");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -185,7 +177,7 @@ static void test_result_allowed_and_limited(void **state)
 
 static void test_result_several_limits(void **state)
 {
-	struct rules *rules = load("limits: [100/1m, 1000/1h]");
+	struct rules *rules = rules_from_text("limits: [100/1m, 1000/1h]");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -214,7 +206,7 @@ static void test_result_several_limits(void **state)
  * the local policy) by the rule's failure policy. */
 static void test_open_and_closed(void **state)
 {
-	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed");
+	struct rules *rules = rules_from_text("limits: [10/1m]\non_store_failure: closed");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -249,7 +241,7 @@ static void test_open_and_closed(void **state)
 
 static void test_shedding(void **state)
 {
-	struct rules *rules = load(
+	struct rules *rules = rules_from_text(
 		"priorities:\n"
 		"  classes:\n"
 		"    - { priority: 0, match: { path: /pay } }\n"
@@ -297,7 +289,7 @@ static void test_shedding(void **state)
 
 static void test_shadow(void **state)
 {
-	struct rules *rules = load("limits: [1/1m]\nshadow: true");
+	struct rules *rules = rules_from_text("limits: [1/1m]\nshadow: true");
 	struct decide_query q;
 	struct decide_decision d;
 	struct args a;
@@ -318,7 +310,7 @@ static void test_shadow(void **state)
 
 static void test_shedding_in_shadow_mode(void **state)
 {
-	struct rules *rules = load("limits: [5/1m]\nshedding: { thresholds: { 3: 70% }, shadow: true }\n"
+	struct rules *rules = rules_from_text("limits: [5/1m]\nshedding: { thresholds: { 3: 70% }, shadow: true }\n"
 				  "priorities: { default: 3 }");
 	struct decide_query q;
 	struct decide_decision d;
@@ -350,7 +342,7 @@ static void test_shedding_in_shadow_mode(void **state)
 
 static void test_tiers_and_endpoints(void **state)
 {
-	struct rules *rules = load(
+	struct rules *rules = rules_from_text(
 		"tiers:\n"
 		"  default: free\n"
 		"  free: { limits: [100/1m, 1000/1h] }\n"

@@ -88,36 +88,33 @@ static void test_start_and_stop(void **state)
 	teardown_server(live);
 }
 
-/* The second worker's loop cannot be made: the first runs, the rest never
- * exist, and stopping joins the one thread that started. */
-static void test_loop_failure(void **state)
+/* The k-th worker's loop (or thread) cannot be made, for k = 0, 1, 2: the
+ * workers before it run, the rest never exist, and stopping joins the
+ * threads that started. */
+static void check_failure_at_each_worker(int *before_failure)
 {
 	long live = xalloc_live();
 
-	(void)state;
 	for (int k = 0; k < 3; k++) {
 		setup_server(3);
-		loops_before_failure = k;
+		*before_failure = k;
 		assert_int_equal(server_start(&srv), -1);
-		loops_before_failure = -1;
+		*before_failure = -1;
 		assert_int_equal(srv.nworkers, k);
 		teardown_server(live);
 	}
 }
 
+static void test_loop_failure(void **state)
+{
+	(void)state;
+	check_failure_at_each_worker(&loops_before_failure);
+}
+
 static void test_thread_failure(void **state)
 {
-	long live = xalloc_live();
-
 	(void)state;
-	for (int k = 0; k < 3; k++) {
-		setup_server(3);
-		threads_before_failure = k;
-		assert_int_equal(server_start(&srv), -1);
-		threads_before_failure = -1;
-		assert_int_equal(srv.nworkers, k);
-		teardown_server(live);
-	}
+	check_failure_at_each_worker(&threads_before_failure);
 }
 
 /* Every allocation of start-up fails in turn. */

@@ -9,19 +9,11 @@
 
 #include <cmocka.h>
 
+#include "rules_text.h"
+
 #include "alloc.h"
 #include "memstore.h"
 #include "store.h"
-
-static struct rules *load(const char *yaml)
-{
-	char err[512];
-	struct rules *r = rules_load_buffer(yaml, strlen(yaml), "test", err, sizeof(err));
-
-	if (!r)
-		fail_msg("rules: %s", err);
-	return r;
-}
 
 static void prepare(struct rules *rules, const char *api_key, struct decide_query *q)
 {
@@ -103,7 +95,7 @@ static struct store *fake_store(void)
  * a decision, the late one through the callback with the caller's ref. */
 static void test_outcomes(void **state)
 {
-	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed");
+	struct rules *rules = rules_from_text("limits: [10/1m]\non_store_failure: closed");
 	struct store *st = fake_store();
 	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
 	struct store_ref ref = { 7, 3, 11, 12 };
@@ -141,7 +133,7 @@ static void test_outcomes(void **state)
 
 	/* a rule without limits never reaches the backend */
 	{
-		struct rules *none = load("limits: []");
+		struct rules *none = rules_from_text("limits: []");
 		int before = checks;
 
 		prepare(none, "k", &q);
@@ -159,7 +151,7 @@ static void test_outcomes(void **state)
  * divided among the agents, each answer marked degraded. */
 static void test_failure_policies(void **state)
 {
-	struct rules *rules = load("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
+	struct rules *rules = rules_from_text("limits: [10/1m]\non_store_failure: closed\nstore: {type: redis, agents: 4}");
 	struct store *st = fake_store();
 	struct decide_query q;
 	struct decide_decision d;
@@ -222,7 +214,7 @@ static void test_reset_epoch(void **state)
  * and reset see and drop the client's buckets. */
 static void test_memory_store(void **state)
 {
-	struct rules *rules = load("limits: [3/1h]");
+	struct rules *rules = rules_from_text("limits: [3/1h]");
 	struct store *st = store_memory_new(1000);
 	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
 	struct store_ref ref = { 0, 0, 0, 0 };
