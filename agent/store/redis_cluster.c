@@ -1,5 +1,6 @@
 #include "redis_cluster.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* ---- key slots ---------------------------------------------------------- */
@@ -66,4 +67,435 @@ uint16_t redis_cluster_slot(const char *key, size_t len)
 		}
 	}
 	return crc16((const unsigned char *)key, len) & (REDIS_CLUSTER_SLOTS - 1);
+}
+
+/* ---- node addresses ------------------------------------------------------- */
+
+/* An IP literal or a hostname, as Redis sends it: IPv6 without brackets,
+ * maybe with a zone ("%eth0"). Anything else (a space, '/', a control
+ * byte) would let a server smuggle what addr's grammar does not allow. */
+static int host_ok(const char *h, size_t n)
+{
+	if (n == 0 || n > ADDR_HOST_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = h[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '.' || c == '_' || c == ':' || c == '%'))
+			return 0;
+	}
+	return 1;
+}
+
+/* The address of a node that Redis announced as host[0..hlen) and port:
+ * an empty host stands for the host of *reached. Returns 0 with *out
+ * filled, 1 for the host "?" (the node's endpoint is unknown), -1 when the
+ * host is not valid or empty with nothing to stand for it. */
+static int node_addr(const char *host, size_t hlen, unsigned port, const struct addr *reached,
+		     struct addr *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (hlen == 1 && host[0] == '?')
+		return 1;
+	if (hlen == 0) {
+		if (!reached || reached->host[0] == '\0')
+			return -1;
+		memcpy(out->host, reached->host, sizeof(out->host));
+	} else {
+		if (!host_ok(host, hlen))
+			return -1;
+		memcpy(out->host, host, hlen);
+	}
+	snprintf(out->port, sizeof(out->port), "%u", port);
+	return 0;
+}
+
+static int addr_same(const struct addr *a, const struct addr *b)
+{
+	return strcmp(a->port, b->port) == 0 && strcmp(a->host, b->host) == 0;
+}
+
+/* ---- a bounded RESP2 reader ---------------------------------------------- */
+
+/* Written for this one reply rather than hiredis's reader: hiredis 0.14
+ * has no element cap, so "*100000000\r\n" makes it allocate an array of
+ * 800 MB before a single element arrives. This one allocates nothing,
+ * checks every count against a cap before reading an element, and walks
+ * only bytes that are there. Each step returns RD_OK, RD_MORE (the bytes
+ * end inside it) or RD_ERR (with r->why set); after anything but RD_OK
+ * the whole parse stops, so where the cursor is then does not matter. */
+
+enum { RD_ERR = -1, RD_OK = 0, RD_MORE = 1 };
+
+/* A header line: type byte, "-9223372036854775808" at most, then CRLF. */
+#define HDR_MAX 32
+
+struct rd {
+	const char *base, *p, *end;
+	const char *why;
+	size_t at;          /* offset of the step that failed */
+};
+
+static int fail_at(struct rd *r, const char *at, const char *why)
+{
+	r->why = why;
+	r->at = (size_t)(at - r->base);
+	return RD_ERR;
+}
+
+static int fail(struct rd *r, const char *why)
+{
+	return fail_at(r, r->p, why);
+}
+
+/* The line at r->p, its type byte (already checked) included, of at most
+ * max bytes before CRLF. RD_OK: s[0..n) is the line after the type byte, r->p is past the
+ * LF. */
+static int rd_line(struct rd *r, size_t max, const char **s, size_t *n)
+{
+	size_t avail = (size_t)(r->end - r->p);
+	const char *cr = memchr(r->p, '\r', avail < max + 1 ? avail : max + 1);
+
+	if (!cr)
+		return avail > max ? fail(r, "line too long") : RD_MORE;
+	if (cr + 1 == r->end)
+		return RD_MORE;
+	if (cr[1] != '\n')
+		return fail(r, "CR without LF");
+	*s = r->p + 1;
+	*n = (size_t)(cr - r->p) - 1;
+	r->p = cr + 2;
+	return RD_OK;
+}
+
+/* Digits s[0..n), 1 to `most` of them (at most 19, so no overflow).
+ * Returns 0 or -1. */
+static int parse_digits(const char *s, size_t n, size_t most, uint64_t *v)
+{
+	uint64_t u = 0;
+
+	if (n == 0 || n > most)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		u = u * 10 + (uint64_t)(s[i] - '0');
+	}
+	*v = u;
+	return 0;
+}
+
+/* A decimal int64, optionally negative. Returns 0 or -1. */
+static int parse_int(const char *s, size_t n, int64_t *v)
+{
+	uint64_t u;
+	int neg = n > 0 && s[0] == '-';
+
+	if (parse_digits(s + neg, n - (size_t)neg, 19, &u) < 0 || u > INT64_MAX)
+		return -1;
+	*v = neg ? -(int64_t)u : (int64_t)u;
+	return 0;
+}
+
+/* A header of the given type (':', '*' or '$') and its integer. The type
+ * is checked before the line has ended, so a wrong one fails at once. */
+static int rd_header(struct rd *r, char type, int64_t *v)
+{
+	const char *s, *save = r->p;
+	size_t n;
+	int rc;
+
+	if (r->p == r->end)
+		return RD_MORE;
+	if (*r->p != type)
+		return fail(r, type == ':' ? "integer expected" :
+			       type == '*' ? "array expected" : "string expected");
+	rc = rd_line(r, HDR_MAX, &s, &n);
+	if (rc != RD_OK)
+		return rc;
+	if (parse_int(s, n, v) < 0)
+		return fail_at(r, save, "malformed integer");
+	return RD_OK;
+}
+
+static int rd_int(struct rd *r, int64_t *v)
+{
+	return rd_header(r, ':', v);
+}
+
+/* An array header with a count in -1..max (-1: a null array). */
+static int rd_array(struct rd *r, int64_t max, int64_t *count)
+{
+	const char *save = r->p;
+	int rc = rd_header(r, '*', count);
+
+	if (rc == RD_OK && (*count < -1 || *count > max))
+		return fail_at(r, save, *count < -1 ? "negative count" : "too many elements");
+	return rc;
+}
+
+/* A bulk string of at most REDIS_CLUSTER_STR_MAX bytes: *s = NULL for a
+ * null one, else s[0..n). */
+static int rd_str(struct rd *r, const char **s, size_t *n)
+{
+	const char *save = r->p;
+	int64_t len;
+	int rc = rd_header(r, '$', &len);
+
+	if (rc != RD_OK)
+		return rc;
+	if (len == -1) {
+		*s = NULL;
+		*n = 0;
+		return RD_OK;
+	}
+	if (len < -1 || len > REDIS_CLUSTER_STR_MAX)
+		return fail_at(r, save, "bad string length");
+	if ((size_t)len + 2 > (size_t)(r->end - r->p))
+		return RD_MORE;
+	if (r->p[len] != '\r' || r->p[len + 1] != '\n')
+		return fail_at(r, r->p + len, "string without CRLF");
+	*s = r->p;
+	*n = (size_t)len;
+	r->p += len + 2;
+	return RD_OK;
+}
+
+/* Any RESP2 value, nested at most REDIS_CLUSTER_DEPTH_MAX deep from here. */
+static int rd_skip(struct rd *r, int depth)
+{
+	const char *s;
+	size_t n;
+	int64_t v;
+	int rc;
+
+	if (r->p == r->end)
+		return RD_MORE;
+	switch (*r->p) {
+	case '+':
+	case '-':
+		return rd_line(r, REDIS_CLUSTER_STR_MAX, &s, &n);
+	case ':':
+		return rd_int(r, &v);
+	case '$':
+		return rd_str(r, &s, &n);
+	case '*':
+		if (depth >= REDIS_CLUSTER_DEPTH_MAX)
+			return fail(r, "nested too deep");
+		rc = rd_array(r, REDIS_CLUSTER_NEST_MAX, &v);
+		for (int64_t i = 0; rc == RD_OK && i < v; i++)
+			rc = rd_skip(r, depth + 1);
+		return rc;
+	default:
+		return fail(r, "unknown type");
+	}
+}
+
+/* ---- the CLUSTER SLOTS reply ---------------------------------------------- */
+
+struct node {
+	const char *host;   /* NULL: a null endpoint */
+	size_t hlen;
+	unsigned port;
+};
+
+/* A node: [endpoint, port, id, anything...]. */
+static int rd_node(struct rd *r, struct node *nd)
+{
+	const char *save = r->p, *id;
+	int64_t n, port;
+	size_t idlen;
+	int rc;
+
+	if ((rc = rd_array(r, REDIS_CLUSTER_NODE_FIELDS_MAX, &n)) != RD_OK)
+		return rc;
+	if (n < 2)
+		return fail_at(r, save, "node without endpoint and port");
+	if ((rc = rd_str(r, &nd->host, &nd->hlen)) != RD_OK)
+		return rc;
+	save = r->p;
+	if ((rc = rd_int(r, &port)) != RD_OK)
+		return rc;
+	if (port < 1 || port > 65535)
+		return fail_at(r, save, "port out of range");
+	nd->port = (unsigned)port;
+	if (n >= 3 && (rc = rd_str(r, &id, &idlen)) != RD_OK)
+		return rc;
+	for (int64_t i = 3; i < n; i++)
+		if ((rc = rd_skip(r, 0)) != RD_OK)
+			return rc;
+	return RD_OK;
+}
+
+static int rd_slot(struct rd *r, int64_t min, int64_t *v)
+{
+	const char *save = r->p;
+	int rc = rd_int(r, v);
+
+	if (rc == RD_OK && *v >= REDIS_CLUSTER_SLOTS)
+		return fail_at(r, save, "slot out of range");
+	if (rc == RD_OK && *v < min)
+		return fail_at(r, save, min ? "range ends before it starts" : "slot out of range");
+	return rc;
+}
+
+/* The index of a master in map (added if new), or -1 when it would be one
+ * too many. */
+static int master_index(struct redis_cluster_map *map, const struct addr *a)
+{
+	for (size_t i = 0; i < map->nmasters; i++)
+		if (addr_same(&map->master[i], a))
+			return (int)i;
+	if (map->nmasters == REDIS_CLUSTER_MASTERS_MAX)
+		return -1;
+	map->master[map->nmasters] = *a;
+	return (int)map->nmasters++;
+}
+
+/* One entry: [start, end, master, replica...]. seen[] marks the slots of
+ * the entries before, those left without a master included. */
+static int rd_entry(struct rd *r, struct redis_cluster_map *map, const struct addr *reached,
+		    uint8_t *seen)
+{
+	const char *save = r->p, *master_at;
+	int64_t n, start, end;
+	struct node master, replica;
+	struct addr a;
+	int rc, idx = -1;
+
+	if ((rc = rd_array(r, 3 + REDIS_CLUSTER_REPLICAS_MAX, &n)) != RD_OK)
+		return rc;
+	if (n < 3)
+		return fail_at(r, save, "entry without range and master");
+	if ((rc = rd_slot(r, 0, &start)) != RD_OK || (rc = rd_slot(r, start, &end)) != RD_OK)
+		return rc;
+	master_at = r->p;
+	if ((rc = rd_node(r, &master)) != RD_OK)
+		return rc;
+	/* replicas are checked as strictly, but not kept */
+	for (int64_t i = 3; i < n; i++) {
+		const char *at = r->p;
+
+		if ((rc = rd_node(r, &replica)) != RD_OK)
+			return rc;
+		if (replica.hlen && node_addr(replica.host, replica.hlen, replica.port, NULL, &a) < 0)
+			return fail_at(r, at, "bad replica endpoint");
+	}
+
+	rc = node_addr(master.host ? master.host : "", master.hlen, master.port, reached, &a);
+	if (rc < 0)
+		return fail_at(r, master_at, master.hlen ? "bad master endpoint" :
+			       "empty master endpoint and no address it stands for");
+	if (rc == 0 && (idx = master_index(map, &a)) < 0)
+		return fail_at(r, master_at, "too many masters");
+	for (int64_t s = start; s <= end; s++) {
+		if (seen[s >> 3] & (1u << (s & 7)))
+			return fail_at(r, save, "overlapping slot ranges");
+		seen[s >> 3] |= (uint8_t)(1u << (s & 7));
+		if (idx >= 0) {
+			map->slot[s] = (uint16_t)idx;
+			map->covered++;
+		}
+	}
+	return RD_OK;
+}
+
+/* Quotes an error reply into errstr, printable ASCII only. */
+static void quote_error(struct redis_cluster_map *map, const char *s, size_t n)
+{
+	static const char prefix[] = "error reply: ";
+	size_t j = sizeof(prefix) - 1;
+
+	memcpy(map->errstr, prefix, j);
+	for (size_t i = 0; i < n && j + 1 < sizeof(map->errstr); i++)
+		map->errstr[j++] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	map->errstr[j] = '\0';
+}
+
+void redis_cluster_map_init(struct redis_cluster_map *map)
+{
+	map->nmasters = 0;
+	map->covered = 0;
+	map->errstr[0] = '\0';
+	memset(map->slot, 0xff, sizeof(map->slot));
+}
+
+enum redis_cluster_rc redis_cluster_map_parse(struct redis_cluster_map *map, const char *data,
+					      size_t len, const struct addr *reached, size_t *used)
+{
+	uint8_t seen[REDIS_CLUSTER_SLOTS / 8] = { 0 };
+	size_t cap = len < REDIS_CLUSTER_REPLY_MAX ? len : REDIS_CLUSTER_REPLY_MAX;
+	struct rd r = { data, data, data + cap, NULL, 0 };
+	int64_t n;
+	int rc;
+
+	redis_cluster_map_init(map);
+	if (cap > 0 && data[0] == '-') {
+		const char *s;
+		size_t sn;
+
+		rc = rd_line(&r, REDIS_CLUSTER_STR_MAX, &s, &sn);
+		if (rc == RD_OK) {
+			quote_error(map, s, sn);
+			return REDIS_CLUSTER_ERR;
+		}
+	} else {
+		rc = rd_array(&r, REDIS_CLUSTER_SLOTS, &n);
+		if (rc == RD_OK && n < 0)
+			rc = fail_at(&r, data, "null reply");
+		for (int64_t i = 0; rc == RD_OK && i < n; i++)
+			rc = rd_entry(&r, map, reached, seen);
+	}
+	if (rc == RD_MORE && len >= REDIS_CLUSTER_REPLY_MAX) {
+		r.p = r.end;
+		rc = fail(&r, "reply too long");
+	}
+	if (rc == RD_MORE)
+		return REDIS_CLUSTER_NEED_MORE;
+	if (rc == RD_ERR) {
+		snprintf(map->errstr, sizeof(map->errstr), "%s at byte %zu", r.why, r.at);
+		return REDIS_CLUSTER_ERR;
+	}
+	*used = (size_t)(r.p - data);
+	return REDIS_CLUSTER_OK;
+}
+
+int redis_cluster_master_of(const struct redis_cluster_map *map, unsigned slot)
+{
+	if (slot >= REDIS_CLUSTER_SLOTS || map->slot[slot] == REDIS_CLUSTER_NO_NODE)
+		return -1;
+	return map->slot[slot];
+}
+
+const struct addr *redis_cluster_node_of(const struct redis_cluster_map *map, unsigned slot)
+{
+	int i = redis_cluster_master_of(map, slot);
+
+	return i < 0 ? NULL : &map->master[i];
+}
+
+int redis_cluster_map_equal(const struct redis_cluster_map *a, const struct redis_cluster_map *b)
+{
+	/* a's master index -> b's; MISSING never equals a slot of b */
+	enum { MISSING = REDIS_CLUSTER_NO_NODE - 1 };
+	uint16_t to_b[REDIS_CLUSTER_MASTERS_MAX];
+
+	if (a->covered != b->covered)
+		return 0;
+	for (size_t i = 0; i < a->nmasters; i++) {
+		to_b[i] = MISSING;
+		for (size_t j = 0; j < b->nmasters; j++)
+			if (addr_same(&a->master[i], &b->master[j])) {
+				to_b[i] = (uint16_t)j;
+				break;
+			}
+	}
+	for (size_t s = 0; s < REDIS_CLUSTER_SLOTS; s++) {
+		uint16_t x = a->slot[s];
+
+		if ((x == REDIS_CLUSTER_NO_NODE ? x : to_b[x]) != b->slot[s])
+			return 0;
+	}
+	return 1;
 }
