@@ -499,3 +499,99 @@ int redis_cluster_map_equal(const struct redis_cluster_map *a, const struct redi
 	}
 	return 1;
 }
+
+/* ---- error replies -------------------------------------------------------- */
+
+/* How an error reply tells its kind: by its first word, or by a text
+ * within an "ERR" reply, for a script's call the cluster refused (Redis
+ * 7.0 and 7.2 "Script attempted to ...", Redis 6 "Lua script attempted
+ * to ..." inside "Error running script"). */
+static const struct {
+	const char *code;  /* the first word, or NULL */
+	const char *text;  /* else this, after "ERR " */
+	enum redis_cluster_error_kind kind;
+} error_kinds[] = {
+	{ "MOVED", NULL, REDIS_CLUSTER_E_MOVED },
+	{ "ASK", NULL, REDIS_CLUSTER_E_ASK },
+	{ "TRYAGAIN", NULL, REDIS_CLUSTER_E_TRYAGAIN },
+	{ "CLUSTERDOWN", NULL, REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "READONLY", NULL, REDIS_CLUSTER_E_READONLY },
+	{ "LOADING", NULL, REDIS_CLUSTER_E_LOADING },
+	{ "MASTERDOWN", NULL, REDIS_CLUSTER_E_MASTERDOWN },
+	{ "NOSCRIPT", NULL, REDIS_CLUSTER_E_NOSCRIPT },
+	{ "CROSSSLOT", NULL, REDIS_CLUSTER_E_CROSSSLOT },
+	{ NULL, "attempted to access a non local key in a cluster node",
+	  REDIS_CLUSTER_E_NONLOCAL_KEY },
+	{ NULL, "attempted to access keys that do not hash to the same slot",
+	  REDIS_CLUSTER_E_CROSSSLOT },
+	{ NULL, "attempted to access keys that don't hash to the same slot",
+	  REDIS_CLUSTER_E_CROSSSLOT },
+	{ NULL, "while the cluster is down", REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ NULL, "attempted to access a slot not served", REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ NULL, "undeclared keys were accessed during rehashing of the slot",
+	  REDIS_CLUSTER_E_TRYAGAIN },
+};
+
+/* A number of 1 to 5 digits no greater than max. Returns 0 or -1. */
+static int parse_small(const char *s, size_t n, unsigned max, unsigned *v)
+{
+	uint64_t u;
+
+	if (parse_digits(s, n, 5, &u) < 0 || u > max)
+		return -1;
+	*v = (unsigned)u;
+	return 0;
+}
+
+/* "<slot> <host>:<port>", the rest of a MOVED or ASK. Returns 0 or -1. */
+static int parse_redirect(const char *s, size_t n, const struct addr *answered,
+			  struct redis_cluster_error *out)
+{
+	const char *sp = memchr(s, ' ', n), *colon;
+	size_t alen;
+	unsigned port;
+	int rc;
+
+	if (!sp || parse_small(s, (size_t)(sp - s), REDIS_CLUSTER_SLOTS - 1, &out->slot) < 0)
+		return -1;
+	alen = n - (size_t)(sp - s) - 1;
+	colon = memrchr(sp + 1, ':', alen);
+	if (!colon)
+		return -1;
+	if (parse_small(colon + 1, (size_t)(s + n - colon - 1), 65535, &port) < 0 || port == 0)
+		return -1;
+	rc = node_addr(sp + 1, (size_t)(colon - sp - 1), port, answered, &out->addr);
+	if (rc < 0)
+		return -1;
+	out->has_addr = rc == 0;
+	return 0;
+}
+
+int redis_cluster_error(const char *s, size_t len, const struct addr *answered,
+			struct redis_cluster_error *out)
+{
+	const char *sp = memchr(s, ' ', len);
+	size_t clen = sp ? (size_t)(sp - s) : len;
+	size_t rest = sp ? len - clen - 1 : 0;
+	int is_err = sp && clen == 3 && memcmp(s, "ERR", 3) == 0;
+
+	memset(out, 0, sizeof(*out));
+	out->kind = REDIS_CLUSTER_E_OTHER;
+	for (size_t i = 0; i < sizeof(error_kinds) / sizeof(error_kinds[0]); i++) {
+		const char *code = error_kinds[i].code, *text = error_kinds[i].text;
+
+		if (code ? strlen(code) != clen || memcmp(s, code, clen) != 0 :
+			   !is_err || !memmem(sp + 1, rest, text, strlen(text)))
+			continue;
+		if ((error_kinds[i].kind == REDIS_CLUSTER_E_MOVED ||
+		     error_kinds[i].kind == REDIS_CLUSTER_E_ASK) &&
+		    (!sp || parse_redirect(sp + 1, rest, answered, out) < 0)) {
+			memset(out, 0, sizeof(*out));
+			out->kind = REDIS_CLUSTER_E_OTHER;
+			return -1;
+		}
+		out->kind = error_kinds[i].kind;
+		return 0;
+	}
+	return 0;
+}

@@ -1,6 +1,7 @@
 /* redis_cluster.h: what a Redis Cluster client computes without talking to
- * the cluster: the slot of a key and the map of slots to masters read from
- * a CLUSTER SLOTS reply. Pure: no I/O, no clock, no allocation.
+ * the cluster: the slot of a key, the map of slots to masters read from a
+ * CLUSTER SLOTS reply, and the meaning of the errors a node answers with
+ * (MOVED, ASK, TRYAGAIN, ...). Pure: no I/O, no clock, no allocation.
  *
  * Security guarantees of redis_cluster_map_parse(), for any input bytes:
  *  - it reads data[0..min(len, REDIS_CLUSTER_REPLY_MAX)) and nothing else;
@@ -91,5 +92,44 @@ const struct addr *redis_cluster_node_of(const struct redis_cluster_map *map, un
  * in both), whatever the order of their masters; else 0. A caller that
  * refreshes the map reconnects only when this says 0. */
 int redis_cluster_map_equal(const struct redis_cluster_map *a, const struct redis_cluster_map *b);
+
+/* What an error reply means to a cluster client. */
+enum redis_cluster_error_kind {
+	REDIS_CLUSTER_E_OTHER,       /* no cluster meaning: the command failed */
+	REDIS_CLUSTER_E_MOVED,       /* the slot lives at addr now: the map is stale */
+	REDIS_CLUSTER_E_ASK,         /* the slot is migrating: this once, ASKING at addr */
+	REDIS_CLUSTER_E_TRYAGAIN,    /* keys of a migrating slot split between nodes; also a
+				      * script's undeclared keys during a migration */
+	REDIS_CLUSTER_E_CLUSTERDOWN, /* the cluster, or the slot, is not served; also a
+				      * script's command while the cluster is down */
+	REDIS_CLUSTER_E_READONLY,    /* a write reached a replica: the map is stale */
+	REDIS_CLUSTER_E_LOADING,     /* the node is loading its data set */
+	REDIS_CLUSTER_E_MASTERDOWN,  /* a replica lost its master and serves no stale data */
+	REDIS_CLUSTER_E_NOSCRIPT,    /* EVALSHA of a script the node has not loaded */
+	REDIS_CLUSTER_E_CROSSSLOT,   /* keys of several slots in one command, or in a script */
+	REDIS_CLUSTER_E_NONLOCAL_KEY, /* a script touched a key of a slot the node does not serve */
+};
+
+struct redis_cluster_error {
+	enum redis_cluster_error_kind kind;
+	unsigned slot;        /* MOVED, ASK: 0..16383 */
+	int has_addr;         /* MOVED, ASK: addr is where to go; 0 for the endpoint "?" */
+	struct addr addr;     /* host and port; path empty */
+};
+
+/* Reads the text of an error reply, as hiredis gives it (redisReply.str:
+ * no leading '-', no CRLF): s[0..len), not NUL-terminated, any bytes.
+ * "MOVED <slot> <host>:<port>" and "ASK ..." are split at the last colon
+ * (Redis writes IPv6 hosts without brackets); an empty host means the host
+ * of *answered, the node that sent the error (NULL: none, an error). Other
+ * kinds are known by their first word, and the script errors of Redis 6
+ * and 7 by their text within an "ERR" reply.
+ *
+ * Returns 0 with *out filled (kind REDIS_CLUSTER_E_OTHER for any error
+ * without a cluster meaning), or -1 when a MOVED or ASK has a malformed
+ * slot or address: *out is then kind REDIS_CLUSTER_E_OTHER, and the caller
+ * may well refresh its map. */
+int redis_cluster_error(const char *s, size_t len, const struct addr *answered,
+			struct redis_cluster_error *out);
 
 #endif

@@ -1,6 +1,7 @@
 /* Unit tests of the cluster client's pure parts: key slots against what
- * Redis 7.0 computes, and the slot map read from CLUSTER SLOTS replies
- * captured from a real cluster and from replies built to break every rule. */
+ * Redis 7.0 computes, the slot map read from CLUSTER SLOTS replies captured
+ * from a real cluster and from replies built to break every rule, and the
+ * meaning of the error replies a node sends. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -840,6 +841,176 @@ static void test_map_equal(void **unused)
 	assert_false(redis_cluster_map_equal(&mb, &ma));
 }
 
+/* ---- error replies -------------------------------------------------------- */
+
+static const struct addr answered = { .host = "192.0.2.7", .port = "6379" };
+
+/* Reads s[0..n) from an exact-size copy, without a NUL after it. */
+static int error_n(const char *s, size_t n, const struct addr *from, struct redis_cluster_error *e)
+{
+	char *copy = xmalloc(n ? n : 1);
+	int rc;
+
+	memcpy(copy, s, n);
+	rc = redis_cluster_error(copy, n, from, e);
+	xfree(copy);
+	return rc;
+}
+
+static int error(const char *s, const struct addr *from, struct redis_cluster_error *e)
+{
+	return error_n(s, strlen(s), from, e);
+}
+
+/* Error texts as Redis 7.0.15 sent them (and Redis 6's script error). */
+static const struct {
+	const char *text;
+	enum redis_cluster_error_kind kind;
+} kinds[] = {
+	{ "TRYAGAIN Multiple keys request during rehashing of slot", REDIS_CLUSTER_E_TRYAGAIN },
+	{ "CLUSTERDOWN The cluster is down", REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "CLUSTERDOWN Hash slot not served", REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "READONLY You can't write against a read only replica.", REDIS_CLUSTER_E_READONLY },
+	{ "LOADING Redis is loading the dataset in memory", REDIS_CLUSTER_E_LOADING },
+	{ "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+	  REDIS_CLUSTER_E_MASTERDOWN },
+	{ "NOSCRIPT No matching script. Please use EVAL.", REDIS_CLUSTER_E_NOSCRIPT },
+	{ "CROSSSLOT Keys in request don't hash to the same slot", REDIS_CLUSTER_E_CROSSSLOT },
+	{ "TRYAGAIN", REDIS_CLUSTER_E_TRYAGAIN },
+	/* a script touching a key of another node: redis.call, then
+	 * redis.pcall (the error as the script returns it), then Redis 6 */
+	{ "ERR Script attempted to access a non local key in a cluster node script: "
+	  "2b607d3eeffe20cb8536f3e513a6fe42580a3d6e, on @user_script:1.",
+	  REDIS_CLUSTER_E_NONLOCAL_KEY },
+	{ "ERR Script attempted to access a non local key in a cluster node",
+	  REDIS_CLUSTER_E_NONLOCAL_KEY },
+	{ "ERR Error running script (call to f_64b2246244d60088e7351656c216c00cb1d7d2fd): "
+	  "@user_script:1: @user_script: 1: Lua script attempted to access a non local key in a "
+	  "cluster node", REDIS_CLUSTER_E_NONLOCAL_KEY },
+	/* a script's keys of several slots: 7.0, then 7.2 */
+	{ "ERR Script attempted to access keys that do not hash to the same slot script: "
+	  "52aa552521ed949d9ff53f6ec85b27cc78315d14, on @user_script:2.",
+	  REDIS_CLUSTER_E_CROSSSLOT },
+	{ "ERR Command 'get' in script attempted to access keys that don't hash to the same slot "
+	  "script: 52aa552521ed949d9ff53f6ec85b27cc78315d14, on @user_script:2.",
+	  REDIS_CLUSTER_E_CROSSSLOT },
+	{ "ERR Script attempted to execute a command while the cluster is down",
+	  REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "ERR Script attempted to execute a write command while the cluster is down and readonly",
+	  REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "ERR Script attempted to access a slot not served", REDIS_CLUSTER_E_CLUSTERDOWN },
+	{ "ERR Unable to execute command 'get' in script because undeclared keys were accessed "
+	  "during rehashing of the slot", REDIS_CLUSTER_E_TRYAGAIN },
+	/* no cluster meaning */
+	{ "ERR unknown command 'foo'", REDIS_CLUSTER_E_OTHER },
+	{ "WRONGTYPE Operation against a key holding the wrong kind of value", REDIS_CLUSTER_E_OTHER },
+	{ "NOAUTH Authentication required.", REDIS_CLUSTER_E_OTHER },
+	{ "", REDIS_CLUSTER_E_OTHER },
+	{ " MOVED 1 a:1", REDIS_CLUSTER_E_OTHER },
+	{ "-MOVED 1 a:1", REDIS_CLUSTER_E_OTHER },       /* the '-' is not part of the text */
+	{ "moved 1 a:1", REDIS_CLUSTER_E_OTHER },
+	{ "MOVEDX 1 a:1", REDIS_CLUSTER_E_OTHER },
+	{ "MOVE 1 a:1", REDIS_CLUSTER_E_OTHER },
+	{ "ERR", REDIS_CLUSTER_E_OTHER },
+	{ "ERRX Script attempted to access a non local key in a cluster node", REDIS_CLUSTER_E_OTHER },
+	{ "NOSCRIPTS x", REDIS_CLUSTER_E_OTHER },
+	{ "ERR Script attempted to access a non local key in a cluster nod", REDIS_CLUSTER_E_OTHER },
+};
+
+static void test_error_kinds(void **unused)
+{
+	struct redis_cluster_error e;
+
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		memset(&e, 0x5a, sizeof(e));
+		if (error(kinds[i].text, &answered, &e) != 0 || e.kind != kinds[i].kind)
+			fail_msg("\"%s\": kind %d, want %d", kinds[i].text, e.kind, kinds[i].kind);
+		assert_int_equal(e.has_addr, 0);
+		assert_int_equal(e.slot, 0);
+	}
+}
+
+static void assert_redirect(const char *text, const struct addr *from,
+			    enum redis_cluster_error_kind kind, unsigned slot, const char *host,
+			    const char *port)
+{
+	struct redis_cluster_error e;
+
+	if (error(text, from, &e) != 0)
+		fail_msg("\"%s\" refused", text);
+	assert_int_equal(e.kind, kind);
+	assert_int_equal(e.slot, slot);
+	assert_int_equal(e.has_addr, host != NULL);
+	if (host) {
+		assert_string_equal(e.addr.host, host);
+		assert_string_equal(e.addr.port, port);
+		assert_string_equal(e.addr.path, "");
+	}
+}
+
+static void test_error_redirects(void **unused)
+{
+	/* as Redis 7.0.15 sent them */
+	assert_redirect("MOVED 12182 127.0.0.1:31003", NULL, REDIS_CLUSTER_E_MOVED, 12182,
+			"127.0.0.1", "31003");
+	assert_redirect("ASK 8415 127.0.0.1:31003", NULL, REDIS_CLUSTER_E_ASK, 8415,
+			"127.0.0.1", "31003");
+	assert_redirect("MOVED 12182 node-31003.example.test:31003", NULL, REDIS_CLUSTER_E_MOVED,
+			12182, "node-31003.example.test", "31003");
+	assert_redirect("MOVED 12182 ::1:31010", NULL, REDIS_CLUSTER_E_MOVED, 12182, "::1", "31010");
+	/* unknown-endpoint: the host of the node that answered */
+	assert_redirect("MOVED 12182 :31003", &answered, REDIS_CLUSTER_E_MOVED, 12182,
+			"192.0.2.7", "31003");
+	assert_redirect("ASK 0 :6380", &answered, REDIS_CLUSTER_E_ASK, 0, "192.0.2.7", "6380");
+	/* hostname, where the node has none: no address */
+	assert_redirect("MOVED 8415 ?:31002", NULL, REDIS_CLUSTER_E_MOVED, 8415, NULL, NULL);
+	/* boundaries */
+	assert_redirect("MOVED 16383 h:65535", NULL, REDIS_CLUSTER_E_MOVED, 16383, "h", "65535");
+	assert_redirect("MOVED 0 h:1", NULL, REDIS_CLUSTER_E_MOVED, 0, "h", "1");
+	assert_redirect("MOVED 00007 h:06379", NULL, REDIS_CLUSTER_E_MOVED, 7, "h", "6379");
+	assert_redirect("ASK 1 fe80::1%eth0:6379", NULL, REDIS_CLUSTER_E_ASK, 1, "fe80::1%eth0",
+			"6379");
+}
+
+static void test_error_redirects_bad(void **unused)
+{
+	static const char *const bad[] = {
+		"MOVED", "MOVED ", "MOVED 1", "MOVED 1 ", "MOVED 1 h", "MOVED 1 h:", "MOVED 1 :",
+		"MOVED  1 h:1", "MOVED 1  h:1", "MOVED 1 h:1 ", "MOVED 1 h:1\r\n", "MOVED 1 h:1 x",
+		"MOVED 16384 h:1", "MOVED 99999 h:1", "MOVED 000001 h:1", "MOVED -1 h:1",
+		"MOVED +1 h:1", "MOVED x h:1", "MOVED  h:1", "MOVED 1 h:0", "MOVED 1 h:65536",
+		"MOVED 1 h:99999", "MOVED 1 h:123456", "MOVED 1 h:-1", "MOVED 1 h:+1", "MOVED 1 h:1x",
+		"MOVED 1 a b:1", "MOVED 1 a/b:1", "MOVED 1 [::1]:6379", "MOVED 1 ??:1",
+		"MOVED 1 ?x:1", "MOVED 1 :1",  /* no node that answered */
+		"ASK", "ASK 1", "ASK 16384 h:1", "ASK 1 h:0",
+	};
+	struct redis_cluster_error e;
+	char big[ADDR_HOST_MAX + 32];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memset(&e, 0x5a, sizeof(e));
+		if (error(bad[i], NULL, &e) != -1)
+			fail_msg("\"%s\" accepted", bad[i]);
+		assert_int_equal(e.kind, REDIS_CLUSTER_E_OTHER);
+		assert_int_equal(e.has_addr, 0);
+	}
+	/* the node that answered came by a Unix socket: no host to stand in */
+	assert_int_equal(error("MOVED 1 :6379", &reached_unix, &e), -1);
+	/* NUL bytes */
+	assert_int_equal(error_n("MOVED 1 h\0:1", 12, NULL, &e), -1);
+	assert_int_equal(error_n("MOVED 1 h:1\0", 12, NULL, &e), -1);
+	assert_int_equal(error_n("MOVED 1\0h:1", 11, NULL, &e), -1);
+	/* hosts of ADDR_HOST_MAX bytes and one more */
+	memcpy(big, "MOVED 1 ", 8);
+	memset(big + 8, 'h', ADDR_HOST_MAX);
+	memcpy(big + 8 + ADDR_HOST_MAX, ":1", 3);
+	assert_int_equal(error(big, NULL, &e), 0);
+	assert_int_equal(strlen(e.addr.host), ADDR_HOST_MAX);
+	memset(big + 8, 'h', ADDR_HOST_MAX + 1);
+	memcpy(big + 9 + ADDR_HOST_MAX, ":1", 3);
+	assert_int_equal(error(big, NULL, &e), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -865,6 +1036,9 @@ int main(void)
 		cmocka_unit_test(test_map_shapes),
 		cmocka_unit_test(test_map_reply_max),
 		cmocka_unit_test(test_map_equal),
+		cmocka_unit_test(test_error_kinds),
+		cmocka_unit_test(test_error_redirects),
+		cmocka_unit_test(test_error_redirects_bad),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
