@@ -706,7 +706,7 @@ class Cluster(_Topology):
             self._cli("fix", "%s:%d" % (HOST, self._any()), "--cluster-yes", check=False)
         self.wait_ok(timeout)
         for m in self.masters():
-            with self.client(m.port) as c:
+            with self.nodes[m.port].client(timeout=15.0) as c:
                 c.command("FLUSHALL")
                 nrep = sum(1 for r in self.replicas() if r.master_id == m.id)
                 if nrep:
@@ -734,14 +734,16 @@ class Sentinel(_Topology):
     it as auth-pass). sentinel_password: requirepass on the sentinels (and
     sentinel-pass, so that they can talk to each other).
 
-    A sentinel that voted in a failover does not start another for the same
-    master before 2 x failover_timeout_ms: a second failover in a row waits
-    that long."""
+    down_after_ms stays above 1000: after a switch a sentinel reconnects to
+    the new master up to 1 s later (its reconnections to the dead one are
+    spaced by 1 s, and the spacing carries over), so with 1000 it may find
+    the new master down before its first PING is answered and start a
+    second, needless failover."""
 
     kind = "sentinel"
 
     def __init__(self, sentinels=3, master_name="mymaster", password=None,
-                 sentinel_password=None, down_after_ms=1000, failover_timeout_ms=3000,
+                 sentinel_password=None, down_after_ms=2000, failover_timeout_ms=3000,
                  timeout=60.0):
         _need("redis-server", "redis-sentinel")
         super().__init__()
@@ -978,7 +980,7 @@ class Sentinel(_Topology):
         self._killed = None
         self._wait_replicas(mport, timeout)
         self._wait_sentinels(timeout)
-        with self.client(mport) as c:
+        with self.servers[mport].client(timeout=15.0) as c:
             c.command("FLUSHALL")
             nrep = len(self.servers) - 1
             acked = c.command("WAIT", nrep, 10000)
