@@ -658,8 +658,9 @@ class Cluster(_Topology):
     def add_master(self, timeout=60.0):
         """Starts a node and adds it as a master with no slots; returns its
         port once every node knows it."""
+        member = self._any()  # before the new node, which may come first
         port = self._start_node()
-        self._cli("add-node", "%s:%d" % (HOST, port), "%s:%d" % (HOST, self._any()))
+        self._cli("add-node", "%s:%d" % (HOST, port), "%s:%d" % (HOST, member))
         self.wait_ok(timeout)
         return port
 
