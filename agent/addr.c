@@ -52,6 +52,12 @@ int addr_parse(const char *s, unsigned flags, struct addr *out)
 	return 0;
 }
 
+bool addr_equal(const struct addr *a, const struct addr *b)
+{
+	return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0 &&
+	       strcmp(a->path, b->path) == 0;
+}
+
 const char *addr_format(const struct addr *a, char *buf, size_t cap)
 {
 	if (a->path[0])

@@ -7,6 +7,7 @@
 #ifndef RL_ADDR_H
 #define RL_ADDR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define ADDR_HOST_MAX 255     /* bytes of a host, NUL excluded */
@@ -27,6 +28,9 @@ struct addr {
  * 1..65535 (0..65535 with ADDR_PORT0). Returns 0, or -1 leaving *out
  * unspecified. */
 int addr_parse(const char *s, unsigned flags, struct addr *out);
+
+/* Same host (as written), port and path. */
+bool addr_equal(const struct addr *a, const struct addr *b);
 
 /* Writes "HOST:PORT" ("[V6]:PORT" for a host with a colon) or the path
  * into buf[0..cap), NUL-terminated, truncated to fit. Returns buf. */

@@ -41,6 +41,13 @@ static void usage(FILE *out)
 		"      --cost-arg NAME       integer argument giving a request's weight\n"
 		"  Redis (default: the in-memory store of this agent alone):\n"
 		"      --redis ADDR          HOST:PORT or a Unix socket path\n"
+		"      --redis-sentinel LIST sentinels HOST:PORT,HOST:PORT,... (with\n"
+		"                            --redis-master): the master they name\n"
+		"      --redis-master NAME   the master's name in Sentinel\n"
+		"      --redis-sentinel-password PW  AUTH to the sentinels (or env\n"
+		"                            RL_REDIS_SENTINEL_PASSWORD)\n"
+		"      --redis-cluster LIST  seed nodes of a Redis Cluster\n"
+		"      --redis-shards LIST   independent servers, a client on one each\n"
 		"      --redis-user NAME     ACL user for AUTH\n"
 		"      --redis-password PW   AUTH password (or env RL_REDIS_PASSWORD)\n"
 		"      --redis-timeout MS    deadline of a decision (default 20)\n"
@@ -98,6 +105,11 @@ enum {
 	OPT_VERSION,
 	OPT_COST_ARG,
 	OPT_REDIS,
+	OPT_REDIS_SENTINEL,
+	OPT_REDIS_MASTER,
+	OPT_REDIS_SENTINEL_PASSWORD,
+	OPT_REDIS_CLUSTER,
+	OPT_REDIS_SHARDS,
 	OPT_REDIS_USER,
 	OPT_REDIS_PASSWORD,
 	OPT_REDIS_TIMEOUT,
@@ -120,6 +132,7 @@ struct cli {
 	const char *identity;
 	const char *cost_arg;
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
+	int master_set, sentinel_password_set;
 	int check;
 	int use_metrics;
 	struct addr metrics;
@@ -280,10 +293,22 @@ static int apply_settings(const struct settings *st, struct redis_config *rcfg,
 		srv.cfg.listen = st->listen;
 	if (st->has_threads && !cli.threads_set)
 		srv.cfg.threads = st->threads;
-	if (!cli.redis_set && st->has_store && st->store == SETTINGS_STORE_REDIS) {
-		rcfg->addr = st->address; /* validated when the file was read */
+	if (!cli.redis_set && st->has_store && st->store != SETTINGS_STORE_MEMORY) {
+		/* addresses were validated when the file was read */
+		rcfg->addr = st->address;
+		memcpy(rcfg->nodes, st->nodes, sizeof(rcfg->nodes));
+		rcfg->nnodes = st->nnodes;
+		rcfg->topology = st->store == SETTINGS_STORE_SENTINEL ? REDIS_SENTINEL
+				 : st->store == SETTINGS_STORE_CLUSTER ? REDIS_CLUSTER
+				 : st->store == SETTINGS_STORE_SHARDS ? REDIS_SHARDS
+									: REDIS_STANDALONE;
 		*use_redis = 1;
 	}
+	if (st->has_master && !cli.master_set)
+		snprintf(rcfg->master, sizeof(rcfg->master), "%s", st->master);
+	if (st->has_sentinel_password && !cli.sentinel_password_set)
+		snprintf(rcfg->sentinel_password, sizeof(rcfg->sentinel_password), "%s",
+			 st->sentinel_password);
 	if (st->has_timeout && !cli.timeout_set)
 		rcfg->timeout = st->timeout_ms / 1000.;
 	if (st->has_user && !cli.user_set)
@@ -307,6 +332,11 @@ int main(int argc, char **argv)
 		{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
 		{ "mem-max-keys", required_argument, NULL, OPT_MEM_KEYS },
 		{ "redis", required_argument, NULL, OPT_REDIS },
+		{ "redis-sentinel", required_argument, NULL, OPT_REDIS_SENTINEL },
+		{ "redis-master", required_argument, NULL, OPT_REDIS_MASTER },
+		{ "redis-sentinel-password", required_argument, NULL, OPT_REDIS_SENTINEL_PASSWORD },
+		{ "redis-cluster", required_argument, NULL, OPT_REDIS_CLUSTER },
+		{ "redis-shards", required_argument, NULL, OPT_REDIS_SHARDS },
 		{ "redis-user", required_argument, NULL, OPT_REDIS_USER },
 		{ "redis-password", required_argument, NULL, OPT_REDIS_PASSWORD },
 		{ "redis-timeout", required_argument, NULL, OPT_REDIS_TIMEOUT },
@@ -340,6 +370,11 @@ int main(int argc, char **argv)
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
 	srv.lfd = -1;
 	store_redis_defaults(&rcfg);
+	if (getenv("RL_REDIS_SENTINEL_PASSWORD")) {
+		snprintf(rcfg.sentinel_password, sizeof(rcfg.sentinel_password), "%s",
+			 getenv("RL_REDIS_SENTINEL_PASSWORD"));
+		cli.sentinel_password_set = 1;
+	}
 	if (env_pw) {
 		snprintf(rcfg.password, sizeof(rcfg.password), "%s", env_pw);
 		cli.password_set = 1;
@@ -426,8 +461,36 @@ int main(int argc, char **argv)
 		case OPT_REDIS:
 			if (store_redis_set_addr(&rcfg, optarg) < 0)
 				BAD("--redis: expected HOST:PORT or a socket path, got '%s'", optarg);
+			if (cli.redis_set)
+				BAD("give one of --redis, --redis-sentinel, --redis-cluster, --redis-shards");
 			use_redis = 1;
 			cli.redis_set = 1;
+			break;
+		case OPT_REDIS_SENTINEL:
+		case OPT_REDIS_CLUSTER:
+		case OPT_REDIS_SHARDS:
+			if (cli.redis_set)
+				BAD("give one of --redis, --redis-sentinel, --redis-cluster, --redis-shards");
+			if (store_redis_set_nodes(&rcfg, optarg) < 0)
+				BAD("%s: expected HOST:PORT,HOST:PORT,... (at most %d, each once), got '%s'",
+				    opt == OPT_REDIS_SENTINEL ? "--redis-sentinel"
+				    : opt == OPT_REDIS_CLUSTER ? "--redis-cluster" : "--redis-shards",
+				    REDIS_NODES_MAX, optarg);
+			rcfg.topology = opt == OPT_REDIS_SENTINEL ? REDIS_SENTINEL
+					: opt == OPT_REDIS_CLUSTER ? REDIS_CLUSTER : REDIS_SHARDS;
+			use_redis = 1;
+			cli.redis_set = 1;
+			break;
+		case OPT_REDIS_MASTER:
+			if (!*optarg || strlen(optarg) >= sizeof(rcfg.master))
+				BAD("--redis-master: expected a name of 1 to %zu bytes",
+				    sizeof(rcfg.master) - 1);
+			snprintf(rcfg.master, sizeof(rcfg.master), "%s", optarg);
+			cli.master_set = 1;
+			break;
+		case OPT_REDIS_SENTINEL_PASSWORD:
+			snprintf(rcfg.sentinel_password, sizeof(rcfg.sentinel_password), "%s", optarg);
+			cli.sentinel_password_set = 1;
 			break;
 		case OPT_REDIS_USER:
 			snprintf(rcfg.user, sizeof(rcfg.user), "%s", optarg);
@@ -515,6 +578,11 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
+	if (use_redis && store_redis_check(&rcfg)) {
+		fprintf(stderr, "spoa-ratelimit: %s\n", store_redis_check(&rcfg));
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
 	if (cli.check) {
 		printf("%s: ok, %zu rule(s)\n", cli.rules_path ? cli.rules_path : "command line",
 		       rules_count(rules));
@@ -553,8 +621,9 @@ int main(int argc, char **argv)
 		server_stop(&srv);
 		return 1;
 	}
-	log_info("%d worker thread(s), %zu rule(s) from %s, %s store", srv.cfg.threads,
-		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory");
+	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s", srv.cfg.threads,
+		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
+		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "");
 	ev_run(main_loop, 0);
 	http_free(ops);
 	server_stop(&srv);

@@ -42,15 +42,32 @@ static uint64_t worker_sum(const struct server *srv, size_t offset)
 }
 
 /* A counter of struct store_stats summed over every worker's store. */
+struct node_sum {
+	size_t offset;
+	uint64_t sum;
+};
+
+static void add_node(void *arg, const char *name, const struct store_stats *stats)
+{
+	struct node_sum *ns = arg;
+
+	ns->sum += counter_at(stats, ns->offset);
+}
+
+/* A counter of struct store_stats summed over every worker's store and
+ * every server the store talks to (each counter is kept in one of the
+ * two places). */
 static uint64_t store_sum(const struct server *srv, size_t offset)
 {
-	uint64_t s = 0;
+	struct node_sum ns = { offset, 0 };
 
 	for (int i = 0; i < srv->nworkers; i++) {
 		if (srv->workers[i].store)
-			s += counter_at(&srv->workers[i].store->stats, offset);
+			ns.sum += counter_at(&srv->workers[i].store->stats, offset);
 	}
-	return s;
+	if (srv->store->ops->each_node)
+		srv->store->ops->each_node(srv->store, add_node, &ns);
+	return ns.sum;
 }
 
 /* The struct hist at `offset` in struct store_stats, summed over the
@@ -81,6 +98,47 @@ static void histogram(struct out *o, const struct server *srv, const char *name,
 	     (unsigned long long)store_sum(srv, offset + offsetof(struct hist, count)));
 }
 
+/* Per server: one labelled series of each of these. */
+static const struct {
+	const char *name, *help;
+	size_t offset;
+} node_counters[] = {
+	{ "spoa_rl_redis_node_calls_total", "Script calls sent, by Redis server.", STORE(calls) },
+	{ "spoa_rl_redis_node_errors_total", "Error replies, by Redis server.", STORE(errors) },
+	{ "spoa_rl_redis_node_timeouts_total", "Decisions past their deadline, by Redis server.",
+	  STORE(timeouts) },
+	{ "spoa_rl_redis_node_connects_total", "Connection attempts, by Redis server.",
+	  STORE(connects) },
+	{ "spoa_rl_redis_node_breaker_trips_total",
+	  "Times the circuit breaker opened, by Redis server.", STORE(breaker_trips) },
+};
+
+struct node_line {
+	struct out *o;
+	const char *name;
+	size_t offset;
+};
+
+static void node_line(void *arg, const char *node, const struct store_stats *stats)
+{
+	struct node_line *nl = arg;
+
+	outf(nl->o, "%s{node=\"%s\"} %llu\n", nl->name, node,
+	     (unsigned long long)counter_at(stats, nl->offset));
+}
+
+static void node_series(struct out *o, const struct server *srv)
+{
+	if (!srv->store->ops->each_node)
+		return;
+	for (size_t k = 0; k < sizeof(node_counters) / sizeof(node_counters[0]); k++) {
+		struct node_line nl = { o, node_counters[k].name, node_counters[k].offset };
+
+		outf(o, "# HELP %s %s\n# TYPE %s counter\n", nl.name, node_counters[k].help, nl.name);
+		srv->store->ops->each_node(srv->store, node_line, &nl);
+	}
+}
+
 /* The shared store's counters, in the order of the text. */
 static const struct {
 	const char *name, *help;
@@ -105,6 +163,12 @@ static const struct {
 	{ "spoa_rl_redis_breaker_skips_total",
 	  "Decisions made without Redis while the circuit breaker was open.",
 	  STORE(breaker_skips) },
+	{ "spoa_rl_redis_moved_total",
+	  "Cluster: decisions sent to a node that no longer served their key, sent again.",
+	  STORE(moved) },
+	{ "spoa_rl_redis_topology_changes_total",
+	  "A new master (Sentinel) or a new slot map (Cluster) put in use, per worker.",
+	  STORE(topology_changes) },
 };
 
 static void render(struct server *srv, struct out *o)
@@ -168,6 +232,7 @@ static void render(struct server *srv, struct out *o)
 		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",
 			  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
 			  STORE(wait_time));
+		node_series(o, srv);
 	}
 	{
 		struct memstore_stats ms;

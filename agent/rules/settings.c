@@ -21,10 +21,14 @@ void settings_defaults(struct settings *s)
 	s->agents = 1;
 }
 
-static bool addr_equal(const struct addr *a, const struct addr *b)
+static bool nodes_equal(const struct settings *a, const struct settings *b)
 {
-	return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0 &&
-	       strcmp(a->path, b->path) == 0;
+	if (a->has_nodes != b->has_nodes || a->nnodes != b->nnodes)
+		return false;
+	for (size_t i = 0; i < a->nnodes; i++)
+		if (!addr_equal(&a->nodes[i], &b->nodes[i]))
+			return false;
+	return true;
 }
 
 bool settings_equal(const struct settings *a, const struct settings *b)
@@ -36,7 +40,11 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       a->has_user == b->has_user && strcmp(a->user, b->user) == 0 &&
 	       a->has_password == b->has_password && strcmp(a->password, b->password) == 0 &&
 	       a->has_timeout == b->has_timeout && a->timeout_ms == b->timeout_ms &&
-	       a->has_agents == b->has_agents && a->agents == b->agents;
+	       a->has_agents == b->has_agents && a->agents == b->agents &&
+	       nodes_equal(a, b) && a->has_master == b->has_master &&
+	       strcmp(a->master, b->master) == 0 &&
+	       a->has_sentinel_password == b->has_sentinel_password &&
+	       strcmp(a->sentinel_password, b->sentinel_password) == 0;
 }
 
 /* An address as addr_parse() reads it with `flags`; `expected` says what
@@ -63,11 +71,11 @@ static bool env_char(char ch)
 	       ch == '_';
 }
 
-/* The password, "${NAME}" standing for the value of environment variable
- * NAME (only a whole "${NAME}": "x${NAME}" is taken as written). */
-static int get_password(struct ys *y, yaml_node_t *n, struct settings *s)
+/* A password into out[0..cap), "${NAME}" standing for the value of
+ * environment variable NAME (only a whole "${NAME}": "x${NAME}" is taken as
+ * written). */
+static int get_password(struct ys *y, yaml_node_t *n, const char *where, char *out, size_t cap)
 {
-	static const char *const where = "store.password";
 	const char *p;
 	size_t len;
 
@@ -98,21 +106,45 @@ static int get_password(struct ys *y, yaml_node_t *n, struct settings *s)
 		p = val;
 		len = strlen(val);
 	}
-	if (len >= sizeof(s->password))
-		return ys_fail(y, n->start_mark, where, "longer than %zu bytes",
-			       sizeof(s->password) - 1);
-	memcpy(s->password, p, len);
-	s->password[len] = '\0';
-	s->has_password = true;
+	if (len >= cap)
+		return ys_fail(y, n->start_mark, where, "longer than %zu bytes", cap - 1);
+	memcpy(out, p, len);
+	out[len] = '\0';
+	return 0;
+}
+
+/* One address of store.nodes or store.sentinels, distinct from the others. */
+static int node_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	struct settings *s = arg;
+
+	if (get_addr(y, n, where, 0, "HOST:PORT", &s->nodes[i]) < 0)
+		return -1;
+	for (size_t k = 0; k < i; k++)
+		if (addr_equal(&s->nodes[k], &s->nodes[i]))
+			return ys_fail(y, n->start_mark, where, "listed twice");
+	s->nnodes = i + 1;
 	return 0;
 }
 
 static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 {
-	enum { K_TYPE, K_ADDRESS, K_USER, K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
-	static const char *const keys[K_N] = {"type", "address", "user",
+	enum { K_TYPE, K_ADDRESS, K_NODES, K_SENTINELS, K_MASTER, K_SENTINEL_PASSWORD, K_USER,
+	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
+	static const char *const keys[K_N] = {"type", "address", "nodes", "sentinels",
+					      "master", "sentinel_password", "user",
 					      "password", "timeout", "agents"};
-	static const char *const types[] = {"memory", "redis"};
+	static const char *const types[] = {"memory", "redis", "sentinel", "cluster", "shards"};
+	/* which keys each type takes (bit per key), the others are errors */
+	static const unsigned common = 1u << K_TYPE | 1u << K_USER | 1u << K_PASSWORD |
+				       1u << K_TIMEOUT | 1u << K_AGENTS;
+	static const unsigned allowed[] = {
+		1u << K_TYPE,
+		common | 1u << K_ADDRESS,
+		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD,
+		common | 1u << K_NODES,
+		common | 1u << K_NODES,
+	};
 	yaml_node_t *k[K_N], *v[K_N];
 	int type = 0;
 	long long num;
@@ -121,24 +153,57 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 	if (ys_map_fields(y, map, "store", keys, K_N, k, v) < 0)
 		return -1;
 	if (v[K_TYPE]) {
-		if (ys_word(y, v[K_TYPE], "store.type", types, 2, "memory or redis", &type) < 0)
+		if (ys_word(y, v[K_TYPE], "store.type", types, 5,
+			    "memory, redis, sentinel, cluster or shards", &type) < 0)
 			return -1;
 		s->has_store = true;
-		s->store = type == 1 ? SETTINGS_STORE_REDIS : SETTINGS_STORE_MEMORY;
+		s->store = (enum settings_store)type;
 	}
-	if (type == 0) {
-		/* Keys that would have no effect are errors: an operator who
-		 * wrote an address expects Redis to be used. */
-		for (int i = K_ADDRESS; i < K_N; i++) {
-			char where[YS_PATH_MAX];
+	/* Keys that would have no effect are errors: an operator who wrote an
+	 * address expects Redis to be used. */
+	for (int i = K_ADDRESS; i < K_N; i++) {
+		char where[YS_PATH_MAX];
 
-			if (!k[i])
-				continue;
-			ys_path_key(where, "store", keys[i]);
+		if (!k[i] || (allowed[type] & 1u << i))
+			continue;
+		ys_path_key(where, "store", keys[i]);
+		if (type == 0)
 			return ys_fail(y, k[i]->start_mark, where,
-				       "applies to type redis only (add type: redis)");
-		}
+				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
+		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s",
+			       types[type]);
+	}
+	if (type == 0)
 		return 0;
+	if (type == SETTINGS_STORE_SENTINEL && (!v[K_SENTINELS] || !v[K_MASTER]))
+		return ys_fail_missing(y, map, "store", !v[K_SENTINELS] ? "sentinels" : "master",
+				       " (type sentinel needs sentinels and master)");
+	if ((type == SETTINGS_STORE_CLUSTER || type == SETTINGS_STORE_SHARDS) && !v[K_NODES])
+		return ys_fail_missing(y, map, "store", "nodes",
+				       type == SETTINGS_STORE_CLUSTER ? " (the cluster's seed nodes)"
+								      : " (the shards)");
+	if (v[K_NODES] || v[K_SENTINELS]) {
+		int kk = v[K_NODES] ? K_NODES : K_SENTINELS;
+		char where[YS_PATH_MAX];
+
+		ys_path_key(where, "store", keys[kk]);
+		if (ys_string_or_list(y, v[kk], where, SETTINGS_NODES_MAX, "addresses", node_item,
+				      s) < 0)
+			return -1;
+		s->has_nodes = true;
+	}
+	if (v[K_MASTER]) {
+		if (ys_cstr(y, v[K_MASTER], "store.master", s->master, sizeof(s->master)) < 0)
+			return -1;
+		if (!s->master[0])
+			return ys_fail(y, v[K_MASTER]->start_mark, "store.master", "must not be empty");
+		s->has_master = true;
+	}
+	if (v[K_SENTINEL_PASSWORD]) {
+		if (get_password(y, v[K_SENTINEL_PASSWORD], "store.sentinel_password",
+				 s->sentinel_password, sizeof(s->sentinel_password)) < 0)
+			return -1;
+		s->has_sentinel_password = true;
 	}
 	if (v[K_ADDRESS]) {
 		if (get_addr(y, v[K_ADDRESS], "store.address", ADDR_UNIX,
@@ -151,8 +216,12 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 			return -1;
 		s->has_user = true;
 	}
-	if (v[K_PASSWORD] && get_password(y, v[K_PASSWORD], s) < 0)
-		return -1;
+	if (v[K_PASSWORD]) {
+		if (get_password(y, v[K_PASSWORD], "store.password", s->password,
+				 sizeof(s->password)) < 0)
+			return -1;
+		s->has_password = true;
+	}
 	if (v[K_TIMEOUT]) {
 		if (ys_duration(y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
 				"1ms to 60s such as 20ms", &us) < 0)

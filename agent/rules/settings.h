@@ -24,8 +24,13 @@
 
 enum settings_store {
 	SETTINGS_STORE_MEMORY = 0,
-	SETTINGS_STORE_REDIS = 1,
+	SETTINGS_STORE_REDIS = 1,     /* one server: address */
+	SETTINGS_STORE_SENTINEL = 2,  /* sentinels + master */
+	SETTINGS_STORE_CLUSTER = 3,   /* nodes: seeds of a Redis Cluster */
+	SETTINGS_STORE_SHARDS = 4,    /* nodes: independent servers */
 };
+
+#define SETTINGS_NODES_MAX 32 /* store.nodes or store.sentinels */
 
 /* The has_* flags say which settings the file set; the others keep the
  * defaults of settings_defaults(). Strings are NUL-terminated and
@@ -37,9 +42,16 @@ struct settings {
 	bool has_threads;
 	int threads;             /* 1..256; 0 when not set */
 	bool has_store;
-	enum settings_store store; /* memory unless the file says redis */
+	enum settings_store store; /* memory unless the file says otherwise */
 	bool has_address;
 	struct addr address;     /* host and port, or path */
+	bool has_nodes;
+	struct addr nodes[SETTINGS_NODES_MAX]; /* sentinels, seeds or shards */
+	size_t nnodes;
+	bool has_master;
+	char master[128];        /* Sentinel's name of the master */
+	bool has_sentinel_password;
+	char sentinel_password[256]; /* ${NAME} already replaced */
 	bool has_user;
 	char user[128];
 	bool has_password;

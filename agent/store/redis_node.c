@@ -78,6 +78,10 @@ struct redis_node {
 	char *arena;                 /* key and number texts of the argv */
 	size_t arena_cap;
 	struct store_stats *stats;
+	bool cluster;                /* keys as arguments (see CLUSTER_SHEBANG) */
+	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
+	const char *script;          /* the decision script this node loads */
+	char *own_script;            /* an allocated one (Cluster), or NULL */
 };
 
 static void start_connect(struct redis_node *rn);
@@ -86,6 +90,30 @@ static void send_batches(struct redis_node *rn);
 static void answer_degraded(struct redis_node *rn, const struct redis_query *r)
 {
 	rn->cb->failed(rn->owner, r);
+}
+
+static void trouble(struct redis_node *rn)
+{
+	if (rn->cb->trouble)
+		rn->cb->trouble(rn->owner, rn);
+}
+
+/* Errors that say the server is not (or no longer) a usable master. */
+static int topology_error(const redisReply *reply)
+{
+	static const char *const kinds[] = { "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN" };
+
+	if (!reply || reply->type != REDIS_REPLY_ERROR)
+		return 0;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strncmp(reply->str, kinds[i], strlen(kinds[i])) == 0)
+			return 1;
+	return 0;
+}
+
+const struct addr *redis_node_addr(const struct redis_node *rn)
+{
+	return &rn->addr;
 }
 
 /* ---- batches in flight ------------------------------------------------------ */
@@ -144,14 +172,14 @@ static void call_failed(struct redis_node *rn, int64_t now)
 	rn->open_until = now + rn->open_for;
 	rn->half_open = 0;
 	STAT_INC(rn->stats->breaker_trips);
-	log_warn("redis: worker %d: %d failed calls in a row, deciding without Redis for %lld ms",
-		 rn->worker, rn->fails, (long long)(rn->open_for / 1000));
+	log_warn("redis: worker %d: %s: %d failed calls in a row, deciding without Redis for %lld ms",
+		 rn->worker, rn->name, rn->fails, (long long)(rn->open_for / 1000));
 }
 
 static void call_succeeded(struct redis_node *rn)
 {
 	if (rn->open_for && rn->half_open)
-		log_info("redis: worker %d: Redis answers again", rn->worker);
+		log_info("redis: worker %d: %s: Redis answers again", rn->worker, rn->name);
 	rn->fails = 0;
 	rn->open_for = 0;
 	rn->open_until = 0;
@@ -215,7 +243,13 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	struct limit_result res[LIMIT_SET_MAX];
 	const struct redis_query *r = &b->rq[i];
 
-	if (decider < 1 || (size_t)decider > r->q.nlimits ||
+	if (allowed == 2) {
+		/* Cluster: the key lives on another node now */
+		STAT_INC(rn->stats->moved);
+		rn->cb->moved(rn->owner, r);
+		return;
+	}
+	if ((allowed != 0 && allowed != 1) || decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, vals, nvals, res) < 0) {
 		STAT_INC(rn->stats->errors);
 		answer_degraded(rn, r);
@@ -235,7 +269,7 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 	for (size_t i = 0; i < b->n; i++) {
 		const struct redis_decision *d = &rn->decoded[i];
 
-		answer_one(rn, b, i, d->allowed, d->ok ? d->decider : 0, d->vals, d->nvals);
+		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals);
 	}
 	return 0;
 }
@@ -278,7 +312,7 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 		return;
 	if (!reply || reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rn->sha)) {
 		if (reply)
-			log_err("redis: cannot load the decision script: %s",
+			log_err("redis: %s: cannot load the decision script: %s", rn->name,
 				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
 	}
@@ -287,17 +321,19 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 	if (rn->state == NODE_CONNECTING) {
 		rn->state = NODE_READY;
 		rn->backoff = RECONNECT_MIN;
-		log_info("redis: worker %d ready (script %s)", rn->worker, rn->sha);
+		log_info("redis: worker %d ready (script %s) on %s", rn->worker, rn->sha, rn->name);
 		send_batches(rn);
 	}
 }
 
+/* In a Cluster, one call decides the clients of every slot of its node:
+ * the script then declares no key and is allowed keys of several slots. */
+#define CLUSTER_SHEBANG "#!lua flags=allow-cross-slot-keys\n"
+
 static void load_script(struct redis_node *rn)
 {
-	const char *script = rn->cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain
-								 : redis_script_msgpack;
-	const char *argv[3] = { "SCRIPT", "LOAD", script };
-	size_t argvlen[3] = { 6, 4, strlen(script) };
+	const char *argv[3] = { "SCRIPT", "LOAD", rn->script };
+	size_t argvlen[3] = { 6, 4, strlen(rn->script) };
 
 	redisAsyncCommandArgv(rn->ac, on_script_loaded, NULL, 3, argv, argvlen);
 }
@@ -341,9 +377,11 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 		} else if (reply) {
 			call_failed(rn, clock_now_us());
 			STAT_INC(rn->stats->errors);
-			log_warn("redis: decision failed: %s",
+			log_warn("redis: %s: decision failed: %s", rn->name,
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 			fail_batch(rn, b);
+			if (topology_error(reply))
+				trouble(rn);
 		} else {
 			STAT_ADD(rn->stats->unavailable, b->n);
 			fail_batch(rn, b);
@@ -488,6 +526,20 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		}
 #undef PUT_NUM
 	}
+	if (rn->cluster) {
+		/* EVALSHA sha 0 <rules and requests> key...: no declared key */
+		const char *arg = rn->argv[argc - 1];
+		size_t arglen = rn->argvlen[argc - 1];
+
+		if (argc != 4 + nkeys)
+			return -1; /* msgpack only (checked at start) */
+		memmove(&rn->argv[4], &rn->argv[3], nkeys * sizeof(*rn->argv));
+		memmove(&rn->argvlen[4], &rn->argvlen[3], nkeys * sizeof(*rn->argvlen));
+		rn->argv[3] = arg;
+		rn->argvlen[3] = arglen;
+		rn->argv[2] = "0";
+		rn->argvlen[2] = 1;
+	}
 	if (redisAsyncCommandArgv(rn->ac, on_batch_reply, b, (int)argc, rn->argv,
 				  rn->argvlen) != REDIS_OK)
 		return -1;
@@ -582,15 +634,17 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (!rn)
 		return;
 	if (status != REDIS_OK) {
-		log_warn("redis: worker %d cannot connect: %s", rn->worker, ac->errstr);
+		log_warn("redis: worker %d cannot connect to %s: %s", rn->worker, rn->name,
+			 ac->errstr);
 		/* hiredis frees the context after this callback */
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
+		trouble(rn);
 		return;
 	}
-	log_debug("redis: worker %d connected", rn->worker);
+	log_debug("redis: worker %d connected to %s", rn->worker, rn->name);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -603,10 +657,11 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
 		if (status != REDIS_OK)
-			log_warn("redis: worker %d lost its connection: %s", rn->worker,
-				 ac->errstr);
+			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
+				 rn->name, ac->errstr);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
+		trouble(rn);
 	}
 }
 
@@ -649,7 +704,7 @@ static void start_connect(struct redis_node *rn)
 	ac = rn->addr.path[0] ? redisAsyncConnectUnix(rn->addr.path)
 			      : redisAsyncConnect(rn->addr.host, atoi(rn->addr.port));
 	if (!ac || ac->err) {
-		log_warn("redis: cannot connect: %s", ac ? ac->errstr : "out of memory");
+		log_warn("redis: cannot connect to %s: %s", rn->name, ac ? ac->errstr : "out of memory");
 		if (ac)
 			redisAsyncFree(ac);
 		rn->state = NODE_DISCONNECTED;
@@ -680,6 +735,7 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
 /* Frees the node's arrays and the node (NULL members are fine). */
 static void free_buffers(struct redis_node *rn)
 {
+	xfree(rn->own_script);
 	xfree(rn->queue);
 	xfree(rn->decoded);
 	xfree(rn->argv);
@@ -700,10 +756,24 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->loop = loop;
 	rn->worker = worker;
 	rn->addr = *addr;
+	addr_format(addr, rn->name, sizeof(rn->name));
 	rn->cfg = cfg;
 	rn->cb = cb;
 	rn->owner = owner;
 	rn->stats = stats;
+	rn->cluster = cfg->topology == REDIS_CLUSTER;
+	rn->script = cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain : redis_script_msgpack;
+	if (rn->cluster) {
+		size_t n = strlen(CLUSTER_SHEBANG) + strlen(rn->script) + 1;
+
+		rn->own_script = xmalloc(n);
+		if (!rn->own_script) {
+			xfree(rn);
+			return NULL;
+		}
+		snprintf(rn->own_script, n, "%s%s", CLUSTER_SHEBANG, rn->script);
+		rn->script = rn->own_script;
+	}
 	rn->backoff = RECONNECT_MIN;
 	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
 	 * 1 + per rule 1 + 5 per limit + per query 3 (plain), at most a rule

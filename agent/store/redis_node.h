@@ -31,6 +31,7 @@ struct redis_query {
 	struct decide_query q;
 	int64_t queued;     /* local monotonic microseconds */
 	int64_t deadline;
+	unsigned moves;     /* Cluster: times sent again after "moved" */
 };
 
 struct redis_node_cb {
@@ -41,6 +42,14 @@ struct redis_node_cb {
 			const struct limit_result *res, int decider, int64_t sent);
 	/* Redis did not decide r (deadline, error, lost connection). */
 	void (*failed)(void *owner, const struct redis_query *r);
+	/* A Cluster node does not serve r's key (any more): nothing was
+	 * taken; r is the owner's to send where the key lives. */
+	void (*moved)(void *owner, const struct redis_query *r);
+	/* A sign that the topology may have changed: the connection failed
+	 * or was lost, or Redis answered READONLY, LOADING, MASTERDOWN or
+	 * CLUSTERDOWN. The owner may look again (Sentinel, slot map); it must
+	 * not free the node from inside a callback. May be NULL. */
+	void (*trouble)(void *owner, struct redis_node *rn);
 };
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
@@ -51,6 +60,9 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 
 /* Reports every query still waiting as failed, then frees the node. */
 void redis_node_free(struct redis_node *rn);
+
+/* The address the node talks to. */
+const struct addr *redis_node_addr(const struct redis_node *rn);
 
 /* Queues a copy of r for the next batch. Returns 0, or -1 when the node
  * cannot take it now (not connected, breaker open, queue full): r is then

@@ -68,7 +68,12 @@ struct store_stats {
 	counter_t breaker_skips;  /* decided without the store while open */
 	struct hist call_time;    /* a call sent -> its reply */
 	struct hist wait_time;    /* a query submitted -> decided by the store */
+	counter_t moved;          /* Cluster: sent where their key was not */
+	counter_t topology_changes; /* a new master, slot map or shard set */
 };
+
+/* Receives one server's counters (see store_ops.each_node). */
+typedef void store_node_fn(void *arg, const char *name, const struct store_stats *stats);
 
 /* What a backend's check returns. */
 enum store_outcome {
@@ -112,6 +117,9 @@ struct store_ops {
 	void (*rules_changed)(struct store_worker *sw);
 	/* See struct store_admin. Runs on the caller's (main) thread. */
 	void (*admin)(struct store *st, struct store_admin *a);
+	/* Calls fn for the counters of each server the store talks to
+	 * (NULL: none apart from the workers' own). Any thread. */
+	void (*each_node)(struct store *st, store_node_fn *fn, void *arg);
 	/* Frees st->impl. */
 	void (*free)(struct store *st);
 };

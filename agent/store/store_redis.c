@@ -1,9 +1,29 @@
-/* store_redis.c: the Redis store (see store_redis.h): routes each query
- * to its node (redis_node.c), answers clients known to be refused from a
- * local cache, and serves admin looks and resets. */
+/* store_redis.c: the Redis store (see store_redis.h).
+ *
+ * Per worker: the nodes it sends to (redis_node.c), chosen by topology;
+ * a queue of queries held while no node can take them (no master known
+ * yet, a slot that moved); the refused-until cache. Process-wide: the
+ * configuration, per-node counters for the metrics (by address, kept for
+ * the process's life), and the latest topology a worker learned, for the
+ * admin endpoint.
+ *
+ *   standalone  one node
+ *   shards      one node per server; a client goes to one by jump
+ *               consistent hash of its key, so adding a shard moves about
+ *               1/N of the clients (who then start with a full bucket)
+ *   sentinel    one node, the master the sentinels name (redis_sentinel.c);
+ *               replaced on a failover
+ *   cluster     one node per master of the slot map (redis_slots.c asks a
+ *               node for CLUSTER SLOTS); a call holds the clients of every
+ *               slot of its node. A query whose key the node no longer
+ *               serves comes back "moved": held, the map refreshed, sent
+ *               again where its slot is now.
+ */
 #include "store_redis.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +33,19 @@
 #include "clock.h"
 #include "log.h"
 #include "memstore.h"
+#include "redis_cluster.h"
 #include "redis_node.h"
+#include "redis_sentinel.h"
+#include "redis_slots.h"
 #include "store.h"
 
 #define CACHE_SIZE 4096            /* refused-until entries per worker */
-
+#define ENTRIES_MAX 512            /* node addresses with counters */
+#define WORKER_NODES_MAX REDIS_CLUSTER_MASTERS_MAX
+#define MOVES_MAX 3                /* a query follows its key this often */
+#define REFRESH_GAP 0.1            /* cluster map: at most this often (s) */
+#define REFRESH_TIMEOUT 1.0
+#define RECHECK 1.0                /* while something is wrong, look again */
 
 /* A client refused until `until` (local clock), by limit `decider` of the
  * limits at `limits`, for a request of weight `cost`: only requests at
@@ -32,13 +60,56 @@ struct refusal {
 	int decider;
 };
 
-/* A worker's part of the Redis store. */
+/* Counters of one server address, shared by the workers' nodes to it. */
+struct node_entry {
+	struct addr addr;
+	char name[ADDR_HOST_MAX + 16];
+	struct store_stats stats;
+};
+
+/* The process-wide part (st->impl). */
+struct redis_store {
+	struct redis_config cfg;
+	pthread_mutex_t lock;          /* entries' growth; master; map */
+	struct node_entry *entry[ENTRIES_MAX];
+	atomic_size_t nentries;
+	struct node_entry overflow;    /* addresses past ENTRIES_MAX */
+	bool has_master;               /* sentinel: the latest master */
+	struct addr master;
+	struct redis_cluster_map *map; /* cluster: the latest map, or NULL */
+};
+
+/* A worker's part. */
 struct redis_worker {
 	struct store_worker *sw;
+	struct redis_store *rst;
 	const struct redis_config *cfg;
-	struct redis_node *node;
 	struct refusal *cache;
+	struct redis_node *node[WORKER_NODES_MAX];
+	size_t nnodes;
+	/* queries no node can take now, oldest first (a ring) */
+	struct redis_query *held;
+	size_t hhead, hlen, hcap;
+	ev_timer held_w;               /* the oldest held query's deadline */
+	ev_timer recheck_w;            /* look at the topology again */
+	struct redis_sentinel *sentinel;
+	/* cluster */
+	struct redis_cluster_map *map; /* NULL until the first answer */
+	struct redis_slots *asking;    /* a CLUSTER SLOTS under way */
+	size_t seed;                   /* the next node to ask */
+	int64_t last_refresh;
+	bool stale;                    /* a node said the map is wrong */
+	double backoff;                /* between failed questions */
+	/* nodes replaced by a new map or master, freed outside callbacks */
+	struct redis_node *retired[WORKER_NODES_MAX];
+	size_t nretired;
+	ev_prepare reap_w;
 };
+
+static void resubmit_held(struct redis_worker *rw);
+static void refresh_map(struct redis_worker *rw);
+
+/* ---- configuration -------------------------------------------------------------- */
 
 void store_redis_defaults(struct redis_config *cfg)
 {
@@ -55,6 +126,111 @@ void store_redis_defaults(struct redis_config *cfg)
 int store_redis_set_addr(struct redis_config *cfg, const char *addr)
 {
 	return addr_parse(addr, ADDR_UNIX, &cfg->addr);
+}
+
+int store_redis_set_nodes(struct redis_config *cfg, const char *list)
+{
+	char buf[4096], *tok, *save = NULL;
+	size_t n = 0;
+
+	if (strlen(list) >= sizeof(buf))
+		return -1;
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == REDIS_NODES_MAX || addr_parse(tok, 0, &cfg->nodes[n]) < 0)
+			return -1;
+		for (size_t k = 0; k < n; k++)
+			if (addr_equal(&cfg->nodes[k], &cfg->nodes[n]))
+				return -1;
+		n++;
+	}
+	if (n == 0)
+		return -1;
+	cfg->nnodes = n;
+	return 0;
+}
+
+const char *store_redis_check(const struct redis_config *cfg)
+{
+	switch (cfg->topology) {
+	case REDIS_STANDALONE:
+		return NULL;
+	case REDIS_SENTINEL:
+		if (cfg->nnodes == 0)
+			return "Sentinel needs the sentinels' addresses";
+		if (!cfg->master[0])
+			return "Sentinel needs the master's name (--redis-master)";
+		return NULL;
+	case REDIS_CLUSTER:
+		if (cfg->nnodes == 0)
+			return "Cluster needs seed nodes";
+		if (cfg->encoding == REDIS_ENC_PLAIN)
+			return "Cluster needs the msgpack encoding (plain arguments cannot carry keys after the requests)";
+		return NULL;
+	case REDIS_SHARDS:
+		if (cfg->nnodes == 0)
+			return "shards need their addresses";
+		return NULL;
+	}
+	return "unknown topology";
+}
+
+const char *store_redis_topology_name(enum redis_topology t)
+{
+	switch (t) {
+	case REDIS_STANDALONE:
+		return "standalone";
+	case REDIS_SENTINEL:
+		return "sentinel";
+	case REDIS_CLUSTER:
+		return "cluster";
+	case REDIS_SHARDS:
+		return "shards";
+	}
+	return "?";
+}
+
+/* ---- per-node counters ---------------------------------------------------------- */
+
+/* The counters of address a, made on first use. Any thread. */
+static struct store_stats *node_stats(struct redis_store *rst, const struct addr *a)
+{
+	size_t n = atomic_load(&rst->nentries);
+	struct node_entry *e;
+
+	for (size_t i = 0; i < n; i++)
+		if (addr_equal(&rst->entry[i]->addr, a))
+			return &rst->entry[i]->stats;
+	pthread_mutex_lock(&rst->lock);
+	n = atomic_load(&rst->nentries);
+	for (size_t i = 0; i < n; i++)
+		if (addr_equal(&rst->entry[i]->addr, a)) {
+			pthread_mutex_unlock(&rst->lock);
+			return &rst->entry[i]->stats;
+		}
+	e = n < ENTRIES_MAX ? xcalloc(1, sizeof(*e)) : NULL;
+	if (!e) {
+		pthread_mutex_unlock(&rst->lock);
+		return &rst->overflow.stats;
+	}
+	e->addr = *a;
+	addr_format(a, e->name, sizeof(e->name));
+	rst->entry[n] = e;
+	/* published after it is whole: readers load the count first */
+	atomic_store(&rst->nentries, n + 1);
+	pthread_mutex_unlock(&rst->lock);
+	return &e->stats;
+}
+
+static void redis_each_node(struct store *st, store_node_fn *fn, void *arg)
+{
+	struct redis_store *rst = st->impl;
+	size_t n = atomic_load(&rst->nentries);
+
+	for (size_t i = 0; i < n; i++)
+		fn(arg, rst->entry[i]->name, &rst->entry[i]->stats);
+	if (n == ENTRIES_MAX)
+		fn(arg, "other", &rst->overflow.stats);
 }
 
 /* ---- the refused-until cache ------------------------------------------------- */
@@ -124,6 +300,176 @@ static void cache_store(struct redis_worker *rw, const struct redis_query *r, in
 	e->full_at = sent + res[decider].reset_us;
 }
 
+
+/* ---- nodes ---------------------------------------------------------------------- */
+
+static const struct redis_node_cb node_cb;
+
+static struct redis_node *new_node(struct redis_worker *rw, const struct addr *a)
+{
+	struct redis_node *rn = redis_node_new(rw->sw->loop, rw->sw->idx, a, rw->cfg, &node_cb, rw,
+					       node_stats(rw->rst, a));
+
+	if (!rn)
+		log_err("redis: worker %d: out of memory for a connection", rw->sw->idx);
+	return rn;
+}
+
+/* Takes node i out of use; it is freed before the loop blocks, outside
+ * any of its callbacks (its queries are then answered by the policy). */
+static void retire(struct redis_worker *rw, size_t i)
+{
+	if (rw->node[i] && rw->nretired < WORKER_NODES_MAX)
+		rw->retired[rw->nretired++] = rw->node[i];
+	else
+		redis_node_free(rw->node[i]);
+	rw->node[i] = NULL;
+}
+
+static void on_reap(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	struct redis_worker *rw = p->data;
+
+	while (rw->nretired)
+		redis_node_free(rw->retired[--rw->nretired]);
+}
+
+/* A client's shard: jump consistent hash (Lamping and Veach) of its key,
+ * which is uniform already (SipHash). */
+static size_t shard_of(const uint8_t *key, size_t n)
+{
+	uint64_t k;
+	int64_t b = -1, j = 0;
+
+	memcpy(&k, key, sizeof(k));
+	while (j < (int64_t)n) {
+		b = j;
+		k = k * 2862933555777941757ULL + 1;
+		j = (int64_t)((double)(b + 1) * ((double)(1LL << 31) / (double)((k >> 33) + 1)));
+	}
+	return (size_t)b;
+}
+
+/* The slot of a client's key, as the cluster hashes "rl:{hex}". */
+static unsigned slot_of(const uint8_t *key)
+{
+	char name[STORE_KEY_NAME_LEN + 1];
+
+	store_key_name(key, name);
+	return redis_cluster_slot(name, STORE_KEY_NAME_LEN);
+}
+
+/* The node that decides a client now, or NULL when none can (no master
+ * known, no map, a slot without a master). */
+static struct redis_node *route(struct redis_worker *rw, const uint8_t *key)
+{
+	int m;
+
+	switch (rw->cfg->topology) {
+	case REDIS_STANDALONE:
+	case REDIS_SENTINEL:
+		return rw->node[0];
+	case REDIS_SHARDS:
+		return rw->node[shard_of(key, rw->nnodes)];
+	case REDIS_CLUSTER:
+		if (!rw->map)
+			return NULL;
+		m = redis_cluster_master_of(rw->map, slot_of(key));
+		if (m < 0)
+			return NULL;
+		if (!rw->node[m])
+			rw->node[m] = new_node(rw, &rw->map->master[m]);
+		return rw->node[m];
+	}
+	return NULL;
+}
+
+/* ---- held queries ----------------------------------------------------------------- */
+
+static void arm_held(struct redis_worker *rw)
+{
+	int64_t now;
+
+	ev_timer_stop(rw->sw->loop, &rw->held_w);
+	if (!rw->hlen)
+		return;
+	now = clock_now_us();
+	ev_timer_set(&rw->held_w,
+		     rw->held[rw->hhead].deadline > now
+			     ? (double)(rw->held[rw->hhead].deadline - now) / 1e6 : 0., 0.);
+	ev_timer_start(rw->sw->loop, &rw->held_w);
+}
+
+/* Holds r until a node can take it. Returns 0, or -1 when the queue is
+ * full (r is then the caller's to answer). */
+static int hold(struct redis_worker *rw, const struct redis_query *r)
+{
+	if (rw->hlen == rw->hcap)
+		return -1;
+	rw->held[(rw->hhead + rw->hlen) % rw->hcap] = *r;
+	if (rw->hlen++ == 0)
+		arm_held(rw);
+	return 0;
+}
+
+static void answer_unavailable(struct redis_worker *rw, const struct redis_query *r)
+{
+	STAT_INC(rw->sw->stats.unavailable);
+	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+}
+
+/* Held past their deadline: answered by the failure policy. Held ones
+ * are in deadline order, as they were queued. */
+static void on_held_deadline(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct redis_worker *rw = t->data;
+	int64_t now = clock_now_us();
+
+	while (rw->hlen && rw->held[rw->hhead].deadline <= now) {
+		struct redis_query r = rw->held[rw->hhead];
+
+		rw->hhead = (rw->hhead + 1) % rw->hcap;
+		rw->hlen--;
+		STAT_INC(rw->sw->stats.timeouts);
+		store_complete(rw->sw, &r.q, &r.ref, NULL, -1);
+	}
+	arm_held(rw);
+}
+
+/* Sends r to its node, or holds it when there is none yet. Returns 0, or
+ * -1 when neither can take it. */
+static int dispatch(struct redis_worker *rw, const struct redis_query *r)
+{
+	struct redis_node *rn = route(rw, r->q.key);
+
+	if (rn)
+		return redis_node_submit(rn, r);
+	if (rw->cfg->topology == REDIS_CLUSTER)
+		refresh_map(rw);
+	return hold(rw, r);
+}
+
+/* A node (or map) became available: what waited goes out again. */
+static void resubmit_held(struct redis_worker *rw)
+{
+	size_t n = rw->hlen;
+
+	for (size_t i = 0; i < n; i++) {
+		struct redis_query r = rw->held[rw->hhead];
+
+		rw->hhead = (rw->hhead + 1) % rw->hcap;
+		rw->hlen--;
+		if (route(rw, r.q.key) == NULL) {
+			/* still nowhere to go: back in line (n bounds the loop) */
+			hold(rw, &r);
+			continue;
+		}
+		if (dispatch(rw, &r) < 0)
+			answer_unavailable(rw, &r);
+	}
+	arm_held(rw);
+}
+
 /* ---- answers from the nodes -------------------------------------------------- */
 
 static void on_decided(void *owner, const struct redis_query *r, const struct limit_result *res,
@@ -144,21 +490,178 @@ static void on_failed(void *owner, const struct redis_query *r)
 	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
 }
 
-static const struct redis_node_cb node_cb = { on_decided, on_failed };
+/* Cluster: r's key was not where the map said. The map is looked at
+ * again and r waits for it (a few times at most, within its deadline). */
+static void on_moved(void *owner, const struct redis_query *r)
+{
+	struct redis_worker *rw = owner;
+	struct redis_query again = *r;
+
+	STAT_INC(rw->sw->stats.moved);
+	if (rw->cfg->topology != REDIS_CLUSTER || ++again.moves > MOVES_MAX ||
+	    again.deadline <= clock_now_us() || hold(rw, &again) < 0) {
+		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		return;
+	}
+	rw->stale = true;
+	refresh_map(rw);
+}
+
+static void on_trouble(void *owner, struct redis_node *rn)
+{
+	struct redis_worker *rw = owner;
+
+	if (rw->cfg->topology == REDIS_SENTINEL && rw->sentinel)
+		redis_sentinel_ask(rw->sentinel);
+	else if (rw->cfg->topology == REDIS_CLUSTER) {
+		rw->stale = true;
+		refresh_map(rw);
+	}
+}
+
+static const struct redis_node_cb node_cb = { on_decided, on_failed, on_moved, on_trouble };
+
+/* ---- Sentinel ---------------------------------------------------------------------- */
+
+static void on_master(void *owner, const struct addr *a)
+{
+	struct redis_worker *rw = owner;
+
+	if (rw->node[0] && addr_equal(redis_node_addr(rw->node[0]), a))
+		return;
+	if (rw->node[0])
+		STAT_INC(rw->sw->stats.topology_changes);
+	retire(rw, 0);
+	rw->node[0] = new_node(rw, a);
+	pthread_mutex_lock(&rw->rst->lock);
+	rw->rst->master = *a;
+	rw->rst->has_master = true;
+	pthread_mutex_unlock(&rw->rst->lock);
+	resubmit_held(rw);
+}
+
+static const struct redis_sentinel_cb sentinel_cb = { on_master };
+
+/* ---- Cluster ------------------------------------------------------------------------ */
+
+/* A new map: nodes of masters that left or moved are retired, the others
+ * kept by address. */
+static void install_map(struct redis_worker *rw, const struct redis_cluster_map *map)
+{
+	struct redis_node *keep[WORKER_NODES_MAX] = { NULL };
+	struct redis_cluster_map *copy;
+
+	if (rw->map && redis_cluster_map_equal(rw->map, map))
+		return;
+	copy = rw->map ? rw->map : xmalloc(sizeof(*copy));
+	if (!copy)
+		return;
+	for (size_t i = 0; i < rw->nnodes; i++) {
+		size_t m;
+
+		if (!rw->node[i])
+			continue;
+		for (m = 0; m < map->nmasters; m++)
+			if (addr_equal(redis_node_addr(rw->node[i]), &map->master[m]))
+				break;
+		if (m < map->nmasters && !keep[m]) {
+			keep[m] = rw->node[i];
+			rw->node[i] = NULL;
+		} else {
+			retire(rw, i);
+		}
+	}
+	if (rw->map)
+		STAT_INC(rw->sw->stats.topology_changes);
+	memcpy(copy, map, sizeof(*copy));
+	rw->map = copy;
+	memcpy(rw->node, keep, sizeof(keep));
+	rw->nnodes = map->nmasters;
+	log_info("redis: cluster: worker %d: %zu masters serve %zu of 16384 slots", rw->sw->idx,
+		 map->nmasters, map->covered);
+	pthread_mutex_lock(&rw->rst->lock);
+	if (!rw->rst->map)
+		rw->rst->map = xmalloc(sizeof(*rw->rst->map));
+	if (rw->rst->map)
+		memcpy(rw->rst->map, map, sizeof(*map));
+	pthread_mutex_unlock(&rw->rst->lock);
+}
+
+static void on_slots(void *owner, const struct addr *node, const struct redis_cluster_map *map,
+		     const char *why)
+{
+	struct redis_worker *rw = owner;
+	char where[ADDR_HOST_MAX + 16];
+
+	rw->asking = NULL;
+	if (!map || map->covered == 0) {
+		log_warn("redis: cluster: worker %d: CLUSTER SLOTS from %s: %s", rw->sw->idx,
+			 addr_format(node, where, sizeof(where)), map ? "no slot served" : why);
+		/* ask another node next time, backing off while none answers */
+		rw->seed++;
+		rw->backoff = rw->backoff ? rw->backoff * 2 : REFRESH_GAP;
+		if (rw->backoff > RECHECK)
+			rw->backoff = RECHECK;
+		ev_timer_stop(rw->sw->loop, &rw->recheck_w);
+		ev_timer_set(&rw->recheck_w, rw->backoff, 0.);
+		ev_timer_start(rw->sw->loop, &rw->recheck_w);
+		return;
+	}
+	rw->backoff = 0;
+	rw->stale = false;
+	install_map(rw, map);
+	resubmit_held(rw);
+}
+
+/* The nodes to ask, in turn: the masters of the map in use, then the
+ * seeds (a map can point only at nodes that are gone). */
+static const struct addr *next_seed(struct redis_worker *rw)
+{
+	size_t known = rw->map ? rw->map->nmasters : 0;
+	size_t i = rw->seed % (known + rw->cfg->nnodes);
+
+	return i < known ? &rw->map->master[i] : &rw->cfg->nodes[i - known];
+}
+
+/* Asks a node for the slot map, at most every REFRESH_GAP. */
+static void refresh_map(struct redis_worker *rw)
+{
+	int64_t now = clock_now_us();
+
+	if (rw->asking || ev_is_active(&rw->recheck_w))
+		return;
+	if (now - rw->last_refresh < (int64_t)(REFRESH_GAP * 1e6)) {
+		ev_timer_set(&rw->recheck_w,
+			     (double)(rw->last_refresh + (int64_t)(REFRESH_GAP * 1e6) - now) / 1e6, 0.);
+		ev_timer_start(rw->sw->loop, &rw->recheck_w);
+		return;
+	}
+	rw->last_refresh = now;
+	rw->asking = redis_slots_ask(rw->sw->loop, next_seed(rw), rw->cfg, REFRESH_TIMEOUT,
+				     on_slots, rw);
+}
+
+static void on_recheck(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct redis_worker *rw = t->data;
+
+	if (rw->cfg->topology == REDIS_CLUSTER)
+		refresh_map(rw);
+}
 
 /* ---- admin --------------------------------------------------------------------- */
 
 /* A synchronous connection for one admin request; NULL with a message in
  * a->error. */
-static redisContext *admin_connect(const struct redis_config *cfg, struct store_admin *a)
+static redisContext *admin_connect(const struct redis_config *cfg, const struct addr *to,
+				   struct store_admin *a)
 {
 	struct timeval tv = { 1, 0 };
 	const char *argv[3];
 	size_t argvlen[3];
 	int argc = redis_node_auth_argv(cfg, argv, argvlen);
-	redisContext *rc = cfg->addr.path[0]
-				   ? redisConnectUnixWithTimeout(cfg->addr.path, tv)
-				   : redisConnectWithTimeout(cfg->addr.host, atoi(cfg->addr.port), tv);
+	redisContext *rc = to->path[0] ? redisConnectUnixWithTimeout(to->path, tv)
+				       : redisConnectWithTimeout(to->host, atoi(to->port), tv);
 	redisReply *r;
 
 	if (!rc || rc->err) {
@@ -221,42 +724,124 @@ static void admin_item(redisContext *rc, const char *key, int reset, struct out 
 		freeReplyObject(r);
 }
 
+
+/* Where the admin endpoint finds a client's key: the node that serves it
+ * as the latest topology a worker learned says. 0, or -1 with a->error. */
+static int admin_route(struct redis_store *rst, const uint8_t *key, struct addr *to,
+		       struct store_admin *a)
+{
+	const struct redis_config *cfg = &rst->cfg;
+	int rc = 0;
+
+	pthread_mutex_lock(&rst->lock);
+	switch (cfg->topology) {
+	case REDIS_STANDALONE:
+		*to = cfg->addr;
+		break;
+	case REDIS_SHARDS:
+		*to = cfg->nodes[shard_of(key, cfg->nnodes)];
+		break;
+	case REDIS_SENTINEL:
+		if (rst->has_master)
+			*to = rst->master;
+		else
+			rc = -1;
+		break;
+	case REDIS_CLUSTER:
+		if (rst->map && redis_cluster_node_of(rst->map, slot_of(key)))
+			*to = *redis_cluster_node_of(rst->map, slot_of(key));
+		else
+			rc = -1;
+		break;
+	}
+	pthread_mutex_unlock(&rst->lock);
+	if (rc < 0)
+		snprintf(a->error, sizeof(a->error), "no Redis node known for this client yet");
+	return rc;
+}
+
 static void redis_admin(struct store *st, struct store_admin *a)
 {
-	redisContext *rc = admin_connect(st->impl, a);
+	struct redis_store *rst = st->impl;
 
-	for (size_t i = 0; rc && i < a->n; i++) {
+	for (size_t i = 0; i < a->n && !a->error[0]; i++) {
 		char key[STORE_KEY_NAME_LEN + 1];
+		struct addr to;
+		redisContext *rc;
 
+		if (admin_route(rst, a->item[i].key, &to, a) < 0)
+			break;
+		rc = admin_connect(&rst->cfg, &to, a);
+		if (!rc)
+			break;
 		store_key_name(a->item[i].key, key);
 		admin_item(rc, key, a->reset, &a->item[i].out);
-	}
-	if (rc)
 		redisFree(rc);
+	}
 	store_admin_done(st, a);
 }
 
 /* ---- the store interface ------------------------------------------------------- */
 
+static void redis_worker_free(struct store_worker *sw);
+
 static int redis_worker_init(struct store_worker *sw)
 {
-	const struct redis_config *cfg = sw->st->impl;
+	struct redis_store *rst = sw->st->impl;
+	const struct redis_config *cfg = &rst->cfg;
 	struct redis_worker *rw = xcalloc(1, sizeof(*rw));
 
 	if (!rw)
 		return -1;
+	sw->impl = rw;
 	rw->sw = sw;
+	rw->rst = rst;
 	rw->cfg = cfg;
+	rw->hcap = (size_t)cfg->max_pending;
 	rw->cache = xcalloc(CACHE_SIZE, sizeof(*rw->cache));
-	if (rw->cache)
-		rw->node = redis_node_new(sw->loop, sw->idx, &cfg->addr, cfg, &node_cb, rw,
-					  &sw->stats);
-	if (!rw->node) {
-		xfree(rw->cache);
-		xfree(rw);
+	rw->held = xcalloc(rw->hcap, sizeof(*rw->held));
+	ev_timer_init(&rw->held_w, on_held_deadline, 0., 0.);
+	rw->held_w.data = rw;
+	ev_timer_init(&rw->recheck_w, on_recheck, 0., 0.);
+	rw->recheck_w.data = rw;
+	ev_prepare_init(&rw->reap_w, on_reap);
+	rw->reap_w.data = rw;
+	ev_prepare_start(sw->loop, &rw->reap_w);
+	if (!rw->cache || !rw->held) {
+		redis_worker_free(sw);
 		return -1;
 	}
-	sw->impl = rw;
+	switch (cfg->topology) {
+	case REDIS_STANDALONE:
+		rw->nnodes = 1;
+		rw->node[0] = new_node(rw, &cfg->addr);
+		break;
+	case REDIS_SHARDS:
+		for (size_t i = 0; i < cfg->nnodes; i++) {
+			rw->node[i] = new_node(rw, &cfg->nodes[i]);
+			if (!rw->node[i])
+				break;
+			rw->nnodes = i + 1;
+		}
+		if (rw->nnodes != cfg->nnodes)
+			rw->nnodes = 0;
+		break;
+	case REDIS_SENTINEL:
+		rw->nnodes = 1;
+		rw->sentinel = redis_sentinel_new(sw->loop, sw->idx, cfg, &sentinel_cb, rw);
+		break;
+	case REDIS_CLUSTER:
+		rw->seed = (size_t)sw->idx;
+		refresh_map(rw);
+		break;
+	}
+	if ((cfg->topology == REDIS_STANDALONE && !rw->node[0]) ||
+	    (cfg->topology == REDIS_SHARDS && rw->nnodes == 0) ||
+	    (cfg->topology == REDIS_SENTINEL && !rw->sentinel) ||
+	    (cfg->topology == REDIS_CLUSTER && !rw->asking)) {
+		redis_worker_free(sw);
+		return -1;
+	}
 	return 0;
 }
 
@@ -266,7 +851,24 @@ static void redis_worker_free(struct store_worker *sw)
 
 	if (!rw)
 		return;
-	redis_node_free(rw->node);
+	redis_sentinel_free(rw->sentinel);
+	redis_slots_cancel(rw->asking);
+	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
+		if (rw->node[i])
+			redis_node_free(rw->node[i]);
+	on_reap(sw->loop, &rw->reap_w, 0);
+	while (rw->hlen) {
+		struct redis_query r = rw->held[rw->hhead];
+
+		rw->hhead = (rw->hhead + 1) % rw->hcap;
+		rw->hlen--;
+		answer_unavailable(rw, &r);
+	}
+	ev_timer_stop(sw->loop, &rw->held_w);
+	ev_timer_stop(sw->loop, &rw->recheck_w);
+	ev_prepare_stop(sw->loop, &rw->reap_w);
+	xfree(rw->map);
+	xfree(rw->held);
 	xfree(rw->cache);
 	xfree(rw);
 	sw->impl = NULL;
@@ -287,14 +889,21 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	}
 	r.ref = *ref;
 	r.q = *q;
+	r.moves = 0;
 	r.deadline = r.queued + (int64_t)(rw->cfg->timeout * 1e6);
-	return redis_node_submit(rw->node, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
+	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 }
-
 
 static void redis_free(struct store *st)
 {
-	xfree(st->impl);
+	struct redis_store *rst = st->impl;
+	size_t n = atomic_load(&rst->nentries);
+
+	for (size_t i = 0; i < n; i++)
+		xfree(rst->entry[i]);
+	xfree(rst->map);
+	pthread_mutex_destroy(&rst->lock);
+	xfree(rst);
 }
 
 static const struct store_ops redis_ops = {
@@ -305,22 +914,25 @@ static const struct store_ops redis_ops = {
 	.check = redis_check,
 	.rules_changed = redis_rules_changed,
 	.admin = redis_admin,
+	.each_node = redis_each_node,
 	.free = redis_free,
 };
 
 struct store *store_redis_new(const struct redis_config *cfg, size_t mem_max_keys)
 {
 	struct store *st = xcalloc(1, sizeof(*st));
-	struct redis_config *copy = xmalloc(sizeof(*copy));
+	struct redis_store *rst = xcalloc(1, sizeof(*rst));
 
-	if (!st || !copy || store_init(st, &redis_ops, mem_max_keys) < 0) {
+	if (!st || !rst || store_init(st, &redis_ops, mem_max_keys) < 0) {
 		if (st)
 			memstore_free(st->mem);
 		xfree(st);
-		xfree(copy);
+		xfree(rst);
 		return NULL;
 	}
-	*copy = *cfg;
-	st->impl = copy;
+	rst->cfg = *cfg;
+	pthread_mutex_init(&rst->lock, NULL);
+	snprintf(rst->overflow.name, sizeof(rst->overflow.name), "other");
+	st->impl = rst;
 	return st;
 }

@@ -23,8 +23,24 @@ enum redis_encoding {
 	REDIS_ENC_PLAIN = 1,
 };
 
+/* Where the buckets live. */
+enum redis_topology {
+	REDIS_STANDALONE = 0,    /* one server: addr */
+	REDIS_SENTINEL = 1,      /* the master Sentinel names: nodes[] are sentinels */
+	REDIS_CLUSTER = 2,       /* a Redis Cluster: nodes[] are seeds */
+	REDIS_SHARDS = 3,        /* independent servers: nodes[], a client each */
+};
+
+#define REDIS_NODES_MAX 32       /* sentinels, seeds or shards listed */
+
 struct redis_config {
-	struct addr addr;        /* HOST:PORT or a Unix socket path */
+	enum redis_topology topology;
+	struct addr addr;        /* standalone: HOST:PORT or a Unix socket path */
+	struct addr nodes[REDIS_NODES_MAX];
+	size_t nnodes;
+	char master[128];        /* Sentinel: the master's name */
+	char sentinel_user[128]; /* Sentinel: AUTH to the sentinels, optional */
+	char sentinel_password[256];
 	char user[128];          /* ACL user, optional */
 	char password[256];      /* AUTH, optional */
 	double timeout;          /* deadline of a decision, seconds */
@@ -39,6 +55,18 @@ void store_redis_defaults(struct redis_config *cfg);
 
 /* Parses "HOST:PORT", "[V6]:PORT" or a Unix socket path ("/..."). */
 int store_redis_set_addr(struct redis_config *cfg, const char *addr);
+
+/* Parses a comma-separated list of HOST:PORT into cfg->nodes. Returns 0,
+ * or -1 (an empty list, a bad address, more than REDIS_NODES_MAX, the same
+ * address twice). */
+int store_redis_set_nodes(struct redis_config *cfg, const char *list);
+
+/* What a configuration lacks or contradicts, or NULL when it is usable:
+ * Sentinel without a master name, Cluster with the plain encoding, ... */
+const char *store_redis_check(const struct redis_config *cfg);
+
+/* "standalone", "sentinel", "cluster" or "shards". */
+const char *store_redis_topology_name(enum redis_topology t);
 
 /* The Redis store with a copy of cfg; mem_max_keys bounds the buckets of
  * the local failure policy. Connections start with the workers. NULL when

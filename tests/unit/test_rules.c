@@ -30,7 +30,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 124
+#define ERR_FIXTURES 129
 
 static char err[1024];
 

@@ -116,10 +116,10 @@ static void test_values(void **unused)
 	fails("threads: \"\"", "t.yaml:1:10: threads: expected an integer from 1 to 256, got \"\"");
 	fails("threads:", "t.yaml:1:9: threads: expected an integer from 1 to 256, got nothing");
 	fails("store: { type: redis, adress: x }",
-	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, user, "
-	      "password, timeout, agents)");
+	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, nodes, "
+	      "sentinels, master, sentinel_password, user, password, timeout, agents)");
 	fails("store: { user: spoa }",
-	      "t.yaml:1:10: store.user: applies to type redis only (add type: redis)");
+	      "t.yaml:1:10: store.user: applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 }
 
 /* Addresses are what addr_parse() accepts: the listen address a host and
@@ -163,6 +163,45 @@ static void test_addresses(void **unused)
 	assert_int_equal(parse(yaml, &s), -1);
 	assert_non_null(strstr(err, "t.yaml:1:32: store.address: expected HOST:PORT or a socket "
 				    "path, got \"/ppp"));
+}
+
+/* The Redis topologies: what each type takes and needs. */
+static void test_topologies(void **unused)
+{
+	struct settings s;
+
+	ok("store: { type: sentinel, sentinels: [\"10.0.0.1:26379\", \"[::1]:26380\"], master: mymaster,"
+	   " sentinel_password: sp, password: dp }", &s);
+	assert_int_equal(s.store, SETTINGS_STORE_SENTINEL);
+	assert_int_equal(s.nnodes, 2);
+	assert_string_equal(addr_str(&s.nodes[0]), "10.0.0.1:26379");
+	assert_string_equal(addr_str(&s.nodes[1]), "[::1]:26380");
+	assert_string_equal(s.master, "mymaster");
+	assert_string_equal(s.sentinel_password, "sp");
+	assert_string_equal(s.password, "dp");
+
+	ok("store: { type: cluster, nodes: 127.0.0.1:7000 }", &s);
+	assert_int_equal(s.store, SETTINGS_STORE_CLUSTER);
+	assert_int_equal(s.nnodes, 1);
+	assert_string_equal(addr_str(&s.nodes[0]), "127.0.0.1:7000");
+
+	ok("store: { type: shards, nodes: [a:1, b:2, c:3] }", &s);
+	assert_int_equal(s.store, SETTINGS_STORE_SHARDS);
+	assert_int_equal(s.nnodes, 3);
+	assert_string_equal(addr_str(&s.nodes[2]), "c:3");
+
+	fails("store: { type: sentinel, master: m }",
+	      "t.yaml:1:8: store: missing key \"sentinels\" (type sentinel needs sentinels and master)");
+	fails("store: { type: shards, master: m, nodes: [a:1] }",
+	      "t.yaml:1:24: store.master: does not apply to type shards");
+	fails("store: { type: redis, nodes: [a:1] }",
+	      "t.yaml:1:23: store.nodes: does not apply to type redis");
+	fails("store: { type: cluster, nodes: [a:1, a:1] }",
+	      "t.yaml:1:38: store.nodes[1]: listed twice");
+	fails("store: { type: cluster, nodes: [] }",
+	      "t.yaml:1:32: store.nodes: empty list");
+	fails("store: { type: sentinel, sentinels: [a:1], master: \"\" }",
+	      "t.yaml:1:52: store.master: must not be empty");
 }
 
 static void test_password_env(void **unused)
@@ -231,6 +270,7 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_values),
 		cmocka_unit_test(test_addresses),
+		cmocka_unit_test(test_topologies),
 		cmocka_unit_test(test_password_env),
 		cmocka_unit_test(test_equal),
 	};

@@ -1,9 +1,12 @@
 --[[ decide.lua: rate-limit decisions for a batch of requests, in one atomic
 call. Arguments and reply are msgpack (cmsgpack is built into Redis's Lua).
 
-KEYS: one key per distinct client of the batch, "rl:{<32 hex digits>}". The
-braces are a Cluster hash tag: in Cluster, every key of one call must share
-a slot, so a batch there holds the clients of a single slot.
+KEYS: one key per distinct client of the batch, "rl:{<32 hex digits>}". In
+a Cluster, the keys come instead as ARGV[2..] with no KEYS (the script is
+loaded there with the flag allow-cross-slot-keys): one call then decides
+the clients of every slot its node serves, and each key is checked as it is
+read; a key the node does not serve is not touched, and its requests are
+answered allowed = 2 ("not decided here").
 
 ARGV[1]: msgpack array of two elements, [rules, requests]:
   rules     array of 1 .. 4096 rules; a rule is an array of 1 .. 64 limits,
@@ -28,7 +31,8 @@ ARGV[1]: msgpack array of two elements, [rules, requests]:
 
 Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit]
   allowed    1 or 0; a request is all or nothing: when any of its limits
-             refuses, none of its limits is charged
+             refuses, none of its limits is charged. 2: not decided, its
+             key lives on another Cluster node (decider and per_limit 0)
   decider    1-based index of the limit that decides: when refused, the
              refusing limit with the longest retry_after; when allowed, the
              limit with the fewest remaining; ties go to the lowest index
@@ -89,7 +93,7 @@ than tonumber(s) for digits, x % d rather than math.floor).
 local floor = math.floor
 local find, sub, byte, match, fmt = string.find, string.sub, string.byte, string.match, string.format
 local type, tonumber, unpack, maxn = type, tonumber, unpack, table.maxn
-local rcall = redis.call
+local rcall, rpcall = redis.call, redis.pcall
 
 local MAX_REQS = 4096
 local MAX_RULES = 4096
@@ -452,6 +456,24 @@ local function validate(keys, rules, reqs)
 	return nil
 end
 
+-- A client's fields as HGETALL gives them, or false when the key belongs to
+-- another node of a Cluster (its slot is served elsewhere, moving, or the
+-- cluster is down): such a key is neither read nor written here, and its
+-- requests are answered "not decided" (allowed = 2) for the agent to send
+-- them where the key lives. Any other error is raised as Redis gave it.
+local function read_key(name)
+	local h = rpcall('HGETALL', name)
+	local e = h.err
+	if e then
+		if find(e, 'non local key', 1, true) or find(e, 'not stored on this node', 1, true) or
+		    find(e, 'cluster is down', 1, true) then
+			return false
+		end
+		error(h)
+	end
+	return h
+end
+
 local function now_us()
 	local t = rcall('TIME')
 	return t[1] * 1000000 + t[2]
@@ -514,75 +536,84 @@ local function decide(keys, rules, reqs, now)
 		end
 		local nl = #ls
 		local h = hash[name]
-		if not h then
-			h = rcall('HGETALL', name)
+		if h == nil then
+			h = read_key(name)
 			hash[name] = h
 		end
-		local all = true
-		-- out[at + 3j - 2 .. at + 3j]: limit j's remaining, retry, reset
-		local at = no + 2
-		local k = at
-		for j = 1, nl do
-			local l = ls[j]
-			local lid, algo, quota, period = l[1], l[2], l[3], l[4]
-			local p = 1
-			while h[p] and h[p] ~= lid do
-				p = p + 2
+		if not h then
+			-- not this node's key: nothing taken, nothing computed
+			out[no + 1], out[no + 2] = 2, 0
+			for k = no + 3, no + 2 + 3 * nl do
+				out[k] = 0
 			end
-			local val
-			if algo == 0 then
-				_, out[k + 1], out[k + 2], out[k + 3], val = eval_token(h[p + 1], now, cost, quota, period, l[5])
-			elseif algo == 1 then
-				_, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(h[p + 1], now, cost, quota, period)
-			else
-				_, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(h[p + 1], now, cost, quota, period)
-			end
-			-- (a limit that allows, and only such a limit, has a new value)
-			k = k + 3
-			valv[j], posv[j] = val, p
-			if not val then
-				all = false
-			end
-		end
-		local best = 0
-		if all then
-			if not written[name] then
-				written[name] = true
-				nw = nw + 1
-				written[nw] = name
-			end
-			best = 1
-			local low = out[at + 1]
-			for j = 1, nl do
-				local p, val, m = posv[j], valv[j], at + 3 * j
-				-- a field new to the key goes at its end (where p points,
-				-- unless another new field of this request took it)
-				local lid = ls[j][1]
-				if h[p] == nil then
-					h[p] = lid
-				elseif h[p] ~= lid then
-					p = #h + 1
-					h[p] = lid
-				end
-				h[p + 1] = val
-				-- (the need is a function of the value: need_until(val))
-				need[val] = now + out[m]
-				if out[m - 2] < low then
-					best, low = j, out[m - 2]
-				end
-			end
-			out[no + 1] = 1
+			no = no + 2 + 3 * nl
 		else
-			local most = -1
+			local all = true
+			-- out[at + 3j - 2 .. at + 3j]: limit j's remaining, retry, reset
+			local at = no + 2
+			local k = at
 			for j = 1, nl do
-				if not valv[j] and out[at + 3 * j - 1] > most then
-					best, most = j, out[at + 3 * j - 1]
+				local l = ls[j]
+				local lid, algo, quota, period = l[1], l[2], l[3], l[4]
+				local p = 1
+				while h[p] and h[p] ~= lid do
+					p = p + 2
+				end
+				local val
+				if algo == 0 then
+					_, out[k + 1], out[k + 2], out[k + 3], val = eval_token(h[p + 1], now, cost, quota, period, l[5])
+				elseif algo == 1 then
+					_, out[k + 1], out[k + 2], out[k + 3], val = eval_sliding(h[p + 1], now, cost, quota, period)
+				else
+					_, out[k + 1], out[k + 2], out[k + 3], val = eval_fixed(h[p + 1], now, cost, quota, period)
+				end
+				-- (a limit that allows, and only such a limit, has a new value)
+				k = k + 3
+				valv[j], posv[j] = val, p
+				if not val then
+					all = false
 				end
 			end
-			out[no + 1] = 0
+			local best = 0
+			if all then
+				if not written[name] then
+					written[name] = true
+					nw = nw + 1
+					written[nw] = name
+				end
+				best = 1
+				local low = out[at + 1]
+				for j = 1, nl do
+					local p, val, m = posv[j], valv[j], at + 3 * j
+					-- a field new to the key goes at its end (where p points,
+					-- unless another new field of this request took it)
+					local lid = ls[j][1]
+					if h[p] == nil then
+						h[p] = lid
+					elseif h[p] ~= lid then
+						p = #h + 1
+						h[p] = lid
+					end
+					h[p + 1] = val
+					-- (the need is a function of the value: need_until(val))
+					need[val] = now + out[m]
+					if out[m - 2] < low then
+						best, low = j, out[m - 2]
+					end
+				end
+				out[no + 1] = 1
+			else
+				local most = -1
+				for j = 1, nl do
+					if not valv[j] and out[at + 3 * j - 1] > most then
+						best, most = j, out[at + 3 * j - 1]
+					end
+				end
+				out[no + 1] = 0
+			end
+			out[no + 2] = best
+			no = k
 		end
-		out[no + 2] = best
-		no = k
 	end
 	return out, hash, written, nw, need
 end
@@ -664,7 +695,14 @@ local function unpack_one(ok, ...)
 	return (...)
 end
 
-if #ARGV ~= 1 then
+local keys = KEYS
+if #KEYS == 0 and #ARGV > 1 then
+	-- a Cluster call: the keys follow the msgpack argument
+	keys = {}
+	for i = 2, #ARGV do
+		keys[i - 1] = ARGV[i]
+	end
+elseif #ARGV ~= 1 then
 	return redis.error_reply('ERR rl decide: need exactly one argument (msgpack [rules, requests])')
 end
 local arg, err = unpack_one(pcall(cmsgpack.unpack, ARGV[1]))
@@ -674,7 +712,7 @@ end
 local rules, reqs, out
 if err == nil then
 	rules, reqs = arg[1], arg[2]
-	out, err = run(KEYS, rules, reqs, now_us())
+	out, err = run(keys, rules, reqs, now_us())
 end
 if err then
 	return redis.error_reply('ERR rl decide: ' .. err)
