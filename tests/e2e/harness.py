@@ -146,11 +146,11 @@ class Agent(Proc):
 
     LISTEN_RE = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
-    def __init__(self, h, args, name):
+    def __init__(self, h, args, name, prefix=()):
         binary = os.path.join(BUILD, "spoa-ratelimit")
         if not os.access(binary, os.X_OK):
             raise RuntimeError("%s is missing: build it with `make agent`" % binary)
-        argv = [binary, "--listen", "127.0.0.1:0"] + list(args)
+        argv = list(prefix) + [binary, "--listen", "127.0.0.1:0"] + list(args)
         super().__init__(name, argv, os.path.join(h.dir, name + ".log"))
         wait_for(lambda: self.LISTEN_RE.search(self.log()) or not self.alive(), 10,
                  "%s to log 'listening on'" % name)
@@ -339,9 +339,11 @@ class Harness:
         self.agents = []
         self._n = 0
 
-    def agent(self, *args, name=None):
+    def agent(self, *args, name=None, prefix=()):
+        """An agent started with args; prefix is a command to run it under
+        (e.g. faketime)."""
         self._n += 1
-        a = Agent(self, args, name or "agent%d" % self._n)
+        a = Agent(self, args, name or "agent%d" % self._n, prefix=prefix)
         self.procs.append(a)
         self.agents.append(a)
         return a

@@ -1,0 +1,180 @@
+"""The agent on a Redis Cluster (--redis-cluster): 3 masters with a replica
+each (tests/e2e/redis_topology.py), shared by the module's tests, each of
+which starts with reset().
+
+- exact decisions for a hundred clients spread over every master, from two
+  agents, one of them with its clock hours off (faketime);
+- slots resharded under load: no client gets more than its limit and
+  under 5% of decisions are degraded;
+- a master killed: its replica takes over and decisions are exact again,
+  not degraded, within seconds (printed);
+- the admin endpoint and the per-node metrics on a cluster.
+
+Decisions during a topology change are refused, not forwarded, when the
+store cannot decide (on_store_failure: closed), so that "at most the
+limit" counts every request that passed.
+"""
+
+import os
+import re
+import glob
+import time
+
+import fleet
+import harness
+from harness import http_get, wait_for
+from redis_topology import Cluster
+
+
+def fixture_cluster():
+    return Cluster(masters=3, replicas_per_master=1)
+
+
+def rules(h, limit, failure="open"):
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write("limits: [%s]\non_store_failure: %s\n" % (limit, failure))
+    return path
+
+
+def start(h, cluster, *args, name=None, prefix=(), threads=2, metrics=False):
+    extra = []
+    mport = None
+    if metrics:
+        mport = harness.free_port()
+        extra = ["--metrics", "127.0.0.1:%d" % mport, "--admin"]
+    a = h.agent("--threads", str(threads), "--redis-cluster", cluster.seeds(2),
+                "--redis-timeout", "200", *extra, *args, name=name, prefix=prefix)
+    # every worker has the slot map
+    wait_for(lambda: len(set(re.findall(r"cluster: worker (\d+): 3 masters serve 16384",
+                                         a.log()))) >= threads or not a.alive(),
+             10, "%s's workers to have the slot map" % a.name)
+    assert a.alive(), a.log()
+    a.mport = mport
+    return a
+
+
+def evalsha_calls(cluster):
+    """Script calls so far, summed over the masters."""
+    n = 0
+    for m in cluster.masters():
+        text = cluster.command(m.port, "INFO", "commandstats").decode()
+        found = re.search(r"cmdstat_evalsha:calls=(\d+)", text)
+        n += int(found.group(1)) if found else 0
+    return n
+
+
+def skewed(offset):
+    """A prefix that runs a command with its clock `offset` off (libfaketime,
+    preloaded by env so the agent is the process signalled), or () when
+    libfaketime is missing."""
+    libs = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")
+    if not libs:
+        return ()
+    return ("env", "LD_PRELOAD=" + libs[0], "FAKETIME=" + offset)
+
+
+def keys(n, tag):
+    return ["%s-%03d" % (tag, i) for i in range(n)]
+
+
+def test_exact_across_two_agents_one_skewed(h, cluster):
+    cluster.reset()
+    a1 = start(h, cluster, "-f", rules(h, "5/1h"), name="agent1")
+    a2 = start(h, cluster, "-f", rules(h, "5/1h"), name="agent2", prefix=skewed("+5h"))
+    clients = keys(100, "c")
+    calls0 = evalsha_calls(cluster)
+    got = fleet.counts(fleet.burst([a1.port, a2.port], clients, per_key=8))
+    calls = evalsha_calls(cluster) - calls0
+    wrong = {k: c for k, c in got.items() if c != (5, 3, 0)}
+    assert not wrong, "clients not at exactly 5 allowed, 3 refused, none degraded: %s" % (
+        sorted(wrong.items())[:5],)
+    by_master = cluster.keys_by_master()
+    assert len(by_master) == 3 and all(len(ks) > 10 for ks in by_master.values()), {
+        p: len(ks) for p, ks in by_master.items()}
+    assert sum(len(ks) for ks in by_master.values()) == 100
+    # batched per node, across slots: far fewer script calls than decisions
+    assert calls < 800 / 3, calls
+
+
+def test_reshard_under_load(h, cluster):
+    cluster.reset()
+    a = start(h, cluster, "-f", rules(h, "20/1h", "closed"), threads=2, metrics=True)
+    clients = keys(100, "r")
+    masters = cluster.masters()
+    steady = fleet.Steady([a.port], clients, conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 500, 20, "traffic to flow")
+        # a third of the first master's slots go to the second, then back
+        moving = cluster.reshard(masters[0].port, masters[1].port, 3000, background=True)
+        moving.wait(timeout=60)
+        back = cluster.reshard(masters[1].port, masters[0].port, 3000, background=True)
+        back.wait(timeout=60)
+        n = steady.count()
+        wait_for(lambda: steady.count() > n + 500, 20, "traffic after the reshard")
+    finally:
+        answers = steady.stop()
+    allowed = fleet.allowed_by_key(answers)
+    over = {k: c for k, c in allowed.items() if c > 20}
+    assert not over, "clients over their limit: %s" % sorted(over.items())[:5]
+    degraded = sum(1 for _, _, v in answers if v["degraded"])
+    print("  reshard of 3000 slots there and back: %d decisions, %d degraded (%.2f%%), "
+          "%d moved" % (len(answers), degraded, 100.0 * degraded / len(answers),
+                        metric(a, "spoa_rl_redis_moved_total")))
+    assert degraded < 0.05 * len(answers), (degraded, len(answers))
+
+
+def metric(a, name):
+    if not a.mport:
+        return -1
+    m = re.search(r"^%s (\d+)$" % name, http_get(a.mport, "/metrics").text, re.M)
+    return int(m.group(1)) if m else -1
+
+
+def test_master_killed(h, cluster):
+    cluster.reset()
+    a = start(h, cluster, "-f", rules(h, "1000/1h", "closed"), threads=2, metrics=True)
+    clients = keys(60, "k")
+    steady = fleet.Steady([a.port], clients, conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 300, 20, "traffic to flow")
+        victim = cluster.masters()[0].port
+        t_kill = time.monotonic()
+        cluster.kill_master(victim)
+        new_port, promoted_s = cluster.wait_promoted(victim)
+        # decisions flow exact again: a run of answers, none degraded
+        def recovered():
+            recent = [v for t, _, v in steady.answers if t > time.monotonic() - 1.0]
+            return len(recent) > 50 and not any(v["degraded"] for v in recent)
+        wait_for(recovered, 30, "decisions not degraded again")
+        n = steady.count()
+        wait_for(lambda: steady.count() > n + 200, 20, "traffic after recovery")
+    finally:
+        answers = steady.stop()
+    last = fleet.last_degraded(answers)
+    after = (last - t_kill) if last else 0.0
+    print("  master killed: replica promoted after %.1f s; last degraded answer %.1f s "
+          "after the kill" % (promoted_s, after))
+    assert after < promoted_s + 10, (after, promoted_s)
+    assert metric(a, "spoa_rl_redis_topology_changes_total") >= 1
+    # fresh clients are exact on the new layout
+    got = fleet.counts(fleet.burst([a.port], keys(30, "after"), per_key=3))
+    assert all(c == (3, 0, 0) for c in got.values()), got
+
+
+def test_admin_and_node_metrics(h, cluster):
+    cluster.reset()
+    a = start(h, cluster, "--limit", "2/1h", metrics=True)
+    fleet.burst([a.port], keys(30, "m"), per_key=3)
+    text = http_get(a.mport, "/metrics").text
+    nodes = set(re.findall(r'^spoa_rl_redis_node_calls_total\{node="([^"]+)"\} [1-9]', text,
+                           re.M))
+    assert nodes == {"127.0.0.1:%d" % m.port for m in cluster.masters()}, (nodes, text[-2000:])
+    r = http_get(a.mport, "/admin/client?api_key=m-007")
+    assert r.status == 200, r
+    assert '"store": "redis"' in r.text and '"fields": {' in r.text, r.text
+    assert '"ttl_ms": ' in r.text, r.text
+    r = http_get(a.mport, "/admin/reset?api_key=m-007", method="POST")
+    assert r.status == 200 and '"deleted": 1' in r.text, r.text
+    got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
+    assert got["m-007"] == (2, 1, 0), got

@@ -1,0 +1,87 @@
+"""The agent with Redis Sentinel (--redis-sentinel A,B,C --redis-master
+NAME): a master, a replica and three sentinels (tests/e2e/redis_topology.py),
+shared by the module's tests, each of which starts with reset().
+
+- exact decisions from two agents on the master the sentinels name;
+- the master killed under load: exact decisions from the new master within
+  the failover time plus one second;
+- passwords on the data servers and on the sentinels.
+"""
+
+import re
+import time
+
+import fleet
+from harness import wait_for
+from redis_topology import Sentinel
+
+
+def fixture_sentinel():
+    return Sentinel(sentinels=3)
+
+
+def fixture_sentinel_auth():
+    return Sentinel(sentinels=3, password="s3cret", sentinel_password="watch3r")
+
+
+def start(h, sentinel, *args, name=None, threads=2):
+    a = h.agent("--threads", str(threads), "--redis-sentinel", sentinel.sentinel_addrs(),
+                "--redis-master", sentinel.master_name, "--redis-timeout", "200", *args,
+                name=name)
+    wait_for(lambda: len(set(re.findall(r"redis: worker (\d+) ready", a.log()))) >= threads
+             or not a.alive(), 10, "%s's workers to be ready on the master" % a.name)
+    assert a.alive(), a.log()
+    return a
+
+
+def keys(n, tag):
+    return ["%s-%03d" % (tag, i) for i in range(n)]
+
+
+def test_exact_across_two_agents(h, sentinel):
+    sentinel.reset()
+    agents = [start(h, sentinel, "--limit", "4/1h", name="agent%d" % i) for i in (1, 2)]
+    got = fleet.counts(fleet.burst([a.port for a in agents], keys(50, "s"), per_key=6))
+    wrong = {k: c for k, c in got.items() if c != (4, 2, 0)}
+    assert not wrong, sorted(wrong.items())[:5]
+    with sentinel.client() as c:
+        assert len(c.command("KEYS", "rl:*")) == 50
+
+
+def test_failover_under_load(h, sentinel):
+    sentinel.reset()
+    a = start(h, sentinel, "--limit", "100000/1h")
+    old = sentinel.master_port()
+    steady = fleet.Steady([a.port], keys(20, "f"), conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 200, 20, "traffic to flow")
+        t_kill = time.monotonic()
+        sentinel.kill_master()
+        new_port, failover_s = sentinel.wait_failover()
+        assert new_port != old
+
+        def recovered():
+            recent = [v for t, _, v in steady.answers if t > time.monotonic() - 0.5]
+            return len(recent) > 20 and not any(v["degraded"] for v in recent)
+        wait_for(recovered, 30, "decisions from the new master")
+        n = steady.count()
+        wait_for(lambda: steady.count() > n + 100, 20, "traffic after the failover")
+    finally:
+        answers = steady.stop()
+    last = fleet.last_degraded(answers)
+    after = (last - t_kill) if last else 0.0
+    print("  sentinel failover took %.1f s; the agent's last degraded answer came %.2f s "
+          "after the kill" % (failover_s, after))
+    assert after <= failover_s + 1.0, (after, failover_s)
+    assert "switch-master" in a.log() or "master mymaster is" in a.log(), a.log()[-2000:]
+    # decided by the new master: its keys
+    with sentinel.client(new_port) as c:
+        assert len(c.command("KEYS", "rl:*")) == 20
+
+
+def test_passwords(h, sentinel_auth):
+    sentinel_auth.reset()
+    a = start(h, sentinel_auth, "--limit", "3/1h", "--redis-password", "s3cret",
+              "--redis-sentinel-password", "watch3r")
+    got = fleet.counts(fleet.burst([a.port], keys(10, "p"), per_key=4, conns=2))
+    assert all(c == (3, 1, 0) for c in got.values()), got

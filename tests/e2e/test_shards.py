@@ -1,0 +1,67 @@
+"""The agent with independent Redis shards (--redis-shards A,B,C): three
+standalone servers (tests/e2e/redis_topology.py), shared by the module's
+tests, each of which starts with reset().
+
+- exact decisions from two agents, clients spread evenly over the shards;
+- a fourth shard moves about a quarter of the clients (jump consistent
+  hash) and leaves the others where they were.
+"""
+
+import re
+
+import fleet
+from harness import wait_for
+from redis_topology import Shards
+
+
+def fixture_shards():
+    return Shards(4)
+
+
+def start(h, addrs, *args, name=None, threads=2):
+    a = h.agent("--threads", str(threads), "--redis-shards", addrs, *args, name=name)
+    n = addrs.count(",") + 1
+    wait_for(lambda: len(re.findall(r"redis: worker \d+ ready", a.log())) >= threads * n
+             or not a.alive(), 10, "%s's workers to be ready on every shard" % a.name)
+    assert a.alive(), a.log()
+    return a
+
+
+def keys_on(shards, i):
+    with shards.client(i) as c:
+        return set(c.command("KEYS", "rl:*"))
+
+
+def test_exact_and_even(h, shards):
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    agents = [start(h, three, "--limit", "3/1h", name="agent%d" % i) for i in (1, 2)]
+    clients = ["e-%03d" % i for i in range(300)]
+    got = fleet.counts(fleet.burst([a.port for a in agents], clients, per_key=5))
+    wrong = {k: c for k, c in got.items() if c != (3, 2, 0)}
+    assert not wrong, sorted(wrong.items())[:5]
+    sizes = [len(keys_on(shards, i)) for i in range(3)]
+    assert sum(sizes) == 300, sizes
+    # 100 expected each; 60..140 is five standard deviations either way
+    assert all(60 <= n <= 140 for n in sizes), sizes
+
+
+def test_a_new_shard_moves_a_quarter(h, shards):
+    shards.reset()
+    addrs = shards.addrs().split(",")
+    clients = ["m-%03d" % i for i in range(400)]
+    a = start(h, ",".join(addrs[:3]), "--limit", "3/1h", name="three")
+    fleet.burst([a.port], clients, per_key=1)
+    before = [keys_on(shards, i) for i in range(3)]
+    h.stop(a)
+    b = start(h, ",".join(addrs[:4]), "--limit", "3/1h", name="four")
+    got = fleet.counts(fleet.burst([b.port], clients, per_key=1))
+    after = [keys_on(shards, i) for i in range(4)]
+    moved = len(after[3])
+    # the clients on the new shard start fresh: 2 left after this request
+    print("  a fourth shard took %d of 400 clients" % moved)
+    assert 60 <= moved <= 140, moved
+    # nobody moved between the old shards
+    for i in range(3):
+        assert after[i] == before[i], i
+    assert all(c[0] == 1 for c in got.values())
