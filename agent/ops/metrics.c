@@ -166,6 +166,8 @@ static const struct {
 	{ "spoa_rl_redis_moved_total",
 	  "Cluster: decisions sent to a node that no longer served their key, sent again.",
 	  STORE(moved) },
+	{ "spoa_rl_redis_asking_total",
+	  "Cluster: decisions sent with ASKING to the node importing their slot.", STORE(asked) },
 	{ "spoa_rl_redis_topology_changes_total",
 	  "A new master (Sentinel) or a new slot map (Cluster) put in use, per worker.",
 	  STORE(topology_changes) },

@@ -12,6 +12,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_cluster.h"
 #include "redis_reply.h"
 #include "store_redis.h"
 
@@ -114,6 +115,53 @@ static int topology_error(const redisReply *reply)
 const struct addr *redis_node_addr(const struct redis_node *rn)
 {
 	return &rn->addr;
+}
+
+/* A question of where a key lives, with the query it is for. */
+struct where {
+	struct redis_node *rn;
+	struct redis_query r;
+};
+
+static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct where *w = priv;
+	redisReply *reply = reply_;
+	struct redis_cluster_error e;
+
+	if (!ac->data) {
+		/* the node is being freed: nobody to tell but the query's owner */
+		xfree(w);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	if (reply && reply->type == REDIS_REPLY_ERROR)
+		redis_cluster_error(reply->str, reply->len, &w->rn->addr, &e);
+	/* any other reply: the key is here after all */
+	w->rn->cb->where(w->rn->owner, &w->r, reply && reply->type != REDIS_REPLY_ERROR,
+			 reply && reply->type == REDIS_REPLY_ERROR ? &e : NULL);
+	xfree(w);
+}
+
+int redis_node_where(struct redis_node *rn, const struct redis_query *r)
+{
+	char key[STORE_KEY_NAME_LEN + 1];
+	struct where *w;
+
+	if (rn->state != NODE_READY || !rn->ac)
+		return -1;
+	w = xmalloc(sizeof(*w));
+	if (!w)
+		return -1;
+	w->rn = rn;
+	w->r = *r;
+	store_key_name(r->q.key, key);
+	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key,
+			      (size_t)STORE_KEY_NAME_LEN) != REDIS_OK) {
+		xfree(w);
+		return -1;
+	}
+	return 0;
 }
 
 /* ---- batches in flight ------------------------------------------------------ */
@@ -246,7 +294,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	if (allowed == 2) {
 		/* Cluster: the key lives on another node now */
 		STAT_INC(rn->stats->moved);
-		rn->cb->moved(rn->owner, r);
+		rn->cb->moved(rn->owner, rn, r);
 		return;
 	}
 	if ((allowed != 0 && allowed != 1) || decider < 1 || (size_t)decider > r->q.nlimits ||
@@ -526,6 +574,9 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		}
 #undef PUT_NUM
 	}
+	if (b->n == 1 && b->rq[0].asking &&
+	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		return -1;
 	if (rn->cluster) {
 		/* EVALSHA sha 0 <rules and requests> key...: no declared key */
 		const char *arg = rn->argv[argc - 1];
@@ -560,7 +611,16 @@ static void send_batches(struct redis_node *rn)
 	while (rn->qlen && rn->state == NODE_READY && rn->calls < rn->cfg->pipeline) {
 		size_t n = rn->qlen < (size_t)rn->cfg->batch_max ? rn->qlen
 								 : (size_t)rn->cfg->batch_max;
-		struct rbatch *b = xmalloc(sizeof(*b) + n * sizeof(struct redis_query));
+		struct rbatch *b;
+
+		/* A query sent after ASKING (a migrating slot) goes alone:
+		 * ASKING admits one command, for the slot being imported. */
+		for (size_t i = 0; i < n; i++)
+			if (rn->queue[(rn->qhead + i) % (size_t)rn->cfg->max_pending].asking) {
+				n = i ? i : 1;
+				break;
+			}
+		b = xmalloc(sizeof(*b) + n * sizeof(struct redis_query));
 
 		if (!b)
 			return; /* the deadline answers them */

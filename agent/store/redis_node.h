@@ -16,10 +16,12 @@
 #define RL_REDIS_NODE_H
 
 #include <ev.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "addr.h"
 #include "decide.h"
+#include "redis_cluster.h"
 #include "store.h"
 
 struct redis_config;
@@ -32,6 +34,7 @@ struct redis_query {
 	int64_t queued;     /* local monotonic microseconds */
 	int64_t deadline;
 	unsigned moves;     /* Cluster: times sent again after "moved" */
+	bool asking;        /* Cluster: send after ASKING (a migrating slot) */
 };
 
 struct redis_node_cb {
@@ -44,12 +47,18 @@ struct redis_node_cb {
 	void (*failed)(void *owner, const struct redis_query *r);
 	/* A Cluster node does not serve r's key (any more): nothing was
 	 * taken; r is the owner's to send where the key lives. */
-	void (*moved)(void *owner, const struct redis_query *r);
+	void (*moved)(void *owner, struct redis_node *rn, const struct redis_query *r);
 	/* A sign that the topology may have changed: the connection failed
 	 * or was lost, or Redis answered READONLY, LOADING, MASTERDOWN or
 	 * CLUSTERDOWN. The owner may look again (Sentinel, slot map); it must
 	 * not free the node from inside a callback. May be NULL. */
 	void (*trouble)(void *owner, struct redis_node *rn);
+	/* The answer to redis_node_where(): `here` when the key lives on the
+	 * node after all; else e says where (kind MOVED or ASK with an
+	 * address, or another error), or is NULL when the node did not
+	 * answer. */
+	void (*where)(void *owner, const struct redis_query *r, int here,
+		      const struct redis_cluster_error *e);
 };
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
@@ -68,6 +77,11 @@ const struct addr *redis_node_addr(const struct redis_node *rn);
  * cannot take it now (not connected, breaker open, queue full): r is then
  * the caller's to answer. */
 int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
+
+/* Asks the node where r's key lives (a plain command on the key, whose
+ * redirection says it): the answer comes to cb->where. Returns 0, or -1
+ * when the node cannot ask now. */
+int redis_node_where(struct redis_node *rn, const struct redis_query *r);
 
 /* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
  * 0 without a password. */

@@ -69,6 +69,7 @@ struct store_stats {
 	struct hist call_time;    /* a call sent -> its reply */
 	struct hist wait_time;    /* a query submitted -> decided by the store */
 	counter_t moved;          /* Cluster: sent where their key was not */
+	counter_t asked;          /* Cluster: sent after ASKING (slot migrating) */
 	counter_t topology_changes; /* a new master, slot map or shard set */
 };
 

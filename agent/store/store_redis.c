@@ -490,21 +490,70 @@ static void on_failed(void *owner, const struct redis_query *r)
 	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
 }
 
-/* Cluster: r's key was not where the map said. The map is looked at
- * again and r waits for it (a few times at most, within its deadline). */
-static void on_moved(void *owner, const struct redis_query *r)
+/* Holds r for a fresh map, or answers it by the failure policy when it
+ * cannot wait. */
+static void hold_for_map(struct redis_worker *rw, struct redis_query *r)
+{
+	r->asking = false;
+	if (r->deadline <= clock_now_us() || hold(rw, r) < 0) {
+		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		return;
+	}
+	rw->stale = true;
+	refresh_map(rw);
+}
+
+/* Cluster: r's key was not on the node rn the map named. The first time,
+ * the map is read again and r waits for it; after that, rn is asked where
+ * the key is (its slot may be migrating: ASK). A few times at most, within
+ * r's deadline. */
+static void on_moved(void *owner, struct redis_node *rn, const struct redis_query *r)
 {
 	struct redis_worker *rw = owner;
 	struct redis_query again = *r;
 
 	STAT_INC(rw->sw->stats.moved);
 	if (rw->cfg->topology != REDIS_CLUSTER || ++again.moves > MOVES_MAX ||
-	    again.deadline <= clock_now_us() || hold(rw, &again) < 0) {
+	    again.deadline <= clock_now_us()) {
 		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
 		return;
 	}
-	rw->stale = true;
-	refresh_map(rw);
+	if (again.moves == 1 || redis_node_where(rn, &again) < 0)
+		hold_for_map(rw, &again);
+}
+
+/* Where r's key lives, as its node said: here after all (send it again),
+ * migrating (ASKING to the importing node, once), moved (a fresh map). */
+static void on_where(void *owner, const struct redis_query *r, int here,
+		     const struct redis_cluster_error *e)
+{
+	struct redis_worker *rw = owner;
+	struct redis_query again = *r;
+
+	again.asking = false;
+	if (again.deadline <= clock_now_us()) {
+		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		return;
+	}
+	if (here) {
+		if (dispatch(rw, &again) < 0)
+			answer_unavailable(rw, &again);
+		return;
+	}
+	if (e && e->kind == REDIS_CLUSTER_E_ASK && e->has_addr && rw->map) {
+		for (size_t m = 0; m < rw->map->nmasters; m++) {
+			if (!addr_equal(&rw->map->master[m], &e->addr))
+				continue;
+			if (!rw->node[m])
+				rw->node[m] = new_node(rw, &rw->map->master[m]);
+			STAT_INC(rw->sw->stats.asked);
+			again.asking = true;
+			if (!rw->node[m] || redis_node_submit(rw->node[m], &again) < 0)
+				answer_unavailable(rw, &again);
+			return;
+		}
+	}
+	hold_for_map(rw, &again);
 }
 
 static void on_trouble(void *owner, struct redis_node *rn)
@@ -519,7 +568,8 @@ static void on_trouble(void *owner, struct redis_node *rn)
 	}
 }
 
-static const struct redis_node_cb node_cb = { on_decided, on_failed, on_moved, on_trouble };
+static const struct redis_node_cb node_cb = { on_decided, on_failed, on_moved, on_trouble,
+					      on_where };
 
 /* ---- Sentinel ---------------------------------------------------------------------- */
 
@@ -890,6 +940,7 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.ref = *ref;
 	r.q = *q;
 	r.moves = 0;
+	r.asking = false;
 	r.deadline = r.queued + (int64_t)(rw->cfg->timeout * 1e6);
 	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 }

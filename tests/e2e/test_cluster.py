@@ -24,6 +24,7 @@ import fleet
 import harness
 from harness import http_get, wait_for
 from redis_topology import Cluster
+from resp import RespError
 
 
 def fixture_cluster():
@@ -178,3 +179,36 @@ def test_admin_and_node_metrics(h, cluster):
     assert r.status == 200 and '"deleted": 1' in r.text, r.text
     got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
     assert got["m-007"] == (2, 1, 0), got
+
+
+def test_migrating_slot_is_followed_with_asking(h, cluster):
+    """A client's slot in the middle of a migration (IMPORTING on one master,
+    MIGRATING on another, its key not yet on the source): its decisions are
+    made on the importing master, after ASKING, exactly."""
+    cluster.reset()
+    a = start(h, cluster, "--limit", "3/1h", "--redis-timeout", "1000", metrics=True)
+    key = re.search(r'"key": "([^"]+)"',
+                    http_get(a.mport, "/admin/client?api_key=moving").text).group(1)
+    slot = cluster.slot_of(key)
+    src = cluster.node_for_slot(slot)
+    dst = next(m.port for m in cluster.masters() if m.port != src)
+    src_id, dst_id = cluster.ids[src], cluster.ids[dst]
+    try:
+        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == b"OK"
+        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == b"OK"
+        got = fleet.burst([a.port], ["moving"], per_key=5, conns=1)["moving"]
+        assert [(v["status"], v["degraded"]) for v in got] == [(0, False)] * 3 + [(429, False)] * 2, got
+        assert metric(a, "spoa_rl_redis_asking_total") >= 5
+        with cluster.client(dst) as c:
+            c.command("ASKING")
+            assert c.command("EXISTS", key) == 1
+        # the source has no such key: it redirects
+        with cluster.client(src) as c:
+            try:
+                c.command("EXISTS", key)
+                assert False, "the key is on the source too"
+            except RespError as e:
+                assert str(e).startswith("ASK %d " % slot), e
+    finally:
+        for port in (dst, src):
+            cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
