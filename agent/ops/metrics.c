@@ -242,7 +242,10 @@ static void render(struct server *srv, struct out *o)
 		memstore_get_stats(srv->store->mem, &ms);
 		gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
 		counter(o, "spoa_rl_memory_full_total",
-			"In-memory decisions made without room to keep state.", ms.full);
+			"In-memory decisions left to the failure policy: no room without forgetting a refused client.",
+			ms.full);
+		counter(o, "spoa_rl_memory_evicted_total",
+			"In-memory entries forgotten to make room for new clients.", ms.evicted);
 	}
 }
 

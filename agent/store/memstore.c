@@ -25,11 +25,14 @@
 #define MS_SHARDS_MAX 64
 #define MS_FREE 0xff              /* idx of an unused entry */
 #define MS_SHARD_CAP_MAX (1u << 28)
+#define MS_EVICT_SAMPLE 16        /* entries looked at per eviction */
+#define MS_EVICT_TRIES 4          /* samples without a candidate: give up */
 
 struct ms_entry {
 	uint8_t key[IDENTITY_KEY_LEN];
 	uint64_t fp;          /* fingerprint of the spec the state belongs to */
 	int64_t expire_us;    /* from then on the state is as good as fresh */
+	int64_t refused_until; /* a request was refused by it until then */
 	struct limit_state st;
 	uint32_t hash;        /* index hash; for a free entry, next free + 1 */
 	uint8_t idx;          /* limit index, MS_FREE when unused */
@@ -46,6 +49,8 @@ struct ms_shard {
 	int64_t min_expire;   /* no entry expires before this (lower bound) */
 	uint64_t full;
 	uint64_t reclaimed;
+	uint64_t evicted;
+	uint32_t rnd;         /* xorshift state for eviction samples */
 	/* Keeps one shard's hot fields off the next shard's cache line. */
 	char pad[64];
 };
@@ -173,16 +178,75 @@ static size_t sweep_shard(struct ms_shard *sh, int64_t now)
 	return n;
 }
 
-/* Takes a free entry for (key, idx) and indexes it; when the shard is full,
- * first reclaims its fresh entries. Returns the entry index, or -1. */
-static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32_t h,
-		   int64_t now)
+static uint32_t free_count(const struct ms_shard *sh)
+{
+	return sh->cap - sh->used;
+}
+
+/* Evicts, from a sample of the shard's entries, the one that loses the
+ * least: the soonest back to full (smallest expire_us), never one that
+ * refused a request and would still refuse it, never one of `keep`.
+ * Returns 1 when one went, 0 when the sample held none that may go. */
+static int evict_one(struct ms_shard *sh, int64_t now, const long *keep, size_t nkeep)
+{
+	long best = -1;
+
+	for (int k = 0; k < MS_EVICT_SAMPLE; k++) {
+		uint32_t x = sh->rnd, ent;
+		const struct ms_entry *e;
+		size_t j;
+
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		sh->rnd = x;
+		ent = x % sh->cap;
+		e = &sh->entries[ent];
+		if (e->idx == MS_FREE || e->refused_until > now)
+			continue;
+		for (j = 0; j < nkeep && keep[j] != (long)ent; j++)
+			;
+		if (j < nkeep)
+			continue;
+		if (best < 0 || e->expire_us < sh->entries[best].expire_us)
+			best = (long)ent;
+	}
+	if (best < 0)
+		return 0;
+	delete_entry(sh, (uint32_t)best);
+	sh->evicted++;
+	return 1;
+}
+
+/* Makes room for `need` new entries: fresh ones are reclaimed first, then
+ * the least valuable evicted (evict_one). Returns 0, or -1 when the shard
+ * cannot make room without forgetting a client it refuses. */
+static int make_room(struct ms_shard *sh, size_t need, int64_t now, const long *keep,
+		     size_t nkeep)
+{
+	int misses = 0;
+
+	if (free_count(sh) >= need)
+		return 0;
+	sweep_shard(sh, now);
+	while (free_count(sh) < need) {
+		if (evict_one(sh, now, keep, nkeep)) {
+			misses = 0;
+			continue;
+		}
+		if (++misses == MS_EVICT_TRIES)
+			return -1;
+	}
+	return 0;
+}
+
+/* Takes a free entry for (key, idx) and indexes it (make_room() made
+ * sure there is one). Returns the entry index, or -1. */
+static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32_t h)
 {
 	uint32_t ent, i;
 	struct ms_entry *e;
 
-	if (sh->free_head == 0)
-		sweep_shard(sh, now);
 	if (sh->free_head == 0)
 		return -1;
 	ent = sh->free_head - 1;
@@ -227,6 +291,7 @@ static int shard_init(struct ms_shard *sh, uint32_t cap)
 	}
 	sh->free_head = cap ? 1 : 0;
 	sh->min_expire = INT64_MAX;
+	sh->rnd = 0x9e3779b9u ^ cap;
 	return 0;
 }
 
@@ -324,7 +389,8 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	uint32_t h[LIMIT_SET_MAX];
 	uint64_t kh;
 	struct ms_shard *sh;
-	int refused = 0, no_room = 0;
+	int refused = 0;
+	size_t missing = 0;
 
 	if (n == 0 || n > LIMIT_SET_MAX)
 		return -1;
@@ -352,36 +418,34 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	}
 	if (refused || cost == 0) {
 		/* Nothing is taken: the limits that would have allowed report
-		 * what they still hold, not what this request would have left. */
+		 * what they still hold, not what this request would have left.
+		 * A refusing limit's entry is marked, so that eviction spares
+		 * the client while it is refused. */
 		for (size_t i = 0; i < n && cost > 0; i++) {
 			struct limit_state unused;
 
 			if (res[i].allowed)
 				limit_eval(&limits[i], &cur[i], now_us, 0, &unused, &res[i]);
+			else if (ent[i] >= 0)
+				sh->entries[ent[i]].refused_until = now_us + res[i].retry_after_us;
 		}
 		pthread_mutex_unlock(&sh->lock);
 		return decider(res, n);
 	}
-	/* Existing entries first: their new expiry protects them from the
-	 * reclaiming that an insertion below may run. */
+	for (size_t i = 0; i < n; i++)
+		missing += ent[i] < 0;
+	if (missing && make_room(sh, missing, now_us, ent, n) < 0) {
+		/* Every entry that could go is a client refused now: forgetting
+		 * one would let it through. The caller decides without state. */
+		sh->full++;
+		pthread_mutex_unlock(&sh->lock);
+		return MEMSTORE_NO_ROOM;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (ent[i] < 0)
-			continue;
+			ent[i] = insert(sh, key, (unsigned)i, h[i]);
 		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (ent[i] >= 0)
-			continue;
-		ent[i] = insert(sh, key, (unsigned)i, h[i], now_us);
-		if (ent[i] < 0) {
-			/* Decided as a fresh client, without keeping state. */
-			no_room = 1;
-			continue;
-		}
-		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
-	}
-	if (no_room)
-		sh->full++;
 	pthread_mutex_unlock(&sh->lock);
 	return decider(res, n);
 }
@@ -427,6 +491,7 @@ void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
 		out->keys += sh->used;
 		out->full += sh->full;
 		out->reclaimed += sh->reclaimed;
+		out->evicted += sh->evicted;
 		pthread_mutex_unlock(&sh->lock);
 	}
 }

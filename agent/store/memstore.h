@@ -3,11 +3,14 @@
  * shard so that workers rarely contend. A decision over several limits of
  * one client is all or nothing under one shard lock.
  *
- * Memory is bounded: at most `max_keys` entries; an entry whose state is
- * back to "fresh" (past its TTL) is reclaimed on access and by
- * memstore_sweep(); when full, a new client evicts a fresh entry of its
- * shard or, failing that, is decided without state (allowed, as a fresh
- * client) and counted in memstore_stats.full. */
+ * Memory is bounded: at most `max_keys` entries. When a shard is full, a
+ * new client's entries take the place, in this order, of entries back to
+ * "fresh" (past their TTL: nothing is lost), then of the least valuable
+ * among a sample: the soonest back to full, never one that refused a
+ * request and would still refuse it. So a client refused now stays refused
+ * however many new identities arrive. When nothing may go, the request is
+ * not decided here (MEMSTORE_NO_ROOM; counted in memstore_stats.full) and
+ * the caller applies the rule's failure policy. */
 #ifndef RL_MEMSTORE_H
 #define RL_MEMSTORE_H
 
@@ -19,10 +22,13 @@
 
 struct memstore;
 
+#define MEMSTORE_NO_ROOM (-2)
+
 struct memstore_stats {
 	uint64_t keys;
 	uint64_t full;     /* decisions made without room for state */
 	uint64_t reclaimed;
+	uint64_t evicted;  /* entries forgotten to make room */
 };
 
 /* Returns NULL on allocation failure. */
@@ -37,7 +43,8 @@ void memstore_free(struct memstore *ms);
  * Returns the index of the limit that decides the answer: the refusing
  * limit with the longest retry-after, or when all allow, the one with the
  * fewest remaining (ties: the lowest index). Returns -1 for n == 0 or
- * n > LIMIT_SET_MAX. */
+ * n > LIMIT_SET_MAX, MEMSTORE_NO_ROOM when a new client finds no room
+ * (nothing taken, res[] unspecified). */
 int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res);

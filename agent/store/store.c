@@ -69,6 +69,8 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 		if (q->nlimits > 0) {
 			decider = memstore_check(st->mem, q->key, q->rule->local, q->nlimits,
 						 clock_now_us(), q->cost, res);
+			if (decider == MEMSTORE_NO_ROOM)
+				break; /* no room to count it: forwarded */
 			decide_result(q, res, decider, d);
 			d->degraded = true;
 			return;

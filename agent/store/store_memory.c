@@ -12,7 +12,8 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 {
 	*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits, clock_now_us(),
 				  q->cost, res);
-	return STORE_DECIDED;
+	/* full of clients it refuses: the failure policy decides */
+	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }
 
 /* For each rule: its limits with what they hold now, or with reset, how

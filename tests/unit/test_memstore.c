@@ -169,56 +169,77 @@ static void test_full(void **unused)
 	make_key(100, a);
 	make_key(101, b);
 	make_key(102, c);
-	memstore_check(ms, a, &l, 1, T0, 1, res);
+	assert_int_equal(memstore_check(ms, a, &l, 1, T0, 1, res), 0);
 	assert_true(res[0].allowed);
 	memstore_get_stats(ms, &st);
 	assert_int_equal(st.keys, 1);
 	assert_int_equal(st.full, 0);
-	/* No room for b: decided as a fresh client, every time. */
-	for (int i = 0; i < 5; i++) {
-		assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
-		assert_true(res[0].allowed);
-		assert_int_equal(res[0].remaining, 1);
-	}
+	/* No room for b: a, which refuses nothing, makes way (b keeps state). */
+	assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
+	assert_true(res[0].allowed);
+	assert_int_equal(res[0].remaining, 1);
 	memstore_get_stats(ms, &st);
 	assert_int_equal(st.keys, 1);
-	assert_int_equal(st.full, 5);
-	assert_int_equal(st.reclaimed, 0);
-	/* a is still tracked. */
-	memstore_check(ms, a, &l, 1, T0 + 100 * MS, 1, res);
+	assert_int_equal(st.evicted, 1);
+	assert_int_equal(st.full, 0);
+	assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
 	assert_true(res[0].allowed);
 	assert_int_equal(res[0].remaining, 0);
-	/* a's TAT is now T0 + 1 s: from then on it is fresh, so b evicts it
-	 * and keeps state. */
-	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
-	assert_true(res[0].allowed);
-	memstore_get_stats(ms, &st);
-	assert_int_equal(st.keys, 1);
-	assert_int_equal(st.full, 5);
-	assert_int_equal(st.reclaimed, 1);
-	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
-	assert_true(res[0].allowed);
-	memstore_check(ms, b, &l, 1, T0 + S, 1, res);
+	/* b is refused now: it is not forgotten for a newcomer, who is not
+	 * decided here (the failure policy answers) and takes nothing. */
+	assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
 	assert_false(res[0].allowed);
-	/* A client with two limits and room for none: still decided. */
-	assert_int_equal(memstore_check(ms, c, two, 2, T0 + S, 1, res), 0);
-	assert_true(res[0].allowed && res[1].allowed);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(memstore_check(ms, c, &l, 1, T0 + 200 * MS, 1, res),
+				 MEMSTORE_NO_ROOM);
 	memstore_get_stats(ms, &st);
-	assert_int_equal(st.full, 6);
+	assert_int_equal(st.full, 5);
+	assert_int_equal(st.evicted, 1);
+	assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 200 * MS, 1, res), 0);
+	assert_false(res[0].allowed);
+	/* Once b's refusal has run out (a token back after 600 ms), b may go. */
+	assert_int_equal(memstore_check(ms, c, &l, 1, T0 + 700 * MS, 1, res), 0);
+	assert_true(res[0].allowed);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.evicted, 2);
+	/* A client with two limits and room for one entry: not decided. */
+	assert_int_equal(memstore_check(ms, a, two, 2, T0 + 800 * MS, 1, res), MEMSTORE_NO_ROOM);
 	memstore_free(ms);
+}
 
-	/* A store with no room at all still answers. */
-	ms = memstore_new(0);
+/* The probe that found a full store letting every new client through: a
+ * client refused now stays refused while new identities keep arriving,
+ * and a newcomer is limited like anyone. */
+static void test_full_of_new_identities(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l = bucket(5, 60 * S);
+	struct limit_result res[1];
+	struct memstore_stats st;
+	uint8_t key[IDENTITY_KEY_LEN], refused[IDENTITY_KEY_LEN], late[IDENTITY_KEY_LEN];
+	int passed = 0;
+
 	assert_non_null(ms);
-	for (int i = 0; i < 3; i++) {
-		assert_int_equal(memstore_check(ms, a, &l, 1, T0, 1, res), 0);
-		assert_true(res[0].allowed);
+	make_key(7, refused);
+	for (int i = 0; i < 6; i++)
+		memstore_check(ms, refused, &l, 1, T0, 1, res);
+	assert_false(res[0].allowed);
+	for (uint32_t i = 0; i < 100000; i++) {
+		make_key(1000000 + i, key);
+		memstore_check(ms, key, &l, 1, T0 + i, 1, res);
+		if (i % 10000 == 0) {
+			assert_int_equal(memstore_check(ms, refused, &l, 1, T0 + i, 1, res), 0);
+			assert_false(res[0].allowed);
+		}
 	}
+	make_key(8, late);
+	for (int i = 0; i < 20; i++)
+		passed += memstore_check(ms, late, &l, 1, T0 + 200000, 1, res) == 0 &&
+			  res[0].allowed;
+	assert_int_equal(passed, 5);
 	memstore_get_stats(ms, &st);
-	assert_int_equal(st.keys, 0);
-	assert_int_equal(st.full, 3);
-	assert_int_equal(memstore_sweep(ms, T0), 0);
-	assert_int_equal(memstore_reset(ms, a), 0);
+	assert_true(st.keys <= 1000);
+	assert_true(st.evicted > 90000);
 	memstore_free(ms);
 }
 
@@ -391,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_decider),
 		cmocka_unit_test(test_spec_change_and_expiry),
 		cmocka_unit_test(test_full),
+		cmocka_unit_test(test_full_of_new_identities),
 		cmocka_unit_test(test_sweep_and_reset),
 		cmocka_unit_test(test_many_keys),
 		cmocka_unit_test(test_no_allocation),

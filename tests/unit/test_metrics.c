@@ -34,6 +34,7 @@ void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
 	out->keys = 4242;
 	out->full = 17;
 	out->reclaimed = 99;
+	out->evicted = 5;
 }
 
 /* Both structs hold nothing but counters: number them all, distinctly per
