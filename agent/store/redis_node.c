@@ -3,6 +3,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,20 @@
 #define RECONNECT_MAX 2.0
 #define NUM_MAX 24
 /* Circuit breaker: after BREAKER_FAILS script calls in a row that missed
- * their deadline or failed, decisions skip Redis for a while (answered at
- * once by the failure policy instead of each waiting out the deadline);
- * then one call probes. The pause doubles on each failed probe. */
+ * their deadline or failed, decisions skip Redis (answered at once by the
+ * failure policy instead of each waiting out the deadline); every
+ * BREAKER_PROBE_US one decision goes through as a probe, and the first
+ * that Redis answers closes the breaker: Redis decides again within that
+ * interval (plus a call) of its recovery, however long it was away. */
 #define BREAKER_FAILS 3
-#define BREAKER_MIN_US 500000
-#define BREAKER_MAX_US 10000000
+#define BREAKER_PROBE_US 250000
+/* Connecting, AUTH and loading the script must be done within this; a
+ * server that accepts and never answers is left, and tried again. */
+#define HANDSHAKE_S 1.0
+/* The largest array a reply of ours may hold: a plain-encoding batch is
+ * 1 + 1024 * (2 + 3 * 16) elements. Larger is a broken or hostile server:
+ * the connection is dropped before anything is allocated for it. */
+#define REPLY_ELEMENTS_MAX 65536
 
 enum node_state {
 	NODE_DISCONNECTED,
@@ -69,9 +78,13 @@ struct redis_node {
 	struct rbatch *oldest, *newest;
 	struct redis_decision *decoded; /* a batch's decoded reply */
 	int fails;                   /* calls in a row that failed */
-	int64_t open_until;          /* breaker open until then (local clock) */
-	int64_t open_for;            /* the next pause */
-	int half_open;               /* a probe is allowed */
+	int64_t open_until;          /* breaker open: the next probe then */
+	int probing;                 /* a probe is in flight */
+	bool down;                   /* the last connection or handshake failed:
+				      * decisions go to the failure policy at
+				      * once until the node is ready again */
+	bool freeing;                /* redis_node_free() under way */
+	ev_timer handshake_w;        /* connecting and loading the script */
 	msgpack_sbuffer sbuf;
 	/* argv of one script call */
 	const char **argv;
@@ -87,6 +100,7 @@ struct redis_node {
 
 static void start_connect(struct redis_node *rn);
 static void send_batches(struct redis_node *rn);
+static void handshake_failed(struct redis_node *rn);
 
 static void answer_degraded(struct redis_node *rn, const struct redis_query *r)
 {
@@ -129,8 +143,10 @@ static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
 	redisReply *reply = reply_;
 	struct redis_cluster_error e;
 
-	if (!ac->data) {
-		/* the node is being freed: nobody to tell but the query's owner */
+	if (!reply || w->rn->freeing) {
+		/* no answer (the connection went, or the node is being freed):
+		 * the failure policy answers */
+		w->rn->cb->failed(w->rn->owner, &w->r);
 		xfree(w);
 		return;
 	}
@@ -210,28 +226,28 @@ static void arm_deadline(struct redis_node *rn)
 
 static void call_failed(struct redis_node *rn, int64_t now)
 {
-	if (++rn->fails < BREAKER_FAILS && !rn->half_open)
+	if (rn->open_until) {
+		/* a probe (or a call from before) failed: probe again later */
+		rn->probing = 0;
+		rn->open_until = now + BREAKER_PROBE_US;
 		return;
-	if (rn->open_until > now)
+	}
+	if (++rn->fails < BREAKER_FAILS)
 		return;
-	rn->open_for = rn->open_for ? rn->open_for * 2 : BREAKER_MIN_US;
-	if (rn->open_for > BREAKER_MAX_US)
-		rn->open_for = BREAKER_MAX_US;
-	rn->open_until = now + rn->open_for;
-	rn->half_open = 0;
+	rn->open_until = now + BREAKER_PROBE_US;
+	rn->probing = 0;
 	STAT_INC(rn->stats->breaker_trips);
-	log_warn("redis: worker %d: %s: %d failed calls in a row, deciding without Redis for %lld ms",
-		 rn->worker, rn->name, rn->fails, (long long)(rn->open_for / 1000));
+	log_warn("redis: worker %d: %s: %d failed calls in a row, deciding without Redis and "
+		 "probing every %d ms", rn->worker, rn->name, rn->fails, BREAKER_PROBE_US / 1000);
 }
 
 static void call_succeeded(struct redis_node *rn)
 {
-	if (rn->open_for && rn->half_open)
+	if (rn->open_until)
 		log_info("redis: worker %d: %s: Redis answers again", rn->worker, rn->name);
 	rn->fails = 0;
-	rn->open_for = 0;
 	rn->open_until = 0;
-	rn->half_open = 0;
+	rn->probing = 0;
 }
 
 /* Answers, degraded, every query whose deadline has passed: queued ones
@@ -358,16 +374,24 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 
 	if (!rn)
 		return;
-	if (!reply || reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rn->sha)) {
-		if (reply)
-			log_err("redis: %s: cannot load the decision script: %s", rn->name,
-				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+	if (!reply)
+		return;
+	if (reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rn->sha)) {
+		/* e.g. NOPERM: an ACL user without +@scripting. Decisions go to
+		 * the failure policy at once; the load is tried again, with
+		 * backoff, on a new connection. */
+		log_err("redis: worker %d: %s: cannot load the decision script: %s", rn->worker,
+			rn->name, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		handshake_failed(rn);
+		redisAsyncDisconnect(ac);
 		return;
 	}
 	memcpy(rn->sha, reply->str, reply->len);
 	rn->sha[reply->len] = '\0';
 	if (rn->state == NODE_CONNECTING) {
 		rn->state = NODE_READY;
+		rn->down = false;
+		ev_timer_stop(rn->loop, &rn->handshake_w);
 		rn->backoff = RECONNECT_MIN;
 		log_info("redis: worker %d ready (script %s) on %s", rn->worker, rn->sha, rn->name);
 		send_batches(rn);
@@ -699,6 +723,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		/* hiredis frees the context after this callback */
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
+		rn->down = true;
+		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
 		trouble(rn);
@@ -719,6 +745,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
 				 rn->name, ac->errstr);
+		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
 		trouble(rn);
@@ -727,10 +754,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 {
+	struct redis_node *rn = ac->data;
 	redisReply *reply = r;
 
-	if (reply && reply->type == REDIS_REPLY_ERROR) {
-		log_err("redis: AUTH failed: %s", reply->str);
+	if (rn && reply && reply->type == REDIS_REPLY_ERROR) {
+		log_err("redis: worker %d: %s: AUTH failed: %s", rn->worker, rn->name, reply->str);
+		handshake_failed(rn);
 		redisAsyncDisconnect(ac);
 	}
 }
@@ -750,6 +779,64 @@ int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], si
 	argv[n] = cfg->password;
 	argvlen[n++] = strlen(cfg->password);
 	return n;
+}
+
+/* The connection or its handshake failed: whatever waits is answered by
+ * the failure policy now, and so is every decision until the node is
+ * ready again (the reconnection goes on with backoff). */
+static void handshake_failed(struct redis_node *rn)
+{
+	rn->down = true;
+	answer_queue_degraded(rn);
+}
+
+/* Connected (or not) but not ready in time: a server that accepts and
+ * never answers. Dropped; the reconnection tries again. */
+static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct redis_node *rn = t->data;
+
+	if (rn->state != NODE_CONNECTING || !rn->ac)
+		return;
+	log_warn("redis: worker %d: %s: no answer within %.0f s of connecting", rn->worker,
+		 rn->name, HANDSHAKE_S);
+	handshake_failed(rn);
+	redisAsyncDisconnect(rn->ac);
+}
+
+/* hiredis's reply builders with a bound on arrays (see REPLY_ELEMENTS_MAX):
+ * hiredis 0.14 would allocate whatever count a server announces. */
+static redisReplyObjectFunctions bounded_fn;
+static const redisReplyObjectFunctions *hiredis_fn;
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_array(const redisReadTask *task, int elements)
+{
+	if (elements < 0 || elements > REPLY_ELEMENTS_MAX)
+		return NULL; /* the reader reports an error: the connection goes */
+	return hiredis_fn->createArray(task, elements);
+}
+
+static const redisReplyObjectFunctions *defaults_of;
+
+static void bounded_init(void)
+{
+	hiredis_fn = defaults_of;
+	bounded_fn = *defaults_of;
+	bounded_fn.createArray = bounded_array;
+}
+
+/* Puts the bounded builders on a new context's reader. */
+void redis_node_bound_replies(redisAsyncContext *ac)
+{
+	if (!ac->c.reader->fn)
+		return;
+	if (ac->c.reader->fn != &bounded_fn) {
+		defaults_of = ac->c.reader->fn;
+		pthread_once(&bounded_once, bounded_init);
+		if (ac->c.reader->fn == hiredis_fn)
+			ac->c.reader->fn = &bounded_fn;
+	}
 }
 
 static void start_connect(struct redis_node *rn)
@@ -773,7 +860,11 @@ static void start_connect(struct redis_node *rn)
 	}
 	ac->data = rn;
 	rn->ac = ac;
+	redis_node_bound_replies(ac);
 	redisLibevAttach(rn->loop, ac);
+	ev_timer_stop(rn->loop, &rn->handshake_w);
+	ev_timer_set(&rn->handshake_w, HANDSHAKE_S, 0.);
+	ev_timer_start(rn->loop, &rn->handshake_w);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	STAT_INC(rn->stats->connects);
@@ -854,6 +945,8 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->reconnect_w.data = rn;
 	ev_timer_init(&rn->deadline_w, on_deadline, 0., 0.);
 	rn->deadline_w.data = rn;
+	ev_timer_init(&rn->handshake_w, on_handshake_timeout, HANDSHAKE_S, 0.);
+	rn->handshake_w.data = rn;
 	ev_prepare_init(&rn->send_w, on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
@@ -865,6 +958,8 @@ void redis_node_free(struct redis_node *rn)
 {
 	if (!rn)
 		return;
+	rn->freeing = true;
+	ev_timer_stop(rn->loop, &rn->handshake_w);
 	answer_queue_degraded(rn);
 	if (rn->ac) {
 		redisAsyncContext *ac = rn->ac;
@@ -893,13 +988,13 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r)
 	int64_t now = r->queued;
 
 	if (rn->open_until) {
-		if (now < rn->open_until) {
+		if (now < rn->open_until || rn->probing || rn->state != NODE_READY) {
 			STAT_INC(rn->stats->breaker_skips);
 			return -1;
 		}
-		rn->half_open = 1; /* this and the next queries probe */
+		rn->probing = 1; /* this one probes; the others wait for it */
 	}
-	if (rn->state == NODE_DISCONNECTED ||
+	if (rn->state == NODE_DISCONNECTED || (rn->down && rn->state != NODE_READY) ||
 	    rn->qlen + rn->inflight >= (size_t)rn->cfg->max_pending) {
 		STAT_INC(rn->stats->unavailable);
 		return -1;

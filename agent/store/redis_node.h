@@ -16,6 +16,7 @@
 #define RL_REDIS_NODE_H
 
 #include <ev.h>
+#include <hiredis/async.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -82,6 +83,11 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
  * redirection says it): the answer comes to cb->where. Returns 0, or -1
  * when the node cannot ask now. */
 int redis_node_where(struct redis_node *rn, const struct redis_query *r);
+
+/* Bounds the arrays a context's replies may hold (hiredis 0.14 allocates
+ * whatever count a server announces): a larger one is a reader error, and
+ * the connection is dropped. For every hiredis context the store opens. */
+void redis_node_bound_replies(redisAsyncContext *ac);
 
 /* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
  * 0 without a password. */

@@ -69,6 +69,7 @@ static redisAsyncContext *connect_to(struct redis_sentinel *s, const struct addr
 		return NULL;
 	}
 	ac->data = s;
+	redis_node_bound_replies(ac);
 	redisLibevAttach(s->loop, ac);
 	return ac;
 }

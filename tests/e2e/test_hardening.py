@@ -1,0 +1,232 @@
+"""Ways the agent was found to fail open, stall or leak, each reproduced as
+it was found and kept fixed: a full in-memory store, a Redis that refuses
+the script or never answers, a breaker slow to close, a hostile Redis
+reply, identities longer than 511 bytes.
+"""
+
+import re
+import socket
+import threading
+import time
+
+import fleet
+import harness
+from harness import http_get, wait_for
+from redis_helper import RedisServer
+
+
+def test_full_memory_store_keeps_refusing(h):
+    """--mem-max-keys 1000 --limit 5/1m, then 100k identities: a client
+    refused before stays refused, and a new client passes 5 of 20, not 20
+    of 20."""
+    a = h.agent("--threads", "1", "--mem-max-keys", "1000", "--limit", "5/1m")
+    first = fleet.counts(fleet.burst([a.port], ["old"], per_key=6, conns=1))
+    assert first["old"] == (5, 1, 0), first
+    fleet.burst([a.port], ["new-%06d" % i for i in range(100000)], per_key=1, conns=4,
+                timeout=60)
+    again = fleet.counts(fleet.burst([a.port], ["old"], per_key=3, conns=1))
+    assert again["old"] == (0, 3, 0), again
+    late = fleet.counts(fleet.burst([a.port], ["late"], per_key=20, conns=1))
+    assert late["late"] == (5, 15, 0), late
+
+
+# ---------------------------------------------------- Redis that cannot serve
+
+
+class Ask:
+    """One SPOP connection asking for api_key=key, timed."""
+
+    def __init__(self, port):
+        import spop
+        self.spop = spop
+        self.c = spop.Conn(port, timeout=10.0)
+        self.c.handshake()
+        self.sid = 0
+
+    def ask(self, key):
+        self.sid += 1
+        t = time.monotonic()
+        self.c.send(self.spop.check_rate(self.sid, 1, api_key=key))
+        f = self.c.expect(self.spop.ACK, timeout=10)
+        return f.vars(), time.monotonic() - t
+
+
+def start_on(h, redis_addr, *args):
+    return h.agent("--threads", "1", "--redis", redis_addr, *args)
+
+
+def test_script_refused_then_granted(h):
+    """An ACL user without +@scripting: decisions are answered at once by the
+    failure policy (not after the 2 s deadline), one log line names NOPERM,
+    and Redis decides within seconds of the permission being granted."""
+    redis = RedisServer(h)
+    redis.command("ACL", "SETUSER", "rl", "on", ">pw", "~*", "+@all", "-@scripting")
+    a = start_on(h, redis.addr, "--redis-user", "rl", "--redis-password", "pw",
+                 "--redis-timeout", "2000", "--limit", "5/1h")
+    wait_for(lambda: "NOPERM" in a.log(), 5, "the log to name NOPERM")
+    s = Ask(a.port)
+    for i in range(20):
+        v, took = s.ask("perm%d" % i)
+        assert v["degraded"] and v["status"] == 0, v
+        assert took < 1.0, took
+    redis.command("ACL", "SETUSER", "rl", "+@scripting")
+    t0 = time.monotonic()
+    wait_for(lambda: not s.ask("granted%f" % time.monotonic())[0]["degraded"], 10,
+             "decisions from Redis after the grant")
+    print("  decided by Redis %.1f s after the grant" % (time.monotonic() - t0))
+
+
+def silent_server():
+    """A server that accepts connections and never answers: (port, stop)."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    conns, stop = [], threading.Event()
+
+    def run():
+        ls.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = ls.accept()
+                conns.append(c)
+            except OSError:
+                pass
+        for c in conns:
+            c.close()
+        ls.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(5)
+    return ls.getsockname()[1], close
+
+
+def test_silent_redis(h):
+    """A Redis that accepts and never answers: after the handshake deadline
+    (1 s), decisions are answered at once by the failure policy."""
+    port, close = silent_server()
+    try:
+        a = start_on(h, "127.0.0.1:%d" % port, "--redis-timeout", "2000")
+        wait_for(lambda: "no answer within" in a.log(), 5, "the handshake deadline")
+        s = Ask(a.port)
+        for i in range(20):
+            v, took = s.ask("silent%d" % i)
+            assert v["degraded"], v
+            assert took < 1.0, took
+    finally:
+        close()
+
+
+def test_breaker_closes_within_a_second_of_recovery(h):
+    """Redis stopped for 5 s under traffic: the breaker opens, and once Redis
+    is back, decisions come from it again within a second."""
+    redis = RedisServer(h)
+    a = start_on(h, redis.addr, "--limit", "1000000/1h")
+    s = Ask(a.port)
+    wait_for(lambda: not s.ask("warm")[0]["degraded"], 5, "Redis to decide")
+    redis.pause()
+    try:
+        t_end = time.monotonic() + 5.0
+        while time.monotonic() < t_end:
+            s.ask("stall")
+    finally:
+        redis.resume()
+    t0 = time.monotonic()
+    while s.ask("stall")[0]["degraded"]:
+        assert time.monotonic() - t0 < 5, "still degraded 5 s after Redis came back"
+    took = time.monotonic() - t0
+    print("  decided by Redis %.2f s after it came back" % took)
+    assert took < 1.0, took
+    assert "deciding without Redis" in a.log()
+
+
+def test_breaker_after_oom(h):
+    """Redis out of memory (every script call fails) for 2 s, then not: the
+    agent answers at once meanwhile, and Redis decides again within a
+    second of recovering."""
+    redis = RedisServer(h)
+    a = start_on(h, redis.addr, "--limit", "1000000/1h")
+    s = Ask(a.port)
+    wait_for(lambda: not s.ask("warm")[0]["degraded"], 5, "Redis to decide")
+    redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    redis.command("CONFIG", "SET", "maxmemory", "1")
+    try:
+        t_end = time.monotonic() + 2.0
+        n = 0
+        while time.monotonic() < t_end:
+            v, took = s.ask("oom%d" % n)
+            n += 1
+            assert v["degraded"], v
+    finally:
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+    t0 = time.monotonic()
+    while s.ask("after%f" % time.monotonic())[0]["degraded"]:
+        assert time.monotonic() - t0 < 5, "still degraded 5 s after memory came back"
+    took = time.monotonic() - t0
+    print("  %d decisions answered during the OOM; Redis again %.2f s after" % (n, took))
+    assert took < 1.0, took
+
+
+def hostile_server(payload_head, filler, seconds):
+    """A server that answers its first command with payload_head, then
+    streams filler for `seconds`: (port, stop, sent bytes list)."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(16)
+    stop = threading.Event()
+    sent = [0]
+
+    def serve(c):
+        try:
+            c.recv(65536)
+            c.sendall(payload_head)
+            chunk = filler * 4096
+            t_end = time.monotonic() + seconds
+            while not stop.is_set() and time.monotonic() < t_end:
+                c.sendall(chunk)
+                sent[0] += len(chunk)
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def run():
+        ls.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+        ls.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(5)
+    return ls.getsockname()[1], close, sent
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def test_hostile_reply_is_bounded(h):
+    """A server answering *100000000 then integers: the connection is dropped
+    before anything is built for it; the agent's memory stays small."""
+    port, close, sent = hostile_server(b"*100000000\r\n", b":1\r\n", 2.0)
+    try:
+        a = start_on(h, "127.0.0.1:%d" % port, "--redis-timeout", "50")
+        time.sleep(2.5)
+        assert rss_kb(a.pid) < 100 * 1024, rss_kb(a.pid)
+        s = Ask(a.port)
+        v, took = s.ask("hostile")
+        assert v["degraded"], v
+    finally:
+        close()
