@@ -13,7 +13,8 @@
 #include "server.h"
 #include "store.h"
 
-#define ADMIN_TEXT_MAX 512
+/* A query fits in a request head, and so does any value decoded from it. */
+#define ADMIN_TEXT_MAX HTTP_HEAD_MAX
 
 /* One admin request waiting for the store. */
 struct admin_req {
@@ -22,7 +23,7 @@ struct admin_req {
 	struct store *store;
 	struct rules *rules;        /* referenced until the answer */
 	const char *kind;          /* identity argument's name, in rules */
-	char text[ADMIN_TEXT_MAX]; /* its value as text */
+	char text[ADMIN_TEXT_MAX]; /* its value, whole */
 	size_t tlen;
 };
 
@@ -83,7 +84,7 @@ static void admin_done(struct store_admin *a)
 void admin_serve(struct server *srv, struct http_req *req)
 {
 	const char *method = http_req_method(req), *path = http_req_path(req);
-	char qbuf[ADMIN_TEXT_MAX * 2];
+	char qbuf[ADMIN_TEXT_MAX + 1];
 	struct out o = { NULL, 0, 0, 0, 1 };
 	struct rules_args args;
 	struct rules_verdict v;
@@ -134,7 +135,15 @@ void admin_serve(struct server *srv, struct http_req *req)
 	ar->req = req;
 	ar->store = srv->store;
 	ar->kind = ids->name[v.identity];
-	ar->tlen = identity_text(v.identity_val, ar->text, sizeof(ar->text));
+	{
+		char render[IDENTITY_RENDER_MAX];
+		size_t vlen;
+		const char *value = identity_value(v.identity_val, render, sizeof(render), &vlen);
+
+		/* the value lives in qbuf, on this stack: keep a copy */
+		ar->tlen = vlen < sizeof(ar->text) ? vlen : sizeof(ar->text);
+		memcpy(ar->text, value, ar->tlen);
+	}
 	ar->a.reset = reset;
 	ar->a.n = nrules;
 	ar->a.done = admin_done;

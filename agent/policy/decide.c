@@ -21,8 +21,9 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 	struct rules_args a;
 	struct rules_verdict v;
 	const struct rules_names *ids = rules_identity(rules);
-	char text[512];
-	size_t tlen;
+	char text[IDENTITY_RENDER_MAX];
+	const char *value = text;
+	size_t vlen = 0;
 	const char *kind;
 
 	a.n = 0;
@@ -45,9 +46,10 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 
 	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
 	q->identity = kind;
-	tlen = v.identity >= 0 && v.identity_val ? identity_text(v.identity_val, text, sizeof(text))
-						 : 0;
-	decide_key(rules, kind, text, tlen, v.rule->name, q->key);
+	/* the whole value is hashed, however long */
+	if (v.identity >= 0 && v.identity_val)
+		value = identity_value(v.identity_val, text, sizeof(text), &vlen);
+	decide_key(rules, kind, value, vlen, v.rule->name, q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */

@@ -121,6 +121,16 @@ void identity_siphash128(const uint8_t key[16], const void *data, size_t len, ui
 
 /* ---- identity ------------------------------------------------------------------ */
 
+const char *identity_value(const struct spop_data *d, char *buf, size_t cap, size_t *len)
+{
+	if (d && (d->type == SPOP_T_STR || d->type == SPOP_T_BIN) && d->u.str.ptr) {
+		*len = d->u.str.len;
+		return d->u.str.ptr;
+	}
+	*len = identity_text(d, buf, cap);
+	return buf;
+}
+
 size_t identity_text(const struct spop_data *d, char *buf, size_t cap)
 {
 	char tmp[INET6_ADDRSTRLEN + 24];

@@ -33,6 +33,13 @@ void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
 		  const char *value, size_t value_len, const char *rule, size_t rule_len,
 		  uint8_t out[IDENTITY_KEY_LEN]);
 
+/* The bytes that name a client, whole: a string or binary's own bytes
+ * (pointing into d, however long), or the text of another type rendered
+ * into buf (cap >= IDENTITY_RENDER_MAX bytes). Sets *len; returns the
+ * bytes (a NULL or unknown type gives length 0). */
+#define IDENTITY_RENDER_MAX 64
+const char *identity_value(const struct spop_data *d, char *buf, size_t cap, size_t *len);
+
 /* Lowercase hex of a key; hex holds IDENTITY_HEX_LEN + 1 bytes. */
 void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex);
 

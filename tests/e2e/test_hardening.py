@@ -230,3 +230,21 @@ def test_hostile_reply_is_bounded(h):
         assert v["degraded"], v
     finally:
         close()
+
+
+def test_long_identities_are_hashed_whole(h):
+    """Two api_keys that differ only after byte 511 are two clients, and
+    the admin endpoint finds each by its whole value."""
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--limit", "1/1h", "--metrics", "127.0.0.1:%d" % mport,
+                "--admin")
+    one, two = "k" * 600 + "1", "k" * 600 + "2"
+    got = fleet.counts(fleet.burst([a.port], [one, two], per_key=2, conns=1))
+    assert got == {one: (1, 1, 0), two: (1, 1, 0)}, got
+    keys = set()
+    for value in (one, two):
+        r = http_get(mport, "/admin/client?api_key=" + value)
+        assert r.status == 200, r
+        assert '"remaining": 0' in r.text, r.text[:300]
+        keys.add(re.search(r'"key": "([^"]+)"', r.text).group(1))
+    assert len(keys) == 2, keys

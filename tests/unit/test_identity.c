@@ -185,6 +185,33 @@ static void test_identity_text(void **unused)
 	}
 }
 
+/* identity_value: strings and binaries whole, in place; other types
+ * rendered as identity_text renders them. */
+static void test_identity_value(void **unused)
+{
+	static char big[5000];
+	char buf[IDENTITY_RENDER_MAX];
+	struct spop_data d;
+	const char *v;
+	size_t len;
+
+	memset(big, 'x', sizeof(big));
+	d.type = SPOP_T_STR;
+	d.u.str.ptr = big;
+	d.u.str.len = sizeof(big);
+	v = identity_value(&d, buf, sizeof(buf), &len);
+	assert_ptr_equal(v, big);
+	assert_int_equal(len, sizeof(big));
+	d.type = SPOP_T_INT64;
+	d.u.i64 = -42;
+	v = identity_value(&d, buf, sizeof(buf), &len);
+	assert_ptr_equal(v, buf);
+	assert_int_equal(len, 3);
+	assert_memory_equal(v, "-42", 3);
+	v = identity_value(NULL, buf, sizeof(buf), &len);
+	assert_int_equal(len, 0);
+}
+
 static void test_identity_text_truncation(void **unused)
 {
 	struct spop_data d = data_of(SPOP_T_STR);
@@ -231,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_siphash128_vectors),
 		cmocka_unit_test(test_identity_key),
 		cmocka_unit_test(test_identity_text),
+		cmocka_unit_test(test_identity_value),
 		cmocka_unit_test(test_identity_text_truncation),
 		cmocka_unit_test(test_identity_hex),
 	};
