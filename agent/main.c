@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "rules.h"
 #include "server.h"
+#include "secret.h"
 #include "settings.h"
 #include "store.h"
 #include "store_redis.h"
@@ -48,6 +49,8 @@ static void usage(FILE *out)
 		"                            RL_REDIS_SENTINEL_PASSWORD)\n"
 		"      --redis-cluster LIST  seed nodes of a Redis Cluster\n"
 		"      --redis-shards LIST   independent servers, a client on one each\n"
+		"      --hash-key-file FILE  the secret client keys are hashed under,\n"
+		"                            the same file on every agent of a fleet\n"
 		"      --redis-user NAME     ACL user for AUTH\n"
 		"      --redis-password PW   AUTH password (or env RL_REDIS_PASSWORD)\n"
 		"      --redis-timeout MS    deadline of a decision (default 20)\n"
@@ -105,6 +108,7 @@ enum {
 	OPT_VERSION,
 	OPT_COST_ARG,
 	OPT_REDIS,
+	OPT_HASH_KEY_FILE,
 	OPT_REDIS_SENTINEL,
 	OPT_REDIS_MASTER,
 	OPT_REDIS_SENTINEL_PASSWORD,
@@ -133,6 +137,7 @@ struct cli {
 	const char *cost_arg;
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int master_set, sentinel_password_set;
+	const char *hash_key_file;
 	int check;
 	int use_metrics;
 	struct addr metrics;
@@ -142,6 +147,7 @@ static struct ev_loop *main_loop;
 static struct server srv;
 static struct cli cli;
 static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
+static uint8_t hash_key[16];  /* client keys are hashed under it */
 
 /* The rules the command line describes, as a rules file would: the same
  * loader validates both. */
@@ -229,6 +235,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
 	rules_set_gen(r, ++generation);
+	rules_set_secret(r, hash_key);
 	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
 	log_info("reloaded %s: %zu rule(s)", cli.rules_path, rules_count(r));
@@ -285,6 +292,48 @@ static struct http_server *ops_start(void)
 	return h;
 }
 
+/* The key client keys are hashed under: from --hash-key-file (or the rules
+ * file's store.hash_key_file), shared by the fleet; else, with Redis, the
+ * built-in one (and a warning: anyone can then craft identities that
+ * collide or choose a Cluster slot); else, in memory, a random one for
+ * this process. Returns 0, or -1 after logging why. */
+static int set_hash_key(const struct rules *rules, int use_redis)
+{
+	const struct settings *st = rules_settings(rules);
+	const char *path = cli.hash_key_file ? cli.hash_key_file
+			   : st->has_hash_key_file ? st->hash_key_file : NULL;
+	char secret[SECRET_MAX], err[512];
+	bool loose;
+	long n;
+
+	if (!path) {
+		if (use_redis) {
+			memcpy(hash_key, rules_secret(rules), sizeof(hash_key));
+			if (!cli.check)
+				log_warn("no --hash-key-file: client keys are hashed under a key "
+					 "anyone can read in the source, so identities can be crafted "
+					 "to collide or to share a Redis slot; give every agent of the "
+					 "fleet the same secret file");
+			return 0;
+		}
+		if (secret_random_key(hash_key) < 0) {
+			log_err("cannot read random bytes for the hash key");
+			return -1;
+		}
+		return 0;
+	}
+	n = secret_read(path, secret, sizeof(secret), &loose, err, sizeof(err));
+	if (n < 0) {
+		log_err("hash key: %s", err);
+		return -1;
+	}
+	if (loose)
+		log_warn("hash key: %s can be read by group or others", path);
+	secret_hash_key(secret, (size_t)n, hash_key);
+	memset(secret, 0, sizeof(secret));
+	return 0;
+}
+
 /* Settings of the rules file, where the command line did not say. */
 static int apply_settings(const struct settings *st, struct redis_config *rcfg,
 			  int *use_redis)
@@ -332,6 +381,7 @@ int main(int argc, char **argv)
 		{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
 		{ "mem-max-keys", required_argument, NULL, OPT_MEM_KEYS },
 		{ "redis", required_argument, NULL, OPT_REDIS },
+		{ "hash-key-file", required_argument, NULL, OPT_HASH_KEY_FILE },
 		{ "redis-sentinel", required_argument, NULL, OPT_REDIS_SENTINEL },
 		{ "redis-master", required_argument, NULL, OPT_REDIS_MASTER },
 		{ "redis-sentinel-password", required_argument, NULL, OPT_REDIS_SENTINEL_PASSWORD },
@@ -481,6 +531,9 @@ int main(int argc, char **argv)
 			use_redis = 1;
 			cli.redis_set = 1;
 			break;
+		case OPT_HASH_KEY_FILE:
+			cli.hash_key_file = optarg;
+			break;
 		case OPT_REDIS_MASTER:
 			if (!*optarg || strlen(optarg) >= sizeof(rcfg.master))
 				BAD("--redis-master: expected a name of 1 to %zu bytes",
@@ -583,6 +636,10 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
+	if (set_hash_key(rules, use_redis) < 0) {
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
 	if (cli.check) {
 		printf("%s: ok, %zu rule(s)\n", cli.rules_path ? cli.rules_path : "command line",
 		       rules_count(rules));
@@ -590,6 +647,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	rules_set_gen(rules, ++generation);
+	rules_set_secret(rules, hash_key);
 	atomic_init(&srv.rules, rules);
 
 	signal(SIGPIPE, SIG_IGN);

@@ -161,8 +161,11 @@ unsigned rules_refs(const struct rules *r);
 uint64_t rules_gen(const struct rules *r);
 void rules_set_gen(struct rules *r, uint64_t gen);
 
-/* The key that client keys are hashed under (identity_key). */
+/* The key that client keys are hashed under (identity_key): a built-in
+ * one until the holder sets the process's (rules_set_secret, before the
+ * rules are used). */
 const uint8_t *rules_secret(const struct rules *r);
+void rules_set_secret(struct rules *r, const uint8_t key[16]);
 
 /* The settings the file carried (settings.h). */
 const struct settings *rules_settings(const struct rules *r);

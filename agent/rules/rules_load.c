@@ -1123,6 +1123,7 @@ unsigned rules_refs(const struct rules *r) { return atomic_load(&((struct rules 
 uint64_t rules_gen(const struct rules *r) { return r->gen; }
 void rules_set_gen(struct rules *r, uint64_t gen) { r->gen = gen; }
 const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
+void rules_set_secret(struct rules *r, const uint8_t key[16]) { memcpy(r->secret, key, 16); }
 
 /* ---- accessors ----------------------------------------------------------- */
 

@@ -43,6 +43,8 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       a->has_agents == b->has_agents && a->agents == b->agents &&
 	       nodes_equal(a, b) && a->has_master == b->has_master &&
 	       strcmp(a->master, b->master) == 0 &&
+	       a->has_hash_key_file == b->has_hash_key_file &&
+	       strcmp(a->hash_key_file, b->hash_key_file) == 0 &&
 	       a->has_sentinel_password == b->has_sentinel_password &&
 	       strcmp(a->sentinel_password, b->sentinel_password) == 0;
 }
@@ -130,16 +132,16 @@ static int node_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, 
 static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 {
 	enum { K_TYPE, K_ADDRESS, K_NODES, K_SENTINELS, K_MASTER, K_SENTINEL_PASSWORD, K_USER,
-	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_N };
+	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_N };
 	static const char *const keys[K_N] = {"type", "address", "nodes", "sentinels",
 					      "master", "sentinel_password", "user",
-					      "password", "timeout", "agents"};
+					      "password", "timeout", "agents", "hash_key_file"};
 	static const char *const types[] = {"memory", "redis", "sentinel", "cluster", "shards"};
 	/* which keys each type takes (bit per key), the others are errors */
 	static const unsigned common = 1u << K_TYPE | 1u << K_USER | 1u << K_PASSWORD |
-				       1u << K_TIMEOUT | 1u << K_AGENTS;
+				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE;
 	static const unsigned allowed[] = {
-		1u << K_TYPE,
+		1u << K_TYPE | 1u << K_HASH_KEY_FILE,
 		common | 1u << K_ADDRESS,
 		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD,
 		common | 1u << K_NODES,
@@ -172,6 +174,15 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s",
 			       types[type]);
+	}
+	if (v[K_HASH_KEY_FILE]) {
+		if (ys_cstr(y, v[K_HASH_KEY_FILE], "store.hash_key_file", s->hash_key_file,
+			    sizeof(s->hash_key_file)) < 0)
+			return -1;
+		if (!s->hash_key_file[0])
+			return ys_fail(y, v[K_HASH_KEY_FILE]->start_mark, "store.hash_key_file",
+				       "must not be empty");
+		s->has_hash_key_file = true;
 	}
 	if (type == 0)
 		return 0;

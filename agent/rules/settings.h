@@ -52,6 +52,8 @@ struct settings {
 	char master[128];        /* Sentinel's name of the master */
 	bool has_sentinel_password;
 	char sentinel_password[256]; /* ${NAME} already replaced */
+	bool has_hash_key_file;
+	char hash_key_file[256]; /* the secret client keys are hashed under */
 	bool has_user;
 	char user[128];
 	bool has_password;

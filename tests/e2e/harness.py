@@ -348,6 +348,16 @@ class Harness:
         self.agents.append(a)
         return a
 
+    def hash_key_file(self):
+        """A secret file for --hash-key-file, the same for every agent of
+        this test (a fleet shares it), readable by its owner only."""
+        path = os.path.join(self.dir, "hash.key")
+        if not os.path.exists(path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("e2e-test-secret-%s\n" % os.path.basename(self.dir))
+        return path
+
     def backend(self):
         b = Backend()
         self.backends.append(b)

@@ -248,3 +248,48 @@ def test_long_identities_are_hashed_whole(h):
         assert '"remaining": 0' in r.text, r.text[:300]
         keys.add(re.search(r'"key": "([^"]+)"', r.text).group(1))
     assert len(keys) == 2, keys
+
+
+# ------------------------------------------------------------- the hash key
+
+
+def test_hash_key_file(h):
+    """Agents with the same --hash-key-file share keys (exact as a fleet);
+    another secret gives other keys; none gives the built-in key and a
+    warning; a file too short is refused at start."""
+    redis = RedisServer(h)
+    key = h.hash_key_file()
+    a1 = h.agent("--threads", "1", "--redis", redis.addr, "--hash-key-file", key,
+                 "--limit", "3/1h", name="one")
+    a2 = h.agent("--threads", "1", "--redis", redis.addr, "--hash-key-file", key,
+                 "--limit", "3/1h", name="two")
+    wait_for(lambda: "ready" in a1.log() and "ready" in a2.log(), 5, "both ready")
+    got = fleet.counts(fleet.burst([a1.port, a2.port], ["shared"], per_key=5, conns=2))
+    assert got["shared"] == (3, 2, 0), got
+    assert "no --hash-key-file" not in a1.log()
+    shared_keys = set(redis.rl_keys())
+    assert len(shared_keys) == 1, shared_keys
+
+    other = h.dir + "/other.key"
+    with open(other, "w") as f:
+        f.write("another secret of the fleet\n")
+    b = h.agent("--threads", "1", "--redis", redis.addr, "--hash-key-file", other,
+                "--limit", "3/1h", name="other")
+    wait_for(lambda: "ready" in b.log(), 5, "ready")
+    assert "can be read by group or others" in b.log()
+    got = fleet.counts(fleet.burst([b.port], ["shared"], per_key=1, conns=1))
+    assert got["shared"] == (1, 0, 0), got
+    assert len(set(redis.rl_keys()) - shared_keys) == 1
+
+    c = h.agent("--threads", "1", "--redis", redis.addr, "--limit", "3/1h", name="none")
+    wait_for(lambda: "no --hash-key-file" in c.log(), 5, "the warning")
+
+    short = h.dir + "/short.key"
+    with open(short, "w") as f:
+        f.write("tiny\n")
+    import subprocess
+    import os
+    r = subprocess.run([os.path.join(harness.BUILD, "spoa-ratelimit"), "--redis", redis.addr,
+                        "--hash-key-file", short, "--check"], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 1 and "shorter than 16 bytes" in r.stderr, (r.returncode, r.stderr)

@@ -75,7 +75,8 @@ def degraded(quota, window):
 def start_agent(h, redis, *args, threads=1, name=None, ready=True):
     """An agent on `redis`; with ready, returns once every worker has
     loaded the decision script (so no first request races the connect)."""
-    a = h.agent("--threads", str(threads), "--redis", redis.addr, *args, name=name)
+    a = h.agent("--threads", str(threads), "--redis", redis.addr,
+                "--hash-key-file", h.hash_key_file(), *args, name=name)
     if ready:
         wait_for(lambda: len(set(re.findall(r"redis: worker (\d+) ready", a.log()))) >= threads
                  or not a.alive(), 5, "%s's workers to be ready with Redis" % a.name)

@@ -117,7 +117,8 @@ static void test_values(void **unused)
 	fails("threads:", "t.yaml:1:9: threads: expected an integer from 1 to 256, got nothing");
 	fails("store: { type: redis, adress: x }",
 	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, nodes, "
-	      "sentinels, master, sentinel_password, user, password, timeout, agents)");
+	      "sentinels, master, sentinel_password, user, password, timeout, agents, "
+	      "hash_key_file)");
 	fails("store: { user: spoa }",
 	      "t.yaml:1:10: store.user: applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 }
@@ -190,6 +191,10 @@ static void test_topologies(void **unused)
 	assert_int_equal(s.nnodes, 3);
 	assert_string_equal(addr_str(&s.nodes[2]), "c:3");
 
+	ok("store: { hash_key_file: /etc/spoa-ratelimit/hash.key }", &s);
+	assert_int_equal(s.store, SETTINGS_STORE_MEMORY);
+	assert_true(s.has_hash_key_file);
+	assert_string_equal(s.hash_key_file, "/etc/spoa-ratelimit/hash.key");
 	fails("store: { type: sentinel, master: m }",
 	      "t.yaml:1:8: store: missing key \"sentinels\" (type sentinel needs sentinels and master)");
 	fails("store: { type: shards, master: m, nodes: [a:1] }",

@@ -1,0 +1,82 @@
+#include "secret.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "identity.h"
+
+long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen)
+{
+	struct stat st;
+	ssize_t n;
+	size_t len = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	*loose = false;
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	*loose = (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
+	/* one byte more than fits tells a file that is too long */
+	while (len < cap && (n = read(fd, buf + len, cap - len)) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		len += (size_t)n;
+	}
+	close(fd);
+	if (len >= cap) {
+		snprintf(err, errlen, "%s: longer than %zu bytes", path, cap - 1);
+		return -1;
+	}
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' ||
+			   buf[len - 1] == '\t'))
+		len--;
+	buf[len] = '\0';
+	if (len < SECRET_MIN) {
+		snprintf(err, errlen, "%s: shorter than %d bytes (make one with: head -c 32 "
+			 "/dev/urandom | base64 > %s)", path, SECRET_MIN, path);
+		return -1;
+	}
+	return (long)len;
+}
+
+void secret_hash_key(const char *secret, size_t len, uint8_t key[16])
+{
+	/* A fixed key here only separates this use of SipHash from others:
+	 * the secret is the file's content. */
+	static const uint8_t domain[16] = "spoa-rl hash key";
+
+	identity_siphash128(domain, secret, len, key);
+}
+
+int secret_random_key(uint8_t key[16])
+{
+	size_t got = 0;
+
+	while (got < 16) {
+		ssize_t n = getrandom(key + got, 16 - got, 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return 0;
+}
