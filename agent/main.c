@@ -265,7 +265,7 @@ static void serve_healthz(struct http_req *req, void *arg)
 
 static void serve_admin(struct http_req *req, void *arg)
 {
-	admin_serve(&srv, req);
+	admin_serve(&srv, main_loop, req);
 }
 
 /* The --metrics listener: /metrics, /healthz and, with --admin, /admin/.

@@ -81,7 +81,7 @@ static void admin_done(struct store_admin *a)
 	xfree(ar);
 }
 
-void admin_serve(struct server *srv, struct http_req *req)
+void admin_serve(struct server *srv, struct ev_loop *loop, struct http_req *req)
 {
 	const char *method = http_req_method(req), *path = http_req_path(req);
 	char qbuf[ADMIN_TEXT_MAX + 1];
@@ -144,6 +144,7 @@ void admin_serve(struct server *srv, struct http_req *req)
 		ar->tlen = vlen < sizeof(ar->text) ? vlen : sizeof(ar->text);
 		memcpy(ar->text, value, ar->tlen);
 	}
+	ar->a.loop = loop;
 	ar->a.reset = reset;
 	ar->a.n = nrules;
 	ar->a.done = admin_done;

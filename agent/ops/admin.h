@@ -11,11 +11,12 @@
 #ifndef RL_ADMIN_H
 #define RL_ADMIN_H
 
+struct ev_loop;
 struct http_req;
 struct server;
 
 /* Handles one /admin/ request: answers it through http_respond(), now or
  * once the store has answered. */
-void admin_serve(struct server *srv, struct http_req *req);
+void admin_serve(struct server *srv, struct ev_loop *loop, struct http_req *req);
 
 #endif

@@ -94,6 +94,7 @@ struct store_admin_item {
 };
 
 struct store_admin {
+	struct ev_loop *loop;   /* the caller's: an asynchronous store answers on it */
 	bool reset;
 	size_t n;
 	struct store_admin_item *item;

@@ -21,7 +21,9 @@
  */
 #include "store_redis.h"
 
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/adapters/libev.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -701,79 +703,168 @@ static void on_recheck(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- admin --------------------------------------------------------------------- */
 
-/* A synchronous connection for one admin request; NULL with a message in
- * a->error. */
-static redisContext *admin_connect(const struct redis_config *cfg, const struct addr *to,
-				   struct store_admin *a)
+/* An admin look or reset under way, on the caller's loop: one
+ * asynchronous connection per server the client's keys live on, a
+ * deadline, the items answered as their replies come. Never blocks the
+ * loop that serves /healthz and /metrics. */
+#define ADMIN_TIMEOUT 1.0
+#define ADMIN_CONNS_MAX 16
+
+struct admin_op;
+
+struct admin_call {
+	struct admin_op *op;
+	size_t item;
+};
+
+struct admin_op {
+	struct store *st;
+	struct store_admin *a;
+	ev_timer timer;
+	size_t pending;            /* replies still expected */
+	bool finished;
+	size_t nconns;
+	struct {
+		struct addr addr;
+		redisAsyncContext *ac;
+	} conn[ADMIN_CONNS_MAX];
+	struct admin_call *calls;  /* one per item */
+};
+
+static void admin_finish(struct admin_op *op, const char *error)
 {
-	struct timeval tv = { 1, 0 };
+	struct store_admin *a = op->a;
+	struct store *st = op->st;
+
+	if (op->finished)
+		return;
+	op->finished = true;
+	if (error && !a->error[0])
+		snprintf(a->error, sizeof(a->error), "%s", error);
+	ev_timer_stop(a->loop, &op->timer);
+	/* pending callbacks run now with no reply and find op finished */
+	for (size_t i = 0; i < op->nconns; i++) {
+		redisAsyncContext *ac = op->conn[i].ac;
+
+		op->conn[i].ac = NULL;
+		if (ac)
+			redisAsyncFree(ac);
+	}
+	xfree(op->calls);
+	xfree(op);
+	store_admin_done(st, a);
+}
+
+static void admin_reply(struct admin_op *op, const char *error)
+{
+	if (op->finished)
+		return;
+	if (error) {
+		admin_finish(op, error);
+		return;
+	}
+	if (--op->pending == 0)
+		admin_finish(op, NULL);
+}
+
+static void on_admin_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	admin_finish(t->data, "Redis did not answer in time");
+}
+
+/* A hash's fields, or with reset, how many keys went. */
+static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_call *call = priv;
+	struct admin_op *op = call->op;
+	redisReply *reply = r;
+	struct out *o;
+
+	if (op->finished)
+		return;
+	if (!reply) {
+		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		return;
+	}
+	o = &op->a->item[call->item].out;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		outf(o, ", \"error\": ");
+		out_json_str(o, reply->str, reply->len);
+	} else if (op->a->reset) {
+		outf(o, ", \"deleted\": %lld", reply->integer);
+	} else {
+		outf(o, ", \"fields\": {");
+		for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i + 1 < reply->elements;
+		     i += 2) {
+			outf(o, "%s", i ? ", " : "");
+			out_json_str(o, reply->element[i]->str, reply->element[i]->len);
+			outf(o, ": ");
+			out_json_str(o, reply->element[i + 1]->str, reply->element[i + 1]->len);
+		}
+		outf(o, "}");
+	}
+	admin_reply(op, NULL);
+}
+
+static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_call *call = priv;
+	struct admin_op *op = call->op;
+	redisReply *reply = r;
+
+	if (op->finished)
+		return;
+	if (!reply) {
+		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		return;
+	}
+	if (reply->type == REDIS_REPLY_INTEGER)
+		outf(&op->a->item[call->item].out, ", \"ttl_ms\": %lld", reply->integer);
+	admin_reply(op, NULL);
+}
+
+static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_op *op = priv;
+	redisReply *reply = r;
+	char why[256];
+
+	if (op->finished || !reply || reply->type != REDIS_REPLY_ERROR)
+		return;
+	snprintf(why, sizeof(why), "Redis AUTH failed: %s", reply->str);
+	admin_finish(op, why);
+}
+
+/* The connection to `to` for this operation, opened on first use. */
+static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_config *cfg,
+				     const struct addr *to)
+{
 	const char *argv[3];
 	size_t argvlen[3];
-	int argc = redis_node_auth_argv(cfg, argv, argvlen);
-	redisContext *rc = to->path[0] ? redisConnectUnixWithTimeout(to->path, tv)
-				       : redisConnectWithTimeout(to->host, atoi(to->port), tv);
-	redisReply *r;
+	int argc;
+	redisAsyncContext *ac;
 
-	if (!rc || rc->err) {
-		snprintf(a->error, sizeof(a->error), "cannot connect to Redis: %s",
-			 rc ? rc->errstr : "out of memory");
-		if (rc)
-			redisFree(rc);
+	for (size_t i = 0; i < op->nconns; i++)
+		if (addr_equal(&op->conn[i].addr, to))
+			return op->conn[i].ac;
+	if (op->nconns == ADMIN_CONNS_MAX)
+		return NULL;
+	ac = to->path[0] ? redisAsyncConnectUnix(to->path)
+			 : redisAsyncConnect(to->host, atoi(to->port));
+	if (!ac || ac->err) {
+		if (ac)
+			redisAsyncFree(ac);
 		return NULL;
 	}
-	redisSetTimeout(rc, tv);
-	if (!argc)
-		return rc;
-	r = redisCommandArgv(rc, argc, argv, argvlen);
-	if (!r || r->type == REDIS_REPLY_ERROR) {
-		snprintf(a->error, sizeof(a->error), "Redis AUTH failed: %s",
-			 r ? r->str : rc->errstr);
-		if (r)
-			freeReplyObject(r);
-		redisFree(rc);
-		return NULL;
-	}
-	freeReplyObject(r);
-	return rc;
+	redis_node_bound_replies(ac);
+	redisLibevAttach(op->a->loop, ac);
+	op->conn[op->nconns].addr = *to;
+	op->conn[op->nconns++].ac = ac;
+	argc = redis_node_auth_argv(cfg, argv, argvlen);
+	if (argc)
+		redisAsyncCommandArgv(ac, on_admin_auth, op, argc, argv, argvlen);
+	return ac;
 }
-
-/* One rule's hash: its fields and TTL, or with reset, deleted. */
-static void admin_item(redisContext *rc, const char *key, int reset, struct out *o)
-{
-	const char *argv[2] = { reset ? "DEL" : "HGETALL", key };
-	size_t argvlen[2] = { strlen(argv[0]), strlen(key) };
-	redisReply *r = redisCommandArgv(rc, 2, argv, argvlen);
-
-	if (!r || r->type == REDIS_REPLY_ERROR) {
-		outf(o, ", \"error\": ");
-		out_json_str(o, r ? r->str : rc->errstr, strlen(r ? r->str : rc->errstr));
-		if (r)
-			freeReplyObject(r);
-		return;
-	}
-	if (reset) {
-		outf(o, ", \"deleted\": %lld", r->integer);
-		freeReplyObject(r);
-		return;
-	}
-	outf(o, ", \"fields\": {");
-	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-		outf(o, "%s", i ? ", " : "");
-		out_json_str(o, r->element[i]->str, r->element[i]->len);
-		outf(o, ": ");
-		out_json_str(o, r->element[i + 1]->str, r->element[i + 1]->len);
-	}
-	outf(o, "}");
-	freeReplyObject(r);
-	argv[0] = "PTTL";
-	argvlen[0] = 4;
-	r = redisCommandArgv(rc, 2, argv, argvlen);
-	if (r && r->type == REDIS_REPLY_INTEGER)
-		outf(o, ", \"ttl_ms\": %lld", r->integer);
-	if (r)
-		freeReplyObject(r);
-}
-
 
 /* Where the admin endpoint finds a client's key: the node that serves it
  * as the latest topology a worker learned says. 0, or -1 with a->error. */
@@ -813,22 +904,52 @@ static int admin_route(struct redis_store *rst, const uint8_t *key, struct addr 
 static void redis_admin(struct store *st, struct store_admin *a)
 {
 	struct redis_store *rst = st->impl;
+	struct admin_op *op = xcalloc(1, sizeof(*op));
 
-	for (size_t i = 0; i < a->n && !a->error[0]; i++) {
+	if (!op || !(op->calls = xcalloc(a->n ? a->n : 1, sizeof(*op->calls)))) {
+		xfree(op);
+		snprintf(a->error, sizeof(a->error), "out of memory");
+		store_admin_done(st, a);
+		return;
+	}
+	op->st = st;
+	op->a = a;
+	ev_timer_init(&op->timer, on_admin_timeout, ADMIN_TIMEOUT, 0.);
+	op->timer.data = op;
+	/* each item's replies count before any can arrive */
+	op->pending = 1;
+	for (size_t i = 0; i < a->n; i++) {
 		char key[STORE_KEY_NAME_LEN + 1];
+		const char *argv[2] = { a->reset ? "DEL" : "HGETALL", key };
+		size_t argvlen[2] = { strlen(argv[0]), STORE_KEY_NAME_LEN };
 		struct addr to;
-		redisContext *rc;
+		redisAsyncContext *ac;
 
 		if (admin_route(rst, a->item[i].key, &to, a) < 0)
 			break;
-		rc = admin_connect(&rst->cfg, &to, a);
-		if (!rc)
+		ac = admin_conn(op, &rst->cfg, &to);
+		if (!ac) {
+			snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 			break;
+		}
+		op->calls[i].op = op;
+		op->calls[i].item = i;
 		store_key_name(a->item[i].key, key);
-		admin_item(rc, key, a->reset, &a->item[i].out);
-		redisFree(rc);
+		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], 2, argv, argvlen) ==
+		    REDIS_OK)
+			op->pending++;
+		argv[0] = "PTTL";
+		argvlen[0] = 4;
+		if (!a->reset && redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, argv,
+						       argvlen) == REDIS_OK)
+			op->pending++;
 	}
-	store_admin_done(st, a);
+	if (a->error[0]) {
+		admin_finish(op, NULL);
+		return;
+	}
+	ev_timer_start(a->loop, &op->timer);
+	admin_reply(op, NULL); /* the count's own 1 */
 }
 
 /* ---- the store interface ------------------------------------------------------- */

@@ -293,3 +293,36 @@ def test_hash_key_file(h):
                         "--hash-key-file", short, "--check"], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode == 1 and "shorter than 16 bytes" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_admin_never_blocks_healthz(h):
+    """Redis stopped: admin requests wait for it on their own, and /healthz
+    and /metrics answer at once meanwhile (the probe found /healthz taking
+    2.9 s behind three admin requests)."""
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--redis", redis.addr, "--hash-key-file", h.hash_key_file(),
+                "--metrics", "127.0.0.1:%d" % mport, "--admin")
+    wait_for(lambda: "ready" in a.log(), 5, "ready")
+    redis.pause()
+    results = []
+    try:
+        threads = [threading.Thread(target=lambda i=i: results.append(
+            http_get(mport, "/admin/client?api_key=k%d" % i, timeout=10)), daemon=True)
+            for i in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert http_get(mport, "/healthz").status == 200
+        assert http_get(mport, "/metrics").status == 200
+        took = time.monotonic() - t0
+        assert took < 0.5, took
+        for t in threads:
+            t.join(10)
+    finally:
+        redis.resume()
+    assert sorted(r.status for r in results) == [502, 502, 502], results
+    assert all("in time" in r.text for r in results), [r.text for r in results]
+    r = http_get(mport, "/admin/client?api_key=k1")
+    assert r.status == 200, r
