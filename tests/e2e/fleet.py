@@ -77,10 +77,12 @@ def counts(answers):
 class Steady:
     """Clients asked in turn by `conns` connections (one request in flight
     each, spread over the agents) until stop() or `duration` seconds.
-    answers: [(monotonic time of the answer, key, vars)]."""
+    answers: [(monotonic time of the answer, key, vars)]; latencies: the
+    seconds each took, in the same order."""
 
     def __init__(self, ports, keys, conns=4, duration=60.0, pause=0.0, timeout=5.0):
         self.answers = []
+        self.latencies = []
         self.errors = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -101,11 +103,14 @@ class Steady:
                         if self._stop.is_set():
                             break
                         sid += 1
+                        t0 = time.monotonic()
                         c.send(spop.check_rate(sid, 1, api_key=k))
                         f = c.expect(ACK, timeout=timeout)
                         assert (f.sid, f.fid) == (sid, 1), f
+                        t1 = time.monotonic()
                         with self._lock:
-                            self.answers.append((time.monotonic(), k, f.vars()))
+                            self.answers.append((t1, k, f.vars()))
+                            self.latencies.append(t1 - t0)
                         if pause:
                             time.sleep(pause)
         except Exception as e:  # noqa: BLE001 - reported by stop()

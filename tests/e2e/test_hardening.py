@@ -5,6 +5,7 @@ reply, identities longer than 511 bytes.
 """
 
 import re
+import signal
 import socket
 import threading
 import time
@@ -326,3 +327,79 @@ def test_admin_never_blocks_healthz(h):
     assert all("in time" in r.text for r in results), [r.text for r in results]
     r = http_get(mport, "/admin/client?api_key=k1")
     assert r.status == 200, r
+
+
+# ------------------------------------------------------------------- chaos
+
+
+def test_chaos(h):
+    """Redis faults one after another under load: stopped, DEBUG SLEEP,
+    SCRIPT FLUSH, out of memory, scripting forbidden, killed and
+    restarted. Every NOTIFY is answered well within its deadline's reach,
+    no client gets more than its limit from Redis, memory stays bounded,
+    and the log stays short."""
+    redis = RedisServer(h, extra=["--enable-debug-command", "local"])
+    a = h.agent("--threads", "2", "--redis", redis.addr, "--hash-key-file", h.hash_key_file(),
+                "--redis-timeout", "50", "--limit", "40/1h", "--no-local-cache")
+    wait_for(lambda: len(re.findall(r"worker \d ready", a.log())) >= 2, 5, "ready")
+    clients = ["chaos-%02d" % i for i in range(40)]
+    steady = fleet.Steady([a.port], clients, conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 200, 10, "traffic")
+
+        def settle():
+            """Until Redis decides again: a run of answers none degraded."""
+            def healthy():
+                with steady._lock:
+                    recent = steady.answers[-200:]
+                return len(recent) == 200 and not any(v["degraded"] for _, _, v in recent)
+            wait_for(healthy, 10, "decisions from Redis between faults")
+
+        redis.pause()
+        time.sleep(1.0)
+        redis.resume()
+        settle()
+        with redis.client(timeout=10) as c:
+            c.command("DEBUG", "SLEEP", "1")
+        settle()
+        redis.command("SCRIPT", "FLUSH")
+        settle()
+        redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.command("CONFIG", "SET", "maxmemory", "1")
+        time.sleep(1.0)
+        redis.command("CONFIG", "SET", "maxmemory", "0")
+        settle()
+        redis.command("ACL", "SETUSER", "default", "-@scripting")
+        time.sleep(1.0)
+        redis.command("ACL", "SETUSER", "default", "+@scripting")
+        settle()
+        t_kill = time.monotonic()
+        redis.stop(signal.SIGKILL)
+        time.sleep(0.5)
+        redis.restart()
+        settle()
+        rss = rss_kb(a.pid)
+    finally:
+        answers = steady.stop()
+    # exact again: fresh clients get their limit, no more, none degraded
+    after = fleet.counts(fleet.burst([a.port], ["after-%d" % i for i in range(10)], per_key=45))
+    assert all(c == (40, 5, 0) for c in after.values()), after
+    worst = max(steady.latencies)
+    t_first = answers[0][0]
+    buckets = {}
+    for t, _, v in answers:
+        b = int(t - t_first)
+        d, n = buckets.get(b, (0, 0))
+        buckets[b] = (d + (1 if v["degraded"] else 0), n + 1)
+    print("  degraded per second:", sorted((k, d) for k, (d, n) in buckets.items()))
+    degraded = sum(1 for _, _, v in answers if v["degraded"])
+    print("  %d decisions, %d degraded, slowest %.0f ms, agent RSS %d kB, %d log lines"
+          % (len(answers), degraded, worst * 1000, rss, len(a.log().splitlines())))
+    # the deadline is 50 ms; a loaded machine gets a generous margin
+    assert worst < 1.0, worst
+    # Redis restarted empty (no persistence): each life counts on its own
+    for life in ([x for x in answers if x[0] < t_kill], [x for x in answers if x[0] >= t_kill]):
+        over = {k: c for k, c in fleet.allowed_by_key(life).items() if c > 40}
+        assert not over, over
+    assert rss < 100 * 1024, rss
+    assert len(a.log().splitlines()) < 400, a.log()[-3000:]
