@@ -144,3 +144,16 @@ def allowed_by_key(answers):
         if v["status"] == 0 and not v["degraded"]:
             out[k] += 1
     return out
+
+
+def wait_recovered(steady, window, min_answers, timeout, what):
+    """Waits until the answers of the last `window` seconds are at least
+    min_answers, none degraded."""
+    from harness import wait_for
+
+    def recovered():
+        now = time.monotonic()
+        with steady._lock:
+            recent = [v for t, _, v in steady.answers if t > now - window]
+        return len(recent) > min_answers and not any(v["degraded"] for v in recent)
+    wait_for(recovered, timeout, what)

@@ -144,10 +144,7 @@ def test_master_killed(h, cluster):
         cluster.kill_master(victim)
         new_port, promoted_s = cluster.wait_promoted(victim)
         # decisions flow exact again: a run of answers, none degraded
-        def recovered():
-            recent = [v for t, _, v in steady.answers if t > time.monotonic() - 1.0]
-            return len(recent) > 50 and not any(v["degraded"] for v in recent)
-        wait_for(recovered, 30, "decisions not degraded again")
+        fleet.wait_recovered(steady, 1.0, 50, 30, "decisions not degraded again")
         n = steady.count()
         wait_for(lambda: steady.count() > n + 200, 20, "traffic after recovery")
     finally:

@@ -77,23 +77,30 @@ def test_script_refused_then_granted(h):
     print("  decided by Redis %.1f s after the grant" % (time.monotonic() - t0))
 
 
-def silent_server():
-    """A server that accepts connections and never answers: (port, stop)."""
+def fake_server(serve):
+    """A TCP server on loopback calling serve(conn, stop) in a thread per
+    connection, until close(). Returns (port, close)."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(16)
-    conns, stop = [], threading.Event()
+    stop = threading.Event()
+
+    def one(c):
+        try:
+            serve(c, stop)
+        except OSError:
+            pass
+        finally:
+            c.close()
 
     def run():
         ls.settimeout(0.2)
         while not stop.is_set():
             try:
                 c, _ = ls.accept()
-                conns.append(c)
             except OSError:
-                pass
-        for c in conns:
-            c.close()
+                continue
+            threading.Thread(target=one, args=(c,), daemon=True).start()
         ls.close()
 
     t = threading.Thread(target=run, daemon=True)
@@ -103,6 +110,11 @@ def silent_server():
         stop.set()
         t.join(5)
     return ls.getsockname()[1], close
+
+
+def silent_server():
+    """Accepts connections and never answers."""
+    return fake_server(lambda c, stop: stop.wait(30))
 
 
 def test_silent_redis(h):
@@ -172,45 +184,16 @@ def test_breaker_after_oom(h):
 
 
 def hostile_server(payload_head, filler, seconds):
-    """A server that answers its first command with payload_head, then
-    streams filler for `seconds`: (port, stop, sent bytes list)."""
-    ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(16)
-    stop = threading.Event()
-    sent = [0]
-
-    def serve(c):
-        try:
-            c.recv(65536)
-            c.sendall(payload_head)
-            chunk = filler * 4096
-            t_end = time.monotonic() + seconds
-            while not stop.is_set() and time.monotonic() < t_end:
-                c.sendall(chunk)
-                sent[0] += len(chunk)
-        except OSError:
-            pass
-        finally:
-            c.close()
-
-    def run():
-        ls.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                c, _ = ls.accept()
-            except OSError:
-                continue
-            threading.Thread(target=serve, args=(c,), daemon=True).start()
-        ls.close()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-
-    def close():
-        stop.set()
-        t.join(5)
-    return ls.getsockname()[1], close, sent
+    """Answers a connection's first command with payload_head, then streams
+    filler for `seconds`. Returns (port, close)."""
+    def serve(c, stop):
+        c.recv(65536)
+        c.sendall(payload_head)
+        chunk = filler * 4096
+        t_end = time.monotonic() + seconds
+        while not stop.is_set() and time.monotonic() < t_end:
+            c.sendall(chunk)
+    return fake_server(serve)
 
 
 def rss_kb(pid):
@@ -221,7 +204,7 @@ def rss_kb(pid):
 def test_hostile_reply_is_bounded(h):
     """A server answering *100000000 then integers: the connection is dropped
     before anything is built for it; the agent's memory stays small."""
-    port, close, sent = hostile_server(b"*100000000\r\n", b":1\r\n", 2.0)
+    port, close = hostile_server(b"*100000000\r\n", b":1\r\n", 2.0)
     try:
         a = start_on(h, "127.0.0.1:%d" % port, "--redis-timeout", "50")
         time.sleep(2.5)

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 
+import fleet
 import harness
 import spop
 from harness import http_get, wait_for
@@ -291,36 +292,9 @@ def test_fleet_through_raw_spop_is_exact_with_pipelining(h):
     agents = [start_agent(h, redis, "--limit", "100/1d", "--redis-timeout", "1000",
                           threads=2, name="agent%d" % i) for i in (1, 2)]
     nconn, per_conn = 8, 50
-    acks, errors = [], []
-    lock = threading.Lock()
-    barrier = threading.Barrier(nconn)
-
-    def burst(i):
-        try:
-            with Conn(agents[i % 2].port, timeout=10.0) as c:
-                c.handshake()
-                frames = b"".join(spop.check_rate(sid, 1, api_key="pipelined")
-                                  for sid in range(1, per_conn + 1))
-                barrier.wait(timeout=10)
-                c.send(frames)  # every NOTIFY at once
-                got = {}
-                for _ in range(per_conn):
-                    f = c.expect(ACK, timeout=10)
-                    assert f.fid == 1 and 1 <= f.sid <= per_conn and f.sid not in got, f
-                    got[f.sid] = f.vars()
-                with lock:
-                    acks.extend(got.values())
-        except Exception as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append(repr(e))
-
-    threads = [threading.Thread(target=burst, args=(i,), daemon=True) for i in range(nconn)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads), "connections still waiting"
-    assert not errors, errors[:3]
+    # 8 connections over both agents, each with 50 NOTIFYs in one write
+    acks = fleet.burst([a.port for a in agents], ["pipelined"], per_key=nconn * per_conn,
+                       conns=nconn, timeout=10.0)["pipelined"]
     assert len(acks) == nconn * per_conn, len(acks)
     assert [v for v in acks if v["degraded"]] == []
     allowed = [v for v in acks if v["status"] == 0]

@@ -60,10 +60,7 @@ def test_failover_under_load(h, sentinel):
         new_port, failover_s = sentinel.wait_failover()
         assert new_port != old
 
-        def recovered():
-            recent = [v for t, _, v in steady.answers if t > time.monotonic() - 0.5]
-            return len(recent) > 20 and not any(v["degraded"] for v in recent)
-        wait_for(recovered, 30, "decisions from the new master")
+        fleet.wait_recovered(steady, 0.5, 20, 30, "decisions from the new master")
         n = steady.count()
         wait_for(lambda: steady.count() > n + 100, 20, "traffic after the failover")
     finally:
