@@ -17,6 +17,7 @@ limit" counts every request that passed.
 
 import os
 import re
+import subprocess
 import glob
 import time
 
@@ -72,7 +73,14 @@ def skewed(offset):
     libs = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1")
     if not libs:
         return ()
-    return ("env", "LD_PRELOAD=" + libs[0], "FAKETIME=" + offset)
+    preload = [libs[0]]
+    # a sanitizer's runtime must come first among preloaded libraries
+    ldd = subprocess.run(["ldd", os.path.join(harness.BUILD, "spoa-ratelimit")],
+                         capture_output=True, text=True).stdout
+    asan = re.search(r"(/\S*libasan\.so\S*)", ldd)
+    if asan:
+        preload.insert(0, asan.group(1))
+    return ("env", "LD_PRELOAD=" + ":".join(preload), "FAKETIME=" + offset)
 
 
 def keys(n, tag):
