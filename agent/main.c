@@ -239,6 +239,13 @@ static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
 	server_collect_rules(&srv);
 }
 
+/* Lines the log limiter held back are reported within a second of the end
+ * of their window, whether or not their site logs again. */
+static void on_log_reports(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	log_report_suppressed(log_now_ms(), 0);
+}
+
 static void serve_metrics(struct http_req *req, void *arg)
 {
 	char *body = NULL;
@@ -364,7 +371,7 @@ int main(int argc, char **argv)
 	int opt, level = LOG_INFO;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	ev_signal sig_int, sig_term, sig_hup;
-	ev_timer collect;
+	ev_timer collect, log_reports;
 
 	server_config_defaults(&srv.cfg);
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
@@ -617,6 +624,8 @@ int main(int argc, char **argv)
 	ev_signal_start(main_loop, &sig_hup);
 	ev_timer_init(&collect, on_collect, 0.5, 0.5);
 	ev_timer_start(main_loop, &collect);
+	ev_timer_init(&log_reports, on_log_reports, 1., 1.);
+	ev_timer_start(main_loop, &log_reports);
 	if (server_start(&srv) < 0) {
 		server_stop(&srv);
 		return 1;
@@ -629,6 +638,7 @@ int main(int argc, char **argv)
 	server_stop(&srv);
 	rules_release(atomic_load(&srv.rules));
 	store_free(srv.store);
+	log_report_suppressed(log_now_ms(), 1);
 	log_info("stopped");
 	return 0;
 }
