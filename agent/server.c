@@ -26,6 +26,11 @@ void server_config_defaults(struct server_config *cfg)
 	cfg->max_frame_size = SPOP_OWN_FRAME_SIZE;
 	cfg->max_conns = 10000;
 	cfg->hello_timeout = 5.0;
+	/* Longer than HAProxy's own idle timeouts (2 or 3 minutes in the
+	 * shipped configurations), so that in normal operation HAProxy
+	 * closes its idle connections first: an agent that closes one as
+	 * HAProxy sends on it fails that request. */
+	cfg->idle_timeout = 300.0;
 	cfg->mem_max_keys = 1000000;
 }
 

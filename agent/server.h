@@ -27,7 +27,9 @@ struct server_config {
 	int threads;
 	uint32_t max_frame_size;  /* own maximum, >= 16380 */
 	int max_conns;            /* per worker */
-	double hello_timeout;     /* seconds to complete HELLO */
+	double hello_timeout;     /* seconds to complete HELLO, and any frame
+	                           * once its first bytes have arrived */
+	double idle_timeout;      /* seconds a READY connection may stay idle */
 	size_t mem_max_keys;
 };
 

@@ -1,9 +1,12 @@
 /* conn.h: one SPOP connection from HAProxy, its state machine and buffers.
  *
- * States: HELLO (waiting for HAPROXY-HELLO), READY (NOTIFYs), DRAINING
- * (a DISCONNECT or final HELLO is queued: no more reading; closed once the
- * output is flushed or after a short grace time). Any protocol error sends
- * AGENT-DISCONNECT with the matching status and drains: errors are sticky.
+ * States: HELLO (waiting for HAPROXY-HELLO, within the hello timeout),
+ * READY (NOTIFYs; closed after the idle timeout without a read or an answer
+ * owed, and when a frame begun is not complete within the hello timeout),
+ * DRAINING (a DISCONNECT or final HELLO is queued: no more reading; closed
+ * once the output is flushed or after a short grace time). Any protocol error
+ * sends AGENT-DISCONNECT with the matching status and drains: errors are
+ * sticky.
  *
  * A connection is never freed inside its own callbacks: conn_close() marks
  * it and hands it to the worker's reap list. Deferred work refers to a

@@ -1,9 +1,21 @@
-"""A connection's life in the agent beyond single frames: a flood of bad
-connections logged in tens of lines, not one line each.
+"""A connection's life in the agent beyond single frames: idle ones closed
+(--idle-timeout), frames begun and never finished cut off (--hello-timeout),
+busy ones and ones owed an answer left alone; a flood of bad connections
+logged in tens of lines, not one line each.
+
+Timeouts here are short (1 s) so that the tests are quick; the bounds
+checked are the guarantees (never closed before the timeout, closed within
+a few seconds after it), never tighter.
 """
 
 import re
 import socket
+import time
+
+import spop
+from harness import wait_for
+from redis_helper import RedisServer
+from spop import ACK, Conn
 
 GARBAGE = b"GET / HTTP/1.1\r\n\r\n"  # its first 4 bytes, as a length, are too big
 
@@ -62,3 +74,66 @@ def test_bad_connections_log_tens_of_lines(h):
     # Nothing is lost: what was held back is counted in the reports.
     assert logged(log, r"disconnect, status 3 \(") == answered, log
     assert logged(log, r"connections, refusing another") == refused, log
+
+
+# ---- idle connections, frames begun and not finished ------------------------------
+
+def test_idle_connection_closed(h):
+    agent = h.agent("--idle-timeout", "1s")
+    with Conn(agent.port) as c:
+        c.handshake()
+        t0 = time.monotonic()
+        c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
+        waited = time.monotonic() - t0
+    assert waited >= 0.9, "closed after %.2f s, before the idle timeout" % waited
+    assert "idle for" in agent.log()
+
+
+def test_half_frame_cut_off(h):
+    # The idle timeout is far away: only the frame's deadline can close it.
+    agent = h.agent("--hello-timeout", "1s", "--idle-timeout", "1m")
+    with Conn(agent.port) as c:
+        c.handshake()
+        c.send(spop.check_rate(1, 1, api_key="slow")[:20])
+        t0 = time.monotonic()
+        c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
+        waited = time.monotonic() - t0
+    assert waited >= 0.9, "closed after %.2f s, before the frame's deadline" % waited
+    assert "still incomplete" in agent.log()
+
+
+def test_active_connection_stays_open(h):
+    agent = h.agent("--idle-timeout", "1s", "--hello-timeout", "1s")
+    with Conn(agent.port) as c:
+        c.handshake()
+        # 3 s of traffic, a request every 0.3 s: three idle timeouts long,
+        # never idle for one. Each frame arrives in two pieces 0.1 s
+        # apart, which restarts no deadline.
+        for i in range(10):
+            f = spop.check_rate(2 * i + 1, 1, api_key="busy")
+            c.send(f[:15])
+            time.sleep(0.1)
+            c.send(f[15:])
+            assert c.expect(ACK).vars()["status"] == 0
+            time.sleep(0.2)
+        # and once quiet, it is idle like any other
+        c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
+
+
+def test_connection_owed_an_answer_is_not_idle(h):
+    redis = RedisServer(h)
+    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "10000",
+                    "--idle-timeout", "1s")
+    wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
+    with Conn(agent.port) as c:
+        c.handshake()
+        redis.pause()
+        try:
+            c.send(spop.check_rate(1, 1, api_key="owed"))
+            time.sleep(2.0)  # twice the idle timeout, the answer still owed
+        finally:
+            redis.resume()
+        f = c.expect(ACK, timeout=10)
+        v = f.vars()
+        assert (v["status"], v["degraded"]) == (0, False), v
+
