@@ -57,6 +57,8 @@ struct worker {
 	ev_io accept_w;
 	ev_timer accept_pause_w;  /* accepting resumes (after EMFILE) */
 	ev_async stop_w;
+	ev_timer grace_w;         /* stopping: the end of the grace time */
+	int stopping;             /* answering what was read, then leaving */
 	ev_prepare reap_w;
 	struct store_worker *store;
 	struct rules *rules;    /* this worker's reference to the rules */
@@ -98,7 +100,15 @@ int server_listen(struct server *srv);
  * call). */
 int server_start(struct server *srv);
 
-/* Asks every worker to stop, joins them, closes every connection. */
+/* Seconds that stopping workers give their connections to be answered and
+ * disconnected (server_stop). Decisions still waiting for the store then
+ * get the rule's failure policy. */
+#define SERVER_STOP_GRACE 3.0
+
+/* Stops the agent: workers accept no more, answer what their connections
+ * have read, send AGENT-DISCONNECT on each and close them, within
+ * SERVER_STOP_GRACE seconds (more than that, only for the last
+ * DISCONNECTs, which wait for nothing); joins them and frees them. */
 void server_stop(struct server *srv);
 
 /* Installs new rules (taking the caller's reference): workers switch at

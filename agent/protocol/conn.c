@@ -37,6 +37,9 @@ struct conn {
 	int fd;
 	enum conn_state state;
 	int reading;              /* read watcher wanted */
+	int stopping;             /* the agent stops: no more reading; disconnect
+	                           * once every decision is answered */
+	int lingering;            /* DRAINING, output sent: discarding input */
 	int pending;              /* decisions waiting for the store */
 	uint32_t max_frame;       /* negotiated; our own before HELLO */
 	ev_tstamp last_active;    /* READY: last read, or last answer owed */
@@ -53,6 +56,8 @@ struct conn {
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents);
 static void frame_begun(struct conn *c);
+static void disconnect(struct conn *c, int status);
+static int flush(struct conn *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
@@ -131,6 +136,7 @@ static struct conn *conn_get(struct worker *w)
 	c->max_frame = own;
 	c->in_flush = 0;
 	c->flush_next = NULL;
+	c->stopping = c->lingering = 0;
 	c->pending = 0;
 	c->frame_started = 0.;
 	return c;
@@ -219,9 +225,17 @@ void conn_table_free(struct worker *w)
 {
 	struct conn_table *t = &w->conns;
 
-	for (uint32_t i = 0; i < t->nslots; i++)
-		if (t->slots[i])
-			conn_close(t->slots[i]);
+	/* The last word on connections still open (the grace time is over):
+	 * a DISCONNECT if the socket takes it now, then the close. */
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		struct conn *c = t->slots[i];
+
+		if (!c)
+			continue;
+		disconnect(c, SPOP_ST_NORMAL);
+		if (flush(c) == 0)
+			conn_close(c);
+	}
 	t->flush_list = NULL;
 	conn_reap(w);
 	while (t->spare) {
@@ -271,7 +285,7 @@ static void update_reading(struct conn *c)
 {
 	struct worker *w = c->w;
 	size_t queued = c->wlen - c->wpos;
-	int want = c->state == CONN_HELLO || c->state == CONN_READY;
+	int want = (c->state == CONN_HELLO || c->state == CONN_READY) && !c->stopping;
 
 	if (want && c->reading && queued > WBUF_HIGH) {
 		c->reading = 0;
@@ -316,8 +330,17 @@ static int flush(struct conn *c)
 	c->wpos = c->wlen = 0;
 	ev_io_stop(c->w->loop, &c->wio);
 	if (c->state == CONN_DRAINING) {
-		conn_close(c);
-		return -1;
+		/* Closing with input unread would send an RST, and an RST can
+		 * destroy the frames just sent before the peer reads them
+		 * (HAProxy goes on sending NOTIFYs until it reads our
+		 * DISCONNECT). Half-close instead, and discard what comes until
+		 * the peer closes too, or the grace time ends. */
+		if (!c->lingering) {
+			c->lingering = 1;
+			shutdown(c->fd, SHUT_WR);
+			ev_io_start(c->w->loop, &c->rio);
+		}
+		return 0;
 	}
 	update_reading(c);
 	return 0;
@@ -435,7 +458,8 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	case CONN_CLOSED:
 		break;
 	}
-	/* DRAINING past its grace time: the peer does not read. */
+	/* DRAINING past its grace time: the peer does not read, or does not
+	 * close. */
 	conn_close(c);
 }
 
@@ -614,8 +638,12 @@ void conn_answer(void *worker, const struct store_ref *ref, const struct decide_
 		return;
 	if (queue_ack(c, ref->stream_id, ref->frame_id, d) < 0 && c->state == CONN_CLOSED)
 		return;
-	if (c->pending == 0) /* idle from the last answer on, not from the last read */
+	if (c->pending == 0) {
+		/* idle from the last answer on, not from the last read */
 		c->last_active = ev_now(w->loop);
+		if (c->stopping)
+			disconnect(c, SPOP_ST_NORMAL);
+	}
 	if (!c->in_flush) {
 		c->in_flush = 1;
 		c->flush_next = w->conns.flush_list;
@@ -705,6 +733,25 @@ static void process_input(struct conn *c)
 	}
 }
 
+/* DRAINING, everything sent: reads and drops what the peer still sends,
+ * until it closes. Returns -1 once the connection is closed, else 0. */
+static int discard_input(struct conn *c)
+{
+	for (int round = 0; round < 16; round++) {
+		ssize_t n = recv(c->fd, c->rbuf, c->rcap, 0);
+
+		if (n > 0)
+			continue;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		conn_close(c);
+		return -1;
+	}
+	return 0;
+}
+
 /* Reads and handles what the socket holds, within a bounded amount of
  * work. Returns -1 once the connection is closed, else 0 (output may be
  * queued: the caller flushes). */
@@ -752,6 +799,43 @@ static int read_input(struct conn *c)
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 {
-	if (read_input(io->data) == 0)
-		flush(io->data);
+	struct conn *c = io->data;
+
+	if (c->state == CONN_DRAINING) {
+		if (c->lingering)
+			discard_input(c);
+		return;
+	}
+	if (read_input(c) == 0)
+		flush(c);
+}
+
+/* Stops one connection: see conn_stop_all(). */
+static void conn_stop(struct conn *c)
+{
+	switch (c->state) {
+	case CONN_HELLO:
+		disconnect(c, SPOP_ST_NORMAL);
+		break;
+	case CONN_READY:
+		c->stopping = 1;
+		/* NOTIFYs sent before the signal may still be in the socket:
+		 * they are read and answered like the others. */
+		if (read_input(c) < 0)
+			return;
+		if (c->state == CONN_READY && c->pending == 0)
+			disconnect(c, SPOP_ST_NORMAL);
+		break;
+	case CONN_DRAINING:
+	case CONN_CLOSED:
+		return;
+	}
+	flush(c);
+}
+
+void conn_stop_all(struct worker *w)
+{
+	for (uint32_t i = 0; i < w->conns.nslots; i++)
+		if (w->conns.slots[i])
+			conn_stop(w->conns.slots[i]);
 }

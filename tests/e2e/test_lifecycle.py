@@ -1,7 +1,9 @@
 """A connection's life in the agent beyond single frames: idle ones closed
 (--idle-timeout), frames begun and never finished cut off (--hello-timeout),
 busy ones and ones owed an answer left alone; a flood of bad connections
-logged in tens of lines, not one line each.
+logged in tens of lines, not one line each; SIGTERM answering every NOTIFY
+read (decisions waiting for Redis too, within the grace time), then
+AGENT-DISCONNECT on every connection and exit 0.
 
 Timeouts here are short (1 s) so that the tests are quick; the bounds
 checked are the guarantees (never closed before the timeout, closed within
@@ -9,13 +11,16 @@ a few seconds after it), never tighter.
 """
 
 import re
+import signal
 import socket
 import time
 
 import spop
-from harness import wait_for
+from harness import free_port, http_get, wait_for
 from redis_helper import RedisServer
 from spop import ACK, Conn
+
+STOP_GRACE = 3.0  # SERVER_STOP_GRACE
 
 GARBAGE = b"GET / HTTP/1.1\r\n\r\n"  # its first 4 bytes, as a length, are too big
 
@@ -50,21 +55,31 @@ def logged(log, pattern):
     return n
 
 
+def open_connections(mport):
+    m = re.search(r"^spoa_rl_connections (\d+)$", http_get(mport, "/metrics").text, re.M)
+    return int(m.group(1))
+
+
 def test_bad_connections_log_tens_of_lines(h):
+    mport = free_port()
     # One worker, so that connections held open fill it for sure.
-    agent = h.agent("--threads", "1", "--max-conns", "4")
+    agent = h.agent("--threads", "1", "--max-conns", "4", "--metrics", "127.0.0.1:%d" % mport)
     # 1000 protocol errors, one after the other: each is answered with an
     # AGENT-DISCONNECT (too big) and closed.
-    answered = sum(closed_after(agent.port, GARBAGE) for _ in range(1000))
+    results = [closed_after(agent.port, GARBAGE) for _ in range(1000)]
+    wait_for(lambda: open_connections(mport) == 0, 10, "the agent to close them all")
     # 1000 connections refused: the worker is full.
-    held = [socket.create_connection(("127.0.0.1", agent.port), timeout=5) for _ in range(4)]
+    held = [Conn(agent.port) for _ in range(4)]
     try:
-        for s in held:
-            s.sendall(GARBAGE[:2])  # accepted, and waiting for the rest of a frame
-        refused = sum(not closed_after(agent.port, b"") for _ in range(1000))
+        for c in held:
+            c.handshake()
+        results += [closed_after(agent.port, b"") for _ in range(1000)]
     finally:
-        for s in held:
-            s.close()
+        for c in held:
+            c.close()
+    # A connection answered got its DISCONNECT; one refused, nothing.
+    answered = sum(results)
+    refused = len(results) - answered
     assert answered > 900 and refused > 900, (answered, refused)
     assert h.stop(agent) == 0
     log = agent.log()
@@ -137,3 +152,100 @@ def test_connection_owed_an_answer_is_not_idle(h):
         v = f.vars()
         assert (v["status"], v["degraded"]) == (0, False), v
 
+
+# ---- SIGTERM --------------------------------------------------------------------------
+
+def pipeline(c, n, key):
+    """Sends n check-rate NOTIFYs in one write; returns their (sid, fid)."""
+    ids = [(2 * i + 1, 1) for i in range(n)]
+    c.send(b"".join(spop.check_rate(sid, fid, api_key="%s-%d" % (key, sid)) for sid, fid in ids))
+    return ids
+
+
+def expect_acks_then_disconnect(c, ids, timeout=10):
+    """Every ACK of ids, in any order, then AGENT-DISCONNECT (normal) and
+    the close. Returns the ACKs' variables."""
+    got = {}
+    for _ in ids:
+        f = c.expect(ACK, timeout=timeout)
+        assert (f.sid, f.fid) in ids and (f.sid, f.fid) not in got, f
+        got[(f.sid, f.fid)] = f.vars()
+    c.expect_disconnect(spop.ST_NORMAL, timeout=timeout)
+    return list(got.values())
+
+
+def stopped_within(agent, seconds):
+    """Waits for the agent to exit; returns its exit code and how long it
+    took from now."""
+    t0 = time.monotonic()
+    rc = agent.popen.wait(timeout=seconds)
+    return rc, time.monotonic() - t0
+
+
+def test_sigterm_answers_then_disconnects(h):
+    agent = h.agent("--threads", "2")
+    conns = [Conn(agent.port) for _ in range(4)]
+    waiting = Conn(agent.port)  # no HELLO yet
+    try:
+        sent = []
+        for i, c in enumerate(conns):
+            c.handshake()
+            sent.append(pipeline(c, 20, "term%d" % i))
+        agent.signal(signal.SIGTERM)
+        for c, ids in zip(conns, sent):
+            for v in expect_acks_then_disconnect(c, ids):
+                assert (v["status"], v["degraded"]) == (0, False), v
+            c.close()
+        waiting.expect_disconnect(spop.ST_NORMAL, timeout=10)
+        waiting.close()
+        rc, took = stopped_within(agent, STOP_GRACE + 10)
+    finally:
+        for c in conns + [waiting]:
+            c.close()
+    assert rc == 0, rc
+    assert took < STOP_GRACE + 5, took
+
+
+def test_sigterm_waits_for_redis(h):
+    redis = RedisServer(h)
+    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "10000")
+    wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
+    with Conn(agent.port) as c:
+        c.handshake()
+        redis.pause()
+        try:
+            ids = pipeline(c, 10, "redis")
+            time.sleep(0.2)  # the decisions wait for Redis
+            agent.signal(signal.SIGTERM)
+            time.sleep(0.5)
+        finally:
+            redis.resume()
+        # well within the grace time: Redis decides every one
+        for v in expect_acks_then_disconnect(c, ids):
+            assert (v["status"], v["degraded"], v["remaining"]) == (0, False, 99), v
+    rc, _ = stopped_within(agent, STOP_GRACE + 10)
+    assert rc == 0, rc
+
+
+def test_sigterm_grace_is_bounded(h):
+    redis = RedisServer(h)
+    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "60000")
+    wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
+    with Conn(agent.port) as c:
+        c.handshake()
+        redis.pause()
+        try:
+            ids = pipeline(c, 10, "grace")
+            time.sleep(0.2)
+            agent.signal(signal.SIGTERM)
+            t0 = time.monotonic()
+            # Redis never answers: at the end of the grace time the rule's
+            # failure policy (open) does, then the DISCONNECT.
+            for v in expect_acks_then_disconnect(c, ids, timeout=STOP_GRACE + 10):
+                assert (v["status"], v["degraded"]) == (0, True), v
+            rc, _ = stopped_within(agent, STOP_GRACE + 10)
+            took = time.monotonic() - t0
+        finally:
+            redis.resume()
+    assert rc == 0, rc
+    assert took < STOP_GRACE + 5, took
