@@ -93,13 +93,20 @@ def test_bad_connections_log_tens_of_lines(h):
 
 # ---- idle connections, frames begun and not finished ------------------------------
 
-def test_idle_connection_closed(h):
-    agent = h.agent("--idle-timeout", "1s")
+def seconds_to_timeout(agent, data=b""):
+    """After the handshake, sends data and then nothing; returns how long the
+    agent took to send AGENT-DISCONNECT (timeout) and close."""
     with Conn(agent.port) as c:
         c.handshake()
+        c.send(data)
         t0 = time.monotonic()
         c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
-        waited = time.monotonic() - t0
+        return time.monotonic() - t0
+
+
+def test_idle_connection_closed(h):
+    agent = h.agent("--idle-timeout", "1s")
+    waited = seconds_to_timeout(agent)
     assert waited >= 0.9, "closed after %.2f s, before the idle timeout" % waited
     assert "idle for" in agent.log()
 
@@ -107,12 +114,7 @@ def test_idle_connection_closed(h):
 def test_half_frame_cut_off(h):
     # The idle timeout is far away: only the frame's deadline can close it.
     agent = h.agent("--hello-timeout", "1s", "--idle-timeout", "1m")
-    with Conn(agent.port) as c:
-        c.handshake()
-        c.send(spop.check_rate(1, 1, api_key="slow")[:20])
-        t0 = time.monotonic()
-        c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
-        waited = time.monotonic() - t0
+    waited = seconds_to_timeout(agent, spop.check_rate(1, 1, api_key="slow")[:20])
     assert waited >= 0.9, "closed after %.2f s, before the frame's deadline" % waited
     assert "still incomplete" in agent.log()
 
@@ -135,11 +137,17 @@ def test_active_connection_stays_open(h):
         c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
 
 
-def test_connection_owed_an_answer_is_not_idle(h):
+def redis_agent(h, timeout, *args):
+    """Redis and one agent (one worker) on it whose decisions wait up to
+    `timeout` for Redis; returns both once the agent has loaded its script."""
     redis = RedisServer(h)
-    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "10000",
-                    "--idle-timeout", "1s")
+    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", timeout, *args)
     wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
+    return redis, agent
+
+
+def test_connection_owed_an_answer_is_not_idle(h):
+    redis, agent = redis_agent(h, "10000", "--idle-timeout", "1s")
     with Conn(agent.port) as c:
         c.handshake()
         redis.pause()
@@ -174,14 +182,6 @@ def expect_acks_then_disconnect(c, ids, timeout=10):
     return list(got.values())
 
 
-def stopped_within(agent, seconds):
-    """Waits for the agent to exit; returns its exit code and how long it
-    took from now."""
-    t0 = time.monotonic()
-    rc = agent.popen.wait(timeout=seconds)
-    return rc, time.monotonic() - t0
-
-
 def test_sigterm_answers_then_disconnects(h):
     agent = h.agent("--threads", "2")
     conns = [Conn(agent.port) for _ in range(4)]
@@ -198,7 +198,9 @@ def test_sigterm_answers_then_disconnects(h):
             c.close()
         waiting.expect_disconnect(spop.ST_NORMAL, timeout=10)
         waiting.close()
-        rc, took = stopped_within(agent, STOP_GRACE + 10)
+        t0 = time.monotonic()
+        rc = agent.popen.wait(timeout=STOP_GRACE + 10)
+        took = time.monotonic() - t0
     finally:
         for c in conns + [waiting]:
             c.close()
@@ -206,46 +208,45 @@ def test_sigterm_answers_then_disconnects(h):
     assert took < STOP_GRACE + 5, took
 
 
-def test_sigterm_waits_for_redis(h):
-    redis = RedisServer(h)
-    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "10000")
-    wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
+def sigterm_while_redis_paused(h, redis_timeout, pause_after_signal=None):
+    """Pipelines 10 NOTIFYs to an agent whose Redis is paused, sends SIGTERM,
+    and resumes Redis pause_after_signal seconds later (None: once the agent
+    has exited). Returns the ACKs' variables, which come before the
+    agent's AGENT-DISCONNECT, its exit code, and the seconds from SIGTERM
+    to its exit."""
+    redis, agent = redis_agent(h, redis_timeout)
     with Conn(agent.port) as c:
         c.handshake()
         redis.pause()
         try:
-            ids = pipeline(c, 10, "redis")
+            ids = pipeline(c, 10, "term")
             time.sleep(0.2)  # the decisions wait for Redis
             agent.signal(signal.SIGTERM)
-            time.sleep(0.5)
+            t0 = time.monotonic()
+            if pause_after_signal is not None:
+                time.sleep(pause_after_signal)
+                redis.resume()
+            answers = expect_acks_then_disconnect(c, ids, timeout=STOP_GRACE + 10)
+            c.close()  # as HAProxy does on a DISCONNECT
+            rc = agent.popen.wait(timeout=STOP_GRACE + 10)
+            return answers, rc, time.monotonic() - t0
         finally:
             redis.resume()
-        # well within the grace time: Redis decides every one
-        for v in expect_acks_then_disconnect(c, ids):
-            assert (v["status"], v["degraded"], v["remaining"]) == (0, False, 99), v
-    rc, _ = stopped_within(agent, STOP_GRACE + 10)
+
+
+def test_sigterm_waits_for_redis(h):
+    # Redis back well within the grace time: it decides every one.
+    answers, rc, _ = sigterm_while_redis_paused(h, "10000", 0.5)
+    for v in answers:
+        assert (v["status"], v["degraded"], v["remaining"]) == (0, False, 99), v
     assert rc == 0, rc
 
 
 def test_sigterm_grace_is_bounded(h):
-    redis = RedisServer(h)
-    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", "60000")
-    wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
-    with Conn(agent.port) as c:
-        c.handshake()
-        redis.pause()
-        try:
-            ids = pipeline(c, 10, "grace")
-            time.sleep(0.2)
-            agent.signal(signal.SIGTERM)
-            t0 = time.monotonic()
-            # Redis never answers: at the end of the grace time the rule's
-            # failure policy (open) does, then the DISCONNECT.
-            for v in expect_acks_then_disconnect(c, ids, timeout=STOP_GRACE + 10):
-                assert (v["status"], v["degraded"]) == (0, True), v
-            rc, _ = stopped_within(agent, STOP_GRACE + 10)
-            took = time.monotonic() - t0
-        finally:
-            redis.resume()
+    # Redis never answers: at the end of the grace time the rule's failure
+    # policy (open) does, then the DISCONNECT.
+    answers, rc, took = sigterm_while_redis_paused(h, "60000")
+    for v in answers:
+        assert (v["status"], v["degraded"]) == (0, True), v
     assert rc == 0, rc
     assert took < STOP_GRACE + 5, took
