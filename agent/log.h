@@ -1,16 +1,74 @@
-/* log.h: one-line logs to stderr, safe from any thread. */
+/* log.h: one-line logs to stderr, safe from any thread.
+ *
+ * Errors, warnings and info lines are limited per call site, so that a
+ * peer repeating the same mistake (thousands of bad connections a second)
+ * cannot flood the log: a site writes at most LOG_BURST lines in
+ * LOG_WINDOW_MS; the lines past that are counted, never formatted, and
+ * reported in one line at the window's end: `N more like "<the site's last
+ * line>" in the last 10 s`. Reports come from log_report_suppressed(),
+ * which the main thread calls every second and once more at exit, or from
+ * the site's next line, whichever is first; each suppressed line is counted
+ * in exactly one report. Debug lines (-v -v) are not limited: asking for
+ * them is asking for every one. */
 #ifndef RL_LOG_H
 #define RL_LOG_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 enum log_level { LOG_ERR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
+
+#define LOG_BURST 10
+#define LOG_WINDOW_MS 10000
+#define LOG_LAST_MAX 200   /* bytes of a site's last line quoted in a report */
+
+/* One call site's window. Zeroed static storage is a valid site: the
+ * macros below declare one per call. */
+struct log_site {
+	_Atomic int64_t start_ms;   /* the current window began */
+	atomic_uint written;        /* lines written in it */
+	atomic_uint_fast64_t suppressed; /* counted, not yet reported */
+	atomic_int listed;          /* on the list that reports walk */
+	struct log_site *next;      /* that list; under the log's lock */
+	int level;                  /* of the last line; under the lock */
+	char last[LOG_LAST_MAX];    /* the last line written; under the lock */
+};
 
 void log_set_level(int level);
 int log_get_level(void);
+
+/* Writes one line, unlimited. */
 void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_err(...) log_msg(LOG_ERR, __VA_ARGS__)
-#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+/* Writes one line of `site` unless the site has used up its window. */
+void log_site_msg(struct log_site *site, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* The limiter itself, on the caller's clock (milliseconds, monotonic):
+ * returns 1 when a line of `site` at now_ms is to be written, 0 when it is
+ * counted as suppressed. When the call starts a new window, *report gets
+ * the count left over from the previous one (the caller reports it), else
+ * 0. Lock-free. */
+int log_site_admit(struct log_site *site, int64_t now_ms, uint64_t *report);
+
+/* Writes the report of every site whose window ended by now_ms with lines
+ * suppressed, or of every site with lines suppressed when `all` (at exit).
+ * Returns how many reports it wrote. */
+int log_report_suppressed(int64_t now_ms, int all);
+
+/* The clock log_site_msg() and the reports use. */
+int64_t log_now_ms(void);
+
+#define LOG_LIMITED(level, ...)                                               \
+	do {                                                                  \
+		static struct log_site log_site_;                             \
+		if ((level) <= log_get_level())                               \
+			log_site_msg(&log_site_, (level), __VA_ARGS__);       \
+	} while (0)
+
+#define log_err(...) LOG_LIMITED(LOG_ERR, __VA_ARGS__)
+#define log_warn(...) LOG_LIMITED(LOG_WARN, __VA_ARGS__)
+#define log_info(...) LOG_LIMITED(LOG_INFO, __VA_ARGS__)
 #define log_debug(...) do { if (log_get_level() >= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
 
 #endif

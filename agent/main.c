@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "decide.h"
 #include "http.h"
+#include "limit.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
@@ -63,6 +64,10 @@ static void usage(FILE *out)
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
 		"                            at least 16380)\n"
 		"      --max-conns N         connections per worker (default 10000)\n"
+		"      --idle-timeout D      close a connection idle this long (default 5m;\n"
+		"                            keep it above HAProxy's idle timeouts)\n"
+		"      --hello-timeout D     time for a new connection's HELLO, and for any\n"
+		"                            frame begun to arrive whole (default 5s)\n"
 		"      --mem-max-keys N      client limits kept in memory (default 1000000)\n"
 		"      --metrics ADDR:PORT   serve Prometheus metrics at /metrics\n"
 		"      --admin               also serve /admin/client and /admin/reset there\n"
@@ -87,6 +92,22 @@ static int parse_num(const char *s, long long min, long long max, long long *out
 	return 0;
 }
 
+/* Parses a duration with its unit ("30s", "5m", "500ms") within [min, max]
+ * seconds. Returns 0 or -1. */
+static int parse_seconds(const char *s, double min, double max, double *out)
+{
+	int64_t us;
+	double v;
+
+	if (limit_parse_duration(s, &us) < 0)
+		return -1;
+	v = (double)us / 1e6;
+	if (v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 /* Names given on the command line end up in generated YAML: keep them to
  * the characters of argument names. */
 static int safe_name(const char *s, size_t max)
@@ -103,6 +124,8 @@ enum {
 	OPT_IDENTITY,
 	OPT_MAX_FRAME,
 	OPT_MAX_CONNS,
+	OPT_IDLE_TIMEOUT,
+	OPT_HELLO_TIMEOUT,
 	OPT_MEM_KEYS,
 	OPT_CHECK,
 	OPT_VERSION,
@@ -246,6 +269,13 @@ static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
 	server_collect_rules(&srv);
 }
 
+/* Lines the log limiter held back are reported within a second of the end
+ * of their window, whether or not their site logs again. */
+static void on_log_reports(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	log_report_suppressed(log_now_ms(), 0);
+}
+
 static void serve_metrics(struct http_req *req, void *arg)
 {
 	char *body = NULL;
@@ -379,6 +409,8 @@ int main(int argc, char **argv)
 		{ "cost-arg", required_argument, NULL, OPT_COST_ARG },
 		{ "max-frame-size", required_argument, NULL, OPT_MAX_FRAME },
 		{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+		{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
+		{ "hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT },
 		{ "mem-max-keys", required_argument, NULL, OPT_MEM_KEYS },
 		{ "redis", required_argument, NULL, OPT_REDIS },
 		{ "hash-key-file", required_argument, NULL, OPT_HASH_KEY_FILE },
@@ -414,7 +446,7 @@ int main(int argc, char **argv)
 	int opt, level = LOG_INFO;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	ev_signal sig_int, sig_term, sig_hup;
-	ev_timer collect;
+	ev_timer collect, log_reports;
 
 	server_config_defaults(&srv.cfg);
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
@@ -502,6 +534,16 @@ int main(int argc, char **argv)
 			if (parse_num(optarg, 1, 1000000, &num) < 0)
 				BAD("--max-conns: expected 1 to 1000000, got '%s'", optarg);
 			srv.cfg.max_conns = (int)num;
+			break;
+		case OPT_IDLE_TIMEOUT:
+			if (parse_seconds(optarg, 0.1, 86400., &srv.cfg.idle_timeout) < 0)
+				BAD("--idle-timeout: expected a duration from 100ms to 1d (30s, 5m), got '%s'",
+				    optarg);
+			break;
+		case OPT_HELLO_TIMEOUT:
+			if (parse_seconds(optarg, 0.1, 3600., &srv.cfg.hello_timeout) < 0)
+				BAD("--hello-timeout: expected a duration from 100ms to 1h (2s, 500ms), got '%s'",
+				    optarg);
 			break;
 		case OPT_MEM_KEYS:
 			if (parse_num(optarg, 1, 1LL << 32, &num) < 0)
@@ -675,6 +717,8 @@ int main(int argc, char **argv)
 	ev_signal_start(main_loop, &sig_hup);
 	ev_timer_init(&collect, on_collect, 0.5, 0.5);
 	ev_timer_start(main_loop, &collect);
+	ev_timer_init(&log_reports, on_log_reports, 1., 1.);
+	ev_timer_start(main_loop, &log_reports);
 	if (server_start(&srv) < 0) {
 		server_stop(&srv);
 		return 1;
@@ -687,6 +731,7 @@ int main(int argc, char **argv)
 	server_stop(&srv);
 	rules_release(atomic_load(&srv.rules));
 	store_free(srv.store);
+	log_report_suppressed(log_now_ms(), 1);
 	log_info("stopped");
 	return 0;
 }

@@ -26,6 +26,11 @@ void server_config_defaults(struct server_config *cfg)
 	cfg->max_frame_size = SPOP_OWN_FRAME_SIZE;
 	cfg->max_conns = 10000;
 	cfg->hello_timeout = 5.0;
+	/* Longer than HAProxy's own idle timeouts (2 or 3 minutes in the
+	 * shipped configurations), so that in normal operation HAProxy
+	 * closes its idle connections first: an agent that closes one as
+	 * HAProxy sends on it fails that request. */
+	cfg->idle_timeout = 300.0;
 	cfg->mem_max_keys = 1000000;
 }
 
@@ -137,7 +142,22 @@ static void on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_io_start(loop, &w->accept_w);
 }
 
+/* The agent stops: accept no more, let the connections finish (the loop
+ * ends in on_prepare once they are all closed), or end at the grace time. */
 static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
+{
+	struct worker *w = a->data;
+
+	if (w->stopping)
+		return;
+	w->stopping = 1;
+	ev_io_stop(loop, &w->accept_w);
+	ev_timer_stop(loop, &w->accept_pause_w);
+	conn_stop_all(w);
+	ev_timer_start(loop, &w->grace_w);
+}
+
+static void on_grace_end(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	ev_break(loop, EVBREAK_ALL);
 }
@@ -167,9 +187,13 @@ static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
 
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
-	worker_refresh_rules(p->data);
-	conn_flush_pending(p->data);
-	conn_reap(p->data);
+	struct worker *w = p->data;
+
+	worker_refresh_rules(w);
+	conn_flush_pending(w);
+	conn_reap(w);
+	if (w->stopping && w->conns.nconns == 0)
+		ev_break(loop, EVBREAK_ALL);
 }
 
 static void *worker_main(void *arg)
@@ -221,7 +245,10 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 	ev_timer_init(&w->accept_pause_w, on_accept_pause, 0.1, 0.);
 	w->accept_pause_w.data = w;
 	ev_async_init(&w->stop_w, on_stop);
+	w->stop_w.data = w;
 	ev_async_start(w->loop, &w->stop_w);
+	ev_timer_init(&w->grace_w, on_grace_end, SERVER_STOP_GRACE, 0.);
+	w->grace_w.data = w;
 	ev_prepare_init(&w->reap_w, on_prepare);
 	w->reap_w.data = w;
 	ev_prepare_start(w->loop, &w->reap_w);

@@ -27,7 +27,9 @@ struct server_config {
 	int threads;
 	uint32_t max_frame_size;  /* own maximum, >= 16380 */
 	int max_conns;            /* per worker */
-	double hello_timeout;     /* seconds to complete HELLO */
+	double hello_timeout;     /* seconds to complete HELLO, and any frame
+	                           * once its first bytes have arrived */
+	double idle_timeout;      /* seconds a READY connection may stay idle */
 	size_t mem_max_keys;
 };
 
@@ -55,6 +57,8 @@ struct worker {
 	ev_io accept_w;
 	ev_timer accept_pause_w;  /* accepting resumes (after EMFILE) */
 	ev_async stop_w;
+	ev_timer grace_w;         /* stopping: the end of the grace time */
+	int stopping;             /* answering what was read, then leaving */
 	ev_prepare reap_w;
 	struct store_worker *store;
 	struct rules *rules;    /* this worker's reference to the rules */
@@ -96,7 +100,15 @@ int server_listen(struct server *srv);
  * call). */
 int server_start(struct server *srv);
 
-/* Asks every worker to stop, joins them, closes every connection. */
+/* Seconds that stopping workers give their connections to be answered and
+ * disconnected (server_stop). Decisions still waiting for the store then
+ * get the rule's failure policy. */
+#define SERVER_STOP_GRACE 3.0
+
+/* Stops the agent: workers accept no more, answer what their connections
+ * have read, send AGENT-DISCONNECT on each and close them, within
+ * SERVER_STOP_GRACE seconds (more than that, only for the last
+ * DISCONNECTs, which wait for nothing); joins them and frees them. */
 void server_stop(struct server *srv);
 
 /* Installs new rules (taking the caller's reference): workers switch at

@@ -37,10 +37,17 @@ struct conn {
 	int fd;
 	enum conn_state state;
 	int reading;              /* read watcher wanted */
+	int stopping;             /* the agent stops: no more reading; disconnect
+	                           * once every decision is answered */
+	int lingering;            /* DRAINING, output sent: discarding input */
+	int pending;              /* decisions waiting for the store */
 	uint32_t max_frame;       /* negotiated; our own before HELLO */
+	ev_tstamp last_active;    /* READY: last read, or last answer owed */
+	ev_tstamp frame_started;  /* first bytes of an incomplete frame; 0: none */
 	ev_io rio;
 	ev_io wio;
-	ev_timer timer;           /* HELLO deadline, then drain grace */
+	ev_timer timer;           /* HELLO deadline; READY: idle and frame
+	                           * deadlines; DRAINING: grace */
 	uint8_t *rbuf;
 	size_t rcap, rpos, rlen;
 	uint8_t *wbuf;
@@ -48,6 +55,9 @@ struct conn {
 };
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void frame_begun(struct conn *c);
+static void disconnect(struct conn *c, int status);
+static int flush(struct conn *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
@@ -126,6 +136,9 @@ static struct conn *conn_get(struct worker *w)
 	c->max_frame = own;
 	c->in_flush = 0;
 	c->flush_next = NULL;
+	c->stopping = c->lingering = 0;
+	c->pending = 0;
+	c->frame_started = 0.;
 	return c;
 }
 
@@ -212,9 +225,17 @@ void conn_table_free(struct worker *w)
 {
 	struct conn_table *t = &w->conns;
 
-	for (uint32_t i = 0; i < t->nslots; i++)
-		if (t->slots[i])
-			conn_close(t->slots[i]);
+	/* The last word on connections still open (the grace time is over):
+	 * a DISCONNECT if the socket takes it now, then the close. */
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		struct conn *c = t->slots[i];
+
+		if (!c)
+			continue;
+		disconnect(c, SPOP_ST_NORMAL);
+		if (flush(c) == 0)
+			conn_close(c);
+	}
 	t->flush_list = NULL;
 	conn_reap(w);
 	while (t->spare) {
@@ -264,12 +285,17 @@ static void update_reading(struct conn *c)
 {
 	struct worker *w = c->w;
 	size_t queued = c->wlen - c->wpos;
-	int want = c->state == CONN_HELLO || c->state == CONN_READY;
+	int want = (c->state == CONN_HELLO || c->state == CONN_READY) && !c->stopping;
 
-	if (want && c->reading && queued > WBUF_HIGH)
+	if (want && c->reading && queued > WBUF_HIGH) {
 		c->reading = 0;
-	else if (want && !c->reading && queued < WBUF_LOW)
+	} else if (want && !c->reading && queued < WBUF_LOW) {
 		c->reading = 1;
+		/* Bytes of a frame waited in the socket while we did not read:
+		 * its deadline starts now. */
+		if (c->frame_started > 0.)
+			frame_begun(c);
+	}
 	if (!want)
 		c->reading = 0;
 	if (c->reading)
@@ -304,8 +330,17 @@ static int flush(struct conn *c)
 	c->wpos = c->wlen = 0;
 	ev_io_stop(c->w->loop, &c->wio);
 	if (c->state == CONN_DRAINING) {
-		conn_close(c);
-		return -1;
+		/* Closing with input unread would send an RST, and an RST can
+		 * destroy the frames just sent before the peer reads them
+		 * (HAProxy goes on sending NOTIFYs until it reads our
+		 * DISCONNECT). Half-close instead, and discard what comes until
+		 * the peer closes too, or the grace time ends. */
+		if (!c->lingering) {
+			c->lingering = 1;
+			shutdown(c->fd, SHUT_WR);
+			ev_io_start(c->w->loop, &c->rio);
+		}
+		return 0;
 	}
 	update_reading(c);
 	return 0;
@@ -344,17 +379,87 @@ static void disconnect(struct conn *c, int status)
 	update_reading(c);
 }
 
-static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+/* (Re)starts the connection's one timer, `after` seconds from now. */
+static void arm_timer(struct conn *c, ev_tstamp after)
 {
-	struct conn *c = t->data;
+	struct ev_loop *loop = c->w->loop;
 
-	if (c->state == CONN_HELLO) {
-		log_info("connection %u: no HELLO in time", c->slot);
+	ev_timer_stop(loop, &c->timer);
+	ev_timer_set(&c->timer, after > 0. ? after : 0., 0.);
+	ev_timer_start(loop, &c->timer);
+}
+
+/* A READY connection's next deadline: idle, or its incomplete frame's. */
+static ev_tstamp ready_due(const struct conn *c)
+{
+	const struct server_config *cfg = &c->w->srv->cfg;
+	ev_tstamp due = c->last_active + cfg->idle_timeout;
+
+	if (c->frame_started > 0. && c->reading && c->frame_started + cfg->hello_timeout < due)
+		due = c->frame_started + cfg->hello_timeout;
+	return due;
+}
+
+/* The first bytes of a frame have arrived (or waited unread until now). The
+ * timer moves only when the frame's deadline comes before the one it is
+ * set for: on the hot path a frame split across reads costs no timer
+ * operation, since its deadline comes long before the idle one. */
+static void frame_begun(struct conn *c)
+{
+	struct ev_loop *loop = c->w->loop;
+
+	c->frame_started = ev_now(loop);
+	if (c->state == CONN_READY && c->reading &&
+	    ev_timer_remaining(loop, &c->timer) > c->w->srv->cfg.hello_timeout)
+		arm_timer(c, c->w->srv->cfg.hello_timeout);
+}
+
+/* READY: the timer fires at the earliest deadline it was set for; what
+ * happened since (reads, answers) is looked at only now, so that reading
+ * costs no timer operation. */
+static void ready_timer(struct conn *c)
+{
+	const struct server_config *cfg = &c->w->srv->cfg;
+	ev_tstamp now = ev_now(c->w->loop);
+
+	if (c->frame_started > 0. && c->reading && now - c->frame_started >= cfg->hello_timeout) {
+		log_info("connection %u: a frame begun %.1f s ago is still incomplete", c->slot,
+			 now - c->frame_started);
 		disconnect(c, SPOP_ST_TIMEOUT);
 		flush(c);
 		return;
 	}
-	/* DRAINING past its grace time: the peer does not read. */
+	/* Decisions still owed: not idle, whatever the peer does. */
+	if (c->pending > 0)
+		c->last_active = now;
+	if (now - c->last_active >= cfg->idle_timeout) {
+		log_info("connection %u: idle for %.0f s", c->slot, now - c->last_active);
+		disconnect(c, SPOP_ST_TIMEOUT);
+		flush(c);
+		return;
+	}
+	arm_timer(c, ready_due(c) - now);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct conn *c = t->data;
+
+	switch (c->state) {
+	case CONN_HELLO:
+		log_info("connection %u: no HELLO in time", c->slot);
+		disconnect(c, SPOP_ST_TIMEOUT);
+		flush(c);
+		return;
+	case CONN_READY:
+		ready_timer(c);
+		return;
+	case CONN_DRAINING:
+	case CONN_CLOSED:
+		break;
+	}
+	/* DRAINING past its grace time: the peer does not read, or does not
+	 * close. */
 	conn_close(c);
 }
 
@@ -394,6 +499,8 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 	}
 	STAT_INC(w->stats.hellos);
 	c->state = CONN_READY;
+	c->last_active = ev_now(w->loop);
+	arm_timer(c, w->srv->cfg.idle_timeout);
 	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
 }
 
@@ -471,7 +578,14 @@ static int check_rate(struct conn *c, const struct spop_frame *f, struct spop_cu
 	ref.gen = w->conns.gens[c->slot];
 	ref.stream_id = f->stream_id;
 	ref.frame_id = f->frame_id;
-	return store_submit(w->store, &q, &ref, d);
+	/* Counted before the call, in case a store ever answers from inside
+	 * it: conn_answer() then finds the count it takes from. */
+	c->pending++;
+	if (store_submit(w->store, &q, &ref, d)) {
+		c->pending--;
+		return 1;
+	}
+	return 0;
 }
 
 static void handle_notify(struct conn *c, const struct spop_frame *f)
@@ -517,10 +631,19 @@ void conn_answer(void *worker, const struct store_ref *ref, const struct decide_
 	if (ref->slot >= w->conns.nslots || w->conns.gens[ref->slot] != ref->gen)
 		return; /* the connection has gone: nobody to answer */
 	c = w->conns.slots[ref->slot];
-	if (!c || c->state != CONN_READY)
+	if (!c)
+		return;
+	c->pending--;
+	if (c->state != CONN_READY)
 		return;
 	if (queue_ack(c, ref->stream_id, ref->frame_id, d) < 0 && c->state == CONN_CLOSED)
 		return;
+	if (c->pending == 0) {
+		/* idle from the last answer on, not from the last read */
+		c->last_active = ev_now(w->loop);
+		if (c->stopping)
+			disconnect(c, SPOP_ST_NORMAL);
+	}
 	if (!c->in_flush) {
 		c->in_flush = 1;
 		c->flush_next = w->conns.flush_list;
@@ -573,6 +696,8 @@ static void handle_frame(struct conn *c, const struct spop_frame *f)
 /* Decodes and handles every complete frame in the read buffer. */
 static void process_input(struct conn *c)
 {
+	int taken = 0;
+
 	while (c->state == CONN_HELLO || c->state == CONN_READY) {
 		struct spop_frame f;
 		int status = SPOP_ST_INVALID;
@@ -586,11 +711,20 @@ static void process_input(struct conn *c)
 			break;
 		}
 		c->rpos += 4 + (size_t)f.len;
+		taken = 1;
 		handle_frame(c, &f);
 	}
 	if (c->rpos == c->rlen) {
 		c->rpos = c->rlen = 0;
-	} else if (c->rpos >= COMPACT_MIN || c->rcap - c->rlen < 4 + (size_t)c->max_frame) {
+		c->frame_started = 0.;
+		return;
+	}
+	/* What is left is the beginning of a frame: a new one if a frame
+	 * was taken, else the one already waiting, whose deadline stands.
+	 * (Before HELLO, the hello deadline covers it.) */
+	if (c->state == CONN_READY && (taken || c->frame_started == 0.))
+		frame_begun(c);
+	if (c->rpos >= COMPACT_MIN || c->rcap - c->rlen < 4 + (size_t)c->max_frame) {
 		/* Move a partial frame to the front only when it pays: a
 		 * complete frame always fits once the buffer is compacted. */
 		memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
@@ -599,10 +733,30 @@ static void process_input(struct conn *c)
 	}
 }
 
-static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+/* DRAINING, everything sent: reads and drops what the peer still sends,
+ * until it closes. Returns -1 once the connection is closed, else 0. */
+static int discard_input(struct conn *c)
 {
-	struct conn *c = io->data;
+	for (int round = 0; round < 16; round++) {
+		ssize_t n = recv(c->fd, c->rbuf, c->rcap, 0);
 
+		if (n > 0)
+			continue;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		conn_close(c);
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads and handles what the socket holds, within a bounded amount of
+ * work. Returns -1 once the connection is closed, else 0 (output may be
+ * queued: the caller flushes). */
+static int read_input(struct conn *c)
+{
 	/* Bounded work per wake-up, so that one busy connection cannot
 	 * starve the others of this worker. */
 	for (int round = 0; round < 16; round++) {
@@ -619,7 +773,7 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 			/* FIN: HAProxy drops idle connections without a word. */
 			log_debug("connection %u: closed by peer", c->slot);
 			conn_close(c);
-			return;
+			return -1;
 		}
 		if (n < 0) {
 			if (errno == EINTR)
@@ -628,9 +782,10 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 				break;
 			log_debug("connection %u: read failed: %s", c->slot, strerror(errno));
 			conn_close(c);
-			return;
+			return -1;
 		}
 		c->rlen += (size_t)n;
+		c->last_active = ev_now(c->w->loop);
 		process_input(c);
 		if (c->state != CONN_HELLO && c->state != CONN_READY)
 			break;
@@ -639,5 +794,48 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 		if ((size_t)n < c->rcap / 2)
 			break; /* drained the socket, most likely */
 	}
+	return 0;
+}
+
+static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct conn *c = io->data;
+
+	if (c->state == CONN_DRAINING) {
+		if (c->lingering)
+			discard_input(c);
+		return;
+	}
+	if (read_input(c) == 0)
+		flush(c);
+}
+
+/* Stops one connection: see conn_stop_all(). */
+static void conn_stop(struct conn *c)
+{
+	switch (c->state) {
+	case CONN_HELLO:
+		disconnect(c, SPOP_ST_NORMAL);
+		break;
+	case CONN_READY:
+		c->stopping = 1;
+		/* NOTIFYs sent before the signal may still be in the socket:
+		 * they are read and answered like the others. */
+		if (read_input(c) < 0)
+			return;
+		if (c->state == CONN_READY && c->pending == 0)
+			disconnect(c, SPOP_ST_NORMAL);
+		break;
+	case CONN_DRAINING:
+	case CONN_CLOSED:
+		return;
+	}
 	flush(c);
+}
+
+void conn_stop_all(struct worker *w)
+{
+	for (uint32_t i = 0; i < w->conns.nslots; i++)
+		if (w->conns.slots[i])
+			conn_stop(w->conns.slots[i]);
 }

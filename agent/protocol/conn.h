@@ -1,9 +1,13 @@
 /* conn.h: one SPOP connection from HAProxy, its state machine and buffers.
  *
- * States: HELLO (waiting for HAPROXY-HELLO), READY (NOTIFYs), DRAINING
- * (a DISCONNECT or final HELLO is queued: no more reading; closed once the
- * output is flushed or after a short grace time). Any protocol error sends
- * AGENT-DISCONNECT with the matching status and drains: errors are sticky.
+ * States: HELLO (waiting for HAPROXY-HELLO, within the hello timeout),
+ * READY (NOTIFYs; closed after the idle timeout without a read or an answer
+ * owed, and when a frame begun is not complete within the hello timeout),
+ * DRAINING (a DISCONNECT or final HELLO is queued: nothing more is handled;
+ * once the output is flushed, the socket is half-closed and input discarded
+ * until the peer closes, or a short grace time ends). Any protocol error
+ * sends AGENT-DISCONNECT with the matching status and drains: errors are
+ * sticky.
  *
  * A connection is never freed inside its own callbacks: conn_close() marks
  * it and hands it to the worker's reap list. Deferred work refers to a
@@ -54,7 +58,15 @@ void conn_flush_pending(struct worker *w);
 /* Frees or recycles connections on the worker's reap list. */
 void conn_reap(struct worker *w);
 
-/* Closes every connection of a stopped worker and frees its table. */
+/* The agent stops: every connection reads what its socket already holds
+ * and reads no more; a READY one answers every NOTIFY it has read (the
+ * decisions waiting for the store too), then sends AGENT-DISCONNECT
+ * (normal) and closes; one still in HELLO is disconnected at once. The
+ * worker's nconns falls to 0 as they close. */
+void conn_stop_all(struct worker *w);
+
+/* Closes every connection of a stopped worker, each after a last
+ * AGENT-DISCONNECT if its socket takes it at once, and frees its table. */
 void conn_table_free(struct worker *w);
 
 #endif
