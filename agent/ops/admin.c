@@ -8,6 +8,7 @@
 #include "http.h"
 #include "identity.h"
 #include "log.h"
+#include "logtext.h"
 #include "out.h"
 #include "query.h"
 #include "server.h"
@@ -67,9 +68,12 @@ static void admin_done(struct store_admin *a)
 			outf(&o, "}");
 		}
 		outf(&o, "]}\n");
-		if (a->reset)
-			log_info("admin: reset the buckets of %s=%.*s", ar->kind, (int)ar->tlen,
-				 ar->text);
+		if (a->reset) {
+			char text[256]; /* longer values end in "..." */
+
+			log_info("admin: reset the buckets of %s=%s", ar->kind,
+				 logtext(text, sizeof(text), ar->text, ar->tlen));
+		}
 	}
 	respond_json(ar->req, status, &o);
 	xfree(o.buf);

@@ -1,6 +1,9 @@
 """The admin endpoints with the in-memory store (Redis: test_redis.py)."""
 
 import json
+import os
+import re
+import subprocess
 
 import harness
 import spop
@@ -36,8 +39,21 @@ def test_admin_memory_inspect_and_reset(h):
 
 
 def test_admin_needs_metrics(h):
-    import subprocess
-    import os
     r = subprocess.run([os.path.join(harness.BUILD, "spoa-ratelimit"), "--admin"],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "--admin serves on the --metrics listener" in r.stderr, r
+
+
+
+def test_admin_log_line_cannot_be_forged(h):
+    mport = harness.free_port()
+    a = h.agent("--metrics", "127.0.0.1:%d" % mport, "--admin")
+    forged = "2026-01-01T00:00:00.000Z error: forged"
+    r = http_get(mport, "/admin/reset?api_key=k1%0a" + forged.replace(" ", "%20") +
+                 "%0d%1b%c3%a9%5c", method="POST")
+    assert r.status == 200, r
+    # What the client chose stays on the line of the reset, escaped.
+    log = a.log()
+    assert "admin: reset the buckets of api_key=k1\\x0a%s\\x0d\\x1b\\xc3\\xa9\\x5c\n" % forged \
+        in log, log
+    assert not re.search(r"^%s" % re.escape(forged), log, re.M), log
