@@ -221,7 +221,7 @@ def test_jwt(h):
         vv = subprocess.run([harness.HAPROXY, "-vv"], capture_output=True, text=True, timeout=10)
     except OSError:
         raise harness.Skip("haproxy is not installed")
-    if "Built with OpenSSL" not in vv.stdout:
+    if not re.search(r"^Feature list :.* \+OPENSSL\b", vv.stdout, re.M):
         raise harness.Skip("%s is built without OpenSSL: no jwt_* converters" % harness.HAPROXY)
     agent, backend, hp = start(h, "jwt.cfg", "ratelimit-jwt.conf", "rules-tiers.yaml",
                                env={"RL_JWT_SECRET": JWT_SECRET})
