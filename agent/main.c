@@ -11,6 +11,7 @@
 #include "addr.h"
 #include "admin.h"
 #include "alloc.h"
+#include "auth.h"
 #include "decide.h"
 #include "http.h"
 #include "limit.h"
@@ -71,6 +72,10 @@ static void usage(FILE *out)
 		"      --mem-max-keys N      client limits kept in memory (default 1000000)\n"
 		"      --metrics ADDR:PORT   serve Prometheus metrics at /metrics\n"
 		"      --admin               also serve /admin/client and /admin/reset there\n"
+		"      --admin-token-file FILE\n"
+		"                            /admin/ requests must carry Authorization:\n"
+		"                            Bearer and the token in FILE (needed unless\n"
+		"                            --metrics is a loopback address)\n"
 		"      --check               validate the options and rules, then exit\n"
 		"  -v, --verbose             more logs (repeat for debug)\n"
 		"  -q, --quiet               errors and warnings only\n"
@@ -147,6 +152,7 @@ enum {
 	OPT_NO_CACHE,
 	OPT_METRICS,
 	OPT_ADMIN,
+	OPT_ADMIN_TOKEN_FILE,
 };
 
 /* What the command line said, before the rules file is read. */
@@ -164,11 +170,13 @@ struct cli {
 	int check;
 	int use_metrics;
 	struct addr metrics;
+	const char *admin_token_file;
 };
 
 static struct ev_loop *main_loop;
 static struct server srv;
 static struct cli cli;
+static struct auth_token admin_token;
 static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
 static uint8_t hash_key[16];  /* client keys are hashed under it */
 
@@ -295,7 +303,7 @@ static void serve_healthz(struct http_req *req, void *arg)
 
 static void serve_admin(struct http_req *req, void *arg)
 {
-	admin_serve(&srv, main_loop, req);
+	admin_serve(&srv, main_loop, cli.admin_token_file ? &admin_token : NULL, req);
 }
 
 /* The --metrics listener: /metrics, /healthz and, with --admin, /admin/.
@@ -429,6 +437,7 @@ int main(int argc, char **argv)
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "admin", no_argument, NULL, OPT_ADMIN },
+		{ "admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -444,6 +453,7 @@ int main(int argc, char **argv)
 	char err[1024];
 	long long num;
 	int opt, level = LOG_INFO;
+	bool token_shared = false;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	ev_signal sig_int, sig_term, sig_hup;
 	ev_timer collect, log_reports;
@@ -635,6 +645,9 @@ int main(int argc, char **argv)
 		case OPT_ADMIN:
 			srv.admin = 1;
 			break;
+		case OPT_ADMIN_TOKEN_FILE:
+			cli.admin_token_file = optarg;
+			break;
 		case OPT_CHECK:
 			cli.check = 1;
 			break;
@@ -659,10 +672,22 @@ int main(int argc, char **argv)
 		BAD("unexpected argument '%s'", argv[optind]);
 	if (srv.admin && !cli.use_metrics)
 		BAD("--admin serves on the --metrics listener: give --metrics ADDR:PORT");
+	if (cli.admin_token_file && !srv.admin)
+		BAD("--admin-token-file guards the endpoints of --admin: give --admin too");
+	if (srv.admin && !cli.admin_token_file && !auth_host_is_loopback(cli.metrics.host))
+		BAD("--admin on --metrics %s, not a loopback address, would let anyone who reaches "
+		    "it reset clients: give --admin-token-file FILE, or listen on 127.0.0.1",
+		    addr_format(&cli.metrics, err, sizeof(err)));
+	if (cli.admin_token_file && auth_token_load(cli.admin_token_file, &admin_token,
+						    &token_shared, err, sizeof(err)) < 0)
+		BAD("--admin-token-file %s", err);
 	if (cli.rules_path && (cli.nlimits || cli.burst || cli.identity || cli.cost_arg))
 		BAD("--limit, --burst, --identity and --cost-arg describe the rules of the "
 		    "command line; with -f, write them in the rules file");
 	log_set_level(level);
+	if (token_shared)
+		log_warn("--admin-token-file %s can be read or written by group or others: "
+			 "chmod 600 it", cli.admin_token_file);
 
 	rules = load_rules(err, sizeof(err));
 	if (!rules) {

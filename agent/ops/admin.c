@@ -4,10 +4,12 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "auth.h"
 #include "decide.h"
 #include "http.h"
 #include "identity.h"
 #include "log.h"
+#include "logtext.h"
 #include "out.h"
 #include "query.h"
 #include "server.h"
@@ -68,9 +70,12 @@ static void admin_done(struct store_admin *a)
 			outf(&o, "}");
 		}
 		outf(&o, "]}\n");
-		if (a->reset)
-			log_info("admin: reset the buckets of %s=%.*s", ar->kind, (int)ar->tlen,
-				 ar->text);
+		if (a->reset) {
+			char text[256]; /* longer values end in "..." */
+
+			log_info("admin: reset the buckets of %s=%s", ar->kind,
+				 logtext(text, sizeof(text), ar->text, ar->tlen));
+		}
 	}
 	respond_json(ar->req, status, &o);
 	xfree(o.buf);
@@ -81,7 +86,40 @@ static void admin_done(struct store_admin *a)
 	xfree(ar);
 }
 
-void admin_serve(struct server *srv, struct ev_loop *loop, struct http_req *req)
+/* Whether req may go on; when not, it is answered here. */
+static bool admitted(const struct auth_token *token, struct http_req *req)
+{
+	static const char json[] = "application/json";
+
+	if (token) {
+		const char *auth = http_req_header(req, "authorization");
+		static const char missing[] =
+			"{\"error\": \"this endpoint needs Authorization: Bearer TOKEN\"}\n";
+		static const char wrong[] = "{\"error\": \"invalid token\"}\n";
+
+		if (auth_bearer_ok(token, auth))
+			return true;
+		if (!auth)
+			http_respond_headers(req, 401, "WWW-Authenticate: Bearer realm=\"admin\"\r\n",
+					     json, missing, sizeof(missing) - 1);
+		else
+			http_respond_headers(req, 401,
+					     "WWW-Authenticate: Bearer realm=\"admin\", "
+					     "error=\"invalid_token\"\r\n",
+					     json, wrong, sizeof(wrong) - 1);
+		return false;
+	}
+	if (http_req_header(req, "origin")) {
+		static const char page[] = "{\"error\": \"refused: sent by a browser page\"}\n";
+
+		http_respond(req, 403, json, page, sizeof(page) - 1);
+		return false;
+	}
+	return true;
+}
+
+void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_token *token,
+		 struct http_req *req)
 {
 	const char *method = http_req_method(req), *path = http_req_path(req);
 	char qbuf[ADMIN_TEXT_MAX + 1];
@@ -94,6 +132,8 @@ void admin_serve(struct server *srv, struct ev_loop *loop, struct http_req *req)
 	size_t nrules;
 	bool reset;
 
+	if (!admitted(token, req))
+		return;
 	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0) {
 		reset = false;
 	} else if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {

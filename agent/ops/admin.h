@@ -7,16 +7,25 @@
  * The parameters are message arguments: the client is named as HAProxy
  * would name it (the first identity argument present). The store answers
  * through the store interface (store_admin), which may answer later: the
- * HTTP answer leaves when it does. */
+ * HTTP answer leaves when it does.
+ *
+ * With a token (--admin-token-file) a request without "Authorization:
+ * Bearer TOKEN" gets 401 and touches nothing. Without one (a loopback
+ * listener only, main.c sees to it) a request that a browser page sent,
+ * which carries an Origin header, gets 403: a page cannot reset clients
+ * through the operator's browser. */
 #ifndef RL_ADMIN_H
 #define RL_ADMIN_H
 
+struct auth_token;
 struct ev_loop;
 struct http_req;
 struct server;
 
 /* Handles one /admin/ request: answers it through http_respond(), now or
- * once the store has answered. */
-void admin_serve(struct server *srv, struct ev_loop *loop, struct http_req *req);
+ * once the store has answered (on `loop`). token is NULL when none is
+ * required. */
+void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_token *token,
+		 struct http_req *req);
 
 #endif

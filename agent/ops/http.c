@@ -441,6 +441,12 @@ const char *http_req_header(const struct http_req *req, const char *name)
 void http_respond(struct http_req *req, int status, const char *content_type,
 		  const void *body, size_t len)
 {
+	http_respond_headers(req, status, "", content_type, body, len);
+}
+
+void http_respond_headers(struct http_req *req, int status, const char *headers,
+			  const char *content_type, const void *body, size_t len)
+{
 	if (req->state != REQ_HANDLE) {
 		log_err("http: a request answered twice");
 		return;
@@ -450,5 +456,5 @@ void http_respond(struct http_req *req, int status, const char *content_type,
 		req_free(req);
 		return;
 	}
-	answer(req, status, content_type, "", body, len);
+	answer(req, status, content_type, headers, body, len);
 }

@@ -71,4 +71,9 @@ const char *http_req_header(const struct http_req *req, const char *name);
 void http_respond(struct http_req *req, int status, const char *content_type,
 		  const void *body, size_t len);
 
+/* As http_respond(), with more header fields: `headers` holds whole lines,
+ * each ending in "\r\n" ("WWW-Authenticate: Bearer\r\n"), or is "". */
+void http_respond_headers(struct http_req *req, int status, const char *headers,
+			  const char *content_type, const void *body, size_t len);
+
 #endif

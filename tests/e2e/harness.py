@@ -24,6 +24,7 @@ BUILD = os.path.join(ROOT, "build")  # the runner sets it from --build
 HAPROXY = os.environ.get("HAPROXY", "haproxy")
 BASIC_CFG = os.path.join(ROOT, "haproxy-examples", "basic.cfg")
 SPOE_CONF = os.path.join(ROOT, "spoe-conf", "ratelimit.conf")
+TIERS_MAP = os.path.join(ROOT, "haproxy-examples", "tiers.map")
 
 # Lines in a log that mean something went wrong, whatever the test checks.
 SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
@@ -224,6 +225,7 @@ class HAProxy(Proc):
             "RL_APP": "127.0.0.1:%d" % app_port,
             "RL_AGENT": "127.0.0.1:%d" % agent_port,
             "RL_SPOE_CONF": SPOE_CONF,
+            "RL_TIERS_MAP": TIERS_MAP,
             "RL_STATS": "127.0.0.1:%d" % self.stats_port,
             "RL_CHECK_INTER": "200ms",
         })

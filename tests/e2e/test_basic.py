@@ -3,10 +3,11 @@ spoe-conf/ratelimit.conf), the agent and an HTTP backend."""
 
 import json
 import math
+import os
 import re
 import time
 
-from harness import http_get, wait_for
+from harness import ROOT, http_get, wait_for
 
 POLICY_5_10 = '"default";q=5;w=10'
 
@@ -92,15 +93,49 @@ def test_no_api_key_falls_back_to_ip(h):
     agent, backend, hp = stack(h, "--limit", "5/10s")
     # No key, no user: the client address is the identity.
     exhaust_5_10(hp)
-    # Keys and users are buckets of their own, not the address's.
+    # Keys are buckets of their own, not the address's.
     assert_passed(get(hp, key="k1"), POLICY_5_10, 4, 2)
-    assert_passed(get(hp, user="alice"), POLICY_5_10, 4, 2)
+    # A user header names nobody: the SPOE file sends a user only where
+    # HAProxy verified it (a JWT), so this is still the address.
+    assert_limited(get(hp, user="alice"), POLICY_5_10, 2, 10)
     # Another client address has its own bucket; 127.0.0.1 stays refused.
     assert_passed(get(hp, source="127.0.0.2"), POLICY_5_10, 4, 2)
     assert_limited(get(hp), POLICY_5_10, 2, 10)
     # An empty key header counts as no key.
     assert_limited(get(hp, key=""), POLICY_5_10, 2, 10)
-    assert backend.count == 8, backend.count
+    assert backend.count == 7, backend.count
+
+
+# examples/rules-tiers.yaml
+FREE_POLICY = '"free-1m";q=10;w=60, "free-1d";q=100;w=86400'
+PRO_POLICY = '"pro";q=100;w=60'
+
+
+def test_client_headers_do_not_choose_the_tier(h):
+    """The tier comes from the map over the API key (haproxy-examples/
+    tiers.map): a client that asks for another in a header keeps its own."""
+    agent, backend, hp = stack(h, "-f", os.path.join(ROOT, "examples", "rules-tiers.yaml"))
+    lift = {"X-Tier": "enterprise", "X-Plan": "enterprise", "X-User": "admin"}
+
+    def send(key=None):
+        headers = dict(lift)
+        if key is not None:
+            headers["X-Api-Key"] = key
+        return http_get(hp.port, "/", headers=headers)
+
+    # A key missing from the map is free: ten pass, the eleventh is refused.
+    for _ in range(10):
+        r = send("not-in-the-map")
+        assert r.status == 200 and r.headers.get("RateLimit-Policy") == FREE_POLICY, r
+    r = send("not-in-the-map")
+    assert r.status == 429 and r.headers.get("RateLimit-Policy") == FREE_POLICY, r
+    # A pro key stays pro, a client without a key free.
+    r = send("pro-key-1111")
+    assert r.status == 200 and r.headers.get("RateLimit-Policy") == PRO_POLICY, r
+    r = send()
+    assert r.status == 200 and r.headers.get("RateLimit-Policy") == FREE_POLICY, r
+    assert backend.count == 12, backend.count
+    assert_log_clean(agent)
 
 
 def test_health_checks(h):

@@ -135,8 +135,9 @@ def haproxy_check(cfg, env):
             del e[name]
     e.update(env)
     # A directory far from the repository, so that no relative default path
-    # of the configuration can be found by chance.
-    run = subprocess.run([harness.HAPROXY, "-c", "-f", cfg], cwd="/", env=e, timeout=30,
+    # of the configuration can be found by chance. -V: from 3.0 on, -c says
+    # "Configuration file is valid" only when verbose (2.6 says it either way).
+    run = subprocess.run([harness.HAPROXY, "-c", "-V", "-f", cfg], cwd="/", env=e, timeout=30,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     return run.returncode, run.stdout.decode("utf-8", "replace")
 

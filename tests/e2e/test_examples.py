@@ -15,6 +15,7 @@ import http.server
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -216,6 +217,12 @@ def assert_unauthorized(r):
 
 
 def test_jwt(h):
+    try:
+        vv = subprocess.run([harness.HAPROXY, "-vv"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        raise harness.Skip("haproxy is not installed")
+    if not re.search(r"^Feature list :.* \+OPENSSL\b", vv.stdout, re.M):
+        raise harness.Skip("%s is built without OpenSSL: no jwt_* converters" % harness.HAPROXY)
     agent, backend, hp = start(h, "jwt.cfg", "ratelimit-jwt.conf", "rules-tiers.yaml",
                                env={"RL_JWT_SECRET": JWT_SECRET})
     bob = jwt({"sub": "bob", "plan": "free"})

@@ -1,0 +1,2 @@
+UNIT_TESTS += logtext
+test_logtext_SRCS := tests/unit/test_logtext.c agent/ops/logtext.c
