@@ -386,3 +386,18 @@ def test_chaos(h):
         assert not over, over
     assert rss < 100 * 1024, rss
     assert len(a.log().splitlines()) < 400, a.log()[-3000:]
+
+
+def test_admin_long_identity_with_redis(h):
+    """The probe that overflowed admin_handle's stack by one byte: a 511-byte
+    (and a longer) identity with the Redis store (run under ASan by
+    `make asan`)."""
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--redis", redis.addr, "--hash-key-file", h.hash_key_file(),
+                "--metrics", "127.0.0.1:%d" % mport, "--admin")
+    wait_for(lambda: "ready" in a.log(), 5, "ready")
+    for n in (511, 512, 3000):
+        r = http_get(mport, "/admin/client?api_key=" + "a" * n)
+        assert r.status == 200, (n, r)
+    assert a.alive()
