@@ -26,7 +26,7 @@ def fixture_sentinel_auth():
 
 def start(h, sentinel, *args, name=None, threads=2):
     a = h.agent("--threads", str(threads), "--redis-sentinel", sentinel.sentinel_addrs(),
-                "--redis-master", sentinel.master_name, "--redis-timeout", "200", *args,
+                "--redis-master", sentinel.master_name, "--redis-timeout", "1000", *args,
                 name=name)
     wait_for(lambda: len(set(re.findall(r"redis: worker (\d+) ready", a.log()))) >= threads
              or not a.alive(), 10, "%s's workers to be ready on the master" % a.name)
@@ -50,7 +50,7 @@ def test_exact_across_two_agents(h, sentinel):
 
 def test_failover_under_load(h, sentinel):
     sentinel.reset()
-    a = start(h, sentinel, "--limit", "100000/1h")
+    a = start(h, sentinel, "--limit", "100000/1h", "--redis-timeout", "200")
     old = sentinel.master_port()
     steady = fleet.Steady([a.port], keys(20, "f"), conns=4, duration=60)
     try:
