@@ -6,6 +6,11 @@
 #   make fuzz       libFuzzer runs of every fuzz target (clang), bounded
 #   make bench      the SPOP load generator against the agent -> BENCHMARKS.md
 #   make demo       HAProxy + agent + Redis on loopback, with traffic
+#   make install    the agent, its man page, systemd unit and rules file
+#                   (PREFIX=/usr/local, DESTDIR=); make uninstall
+#   make deb        a Debian package in build/deb/ (debhelper)
+#   make deb-test   that package installed and started in a fresh Debian 12
+#                   chroot (debootstrap; root, network to the mirror)
 
 BUILD ?= build
 CC ?= cc
@@ -34,7 +39,7 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e asan ubsan fuzz bench demo \
-	clean deps check
+	clean deps check install uninstall deb deb-test
 all: agent tools
 
 agent: $(AGENT_BIN)
@@ -167,6 +172,64 @@ demo: deps
 
 deps:
 	scripts/install-deps.sh
+
+# ---- install ------------------------------------------------------------------
+# The agent is a system daemon started by systemd, documented in section 8:
+# sbin, as haproxy and redis-server. The rules file is configuration, in
+# /etc whatever the PREFIX; an existing one is never replaced. The unit goes
+# where systemd reads units of the prefix: /lib/systemd/system for the
+# distribution's /usr (Debian 12 has no units in /usr/lib yet),
+# PREFIX/lib/systemd/system otherwise (/usr/local/lib/systemd/system is on
+# systemd's search path).
+PREFIX ?= /usr/local
+DESTDIR ?=
+SBINDIR ?= $(PREFIX)/sbin
+MAN8DIR ?= $(PREFIX)/share/man/man8
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+INSTALL ?= install
+
+install: agent
+	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MAN8DIR) \
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit
+	$(INSTALL) -m 755 $(AGENT_BIN) $(DESTDIR)$(SBINDIR)/spoa-ratelimit
+	$(INSTALL) -m 644 dist/spoa-ratelimit.8 $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8
+	sed 's|@SBINDIR@|$(SBINDIR)|g' dist/spoa-ratelimit.service.in \
+		> $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
+	mv $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml ]; then \
+		echo "keeping $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml"; \
+	else \
+		echo "$(INSTALL) -m 644 examples/rules.yaml $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml"; \
+		$(INSTALL) -m 644 examples/rules.yaml $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml; \
+	fi
+
+# The rules file goes only when it is still the example: edited, it stays.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/spoa-ratelimit $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8 \
+		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service
+	@f=$(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml; \
+	if [ -e $$f ] && ! cmp -s examples/rules.yaml $$f; then echo "keeping $$f (edited)"; \
+	else rm -f $$f; rmdir $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit 2>/dev/null || true; fi
+
+# ---- Debian package -----------------------------------------------------------
+# Built from a copy of the sources in build/deb/, so that the tree stays
+# clean and dpkg-buildpackage's output (written to the parent directory)
+# lands in build/deb/. debian/changelog must carry the agent's version.
+VERSION = $(shell sed -n 's/^\#define RL_VERSION "\(.*\)"/\1/p' agent/main.c)
+DEB_SRC = build/deb/spoa-ratelimit-$(VERSION)
+deb:
+	@v=$$(dpkg-parsechangelog -S Version | sed 's/-[^-]*$$//'); \
+	[ "$$v" = "$(VERSION)" ] || { echo "debian/changelog is at $$v, the agent at $(VERSION)"; exit 1; }
+	rm -rf build/deb && mkdir -p $(DEB_SRC)
+	tar -cf - --exclude=./build --exclude=./.git . | tar -xf - -C $(DEB_SRC)
+	cd $(DEB_SRC) && dpkg-buildpackage -us -uc -b
+	@ls -l build/deb/*.deb
+
+deb-test: deb
+	scripts/deb-test.sh build/deb/spoa-ratelimit_$(VERSION)-*.deb
 
 clean:
 	rm -rf build
