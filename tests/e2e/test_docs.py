@@ -82,3 +82,56 @@ def test_readme_layout_names_every_module():
             if not re.search(r"\b%s\b" % re.escape(name), described[folder]):
                 missing.append("%s/%s" % (folder, f))
     assert not missing, "README layout does not name: %s" % missing
+
+
+MAN_PAGE = os.path.join(harness.ROOT, "dist", "spoa-ratelimit.8")
+
+
+def help_options():
+    """Every option --help lists, short and long."""
+    r = subprocess.run([agent_bin(), "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0
+    opts = set()
+    for line in r.stdout.splitlines():
+        m = re.match(r"^\s+((?:-[A-Za-z], )?--[a-z][a-z-]*)", line)
+        if m:
+            opts.update(re.findall(r"--?[A-Za-z][a-z-]*", m.group(1)))
+    return opts
+
+
+def man_text():
+    """The man page's source with troff's escaped hyphens plain."""
+    with open(MAN_PAGE, encoding="utf-8") as f:
+        return f.read().replace("\\-", "-")
+
+
+def test_man_page_documents_every_option():
+    opts = help_options()
+    assert {"--rules", "-f", "--redis-timeout", "--check", "-h", "--help"} <= opts, opts
+    text = man_text()
+    # An option is documented where it starts a tagged paragraph (.TP).
+    entries = "\n".join(re.findall(r"^\.TP\n(.*)$", text, re.M))
+    missing = sorted(o for o in opts
+                     if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(o), entries))
+    assert not missing, "the man page has no entry for: %s" % missing
+
+
+def test_man_page_and_package_carry_the_agent_version():
+    r = subprocess.run([agent_bin(), "--version"], capture_output=True, text=True, timeout=10)
+    version = r.stdout.split()[-1]
+    m = re.search(r'^\.TH \S+ 8 "[^"]*" "spoa-ratelimit ([^"]+)"', man_text(), re.M)
+    assert m and m.group(1) == version, "man page .TH: %s, agent: %s" % (
+        m and m.group(1), version)
+    with open(os.path.join(harness.ROOT, "debian", "changelog"), encoding="utf-8") as f:
+        m = re.match(r"spoa-ratelimit \(([^)]+)-[^-)]+\)", f.readline())
+    assert m and m.group(1) == version, "debian/changelog: %s, agent: %s" % (
+        m and m.group(1), version)
+
+
+def test_man_page_renders_without_warnings():
+    import shutil
+    if not shutil.which("groff"):
+        return  # groff-base is not installed: nothing to render with
+    r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", MAN_PAGE],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and not r.stderr, r.stderr
