@@ -12,12 +12,17 @@ whatever happens. The configurations:
   R2  the agent asking Redis once per decision (--redis-batch 1)
   R3  the agent batching decisions (default --redis-batch 64), msgpack
   R4  the same with --redis-encoding plain
+  C3  R3 against a Redis Cluster of three masters (bench/cluster_bench.py),
+      interleaved with R1 to R4: decisions per script call next to R3's,
+      Redis CPU per decision and decisions/s per Redis core
   R5  open loop at 50% of R3's throughput: the latency figures
   R6  the same at 25%
   N5, N6  the in-memory store (no Redis) on R5's and R6's timetables: what
       the machine, the generator and the SPOP path give by themselves
   L   one refused client flooding the agent, with and without the local
       refusal cache: decisions/s and the number of script calls
+  CL  100 clients at 100/1h flooding the agent on the cluster: exactly
+      10000 pass, and every master holds keys
   M   Redis memory per tracked client key, with one limit and with two
 
 Runs of related rows are interleaved, so that load from elsewhere on the
@@ -29,6 +34,7 @@ how long Redis waited for a CPU (/proc schedstat).
 run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
 """
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -45,6 +51,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "e2e"))
 import lua_scripts  # noqa: E402  (decide_plain.lua as built into the agent)
+import cluster_bench  # noqa: E402  (bench/: the Redis Cluster rows' servers)
 from resp import Client, ProtocolError, RespError  # noqa: E402
 
 SCRIPT_PLAIN = os.path.join("agent", "redis", "decide_plain.lua")
@@ -62,6 +69,7 @@ KEY_RE = re.compile(r"^rl:\{[0-9a-f]{32}\}$")
 REDIS_TIMEOUT_MS = "1000"
 KEYS = "10000"
 CACHE_LIMIT, CACHE_QUOTA = "10/1h", 10
+CLUSTER_KEYS, CLUSTER_QUOTA = 100, 100
 MEM_LIMITS = (("one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
               ("two limits (`--limit 100/1m --limit 1000/1h`)",
                ["--limit", "100/1m", "--limit", "1000/1h"]))
@@ -213,9 +221,10 @@ class RedisAgent:
     """The agent with --redis and --metrics, ready once its worker has the
     decision script loaded and the metrics endpoint answers."""
 
-    def __init__(self, ctx, args):
+    def __init__(self, ctx, args, cluster=False):
         self.ctx = ctx
         self.args = args
+        self.cluster = cluster
         self.agent = None
         self.mport = None
         self.script_sha = None
@@ -244,6 +253,14 @@ class RedisAgent:
         raise RuntimeError("agent not ready")
 
     def _wait_ready(self):
+        if self.cluster:
+            # no script before the first decision (see cluster_bench.wait_map)
+            if not cluster_bench.wait_map(self.agent, READY_S):
+                return False
+            try:
+                return "spoa_rl_redis_calls_total" in self.metrics()
+            except (OSError, ValueError):
+                return False
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline and self.agent.proc.poll() is None:
             with open(self.agent.log_path, errors="replace") as f:
@@ -322,15 +339,23 @@ class Window:
     def __init__(self, rd):
         self.rd = rd
 
+    def _sched(self):
+        # a cluster has several processes: their threads are summed
+        pids = self.rd.pids() if hasattr(self.rd, "pids") else [self.rd.proc.pid]
+        per = [sched_s(pid) for pid in pids]
+        if any(x is None for x in per):
+            return None
+        return sum(x[0] for x in per), sum(x[1] for x in per)
+
     def start(self):
         self.c0 = self.rd.cpu_s()
-        self.s0 = sched_s(self.rd.proc.pid)
+        self.s0 = self._sched()
         self.i0 = machine_idle()
         self.t0 = time.monotonic()
 
     def stop(self, res):
         wall = time.monotonic() - self.t0
-        c1, s1, i1 = self.rd.cpu_s(), sched_s(self.rd.proc.pid), machine_idle()
+        c1, s1, i1 = self.rd.cpu_s(), self._sched(), machine_idle()
         res["redis_cpu"] = 100 * (c1 - self.c0) / wall
         res["redis_cpu_s"] = c1 - self.c0
         res["redis_wait"] = (100 * (s1[1] - self.s0[1]) / wall
@@ -464,13 +489,33 @@ def baseline_size(ctx, row):
 
 # ---- agent runs --------------------------------------------------------------
 
-def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, after=None):
-    """One run: fresh Redis, fresh agent, the generator. Returns (result,
-    None) or (None, error)."""
-    with RedisServer(ctx, redis_extra) as rd:
+class _Flushed:
+    """A cluster_bench.ClusterRedis emptied for one run (FLUSHALL on every
+    master), in place of a fresh redis-server; it outlives the run."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def __enter__(self):
+        self.cluster.flush()
+        return self.cluster
+
+    def __exit__(self, *exc):
+        return False
+
+
+def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, after=None,
+               cluster=None):
+    """One run: fresh Redis (or the cluster, flushed), fresh agent, the
+    generator. Returns (result, None) or (None, error)."""
+    with (_Flushed(cluster) if cluster is not None else RedisServer(ctx, redis_extra)) as rd:
         if before:
             before(rd)
-        with RedisAgent(ctx, agent_args + ["--redis", rd.addr]) as ag:
+        where = (["--redis-cluster", rd.seeds()] if cluster is not None
+                 else ["--redis", rd.addr])
+        if cluster is not None:
+            e0 = rd.evalsha_per_master()
+        with RedisAgent(ctx, agent_args + where, cluster=cluster is not None) as ag:
             m0 = ag.metrics()
             mem0 = rd.used_memory()
             win = Window(rd)
@@ -498,8 +543,14 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
                 res.update(after(rd))
             res["mem_before"] = mem0
         res["agent_exit"] = ag.agent.exit_code
-        res["redis_cmd"] = rd.cmdline()
-        res["redis_port"] = rd.port
+        if cluster is not None:
+            e1 = rd.evalsha_per_master()
+            res["per_master"] = {p: e1[p][0] - e0[p][0] for p in e1}
+            res["redis_cmds"] = rd.cmdlines()
+            res["redis_port"] = None
+        else:
+            res["redis_cmd"] = rd.cmdline()
+            res["redis_port"] = rd.port
     d = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
     res["calls"] = int(d.get("spoa_rl_redis_calls_total", 0))
     res["replies"] = int(d.get("spoa_rl_redis_replies_total", 0))
@@ -508,6 +559,8 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
     res["timeouts"] = int(d.get("spoa_rl_redis_timeouts_total", 0))
     res["unavailable"] = int(d.get("spoa_rl_redis_unavailable_total", 0))
     res["redis_errors"] = int(d.get("spoa_rl_redis_errors_total", 0))
+    res["moved"] = int(d.get("spoa_rl_redis_moved_total", 0))
+    res["topology_changes"] = int(d.get("spoa_rl_redis_topology_changes_total", 0))
     res["evalsha"] = s1[0] - s0[0]
     res["failed"] = s1[2] - s0[2]
     res["usec_per_decision"] = ((s1[1] - s0[1]) / res["replies"]
@@ -612,6 +665,34 @@ def interleave(ctx, rows, runs):
             row["median"] = ctx.pick_median(row["runs"], row["open"])
 
 
+@contextlib.contextmanager
+def cluster_or_none(ctx, row):
+    """`with cluster_or_none(ctx, row) as cl`: a running ClusterRedis, closed
+    on exit, or None (the problem recorded) when none could be made."""
+    try:
+        cl = cluster_bench.ClusterRedis().__enter__()
+    except RuntimeError as e:
+        ctx.problems.append("%s: skipped: %s" % (row, e))
+        print("[%s] skipped: %s" % (row, e), flush=True)
+        yield None
+        return
+    try:
+        print("[%s] Redis Cluster of %d masters on ports %s, created in %.1f s"
+              % (row, len(cl.ports), ", ".join(str(p) for p in cl.ports), cl.create_s or 0),
+              flush=True)
+        yield cl
+    finally:
+        cl.close()
+
+
+def every_master_called(res):
+    """A cluster run: every master must have run script calls."""
+    per = res.get("per_master", {})
+    if not per or min(per.values()) == 0:
+        return ["EVALSHA calls per master %s: some master got none" % per]
+    return []
+
+
 def run(ctx):
     """Runs every Redis configuration; returns the rows for report()."""
     rows = {}
@@ -683,7 +764,17 @@ def run(ctx):
         "R4", "batch 64 plain", "agent -t 1, batched (`--redis-batch 64`), plain arguments "
         "(`--redis-encoding plain`)", high + ["--redis-encoding", "plain"], gen,
         ctx.duration, more_checks=plain_sha))
-    interleave(ctx, closed, ctx.runs)
+    # C3: R3 against a Redis Cluster of three masters, in the same rounds,
+    # so that its figures stand next to standalone's from the same minutes
+    with cluster_or_none(ctx, "C3") as cl:
+        if cl is not None:
+            closed.insert(closed.index(rows["R3"]) + 1, agent_row(
+                "C3", "cluster batch 64 msgpack",
+                "agent -t 1, batched (`--redis-batch 64`), msgpack, Redis Cluster of %d "
+                "masters (`--redis-cluster`)" % cluster_bench.MASTERS,
+                high + ["--redis-encoding", "msgpack"], gen, ctx.duration,
+                more_checks=every_master_called, cluster=cl))
+        interleave(ctx, closed, ctx.runs)
 
     # R5, R6: open loop at a share of R3's throughput
     opened = []
@@ -730,7 +821,34 @@ def run(ctx):
         agent_row("L2", "flood, no cache", "one refused client, `--no-local-cache`",
                   base_args + ["--limit", CACHE_LIMIT, "--no-local-cache"], flood,
                   ctx.duration / 2, "any", more_checks=cache_counts)]
-    interleave(ctx, cache_rows, ctx.runs)
+
+    # CL: exactness on the cluster. CLUSTER_KEYS clients at CLUSTER_QUOTA/1h
+    # flood it (their keys spread over the masters' slots): exactly
+    # CLUSTER_KEYS * CLUSTER_QUOTA pass, and every master holds keys after.
+    def cluster_counts(res):
+        bad = []
+        n = res["requests"]
+        allowed = min(n, CLUSTER_KEYS * CLUSTER_QUOTA)
+        if res["passed"] != allowed or res["limited"] != n - allowed:
+            bad.append("expected %d passed and %d limited, got %d and %d"
+                       % (allowed, n - allowed, res["passed"], res["limited"]))
+        keys = res.get("keys_per_master", {})
+        if sum(keys.values()) != CLUSTER_KEYS or min(keys.values() or [0]) == 0:
+            bad.append("keys per master %s: expected %d in all, some on every master"
+                       % (keys, CLUSTER_KEYS))
+        return bad + every_master_called(res)
+
+    with cluster_or_none(ctx, "CL") as cl:
+        if cl is not None:
+            cache_rows.append(agent_row(
+                "CL", "cluster exactness",
+                "Redis Cluster of %d masters: %d clients at `--limit %d/1h` flood it"
+                % (cluster_bench.MASTERS, CLUSTER_KEYS, CLUSTER_QUOTA),
+                base_args + ["--limit", "%d/1h" % CLUSTER_QUOTA],
+                common + ["--keys", str(CLUSTER_KEYS), "--duration", "%g" % (ctx.duration / 2)],
+                ctx.duration / 2, "any", expect_local=True, more_checks=cluster_counts,
+                cluster=cl, after=lambda rd: {"keys_per_master": rd.dbsizes()}))
+        interleave(ctx, cache_rows, ctx.runs)
 
     # Memory: every request names a new client, so every key is created
     # once. Active expiry is paused: with 1000/1h a key's state is needed
@@ -768,10 +886,116 @@ def run(ctx):
                           before=pause_expiry, after=measure)
                 for i, (title, limits) in enumerate(MEM_LIMITS, 1)]
     interleave(ctx, mem_rows, 1)
+    ctx.cluster_rows = any(rows.get(k, {}).get("runs") for k in ("C3", "CL"))
     return rows
 
 
 # ---- report ----------------------------------------------------------------------
+
+CLUSTER_PER_CALL_TARGET = 0.7
+
+
+def per_core(m):
+    """Decisions/s per Redis core: decisions/s over Redis CPU seconds per
+    second (summed over a cluster's masters), or None."""
+    if not m or not m.get("redis_cpu"):
+        return None
+    return m["rps"] / (m["redis_cpu"] / 100.0)
+
+
+def cluster_section(ctx, rows):
+    """R3 and C3 side by side, the batching target, CL's exactness."""
+    c3row, clrow = rows.get("C3"), rows.get("CL")
+    if not c3row and not clrow:
+        return []
+    med = lambda k: rows.get(k, {}).get("median")
+    r3, c3, cl = med("R3"), med("C3"), med("CL")
+    L = ["### Redis Cluster", ""]
+    L.append("C3 is R3 with the agent on a Redis Cluster of %d masters and no replicas "
+             "(`--redis-cluster`, built by `tests/e2e/redis_topology.Cluster`, every node "
+             "on this machine), in the same rounds as R1 to R4: its runs alternate with "
+             "R3's. The cluster is made once for the rounds and emptied (FLUSHALL on every "
+             "master) before each run; it stays up, idle, during the other rows' runs. "
+             "Script calls are `cmdstat_evalsha` calls summed over the masters (INFO "
+             "commandstats), Redis CPU is `used_cpu_sys + used_cpu_user` summed over the "
+             "masters (INFO cpu), both as a difference over the run; decisions/s per "
+             "Redis core is decisions/s divided by Redis CPU seconds per second. In the "
+             "table above, C3's Redis CPU and Redis waiting for a CPU are likewise sums "
+             "over the masters, so they can pass 100%%."
+             % cluster_bench.MASTERS)
+    L.append("")
+    L.append("| # | store | decisions/s | script calls (EVALSHA, all masters) | decisions "
+             "per script call | Redis CPU us per decision | Redis CPU (% of one CPU) "
+             "| decisions/s per Redis core | EVALSHA calls per master | degraded | moved "
+             "| all runs (decisions/s; decisions per call) |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    for key, store in (("R3", "one redis-server"),
+                       ("C3", "cluster, %d masters" % cluster_bench.MASTERS)):
+        row = rows.get(key)
+        m = med(key)
+        if not row:
+            continue
+        if not m:
+            L.append("| %s | %s | failed | | | | | | | | | |" % (key, store))
+            continue
+        pc = per_core(m)
+        per = m.get("per_master")
+        L.append("| %s | %s | %.0f | %d | %.1f | %s | %s | %s | %s | %d | %s | %s |" % (
+            key, store, m["rps"], m["evalsha"],
+            m["replies"] / m["evalsha"] if m["evalsha"] else 0,
+            "%.1f" % m["cpu_per_decision"] if m.get("cpu_per_decision") else "-",
+            _cpu(m["redis_cpu"]), "%.0f" % pc if pc else "-",
+            " / ".join("%d" % per[p] for p in sorted(per)) if per else "-",
+            m["degraded"], m.get("moved", "-") if key == "C3" else "-",
+            ", ".join("%.0f; %.1f" % (r["rps"], r["replies"] / r["evalsha"] if r["evalsha"]
+                                      else 0) for r in row["runs"])))
+    L.append("")
+    if r3 and c3 and r3["evalsha"] and c3["evalsha"]:
+        p3, pc3 = r3["replies"] / r3["evalsha"], c3["replies"] / c3["evalsha"]
+        x = pc3 / p3
+        pairs = [(c["replies"] / c["evalsha"]) / (r["replies"] / r["evalsha"])
+                 for r, c in zip(rows["R3"]["runs"], rows["C3"]["runs"])
+                 if r["evalsha"] and c["evalsha"]]
+        v = ("At the peak the cluster's batches carried %.1f decisions per script call "
+             "against %.1f on one redis-server: %.2fx (round by round: %s). The target, "
+             "batching within %.1fx of standalone's decisions per call, is %s. "
+             % (pc3, p3, x, ", ".join("%.2fx" % y for y in pairs), CLUSTER_PER_CALL_TARGET,
+                "met" if x >= CLUSTER_PER_CALL_TARGET else "NOT met"))
+        v += ("The agent batches per node: the decisions of one loop iteration leave as "
+              "one call per master that owns one of their clients, so with %d masters "
+              "each call carries about a %s of what one call to a single server would. "
+              % (cluster_bench.MASTERS, {2: "half", 3: "third", 4: "quarter"}.get(
+                  cluster_bench.MASTERS, "1/%d" % cluster_bench.MASTERS)))
+        c_r3, c_c3 = r3.get("cpu_per_decision"), c3.get("cpu_per_decision")
+        if c_r3 and c_c3:
+            v += ("Redis CPU per decision, summed over the masters, is %.1f us against "
+                  "%.1f us (%.2fx): %.0f decisions/s per Redis core on the cluster against "
+                  "%.0f on one server. " % (c_c3, c_r3, c_c3 / c_r3, per_core(c3) or 0,
+                                           per_core(r3) or 0))
+        v += ("Decisions/s: %.0f on the cluster, %.0f on one server (%.2fx), with Redis "
+              "using %s of one CPU against %s (machine idle %s against %s): three masters "
+              "can run on both of this machine's CPUs where one redis-server runs on one, "
+              "but here they share them with the agent and the generator, and each "
+              "decision costs them more." % (
+                  c3["rps"], r3["rps"], c3["rps"] / r3["rps"], _cpu(c3["redis_cpu"]),
+                  _cpu(r3["redis_cpu"]), _cpu(c3.get("idle")), _cpu(r3.get("idle"))))
+        L.append("- " + v)
+    if cl:
+        keys = cl.get("keys_per_master", {})
+        L.append("- Exactness on the cluster (CL, every run checked): %d clients at "
+                 "`--limit %d/1h` flood the agent (closed loop, %g s): exactly %d of %d "
+                 "requests passed, %d answered by Redis in %d script calls and %d refused "
+                 "locally; keys per master after the run: %s (all %d clients, every master "
+                 "holding some); EVALSHA calls per master: %s." % (
+                     CLUSTER_KEYS, CLUSTER_QUOTA, ctx.duration / 2, cl["passed"],
+                     cl["requests"], cl["replies"], cl["calls"], cl["local"],
+                     " / ".join("%d" % keys[p] for p in sorted(keys)), CLUSTER_KEYS,
+                     " / ".join("%d" % cl["per_master"][p] for p in sorted(cl["per_master"]))))
+    elif clrow:
+        L.append("- CL (exactness on the cluster): no successful run.")
+    L.append("")
+    return L
+
 
 def _cpu(v):
     return "-" if v is None else "%.0f%%" % v
@@ -792,8 +1016,9 @@ def report(ctx, rows):
     L.append("Each run: a fresh `redis-server` (no persistence) on a free loopback port, "
              "a fresh agent `-t 1 --redis-timeout %s` and the same generator as above "
              "(%s, %s keys). Redis, the agent and the generator share the machine's CPUs. "
-             "The runs of R1 to R4 are interleaved (the first run of each, then the "
-             "second of each, ...), likewise R5, N5, R6 and N6, and L1 and L2, so that a spell "
+             "The runs of R1 to R4 and C3 (a Redis Cluster, see below) are interleaved "
+             "(the first run of each, then the second of each, ...), likewise R5, N5, R6 "
+             "and N6, and L1, L2 and CL, so that a spell "
              "of load from elsewhere on the machine hits them alike; the median run of "
              "each is shown."
              % (REDIS_TIMEOUT_MS, " ".join(ctx.gen_args), KEYS))
@@ -804,7 +1029,7 @@ def report(ctx, rows):
              "generator | Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for key in ("R1", "R2", "R3", "R4", "R5", "N5", "R6", "N6"):
+    for key in ("R1", "R2", "R3", "C3", "R4", "R5", "N5", "R6", "N6"):
         row = rows.get(key)
         if not row:
             continue
@@ -922,6 +1147,8 @@ def report(ctx, rows):
         L.append("- " + v)
     if verdicts:
         L.append("")
+
+    L.extend(cluster_section(ctx, rows))
 
     L.append("### Local answer for a refused client")
     L.append("")
@@ -1047,7 +1274,8 @@ def report(ctx, rows):
     L.append("")
     L.append("The median run's exact commands (ports are picked free at run time):")
     L.append("")
-    for key in ("R1", "R2", "R3", "R4", "R5", "N5", "R6", "N6", "L1", "L2", "M1", "M2"):
+    for key in ("R1", "R2", "R3", "C3", "R4", "R5", "N5", "R6", "N6", "L1", "L2", "CL",
+                "M1", "M2"):
         row = rows.get(key)
         if not row:
             continue
@@ -1060,6 +1288,14 @@ def report(ctx, rows):
         elif key == "R1":
             for c in m["cmds"]:
                 L.append("   " + c)
+        elif key.startswith("C"):
+            for c in m["redis_cmds"]:
+                L.append("   " + c)
+            L.append("   # each run: FLUSHALL on every master, then")
+            L.append("   " + m["agent_cmd"])
+            L.append("   " + m["bench_cmd"])
+            L.append("   # script calls per master: INFO commandstats (cmdstat_evalsha) "
+                     "before and after; CPU: INFO cpu")
         elif key.startswith("N"):
             L.append("   " + m["agent_cmd"])
             L.append("   " + m["bench_cmd"])

@@ -340,7 +340,7 @@ def in_memory_section(rows, ncpu):
     return L
 
 
-def write_report(path, meta, rows, problems, redis_lines):
+def write_report(path, meta, rows, problems, redis_lines, ctx=None):
     ncpu, model = meta["machine"]
     L = []
     L.append("# Benchmarks")
@@ -387,6 +387,14 @@ def write_report(path, meta, rows, problems, redis_lines):
                      "EVALSHA succeeded on keys of the scripts' shape; exactly %d passes "
                      "for the flooding client; one key per client in the memory runs."
                      % redis_bench.CACHE_QUOTA)
+            if getattr(ctx, "cluster_rows", False):
+                L.append("")
+                L.append("Redis Cluster runs: the same checks, with EVALSHA counted on "
+                         "every master; every master ran script calls; exactly %d passes "
+                         "for %d clients at %d/1h (CL), whose keys were found on every "
+                         "master and nowhere twice."
+                         % (redis_bench.CLUSTER_KEYS * redis_bench.CLUSTER_QUOTA,
+                            redis_bench.CLUSTER_KEYS, redis_bench.CLUSTER_QUOTA))
     L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
@@ -500,7 +508,8 @@ def main():
     if steal0 and steal1 and steal1[2] > steal0[2]:
         meta["steal"] = 100 * (steal1[1] - steal0[1]) / (steal1[2] - steal0[2])
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
-    write_report(out, meta, rows, problems, redis_lines)
+    write_report(out, meta, rows, problems, redis_lines,
+                 ctx if a.only != "memory" else None)
     print("bench: wrote %s" % rel(out))
     if problems:
         print("bench: %d problem(s):" % len(problems), file=sys.stderr)
