@@ -84,6 +84,7 @@ struct redis_node {
 				      * decisions go to the failure policy at
 				      * once until the node is ready again */
 	bool freeing;                /* redis_node_free() under way */
+	int *shared_calls;           /* calls in flight of all the owner's nodes */
 	ev_timer handshake_w;        /* connecting and loading the script */
 	msgpack_sbuffer sbuf;
 	/* argv of one script call */
@@ -129,6 +130,21 @@ static int topology_error(const redisReply *reply)
 const struct addr *redis_node_addr(const struct redis_node *rn)
 {
 	return &rn->addr;
+}
+
+bool redis_node_ready(const struct redis_node *rn)
+{
+	return rn->state == NODE_READY;
+}
+
+int64_t redis_node_oldest(const struct redis_node *rn)
+{
+	return rn->qlen && rn->state == NODE_READY ? rn->queue[rn->qhead].queued : INT64_MAX;
+}
+
+void redis_node_share_calls(struct redis_node *rn, int *calls)
+{
+	rn->shared_calls = calls;
 }
 
 /* A question of where a key lives, with the query it is for. */
@@ -430,6 +446,8 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	}
 	unlink_batch(rn, b);
 	rn->calls--;
+	if (rn->shared_calls)
+		(*rn->shared_calls)--;
 	if (!b->answered) {
 		/* both decoders check the whole reply before answering anyone */
 		if (reply && reply->type == REDIS_REPLY_STRING &&
@@ -632,7 +650,8 @@ static void send_batches(struct redis_node *rn)
 {
 	int64_t now = clock_now_us();
 
-	while (rn->qlen && rn->state == NODE_READY && rn->calls < rn->cfg->pipeline) {
+	while (rn->qlen && rn->state == NODE_READY && rn->calls < rn->cfg->pipeline &&
+	       (!rn->cb->may_send || rn->cb->may_send(rn->owner, rn))) {
 		size_t n = rn->qlen < (size_t)rn->cfg->batch_max ? rn->qlen
 								 : (size_t)rn->cfg->batch_max;
 		struct rbatch *b;
@@ -676,6 +695,8 @@ static void send_batches(struct redis_node *rn)
 			xfree(b);
 		} else {
 			rn->calls++;
+			if (rn->shared_calls)
+				(*rn->shared_calls)++;
 		}
 	}
 	arm_deadline(rn);

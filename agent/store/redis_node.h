@@ -60,6 +60,10 @@ struct redis_node_cb {
 	 * answer. */
 	void (*where)(void *owner, const struct redis_query *r, int here,
 		      const struct redis_cluster_error *e);
+	/* Whether rn may send a call now, when the owner shares a budget of
+	 * calls in flight among its nodes (see redis_node_share_calls). May
+	 * be NULL: each node on its own. */
+	bool (*may_send)(void *owner, const struct redis_node *rn);
 };
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
@@ -73,6 +77,17 @@ void redis_node_free(struct redis_node *rn);
 
 /* The address the node talks to. */
 const struct addr *redis_node_addr(const struct redis_node *rn);
+
+/* Connected, the script loaded. */
+bool redis_node_ready(const struct redis_node *rn);
+
+/* When the oldest query waiting here was queued (local clock), or
+ * INT64_MAX when none waits or the node cannot send. */
+int64_t redis_node_oldest(const struct redis_node *rn);
+
+/* Counts this node's calls in flight in *calls too, the owner's count of
+ * all its nodes' calls (its budget is checked by may_send). */
+void redis_node_share_calls(struct redis_node *rn, int *calls);
 
 /* Queues a copy of r for the next batch. Returns 0, or -1 when the node
  * cannot take it now (not connected, breaker open, queue full): r is then

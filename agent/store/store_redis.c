@@ -48,6 +48,7 @@
 #define REFRESH_GAP 0.1            /* cluster map: at most this often (s) */
 #define REFRESH_TIMEOUT 1.0
 #define RECHECK 1.0                /* while something is wrong, look again */
+#define RECHECK_DOWN 0.25          /* cluster: a master is down: read the map */
 
 /* A client refused until `until` (local clock), by limit `decider` of the
  * limits at `limits`, for a request of weight `cost`: only requests at
@@ -101,6 +102,7 @@ struct redis_worker {
 	size_t seed;                   /* the next node to ask */
 	int64_t last_refresh;
 	bool stale;                    /* a node said the map is wrong */
+	int calls;                     /* calls in flight, all nodes (see may_send) */
 	double backoff;                /* between failed questions */
 	/* nodes replaced by a new map or master, freed outside callbacks */
 	struct redis_node *retired[WORKER_NODES_MAX];
@@ -314,6 +316,8 @@ static struct redis_node *new_node(struct redis_worker *rw, const struct addr *a
 
 	if (!rn)
 		log_err("redis: worker %d: out of memory for a connection", rw->sw->idx);
+	else if (rw->cfg->topology == REDIS_CLUSTER || rw->cfg->topology == REDIS_SHARDS)
+		redis_node_share_calls(rn, &rw->calls);
 	return rn;
 }
 
@@ -570,8 +574,27 @@ static void on_trouble(void *owner, struct redis_node *rn)
 	}
 }
 
+/* Several servers: the worker keeps --redis-pipeline calls in flight in
+ * all, not per server, and the server whose waiting query is oldest sends
+ * next. While calls are out, decisions for every server gather, so each
+ * call carries about as many as one server's would: batches, and Redis's
+ * CPU per decision, hold up however many masters there are. */
+static bool may_send(void *owner, const struct redis_node *rn)
+{
+	struct redis_worker *rw = owner;
+	int64_t mine;
+
+	if (!rw->cfg->pipeline || rw->calls >= rw->cfg->pipeline)
+		return false;
+	mine = redis_node_oldest(rn);
+	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
+		if (rw->node[i] && rw->node[i] != rn && redis_node_oldest(rw->node[i]) < mine)
+			return false;
+	return true;
+}
+
 static const struct redis_node_cb node_cb = { on_decided, on_failed, on_moved, on_trouble,
-					      on_where };
+					      on_where, may_send };
 
 /* ---- Sentinel ---------------------------------------------------------------------- */
 
@@ -663,6 +686,15 @@ static void on_slots(void *owner, const struct addr *node, const struct redis_cl
 	rw->stale = false;
 	install_map(rw, map);
 	resubmit_held(rw);
+	/* A master that does not answer may be replaced any moment (its
+	 * replica promoted): look again soon, until the map says so. */
+	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
+		if (rw->node[i] && !redis_node_ready(rw->node[i])) {
+			ev_timer_stop(rw->sw->loop, &rw->recheck_w);
+			ev_timer_set(&rw->recheck_w, RECHECK_DOWN, 0.);
+			ev_timer_start(rw->sw->loop, &rw->recheck_w);
+			break;
+		}
 }
 
 /* The nodes to ask, in turn: the masters of the map in use, then the
