@@ -961,11 +961,11 @@ def cluster_section(ctx, rows):
              "batching within %.1fx of standalone's decisions per call, is %s. "
              % (pc3, p3, x, ", ".join("%.2fx" % y for y in pairs), CLUSTER_PER_CALL_TARGET,
                 "met" if x >= CLUSTER_PER_CALL_TARGET else "NOT met"))
-        v += ("The agent batches per node: the decisions of one loop iteration leave as "
-              "one call per master that owns one of their clients, so with %d masters "
-              "each call carries about a %s of what one call to a single server would. "
-              % (cluster_bench.MASTERS, {2: "half", 3: "third", 4: "quarter"}.get(
-                  cluster_bench.MASTERS, "1/%d" % cluster_bench.MASTERS)))
+        v += ("The agent keeps --redis-pipeline calls in flight across all %d masters, "
+              "not per master, the one whose oldest decision has waited longest sending "
+              "next: while calls are out, decisions for every master gather, so a call "
+              "carries nearly what one call to a single server would. "
+              % cluster_bench.MASTERS)
         c_r3, c_c3 = r3.get("cpu_per_decision"), c3.get("cpu_per_decision")
         if c_r3 and c_c3:
             v += ("Redis CPU per decision, summed over the masters, is %.1f us against "
