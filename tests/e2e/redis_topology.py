@@ -511,9 +511,33 @@ class Cluster(_Topology):
 
     def wait_ok(self, timeout=60.0):
         """Waits until the cluster is healthy and every live node agrees on
-        it (see _health); returns the number of seconds that took."""
+        it (see _health); returns the number of seconds that took.
+
+        Redis 7.0 can leave a node with a stale view of slots that moved
+        when the new owner's config epoch is not the highest: its claim is
+        then not taken. After 3 s of disagreement, each master bumps its
+        epoch (CLUSTER BUMPEPOCH, harmless when it is already unique), and
+        again every 3 s while they disagree, so that the latest claims win."""
         t0 = time.monotonic()
-        _wait(self._health, timeout, "the cluster to be ok on every node", 0.05)
+        state = {"since": None}
+
+        def check():
+            ok, why = self._health()
+            if ok or why != "nodes disagree on the layout":
+                state["since"] = None
+                return ok, why
+            now = time.monotonic()
+            state["since"] = state["since"] or now
+            if now - state["since"] > 3.0:
+                state["since"] = now  # again in 3 s if it still disagrees
+                for m in self.masters():
+                    try:
+                        self.command(m.port, "CLUSTER", "BUMPEPOCH")
+                    except Exception:  # noqa: BLE001 - a node may be loading
+                        pass
+            return ok, why
+
+        _wait(check, timeout, "the cluster to be ok on every node", 0.05)
         return time.monotonic() - t0
 
     # ---- what the cluster looks like
