@@ -175,52 +175,69 @@ const char *decide_reason_str(enum decide_reason r)
 	return "ok";
 }
 
-static void put_int(struct spop_wbuf *w, const char *name, size_t len, int64_t v)
-{
-	struct spop_data d;
+/* The answer's variables, in the order they are sent (HAProxy reads them
+ * as txn.<prefix>.<name>). Their heads are built at compile time. */
+enum answer_var {
+	VAR_STATUS,
+	VAR_RETRY_AFTER,
+	VAR_LIMIT,
+	VAR_REMAINING,
+	VAR_RESET,
+	VAR_PRIORITY,
+	VAR_REASON,
+	VAR_RULE,
+	VAR_POLICY,
+	VAR_RATELIMIT,
+	VAR_SHADOW,
+	VAR_DEGRADED,
+};
 
-	d.type = SPOP_T_INT64;
-	d.u.i64 = v;
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
+static const struct spop_var answer_vars[] = {
+	[VAR_STATUS] = SPOP_VAR(SPOP_SCOPE_TXN, "status"),
+	[VAR_RETRY_AFTER] = SPOP_VAR(SPOP_SCOPE_TXN, "retry_after"),
+	[VAR_LIMIT] = SPOP_VAR(SPOP_SCOPE_TXN, "limit"),
+	[VAR_REMAINING] = SPOP_VAR(SPOP_SCOPE_TXN, "remaining"),
+	[VAR_RESET] = SPOP_VAR(SPOP_SCOPE_TXN, "reset"),
+	[VAR_PRIORITY] = SPOP_VAR(SPOP_SCOPE_TXN, "priority"),
+	[VAR_REASON] = SPOP_VAR(SPOP_SCOPE_TXN, "reason"),
+	[VAR_RULE] = SPOP_VAR(SPOP_SCOPE_TXN, "rule"),
+	[VAR_POLICY] = SPOP_VAR(SPOP_SCOPE_TXN, "policy"),
+	[VAR_RATELIMIT] = SPOP_VAR(SPOP_SCOPE_TXN, "ratelimit"),
+	[VAR_SHADOW] = SPOP_VAR(SPOP_SCOPE_TXN, "shadow"),
+	[VAR_DEGRADED] = SPOP_VAR(SPOP_SCOPE_TXN, "degraded"),
+};
+
+static void put_int(struct spop_wbuf *w, enum answer_var v, int64_t val)
+{
+	spop_put_var_int64(w, &answer_vars[v], val);
 }
 
-static void put_str(struct spop_wbuf *w, const char *name, size_t len, const char *v)
+static void put_str(struct spop_wbuf *w, enum answer_var v, const char *val)
 {
-	struct spop_data d;
-
-	d.type = SPOP_T_STR;
-	d.u.str.ptr = v;
-	d.u.str.len = strlen(v);
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
+	spop_put_var_str(w, &answer_vars[v], val, strlen(val));
 }
 
-static void put_bool(struct spop_wbuf *w, const char *name, size_t len, bool v)
+static void put_bool(struct spop_wbuf *w, enum answer_var v, bool val)
 {
-	struct spop_data d;
-
-	d.type = SPOP_T_BOOL;
-	d.u.boolean = v;
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
+	spop_put_var_bool(w, &answer_vars[v], val);
 }
-
-#define NAME(s) s, sizeof(s) - 1
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
-	put_int(w, NAME("status"), d->status);
-	put_int(w, NAME("retry_after"), d->retry_after);
-	put_int(w, NAME("limit"), d->limit);
+	put_int(w, VAR_STATUS, d->status);
+	put_int(w, VAR_RETRY_AFTER, d->retry_after);
+	put_int(w, VAR_LIMIT, d->limit);
 	if (d->counted) {
-		put_int(w, NAME("remaining"), d->remaining);
-		put_int(w, NAME("reset"), d->reset);
+		put_int(w, VAR_REMAINING, d->remaining);
+		put_int(w, VAR_RESET, d->reset);
 	}
-	put_int(w, NAME("priority"), d->priority);
-	put_str(w, NAME("reason"), decide_reason_str(d->reason));
-	put_str(w, NAME("rule"), d->rule ? d->rule : "");
+	put_int(w, VAR_PRIORITY, d->priority);
+	put_str(w, VAR_REASON, decide_reason_str(d->reason));
+	put_str(w, VAR_RULE, d->rule ? d->rule : "");
 	if (d->policy && d->policy[0])
-		put_str(w, NAME("policy"), d->policy);
+		put_str(w, VAR_POLICY, d->policy);
 	if (d->ratelimit[0])
-		put_str(w, NAME("ratelimit"), d->ratelimit);
-	put_bool(w, NAME("shadow"), d->shadow);
-	put_bool(w, NAME("degraded"), d->degraded);
+		put_str(w, VAR_RATELIMIT, d->ratelimit);
+	put_bool(w, VAR_SHADOW, d->shadow);
+	put_bool(w, VAR_DEGRADED, d->degraded);
 }

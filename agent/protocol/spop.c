@@ -3,6 +3,7 @@
  * write by the spop_wbuf capacity. */
 #include "spop.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* ---- primitives ------------------------------------------------------- */
@@ -48,6 +49,18 @@ int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
 		shift += 7;
 	}
 	return SPOP_ERR;
+}
+
+/* The length spop_varint_encode() gives v, without writing it. */
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 2;
+
+	if (v < 240)
+		return 1;
+	for (v = (v - 240) >> 4; v >= 128; v = (v - 128) >> 7)
+		n++;
+	return n;
 }
 
 size_t spop_varint_encode(uint64_t v, uint8_t *out)
@@ -418,24 +431,53 @@ void spop_put_bytes(struct spop_wbuf *w, const void *p, size_t n)
 	}
 }
 
+/* Reserves n bytes for the caller to write; NULL (and w->err set) when they
+ * do not fit. The encoders below check their whole item once through it. */
+static uint8_t *wbuf_room(struct spop_wbuf *w, size_t n)
+{
+	uint8_t *p;
+
+	if (w->err)
+		return NULL;
+	if (n > w->cap - w->len) {
+		w->err = 1;
+		return NULL;
+	}
+	p = w->buf + w->len;
+	w->len += n;
+	return p;
+}
+
 void spop_put_u8(struct spop_wbuf *w, uint8_t v)
 {
-	spop_put_bytes(w, &v, 1);
+	uint8_t *p = wbuf_room(w, 1);
+
+	if (p)
+		*p = v;
+}
+
+static void set_u32be(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
 }
 
 void spop_put_u32be(struct spop_wbuf *w, uint32_t v)
 {
-	uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8),
-			(uint8_t)v};
+	uint8_t *p = wbuf_room(w, 4);
 
-	spop_put_bytes(w, b, sizeof(b));
+	if (p)
+		set_u32be(p, v);
 }
 
 void spop_put_varint(struct spop_wbuf *w, uint64_t v)
 {
-	uint8_t b[SPOP_VARINT_MAX];
+	uint8_t *p = wbuf_room(w, varint_len(v));
 
-	spop_put_bytes(w, b, spop_varint_encode(v, b));
+	if (p)
+		spop_varint_encode(v, p);
 }
 
 void spop_put_name(struct spop_wbuf *w, const char *name, size_t len)
@@ -489,16 +531,20 @@ void spop_put_data(struct spop_wbuf *w, const struct spop_data *d)
 	}
 }
 
+/* The header in one piece: every answer starts with one. */
 size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
 			uint64_t stream_id, uint64_t frame_id)
 {
-	size_t start = w->len;
+	size_t start = w->len, sid_len = varint_len(stream_id);
+	uint8_t *p = wbuf_room(w, 9 + sid_len + varint_len(frame_id));
 
-	spop_put_u32be(w, 0); /* patched by spop_frame_end() */
-	spop_put_u8(w, type);
-	spop_put_u32be(w, flags);
-	spop_put_varint(w, stream_id);
-	spop_put_varint(w, frame_id);
+	if (p) {
+		set_u32be(p, 0); /* patched by spop_frame_end() */
+		p[4] = type;
+		set_u32be(p + 5, flags);
+		spop_varint_encode(stream_id, p + 9);
+		spop_varint_encode(frame_id, p + 9 + sid_len);
+	}
 	return start;
 }
 
@@ -519,10 +565,7 @@ int spop_frame_end(struct spop_wbuf *w, size_t start, uint32_t max_frame)
 		w->err = 1;
 		return -1;
 	}
-	w->buf[start] = (uint8_t)(len >> 24);
-	w->buf[start + 1] = (uint8_t)(len >> 16);
-	w->buf[start + 2] = (uint8_t)(len >> 8);
-	w->buf[start + 3] = (uint8_t)len;
+	set_u32be(w->buf + start, (uint32_t)len);
 	return 0;
 }
 
@@ -534,6 +577,62 @@ void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 	spop_put_u8(w, scope);
 	spop_put_name(w, name, name_len);
 	spop_put_data(w, val);
+}
+
+/* The head as on the wire: the name's varint length is the one byte
+ * name_len (SPOP_VAR_NAME_MAX < 240). */
+_Static_assert(offsetof(struct spop_var, name) == SPOP_VAR_HEAD_FIXED,
+	       "struct spop_var must have the SET-VAR head's wire layout");
+_Static_assert(SPOP_VAR_NAME_MAX < 240, "a variable's name length is one varint byte");
+
+/* Reserves the head plus `value` bytes (a few) and copies the head; returns
+ * where the value goes, or NULL when it does not fit. */
+static uint8_t *var_room(struct spop_wbuf *w, const struct spop_var *var, size_t value)
+{
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+	uint8_t *p = wbuf_room(w, head + value);
+
+	if (!p)
+		return NULL;
+	memcpy(p, var, head);
+	return p + head;
+}
+
+void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
+{
+	uint64_t u = (uint64_t)v;
+	size_t n = varint_len(u);
+	uint8_t *p = var_room(w, var, 1 + n);
+
+	if (!p)
+		return;
+	p[0] = SPOP_T_INT64;
+	if (n == 1)
+		p[1] = (uint8_t)u; /* most figures of an answer are under 240 */
+	else
+		spop_varint_encode(u, p + 1);
+}
+
+/* The string's bytes are checked apart: their length has no bound here. */
+void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var, const char *s,
+		      size_t len)
+{
+	size_t n = varint_len(len);
+	uint8_t *p = var_room(w, var, 1 + n);
+
+	if (!p)
+		return;
+	p[0] = SPOP_T_STR;
+	spop_varint_encode(len, p + 1);
+	spop_put_bytes(w, s, len);
+}
+
+void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v)
+{
+	uint8_t *p = var_room(w, var, 1);
+
+	if (p)
+		p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
 }
 
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,

@@ -228,6 +228,32 @@ void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 			size_t name_len);
 
+/* A SET-VAR action's constant head (action, argument count, scope, name),
+ * laid out as on the wire and built at compile time by SPOP_VAR(), so that
+ * an answer writes each variable with one bounds check and one copy: every
+ * decision writes a dozen of them. spop_put_var_*() write the same bytes as
+ * spop_put_set_var() with an INT64, STR or BOOL value, and like it set
+ * w->err when the action does not fit. */
+#define SPOP_VAR_NAME_MAX 32
+#define SPOP_VAR_HEAD_FIXED 4
+struct spop_var {
+	uint8_t action;   /* SPOP_ACT_SET_VAR */
+	uint8_t nargs;    /* 3 */
+	uint8_t scope;
+	uint8_t name_len; /* the name's varint length: one byte */
+	char name[SPOP_VAR_NAME_MAX];
+};
+/* A name over SPOP_VAR_NAME_MAX bytes does not compile: the check is an
+ * array of size -1, since an initializer too long is only a warning. */
+#define SPOP_VAR_NAME_FITS(lit) (0 * sizeof(char[sizeof(lit) <= SPOP_VAR_NAME_MAX + 1 ? 1 : -1]))
+#define SPOP_VAR(scope, lit) \
+	{ SPOP_ACT_SET_VAR, 3, (scope), sizeof(lit) - 1 + SPOP_VAR_NAME_FITS(lit), lit }
+
+void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
+void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var, const char *s,
+		      size_t len);
+void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v);
+
 /* Whole frames. Each returns 0, or -1 when it does not fit. */
 int spop_encode_agent_hello(struct spop_wbuf *w, uint32_t max_frame_size,
 			    const char *capabilities, uint32_t frame_limit);
