@@ -19,6 +19,14 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 		    uint32_t rnd, struct decide_query *q)
 {
 	struct rules_args a;
+
+	rules_args_from_kv(&a, args, nargs);
+	decide_prepare_args(rules, &a, rnd, q);
+}
+
+void decide_prepare_args(struct rules *rules, const struct rules_args *args, uint32_t rnd,
+			 struct decide_query *q)
+{
 	struct rules_verdict v;
 	const struct rules_names *ids = rules_identity(rules);
 	char text[IDENTITY_RENDER_MAX];
@@ -26,9 +34,7 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 	size_t vlen = 0;
 	const char *kind;
 
-	a.n = 0;
-	rules_args_from_kv(&a, args, nargs);
-	rules_classify(rules, &a, &v);
+	rules_classify(rules, args, &v);
 
 	q->rules = rules;
 	q->rule = v.rule;

@@ -8,47 +8,62 @@
 
 /* ---- primitives ------------------------------------------------------- */
 
+/* A varint read at some position: its value, the bytes it took and the
+ * outcome. Returned by value (in two registers), so that the decoders built
+ * on it take no local's address and keep their cursors in registers. */
+struct varint {
+	uint64_t v;
+	uint32_t len;
+	int32_t rc;   /* SPOP_OK, SPOP_NEED_MORE or SPOP_ERR */
+};
+
 /* The encoding is additive: the first byte carries 4 bits above 240, each
  * following byte adds itself (continuation bit included) shifted by 4, 11,
- * 18... So the bytes are summed, never masked. Callers keep *p <= end. */
-int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
+ * 18... So the bytes are summed, never masked. Requires s <= end. */
+static struct varint varint_read(const uint8_t *s, const uint8_t *end)
 {
-	const uint8_t *s = *p;
+	struct varint r = { 0, 0, SPOP_NEED_MORE };
 	size_t avail = (size_t)(end - s);
 	unsigned shift = 4;
 	uint64_t v;
 	size_t i;
 
 	if (avail == 0)
-		return SPOP_NEED_MORE;
+		return r;
 	v = s[0];
-	if (v < 240) {
-		*out = v;
-		*p = s + 1;
-		return SPOP_OK;
-	}
+	if (v < 240)
+		return (struct varint){ v, 1, SPOP_OK };
 	for (i = 1; i < SPOP_VARINT_MAX; i++) {
 		uint64_t b, add;
 
 		if (i >= avail)
-			return SPOP_NEED_MORE;
+			return r;
 		b = s[i];
 		/* Only the 10th byte (shift 60) can overflow; check before
 		 * shifting and before adding so no bit is silently lost. */
 		if (b > (UINT64_MAX >> shift))
-			return SPOP_ERR;
+			break;
 		add = b << shift;
 		if (add > UINT64_MAX - v)
-			return SPOP_ERR;
+			break;
 		v += add;
-		if (b < 128) {
-			*out = v;
-			*p = s + i + 1;
-			return SPOP_OK;
-		}
+		if (b < 128)
+			return (struct varint){ v, (uint32_t)(i + 1), SPOP_OK };
 		shift += 7;
 	}
-	return SPOP_ERR;
+	r.rc = SPOP_ERR;
+	return r;
+}
+
+int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	struct varint r = varint_read(*p, end);
+
+	if (r.rc == SPOP_OK) {
+		*out = r.v;
+		*p += r.len;
+	}
+	return r.rc;
 }
 
 /* The length spop_varint_encode() gives v, without writing it. */
@@ -81,14 +96,35 @@ size_t spop_varint_encode(uint64_t v, uint8_t *out)
 	return n;
 }
 
+/* spop_varint_decode() with the one-byte case inline: names, lengths and
+ * most integers of a message are under 240, and every argument has two or
+ * three varints. */
+static inline int varint_get(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	const uint8_t *s = *p;
+	struct varint r;
+
+	if (s != end && *s < 240) {
+		*out = *s;
+		*p = s + 1;
+		return SPOP_OK;
+	}
+	r = varint_read(s, end);
+	if (r.rc == SPOP_OK) {
+		*out = r.v;
+		*p = s + r.len;
+	}
+	return r.rc;
+}
+
 /* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
-static int str_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
+static inline int str_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
 {
 	const uint8_t *s = *p;
 	uint64_t len;
 	int rc;
 
-	rc = spop_varint_decode(&s, end, &len);
+	rc = varint_get(&s, end, &len);
 	if (rc != SPOP_OK)
 		return rc;
 	if (len > (uint64_t)(size_t)(end - s))
@@ -104,24 +140,29 @@ int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out
 	return str_decode(p, end, out);
 }
 
-/* Decodes one typed data item and also returns the integer types' varint
- * untouched in *raw (0 for other types), so that a caller judging a range
- * (max-frame-size) sees what the INT32/UINT32 casts would hide. */
-static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out,
-		       uint64_t *raw)
+/* Reads one typed data item into *out, or with out NULL only checks it
+ * (spop_msg_next() checks every argument before any is used, so checking
+ * stores nothing). Both accept exactly the same bytes. With raw, an
+ * integer type's varint is also stored there untouched (other types leave
+ * it alone), so that a caller judging a range (max-frame-size) sees what
+ * the INT32/UINT32 casts would hide. */
+static inline __attribute__((always_inline)) int data_read(const uint8_t **p, const uint8_t *end, struct spop_data *out,
+		     uint64_t *raw)
 {
 	const uint8_t *s = *p;
 	uint8_t tb, type;
 	uint64_t v = 0;
+	size_t n;
 	int rc;
 
-	*raw = 0;
 	if (s == end)
 		return SPOP_NEED_MORE;
 	tb = *s++;
 	type = tb & 0x0F;
-	memset(out, 0, sizeof(*out));
-	out->type = type;
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->type = type;
+	}
 	switch ((enum spop_type)type) {
 	case SPOP_T_NULL:
 		break;
@@ -130,16 +171,20 @@ static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *
 		 * peer and we disagree on the format. */
 		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
 			return SPOP_ERR;
-		out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
+		if (out)
+			out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
 		break;
 	case SPOP_T_INT32:
 	case SPOP_T_UINT32:
 	case SPOP_T_INT64:
 	case SPOP_T_UINT64:
-		rc = spop_varint_decode(&s, end, &v);
+		rc = varint_get(&s, end, &v);
 		if (rc != SPOP_OK)
 			return rc;
-		*raw = v;
+		if (raw)
+			*raw = v;
+		if (!out)
+			break;
 		if (type == SPOP_T_INT32)
 			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
 		else if (type == SPOP_T_UINT32)
@@ -150,23 +195,25 @@ static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *
 			out->u.u64 = v;
 		break;
 	case SPOP_T_IPV4:
-		if (4 > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		memcpy(out->u.ipv4, s, 4);
-		s += 4;
-		break;
 	case SPOP_T_IPV6:
-		if (16 > (size_t)(end - s))
+		n = type == SPOP_T_IPV4 ? 4 : 16;
+		if (n > (size_t)(end - s))
 			return SPOP_NEED_MORE;
-		memcpy(out->u.ipv6, s, 16);
-		s += 16;
+		if (out)
+			memcpy(type == SPOP_T_IPV4 ? out->u.ipv4 : out->u.ipv6, s, n);
+		s += n;
 		break;
 	case SPOP_T_STR:
-	case SPOP_T_BIN:
-		rc = str_decode(&s, end, &out->u.str);
+	case SPOP_T_BIN: {
+		struct spop_str str;
+
+		rc = str_decode(&s, end, &str);
 		if (rc != SPOP_OK)
 			return rc;
+		if (out)
+			out->u.str = str;
 		break;
+	}
 	default:
 		return SPOP_ERR;
 	}
@@ -176,9 +223,7 @@ static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *
 
 int spop_data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out)
 {
-	uint64_t raw;
-
-	return data_decode(p, end, out, &raw);
+	return data_read(p, end, out, NULL);
 }
 
 static uint32_t get_u32be(const uint8_t *p)
@@ -247,8 +292,34 @@ int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data 
 	if (p == c->end)
 		return 0;
 	if (str_decode(&p, c->end, name) != SPOP_OK ||
-	    spop_data_decode(&p, c->end, val) != SPOP_OK)
+	    data_read(&p, c->end, val, NULL) != SPOP_OK)
 		return -1;
+	c->p = p;
+	return 1;
+}
+
+int spop_kv_skip(struct spop_cursor *c, unsigned n)
+{
+	const uint8_t *p = c->p;
+	struct spop_str k;
+
+	for (unsigned i = 0; i < n; i++)
+		if (str_decode(&p, c->end, &k) != SPOP_OK ||
+		    data_read(&p, c->end, NULL, NULL) != SPOP_OK)
+			return -1;
+	c->p = p;
+	return 0;
+}
+
+int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (str_decode(&p, c->end, name) != SPOP_OK || p == c->end)
+		return -1;
+	*nargs = *p++;
 	c->p = p;
 	return 1;
 }
@@ -256,28 +327,20 @@ int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data 
 int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
 		  struct spop_cursor *args)
 {
-	struct spop_cursor kv;
-	struct spop_str k;
-	struct spop_data v;
-	const uint8_t *p = c->p;
-	unsigned n, i;
+	struct spop_cursor kv = *c;
+	const uint8_t *first;
+	int rc = spop_msg_head(&kv, name, nargs);
 
-	if (p == c->end)
-		return 0;
-	if (str_decode(&p, c->end, name) != SPOP_OK || p == c->end)
-		return -1;
-	n = *p++;
+	if (rc != 1)
+		return rc;
 	/* Walk the arguments now so the caller's later spop_kv_next() calls
 	 * cannot fail halfway through a message. */
-	kv.p = p;
-	kv.end = c->end;
-	for (i = 0; i < n; i++)
-		if (spop_kv_next(&kv, &k, &v) != 1)
-			return -1;
-	*nargs = n;
-	args->p = p;
+	first = kv.p;
+	if (spop_kv_skip(&kv, *nargs) < 0)
+		return -1;
+	args->p = first;
 	args->end = kv.p;
-	c->p = kv.p;
+	*c = kv;
 	return 1;
 }
 
@@ -332,8 +395,9 @@ int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, i
 
 	memset(h, 0, sizeof(*h));
 	while (p != end) {
+		raw = 0;
 		if (str_decode(&p, end, &k) != SPOP_OK ||
-		    data_decode(&p, end, &v, &raw) != SPOP_OK) {
+		    data_read(&p, end, &v, &raw) != SPOP_OK) {
 			st = SPOP_ST_INVALID;
 			goto out;
 		}

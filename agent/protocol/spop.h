@@ -191,6 +191,17 @@ int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data 
 int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
 		  struct spop_cursor *args);
 
+/* The same one step at a time, for a caller that decodes the arguments of
+ * the message it wants while it checks them (one walk over them instead of
+ * two): spop_msg_head() reads a message's name and argument count and
+ * leaves *c at its first argument (1, 0 at the end of the region, -1 on
+ * broken data); the caller then reads exactly `nargs` KV items with
+ * spop_kv_next(), or skips them with spop_kv_skip(). */
+int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
+/* Checks n KV items and leaves *c past them. Returns 0, or -1 when they are
+ * broken or fewer than n (*c unchanged). */
+int spop_kv_skip(struct spop_cursor *c, unsigned n);
+
 /* Parses a HAPROXY-HELLO payload. Returns 0, or -1 with *status set to
  * SPOP_ST_INVALID (broken KV list), SPOP_ST_NO_VERSION,
  * SPOP_ST_NO_FRAME_SIZE, SPOP_ST_NO_CAPABILITIES, SPOP_ST_BAD_VERSION (no

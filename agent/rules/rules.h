@@ -80,6 +80,12 @@ int rules_args_add(struct rules_args *args, struct spop_str name,
 void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv,
 			unsigned nargs);
 
+/* The same over `nargs` KV items not checked yet (after spop_msg_head):
+ * every item is checked, those past RULES_ARGS_MAX too, so that a NOTIFY
+ * is walked once. Returns 0 with *kv past the items, or -1 when they are
+ * broken or fewer than nargs. */
+int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs);
+
 /* The value of the first argument named exactly `name`, or NULL. */
 const struct spop_data *rules_args_get(const struct rules_args *args,
 				       const char *name);

@@ -28,17 +28,25 @@ int rules_args_add(struct rules_args *args, struct spop_str name, const struct s
 	return 0;
 }
 
-void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
+/* Decodes each argument in its place: this runs for every decision. */
+int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs)
 {
-	struct spop_str name;
-	struct spop_data val;
+	unsigned i;
 
 	args->n = 0;
-	for (unsigned i = 0; i < nargs && args->n < RULES_ARGS_MAX; i++) {
-		if (spop_kv_next(&kv, &name, &val) != 1)
-			break;
-		rules_args_add(args, name, &val);
+	for (i = 0; i < nargs && i < RULES_ARGS_MAX; i++) {
+		struct rules_arg *a = &args->a[i];
+
+		if (spop_kv_next(kv, &a->name, &a->val) != 1)
+			return -1;
+		args->n++;
 	}
+	return spop_kv_skip(kv, nargs - i);
+}
+
+void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
+{
+	rules_args_decode(args, &kv, nargs);
 }
 
 static const struct spop_data *args_find(const struct rules_args *args, const char *name,
