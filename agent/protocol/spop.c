@@ -662,7 +662,7 @@ static uint8_t *var_room(struct spop_wbuf *w, const struct spop_var *var, size_t
 	return p + head;
 }
 
-void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
+void spop_put_var_int64_any(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
 {
 	uint64_t u = (uint64_t)v;
 	size_t n = varint_len(u);
@@ -671,15 +671,12 @@ void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var, int64_t
 	if (!p)
 		return;
 	p[0] = SPOP_T_INT64;
-	if (n == 1)
-		p[1] = (uint8_t)u; /* most figures of an answer are under 240 */
-	else
-		spop_varint_encode(u, p + 1);
+	spop_varint_encode(u, p + 1);
 }
 
 /* The string's bytes are checked apart: their length has no bound here. */
-void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var, const char *s,
-		      size_t len)
+void spop_put_var_str_any(struct spop_wbuf *w, const struct spop_var *var, const char *s,
+			  size_t len)
 {
 	size_t n = varint_len(len);
 	uint8_t *p = var_room(w, var, 1 + n);
@@ -689,14 +686,6 @@ void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var, const cha
 	p[0] = SPOP_T_STR;
 	spop_varint_encode(len, p + 1);
 	spop_put_bytes(w, s, len);
-}
-
-void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v)
-{
-	uint8_t *p = var_room(w, var, 1);
-
-	if (p)
-		p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
 }
 
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,

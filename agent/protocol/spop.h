@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SPOP_VARINT_MAX 10        /* 2^64-1 takes 10 bytes */
 #define SPOP_FRAME_HDR_MIN 7      /* type + flags + 1-byte sid + 1-byte fid */
@@ -260,10 +261,67 @@ struct spop_var {
 #define SPOP_VAR(scope, lit) \
 	{ SPOP_ACT_SET_VAR, 3, (scope), sizeof(lit) - 1 + SPOP_VAR_NAME_FITS(lit), lit }
 
-void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
-void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var, const char *s,
-		      size_t len);
-void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v);
+/* Any value, any room: the general writers. */
+void spop_put_var_int64_any(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
+void spop_put_var_str_any(struct spop_wbuf *w, const struct spop_var *var, const char *s,
+			  size_t len);
+
+/* The writers an answer calls, inline: with a head that is a constant of
+ * the caller (a static SPOP_VAR()), its copy compiles to a few moves. The
+ * common case (a value whose length fits one varint byte, room for all of
+ * it) is written here after one bounds check; anything else goes to the
+ * general writers above. */
+static inline uint8_t *spop_var_fast_room(struct spop_wbuf *w, const struct spop_var *var,
+					  size_t value)
+{
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+	uint8_t *p;
+
+	if (w->err || head > w->cap - w->len || value > w->cap - w->len - head)
+		return NULL;
+	p = w->buf + w->len;
+	memcpy(p, var, head);
+	w->len += head + value;
+	return p + head;
+}
+
+static inline void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var,
+				      int64_t v)
+{
+	uint8_t *p = (uint64_t)v < 240 ? spop_var_fast_room(w, var, 2) : NULL;
+
+	if (!p) {
+		spop_put_var_int64_any(w, var, v);
+		return;
+	}
+	p[0] = SPOP_T_INT64;
+	p[1] = (uint8_t)v;
+}
+
+static inline void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var,
+				    const char *s, size_t len)
+{
+	uint8_t *p = len < 240 ? spop_var_fast_room(w, var, 2 + len) : NULL;
+
+	if (!p) {
+		spop_put_var_str_any(w, var, s, len);
+		return;
+	}
+	p[0] = SPOP_T_STR;
+	p[1] = (uint8_t)len;
+	memcpy(p + 2, s, len);
+}
+
+static inline void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v)
+{
+	uint8_t *p = spop_var_fast_room(w, var, 1);
+
+	if (!p) {
+		w->err = 1;
+		return;
+	}
+	p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
+}
 
 /* Whole frames. Each returns 0, or -1 when it does not fit. */
 int spop_encode_agent_hello(struct spop_wbuf *w, uint32_t max_frame_size,
