@@ -16,6 +16,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,27 +43,52 @@ static void put(struct sfbuf *o, const char *s, size_t n)
 	o->len += n;
 }
 
-static void put_char(struct sfbuf *o, char c) { put(o, &c, 1); }
+static void put_char(struct sfbuf *o, char c)
+{
+	if (o->err)
+		return;
+	if (1 >= o->cap - o->len) {
+		o->err = 1;
+		return;
+	}
+	o->buf[o->len++] = c;
+}
+
+/* Bytes an sf-string keeps as they are: printable ASCII but `"` and `\`. */
+static bool sf_plain(unsigned char c)
+{
+	return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+}
 
 /* An sf-string: printable ASCII only, `"` and `\` escaped, others dropped
- * (a name cannot smuggle a field separator or a control byte). */
+ * (a name cannot smuggle a field separator or a control byte). Runs of
+ * plain bytes (a whole policy name, as a rule) are copied at once. */
 static void put_sf_string(struct sfbuf *o, const char *s)
 {
 	put_char(o, '"');
-	for (; s && *s; s++) {
+	while (s && *s) {
 		unsigned char c = (unsigned char)*s;
+		size_t n = 0;
 
-		if (c < 0x20 || c > 0x7e)
+		while (sf_plain((unsigned char)s[n]))
+			n++;
+		if (n) {
+			put(o, s, n);
+			s += n;
 			continue;
-		if (c == '"' || c == '\\')
+		}
+		if (c == '"' || c == '\\') {
 			put_char(o, '\\');
-		put_char(o, (char)c);
+			put_char(o, (char)c);
+		}
+		s++;
 	}
 	put_char(o, '"');
 }
 
-/* Decimal digits without printf: this runs for every decision. */
-static void put_param(struct sfbuf *o, const char *name, uint64_t v)
+/* ";<name>=<decimal>" in one piece, digits without printf: this runs for
+ * every decision. */
+static void put_param(struct sfbuf *o, char name, uint64_t v)
 {
 	char num[24];
 	size_t i = sizeof(num);
@@ -73,9 +99,9 @@ static void put_param(struct sfbuf *o, const char *name, uint64_t v)
 		num[--i] = (char)('0' + v % 10);
 		v /= 10;
 	} while (v);
-	put_char(o, ';');
-	put(o, name, strlen(name));
-	put_char(o, '=');
+	num[--i] = '=';
+	num[--i] = name;
+	num[--i] = ';';
 	put(o, num + i, sizeof(num) - i);
 }
 
@@ -93,9 +119,9 @@ static int finish(struct sfbuf *o, size_t keep)
 static void policy_item(struct sfbuf *o, const char *name, uint64_t quota, int64_t window_s)
 {
 	put_sf_string(o, name);
-	put_param(o, "q", quota);
+	put_param(o, 'q', quota);
 	if (window_s > 0)
-		put_param(o, "w", (uint64_t)window_s);
+		put_param(o, 'w', (uint64_t)window_s);
 }
 
 int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
@@ -117,9 +143,9 @@ int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaini
 	if (!buf || cap == 0)
 		return -1;
 	put_sf_string(&o, name);
-	put_param(&o, "r", remaining);
+	put_param(&o, 'r', remaining);
 	if (reset_s >= 0)
-		put_param(&o, "t", (uint64_t)reset_s);
+		put_param(&o, 't', (uint64_t)reset_s);
 	return finish(&o, 0);
 }
 
