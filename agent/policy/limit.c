@@ -10,9 +10,11 @@
  * reset: waiting that long is always enough) or down (remaining tokens).
  *
  * Range. Quota <= 2^40, period <= 366 d < 2^45 us, cost < 2^32 and any
- * int64 time: every intermediate fits in 128 bits (|a * quota| < 2^103).
- * Values handed back are saturated to int64, which only matters for states
- * no honest caller produces.
+ * int64 time: every intermediate fits in 128 bits (|(a - now) * quota| <
+ * 2^105). Values handed back are saturated to int64, which only matters for
+ * states no honest caller produces. Honest ones keep the token bucket's
+ * times within a few periods of now, so its divisions take the 64-bit
+ * path of div_floor().
  */
 #include "limit.h"
 
@@ -22,11 +24,23 @@
 
 __extension__ typedef __int128 i128;
 
-/* Floor and ceiling of a / b for b > 0, whatever the sign of a. */
+/* Floor and ceiling of a / b for b > 0, whatever the sign of a. The
+ * divisions of a decision are of times relative to now (see eval_bucket),
+ * which nearly always fit 64 bits: then a 64-bit division gives the same
+ * quotient as the 128-bit one, a few instructions instead of a libgcc
+ * call. */
 static i128 div_floor(i128 a, i128 b)
 {
-	i128 q = a / b;
+	i128 q;
 
+	if (a >= INT64_MIN && a <= INT64_MAX && b <= INT64_MAX) {
+		int64_t a64 = (int64_t)a, b64 = (int64_t)b, q64 = a64 / b64;
+
+		if (a64 % b64 != 0 && a64 < 0)
+			q64--;
+		return q64;
+	}
+	q = a / b;
 	if (a % b != 0 && a < 0)
 		q--;
 	return q;
@@ -82,14 +96,15 @@ static struct norm normalize(const struct limit_spec *s)
 
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
- * tat' - now <= cap * P (a fresh key takes `cap` requests at once). */
+ * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
+ * Everything is computed relative to now (tat - now, tat' - now): the same
+ * exact values as absolute ticks, but small ones, so that divisions stay
+ * within 64 bits (div_floor). */
 static void eval_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
 			uint32_t cost, struct limit_state *next, struct limit_result *res)
 {
-	i128 tat = (i128)st->a * v->n + st->b;
-	i128 now_t = (i128)now * v->n;
-	i128 base = tat > now_t ? tat : now_t;
-	i128 new_tat = base + (i128)cost * v->p;
+	i128 d = ((i128)st->a - now) * v->n + st->b;          /* tat - now */
+	i128 rel = (d > 0 ? d : 0) + (i128)cost * v->p;        /* tat' - now */
 	i128 room = v->cap * v->p;
 
 	*next = *st;
@@ -99,30 +114,33 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 		 * would still be refused. */
 		res->allowed = false;
 		res->retry_after_us = sat64(v->p);
-		res->reset_us = tat > now_t ? sat64(div_ceil(tat - now_t, v->n)) : 0;
+		res->reset_us = d > 0 ? sat64(div_ceil(d, v->n)) : 0;
 		return;
 	}
-	if (new_tat - now_t > room) {
+	if (rel > room) {
 		/* Refused; then tat > now (else cost > cap). The request fits
 		 * at the first whole microsecond t with
 		 * tat + cost * P - t * quota <= cap * P. */
 		res->allowed = false;
-		res->retry_after_us = sat64(div_ceil(new_tat - room - now_t, v->n));
-		res->reset_us = sat64(div_ceil(tat - now_t, v->n));
+		res->retry_after_us = sat64(div_ceil(rel - room, v->n));
+		res->reset_us = sat64(div_ceil(d, v->n));
 		return;
 	}
 	res->allowed = true;
-	res->remaining = sat_u64((room - (new_tat - now_t)) / v->p);
-	res->reset_us = sat64(div_ceil(new_tat - now_t, v->n));
+	res->remaining = sat_u64(div_floor(room - rel, v->p));
+	res->reset_us = sat64(div_ceil(rel, v->n));
 	{
-		i128 a = div_floor(new_tat, v->n);
+		/* tat' = now * quota + rel, and now * quota is a whole
+		 * number of microseconds. */
+		i128 q = div_floor(rel, v->n);
+		i128 a = now + q;
 
 		if (a > INT64_MAX) {
 			next->a = INT64_MAX;
 			next->b = 0;
 		} else {
 			next->a = (int64_t)a;
-			next->b = (int64_t)(new_tat - a * v->n);
+			next->b = (int64_t)(rel - q * v->n);
 		}
 		next->c = 0;
 	}
@@ -285,7 +303,7 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 		break;
 	case LIMIT_TOKEN_BUCKET:
 	default:
-		ttl = div_ceil((i128)st->a * v.n + st->b - (i128)now_us * v.n, v.n);
+		ttl = div_ceil(((i128)st->a - now_us) * v.n + st->b, v.n);
 		break;
 	}
 	return ttl < 1 ? 1 : sat64(ttl);
