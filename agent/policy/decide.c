@@ -15,17 +15,18 @@ void decide_key(const struct rules *rules, const char *kind, const char *value, 
 	identity_key(rules_secret(rules), kind, strlen(kind), value, vlen, rule, strlen(rule), key);
 }
 
+/* The arguments were checked by spop_msg_next(): decoding cannot fail. */
 void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q)
 {
-	struct rules_args a;
+	struct rules_request req;
 
-	rules_args_from_kv(&a, args, nargs);
-	decide_prepare_args(rules, &a, rnd, q);
+	rules_request_decode(rules, &req, &args, nargs);
+	decide_prepare_request(rules, &req, rnd, q);
 }
 
-void decide_prepare_args(struct rules *rules, const struct rules_args *args, uint32_t rnd,
-			 struct decide_query *q)
+void decide_prepare_request(struct rules *rules, const struct rules_request *req,
+			    uint32_t rnd, struct decide_query *q)
 {
 	struct rules_verdict v;
 	const struct rules_names *ids = rules_identity(rules);
@@ -34,7 +35,7 @@ void decide_prepare_args(struct rules *rules, const struct rules_args *args, uin
 	size_t vlen = 0;
 	const char *kind;
 
-	rules_classify(rules, args, &v);
+	rules_classify_request(rules, req, &v);
 
 	q->rules = rules;
 	q->rule = v.rule;

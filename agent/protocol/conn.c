@@ -454,13 +454,13 @@ static uint32_t worker_rand(struct worker *w)
 /* Decides a check-rate message. Returns 1 when *d holds the decision now,
  * 0 when it comes later (conn_answer). */
 static int check_rate(struct conn *c, const struct spop_frame *f,
-		      const struct rules_args *args, struct decide_decision *d)
+		      const struct rules_request *req, struct decide_decision *d)
 {
 	struct worker *w = c->w;
 	struct decide_query q;
 	struct store_ref ref;
 
-	decide_prepare_args(w->rules, args, worker_rand(w), &q);
+	decide_prepare_request(w->rules, req, worker_rand(w), &q);
 	/* Shed in earnest: no token taken. Shed in shadow mode: the limits
 	 * still decide, and the answer says it would have been shed. */
 	if (q.shed && !q.shed_shadow) {
@@ -478,7 +478,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 {
 	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
 	struct spop_str name;
-	struct rules_args args;
+	struct rules_request req;
 	struct decide_decision d;
 	unsigned nargs;
 	int rc, found = 0;
@@ -491,7 +491,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
 		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
 			found = 1;
-			rc = rules_args_decode(&args, &cur, nargs);
+			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
 		} else {
 			rc = spop_kv_skip(&cur, nargs);
 		}
@@ -507,7 +507,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
-	if (check_rate(c, f, &args, &d)) {
+	if (check_rate(c, f, &req, &d)) {
 		count_decision(c->w, &d);
 		queue_ack(c, f->stream_id, f->frame_id, &d);
 	}

@@ -8,21 +8,12 @@
 
 /* ---- primitives ------------------------------------------------------- */
 
-/* A varint read at some position: its value, the bytes it took and the
- * outcome. Returned by value (in two registers), so that the decoders built
- * on it take no local's address and keep their cursors in registers. */
-struct varint {
-	uint64_t v;
-	uint32_t len;
-	int32_t rc;   /* SPOP_OK, SPOP_NEED_MORE or SPOP_ERR */
-};
-
 /* The encoding is additive: the first byte carries 4 bits above 240, each
  * following byte adds itself (continuation bit included) shifted by 4, 11,
  * 18... So the bytes are summed, never masked. Requires s <= end. */
-static struct varint varint_read(const uint8_t *s, const uint8_t *end)
+struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end)
 {
-	struct varint r = { 0, 0, SPOP_NEED_MORE };
+	struct spop_varint r = { 0, 0, SPOP_NEED_MORE };
 	size_t avail = (size_t)(end - s);
 	unsigned shift = 4;
 	uint64_t v;
@@ -32,7 +23,7 @@ static struct varint varint_read(const uint8_t *s, const uint8_t *end)
 		return r;
 	v = s[0];
 	if (v < 240)
-		return (struct varint){ v, 1, SPOP_OK };
+		return (struct spop_varint){ v, 1, SPOP_OK };
 	for (i = 1; i < SPOP_VARINT_MAX; i++) {
 		uint64_t b, add;
 
@@ -48,7 +39,7 @@ static struct varint varint_read(const uint8_t *s, const uint8_t *end)
 			break;
 		v += add;
 		if (b < 128)
-			return (struct varint){ v, (uint32_t)(i + 1), SPOP_OK };
+			return (struct spop_varint){ v, (uint32_t)(i + 1), SPOP_OK };
 		shift += 7;
 	}
 	r.rc = SPOP_ERR;
@@ -57,7 +48,7 @@ static struct varint varint_read(const uint8_t *s, const uint8_t *end)
 
 int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
 {
-	struct varint r = varint_read(*p, end);
+	struct spop_varint r = spop_varint_read(*p, end);
 
 	if (r.rc == SPOP_OK) {
 		*out = r.v;
@@ -96,134 +87,14 @@ size_t spop_varint_encode(uint64_t v, uint8_t *out)
 	return n;
 }
 
-/* spop_varint_decode() with the one-byte case inline: names, lengths and
- * most integers of a message are under 240, and every argument has two or
- * three varints. */
-static inline int varint_get(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-	const uint8_t *s = *p;
-	struct varint r;
-
-	if (s != end && *s < 240) {
-		*out = *s;
-		*p = s + 1;
-		return SPOP_OK;
-	}
-	r = varint_read(s, end);
-	if (r.rc == SPOP_OK) {
-		*out = r.v;
-		*p = s + r.len;
-	}
-	return r.rc;
-}
-
-/* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
-static inline int str_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
-{
-	const uint8_t *s = *p;
-	uint64_t len;
-	int rc;
-
-	rc = varint_get(&s, end, &len);
-	if (rc != SPOP_OK)
-		return rc;
-	if (len > (uint64_t)(size_t)(end - s))
-		return SPOP_NEED_MORE;
-	out->ptr = (const char *)s;
-	out->len = (size_t)len;
-	*p = s + len;
-	return SPOP_OK;
-}
-
 int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
 {
-	return str_decode(p, end, out);
-}
-
-/* Reads one typed data item into *out, or with out NULL only checks it
- * (spop_msg_next() checks every argument before any is used, so checking
- * stores nothing). Both accept exactly the same bytes. With raw, an
- * integer type's varint is also stored there untouched (other types leave
- * it alone), so that a caller judging a range (max-frame-size) sees what
- * the INT32/UINT32 casts would hide. */
-static inline __attribute__((always_inline)) int data_read(const uint8_t **p, const uint8_t *end, struct spop_data *out,
-		     uint64_t *raw)
-{
-	const uint8_t *s = *p;
-	uint8_t tb, type;
-	uint64_t v = 0;
-	size_t n;
-	int rc;
-
-	if (s == end)
-		return SPOP_NEED_MORE;
-	tb = *s++;
-	type = tb & 0x0F;
-	if (out) {
-		memset(out, 0, sizeof(*out));
-		out->type = type;
-	}
-	switch ((enum spop_type)type) {
-	case SPOP_T_NULL:
-		break;
-	case SPOP_T_BOOL:
-		/* Only the "true" flag may be set; anything else means the
-		 * peer and we disagree on the format. */
-		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
-			return SPOP_ERR;
-		if (out)
-			out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
-		break;
-	case SPOP_T_INT32:
-	case SPOP_T_UINT32:
-	case SPOP_T_INT64:
-	case SPOP_T_UINT64:
-		rc = varint_get(&s, end, &v);
-		if (rc != SPOP_OK)
-			return rc;
-		if (raw)
-			*raw = v;
-		if (!out)
-			break;
-		if (type == SPOP_T_INT32)
-			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
-		else if (type == SPOP_T_UINT32)
-			out->u.u32 = (uint32_t)v;
-		else if (type == SPOP_T_INT64)
-			out->u.i64 = (int64_t)v;
-		else
-			out->u.u64 = v;
-		break;
-	case SPOP_T_IPV4:
-	case SPOP_T_IPV6:
-		n = type == SPOP_T_IPV4 ? 4 : 16;
-		if (n > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		if (out)
-			memcpy(type == SPOP_T_IPV4 ? out->u.ipv4 : out->u.ipv6, s, n);
-		s += n;
-		break;
-	case SPOP_T_STR:
-	case SPOP_T_BIN: {
-		struct spop_str str;
-
-		rc = str_decode(&s, end, &str);
-		if (rc != SPOP_OK)
-			return rc;
-		if (out)
-			out->u.str = str;
-		break;
-	}
-	default:
-		return SPOP_ERR;
-	}
-	*p = s;
-	return SPOP_OK;
+	return spop_str_get(p, end, out);
 }
 
 int spop_data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out)
 {
-	return data_read(p, end, out, NULL);
+	return spop_data_get(p, end, out, NULL);
 }
 
 static uint32_t get_u32be(const uint8_t *p)
@@ -287,15 +158,7 @@ out:
 
 int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data *val)
 {
-	const uint8_t *p = c->p;
-
-	if (p == c->end)
-		return 0;
-	if (str_decode(&p, c->end, name) != SPOP_OK ||
-	    data_read(&p, c->end, val, NULL) != SPOP_OK)
-		return -1;
-	c->p = p;
-	return 1;
+	return spop_kv_get(c, name, val);
 }
 
 int spop_kv_skip(struct spop_cursor *c, unsigned n)
@@ -304,8 +167,8 @@ int spop_kv_skip(struct spop_cursor *c, unsigned n)
 	struct spop_str k;
 
 	for (unsigned i = 0; i < n; i++)
-		if (str_decode(&p, c->end, &k) != SPOP_OK ||
-		    data_read(&p, c->end, NULL, NULL) != SPOP_OK)
+		if (spop_str_get(&p, c->end, &k) != SPOP_OK ||
+		    spop_data_get(&p, c->end, NULL, NULL) != SPOP_OK)
 			return -1;
 	c->p = p;
 	return 0;
@@ -317,7 +180,7 @@ int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
 
 	if (p == c->end)
 		return 0;
-	if (str_decode(&p, c->end, name) != SPOP_OK || p == c->end)
+	if (spop_str_get(&p, c->end, name) != SPOP_OK || p == c->end)
 		return -1;
 	*nargs = *p++;
 	c->p = p;
@@ -396,8 +259,8 @@ int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, i
 	memset(h, 0, sizeof(*h));
 	while (p != end) {
 		raw = 0;
-		if (str_decode(&p, end, &k) != SPOP_OK ||
-		    data_read(&p, end, &v, &raw) != SPOP_OK) {
+		if (spop_str_get(&p, end, &k) != SPOP_OK ||
+		    spop_data_get(&p, end, &v, &raw) != SPOP_OK) {
 			st = SPOP_ST_INVALID;
 			goto out;
 		}

@@ -215,6 +215,159 @@ int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, i
  * items) holds exactly "2.0". */
 int spop_version_supported(struct spop_str versions);
 
+/* ---- inline decoding -------------------------------------------------------
+ * The KV items of a NOTIFY are read for every decision, a dozen of them: a
+ * caller's loop over them inlines these readers and keeps its cursor in
+ * registers. The decoders above are built on them, so both accept exactly
+ * the same bytes, with the same three outcomes and cursor semantics. */
+
+/* A varint read at some position: its value, the bytes it took and the
+ * outcome. Returned by value (in two registers), so that the decoders built
+ * on it take no local's address and keep their cursors in registers. */
+struct spop_varint {
+	uint64_t v;
+	uint32_t len;
+	int32_t rc;   /* SPOP_OK, SPOP_NEED_MORE or SPOP_ERR */
+};
+
+/* The varint at s (s <= end), whatever its length: the rare long ones. */
+struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end);
+
+/* spop_varint_decode() with the one-byte case inline: names, lengths and
+ * most integers of a message are under 240, and every argument has two or
+ * three varints. */
+static inline int spop_varint_get(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	const uint8_t *s = *p;
+	struct spop_varint r;
+
+	if (s != end && *s < 240) {
+		*out = *s;
+		*p = s + 1;
+		return SPOP_OK;
+	}
+	r = spop_varint_read(s, end);
+	if (r.rc == SPOP_OK) {
+		*out = r.v;
+		*p = s + r.len;
+	}
+	return r.rc;
+}
+
+/* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
+static inline int spop_str_get(const uint8_t **p, const uint8_t *end, struct spop_str *out)
+{
+	const uint8_t *s = *p;
+	uint64_t len;
+	int rc;
+
+	rc = spop_varint_get(&s, end, &len);
+	if (rc != SPOP_OK)
+		return rc;
+	if (len > (uint64_t)(size_t)(end - s))
+		return SPOP_NEED_MORE;
+	out->ptr = (const char *)s;
+	out->len = (size_t)len;
+	*p = s + len;
+	return SPOP_OK;
+}
+
+/* Reads one typed data item into *out, or with out NULL only checks it
+ * (spop_msg_next() checks every argument before any is used, so checking
+ * stores nothing). Both accept exactly the same bytes. With raw, an
+ * integer type's varint is also stored there untouched (other types leave
+ * it alone), so that a caller judging a range (max-frame-size) sees what
+ * the INT32/UINT32 casts would hide. */
+static inline __attribute__((always_inline)) int
+spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint64_t *raw)
+{
+	const uint8_t *s = *p;
+	uint8_t tb, type;
+	uint64_t v = 0;
+	size_t n;
+	int rc;
+
+	if (s == end)
+		return SPOP_NEED_MORE;
+	tb = *s++;
+	type = tb & 0x0F;
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->type = type;
+	}
+	switch ((enum spop_type)type) {
+	case SPOP_T_NULL:
+		break;
+	case SPOP_T_BOOL:
+		/* Only the "true" flag may be set; anything else means the
+		 * peer and we disagree on the format. */
+		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
+			return SPOP_ERR;
+		if (out)
+			out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
+		break;
+	case SPOP_T_INT32:
+	case SPOP_T_UINT32:
+	case SPOP_T_INT64:
+	case SPOP_T_UINT64:
+		rc = spop_varint_get(&s, end, &v);
+		if (rc != SPOP_OK)
+			return rc;
+		if (raw)
+			*raw = v;
+		if (!out)
+			break;
+		if (type == SPOP_T_INT32)
+			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
+		else if (type == SPOP_T_UINT32)
+			out->u.u32 = (uint32_t)v;
+		else if (type == SPOP_T_INT64)
+			out->u.i64 = (int64_t)v;
+		else
+			out->u.u64 = v;
+		break;
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+		n = type == SPOP_T_IPV4 ? 4 : 16;
+		if (n > (size_t)(end - s))
+			return SPOP_NEED_MORE;
+		if (out)
+			memcpy(type == SPOP_T_IPV4 ? out->u.ipv4 : out->u.ipv6, s, n);
+		s += n;
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN: {
+		struct spop_str str;
+
+		rc = spop_str_get(&s, end, &str);
+		if (rc != SPOP_OK)
+			return rc;
+		if (out)
+			out->u.str = str;
+		break;
+	}
+	default:
+		return SPOP_ERR;
+	}
+	*p = s;
+	return SPOP_OK;
+}
+
+/* spop_kv_next(), inline. */
+static inline int spop_kv_get(struct spop_cursor *c, struct spop_str *name,
+			      struct spop_data *val)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (spop_str_get(&p, c->end, name) != SPOP_OK ||
+	    spop_data_get(&p, c->end, val, NULL) != SPOP_OK)
+		return -1;
+	c->p = p;
+	return 1;
+}
+
 /* ---- encoders ----------------------------------------------------------- */
 
 void spop_wbuf_init(struct spop_wbuf *w, uint8_t *buf, size_t cap);

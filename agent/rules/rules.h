@@ -80,15 +80,40 @@ int rules_args_add(struct rules_args *args, struct spop_str name,
 void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv,
 			unsigned nargs);
 
-/* The same over `nargs` KV items not checked yet (after spop_msg_head):
- * every item is checked, those past RULES_ARGS_MAX too, so that a NOTIFY
- * is walked once. Returns 0 with *kv past the items, or -1 when they are
- * broken or fewer than nargs. */
-int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs);
+
 
 /* The value of the first argument named exactly `name`, or NULL. */
 const struct spop_data *rules_args_get(const struct rules_args *args,
 				       const char *name);
+
+/* ---- one request, as classification reads it ------------------------------
+ * Classification reads a few arguments by name: method, path and host when
+ * some match condition reads them, the tier, the cost, the identity
+ * arguments and the load figures (the "slots"); and any argument when some
+ * match condition names arguments (`args`). A request holds the value of
+ * each slot (the first argument of that name among the first
+ * RULES_ARGS_MAX) and, only when the rules need them, all the arguments. */
+#define RULES_SLOTS_MAX (7 + RULES_IDENTITY_MAX)
+
+struct rules;
+
+struct rules_request {
+	const struct spop_data *slot[RULES_SLOTS_MAX]; /* NULL: absent */
+	const struct rules_args *args; /* every argument, or NULL if not needed */
+	/* Storage of rules_request_decode(). */
+	struct spop_data val[RULES_SLOTS_MAX];
+	struct rules_args all;
+};
+
+/* Reads the `nargs` KV items at *kv (after spop_msg_head) and checks every
+ * one, those past RULES_ARGS_MAX too: the arguments the rules read are
+ * decoded into *req, the others skipped (all are kept when the rules match
+ * on any). The one walk over a check-rate message, so that a decision
+ * decodes no argument it does not read. Returns 0 with *kv past the items,
+ * or -1 when they are broken or fewer than nargs. *req points into the
+ * message and into itself; it is classified under the same rules. */
+int rules_request_decode(const struct rules *r, struct rules_request *req,
+			 struct spop_cursor *kv, unsigned nargs);
 
 /* ---- rules ---------------------------------------------------------------- */
 
@@ -236,5 +261,9 @@ struct rules_verdict {
  * Never fails; *out is fully written. */
 void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out);
+
+/* The same for a request from rules_request_decode() under the same rules. */
+void rules_classify_request(const struct rules *r, const struct rules_request *req,
+			    struct rules_verdict *out);
 
 #endif

@@ -28,8 +28,9 @@ int rules_args_add(struct rules_args *args, struct spop_str name, const struct s
 	return 0;
 }
 
-/* Decodes each argument in its place: this runs for every decision. */
-int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs)
+/* Decodes each argument in its place (spop_kv_get inline). Returns 0, or -1
+ * when the items are broken or fewer than nargs; every one is checked. */
+static int args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs)
 {
 	unsigned i;
 
@@ -37,7 +38,7 @@ int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned 
 	for (i = 0; i < nargs && i < RULES_ARGS_MAX; i++) {
 		struct rules_arg *a = &args->a[i];
 
-		if (spop_kv_next(kv, &a->name, &a->val) != 1)
+		if (spop_kv_get(kv, &a->name, &a->val) != 1)
 			return -1;
 		args->n++;
 	}
@@ -46,7 +47,7 @@ int rules_args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned 
 
 void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
 {
-	rules_args_decode(args, &kv, nargs);
+	args_decode(args, &kv, nargs);
 }
 
 static const struct spop_data *args_find(const struct rules_args *args, const char *name,
@@ -68,11 +69,91 @@ const struct spop_data *rules_args_get(const struct rules_args *args, const char
 	return args_find(args, name, strlen(name));
 }
 
+/* ---- requests -------------------------------------------------------------- */
+
+/* The entry of the rules' lookup named exactly `name`, or NULL. */
+static inline __attribute__((always_inline)) const struct arg_lookup *
+arg_find(const struct rules *r, struct spop_str name)
+{
+	for (unsigned j = r->bucket[arg_bucket(name.ptr, name.len)]; j; j = r->lookup[j - 1].next) {
+		const struct arg_lookup *l = &r->lookup[j - 1];
+
+		if (l->len == name.len && (name.len == 0 || memcmp(l->name, name.ptr, name.len) == 0))
+			return l;
+	}
+	return NULL;
+}
+
+/* True when the slots of l are taken: all of them are filled at once, by
+ * the first argument of that name. */
+static bool arg_seen(const struct rules_request *req, const struct arg_lookup *l)
+{
+	return req->slot[__builtin_ctz(l->slots)] != NULL;
+}
+
+static void arg_fill(struct rules_request *req, const struct arg_lookup *l,
+		     const struct spop_data *val)
+{
+	for (unsigned m = l->slots; m; m &= m - 1)
+		req->slot[__builtin_ctz(m)] = val;
+}
+
+/* The slots of a request from arguments decoded already (the first
+ * RULES_ARGS_MAX, as args_find sees them). */
+static void request_from_args(const struct rules *r, const struct rules_args *args,
+			      struct rules_request *req)
+{
+	size_t n = args->n < RULES_ARGS_MAX ? args->n : RULES_ARGS_MAX;
+
+	memset(req->slot, 0, sizeof(req->slot));
+	req->args = args;
+	for (size_t i = 0; i < n; i++) {
+		const struct arg_lookup *l = arg_find(r, args->a[i].name);
+
+		if (l && !arg_seen(req, l))
+			arg_fill(req, l, &args->a[i].val);
+	}
+}
+
+int rules_request_decode(const struct rules *r, struct rules_request *req,
+			 struct spop_cursor *kv, unsigned nargs)
+{
+	struct spop_cursor c = *kv;
+
+	if (r->match_args) {
+		/* Conditions may name any argument: keep them all. */
+		if (args_decode(&req->all, kv, nargs) < 0)
+			return -1;
+		request_from_args(r, &req->all, req);
+		return 0;
+	}
+	memset(req->slot, 0, sizeof(req->slot));
+	req->args = NULL;
+	for (unsigned i = 0; i < nargs; i++) {
+		const struct arg_lookup *l = NULL;
+		struct spop_data *val = NULL;
+		struct spop_str name;
+
+		if (spop_str_get(&c.p, c.end, &name) != SPOP_OK)
+			return -1;
+		if (i < RULES_ARGS_MAX)
+			l = arg_find(r, name);
+		if (l && !arg_seen(req, l))
+			val = &req->val[l - r->lookup];
+		/* Read into its slot, or only checked. */
+		if (spop_data_get(&c.p, c.end, val, NULL) != SPOP_OK)
+			return -1;
+		if (val)
+			arg_fill(req, l, val);
+	}
+	*kv = c;
+	return 0;
+}
+
 /* ---- classification ------------------------------------------------------ */
 
 struct request {
-	const struct rules_args *args;
-	const struct spop_data *method, *path, *host;
+	const struct rules_request *req;
 	size_t host_noport;
 	size_t tier;
 };
@@ -187,11 +268,11 @@ static bool cond_arg(const struct cond *c, const struct spop_data *d)
 
 static bool match_holds(const struct match *m, const struct request *q)
 {
-	if (m->method.n && !cond_exact(&m->method, q->method))
+	if (m->method.n && !cond_exact(&m->method, q->req->slot[SLOT_METHOD]))
 		return false;
-	if (m->path.n && !cond_path(&m->path, q->path))
+	if (m->path.n && !cond_path(&m->path, q->req->slot[SLOT_PATH]))
 		return false;
-	if (m->host.n && !cond_host(&m->host, q->host, q->host_noport))
+	if (m->host.n && !cond_host(&m->host, q->req->slot[SLOT_HOST], q->host_noport))
 		return false;
 	if (m->ntiers) {
 		size_t i;
@@ -205,7 +286,7 @@ static bool match_holds(const struct match *m, const struct request *q)
 	for (size_t i = 0; i < m->nargs; i++) {
 		const struct arg_cond *a = &m->args[i];
 
-		if (!cond_arg(&a->c, args_find(q->args, a->name, a->name_len)))
+		if (!cond_arg(&a->c, args_find(q->req->args, a->name, a->name_len)))
 			return false;
 	}
 	return true;
@@ -294,10 +375,8 @@ static uint32_t cost_of(const struct spop_data *d, uint32_t dflt)
 	return v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
-static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
+static size_t resolve_tier(const struct rules *r, const struct spop_data *d)
 {
-	const struct spop_data *d = args_find(args, r->tier_arg, strlen(r->tier_arg));
-
 	if (is_text(d) && d->u.str.len > 0 && d->u.str.len < RULES_NAME_MAX) {
 		for (size_t i = 0; i < r->ntiers; i++) {
 			const struct rule *t = &r->rule[i];
@@ -313,20 +392,28 @@ static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
 void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out)
 {
+	struct rules_request req;
+
+	request_from_args(r, args, &req);
+	rules_classify_request(r, &req, out);
+}
+
+void rules_classify_request(const struct rules *r, const struct rules_request *req,
+			    struct rules_verdict *out)
+{
+	const struct spop_data *const *slot = req->slot;
 	struct request q;
 	const struct rule *rule;
 	const struct spop_data *d;
 	int64_t in_use, free_conns;
 
 	memset(out, 0, sizeof(*out));
-	memset(&q, 0, sizeof(q));
-	q.args = args;
-	q.method = args_find(args, "method", 6);
-	q.path = args_find(args, "path", 4);
-	q.host = args_find(args, "host", 4);
-	if (is_text(q.host))
-		q.host_noport = rules_host_noport(q.host->u.str.ptr, q.host->u.str.len);
-	q.tier = resolve_tier(r, args);
+	q.req = req;
+	q.host_noport = 0;
+	if (is_text(slot[SLOT_HOST]))
+		q.host_noport = rules_host_noport(slot[SLOT_HOST]->u.str.ptr,
+						  slot[SLOT_HOST]->u.str.len);
+	q.tier = resolve_tier(r, slot[SLOT_TIER]);
 
 	out->tier = &r->rule[q.tier];
 	rule = out->tier;
@@ -351,11 +438,11 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 	out->on_failure = rule->on_failure;
 	out->cost = rule->cost;
 	if (r->cost_arg[0])
-		out->cost = cost_of(args_find(args, r->cost_arg, strlen(r->cost_arg)), rule->cost);
+		out->cost = cost_of(slot[SLOT_COST], rule->cost);
 
 	out->identity = -1;
 	for (size_t k = 0; k < r->identity.n; k++) {
-		d = args_find(args, r->identity.name[k], strlen(r->identity.name[k]));
+		d = slot[SLOT_IDENTITY + k];
 		if (d && !data_is_empty(d)) {
 			out->identity = (int)k;
 			out->identity_val = d;
@@ -363,11 +450,9 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 		}
 	}
 
-	if (data_int(args_find(args, r->shed.in_use_arg, strlen(r->shed.in_use_arg)), &in_use) &&
-	    data_int(args_find(args, r->shed.free_arg, strlen(r->shed.free_arg)), &free_conns)) {
+	if (data_int(slot[SLOT_IN_USE], &in_use) && data_int(slot[SLOT_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;
 		out->free_conns = free_conns;
 	}
 }
-

@@ -956,6 +956,63 @@ static void derive_rule(struct rule *r, int agents)
 	}
 }
 
+/* The match conditions of the file: every endpoint's, then every class's. */
+static const struct match *match_at(const struct rules *r, size_t i)
+{
+	size_t neps = r->nrules - r->ntiers;
+
+	return i < neps ? &r->ep[i] : &r->classes[i - neps].m;
+}
+
+/* The names classification reads (enum arg_slot), each once in a hash
+ * chain. Method, path and host are read only when some condition names
+ * them; the cost argument only when there is one. */
+static void derive_lookup(struct rules *r)
+{
+	const char *names[SLOT_N] = { NULL };
+	uint8_t n = 0;
+
+	for (size_t i = 0; i < r->nrules - r->ntiers + r->nclasses; i++) {
+		const struct match *m = match_at(r, i);
+
+		if (m->method.n)
+			names[SLOT_METHOD] = "method";
+		if (m->path.n)
+			names[SLOT_PATH] = "path";
+		if (m->host.n)
+			names[SLOT_HOST] = "host";
+		if (m->nargs)
+			r->match_args = true;
+	}
+	names[SLOT_TIER] = r->tier_arg;
+	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
+	names[SLOT_IN_USE] = r->shed.in_use_arg;
+	names[SLOT_FREE] = r->shed.free_arg;
+	for (size_t k = 0; k < r->identity.n; k++)
+		names[SLOT_IDENTITY + k] = r->identity.name[k];
+	for (unsigned s = 0; s < SLOT_N; s++) {
+		size_t len;
+		unsigned b, j;
+
+		if (!names[s])
+			continue;
+		len = strlen(names[s]);
+		b = arg_bucket(names[s], len);
+		for (j = r->bucket[b]; j; j = r->lookup[j - 1].next)
+			if (r->lookup[j - 1].len == len && memcmp(r->lookup[j - 1].name, names[s], len) == 0)
+				break;
+		if (!j) {
+			r->lookup[n].name = names[s];
+			r->lookup[n].len = (uint8_t)len;
+			r->lookup[n].next = r->bucket[b];
+			r->lookup[n].slots = 0;
+			r->bucket[b] = ++n;
+			j = n;
+		}
+		r->lookup[j - 1].slots |= (uint16_t)(1u << s);
+	}
+}
+
 /* What every answer needs of each rule, derived once (rules.h). */
 static void derive(struct rules *r)
 {
@@ -963,6 +1020,7 @@ static void derive(struct rules *r)
 
 	for (size_t i = 0; i < r->nrules; i++)
 		derive_rule(&r->rule[i], agents);
+	derive_lookup(r);
 }
 
 static void free_parts(struct rules *r)
