@@ -214,17 +214,20 @@ static const struct spop_var answer_vars[] = {
 	[VAR_DEGRADED] = SPOP_VAR(SPOP_SCOPE_TXN, "degraded"),
 };
 
-static void put_int(struct spop_wbuf *w, enum answer_var v, int64_t val)
+static inline __attribute__((always_inline)) void
+put_int(struct spop_wbuf *w, enum answer_var v, int64_t val)
 {
 	spop_put_var_int64(w, &answer_vars[v], val);
 }
 
-static void put_str(struct spop_wbuf *w, enum answer_var v, const char *val)
+static inline __attribute__((always_inline)) void
+put_str(struct spop_wbuf *w, enum answer_var v, const char *val)
 {
 	spop_put_var_str(w, &answer_vars[v], val, strlen(val));
 }
 
-static void put_bool(struct spop_wbuf *w, enum answer_var v, bool val)
+static inline __attribute__((always_inline)) void
+put_bool(struct spop_wbuf *w, enum answer_var v, bool val)
 {
 	spop_put_var_bool(w, &answer_vars[v], val);
 }

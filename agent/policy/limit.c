@@ -29,7 +29,7 @@ __extension__ typedef __int128 i128;
  * which nearly always fit 64 bits: then a 64-bit division gives the same
  * quotient as the 128-bit one, a few instructions instead of a libgcc
  * call. */
-static i128 div_floor(i128 a, i128 b)
+static inline i128 div_floor(i128 a, i128 b)
 {
 	i128 q;
 
@@ -46,7 +46,7 @@ static i128 div_floor(i128 a, i128 b)
 	return q;
 }
 
-static i128 div_ceil(i128 a, i128 b) { return -div_floor(-a, b); }
+static inline i128 div_ceil(i128 a, i128 b) { return -div_floor(-a, b); }
 
 static int64_t sat64(i128 v)
 {
@@ -77,6 +77,7 @@ static struct norm normalize(const struct limit_spec *s)
 {
 	struct norm v;
 	uint64_t q = s->quota, b = s->burst;
+	int64_t p = s->period_us;
 
 	if (q < 1)
 		q = 1;
@@ -84,13 +85,13 @@ static struct norm normalize(const struct limit_spec *s)
 		q = LIMIT_QUOTA_MAX;
 	if (b > LIMIT_QUOTA_MAX)
 		b = LIMIT_QUOTA_MAX;
+	if (p < 1)
+		p = 1;
+	if (p > LIMIT_PERIOD_MAX_US)
+		p = LIMIT_PERIOD_MAX_US;
 	v.n = q;
-	v.cap = b ? (i128)b : v.n;
-	v.p = s->period_us;
-	if (v.p < 1)
-		v.p = 1;
-	if (v.p > LIMIT_PERIOD_MAX_US)
-		v.p = LIMIT_PERIOD_MAX_US;
+	v.cap = b ? b : q;
+	v.p = p;
 	return v;
 }
 

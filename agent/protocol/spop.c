@@ -57,34 +57,9 @@ int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
 	return r.rc;
 }
 
-/* The length spop_varint_encode() gives v, without writing it. */
-static size_t varint_len(uint64_t v)
-{
-	size_t n = 2;
-
-	if (v < 240)
-		return 1;
-	for (v = (v - 240) >> 4; v >= 128; v = (v - 128) >> 7)
-		n++;
-	return n;
-}
-
 size_t spop_varint_encode(uint64_t v, uint8_t *out)
 {
-	size_t n = 0;
-
-	if (v < 240) {
-		out[n++] = (uint8_t)v;
-		return n;
-	}
-	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
-	v = (v - 240) >> 4;
-	while (v >= 128) {
-		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
-		v = (v - 128) >> 7;
-	}
-	out[n++] = (uint8_t)v;
-	return n;
+	return spop_varint_put(v, out);
 }
 
 int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
@@ -401,7 +376,7 @@ void spop_put_u32be(struct spop_wbuf *w, uint32_t v)
 
 void spop_put_varint(struct spop_wbuf *w, uint64_t v)
 {
-	uint8_t *p = wbuf_room(w, varint_len(v));
+	uint8_t *p = wbuf_room(w, spop_varint_len(v));
 
 	if (p)
 		spop_varint_encode(v, p);
@@ -462,8 +437,8 @@ void spop_put_data(struct spop_wbuf *w, const struct spop_data *d)
 size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
 			uint64_t stream_id, uint64_t frame_id)
 {
-	size_t start = w->len, sid_len = varint_len(stream_id);
-	uint8_t *p = wbuf_room(w, 9 + sid_len + varint_len(frame_id));
+	size_t start = w->len, sid_len = spop_varint_len(stream_id);
+	uint8_t *p = wbuf_room(w, 9 + sid_len + spop_varint_len(frame_id));
 
 	if (p) {
 		set_u32be(p, 0); /* patched by spop_frame_end() */
@@ -511,45 +486,6 @@ void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 _Static_assert(offsetof(struct spop_var, name) == SPOP_VAR_HEAD_FIXED,
 	       "struct spop_var must have the SET-VAR head's wire layout");
 _Static_assert(SPOP_VAR_NAME_MAX < 240, "a variable's name length is one varint byte");
-
-/* Reserves the head plus `value` bytes (a few) and copies the head; returns
- * where the value goes, or NULL when it does not fit. */
-static uint8_t *var_room(struct spop_wbuf *w, const struct spop_var *var, size_t value)
-{
-	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
-	uint8_t *p = wbuf_room(w, head + value);
-
-	if (!p)
-		return NULL;
-	memcpy(p, var, head);
-	return p + head;
-}
-
-void spop_put_var_int64_any(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
-{
-	uint64_t u = (uint64_t)v;
-	size_t n = varint_len(u);
-	uint8_t *p = var_room(w, var, 1 + n);
-
-	if (!p)
-		return;
-	p[0] = SPOP_T_INT64;
-	spop_varint_encode(u, p + 1);
-}
-
-/* The string's bytes are checked apart: their length has no bound here. */
-void spop_put_var_str_any(struct spop_wbuf *w, const struct spop_var *var, const char *s,
-			  size_t len)
-{
-	size_t n = varint_len(len);
-	uint8_t *p = var_room(w, var, 1 + n);
-
-	if (!p)
-		return;
-	p[0] = SPOP_T_STR;
-	spop_varint_encode(len, p + 1);
-	spop_put_bytes(w, s, len);
-}
 
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 			size_t name_len)

@@ -163,6 +163,37 @@ int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out);
 /* Encodes v into out (at least SPOP_VARINT_MAX bytes); returns its length. */
 size_t spop_varint_encode(uint64_t v, uint8_t *out);
 
+/* The length spop_varint_encode() gives v, without writing it. */
+static inline size_t spop_varint_len(uint64_t v)
+{
+	size_t n = 2;
+
+	if (v < 240)
+		return 1;
+	for (v = (v - 240) >> 4; v >= 128; v = (v - 128) >> 7)
+		n++;
+	return n;
+}
+
+/* spop_varint_encode(), inline for the encoders of every answer. */
+static inline size_t spop_varint_put(uint64_t v, uint8_t *out)
+{
+	size_t n = 0;
+
+	if (v < 240) {
+		out[n++] = (uint8_t)v;
+		return n;
+	}
+	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
+	v = (v - 240) >> 4;
+	while (v >= 128) {
+		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
+		v = (v - 128) >> 7;
+	}
+	out[n++] = (uint8_t)v;
+	return n;
+}
+
 /* Decodes a name: <varint length><bytes>. Cursor semantics as above. */
 int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out);
 
@@ -414,24 +445,19 @@ struct spop_var {
 #define SPOP_VAR(scope, lit) \
 	{ SPOP_ACT_SET_VAR, 3, (scope), sizeof(lit) - 1 + SPOP_VAR_NAME_FITS(lit), lit }
 
-/* Any value, any room: the general writers. */
-void spop_put_var_int64_any(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
-void spop_put_var_str_any(struct spop_wbuf *w, const struct spop_var *var, const char *s,
-			  size_t len);
-
-/* The writers an answer calls, inline: with a head that is a constant of
- * the caller (a static SPOP_VAR()), its copy compiles to a few moves. The
- * common case (a value whose length fits one varint byte, room for all of
- * it) is written here after one bounds check; anything else goes to the
- * general writers above. */
-static inline uint8_t *spop_var_fast_room(struct spop_wbuf *w, const struct spop_var *var,
-					  size_t value)
+/* The writers are inline: with a head that is a constant of the caller (a
+ * static SPOP_VAR()), its copy compiles to a few moves, and the whole
+ * action is written after one bounds check. */
+static inline uint8_t *spop_var_room(struct spop_wbuf *w, const struct spop_var *var,
+				     size_t value)
 {
 	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
 	uint8_t *p;
 
-	if (w->err || head > w->cap - w->len || value > w->cap - w->len - head)
+	if (w->err || head > w->cap - w->len || value > w->cap - w->len - head) {
+		w->err = 1;
 		return NULL;
+	}
 	p = w->buf + w->len;
 	memcpy(p, var, head);
 	w->len += head + value;
@@ -441,39 +467,40 @@ static inline uint8_t *spop_var_fast_room(struct spop_wbuf *w, const struct spop
 static inline void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var,
 				      int64_t v)
 {
-	uint8_t *p = (uint64_t)v < 240 ? spop_var_fast_room(w, var, 2) : NULL;
+	size_t n = spop_varint_len((uint64_t)v);
+	uint8_t *p = spop_var_room(w, var, 1 + n);
 
-	if (!p) {
-		spop_put_var_int64_any(w, var, v);
+	if (!p)
 		return;
-	}
 	p[0] = SPOP_T_INT64;
-	p[1] = (uint8_t)v;
+	spop_varint_put((uint64_t)v, p + 1);
 }
 
 static inline void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var,
 				    const char *s, size_t len)
 {
-	uint8_t *p = len < 240 ? spop_var_fast_room(w, var, 2 + len) : NULL;
+	size_t n = spop_varint_len(len);
+	uint8_t *p;
 
-	if (!p) {
-		spop_put_var_str_any(w, var, s, len);
+	if (len > SIZE_MAX - 1 - SPOP_VARINT_MAX) {
+		w->err = 1;
 		return;
 	}
+	p = spop_var_room(w, var, 1 + n + len);
+	if (!p)
+		return;
 	p[0] = SPOP_T_STR;
-	p[1] = (uint8_t)len;
-	memcpy(p + 2, s, len);
+	spop_varint_put(len, p + 1);
+	if (len)
+		memcpy(p + 1 + n, s, len);
 }
 
 static inline void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v)
 {
-	uint8_t *p = spop_var_fast_room(w, var, 1);
+	uint8_t *p = spop_var_room(w, var, 1);
 
-	if (!p) {
-		w->err = 1;
-		return;
-	}
-	p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
+	if (p)
+		p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
 }
 
 /* Whole frames. Each returns 0, or -1 when it does not fit. */
