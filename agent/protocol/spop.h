@@ -315,7 +315,6 @@ spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint
 	const uint8_t *s = *p;
 	uint8_t tb, type;
 	uint64_t v = 0;
-	size_t n;
 	int rc;
 
 	if (s == end)
@@ -352,19 +351,22 @@ spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint
 			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
 		else if (type == SPOP_T_UINT32)
 			out->u.u32 = (uint32_t)v;
-		else if (type == SPOP_T_INT64)
-			out->u.i64 = (int64_t)v;
 		else
-			out->u.u64 = v;
+			out->u.u64 = v; /* the same bits as i64 */
 		break;
 	case SPOP_T_IPV4:
-	case SPOP_T_IPV6:
-		n = type == SPOP_T_IPV4 ? 4 : 16;
-		if (n > (size_t)(end - s))
+		if (4 > (size_t)(end - s))
 			return SPOP_NEED_MORE;
 		if (out)
-			memcpy(type == SPOP_T_IPV4 ? out->u.ipv4 : out->u.ipv6, s, n);
-		s += n;
+			memcpy(out->u.ipv4, s, 4);
+		s += 4;
+		break;
+	case SPOP_T_IPV6:
+		if (16 > (size_t)(end - s))
+			return SPOP_NEED_MORE;
+		if (out)
+			memcpy(out->u.ipv6, s, 16);
+		s += 16;
 		break;
 	case SPOP_T_STR:
 	case SPOP_T_BIN: {

@@ -109,29 +109,27 @@ static inline bool name_same(const char *a, const char *b, size_t len)
 }
 
 /* The entry of the rules' lookup named exactly `name`, or NULL. */
-static inline __attribute__((always_inline)) const struct arg_lookup *
-arg_find(const struct rules *r, struct spop_str name)
+static inline __attribute__((always_inline)) int arg_find(const struct rules *r,
+							   struct spop_str name)
 {
 	for (unsigned j = r->bucket[arg_bucket(name.ptr, name.len)]; j; j = r->lookup[j - 1].next) {
 		const struct arg_lookup *l = &r->lookup[j - 1];
 
 		if (l->len == name.len && name_same(l->name, name.ptr, name.len))
-			return l;
+			return (int)j - 1;
 	}
-	return NULL;
+	return -1;
 }
 
-/* True when the slots of l are taken: all of them are filled at once, by
- * the first argument of that name. */
-static bool arg_seen(const struct rules_request *req, const struct arg_lookup *l)
-{
-	return req->slot[__builtin_ctz(l->slots)] != NULL;
-}
-
-static void arg_fill(struct rules_request *req, const struct arg_lookup *l,
+/* Gives the slots of lookup entry j the value val, unless an earlier
+ * argument of that name did: all of an entry's slots are filled at once. */
+static void arg_fill(const struct rules *r, unsigned j, struct rules_request *req,
 		     const struct spop_data *val)
 {
-	for (unsigned m = l->slots; m; m &= m - 1)
+	const struct arg_lookup *l = &r->lookup[j];
+
+	req->slot[l->slot] = val;
+	for (unsigned m = l->also; m; m &= m - 1)
 		req->slot[__builtin_ctz(m)] = val;
 }
 
@@ -145,10 +143,10 @@ static void request_from_args(const struct rules *r, const struct rules_args *ar
 	memset(req->slot, 0, sizeof(req->slot));
 	req->args = args;
 	for (size_t i = 0; i < n; i++) {
-		const struct arg_lookup *l = arg_find(r, args->a[i].name);
+		int j = arg_find(r, args->a[i].name);
 
-		if (l && !arg_seen(req, l))
-			arg_fill(req, l, &args->a[i].val);
+		if (j >= 0 && !req->slot[r->lookup[j].slot])
+			arg_fill(r, (unsigned)j, req, &args->a[i].val);
 	}
 }
 
@@ -167,21 +165,21 @@ int rules_request_decode(const struct rules *r, struct rules_request *req,
 	memset(req->slot, 0, sizeof(req->slot));
 	req->args = NULL;
 	for (unsigned i = 0; i < nargs; i++) {
-		const struct arg_lookup *l = NULL;
 		struct spop_data *val = NULL;
 		struct spop_str name;
+		int j = -1;
 
 		if (spop_str_get(&c.p, c.end, &name) != SPOP_OK)
 			return -1;
 		if (i < RULES_ARGS_MAX)
-			l = arg_find(r, name);
-		if (l && !arg_seen(req, l))
-			val = &req->val[l - r->lookup];
+			j = arg_find(r, name);
+		if (j >= 0 && !req->slot[r->lookup[j].slot])
+			val = &req->val[j];
 		/* Read into its slot, or only checked. */
 		if (spop_data_get(&c.p, c.end, val, NULL) != SPOP_OK)
 			return -1;
 		if (val)
-			arg_fill(req, l, val);
+			arg_fill(r, (unsigned)j, req, val);
 	}
 	*kv = c;
 	return 0;

@@ -70,7 +70,7 @@ enum arg_slot {
 	SLOT_N = SLOT_IDENTITY + RULES_IDENTITY_MAX,
 };
 _Static_assert(SLOT_N == RULES_SLOTS_MAX, "one slot per name classification reads");
-_Static_assert(SLOT_N <= 16, "struct arg_lookup keeps its slots in 16 bits");
+_Static_assert(SLOT_N <= 16, "struct arg_lookup keeps its other slots in 16 bits");
 
 /* A name classification looks for (pointing into the rules), the slots it
  * fills (one name may serve several: an identity argument may also be the
@@ -79,7 +79,8 @@ struct arg_lookup {
 	const char *name;
 	uint8_t len;
 	uint8_t next;
-	uint16_t slots; /* bit s for enum arg_slot s */
+	uint8_t slot;   /* enum arg_slot: the first it fills */
+	uint16_t also;  /* bit s for each other slot s it fills */
 };
 
 /* The hash chain of a name (first byte, last byte and length): the names

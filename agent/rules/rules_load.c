@@ -1001,15 +1001,16 @@ static void derive_lookup(struct rules *r)
 		for (j = r->bucket[b]; j; j = r->lookup[j - 1].next)
 			if (r->lookup[j - 1].len == len && memcmp(r->lookup[j - 1].name, names[s], len) == 0)
 				break;
-		if (!j) {
-			r->lookup[n].name = names[s];
-			r->lookup[n].len = (uint8_t)len;
-			r->lookup[n].next = r->bucket[b];
-			r->lookup[n].slots = 0;
-			r->bucket[b] = ++n;
-			j = n;
+		if (j) {
+			r->lookup[j - 1].also |= (uint16_t)(1u << s);
+			continue;
 		}
-		r->lookup[j - 1].slots |= (uint16_t)(1u << s);
+		r->lookup[n].name = names[s];
+		r->lookup[n].len = (uint8_t)len;
+		r->lookup[n].next = r->bucket[b];
+		r->lookup[n].slot = (uint8_t)s;
+		r->lookup[n].also = 0;
+		r->bucket[b] = ++n;
 	}
 }
 
