@@ -272,9 +272,10 @@ static void update_reading(struct conn *c)
 		c->reading = 1;
 	if (!want)
 		c->reading = 0;
-	if (c->reading)
+	/* This runs after every write: call libev only for a change. */
+	if (c->reading && !ev_is_active(&c->rio))
 		ev_io_start(w->loop, &c->rio);
-	else
+	else if (!c->reading && ev_is_active(&c->rio))
 		ev_io_stop(w->loop, &c->rio);
 }
 
@@ -302,7 +303,8 @@ static int flush(struct conn *c)
 		return -1;
 	}
 	c->wpos = c->wlen = 0;
-	ev_io_stop(c->w->loop, &c->wio);
+	if (ev_is_active(&c->wio))
+		ev_io_stop(c->w->loop, &c->wio);
 	if (c->state == CONN_DRAINING) {
 		conn_close(c);
 		return -1;
