@@ -130,9 +130,8 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 				d->retry_after = 1;
 		}
 	}
-	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit),
-			   q->rule->pname[decider], (uint64_t)d->remaining,
-			   d->reset);
+	rlheader_ratelimit_named(d->ratelimit, sizeof(d->ratelimit), q->rule->pname_sf[decider],
+				 q->rule->pname_sf_len[decider], (uint64_t)d->remaining, d->reset);
 	shadow_shed(q, d);
 }
 

@@ -147,6 +147,13 @@ int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 	return finish(&o, 0);
 }
 
+static void ratelimit_params(struct sfbuf *o, uint64_t remaining, int64_t reset_s)
+{
+	put_param(o, 'r', remaining);
+	if (reset_s >= 0)
+		put_param(o, 't', (uint64_t)reset_s);
+}
+
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
 		       int64_t reset_s)
 {
@@ -155,9 +162,29 @@ int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaini
 	if (!buf || cap == 0)
 		return -1;
 	put_sf_string(&o, name);
-	put_param(&o, 'r', remaining);
-	if (reset_s >= 0)
-		put_param(&o, 't', (uint64_t)reset_s);
+	ratelimit_params(&o, remaining, reset_s);
+	return finish(&o, 0);
+}
+
+int rlheader_name(char *buf, size_t cap, const char *name)
+{
+	struct sfbuf o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	put_sf_string(&o, name);
+	return finish(&o, 0);
+}
+
+int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t name_len,
+			     uint64_t remaining, int64_t reset_s)
+{
+	struct sfbuf o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	put(&o, sf_name, name_len);
+	ratelimit_params(&o, remaining, reset_s);
 	return finish(&o, 0);
 }
 

@@ -43,6 +43,7 @@
 #define RULES_NAME_MAX 32        /* rule and argument names, NUL included */
 #define RULES_POLICY_MAX 512     /* a RateLimit-Policy value, NUL included */
 #define RULES_PNAME_MAX (RULES_NAME_MAX + 40) /* a policy item's name */
+#define RULES_PNAME_SF_MAX (2 * RULES_PNAME_MAX + 1) /* quoted, escaped */
 #define RULES_LID_MAX 48         /* a limit's field name in the store */
 #define RULES_IDENTITY_MAX 8     /* identity arguments */
 #define RULES_ARGS_MAX 64        /* message arguments looked at */
@@ -144,6 +145,9 @@ struct rule {
 	/* Derived at load: */
 	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */
 	char pname[LIMIT_SET_MAX][RULES_PNAME_MAX];     /* policy item per limit */
+	/* pname as the RateLimit value quotes it (rlheader_name) */
+	char pname_sf[LIMIT_SET_MAX][RULES_PNAME_SF_MAX];
+	uint8_t pname_sf_len[LIMIT_SET_MAX];
 	/* The shared store's field per limit, named by algorithm and
 	 * parameters, so that a changed limit starts fresh instead of
 	 * misreading old state. */

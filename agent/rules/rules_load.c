@@ -933,6 +933,10 @@ static void derive_rule(struct rule *r, int agents)
 			limit_format_period(r->limits[i].period_us, period, sizeof(period));
 			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-%s", r->name, period);
 		}
+		_Static_assert(RULES_PNAME_SF_MAX >= RLHEADER_NAME_MAX(RULES_PNAME_MAX - 1) &&
+			       RULES_PNAME_SF_MAX <= UINT8_MAX + 1, "a quoted policy name fits");
+		r->pname_sf_len[i] = (uint8_t)rlheader_name(r->pname_sf[i], sizeof(r->pname_sf[i]),
+							    r->pname[i]);
 		if (rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
 					   r->limits[i].quota,
 					   limit_ceil_s(r->limits[i].period_us)) < 0) {
