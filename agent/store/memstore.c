@@ -87,13 +87,14 @@ static uint32_t slot_hash(uint64_t kh, unsigned idx)
 	return (uint32_t)mix64(kh + (idx + 1) * 0x9e3779b97f4a7c15ULL);
 }
 
+/* The fields folded with odd multipliers, then mixed once: every decision
+ * computes it for each of its limits. */
 static uint64_t spec_fp(const struct limit_spec *s)
 {
-	uint64_t h = mix64(s->quota + 0x243f6a8885a308d3ULL);
+	uint64_t h = s->quota * 0x243f6a8885a308d3ULL + (uint64_t)s->period_us;
 
-	h = mix64(h ^ (uint64_t)s->period_us);
-	h = mix64(h ^ s->burst);
-	return mix64(h ^ (uint64_t)s->algo);
+	h = h * 0x9e3779b97f4a7c15ULL + s->burst;
+	return mix64(h * 0xbf58476d1ce4e5b9ULL + (uint64_t)s->algo);
 }
 
 static struct ms_shard *shard_of(struct memstore *ms, uint64_t kh)
