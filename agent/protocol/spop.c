@@ -16,7 +16,7 @@ struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end)
 	struct spop_varint r = { 0, 0, SPOP_NEED_MORE };
 	size_t avail = (size_t)(end - s);
 	unsigned shift = 4;
-	uint64_t v;
+	uint64_t v, b;
 	size_t i;
 
 	if (avail == 0)
@@ -24,24 +24,22 @@ struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end)
 	v = s[0];
 	if (v < 240)
 		return (struct spop_varint){ v, 1, SPOP_OK };
-	for (i = 1; i < SPOP_VARINT_MAX; i++) {
-		uint64_t b, add;
-
+	/* Nine bytes sum to less than 2^62: no overflow before the tenth. */
+	for (i = 1; i < SPOP_VARINT_MAX - 1; i++, shift += 7) {
 		if (i >= avail)
 			return r;
 		b = s[i];
-		/* Only the 10th byte (shift 60) can overflow; check before
-		 * shifting and before adding so no bit is silently lost. */
-		if (b > (UINT64_MAX >> shift))
-			break;
-		add = b << shift;
-		if (add > UINT64_MAX - v)
-			break;
-		v += add;
+		v += b << shift;
 		if (b < 128)
 			return (struct spop_varint){ v, (uint32_t)(i + 1), SPOP_OK };
-		shift += 7;
 	}
+	if (i >= avail)
+		return r;
+	/* The tenth byte (shift 60): check before shifting and before adding
+	 * so that no bit is silently lost; it must end the varint. */
+	b = s[i];
+	if (b < 128 && b <= (UINT64_MAX >> shift) && (b << shift) <= UINT64_MAX - v)
+		return (struct spop_varint){ v + (b << shift), SPOP_VARINT_MAX, SPOP_OK };
 	r.rc = SPOP_ERR;
 	return r;
 }
