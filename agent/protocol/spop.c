@@ -485,6 +485,16 @@ _Static_assert(offsetof(struct spop_var, name) == SPOP_VAR_HEAD_FIXED,
 	       "struct spop_var must have the SET-VAR head's wire layout");
 _Static_assert(SPOP_VAR_NAME_MAX < 240, "a variable's name length is one varint byte");
 
+void spop_put_var_int64_exact(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
+{
+	uint8_t *p = spop_var_room(w, var, 1 + spop_varint_len((uint64_t)v));
+
+	if (!p)
+		return;
+	p[0] = SPOP_T_INT64;
+	spop_varint_put((uint64_t)v, p + 1);
+}
+
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 			size_t name_len)
 {

@@ -466,16 +466,25 @@ static inline uint8_t *spop_var_room(struct spop_wbuf *w, const struct spop_var 
 	return p + head;
 }
 
+/* The exact writer, for a buffer that may not hold the longest varint. */
+void spop_put_var_int64_exact(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
+
 static inline void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var,
 				      int64_t v)
 {
-	size_t n = spop_varint_len((uint64_t)v);
-	uint8_t *p = spop_var_room(w, var, 1 + n);
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+	uint8_t *p;
 
-	if (!p)
+	/* With room for the longest varint (nearly always), the value is
+	 * written without being measured first. */
+	if (w->err || head + 1 + SPOP_VARINT_MAX > w->cap - w->len) {
+		spop_put_var_int64_exact(w, var, v);
 		return;
-	p[0] = SPOP_T_INT64;
-	spop_varint_put((uint64_t)v, p + 1);
+	}
+	p = w->buf + w->len;
+	memcpy(p, var, head);
+	p[head] = SPOP_T_INT64;
+	w->len += head + 1 + spop_varint_put((uint64_t)v, p + head + 1);
 }
 
 static inline void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var,
