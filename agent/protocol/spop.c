@@ -112,8 +112,8 @@ int spop_frame_peek(const uint8_t *buf, size_t avail, uint32_t max_frame,
 	f->flags = get_u32be(p + 1);
 	p += 5;
 	/* The frame is complete: a varint cut by its end is broken. */
-	if (spop_varint_decode(&p, end, &f->stream_id) != SPOP_OK ||
-	    spop_varint_decode(&p, end, &f->frame_id) != SPOP_OK) {
+	if (spop_varint_get(&p, end, &f->stream_id) != SPOP_OK ||
+	    spop_varint_get(&p, end, &f->frame_id) != SPOP_OK) {
 		memset(f, 0, sizeof(*f));
 		st = SPOP_ST_INVALID;
 		rc = SPOP_ERR;
@@ -431,20 +431,31 @@ void spop_put_data(struct spop_wbuf *w, const struct spop_data *d)
 	}
 }
 
-/* The header in one piece: every answer starts with one. */
+/* The header in one piece: every answer starts with one. With room for
+ * the longest ids (nearly always), they are encoded without being
+ * measured first. */
 size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
 			uint64_t stream_id, uint64_t frame_id)
 {
-	size_t start = w->len, sid_len = spop_varint_len(stream_id);
-	uint8_t *p = wbuf_room(w, 9 + sid_len + spop_varint_len(frame_id));
+	size_t start = w->len, n;
+	uint8_t *p;
 
-	if (p) {
-		set_u32be(p, 0); /* patched by spop_frame_end() */
-		p[4] = type;
-		set_u32be(p + 5, flags);
-		spop_varint_encode(stream_id, p + 9);
-		spop_varint_encode(frame_id, p + 9 + sid_len);
+	if (!w->err && 9 + 2 * SPOP_VARINT_MAX <= w->cap - w->len) {
+		p = w->buf + w->len;
+		n = 9 + spop_varint_put(stream_id, p + 9);
+		n += spop_varint_put(frame_id, p + n);
+		w->len += n;
+	} else {
+		n = spop_varint_len(stream_id);
+		p = wbuf_room(w, 9 + n + spop_varint_len(frame_id));
+		if (!p)
+			return start;
+		spop_varint_put(stream_id, p + 9);
+		spop_varint_put(frame_id, p + 9 + n);
 	}
+	set_u32be(p, 0); /* patched by spop_frame_end() */
+	p[4] = type;
+	set_u32be(p + 5, flags);
 	return start;
 }
 
