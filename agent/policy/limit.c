@@ -95,6 +95,39 @@ static struct norm normalize(const struct limit_spec *s)
 	return v;
 }
 
+/* limit_ttl_us() under figures normalized already. */
+static int64_t ttl_norm(const struct norm *v, enum limit_algo algo,
+			const struct limit_state *st, int64_t now_us)
+{
+	i128 ttl;
+
+	switch (algo) {
+	case LIMIT_SLIDING_WINDOW:
+		if (st->b <= 0 && st->c <= 0)
+			return 1;
+		ttl = (i128)st->a + 2 * v->p - now_us;
+		break;
+	case LIMIT_FIXED_WINDOW:
+		if (st->b <= 0)
+			return 1;
+		ttl = (i128)st->a + v->p - now_us;
+		break;
+	case LIMIT_TOKEN_BUCKET:
+	default:
+		ttl = div_ceil(((i128)st->a - now_us) * v->n + st->b, v->n);
+		break;
+	}
+	return ttl < 1 ? 1 : sat64(ttl);
+}
+
+/* A token bucket's TTL from the reset time of the same state: both are
+ * TAT - now rounded up, the TTL at least 1 (saturation apart, see the
+ * callers). This spares every decision a division. */
+static int64_t ttl_of_reset(int64_t reset_us)
+{
+	return reset_us < 1 ? 1 : reset_us;
+}
+
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
  * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
@@ -116,6 +149,7 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 		res->allowed = false;
 		res->retry_after_us = sat64(v->p);
 		res->reset_us = d > 0 ? sat64(div_ceil(d, v->n)) : 0;
+		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		return;
 	}
 	if (rel > room) {
@@ -125,6 +159,7 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 		res->allowed = false;
 		res->retry_after_us = sat64(div_ceil(rel - room, v->n));
 		res->reset_us = sat64(div_ceil(d, v->n));
+		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		return;
 	}
 	res->allowed = true;
@@ -136,14 +171,16 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 		i128 q = div_floor(rel, v->n);
 		i128 a = now + q;
 
+		next->c = 0;
 		if (a > INT64_MAX) {
 			next->a = INT64_MAX;
 			next->b = 0;
+			res->next_ttl_us = ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
 		} else {
 			next->a = (int64_t)a;
 			next->b = (int64_t)(rel - q * v->n);
+			res->next_ttl_us = ttl_of_reset(res->reset_us);
 		}
-		next->c = 0;
 	}
 }
 
@@ -273,9 +310,11 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		break;
 	case LIMIT_TOKEN_BUCKET:
 	default:
-		eval_bucket(&v, st, now_us, cost, next, res);
+		eval_bucket(&v, st, now_us, cost, next, res); /* sets next_ttl_us */
 		break;
 	}
+	if (spec->algo == LIMIT_SLIDING_WINDOW || spec->algo == LIMIT_FIXED_WINDOW)
+		res->next_ttl_us = ttl_norm(&v, spec->algo, next, now_us);
 	if (!res->allowed) {
 		res->remaining = 0;
 		if (res->retry_after_us < 1)
@@ -289,25 +328,8 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 		     int64_t now_us)
 {
 	struct norm v = normalize(spec);
-	i128 ttl;
 
-	switch (spec->algo) {
-	case LIMIT_SLIDING_WINDOW:
-		if (st->b <= 0 && st->c <= 0)
-			return 1;
-		ttl = (i128)st->a + 2 * v.p - now_us;
-		break;
-	case LIMIT_FIXED_WINDOW:
-		if (st->b <= 0)
-			return 1;
-		ttl = (i128)st->a + v.p - now_us;
-		break;
-	case LIMIT_TOKEN_BUCKET:
-	default:
-		ttl = div_ceil(((i128)st->a - now_us) * v.n + st->b, v.n);
-		break;
-	}
-	return ttl < 1 ? 1 : sat64(ttl);
+	return ttl_norm(&v, spec->algo, st, now_us);
 }
 
 int64_t limit_ceil_s(int64_t us)

@@ -351,11 +351,10 @@ void memstore_free(struct memstore *ms)
 	xfree(ms);
 }
 
-static void store_state(struct ms_shard *sh, struct ms_entry *e,
-			const struct limit_spec *spec, uint64_t fp,
-			const struct limit_state *st, int64_t now)
+/* Keeps st, whose TTL is ttl, as the entry's state. */
+static void store_state(struct ms_shard *sh, struct ms_entry *e, uint64_t fp,
+			const struct limit_state *st, int64_t ttl, int64_t now)
 {
-	int64_t ttl = limit_ttl_us(spec, st, now);
 
 	e->st = *st;
 	e->fp = fp;
@@ -448,7 +447,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	for (size_t i = 0; i < n; i++) {
 		if (ent[i] < 0)
 			ent[i] = insert(sh, key, (unsigned)i, h[i]);
-		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
+		store_state(sh, &sh->entries[ent[i]], fp[i], &next[i], res[i].next_ttl_us, now_us);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return decider(res, n);
