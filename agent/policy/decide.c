@@ -51,12 +51,14 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 		q->shed = shed_decide(rules_shed(rules), q->priority, v.in_use,
 				      v.free_conns, rnd);
 
-	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
+	kind = v.identity >= 0 ? ids->name[v.identity] : IDENTITY_ANONYMOUS;
 	q->identity = kind;
 	/* the whole value is hashed, however long */
 	if (v.identity >= 0 && v.identity_val)
 		value = identity_value(v.identity_val, text, sizeof(text), &vlen);
-	decide_key(rules, kind, value, vlen, v.rule->name, q->key);
+	/* decide_key(), from the hash of "kind\0" the rules keep */
+	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
+			  strlen(v.rule->name), q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */

@@ -14,12 +14,8 @@
  * and the state is a local of the caller, so that it stays in registers;
  * bytes that do not make a whole block gather in a 64-bit word. */
 
-struct sip {
-	uint64_t v0, v1, v2, v3;
-	uint64_t tail;   /* bytes of the block under way, little-endian */
-	unsigned ntail;  /* how many of them, 0..7 */
-	uint64_t total;  /* bytes hashed so far */
-};
+/* The state is struct identity_prefix (identity.h): callers keep one to
+ * resume a hash. */
 
 static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
@@ -37,7 +33,7 @@ static inline void store_le64(uint8_t *p, uint64_t v)
 	memcpy(p, &v, sizeof(v));
 }
 
-static inline void sip_round(struct sip *s)
+static inline void sip_round(struct identity_prefix *s)
 {
 	s->v0 += s->v1;
 	s->v1 = rotl(s->v1, 13);
@@ -55,7 +51,7 @@ static inline void sip_round(struct sip *s)
 	s->v2 = rotl(s->v2, 32);
 }
 
-static inline void sip_block(struct sip *s, uint64_t m)
+static inline void sip_block(struct identity_prefix *s, uint64_t m)
 {
 	s->v3 ^= m;
 	sip_round(s);
@@ -63,7 +59,7 @@ static inline void sip_block(struct sip *s, uint64_t m)
 	s->v0 ^= m;
 }
 
-static inline void sip_init(struct sip *s, const uint8_t key[16])
+static inline void sip_init(struct identity_prefix *s, const uint8_t key[16])
 {
 	uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
 
@@ -98,7 +94,7 @@ static inline uint64_t load_le_short(const uint8_t *p, size_t n)
 
 /* Bytes that do not make a whole block join the word under way, a few at
  * a time: identity_key() feeds five short parts per decision. */
-static inline __attribute__((always_inline)) void sip_update(struct sip *s, const void *data,
+static inline __attribute__((always_inline)) void sip_update(struct identity_prefix *s, const void *data,
 							     size_t len)
 {
 	const uint8_t *p = data;
@@ -124,7 +120,7 @@ static inline __attribute__((always_inline)) void sip_update(struct sip *s, cons
 	s->ntail = (unsigned)len;
 }
 
-static inline void sip_final(struct sip *s, uint8_t out[16])
+static inline void sip_final(struct identity_prefix *s, uint8_t out[16])
 {
 	sip_block(s, (s->total & 0xff) << 56 | s->tail);
 	s->v2 ^= 0xee;
@@ -139,7 +135,7 @@ static inline void sip_final(struct sip *s, uint8_t out[16])
 
 void identity_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16])
 {
-	struct sip s;
+	struct identity_prefix s;
 
 	sip_init(&s, key);
 	if (len > 0)
@@ -215,23 +211,40 @@ size_t identity_text(const struct spop_data *d, char *buf, size_t cap)
 	return len;
 }
 
-void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
-		  const char *value, size_t value_len, const char *rule, size_t rule_len,
-		  uint8_t out[IDENTITY_KEY_LEN])
+void identity_prefix_init(struct identity_prefix *p, const uint8_t secret[16],
+			  const char *kind, size_t kind_len)
 {
 	static const uint8_t sep = 0;
-	struct sip s;
 
-	sip_init(&s, secret);
+	sip_init(p, secret);
 	if (kind && kind_len > 0)
-		sip_update(&s, kind, kind_len);
-	sip_update(&s, &sep, 1);
+		sip_update(p, kind, kind_len);
+	sip_update(p, &sep, 1);
+}
+
+void identity_key_from(const struct identity_prefix *p, const char *value,
+		       size_t value_len, const char *rule, size_t rule_len,
+		       uint8_t out[IDENTITY_KEY_LEN])
+{
+	static const uint8_t sep = 0;
+	struct identity_prefix s = *p;
+
 	if (value && value_len > 0)
 		sip_update(&s, value, value_len);
 	sip_update(&s, &sep, 1);
 	if (rule && rule_len > 0)
 		sip_update(&s, rule, rule_len);
 	sip_final(&s, out);
+}
+
+void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
+		  const char *value, size_t value_len, const char *rule, size_t rule_len,
+		  uint8_t out[IDENTITY_KEY_LEN])
+{
+	struct identity_prefix p;
+
+	identity_prefix_init(&p, secret, kind, kind_len);
+	identity_key_from(&p, value, value_len, rule, rule_len, out);
 }
 
 void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex)

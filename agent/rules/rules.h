@@ -202,6 +202,12 @@ void rules_set_gen(struct rules *r, uint64_t gen);
 const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
 
+/* The hash state after "kind\0" under the rules' secret, for the clients
+ * identity argument k names (k < 0: anonymous clients), from which
+ * identity_key_from() computes their keys. */
+struct identity_prefix;
+const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k);
+
 /* The settings the file carried (settings.h). */
 const struct settings *rules_settings(const struct rules *r);
 

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "identity.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -120,6 +121,9 @@ struct rules {
 	/* Derived at load (rules_load.c, derive_lookup): the distinct names
 	 * of the slots, hashed, and whether some match reads any argument. */
 	struct arg_lookup lookup[SLOT_N];
+	/* Derived from the secret: rules_identity_prefix() for each identity
+	 * argument, then for anonymous clients. */
+	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 1];
 	uint8_t bucket[ARG_BUCKETS]; /* first of a chain: index + 1, 0 empty */
 	bool match_args;
 };

@@ -1018,6 +1018,16 @@ static void derive_lookup(struct rules *r)
 	}
 }
 
+/* The hash states rules_identity_prefix() hands out, under the secret. */
+static void derive_prefixes(struct rules *r)
+{
+	for (size_t k = 0; k < r->identity.n; k++)
+		identity_prefix_init(&r->id_prefix[k], r->secret, r->identity.name[k],
+				     strlen(r->identity.name[k]));
+	identity_prefix_init(&r->id_prefix[RULES_IDENTITY_MAX], r->secret, IDENTITY_ANONYMOUS,
+			     strlen(IDENTITY_ANONYMOUS));
+}
+
 /* What every answer needs of each rule, derived once (rules.h). */
 static void derive(struct rules *r)
 {
@@ -1026,6 +1036,7 @@ static void derive(struct rules *r)
 	for (size_t i = 0; i < r->nrules; i++)
 		derive_rule(&r->rule[i], agents);
 	derive_lookup(r);
+	derive_prefixes(r);
 }
 
 static void free_parts(struct rules *r)
@@ -1186,7 +1197,16 @@ unsigned rules_refs(const struct rules *r) { return atomic_load(&((struct rules 
 uint64_t rules_gen(const struct rules *r) { return r->gen; }
 void rules_set_gen(struct rules *r, uint64_t gen) { r->gen = gen; }
 const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
-void rules_set_secret(struct rules *r, const uint8_t key[16]) { memcpy(r->secret, key, 16); }
+void rules_set_secret(struct rules *r, const uint8_t key[16])
+{
+	memcpy(r->secret, key, 16);
+	derive_prefixes(r);
+}
+
+const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k)
+{
+	return &r->id_prefix[k >= 0 && (size_t)k < r->identity.n ? (size_t)k : RULES_IDENTITY_MAX];
+}
 
 /* ---- accessors ----------------------------------------------------------- */
 
