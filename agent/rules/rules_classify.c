@@ -350,7 +350,7 @@ static bool data_is_empty(const struct spop_data *d)
 }
 
 /* An integer argument as int64 (UINT64 saturated). False for other types. */
-static bool data_int(const struct spop_data *d, int64_t *out)
+static inline bool data_int(const struct spop_data *d, int64_t *out)
 {
 	if (!d)
 		return false;
