@@ -369,6 +369,9 @@ static int decider(const struct limit_result *res, size_t n)
 {
 	int best = -1;
 
+	if (n == 1)
+		return 0; /* one limit decides alone (most rules have one) */
+
 	for (size_t i = 0; i < n; i++)
 		if (!res[i].allowed &&
 		    (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
