@@ -183,72 +183,33 @@ const char *decide_reason_str(enum decide_reason r)
 	return "ok";
 }
 
-/* The answer's variables, in the order they are sent (HAProxy reads them
- * as txn.<prefix>.<name>). Their heads are built at compile time. */
-enum answer_var {
-	VAR_STATUS,
-	VAR_RETRY_AFTER,
-	VAR_LIMIT,
-	VAR_REMAINING,
-	VAR_RESET,
-	VAR_PRIORITY,
-	VAR_REASON,
-	VAR_RULE,
-	VAR_POLICY,
-	VAR_RATELIMIT,
-	VAR_SHADOW,
-	VAR_DEGRADED,
-};
-
-static const struct spop_var answer_vars[] = {
-	[VAR_STATUS] = SPOP_VAR(SPOP_SCOPE_TXN, "status"),
-	[VAR_RETRY_AFTER] = SPOP_VAR(SPOP_SCOPE_TXN, "retry_after"),
-	[VAR_LIMIT] = SPOP_VAR(SPOP_SCOPE_TXN, "limit"),
-	[VAR_REMAINING] = SPOP_VAR(SPOP_SCOPE_TXN, "remaining"),
-	[VAR_RESET] = SPOP_VAR(SPOP_SCOPE_TXN, "reset"),
-	[VAR_PRIORITY] = SPOP_VAR(SPOP_SCOPE_TXN, "priority"),
-	[VAR_REASON] = SPOP_VAR(SPOP_SCOPE_TXN, "reason"),
-	[VAR_RULE] = SPOP_VAR(SPOP_SCOPE_TXN, "rule"),
-	[VAR_POLICY] = SPOP_VAR(SPOP_SCOPE_TXN, "policy"),
-	[VAR_RATELIMIT] = SPOP_VAR(SPOP_SCOPE_TXN, "ratelimit"),
-	[VAR_SHADOW] = SPOP_VAR(SPOP_SCOPE_TXN, "shadow"),
-	[VAR_DEGRADED] = SPOP_VAR(SPOP_SCOPE_TXN, "degraded"),
-};
+/* A variable of the answer (txn scope: HAProxy reads txn.<prefix>.<name>):
+ * its head, a static built at compile time where it is written (spop.h). */
+#define VAR(name) \
+	__extension__({ static const struct spop_var var_ = SPOP_VAR(SPOP_SCOPE_TXN, name); &var_; })
 
 static inline __attribute__((always_inline)) void
-put_int(struct spop_wbuf *w, enum answer_var v, int64_t val)
+put_str(struct spop_wbuf *w, const struct spop_var *var, const char *val)
 {
-	spop_put_var_int64(w, &answer_vars[v], val);
-}
-
-static inline __attribute__((always_inline)) void
-put_str(struct spop_wbuf *w, enum answer_var v, const char *val)
-{
-	spop_put_var_str(w, &answer_vars[v], val, strlen(val));
-}
-
-static inline __attribute__((always_inline)) void
-put_bool(struct spop_wbuf *w, enum answer_var v, bool val)
-{
-	spop_put_var_bool(w, &answer_vars[v], val);
+	spop_put_var_str(w, var, val, strlen(val));
 }
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
-	put_int(w, VAR_STATUS, d->status);
-	put_int(w, VAR_RETRY_AFTER, d->retry_after);
-	put_int(w, VAR_LIMIT, d->limit);
+	spop_put_var_int64(w, VAR("status"), d->status);
+	spop_put_var_int64(w, VAR("retry_after"), d->retry_after);
+	spop_put_var_int64(w, VAR("limit"), d->limit);
 	if (d->counted) {
-		put_int(w, VAR_REMAINING, d->remaining);
-		put_int(w, VAR_RESET, d->reset);
+		spop_put_var_int64(w, VAR("remaining"), d->remaining);
+		spop_put_var_int64(w, VAR("reset"), d->reset);
 	}
-	put_int(w, VAR_PRIORITY, d->priority);
-	put_str(w, VAR_REASON, decide_reason_str(d->reason));
-	put_str(w, VAR_RULE, d->rule ? d->rule : "");
+	spop_put_var_int64(w, VAR("priority"), d->priority);
+	put_str(w, VAR("reason"), decide_reason_str(d->reason));
+	put_str(w, VAR("rule"), d->rule ? d->rule : "");
 	if (d->policy && d->policy[0])
-		put_str(w, VAR_POLICY, d->policy);
+		put_str(w, VAR("policy"), d->policy);
 	if (d->ratelimit[0])
-		put_str(w, VAR_RATELIMIT, d->ratelimit);
-	put_bool(w, VAR_SHADOW, d->shadow);
-	put_bool(w, VAR_DEGRADED, d->degraded);
+		put_str(w, VAR("ratelimit"), d->ratelimit);
+	spop_put_var_bool(w, VAR("shadow"), d->shadow);
+	spop_put_var_bool(w, VAR("degraded"), d->degraded);
 }

@@ -303,6 +303,18 @@ static inline int spop_str_get(const uint8_t **p, const uint8_t *end, struct spo
 	return SPOP_OK;
 }
 
+/* Reads n bytes (a constant where it is inlined, so that the copy is too)
+ * into dst, or only skips them when dst is NULL. */
+static inline int spop_bytes_get(const uint8_t **p, const uint8_t *end, uint8_t *dst, size_t n)
+{
+	if (n > (size_t)(end - *p))
+		return SPOP_NEED_MORE;
+	if (dst)
+		memcpy(dst, *p, n);
+	*p += n;
+	return SPOP_OK;
+}
+
 /* Reads one typed data item into *out, or with out NULL only checks it
  * (spop_msg_next() checks every argument before any is used, so checking
  * stores nothing). Both accept exactly the same bytes. With raw, an
@@ -355,18 +367,14 @@ spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint
 			out->u.u64 = v; /* the same bits as i64 */
 		break;
 	case SPOP_T_IPV4:
-		if (4 > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		if (out)
-			memcpy(out->u.ipv4, s, 4);
-		s += 4;
+		rc = spop_bytes_get(&s, end, out ? out->u.ipv4 : NULL, 4);
+		if (rc != SPOP_OK)
+			return rc;
 		break;
 	case SPOP_T_IPV6:
-		if (16 > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		if (out)
-			memcpy(out->u.ipv6, s, 16);
-		s += 16;
+		rc = spop_bytes_get(&s, end, out ? out->u.ipv6 : NULL, 16);
+		if (rc != SPOP_OK)
+			return rc;
 		break;
 	case SPOP_T_STR:
 	case SPOP_T_BIN: {

@@ -71,44 +71,52 @@ const struct spop_data *rules_args_get(const struct rules_args *args, const char
 
 /* ---- requests -------------------------------------------------------------- */
 
-/* memcmp() == 0 for the few bytes of an argument name (len < 32), inline:
- * a call costs more than the comparison, and as much again in the
- * registers the caller's decoding loop saves around it. Two words that
- * overlap cover every byte of a name of 2 to 16 bytes, and no load
- * reaches past a + len or b + len. */
+/* The n bytes at p (n = 2, 4 or 8, a constant where it is inlined) as one
+ * word, read in one load. */
+static inline __attribute__((always_inline)) uint64_t load_n(const char *p, size_t n)
+{
+	uint64_t v8;
+	uint32_t v4;
+	uint16_t v2;
+
+	if (n == 8) {
+		memcpy(&v8, p, 8);
+		return v8;
+	}
+	if (n == 4) {
+		memcpy(&v4, p, 4);
+		return v4;
+	}
+	memcpy(&v2, p, 2);
+	return v2;
+}
+
+/* Whether the first and the last n bytes of a and b (len >= n) are the
+ * same: with n <= len <= 2n, two loads that overlap cover every byte. */
+static inline __attribute__((always_inline)) bool ends_same(const char *a, const char *b,
+							    size_t len, size_t n)
+{
+	return load_n(a, n) == load_n(b, n) && load_n(a + len - n, n) == load_n(b + len - n, n);
+}
+
+/* memcmp() == 0 for the few bytes of an argument name, inline: a call
+ * costs more than the comparison, and as much again in the registers the
+ * caller's decoding loop saves around it. No load reaches past a + len or
+ * b + len. */
 static inline bool name_same(const char *a, const char *b, size_t len)
 {
-	uint64_t a0, a1, b0, b1;
-	uint32_t c0, c1, d0, d1;
-	uint16_t e0, e1, f0, f1;
-
 	if (len > 16)
 		return memcmp(a, b, len) == 0;
-	if (len >= 8) {
-		memcpy(&a0, a, 8);
-		memcpy(&a1, a + len - 8, 8);
-		memcpy(&b0, b, 8);
-		memcpy(&b1, b + len - 8, 8);
-		return a0 == b0 && a1 == b1;
-	}
-	if (len >= 4) {
-		memcpy(&c0, a, 4);
-		memcpy(&c1, a + len - 4, 4);
-		memcpy(&d0, b, 4);
-		memcpy(&d1, b + len - 4, 4);
-		return c0 == d0 && c1 == d1;
-	}
-	if (len >= 2) {
-		memcpy(&e0, a, 2);
-		memcpy(&e1, a + len - 2, 2);
-		memcpy(&f0, b, 2);
-		memcpy(&f1, b + len - 2, 2);
-		return e0 == f0 && e1 == f1;
-	}
+	if (len >= 8)
+		return ends_same(a, b, len, 8);
+	if (len >= 4)
+		return ends_same(a, b, len, 4);
+	if (len >= 2)
+		return ends_same(a, b, len, 2);
 	return len == 0 || a[0] == b[0];
 }
 
-/* The entry of the rules' lookup named exactly `name`, or NULL. */
+/* The index in the rules' lookup of the name `name` (exactly), or -1. */
 static inline __attribute__((always_inline)) int arg_find(const struct rules *r,
 							   struct spop_str name)
 {
@@ -121,8 +129,9 @@ static inline __attribute__((always_inline)) int arg_find(const struct rules *r,
 	return -1;
 }
 
-/* Gives the slots of lookup entry j the value val, unless an earlier
- * argument of that name did: all of an entry's slots are filled at once. */
+/* Gives every slot of lookup entry j the value val. The callers do it
+ * once per entry, for the first argument of its name: then all of an
+ * entry's slots are set, or none. */
 static void arg_fill(const struct rules *r, unsigned j, struct rules_request *req,
 		     const struct spop_data *val)
 {
