@@ -165,14 +165,13 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     a = ap.parse_args()
-    build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
-    agent_bin = os.path.join(build, "spoa-ratelimit")
-    bench_bin = os.path.join(build, "spop-bench")
-    for b in (agent_bin, bench_bin):
-        if not os.access(b, os.X_OK):
-            print("instructions: %s is missing; run `make agent tools` first" % b,
-                  file=sys.stderr)
-            return 2
+    agent_bin, bench_bin = (os.path.join(ROOT, a.build, name)
+                            for name in ("spoa-ratelimit", "spop-bench"))
+    missing = [b for b in (agent_bin, bench_bin) if not os.access(b, os.X_OK)]
+    if missing:
+        print("instructions: missing %s; run `make agent tools` first" % ", ".join(missing),
+              file=sys.stderr)
+        return 2
     figures, why = run(agent_bin, bench_bin)
     if figures is None:
         if missing_tool():
