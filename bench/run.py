@@ -9,7 +9,9 @@ loopback port (fresh buckets, so the 429 counts can be checked exactly), runs
 build/spop-bench against it and stops the agent whatever happens. The median
 run of each configuration is reported. The Redis store's configurations
 (bench/redis_bench.py) follow the in-memory ones, each run with a fresh
-redis-server as well.
+redis-server as well. After the in-memory runs, bench/instructions.py counts
+the agent's instructions per decision and per protocol-only answer under
+callgrind (skipped without valgrind).
 
 Exit status: 0 when every run was clean and every count was as expected,
 1 otherwise (the report is written either way), 2 on bad usage.
@@ -30,6 +32,7 @@ import tempfile
 import time
 import types
 
+import instructions
 import redis_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -340,7 +343,7 @@ def in_memory_section(rows, ncpu):
     return L
 
 
-def write_report(path, meta, rows, problems, redis_lines, ctx=None):
+def write_report(path, meta, rows, problems, redis_lines, insn_lines, ctx=None):
     ncpu, model = meta["machine"]
     L = []
     L.append("# Benchmarks")
@@ -367,6 +370,7 @@ def write_report(path, meta, rows, problems, redis_lines, ctx=None):
     L.append("## In-memory store")
     L.append("")
     L.extend(in_memory_section(rows, ncpu))
+    L.extend(insn_lines)
     L.extend(redis_lines)
     L.append("## Checks")
     L.append("")
@@ -495,6 +499,17 @@ def main():
             if row["runs"]:
                 row["median"] = pick_median(row["runs"], key in OPEN_LOOP)
                 done[key] = row["median"]
+        insn_lines = []
+        if a.only != "redis":
+            # After the timed runs, so that valgrind's CPU disturbs none of them.
+            figures, why = instructions.run(agent_bin, bench_bin)
+            if figures is None and not instructions.missing_tool():
+                problems.append("instructions per answer: %s" % why)
+            print("instructions per answer: %s" % (
+                why if figures is None else
+                "%d per decision, %d per ACK of an unknown message"
+                % (figures["decision"], figures["unknown"])), flush=True)
+            insn_lines = instructions.report_lines(figures, why)
         if a.only != "memory":
             ctx = types.SimpleNamespace(
                 root=ROOT, agent_bin=agent_bin, bench_bin=bench_bin, logdir=logdir,
@@ -508,7 +523,7 @@ def main():
     if steal0 and steal1 and steal1[2] > steal0[2]:
         meta["steal"] = 100 * (steal1[1] - steal0[1]) / (steal1[2] - steal0[2])
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
-    write_report(out, meta, rows, problems, redis_lines,
+    write_report(out, meta, rows, problems, redis_lines, insn_lines,
                  ctx if a.only != "memory" else None)
     print("bench: wrote %s" % rel(out))
     if problems:

@@ -1,10 +1,10 @@
 #!/bin/sh
-# Installs the Debian 12 packages that building, testing and the demo need,
-# when any is missing. Safe to run again.
+# Installs the Debian 12 packages that building, testing, the benchmarks and
+# the demo need, when any is missing. Safe to run again.
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev haproxy redis-server
 redis-sentinel redis-tools libev-dev libhiredis-dev libmsgpack-dev libcmocka-dev
-libyaml-dev python3 curl docker-compose faketime groff-base"
+libyaml-dev python3 curl docker-compose faketime groff-base valgrind"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -15,10 +15,19 @@ void decide_key(const struct rules *rules, const char *kind, const char *value, 
 	identity_key(rules_secret(rules), kind, strlen(kind), value, vlen, rule, strlen(rule), key);
 }
 
+/* The arguments were checked by spop_msg_next(): decoding cannot fail. */
 void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q)
 {
-	struct rules_args a;
+	struct rules_request req;
+
+	rules_request_decode(rules, &req, &args, nargs);
+	decide_prepare_request(rules, &req, rnd, q);
+}
+
+void decide_prepare_request(struct rules *rules, const struct rules_request *req,
+			    uint32_t rnd, struct decide_query *q)
+{
 	struct rules_verdict v;
 	const struct rules_names *ids = rules_identity(rules);
 	char text[IDENTITY_RENDER_MAX];
@@ -26,9 +35,7 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 	size_t vlen = 0;
 	const char *kind;
 
-	a.n = 0;
-	rules_args_from_kv(&a, args, nargs);
-	rules_classify(rules, &a, &v);
+	rules_classify_request(rules, req, &v);
 
 	q->rules = rules;
 	q->rule = v.rule;
@@ -44,12 +51,14 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 		q->shed = shed_decide(rules_shed(rules), q->priority, v.in_use,
 				      v.free_conns, rnd);
 
-	kind = v.identity >= 0 ? ids->name[v.identity] : "anonymous";
+	kind = v.identity >= 0 ? ids->name[v.identity] : IDENTITY_ANONYMOUS;
 	q->identity = kind;
 	/* the whole value is hashed, however long */
 	if (v.identity >= 0 && v.identity_val)
 		value = identity_value(v.identity_val, text, sizeof(text), &vlen);
-	decide_key(rules, kind, value, vlen, v.rule->name, q->key);
+	/* decide_key(), from the hash of "kind\0" the rules keep */
+	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
+			  strlen(v.rule->name), q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -123,9 +132,8 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 				d->retry_after = 1;
 		}
 	}
-	rlheader_ratelimit(d->ratelimit, sizeof(d->ratelimit),
-			   q->rule->pname[decider], (uint64_t)d->remaining,
-			   d->reset);
+	rlheader_ratelimit_named(d->ratelimit, sizeof(d->ratelimit), q->rule->pname_sf[decider],
+				 q->rule->pname_sf_len[decider], (uint64_t)d->remaining, d->reset);
 	shadow_shed(q, d);
 }
 
@@ -175,52 +183,33 @@ const char *decide_reason_str(enum decide_reason r)
 	return "ok";
 }
 
-static void put_int(struct spop_wbuf *w, const char *name, size_t len, int64_t v)
+/* A variable of the answer (txn scope: HAProxy reads txn.<prefix>.<name>):
+ * its head, a static built at compile time where it is written (spop.h). */
+#define VAR(name) \
+	__extension__({ static const struct spop_var var_ = SPOP_VAR(SPOP_SCOPE_TXN, name); &var_; })
+
+static inline __attribute__((always_inline)) void
+put_str(struct spop_wbuf *w, const struct spop_var *var, const char *val)
 {
-	struct spop_data d;
-
-	d.type = SPOP_T_INT64;
-	d.u.i64 = v;
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
+	spop_put_var_str(w, var, val, strlen(val));
 }
-
-static void put_str(struct spop_wbuf *w, const char *name, size_t len, const char *v)
-{
-	struct spop_data d;
-
-	d.type = SPOP_T_STR;
-	d.u.str.ptr = v;
-	d.u.str.len = strlen(v);
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
-}
-
-static void put_bool(struct spop_wbuf *w, const char *name, size_t len, bool v)
-{
-	struct spop_data d;
-
-	d.type = SPOP_T_BOOL;
-	d.u.boolean = v;
-	spop_put_set_var(w, SPOP_SCOPE_TXN, name, len, &d);
-}
-
-#define NAME(s) s, sizeof(s) - 1
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
-	put_int(w, NAME("status"), d->status);
-	put_int(w, NAME("retry_after"), d->retry_after);
-	put_int(w, NAME("limit"), d->limit);
+	spop_put_var_int64(w, VAR("status"), d->status);
+	spop_put_var_int64(w, VAR("retry_after"), d->retry_after);
+	spop_put_var_int64(w, VAR("limit"), d->limit);
 	if (d->counted) {
-		put_int(w, NAME("remaining"), d->remaining);
-		put_int(w, NAME("reset"), d->reset);
+		spop_put_var_int64(w, VAR("remaining"), d->remaining);
+		spop_put_var_int64(w, VAR("reset"), d->reset);
 	}
-	put_int(w, NAME("priority"), d->priority);
-	put_str(w, NAME("reason"), decide_reason_str(d->reason));
-	put_str(w, NAME("rule"), d->rule ? d->rule : "");
+	spop_put_var_int64(w, VAR("priority"), d->priority);
+	put_str(w, VAR("reason"), decide_reason_str(d->reason));
+	put_str(w, VAR("rule"), d->rule ? d->rule : "");
 	if (d->policy && d->policy[0])
-		put_str(w, NAME("policy"), d->policy);
+		put_str(w, VAR("policy"), d->policy);
 	if (d->ratelimit[0])
-		put_str(w, NAME("ratelimit"), d->ratelimit);
-	put_bool(w, NAME("shadow"), d->shadow);
-	put_bool(w, NAME("degraded"), d->degraded);
+		put_str(w, VAR("ratelimit"), d->ratelimit);
+	spop_put_var_bool(w, VAR("shadow"), d->shadow);
+	spop_put_var_bool(w, VAR("degraded"), d->degraded);
 }

@@ -79,6 +79,10 @@ void decide_key(const struct rules *rules, const char *kind, const char *value, 
  * query lives. */
 void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs,
 		    uint32_t rnd, struct decide_query *q);
+/* The same from a request decoded under the same rules
+ * (rules_request_decode). */
+void decide_prepare_request(struct rules *rules, const struct rules_request *req,
+			    uint32_t rnd, struct decide_query *q);
 
 /* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */
 void decide_shed(const struct decide_query *q, struct decide_decision *d);

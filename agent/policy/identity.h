@@ -16,6 +16,8 @@
 #include "spop.h"
 
 #define IDENTITY_KEY_LEN 16
+/* The kind of a client no identity argument names. */
+#define IDENTITY_ANONYMOUS "anonymous"
 #define IDENTITY_HEX_LEN (2 * IDENTITY_KEY_LEN)
 
 /* SipHash-2-4 with 128-bit output (the reference variant). */
@@ -32,6 +34,24 @@ size_t identity_text(const struct spop_data *d, char *buf, size_t cap);
 void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
 		  const char *value, size_t value_len, const char *rule, size_t rule_len,
 		  uint8_t out[IDENTITY_KEY_LEN]);
+
+/* identity_key() in two steps, for the keys of many clients of one kind
+ * under one secret: the SipHash state after "kind\0" is derived once (the
+ * rules keep one per identity argument), and each key continues from it.
+ * identity_key_from(the prefix of secret and kind, value, rule) equals
+ * identity_key(secret, kind, value, rule). */
+struct identity_prefix {
+	uint64_t v0, v1, v2, v3;
+	uint64_t tail;   /* bytes of the block under way, little-endian */
+	unsigned ntail;  /* how many of them, 0..7 */
+	uint64_t total;  /* bytes hashed so far */
+};
+
+void identity_prefix_init(struct identity_prefix *p, const uint8_t secret[16],
+			  const char *kind, size_t kind_len);
+void identity_key_from(const struct identity_prefix *p, const char *value,
+		       size_t value_len, const char *rule, size_t rule_len,
+		       uint8_t out[IDENTITY_KEY_LEN]);
 
 /* The bytes that name a client, whole: a string or binary's own bytes
  * (pointing into d, however long), or the text of another type rendered

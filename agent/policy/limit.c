@@ -10,9 +10,11 @@
  * reset: waiting that long is always enough) or down (remaining tokens).
  *
  * Range. Quota <= 2^40, period <= 366 d < 2^45 us, cost < 2^32 and any
- * int64 time: every intermediate fits in 128 bits (|a * quota| < 2^103).
- * Values handed back are saturated to int64, which only matters for states
- * no honest caller produces.
+ * int64 time: every intermediate fits in 128 bits (|(a - now) * quota| <
+ * 2^105). Values handed back are saturated to int64, which only matters for
+ * states no honest caller produces. Honest ones keep the token bucket's
+ * times within a few periods of now, so its divisions take the 64-bit
+ * path of div_floor().
  */
 #include "limit.h"
 
@@ -22,17 +24,29 @@
 
 __extension__ typedef __int128 i128;
 
-/* Floor and ceiling of a / b for b > 0, whatever the sign of a. */
-static i128 div_floor(i128 a, i128 b)
+/* Floor and ceiling of a / b for b > 0, whatever the sign of a. The
+ * divisions of a decision are of times relative to now (see eval_bucket),
+ * which nearly always fit 64 bits: then a 64-bit division gives the same
+ * quotient as the 128-bit one, a few instructions instead of a libgcc
+ * call. */
+static inline i128 div_floor(i128 a, i128 b)
 {
-	i128 q = a / b;
+	i128 q;
 
+	if (a >= INT64_MIN && a <= INT64_MAX && b <= INT64_MAX) {
+		int64_t a64 = (int64_t)a, b64 = (int64_t)b, q64 = a64 / b64;
+
+		if (a64 % b64 != 0 && a64 < 0)
+			q64--;
+		return q64;
+	}
+	q = a / b;
 	if (a % b != 0 && a < 0)
 		q--;
 	return q;
 }
 
-static i128 div_ceil(i128 a, i128 b) { return -div_floor(-a, b); }
+static inline i128 div_ceil(i128 a, i128 b) { return -div_floor(-a, b); }
 
 static int64_t sat64(i128 v)
 {
@@ -63,6 +77,7 @@ static struct norm normalize(const struct limit_spec *s)
 {
 	struct norm v;
 	uint64_t q = s->quota, b = s->burst;
+	int64_t p = s->period_us;
 
 	if (q < 1)
 		q = 1;
@@ -70,26 +85,60 @@ static struct norm normalize(const struct limit_spec *s)
 		q = LIMIT_QUOTA_MAX;
 	if (b > LIMIT_QUOTA_MAX)
 		b = LIMIT_QUOTA_MAX;
+	if (p < 1)
+		p = 1;
+	if (p > LIMIT_PERIOD_MAX_US)
+		p = LIMIT_PERIOD_MAX_US;
 	v.n = q;
-	v.cap = b ? (i128)b : v.n;
-	v.p = s->period_us;
-	if (v.p < 1)
-		v.p = 1;
-	if (v.p > LIMIT_PERIOD_MAX_US)
-		v.p = LIMIT_PERIOD_MAX_US;
+	v.cap = b ? b : q;
+	v.p = p;
 	return v;
+}
+
+/* limit_ttl_us() under figures normalized already. */
+static int64_t ttl_norm(const struct norm *v, enum limit_algo algo,
+			const struct limit_state *st, int64_t now_us)
+{
+	i128 ttl;
+
+	switch (algo) {
+	case LIMIT_SLIDING_WINDOW:
+		if (st->b <= 0 && st->c <= 0)
+			return 1;
+		ttl = (i128)st->a + 2 * v->p - now_us;
+		break;
+	case LIMIT_FIXED_WINDOW:
+		if (st->b <= 0)
+			return 1;
+		ttl = (i128)st->a + v->p - now_us;
+		break;
+	case LIMIT_TOKEN_BUCKET:
+	default:
+		ttl = div_ceil(((i128)st->a - now_us) * v->n + st->b, v->n);
+		break;
+	}
+	return ttl < 1 ? 1 : sat64(ttl);
+}
+
+/* A token bucket's TTL from the reset time of the same state: both are
+ * TAT - now rounded up, the TTL at least 1 (saturation apart, see the
+ * callers). This spares every decision a division. */
+static int64_t ttl_of_reset(int64_t reset_us)
+{
+	return reset_us < 1 ? 1 : reset_us;
 }
 
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
- * tat' - now <= cap * P (a fresh key takes `cap` requests at once). */
+ * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
+ * Everything is computed relative to now (tat - now, tat' - now): the same
+ * exact values as absolute ticks, but small ones, so that divisions stay
+ * within 64 bits (div_floor). */
 static void eval_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
 			uint32_t cost, struct limit_state *next, struct limit_result *res)
 {
-	i128 tat = (i128)st->a * v->n + st->b;
-	i128 now_t = (i128)now * v->n;
-	i128 base = tat > now_t ? tat : now_t;
-	i128 new_tat = base + (i128)cost * v->p;
+	i128 d = ((i128)st->a - now) * v->n + st->b;          /* tat - now */
+	i128 rel = (d > 0 ? d : 0) + (i128)cost * v->p;        /* tat' - now */
 	i128 room = v->cap * v->p;
 
 	*next = *st;
@@ -99,32 +148,39 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 		 * would still be refused. */
 		res->allowed = false;
 		res->retry_after_us = sat64(v->p);
-		res->reset_us = tat > now_t ? sat64(div_ceil(tat - now_t, v->n)) : 0;
+		res->reset_us = d > 0 ? sat64(div_ceil(d, v->n)) : 0;
+		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		return;
 	}
-	if (new_tat - now_t > room) {
+	if (rel > room) {
 		/* Refused; then tat > now (else cost > cap). The request fits
 		 * at the first whole microsecond t with
 		 * tat + cost * P - t * quota <= cap * P. */
 		res->allowed = false;
-		res->retry_after_us = sat64(div_ceil(new_tat - room - now_t, v->n));
-		res->reset_us = sat64(div_ceil(tat - now_t, v->n));
+		res->retry_after_us = sat64(div_ceil(rel - room, v->n));
+		res->reset_us = sat64(div_ceil(d, v->n));
+		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		return;
 	}
 	res->allowed = true;
-	res->remaining = sat_u64((room - (new_tat - now_t)) / v->p);
-	res->reset_us = sat64(div_ceil(new_tat - now_t, v->n));
+	res->remaining = sat_u64(div_floor(room - rel, v->p));
+	res->reset_us = sat64(div_ceil(rel, v->n));
 	{
-		i128 a = div_floor(new_tat, v->n);
+		/* tat' = now * quota + rel, and now * quota is a whole
+		 * number of microseconds. */
+		i128 q = div_floor(rel, v->n);
+		i128 a = now + q;
 
+		next->c = 0;
 		if (a > INT64_MAX) {
 			next->a = INT64_MAX;
 			next->b = 0;
+			res->next_ttl_us = ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
 		} else {
 			next->a = (int64_t)a;
-			next->b = (int64_t)(new_tat - a * v->n);
+			next->b = (int64_t)(rel - q * v->n);
+			res->next_ttl_us = ttl_of_reset(res->reset_us);
 		}
-		next->c = 0;
 	}
 }
 
@@ -254,9 +310,11 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		break;
 	case LIMIT_TOKEN_BUCKET:
 	default:
-		eval_bucket(&v, st, now_us, cost, next, res);
+		eval_bucket(&v, st, now_us, cost, next, res); /* sets next_ttl_us */
 		break;
 	}
+	if (spec->algo == LIMIT_SLIDING_WINDOW || spec->algo == LIMIT_FIXED_WINDOW)
+		res->next_ttl_us = ttl_norm(&v, spec->algo, next, now_us);
 	if (!res->allowed) {
 		res->remaining = 0;
 		if (res->retry_after_us < 1)
@@ -270,25 +328,8 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 		     int64_t now_us)
 {
 	struct norm v = normalize(spec);
-	i128 ttl;
 
-	switch (spec->algo) {
-	case LIMIT_SLIDING_WINDOW:
-		if (st->b <= 0 && st->c <= 0)
-			return 1;
-		ttl = (i128)st->a + 2 * v.p - now_us;
-		break;
-	case LIMIT_FIXED_WINDOW:
-		if (st->b <= 0)
-			return 1;
-		ttl = (i128)st->a + v.p - now_us;
-		break;
-	case LIMIT_TOKEN_BUCKET:
-	default:
-		ttl = div_ceil((i128)st->a * v.n + st->b - (i128)now_us * v.n, v.n);
-		break;
-	}
-	return ttl < 1 ? 1 : sat64(ttl);
+	return ttl_norm(&v, spec->algo, st, now_us);
 }
 
 int64_t limit_ceil_s(int64_t us)

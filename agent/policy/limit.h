@@ -61,6 +61,7 @@ struct limit_result {
 	uint64_t remaining;    /* requests left after this one (0 if refused) */
 	int64_t retry_after_us;/* > 0 when refused: when it would be allowed */
 	int64_t reset_us;      /* time until the limit is full again */
+	int64_t next_ttl_us;   /* limit_ttl_us() of the state that follows */
 };
 
 /* Parses "N/P" notation into *out: N a positive integer (at most
@@ -87,7 +88,8 @@ void limit_format_period(int64_t period_us, char *buf, size_t len);
  * result describes the key as it stands (remaining, reset) and consumes
  * nothing. A cost over the capacity can never pass: it is refused with
  * retry_after_us = the period. Windows use the quota as capacity (burst
- * applies to the token bucket only). */
+ * applies to the token bucket only). res->next_ttl_us is *next's TTL, so
+ * that a store keeping *next need not work it out again. */
 void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		int64_t now_us, uint32_t cost, struct limit_state *next,
 		struct limit_result *res);

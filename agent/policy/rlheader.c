@@ -16,6 +16,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,40 +43,77 @@ static void put(struct sfbuf *o, const char *s, size_t n)
 	o->len += n;
 }
 
-static void put_char(struct sfbuf *o, char c) { put(o, &c, 1); }
+static void put_char(struct sfbuf *o, char c)
+{
+	if (o->err)
+		return;
+	if (1 >= o->cap - o->len) {
+		o->err = 1;
+		return;
+	}
+	o->buf[o->len++] = c;
+}
+
+/* Bytes an sf-string keeps as they are: printable ASCII but `"` and `\`. */
+static bool sf_plain(unsigned char c)
+{
+	return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\';
+}
 
 /* An sf-string: printable ASCII only, `"` and `\` escaped, others dropped
- * (a name cannot smuggle a field separator or a control byte). */
+ * (a name cannot smuggle a field separator or a control byte). Runs of
+ * plain bytes (a whole policy name, as a rule) are copied at once. */
 static void put_sf_string(struct sfbuf *o, const char *s)
 {
 	put_char(o, '"');
-	for (; s && *s; s++) {
+	while (s && *s) {
 		unsigned char c = (unsigned char)*s;
+		size_t n = 0;
 
-		if (c < 0x20 || c > 0x7e)
+		while (sf_plain((unsigned char)s[n]))
+			n++;
+		if (n) {
+			put(o, s, n);
+			s += n;
 			continue;
-		if (c == '"' || c == '\\')
+		}
+		if (c == '"' || c == '\\') {
 			put_char(o, '\\');
-		put_char(o, (char)c);
+			put_char(o, (char)c);
+		}
+		s++;
 	}
 	put_char(o, '"');
 }
 
-/* Decimal digits without printf: this runs for every decision. */
-static void put_param(struct sfbuf *o, const char *name, uint64_t v)
+/* ";<name>=<decimal>" in one piece, digits without printf: this runs for
+ * every decision. Two digits per division, from a table of "00".."99". */
+static void put_param(struct sfbuf *o, char name, uint64_t v)
 {
+	static const char pairs[] =
+		"0001020304050607080910111213141516171819"
+		"2021222324252627282930313233343536373839"
+		"4041424344454647484950515253545556575859"
+		"6061626364656667686970717273747576777879"
+		"8081828384858687888990919293949596979899";
 	char num[24];
 	size_t i = sizeof(num);
 
 	if (v > SF_INT_MAX)
 		v = SF_INT_MAX;
-	do {
-		num[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	put_char(o, ';');
-	put(o, name, strlen(name));
-	put_char(o, '=');
+	for (; v >= 100; v /= 100) {
+		i -= 2;
+		memcpy(num + i, pairs + 2 * (v % 100), 2);
+	}
+	if (v >= 10) {
+		i -= 2;
+		memcpy(num + i, pairs + 2 * v, 2);
+	} else {
+		num[--i] = (char)('0' + v);
+	}
+	num[--i] = '=';
+	num[--i] = name;
+	num[--i] = ';';
 	put(o, num + i, sizeof(num) - i);
 }
 
@@ -93,9 +131,9 @@ static int finish(struct sfbuf *o, size_t keep)
 static void policy_item(struct sfbuf *o, const char *name, uint64_t quota, int64_t window_s)
 {
 	put_sf_string(o, name);
-	put_param(o, "q", quota);
+	put_param(o, 'q', quota);
 	if (window_s > 0)
-		put_param(o, "w", (uint64_t)window_s);
+		put_param(o, 'w', (uint64_t)window_s);
 }
 
 int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
@@ -109,6 +147,13 @@ int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 	return finish(&o, 0);
 }
 
+static void ratelimit_params(struct sfbuf *o, uint64_t remaining, int64_t reset_s)
+{
+	put_param(o, 'r', remaining);
+	if (reset_s >= 0)
+		put_param(o, 't', (uint64_t)reset_s);
+}
+
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
 		       int64_t reset_s)
 {
@@ -117,9 +162,29 @@ int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaini
 	if (!buf || cap == 0)
 		return -1;
 	put_sf_string(&o, name);
-	put_param(&o, "r", remaining);
-	if (reset_s >= 0)
-		put_param(&o, "t", (uint64_t)reset_s);
+	ratelimit_params(&o, remaining, reset_s);
+	return finish(&o, 0);
+}
+
+int rlheader_name(char *buf, size_t cap, const char *name)
+{
+	struct sfbuf o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	put_sf_string(&o, name);
+	return finish(&o, 0);
+}
+
+int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t name_len,
+			     uint64_t remaining, int64_t reset_s)
+{
+	struct sfbuf o = {buf, cap, 0, 0};
+
+	if (!buf || cap == 0)
+		return -1;
+	put(&o, sf_name, name_len);
+	ratelimit_params(&o, remaining, reset_s);
 	return finish(&o, 0);
 }
 

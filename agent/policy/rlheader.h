@@ -22,6 +22,18 @@ int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
 		       int64_t reset_s);
 
+/* A name as both fields quote it: an sf-string, escaped (at most
+ * RLHEADER_NAME_MAX(strlen(name)) bytes with its NUL). Rendered once, it
+ * spares every answer scanning the name again: the rules render each
+ * policy name at load. Returns its length as above, or -1. */
+#define RLHEADER_NAME_MAX(len) (2 * (len) + 3)
+int rlheader_name(char *buf, size_t cap, const char *name);
+
+/* rlheader_ratelimit() for a name rendered by rlheader_name() (name_len
+ * bytes): the same value, byte for byte. */
+int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t name_len,
+			     uint64_t remaining, int64_t reset_s);
+
 /* Appends ", " plus an item formatted as above to a list in buf (for several
  * policies in one field; no separator when buf is empty). Returns the
  * length of the whole string, or -1 when the item did not fit: buf then

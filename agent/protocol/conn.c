@@ -298,9 +298,10 @@ static void update_reading(struct conn *c)
 	}
 	if (!want)
 		c->reading = 0;
-	if (c->reading)
+	/* This runs after every write: call libev only for a change. */
+	if (c->reading && !ev_is_active(&c->rio))
 		ev_io_start(w->loop, &c->rio);
-	else
+	else if (!c->reading && ev_is_active(&c->rio))
 		ev_io_stop(w->loop, &c->rio);
 }
 
@@ -328,7 +329,8 @@ static int flush(struct conn *c)
 		return -1;
 	}
 	c->wpos = c->wlen = 0;
-	ev_io_stop(c->w->loop, &c->wio);
+	if (ev_is_active(&c->wio))
+		ev_io_stop(c->w->loop, &c->wio);
 	if (c->state == CONN_DRAINING) {
 		/* Closing with input unread would send an RST, and an RST can
 		 * destroy the frames just sent before the peer reads them
@@ -560,14 +562,14 @@ static uint32_t worker_rand(struct worker *w)
 
 /* Decides a check-rate message. Returns 1 when *d holds the decision now,
  * 0 when it comes later (conn_answer). */
-static int check_rate(struct conn *c, const struct spop_frame *f, struct spop_cursor args,
-		  unsigned nargs, struct decide_decision *d)
+static int check_rate(struct conn *c, const struct spop_frame *f,
+		      const struct rules_request *req, struct decide_decision *d)
 {
 	struct worker *w = c->w;
 	struct decide_query q;
 	struct store_ref ref;
 
-	decide_prepare(w->rules, args, nargs, worker_rand(w), &q);
+	decide_prepare_request(w->rules, req, worker_rand(w), &q);
 	/* Shed in earnest: no token taken. Shed in shadow mode: the limits
 	 * still decide, and the answer says it would have been shed. */
 	if (q.shed && !q.shed_shadow) {
@@ -591,21 +593,26 @@ static int check_rate(struct conn *c, const struct spop_frame *f, struct spop_cu
 static void handle_notify(struct conn *c, const struct spop_frame *f)
 {
 	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
-	struct spop_cursor args, found_args;
 	struct spop_str name;
+	struct rules_request req;
 	struct decide_decision d;
-	unsigned nargs, found_nargs = 0;
+	unsigned nargs;
 	int rc, found = 0;
 
 	STAT_INC(c->w->stats.notifies);
-	/* Validate the whole message list before acting on any of it. */
-	while ((rc = spop_msg_next(&cur, &name, &nargs, &args)) == 1) {
+	/* Validate the whole message list before acting on any of it. The
+	 * first check-rate message's arguments are decoded as they are
+	 * checked, so that each byte is walked once. */
+	while ((rc = spop_msg_head(&cur, &name, &nargs)) == 1) {
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
 		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
 			found = 1;
-			found_args = args;
-			found_nargs = nargs;
+			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
+		} else {
+			rc = spop_kv_skip(&cur, nargs);
 		}
+		if (rc < 0)
+			break;
 	}
 	if (rc < 0) {
 		disconnect(c, SPOP_ST_INVALID);
@@ -616,7 +623,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
-	if (check_rate(c, f, found_args, found_nargs, &d)) {
+	if (check_rate(c, f, &req, &d)) {
 		count_decision(c->w, &d);
 		queue_ack(c, f->stream_id, f->frame_id, &d);
 	}

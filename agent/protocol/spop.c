@@ -3,169 +3,71 @@
  * write by the spop_wbuf capacity. */
 #include "spop.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* ---- primitives ------------------------------------------------------- */
 
 /* The encoding is additive: the first byte carries 4 bits above 240, each
  * following byte adds itself (continuation bit included) shifted by 4, 11,
- * 18... So the bytes are summed, never masked. Callers keep *p <= end. */
-int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
+ * 18... So the bytes are summed, never masked. Requires s <= end. */
+struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end)
 {
-	const uint8_t *s = *p;
+	struct spop_varint r = { 0, 0, SPOP_NEED_MORE };
 	size_t avail = (size_t)(end - s);
 	unsigned shift = 4;
-	uint64_t v;
+	uint64_t v, b;
 	size_t i;
 
 	if (avail == 0)
-		return SPOP_NEED_MORE;
+		return r;
 	v = s[0];
-	if (v < 240) {
-		*out = v;
-		*p = s + 1;
-		return SPOP_OK;
-	}
-	for (i = 1; i < SPOP_VARINT_MAX; i++) {
-		uint64_t b, add;
-
+	if (v < 240)
+		return (struct spop_varint){ v, 1, SPOP_OK };
+	/* Nine bytes sum to less than 2^62: no overflow before the tenth. */
+	for (i = 1; i < SPOP_VARINT_MAX - 1; i++, shift += 7) {
 		if (i >= avail)
-			return SPOP_NEED_MORE;
+			return r;
 		b = s[i];
-		/* Only the 10th byte (shift 60) can overflow; check before
-		 * shifting and before adding so no bit is silently lost. */
-		if (b > (UINT64_MAX >> shift))
-			return SPOP_ERR;
-		add = b << shift;
-		if (add > UINT64_MAX - v)
-			return SPOP_ERR;
-		v += add;
-		if (b < 128) {
-			*out = v;
-			*p = s + i + 1;
-			return SPOP_OK;
-		}
-		shift += 7;
+		v += b << shift;
+		if (b < 128)
+			return (struct spop_varint){ v, (uint32_t)(i + 1), SPOP_OK };
 	}
-	return SPOP_ERR;
+	if (i >= avail)
+		return r;
+	/* The tenth byte (shift 60): check before shifting and before adding
+	 * so that no bit is silently lost; it must end the varint. */
+	b = s[i];
+	if (b < 128 && b <= (UINT64_MAX >> shift) && (b << shift) <= UINT64_MAX - v)
+		return (struct spop_varint){ v + (b << shift), SPOP_VARINT_MAX, SPOP_OK };
+	r.rc = SPOP_ERR;
+	return r;
+}
+
+int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	struct spop_varint r = spop_varint_read(*p, end);
+
+	if (r.rc == SPOP_OK) {
+		*out = r.v;
+		*p += r.len;
+	}
+	return r.rc;
 }
 
 size_t spop_varint_encode(uint64_t v, uint8_t *out)
 {
-	size_t n = 0;
-
-	if (v < 240) {
-		out[n++] = (uint8_t)v;
-		return n;
-	}
-	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
-	v = (v - 240) >> 4;
-	while (v >= 128) {
-		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
-		v = (v - 128) >> 7;
-	}
-	out[n++] = (uint8_t)v;
-	return n;
-}
-
-/* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
-static int str_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
-{
-	const uint8_t *s = *p;
-	uint64_t len;
-	int rc;
-
-	rc = spop_varint_decode(&s, end, &len);
-	if (rc != SPOP_OK)
-		return rc;
-	if (len > (uint64_t)(size_t)(end - s))
-		return SPOP_NEED_MORE;
-	out->ptr = (const char *)s;
-	out->len = (size_t)len;
-	*p = s + len;
-	return SPOP_OK;
+	return spop_varint_put(v, out);
 }
 
 int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out)
 {
-	return str_decode(p, end, out);
-}
-
-/* Decodes one typed data item and also returns the integer types' varint
- * untouched in *raw (0 for other types), so that a caller judging a range
- * (max-frame-size) sees what the INT32/UINT32 casts would hide. */
-static int data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out,
-		       uint64_t *raw)
-{
-	const uint8_t *s = *p;
-	uint8_t tb, type;
-	uint64_t v = 0;
-	int rc;
-
-	*raw = 0;
-	if (s == end)
-		return SPOP_NEED_MORE;
-	tb = *s++;
-	type = tb & 0x0F;
-	memset(out, 0, sizeof(*out));
-	out->type = type;
-	switch ((enum spop_type)type) {
-	case SPOP_T_NULL:
-		break;
-	case SPOP_T_BOOL:
-		/* Only the "true" flag may be set; anything else means the
-		 * peer and we disagree on the format. */
-		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
-			return SPOP_ERR;
-		out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
-		break;
-	case SPOP_T_INT32:
-	case SPOP_T_UINT32:
-	case SPOP_T_INT64:
-	case SPOP_T_UINT64:
-		rc = spop_varint_decode(&s, end, &v);
-		if (rc != SPOP_OK)
-			return rc;
-		*raw = v;
-		if (type == SPOP_T_INT32)
-			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
-		else if (type == SPOP_T_UINT32)
-			out->u.u32 = (uint32_t)v;
-		else if (type == SPOP_T_INT64)
-			out->u.i64 = (int64_t)v;
-		else
-			out->u.u64 = v;
-		break;
-	case SPOP_T_IPV4:
-		if (4 > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		memcpy(out->u.ipv4, s, 4);
-		s += 4;
-		break;
-	case SPOP_T_IPV6:
-		if (16 > (size_t)(end - s))
-			return SPOP_NEED_MORE;
-		memcpy(out->u.ipv6, s, 16);
-		s += 16;
-		break;
-	case SPOP_T_STR:
-	case SPOP_T_BIN:
-		rc = str_decode(&s, end, &out->u.str);
-		if (rc != SPOP_OK)
-			return rc;
-		break;
-	default:
-		return SPOP_ERR;
-	}
-	*p = s;
-	return SPOP_OK;
+	return spop_str_get(p, end, out);
 }
 
 int spop_data_decode(const uint8_t **p, const uint8_t *end, struct spop_data *out)
 {
-	uint64_t raw;
-
-	return data_decode(p, end, out, &raw);
+	return spop_data_get(p, end, out, NULL);
 }
 
 static uint32_t get_u32be(const uint8_t *p)
@@ -210,8 +112,8 @@ int spop_frame_peek(const uint8_t *buf, size_t avail, uint32_t max_frame,
 	f->flags = get_u32be(p + 1);
 	p += 5;
 	/* The frame is complete: a varint cut by its end is broken. */
-	if (spop_varint_decode(&p, end, &f->stream_id) != SPOP_OK ||
-	    spop_varint_decode(&p, end, &f->frame_id) != SPOP_OK) {
+	if (spop_varint_get(&p, end, &f->stream_id) != SPOP_OK ||
+	    spop_varint_get(&p, end, &f->frame_id) != SPOP_OK) {
 		memset(f, 0, sizeof(*f));
 		st = SPOP_ST_INVALID;
 		rc = SPOP_ERR;
@@ -229,13 +131,31 @@ out:
 
 int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data *val)
 {
+	return spop_kv_get(c, name, val);
+}
+
+int spop_kv_skip(struct spop_cursor *c, unsigned n)
+{
+	const uint8_t *p = c->p;
+	struct spop_str k;
+
+	for (unsigned i = 0; i < n; i++)
+		if (spop_str_get(&p, c->end, &k) != SPOP_OK ||
+		    spop_data_get(&p, c->end, NULL, NULL) != SPOP_OK)
+			return -1;
+	c->p = p;
+	return 0;
+}
+
+int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
+{
 	const uint8_t *p = c->p;
 
 	if (p == c->end)
 		return 0;
-	if (str_decode(&p, c->end, name) != SPOP_OK ||
-	    spop_data_decode(&p, c->end, val) != SPOP_OK)
+	if (spop_str_get(&p, c->end, name) != SPOP_OK || p == c->end)
 		return -1;
+	*nargs = *p++;
 	c->p = p;
 	return 1;
 }
@@ -243,28 +163,20 @@ int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data 
 int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
 		  struct spop_cursor *args)
 {
-	struct spop_cursor kv;
-	struct spop_str k;
-	struct spop_data v;
-	const uint8_t *p = c->p;
-	unsigned n, i;
+	struct spop_cursor kv = *c;
+	const uint8_t *first;
+	int rc = spop_msg_head(&kv, name, nargs);
 
-	if (p == c->end)
-		return 0;
-	if (str_decode(&p, c->end, name) != SPOP_OK || p == c->end)
-		return -1;
-	n = *p++;
+	if (rc != 1)
+		return rc;
 	/* Walk the arguments now so the caller's later spop_kv_next() calls
 	 * cannot fail halfway through a message. */
-	kv.p = p;
-	kv.end = c->end;
-	for (i = 0; i < n; i++)
-		if (spop_kv_next(&kv, &k, &v) != 1)
-			return -1;
-	*nargs = n;
-	args->p = p;
+	first = kv.p;
+	if (spop_kv_skip(&kv, *nargs) < 0)
+		return -1;
+	args->p = first;
 	args->end = kv.p;
-	c->p = kv.p;
+	*c = kv;
 	return 1;
 }
 
@@ -319,8 +231,9 @@ int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, i
 
 	memset(h, 0, sizeof(*h));
 	while (p != end) {
-		if (str_decode(&p, end, &k) != SPOP_OK ||
-		    data_decode(&p, end, &v, &raw) != SPOP_OK) {
+		raw = 0;
+		if (spop_str_get(&p, end, &k) != SPOP_OK ||
+		    spop_data_get(&p, end, &v, &raw) != SPOP_OK) {
 			st = SPOP_ST_INVALID;
 			goto out;
 		}
@@ -418,24 +331,53 @@ void spop_put_bytes(struct spop_wbuf *w, const void *p, size_t n)
 	}
 }
 
+/* Reserves n bytes for the caller to write; NULL (and w->err set) when they
+ * do not fit. The encoders below check their whole item once through it. */
+static uint8_t *wbuf_room(struct spop_wbuf *w, size_t n)
+{
+	uint8_t *p;
+
+	if (w->err)
+		return NULL;
+	if (n > w->cap - w->len) {
+		w->err = 1;
+		return NULL;
+	}
+	p = w->buf + w->len;
+	w->len += n;
+	return p;
+}
+
 void spop_put_u8(struct spop_wbuf *w, uint8_t v)
 {
-	spop_put_bytes(w, &v, 1);
+	uint8_t *p = wbuf_room(w, 1);
+
+	if (p)
+		*p = v;
+}
+
+static void set_u32be(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
 }
 
 void spop_put_u32be(struct spop_wbuf *w, uint32_t v)
 {
-	uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8),
-			(uint8_t)v};
+	uint8_t *p = wbuf_room(w, 4);
 
-	spop_put_bytes(w, b, sizeof(b));
+	if (p)
+		set_u32be(p, v);
 }
 
 void spop_put_varint(struct spop_wbuf *w, uint64_t v)
 {
-	uint8_t b[SPOP_VARINT_MAX];
+	uint8_t *p = wbuf_room(w, spop_varint_len(v));
 
-	spop_put_bytes(w, b, spop_varint_encode(v, b));
+	if (p)
+		spop_varint_encode(v, p);
 }
 
 void spop_put_name(struct spop_wbuf *w, const char *name, size_t len)
@@ -489,16 +431,31 @@ void spop_put_data(struct spop_wbuf *w, const struct spop_data *d)
 	}
 }
 
+/* The header in one piece: every answer starts with one. With room for
+ * the longest ids (nearly always), they are encoded without being
+ * measured first. */
 size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
 			uint64_t stream_id, uint64_t frame_id)
 {
-	size_t start = w->len;
+	size_t start = w->len, n;
+	uint8_t *p;
 
-	spop_put_u32be(w, 0); /* patched by spop_frame_end() */
-	spop_put_u8(w, type);
-	spop_put_u32be(w, flags);
-	spop_put_varint(w, stream_id);
-	spop_put_varint(w, frame_id);
+	if (!w->err && 9 + 2 * SPOP_VARINT_MAX <= w->cap - w->len) {
+		p = w->buf + w->len;
+		n = 9 + spop_varint_put(stream_id, p + 9);
+		n += spop_varint_put(frame_id, p + n);
+		w->len += n;
+	} else {
+		n = spop_varint_len(stream_id);
+		p = wbuf_room(w, 9 + n + spop_varint_len(frame_id));
+		if (!p)
+			return start;
+		spop_varint_put(stream_id, p + 9);
+		spop_varint_put(frame_id, p + 9 + n);
+	}
+	set_u32be(p, 0); /* patched by spop_frame_end() */
+	p[4] = type;
+	set_u32be(p + 5, flags);
 	return start;
 }
 
@@ -519,10 +476,7 @@ int spop_frame_end(struct spop_wbuf *w, size_t start, uint32_t max_frame)
 		w->err = 1;
 		return -1;
 	}
-	w->buf[start] = (uint8_t)(len >> 24);
-	w->buf[start + 1] = (uint8_t)(len >> 16);
-	w->buf[start + 2] = (uint8_t)(len >> 8);
-	w->buf[start + 3] = (uint8_t)len;
+	set_u32be(w->buf + start, (uint32_t)len);
 	return 0;
 }
 
@@ -534,6 +488,22 @@ void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 	spop_put_u8(w, scope);
 	spop_put_name(w, name, name_len);
 	spop_put_data(w, val);
+}
+
+/* The head as on the wire: the name's varint length is the one byte
+ * name_len (SPOP_VAR_NAME_MAX < 240). */
+_Static_assert(offsetof(struct spop_var, name) == SPOP_VAR_HEAD_FIXED,
+	       "struct spop_var must have the SET-VAR head's wire layout");
+_Static_assert(SPOP_VAR_NAME_MAX < 240, "a variable's name length is one varint byte");
+
+void spop_put_var_int64_exact(struct spop_wbuf *w, const struct spop_var *var, int64_t v)
+{
+	uint8_t *p = spop_var_room(w, var, 1 + spop_varint_len((uint64_t)v));
+
+	if (!p)
+		return;
+	p[0] = SPOP_T_INT64;
+	spop_varint_put((uint64_t)v, p + 1);
 }
 
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,

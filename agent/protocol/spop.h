@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SPOP_VARINT_MAX 10        /* 2^64-1 takes 10 bytes */
 #define SPOP_FRAME_HDR_MIN 7      /* type + flags + 1-byte sid + 1-byte fid */
@@ -162,6 +163,37 @@ int spop_varint_decode(const uint8_t **p, const uint8_t *end, uint64_t *out);
 /* Encodes v into out (at least SPOP_VARINT_MAX bytes); returns its length. */
 size_t spop_varint_encode(uint64_t v, uint8_t *out);
 
+/* The length spop_varint_encode() gives v, without writing it. */
+static inline size_t spop_varint_len(uint64_t v)
+{
+	size_t n = 2;
+
+	if (v < 240)
+		return 1;
+	for (v = (v - 240) >> 4; v >= 128; v = (v - 128) >> 7)
+		n++;
+	return n;
+}
+
+/* spop_varint_encode(), inline for the encoders of every answer. */
+static inline size_t spop_varint_put(uint64_t v, uint8_t *out)
+{
+	size_t n = 0;
+
+	if (v < 240) {
+		out[n++] = (uint8_t)v;
+		return n;
+	}
+	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
+	v = (v - 240) >> 4;
+	while (v >= 128) {
+		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
+		v = (v - 128) >> 7;
+	}
+	out[n++] = (uint8_t)v;
+	return n;
+}
+
 /* Decodes a name: <varint length><bytes>. Cursor semantics as above. */
 int spop_name_decode(const uint8_t **p, const uint8_t *end, struct spop_str *out);
 
@@ -191,6 +223,17 @@ int spop_kv_next(struct spop_cursor *c, struct spop_str *name, struct spop_data 
 int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
 		  struct spop_cursor *args);
 
+/* The same one step at a time, for a caller that decodes the arguments of
+ * the message it wants while it checks them (one walk over them instead of
+ * two): spop_msg_head() reads a message's name and argument count and
+ * leaves *c at its first argument (1, 0 at the end of the region, -1 on
+ * broken data); the caller then reads exactly `nargs` KV items with
+ * spop_kv_next(), or skips them with spop_kv_skip(). */
+int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
+/* Checks n KV items and leaves *c past them. Returns 0, or -1 when they are
+ * broken or fewer than n (*c unchanged). */
+int spop_kv_skip(struct spop_cursor *c, unsigned n);
+
 /* Parses a HAPROXY-HELLO payload. Returns 0, or -1 with *status set to
  * SPOP_ST_INVALID (broken KV list), SPOP_ST_NO_VERSION,
  * SPOP_ST_NO_FRAME_SIZE, SPOP_ST_NO_CAPABILITIES, SPOP_ST_BAD_VERSION (no
@@ -202,6 +245,169 @@ int spop_hello_parse(const uint8_t *payload, size_t len, struct spop_hello *h, i
 /* Returns 1 when a comma-separated version list (spaces allowed around
  * items) holds exactly "2.0". */
 int spop_version_supported(struct spop_str versions);
+
+/* ---- inline decoding -------------------------------------------------------
+ * The KV items of a NOTIFY are read for every decision, a dozen of them: a
+ * caller's loop over them inlines these readers and keeps its cursor in
+ * registers. The decoders above are built on them, so both accept exactly
+ * the same bytes, with the same three outcomes and cursor semantics. */
+
+/* A varint read at some position: its value, the bytes it took and the
+ * outcome. Returned by value (in two registers), so that the decoders built
+ * on it take no local's address and keep their cursors in registers. */
+struct spop_varint {
+	uint64_t v;
+	uint32_t len;
+	int32_t rc;   /* SPOP_OK, SPOP_NEED_MORE or SPOP_ERR */
+};
+
+/* The varint at s (s <= end), whatever its length: the rare long ones. */
+struct spop_varint spop_varint_read(const uint8_t *s, const uint8_t *end);
+
+/* spop_varint_decode() with the one-byte case inline: names, lengths and
+ * most integers of a message are under 240, and every argument has two or
+ * three varints. */
+static inline int spop_varint_get(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+	const uint8_t *s = *p;
+	struct spop_varint r;
+
+	if (s != end && *s < 240) {
+		*out = *s;
+		*p = s + 1;
+		return SPOP_OK;
+	}
+	r = spop_varint_read(s, end);
+	if (r.rc == SPOP_OK) {
+		*out = r.v;
+		*p = s + r.len;
+	}
+	return r.rc;
+}
+
+/* Reads <varint len><bytes>; a length past `end` is a valid prefix. */
+static inline int spop_str_get(const uint8_t **p, const uint8_t *end, struct spop_str *out)
+{
+	const uint8_t *s = *p;
+	uint64_t len;
+	int rc;
+
+	rc = spop_varint_get(&s, end, &len);
+	if (rc != SPOP_OK)
+		return rc;
+	if (len > (uint64_t)(size_t)(end - s))
+		return SPOP_NEED_MORE;
+	out->ptr = (const char *)s;
+	out->len = (size_t)len;
+	*p = s + len;
+	return SPOP_OK;
+}
+
+/* Reads n bytes (a constant where it is inlined, so that the copy is too)
+ * into dst, or only skips them when dst is NULL. */
+static inline int spop_bytes_get(const uint8_t **p, const uint8_t *end, uint8_t *dst, size_t n)
+{
+	if (n > (size_t)(end - *p))
+		return SPOP_NEED_MORE;
+	if (dst)
+		memcpy(dst, *p, n);
+	*p += n;
+	return SPOP_OK;
+}
+
+/* Reads one typed data item into *out, or with out NULL only checks it
+ * (spop_msg_next() checks every argument before any is used, so checking
+ * stores nothing). Both accept exactly the same bytes. With raw, an
+ * integer type's varint is also stored there untouched (other types leave
+ * it alone), so that a caller judging a range (max-frame-size) sees what
+ * the INT32/UINT32 casts would hide. */
+static inline __attribute__((always_inline)) int
+spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint64_t *raw)
+{
+	const uint8_t *s = *p;
+	uint8_t tb, type;
+	uint64_t v = 0;
+	int rc;
+
+	if (s == end)
+		return SPOP_NEED_MORE;
+	tb = *s++;
+	type = tb & 0x0F;
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->type = type;
+	}
+	switch ((enum spop_type)type) {
+	case SPOP_T_NULL:
+		break;
+	case SPOP_T_BOOL:
+		/* Only the "true" flag may be set; anything else means the
+		 * peer and we disagree on the format. */
+		if ((tb & 0xF0) != 0 && (tb & 0xF0) != SPOP_BOOL_TRUE_FLAG)
+			return SPOP_ERR;
+		if (out)
+			out->u.boolean = (tb & SPOP_BOOL_TRUE_FLAG) ? 1 : 0;
+		break;
+	case SPOP_T_INT32:
+	case SPOP_T_UINT32:
+	case SPOP_T_INT64:
+	case SPOP_T_UINT64:
+		rc = spop_varint_get(&s, end, &v);
+		if (rc != SPOP_OK)
+			return rc;
+		if (raw)
+			*raw = v;
+		if (!out)
+			break;
+		if (type == SPOP_T_INT32)
+			out->u.i32 = (int32_t)(int64_t)v; /* sender sign-extends */
+		else if (type == SPOP_T_UINT32)
+			out->u.u32 = (uint32_t)v;
+		else
+			out->u.u64 = v; /* the same bits as i64 */
+		break;
+	case SPOP_T_IPV4:
+		rc = spop_bytes_get(&s, end, out ? out->u.ipv4 : NULL, 4);
+		if (rc != SPOP_OK)
+			return rc;
+		break;
+	case SPOP_T_IPV6:
+		rc = spop_bytes_get(&s, end, out ? out->u.ipv6 : NULL, 16);
+		if (rc != SPOP_OK)
+			return rc;
+		break;
+	case SPOP_T_STR:
+	case SPOP_T_BIN: {
+		struct spop_str str;
+
+		rc = spop_str_get(&s, end, &str);
+		if (rc != SPOP_OK)
+			return rc;
+		if (out)
+			out->u.str = str;
+		break;
+	}
+	default:
+		return SPOP_ERR;
+	}
+	*p = s;
+	return SPOP_OK;
+}
+
+/* spop_kv_next(), inline. */
+static inline int spop_kv_get(struct spop_cursor *c, struct spop_str *name,
+			      struct spop_data *val)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (spop_str_get(&p, c->end, name) != SPOP_OK ||
+	    spop_data_get(&p, c->end, val, NULL) != SPOP_OK)
+		return -1;
+	c->p = p;
+	return 1;
+}
 
 /* ---- encoders ----------------------------------------------------------- */
 
@@ -227,6 +433,94 @@ void spop_put_set_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 		      size_t name_len, const struct spop_data *val);
 void spop_put_unset_var(struct spop_wbuf *w, uint8_t scope, const char *name,
 			size_t name_len);
+
+/* A SET-VAR action's constant head (action, argument count, scope, name),
+ * laid out as on the wire and built at compile time by SPOP_VAR(), so that
+ * an answer writes each variable with one bounds check and one copy: every
+ * decision writes a dozen of them. spop_put_var_*() write the same bytes as
+ * spop_put_set_var() with an INT64, STR or BOOL value, and like it set
+ * w->err when the action does not fit. */
+#define SPOP_VAR_NAME_MAX 32
+#define SPOP_VAR_HEAD_FIXED 4
+struct spop_var {
+	uint8_t action;   /* SPOP_ACT_SET_VAR */
+	uint8_t nargs;    /* 3 */
+	uint8_t scope;
+	uint8_t name_len; /* the name's varint length: one byte */
+	char name[SPOP_VAR_NAME_MAX];
+};
+/* A name over SPOP_VAR_NAME_MAX bytes does not compile: the check is an
+ * array of size -1, since an initializer too long is only a warning. */
+#define SPOP_VAR_NAME_FITS(lit) (0 * sizeof(char[sizeof(lit) <= SPOP_VAR_NAME_MAX + 1 ? 1 : -1]))
+#define SPOP_VAR(scope, lit) \
+	{ SPOP_ACT_SET_VAR, 3, (scope), sizeof(lit) - 1 + SPOP_VAR_NAME_FITS(lit), lit }
+
+/* The writers are inline: with a head that is a constant of the caller (a
+ * static SPOP_VAR()), its copy compiles to a few moves, and the whole
+ * action is written after one bounds check. */
+static inline uint8_t *spop_var_room(struct spop_wbuf *w, const struct spop_var *var,
+				     size_t value)
+{
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+	uint8_t *p;
+
+	if (w->err || head > w->cap - w->len || value > w->cap - w->len - head) {
+		w->err = 1;
+		return NULL;
+	}
+	p = w->buf + w->len;
+	memcpy(p, var, head);
+	w->len += head + value;
+	return p + head;
+}
+
+/* The exact writer, for a buffer that may not hold the longest varint. */
+void spop_put_var_int64_exact(struct spop_wbuf *w, const struct spop_var *var, int64_t v);
+
+static inline void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var,
+				      int64_t v)
+{
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+	uint8_t *p;
+
+	/* With room for the longest varint (nearly always), the value is
+	 * written without being measured first. */
+	if (w->err || head + 1 + SPOP_VARINT_MAX > w->cap - w->len) {
+		spop_put_var_int64_exact(w, var, v);
+		return;
+	}
+	p = w->buf + w->len;
+	memcpy(p, var, head);
+	p[head] = SPOP_T_INT64;
+	w->len += head + 1 + spop_varint_put((uint64_t)v, p + head + 1);
+}
+
+static inline void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var,
+				    const char *s, size_t len)
+{
+	size_t n = spop_varint_len(len);
+	uint8_t *p;
+
+	if (len > SIZE_MAX - 1 - SPOP_VARINT_MAX) {
+		w->err = 1;
+		return;
+	}
+	p = spop_var_room(w, var, 1 + n + len);
+	if (!p)
+		return;
+	p[0] = SPOP_T_STR;
+	spop_varint_put(len, p + 1);
+	if (len)
+		memcpy(p + 1 + n, s, len);
+}
+
+static inline void spop_put_var_bool(struct spop_wbuf *w, const struct spop_var *var, int v)
+{
+	uint8_t *p = spop_var_room(w, var, 1);
+
+	if (p)
+		p[0] = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
+}
 
 /* Whole frames. Each returns 0, or -1 when it does not fit. */
 int spop_encode_agent_hello(struct spop_wbuf *w, uint32_t max_frame_size,

@@ -43,6 +43,7 @@
 #define RULES_NAME_MAX 32        /* rule and argument names, NUL included */
 #define RULES_POLICY_MAX 512     /* a RateLimit-Policy value, NUL included */
 #define RULES_PNAME_MAX (RULES_NAME_MAX + 40) /* a policy item's name */
+#define RULES_PNAME_SF_MAX (2 * RULES_PNAME_MAX + 1) /* quoted, escaped */
 #define RULES_LID_MAX 48         /* a limit's field name in the store */
 #define RULES_IDENTITY_MAX 8     /* identity arguments */
 #define RULES_ARGS_MAX 64        /* message arguments looked at */
@@ -80,9 +81,40 @@ int rules_args_add(struct rules_args *args, struct spop_str name,
 void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv,
 			unsigned nargs);
 
+
+
 /* The value of the first argument named exactly `name`, or NULL. */
 const struct spop_data *rules_args_get(const struct rules_args *args,
 				       const char *name);
+
+/* ---- one request, as classification reads it ------------------------------
+ * Classification reads a few arguments by name: method, path and host when
+ * some match condition reads them, the tier, the cost, the identity
+ * arguments and the load figures (the "slots"); and any argument when some
+ * match condition names arguments (`args`). A request holds the value of
+ * each slot (the first argument of that name among the first
+ * RULES_ARGS_MAX) and, only when the rules need them, all the arguments. */
+#define RULES_SLOTS_MAX (7 + RULES_IDENTITY_MAX)
+
+struct rules;
+
+struct rules_request {
+	const struct spop_data *slot[RULES_SLOTS_MAX]; /* NULL: absent */
+	const struct rules_args *args; /* every argument, or NULL if not needed */
+	/* Storage of rules_request_decode(). */
+	struct spop_data val[RULES_SLOTS_MAX];
+	struct rules_args all;
+};
+
+/* Reads the `nargs` KV items at *kv (after spop_msg_head) and checks every
+ * one, those past RULES_ARGS_MAX too: the arguments the rules read are
+ * decoded into *req, the others skipped (all are kept when the rules match
+ * on any). The one walk over a check-rate message, so that a decision
+ * decodes no argument it does not read. Returns 0 with *kv past the items,
+ * or -1 when they are broken or fewer than nargs. *req points into the
+ * message and into itself; it is classified under the same rules. */
+int rules_request_decode(const struct rules *r, struct rules_request *req,
+			 struct spop_cursor *kv, unsigned nargs);
 
 /* ---- rules ---------------------------------------------------------------- */
 
@@ -113,6 +145,9 @@ struct rule {
 	/* Derived at load: */
 	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */
 	char pname[LIMIT_SET_MAX][RULES_PNAME_MAX];     /* policy item per limit */
+	/* pname as the RateLimit value quotes it (rlheader_name) */
+	char pname_sf[LIMIT_SET_MAX][RULES_PNAME_SF_MAX];
+	uint8_t pname_sf_len[LIMIT_SET_MAX];
 	/* The shared store's field per limit, named by algorithm and
 	 * parameters, so that a changed limit starts fresh instead of
 	 * misreading old state. */
@@ -166,6 +201,12 @@ void rules_set_gen(struct rules *r, uint64_t gen);
  * rules are used). */
 const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
+
+/* The hash state after "kind\0" under the rules' secret, for the clients
+ * identity argument k names (k < 0: anonymous clients), from which
+ * identity_key_from() computes their keys. */
+struct identity_prefix;
+const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k);
 
 /* The settings the file carried (settings.h). */
 const struct settings *rules_settings(const struct rules *r);
@@ -230,5 +271,9 @@ struct rules_verdict {
  * Never fails; *out is fully written. */
 void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out);
+
+/* The same for a request from rules_request_decode() under the same rules. */
+void rules_classify_request(const struct rules *r, const struct rules_request *req,
+			    struct rules_verdict *out);
 
 #endif

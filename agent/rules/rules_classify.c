@@ -28,17 +28,26 @@ int rules_args_add(struct rules_args *args, struct spop_str name, const struct s
 	return 0;
 }
 
-void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
+/* Decodes each argument in its place (spop_kv_get inline). Returns 0, or -1
+ * when the items are broken or fewer than nargs; every one is checked. */
+static int args_decode(struct rules_args *args, struct spop_cursor *kv, unsigned nargs)
 {
-	struct spop_str name;
-	struct spop_data val;
+	unsigned i;
 
 	args->n = 0;
-	for (unsigned i = 0; i < nargs && args->n < RULES_ARGS_MAX; i++) {
-		if (spop_kv_next(&kv, &name, &val) != 1)
-			break;
-		rules_args_add(args, name, &val);
+	for (i = 0; i < nargs && i < RULES_ARGS_MAX; i++) {
+		struct rules_arg *a = &args->a[i];
+
+		if (spop_kv_get(kv, &a->name, &a->val) != 1)
+			return -1;
+		args->n++;
 	}
+	return spop_kv_skip(kv, nargs - i);
+}
+
+void rules_args_from_kv(struct rules_args *args, struct spop_cursor kv, unsigned nargs)
+{
+	args_decode(args, &kv, nargs);
 }
 
 static const struct spop_data *args_find(const struct rules_args *args, const char *name,
@@ -60,11 +69,135 @@ const struct spop_data *rules_args_get(const struct rules_args *args, const char
 	return args_find(args, name, strlen(name));
 }
 
+/* ---- requests -------------------------------------------------------------- */
+
+/* The n bytes at p (n = 2, 4 or 8, a constant where it is inlined) as one
+ * word, read in one load. */
+static inline __attribute__((always_inline)) uint64_t load_n(const char *p, size_t n)
+{
+	uint64_t v8;
+	uint32_t v4;
+	uint16_t v2;
+
+	if (n == 8) {
+		memcpy(&v8, p, 8);
+		return v8;
+	}
+	if (n == 4) {
+		memcpy(&v4, p, 4);
+		return v4;
+	}
+	memcpy(&v2, p, 2);
+	return v2;
+}
+
+/* Whether the first and the last n bytes of a and b (len >= n) are the
+ * same: with n <= len <= 2n, two loads that overlap cover every byte. */
+static inline __attribute__((always_inline)) bool ends_same(const char *a, const char *b,
+							    size_t len, size_t n)
+{
+	return load_n(a, n) == load_n(b, n) && load_n(a + len - n, n) == load_n(b + len - n, n);
+}
+
+/* memcmp() == 0 for the few bytes of an argument name, inline: a call
+ * costs more than the comparison, and as much again in the registers the
+ * caller's decoding loop saves around it. No load reaches past a + len or
+ * b + len. */
+static inline bool name_same(const char *a, const char *b, size_t len)
+{
+	if (len > 16)
+		return memcmp(a, b, len) == 0;
+	if (len >= 8)
+		return ends_same(a, b, len, 8);
+	if (len >= 4)
+		return ends_same(a, b, len, 4);
+	if (len >= 2)
+		return ends_same(a, b, len, 2);
+	return len == 0 || a[0] == b[0];
+}
+
+/* The index in the rules' lookup of the name `name` (exactly), or -1. */
+static inline __attribute__((always_inline)) int arg_find(const struct rules *r,
+							   struct spop_str name)
+{
+	for (unsigned j = r->bucket[arg_bucket(name.ptr, name.len)]; j; j = r->lookup[j - 1].next) {
+		const struct arg_lookup *l = &r->lookup[j - 1];
+
+		if (l->len == name.len && name_same(l->name, name.ptr, name.len))
+			return (int)j - 1;
+	}
+	return -1;
+}
+
+/* Gives every slot of lookup entry j the value val. The callers do it
+ * once per entry, for the first argument of its name: then all of an
+ * entry's slots are set, or none. */
+static void arg_fill(const struct rules *r, unsigned j, struct rules_request *req,
+		     const struct spop_data *val)
+{
+	const struct arg_lookup *l = &r->lookup[j];
+
+	req->slot[l->slot] = val;
+	for (unsigned m = l->also; m; m &= m - 1)
+		req->slot[__builtin_ctz(m)] = val;
+}
+
+/* The slots of a request from arguments decoded already (the first
+ * RULES_ARGS_MAX, as args_find sees them). */
+static void request_from_args(const struct rules *r, const struct rules_args *args,
+			      struct rules_request *req)
+{
+	size_t n = args->n < RULES_ARGS_MAX ? args->n : RULES_ARGS_MAX;
+
+	memset(req->slot, 0, sizeof(req->slot));
+	req->args = args;
+	for (size_t i = 0; i < n; i++) {
+		int j = arg_find(r, args->a[i].name);
+
+		if (j >= 0 && !req->slot[r->lookup[j].slot])
+			arg_fill(r, (unsigned)j, req, &args->a[i].val);
+	}
+}
+
+int rules_request_decode(const struct rules *r, struct rules_request *req,
+			 struct spop_cursor *kv, unsigned nargs)
+{
+	struct spop_cursor c = *kv;
+
+	if (r->match_args) {
+		/* Conditions may name any argument: keep them all. */
+		if (args_decode(&req->all, kv, nargs) < 0)
+			return -1;
+		request_from_args(r, &req->all, req);
+		return 0;
+	}
+	memset(req->slot, 0, sizeof(req->slot));
+	req->args = NULL;
+	for (unsigned i = 0; i < nargs; i++) {
+		struct spop_data *val = NULL;
+		struct spop_str name;
+		int j = -1;
+
+		if (spop_str_get(&c.p, c.end, &name) != SPOP_OK)
+			return -1;
+		if (i < RULES_ARGS_MAX)
+			j = arg_find(r, name);
+		if (j >= 0 && !req->slot[r->lookup[j].slot])
+			val = &req->val[j];
+		/* Read into its slot, or only checked. */
+		if (spop_data_get(&c.p, c.end, val, NULL) != SPOP_OK)
+			return -1;
+		if (val)
+			arg_fill(r, (unsigned)j, req, val);
+	}
+	*kv = c;
+	return 0;
+}
+
 /* ---- classification ------------------------------------------------------ */
 
 struct request {
-	const struct rules_args *args;
-	const struct spop_data *method, *path, *host;
+	const struct rules_request *req;
 	size_t host_noport;
 	size_t tier;
 };
@@ -179,11 +312,11 @@ static bool cond_arg(const struct cond *c, const struct spop_data *d)
 
 static bool match_holds(const struct match *m, const struct request *q)
 {
-	if (m->method.n && !cond_exact(&m->method, q->method))
+	if (m->method.n && !cond_exact(&m->method, q->req->slot[SLOT_METHOD]))
 		return false;
-	if (m->path.n && !cond_path(&m->path, q->path))
+	if (m->path.n && !cond_path(&m->path, q->req->slot[SLOT_PATH]))
 		return false;
-	if (m->host.n && !cond_host(&m->host, q->host, q->host_noport))
+	if (m->host.n && !cond_host(&m->host, q->req->slot[SLOT_HOST], q->host_noport))
 		return false;
 	if (m->ntiers) {
 		size_t i;
@@ -197,7 +330,7 @@ static bool match_holds(const struct match *m, const struct request *q)
 	for (size_t i = 0; i < m->nargs; i++) {
 		const struct arg_cond *a = &m->args[i];
 
-		if (!cond_arg(&a->c, args_find(q->args, a->name, a->name_len)))
+		if (!cond_arg(&a->c, args_find(q->req->args, a->name, a->name_len)))
 			return false;
 	}
 	return true;
@@ -226,7 +359,7 @@ static bool data_is_empty(const struct spop_data *d)
 }
 
 /* An integer argument as int64 (UINT64 saturated). False for other types. */
-static bool data_int(const struct spop_data *d, int64_t *out)
+static inline bool data_int(const struct spop_data *d, int64_t *out)
 {
 	if (!d)
 		return false;
@@ -286,10 +419,8 @@ static uint32_t cost_of(const struct spop_data *d, uint32_t dflt)
 	return v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
-static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
+static size_t resolve_tier(const struct rules *r, const struct spop_data *d)
 {
-	const struct spop_data *d = args_find(args, r->tier_arg, strlen(r->tier_arg));
-
 	if (is_text(d) && d->u.str.len > 0 && d->u.str.len < RULES_NAME_MAX) {
 		for (size_t i = 0; i < r->ntiers; i++) {
 			const struct rule *t = &r->rule[i];
@@ -305,20 +436,28 @@ static size_t resolve_tier(const struct rules *r, const struct rules_args *args)
 void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out)
 {
+	struct rules_request req;
+
+	request_from_args(r, args, &req);
+	rules_classify_request(r, &req, out);
+}
+
+void rules_classify_request(const struct rules *r, const struct rules_request *req,
+			    struct rules_verdict *out)
+{
+	const struct spop_data *const *slot = req->slot;
 	struct request q;
 	const struct rule *rule;
 	const struct spop_data *d;
 	int64_t in_use, free_conns;
 
 	memset(out, 0, sizeof(*out));
-	memset(&q, 0, sizeof(q));
-	q.args = args;
-	q.method = args_find(args, "method", 6);
-	q.path = args_find(args, "path", 4);
-	q.host = args_find(args, "host", 4);
-	if (is_text(q.host))
-		q.host_noport = rules_host_noport(q.host->u.str.ptr, q.host->u.str.len);
-	q.tier = resolve_tier(r, args);
+	q.req = req;
+	q.host_noport = 0;
+	if (is_text(slot[SLOT_HOST]))
+		q.host_noport = rules_host_noport(slot[SLOT_HOST]->u.str.ptr,
+						  slot[SLOT_HOST]->u.str.len);
+	q.tier = resolve_tier(r, slot[SLOT_TIER]);
 
 	out->tier = &r->rule[q.tier];
 	rule = out->tier;
@@ -343,11 +482,11 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 	out->on_failure = rule->on_failure;
 	out->cost = rule->cost;
 	if (r->cost_arg[0])
-		out->cost = cost_of(args_find(args, r->cost_arg, strlen(r->cost_arg)), rule->cost);
+		out->cost = cost_of(slot[SLOT_COST], rule->cost);
 
 	out->identity = -1;
 	for (size_t k = 0; k < r->identity.n; k++) {
-		d = args_find(args, r->identity.name[k], strlen(r->identity.name[k]));
+		d = slot[SLOT_IDENTITY + k];
 		if (d && !data_is_empty(d)) {
 			out->identity = (int)k;
 			out->identity_val = d;
@@ -355,11 +494,9 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 		}
 	}
 
-	if (data_int(args_find(args, r->shed.in_use_arg, strlen(r->shed.in_use_arg)), &in_use) &&
-	    data_int(args_find(args, r->shed.free_arg, strlen(r->shed.free_arg)), &free_conns)) {
+	if (data_int(slot[SLOT_IN_USE], &in_use) && data_int(slot[SLOT_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;
 		out->free_conns = free_conns;
 	}
 }
-

@@ -15,7 +15,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "identity.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -56,6 +58,43 @@ struct pclass {
 	struct match m;
 };
 
+/* The slots of struct rules_request (rules.h). */
+enum arg_slot {
+	SLOT_METHOD,
+	SLOT_PATH,
+	SLOT_HOST,
+	SLOT_TIER,
+	SLOT_COST,
+	SLOT_IN_USE,
+	SLOT_FREE,
+	SLOT_IDENTITY, /* + k for the identity argument k */
+	SLOT_N = SLOT_IDENTITY + RULES_IDENTITY_MAX,
+};
+_Static_assert(SLOT_N == RULES_SLOTS_MAX, "one slot per name classification reads");
+_Static_assert(SLOT_N <= 16, "struct arg_lookup keeps its other slots in 16 bits");
+
+/* A name classification looks for (pointing into the rules), the slots it
+ * fills (one name may serve several: an identity argument may also be the
+ * tier's) and the next name of its hash chain (index + 1, 0 for none). */
+struct arg_lookup {
+	const char *name;
+	uint8_t len;
+	uint8_t next;
+	uint8_t slot;   /* enum arg_slot: the first it fills */
+	uint16_t also;  /* bit s for each other slot s it fills */
+};
+
+/* The hash chain of a name (first byte, last byte and length): the names
+ * of a request's arguments are looked up with one or two comparisons. */
+#define ARG_BUCKETS 64
+static inline unsigned arg_bucket(const char *name, size_t len)
+{
+	if (len == 0)
+		return 0;
+	return ((unsigned char)name[0] * 7u + (unsigned char)name[len - 1] * 3u +
+		(unsigned)len) % ARG_BUCKETS;
+}
+
 /* Loaded rules: a few arrays plus an arena (struct arena_block, the
  * loader's) that holds every string and list of match values. */
 struct rules {
@@ -79,6 +118,14 @@ struct rules {
 	struct pclass *classes;
 	size_t nclasses;
 	struct arena_block *arena; /* freed with the rules */
+	/* Derived at load (rules_load.c, derive_lookup): the distinct names
+	 * of the slots, hashed, and whether some match reads any argument. */
+	struct arg_lookup lookup[SLOT_N];
+	/* Derived from the secret: rules_identity_prefix() for each identity
+	 * argument, then for anonymous clients. */
+	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 1];
+	uint8_t bucket[ARG_BUCKETS]; /* first of a chain: index + 1, 0 empty */
+	bool match_args;
 };
 
 

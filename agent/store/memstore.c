@@ -9,7 +9,8 @@
  * allocated once the store exists.
  *
  * Keys come from identity_key(), a keyed SipHash, so clients cannot choose
- * them to collide; the mixing below only spreads them.
+ * them to collide, and they are uniform: their bits index the table as
+ * they are.
  *
  * Each entry remembers a fingerprint of the limit spec it was counted
  * under: when a rule changes (say 100/1m becomes 50/1m), the old state is
@@ -70,13 +71,15 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
+/* A key is a keyed SipHash output, uniform already: its first eight bytes
+ * pick the shard and seed the slots as they are (hashing it again cost as
+ * much as the rest of a lookup). */
 static uint64_t key_hash(const uint8_t key[IDENTITY_KEY_LEN])
 {
-	uint64_t a, b;
+	uint64_t a;
 
 	memcpy(&a, key, 8);
-	memcpy(&b, key + 8, 8);
-	return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ULL));
+	return a;
 }
 
 static uint32_t slot_hash(uint64_t kh, unsigned idx)
@@ -84,13 +87,14 @@ static uint32_t slot_hash(uint64_t kh, unsigned idx)
 	return (uint32_t)mix64(kh + (idx + 1) * 0x9e3779b97f4a7c15ULL);
 }
 
+/* The fields folded with odd multipliers, then mixed once: every decision
+ * computes it for each of its limits. */
 static uint64_t spec_fp(const struct limit_spec *s)
 {
-	uint64_t h = mix64(s->quota + 0x243f6a8885a308d3ULL);
+	uint64_t h = s->quota * 0x243f6a8885a308d3ULL + (uint64_t)s->period_us;
 
-	h = mix64(h ^ (uint64_t)s->period_us);
-	h = mix64(h ^ s->burst);
-	return mix64(h ^ (uint64_t)s->algo);
+	h = h * 0x9e3779b97f4a7c15ULL + s->burst;
+	return mix64(h * 0xbf58476d1ce4e5b9ULL + (uint64_t)s->algo);
 }
 
 static struct ms_shard *shard_of(struct memstore *ms, uint64_t kh)
@@ -347,11 +351,10 @@ void memstore_free(struct memstore *ms)
 	xfree(ms);
 }
 
-static void store_state(struct ms_shard *sh, struct ms_entry *e,
-			const struct limit_spec *spec, uint64_t fp,
-			const struct limit_state *st, int64_t now)
+/* Keeps st, whose TTL is ttl, as the entry's state. */
+static void store_state(struct ms_shard *sh, struct ms_entry *e, uint64_t fp,
+			const struct limit_state *st, int64_t ttl, int64_t now)
 {
-	int64_t ttl = limit_ttl_us(spec, st, now);
 
 	e->st = *st;
 	e->fp = fp;
@@ -365,6 +368,9 @@ static void store_state(struct ms_shard *sh, struct ms_entry *e,
 static int decider(const struct limit_result *res, size_t n)
 {
 	int best = -1;
+
+	if (n == 1)
+		return 0; /* one limit decides alone (most rules have one) */
 
 	for (size_t i = 0; i < n; i++)
 		if (!res[i].allowed &&
@@ -444,7 +450,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	for (size_t i = 0; i < n; i++) {
 		if (ent[i] < 0)
 			ent[i] = insert(sh, key, (unsigned)i, h[i]);
-		store_state(sh, &sh->entries[ent[i]], &limits[i], fp[i], &next[i], now_us);
+		store_state(sh, &sh->entries[ent[i]], fp[i], &next[i], res[i].next_ttl_us, now_us);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return decider(res, n);

@@ -452,6 +452,41 @@ static void test_actions_encoding(void **state)
 	assert_non_null(memmem(buf, w.len, "policy", 6));
 }
 
+/* Keys start from hashes of "kind\0" the rules keep: they must follow a
+ * secret set after the rules were loaded, for every kind and for anonymous
+ * clients. */
+static void test_keys_follow_the_secret(void **state)
+{
+	static const uint8_t secret[16] = { 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6 };
+	struct rules *rules = rules_from_text("identity: [api_key, user, ip]\n");
+	struct decide_query q;
+	struct args a;
+	uint8_t want[IDENTITY_KEY_LEN];
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		if (round == 1)
+			rules_set_secret(rules, secret);
+		args_init(&a);
+		args_add(&a, "api_key", spop_cstr("k-123456789"));
+		decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
+		key_of(rules, "api_key", "k-123456789", "default", want);
+		assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
+		args_init(&a);
+		args_add(&a, "user", spop_int64(-42));
+		decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
+		key_of(rules, "user", "-42", "default", want);
+		assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
+		args_init(&a);
+		decide_prepare(rules, args_cursor(&a), a.n, 0, &q);
+		key_of(rules, "anonymous", "", "default", want);
+		assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
+		decide_key(rules, "anonymous", "", 0, "default", want);
+		assert_memory_equal(q.key, want, IDENTITY_KEY_LEN);
+	}
+	rules_release(rules);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -466,6 +501,7 @@ int main(void)
 		cmocka_unit_test(test_shedding_in_shadow_mode),
 		cmocka_unit_test(test_tiers_and_endpoints),
 		cmocka_unit_test(test_actions_encoding),
+		cmocka_unit_test(test_keys_follow_the_secret),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -252,11 +252,37 @@ static void test_identity_hex(void **unused)
 	assert_int_equal(hex[IDENTITY_HEX_LEN + 1], 'x');
 }
 
+/* identity_key_from() continues a prefix without changing it: one prefix
+ * serves every client of a kind. */
+static void test_identity_prefix(void **unused)
+{
+	static const char *const kinds[] = { "", "ip", "user", "api_key", "anonymous",
+					     "a-name-of-thirty-one-characters" };
+	static const char *const values[] = { "", "x", "1234567", "12345678", "123456789",
+					      "key-000123", "2001:db8::1" };
+	uint8_t out[16], want[16];
+
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		struct identity_prefix p, copy;
+
+		identity_prefix_init(&p, key00_0f, kinds[k], strlen(kinds[k]));
+		copy = p;
+		for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); v++) {
+			identity_key_from(&p, values[v], strlen(values[v]), "default", 7, out);
+			identity_key(key00_0f, kinds[k], strlen(kinds[k]), values[v],
+				     strlen(values[v]), "default", 7, want);
+			assert_memory_equal(out, want, 16);
+		}
+		assert_memory_equal(&p, &copy, sizeof(p));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_siphash128_vectors),
 		cmocka_unit_test(test_identity_key),
+		cmocka_unit_test(test_identity_prefix),
 		cmocka_unit_test(test_identity_text),
 		cmocka_unit_test(test_identity_value),
 		cmocka_unit_test(test_identity_text_truncation),

@@ -404,6 +404,42 @@ static void test_concurrency(void **unused)
 	memstore_free(ms);
 }
 
+/* The store keeps each new state with the TTL limit_eval() hands back:
+ * it must be limit_ttl_us() of that state, for every algorithm, near
+ * now and at the far ends of time (saturated states included). */
+static void test_next_ttl(void **unused)
+{
+	static const int64_t times[] = { 0, 1, 1700000000000000LL, INT64_MAX - 5,
+					 INT64_MIN + 5, -1000000 };
+	uint64_t x = 88172645463325252ULL;
+
+	for (int i = 0; i < 200000; i++) {
+		struct limit_spec sp;
+		struct limit_state st, next;
+		struct limit_result res;
+		int64_t now;
+		uint32_t cost;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memset(&sp, 0, sizeof(sp));
+		sp.quota = x % 3 ? x % 1000 + 1 : (x >> 8) % (LIMIT_QUOTA_MAX + 2);
+		sp.period_us = x % 5 ? (int64_t)((x >> 12) % LIMIT_PERIOD_MAX_US) + 1 : (int64_t)(x >> 1);
+		sp.burst = x % 7 == 0 ? (x >> 20) % 5000 : 0;
+		sp.algo = (enum limit_algo)((x >> 30) % 3);
+		now = times[(x >> 33) % (sizeof(times) / sizeof(times[0]))];
+		st.a = x % 11 ? now + (int64_t)((x >> 40) % 100000000) - 50000000 : (int64_t)x;
+		st.b = (int64_t)((x >> 17) % (sp.quota + 2));
+		st.c = (int64_t)((x >> 23) % 40);
+		if (x % 13 == 0)
+			st.a = st.b = st.c = 0;
+		cost = x % 9 ? (uint32_t)((x >> 45) % 4) : (uint32_t)(x >> 32);
+		limit_eval(&sp, &st, now, cost, &next, &res);
+		assert_int_equal(res.next_ttl_us, limit_ttl_us(&sp, &next, now));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -417,6 +453,7 @@ int main(void)
 		cmocka_unit_test(test_many_keys),
 		cmocka_unit_test(test_no_allocation),
 		cmocka_unit_test(test_concurrency),
+		cmocka_unit_test(test_next_ttl),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -118,6 +118,46 @@ static void test_append(void **unused)
 	assert_string_equal(buf, "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400");
 }
 
+/* rlheader_ratelimit_named() with a name from rlheader_name() gives what
+ * rlheader_ratelimit() gives: the same value, or the same -1 and empty
+ * string when it does not fit. */
+static void test_named(void **unused)
+{
+	static const char *const names[] = { "default", "pro-1m", "", "a\"b\\c",
+					     "x\r\ny\tz\x7f\x80~ !", "caf\xc3\xa9" };
+	static const uint64_t remaining[] = { 0, 42, 999999999, UINT64_MAX };
+	static const int64_t reset[] = { -1, 0, 17, 3600 };
+	char sf[64], a[64], b[64];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		int len = rlheader_name(sf, sizeof(sf), names[i]);
+
+		assert_true(len >= 2 && (size_t)len < RLHEADER_NAME_MAX(strlen(names[i])));
+		for (size_t r = 0; r < sizeof(remaining) / sizeof(remaining[0]); r++) {
+			for (size_t t = 0; t < sizeof(reset) / sizeof(reset[0]); t++) {
+				for (size_t cap = 0; cap <= sizeof(a); cap++) {
+					int ra, rb;
+
+					memset(a, 'x', sizeof(a));
+					memset(b, 'x', sizeof(b));
+					ra = rlheader_ratelimit(a, cap, names[i], remaining[r], reset[t]);
+					rb = rlheader_ratelimit_named(b, cap, sf, (size_t)len,
+								      remaining[r], reset[t]);
+					assert_int_equal(ra, rb);
+					/* the value (or the empty string of a value
+					 * that did not fit), and nothing past cap */
+					if (cap > 0)
+						assert_string_equal(a, b);
+					assert_memory_equal(a + cap, b + cap, sizeof(a) - cap);
+				}
+			}
+		}
+	}
+	/* Too small for the name itself. */
+	assert_int_equal(rlheader_name(sf, 5, "default"), -1);
+	assert_string_equal(sf, "");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -126,6 +166,7 @@ int main(void)
 		cmocka_unit_test(test_escaping),
 		cmocka_unit_test(test_overflow),
 		cmocka_unit_test(test_append),
+		cmocka_unit_test(test_named),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

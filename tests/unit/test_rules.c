@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -178,6 +179,220 @@ static void test_args_from_kv(void **unused)
 	c.end = buf;
 	rules_args_from_kv(&a, c, 5);
 	assert_int_equal(a.n, 0);
+}
+
+/* ---- requests decoded from a message -------------------------------------------- */
+
+/* Whether two argument values carry the same thing (they live in different
+ * places: one decoded into a rules_args, one into a rules_request). */
+static bool same_value(const struct spop_data *a, const struct spop_data *b)
+{
+	if (!a || !b)
+		return a == b;
+	if (a->type != b->type)
+		return false;
+	if (a->type == SPOP_T_STR || a->type == SPOP_T_BIN)
+		return a->u.str.len == b->u.str.len &&
+		       memcmp(a->u.str.ptr, b->u.str.ptr, a->u.str.len) == 0;
+	/* other types live in the union itself, zeroed around them */
+	return memcmp(&a->u, &b->u, sizeof(a->u)) == 0;
+}
+
+static uint32_t rnd_state = 12345;
+
+static uint32_t rnd(void)
+{
+	rnd_state ^= rnd_state << 13;
+	rnd_state ^= rnd_state >> 17;
+	rnd_state ^= rnd_state << 5;
+	return rnd_state;
+}
+
+/* A random argument list in the shape HAProxy sends, with the names the
+ * rules below read, near misses of them, repeats and fillers. */
+static unsigned random_message(struct spop_wbuf *w)
+{
+	static const char *const names[] = {
+		"ip", "method", "path", "host", "api_key", "user", "tier", "plan", "cost",
+		"be_in_use", "be_free", "test", "x", "a-name-of-thirty-one-characters",
+		/* near misses: one byte off, first or last or in between */
+		"", "ipx", "i", "iq", "y", "API_KEY", "api_kez", "user ", "usEr", "tieR",
+		"plaN", "be_in_usE", "be_freE", "ce_free", "a-name-of-thirty-one-characterS",
+		"pat", "pathx",
+	};
+	static const char *const texts[] = {
+		"", "GET", "POST", "/api/search", "/api/search/x", "api.example.com",
+		"API.example.com:8443", "k1", "k2", "pro", "gold", "1", "17", "x",
+	};
+	unsigned n = rnd() % 12;
+
+	if (rnd() % 8 == 0)
+		n += RULES_ARGS_MAX - 4 + rnd() % 8; /* around RULES_ARGS_MAX */
+	for (unsigned i = 0; i < n; i++) {
+		const char *name = names[rnd() % (sizeof(names) / sizeof(names[0]))];
+		struct spop_data d;
+
+		switch (rnd() % 8) {
+		case 0:
+			d = spop_null();
+			break;
+		case 1:
+			d = spop_int64((int64_t)(rnd() % 200) - 20);
+			break;
+		case 2:
+			d = spop_uint32(rnd());
+			break;
+		case 3:
+			d = spop_bool(rnd() % 2);
+			break;
+		case 4:
+			d = spop_null();
+			d.type = SPOP_T_IPV4;
+			d.u.ipv4[0] = 10;
+			d.u.ipv4[3] = (uint8_t)(rnd() % 3);
+			break;
+		default:
+			d = spop_cstr(texts[rnd() % (sizeof(texts) / sizeof(texts[0]))]);
+			if (rnd() % 4 == 0)
+				d.type = SPOP_T_BIN;
+			break;
+		}
+		spop_put_name(w, name, strlen(name));
+		spop_put_data(w, &d);
+	}
+	return n;
+}
+
+/* The identity, tier and load figures of a request by their definitions
+ * (rules.h), the arguments found with rules_args_get()'s plain scan: a
+ * check of the classifier's name lookup that does not rest on it. */
+static bool is_empty(const struct spop_data *d)
+{
+	return d->type == SPOP_T_NULL ||
+	       ((d->type == SPOP_T_STR || d->type == SPOP_T_BIN) && d->u.str.len == 0);
+}
+
+static void check_by_definition(const struct rules *r, const struct rules_args *a,
+				const struct rules_verdict *v)
+{
+	const struct rules_names *ids = rules_identity(r);
+	const struct shed_config *sh = rules_shed(r);
+	const struct spop_data *d, *id_val = NULL;
+	const struct rule *tier = rules_default_tier(r);
+	struct rules_args only;
+	struct rules_verdict load;
+	int id = -1;
+
+	for (size_t k = 0; k < ids->n && id < 0; k++) {
+		d = rules_args_get(a, ids->name[k]);
+		if (d && !is_empty(d)) {
+			id = (int)k;
+			id_val = d;
+		}
+	}
+	assert_int_equal(v->identity, id);
+	assert_true(same_value(v->identity_val, id_val));
+	d = rules_args_get(a, rules_tier_argument(r));
+	if (d && (d->type == SPOP_T_STR || d->type == SPOP_T_BIN) && d->u.str.len > 0 &&
+	    d->u.str.len < RULES_NAME_MAX) {
+		char name[RULES_NAME_MAX];
+		const struct rule *t;
+
+		memcpy(name, d->u.str.ptr, d->u.str.len);
+		name[d->u.str.len] = '\0';
+		t = strlen(name) == d->u.str.len ? rules_find(r, name) : NULL;
+		if (t && t->kind == RULES_KIND_TIER)
+			tier = t;
+	}
+	assert_ptr_equal(v->tier, tier);
+	/* The load figures: those of a request holding only the arguments
+	 * of those names, where no lookup can pick another. */
+	memset(&only, 0, sizeof(only));
+	if ((d = rules_args_get(a, sh->in_use_arg)) != NULL)
+		add(&only, sh->in_use_arg, *d);
+	if ((d = rules_args_get(a, sh->free_arg)) != NULL)
+		add(&only, sh->free_arg, *d);
+	load = classify(r, &only);
+	assert_int_equal(v->load_known, load.load_known);
+	if (load.load_known) {
+		assert_int_equal(v->in_use, load.in_use);
+		assert_int_equal(v->free_conns, load.free_conns);
+	}
+}
+
+/* rules_request_decode() reads the message once and keeps only what the
+ * rules read; classifying it must give what classifying every decoded
+ * argument gives, whatever the message, and it must refuse exactly the
+ * broken ones. */
+static void test_request_decode(void **unused)
+{
+	static const char *const files[] = {
+		"{}",
+		"cost_argument: cost\n"
+		"identity: [api_key, tier, user, ip]\n"
+		"tiers: { argument: tier, default: free, free: { limits: [\"5/1m\"] },\n"
+		"         pro: { limits: [\"50/1m\"] }, gold: { limits: [] } }\n"
+		"endpoints:\n"
+		"  - { name: search, match: { method: POST, path: /api/search }, limits: [\"2/1m\"] }\n"
+		"  - { name: apihost, match: { host: api.example.com }, limits: [] }\n"
+		"priorities: { default: 1, classes: [ { priority: 3, match: { tier: [gold] } } ] }\n"
+		"shedding: { in_use: x, free: be_free }\n",
+		"identity: [user, a-name-of-thirty-one-characters]\n"
+		"tiers: { argument: plan, default: free, free: { limits: [\"5/1m\"] }, pro: { limits: [] } }\n"
+		"endpoints:\n"
+		"  - { name: t, match: { args: { test: [\"1\", \"true\", \"10.0.0.2\"] } }, limits: [] }\n",
+	};
+
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		struct rules *r = load(files[f]);
+
+		for (int round = 0; round < 3000; round++) {
+			static uint8_t buf[8192];
+			static struct rules_args a;
+			static struct rules_request q;
+			struct rules_verdict va, vq;
+			struct spop_wbuf w;
+			struct spop_cursor c, cq;
+			unsigned n;
+
+			spop_wbuf_init(&w, buf, sizeof(buf));
+			n = random_message(&w);
+			assert_false(w.err);
+			c.p = buf;
+			c.end = buf + w.len;
+			rules_args_from_kv(&a, c, n);
+			va = classify(r, &a);
+			cq = c;
+			assert_int_equal(rules_request_decode(r, &q, &cq, n), 0);
+			assert_ptr_equal(cq.p, c.end);
+			memset(&vq, 0x5a, sizeof(vq));
+			rules_classify_request(r, &q, &vq);
+			assert_ptr_equal(vq.rule, va.rule);
+			assert_ptr_equal(vq.tier, va.tier);
+			assert_int_equal(vq.priority, va.priority);
+			assert_int_equal(vq.shadow, va.shadow);
+			assert_int_equal(vq.shed_shadow, va.shed_shadow);
+			assert_int_equal(vq.on_failure, va.on_failure);
+			assert_int_equal(vq.cost, va.cost);
+			assert_int_equal(vq.identity, va.identity);
+			assert_true(same_value(vq.identity_val, va.identity_val));
+			assert_int_equal(vq.load_known, va.load_known);
+			if (va.load_known) {
+				assert_int_equal(vq.in_use, va.in_use);
+				assert_int_equal(vq.free_conns, va.free_conns);
+			}
+			check_by_definition(r, &a, &vq);
+			/* Cut anywhere, or announcing one more item: broken. */
+			if (w.len > 0) {
+				cq.p = buf;
+				cq.end = buf + rnd() % w.len;
+				assert_int_equal(rules_request_decode(r, &q, &cq, n), -1);
+			}
+			cq = c;
+			assert_int_equal(rules_request_decode(r, &q, &cq, n + 1), -1);
+		}
+		rules_release(r);
+	}
 }
 
 /* ---- defaults ----------------------------------------------------------------- */
@@ -1419,6 +1634,7 @@ int main(void)
 		cmocka_unit_test(test_cost),
 		cmocka_unit_test(test_identity),
 		cmocka_unit_test(test_load_figures),
+		cmocka_unit_test(test_request_decode),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -903,6 +903,76 @@ static void test_actions(void **state)
 	assert_memory_equal(b, unset, sizeof(unset));
 }
 
+/* One variable written both ways: through a compile-time head, and field by
+ * field with spop_put_set_var(). With room for every byte the two must be
+ * identical; with any less, both must refuse (w->err) and write nothing
+ * past the capacity. */
+static void check_var_both_ways(const struct spop_var *var, const char *name,
+				const struct spop_data *d)
+{
+	static uint8_t a[8192], b[8192];
+	struct spop_wbuf wa, wb;
+	size_t full;
+
+	spop_wbuf_init(&wb, b, sizeof(b));
+	spop_put_set_var(&wb, SPOP_SCOPE_TXN, name, strlen(name), d);
+	assert_int_equal(wb.err, 0);
+	full = wb.len;
+	for (size_t cap = 0; cap <= full; cap++) {
+		memset(a, 0xAA, sizeof(a));
+		spop_wbuf_init(&wa, a, cap);
+		if (d->type == SPOP_T_INT64)
+			spop_put_var_int64(&wa, var, d->u.i64);
+		else if (d->type == SPOP_T_STR)
+			spop_put_var_str(&wa, var, d->u.str.ptr, d->u.str.len);
+		else
+			spop_put_var_bool(&wa, var, d->u.boolean);
+		assert_int_equal(wa.err, cap < full);
+		assert_true(wa.len <= cap);
+		assert_int_equal(a[cap], 0xAA);
+		if (cap == full) {
+			assert_int_equal(wa.len, full);
+			assert_memory_equal(a, b, full);
+		}
+	}
+	/* an error is sticky */
+	spop_wbuf_init(&wa, a, sizeof(a));
+	wa.err = 1;
+	spop_put_var_bool(&wa, var, 1);
+	spop_put_var_int64(&wa, var, 1);
+	spop_put_var_str(&wa, var, "x", 1);
+	assert_int_equal(wa.len, 0);
+}
+
+static void test_var_heads(void **state)
+{
+	static const struct spop_var status = SPOP_VAR(SPOP_SCOPE_TXN, "status");
+	static const struct spop_var longest =
+		SPOP_VAR(SPOP_SCOPE_TXN, "a-name-of-thirty-two-characters!");
+	static const int64_t ints[] = { 0, 1, 239, 240, 241, 2287, 2288, 264431, 264432,
+					-1, INT64_MIN, INT64_MAX, 429, 3600 };
+	static char text[5000];
+	static const size_t lens[] = { 0, 1, 16, 239, 240, 2287, 2288, sizeof(text) };
+	struct spop_data d;
+
+	(void)state;
+	assert_int_equal(longest.name_len, SPOP_VAR_NAME_MAX);
+	memset(text, 'x', sizeof(text));
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+		d = spop_int64(ints[i]);
+		check_var_both_ways(&status, "status", &d);
+		check_var_both_ways(&longest, "a-name-of-thirty-two-characters!", &d);
+	}
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		d = spop_strn(text, lens[i]);
+		check_var_both_ways(&status, "status", &d);
+	}
+	d = spop_bool(0);
+	check_var_both_ways(&status, "status", &d);
+	d = spop_bool(1);
+	check_var_both_ways(&longest, "a-name-of-thirty-two-characters!", &d);
+}
+
 static void test_agent_hello(void **state)
 {
 	static const uint8_t want[] = {
@@ -1299,6 +1369,7 @@ int main(void)
 		cmocka_unit_test(test_msg_iteration),
 		cmocka_unit_test(test_wbuf_sticky),
 		cmocka_unit_test(test_actions),
+		cmocka_unit_test(test_var_heads),
 		cmocka_unit_test(test_agent_hello),
 		cmocka_unit_test(test_disconnects),
 		cmocka_unit_test(test_haproxy_hello_engine),

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Counts the agent's instructions per answer with callgrind.
+
+    python3 bench/instructions.py --build build [--json]
+
+Timings on a shared machine move by tens of percent from one run to the
+next; instruction counts hardly move, so they show what a change to the
+request path costs. The agent (-t 1, the in-memory store, a limit no
+request reaches) runs under `valgrind --tool=callgrind`, driven by
+spop-bench with one connection and one request in flight. Each figure is
+
+    (instructions for LONG requests - instructions for SHORT) / (LONG - SHORT)
+
+so start-up, HELLO, the first sight of each key and shutdown cancel out and
+what is left is the steady cost of one answer, protocol and system call
+wrappers included. Two figures: a check-rate decision, and the ACK of an
+unknown message (the protocol alone: the floor under any decision).
+
+bench/run.py calls run() so that BENCHMARKS.md records them. Without
+valgrind the measurement is skipped (exit status 0, the reason on stderr).
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SHORT, LONG = 2000, 12000
+KEYS = "1000"
+HIGH_LIMIT = "1000000000/1h"
+# Under valgrind the agent starts and stops some 50 times slower.
+START_S = 60.0
+STOP_S = 60.0
+BENCH_S = 300.0
+
+MESSAGES = (("decision", "check-rate"), ("unknown", "unknown"))
+
+
+def missing_tool():
+    """Why the measurement cannot run here, or None."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is missing (Debian package valgrind)"
+    return None
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(proc, port, deadline):
+    """True once the agent accepts connections on port (it logs nothing
+    with -q, so a bare connection is the sign; it costs the same in the
+    short run as in the long one)."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def callgrind_total(path):
+    """The instruction total of a callgrind output file."""
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith(("totals:", "summary:")):
+                return int(line.split()[1])
+    raise RuntimeError("%s holds no total" % path)
+
+
+def count(agent_bin, bench_bin, message, requests, workdir):
+    """Instructions the agent ran to serve `requests` answers of `message`
+    (start and stop included)."""
+    port = free_port()
+    out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (message, requests))
+    log_path = os.path.join(workdir, "agent-%s-%d.log" % (message, requests))
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+           agent_bin, "-t", "1", "-q", "--listen", "127.0.0.1:%d" % port,
+           "--limit", HIGH_LIMIT]
+    with open(log_path, "wb") as log:
+        agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 cwd=ROOT)
+    try:
+        if not wait_listening(agent, port, time.monotonic() + START_S):
+            raise RuntimeError("agent under callgrind did not start: see %s" % log_path)
+        bench = subprocess.run(
+            [bench_bin, "--addr", "127.0.0.1:%d" % port, "--conns", "1", "--inflight", "1",
+             "--requests", str(requests), "--duration", "%d" % BENCH_S, "--keys", KEYS,
+             "--message", message, "--json"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=BENCH_S + 60, cwd=ROOT)
+        res = json.loads(bench.stdout.strip().splitlines()[-1]) if bench.stdout.strip() else {}
+        if bench.returncode != 0 or res.get("requests") != requests or res.get("errors"):
+            raise RuntimeError("spop-bench: exit %d, %s of %d answered: %s" % (
+                bench.returncode, res.get("requests"), requests, bench.stderr.strip()[-400:]))
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(STOP_S)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    if agent.returncode != 0:
+        raise RuntimeError("agent under callgrind exited with %d: see %s"
+                           % (agent.returncode, log_path))
+    files = glob.glob(out.replace("%p", "*"))
+    if len(files) != 1:
+        raise RuntimeError("expected one callgrind output, found %d" % len(files))
+    return callgrind_total(files[0])
+
+
+def run(agent_bin, bench_bin):
+    """Returns ({"decision": n, "unknown": n}, None), or (None, why not)."""
+    why = missing_tool()
+    if why:
+        return None, why
+    figures = {}
+    with tempfile.TemporaryDirectory(prefix="spoa-callgrind-") as workdir:
+        try:
+            for key, message in MESSAGES:
+                short = count(agent_bin, bench_bin, message, SHORT, workdir)
+                long_ = count(agent_bin, bench_bin, message, LONG, workdir)
+                figures[key] = round((long_ - short) / (LONG - SHORT))
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
+            return None, str(e)
+    return figures, None
+
+
+def report_lines(figures, why):
+    """The Markdown section of BENCHMARKS.md."""
+    L = ["## Instructions per answer (callgrind)", ""]
+    if figures is None:
+        L += ["Not measured: %s." % why, ""]
+        return L
+    L.append("| answer | instructions |")
+    L.append("|---|---:|")
+    L.append("| check-rate decision, in-memory store | %d |" % figures["decision"])
+    L.append("| ACK of an unknown message (protocol only) | %d |" % figures["unknown"])
+    L.append("")
+    L.append("The agent (`-t 1 --limit %s`) under `valgrind --tool=callgrind`, driven by "
+             "`spop-bench --conns 1 --inflight 1 --keys %s`: (instructions for %d "
+             "requests - instructions for %d) / %d, so start-up and shutdown cancel out. "
+             "Unlike the timings above, these counts hardly depend on the load of the "
+             "machine. Measured by `python3 bench/instructions.py`."
+             % (HIGH_LIMIT, KEYS, LONG, SHORT, LONG - SHORT))
+    L.append("")
+    return L
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build", help="build directory (default build)")
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    a = ap.parse_args()
+    agent_bin, bench_bin = (os.path.join(ROOT, a.build, name)
+                            for name in ("spoa-ratelimit", "spop-bench"))
+    missing = [b for b in (agent_bin, bench_bin) if not os.access(b, os.X_OK)]
+    if missing:
+        print("instructions: missing %s; run `make agent tools` first" % ", ".join(missing),
+              file=sys.stderr)
+        return 2
+    figures, why = run(agent_bin, bench_bin)
+    if figures is None:
+        if missing_tool():
+            print("instructions: skipped: %s" % why, file=sys.stderr)
+            return 0
+        print("instructions: failed: %s" % why, file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps(figures))
+    else:
+        print("instructions per in-memory decision: %d" % figures["decision"])
+        print("instructions per ACK of an unknown message: %d" % figures["unknown"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
