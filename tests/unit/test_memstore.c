@@ -429,7 +429,9 @@ static void test_next_ttl(void **unused)
 		sp.burst = x % 7 == 0 ? (x >> 20) % 5000 : 0;
 		sp.algo = (enum limit_algo)((x >> 30) % 3);
 		now = times[(x >> 33) % (sizeof(times) / sizeof(times[0]))];
-		st.a = x % 11 ? now + (int64_t)((x >> 40) % 100000000) - 50000000 : (int64_t)x;
+		/* near now, wrapping (in unsigned arithmetic) at the extremes */
+		st.a = x % 11 ? (int64_t)((uint64_t)now + (x >> 40) % 100000000 - 50000000)
+			      : (int64_t)x;
 		st.b = (int64_t)((x >> 17) % (sp.quota + 2));
 		st.c = (int64_t)((x >> 23) % 40);
 		if (x % 13 == 0)
