@@ -332,11 +332,10 @@ def _parse_nodes(text):
 class Reshard:
     """A running `redis-cli --cluster reshard`: wait() for it, or running()."""
 
-    def __init__(self, cluster, proc, what, to_port=None):
+    def __init__(self, cluster, proc, what):
         self.cluster = cluster
         self.proc = proc
         self.what = what
-        self.to_port = to_port
 
     def running(self):
         return self.proc.alive()
@@ -357,7 +356,7 @@ class Reshard:
         out = self.proc.log()
         if rc != 0:
             raise AssertionError("%s exited with %s:\n%s" % (self.what, rc, out[-3000:]))
-        self.cluster.wait_ok(new_owner=self.to_port)
+        self.cluster.wait_ok()
         return out
 
     def stop(self):
@@ -510,36 +509,11 @@ class Cluster(_Topology):
             return False, "nodes disagree on the layout"
         return True, next(iter(layouts.values()))
 
-    def wait_ok(self, timeout=60.0, new_owner=None):
+    def wait_ok(self, timeout=60.0):
         """Waits until the cluster is healthy and every live node agrees on
-        it (see _health); returns the number of seconds that took.
-
-        new_owner: the port of a master that has just taken slots (a
-        reshard). Redis 7.0 can leave a node with a stale view of those
-        slots when the new owner's config epoch is not the highest: its
-        claim is then not taken. After 3 s of disagreement, and every 3 s
-        while it lasts, that master bumps its epoch (CLUSTER BUMPEPOCH), so
-        that its claim wins. No other node's is bumped: a stale claim must
-        never win."""
+        it (see _health); returns the number of seconds that took."""
         t0 = time.monotonic()
-        state = {"since": None}
-
-        def check():
-            ok, why = self._health()
-            if ok or why != "nodes disagree on the layout":
-                state["since"] = None
-                return ok, why
-            now = time.monotonic()
-            state["since"] = state["since"] or now
-            if new_owner is not None and now - state["since"] > 3.0:
-                state["since"] = now  # again in 3 s if it still disagrees
-                try:
-                    self.command(new_owner, "CLUSTER", "BUMPEPOCH")
-                except Exception:  # noqa: BLE001 - a node may be loading
-                    pass
-            return ok, why
-
-        _wait(check, timeout, "the cluster to be ok on every node", 0.05)
+        _wait(self._health, timeout, "the cluster to be ok on every node", 0.05)
         return time.monotonic() - t0
 
     # ---- what the cluster looks like
@@ -675,8 +649,7 @@ class Cluster(_Topology):
         name = "reshard-%d" % self._n
         proc = harness.Proc(name, argv, os.path.join(self.dir, name + ".log"))
         self.procs.append(proc)
-        handle = Reshard(self, proc, "reshard of %d slots %d -> %d" % (nslots, from_port, to_port),
-                         to_port)
+        handle = Reshard(self, proc, "reshard of %d slots %d -> %d" % (nslots, from_port, to_port))
         self._bg.append(handle)
         if not background:
             handle.wait(timeout)
