@@ -135,4 +135,8 @@ struct rules {
  * classifier to compare the others. */
 size_t rules_host_noport(const char *h, size_t len);
 
+/* Derives, once the file is read, what every answer needs of the rules
+ * (rules_derive.c). */
+void rules_derive(struct rules *r);
+
 #endif

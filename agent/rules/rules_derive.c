@@ -1,0 +1,141 @@
+/* rules_derive.c: what every answer needs of loaded rules, computed once
+ * when they load (and the hash states again when the process sets its
+ * hashing key): each rule's RateLimit-Policy value and policy names, its
+ * store field names and its share of each limit for the local failure
+ * policy; the table that finds the arguments the rules use; the identity
+ * hash prefixes. Private to the rules module (rules_int.h). */
+#include "rules_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "rlheader.h"
+
+/* Policy names: the rule's name when it has one limit, else the rule's name
+ * and the limit's period ("free-1m"); the loader keeps periods distinct
+ * within a rule, so names are unique within the field. */
+static void derive_rule(struct rule *r, int agents)
+{
+	static const char algo[] = { 't', 's', 'f' };
+	char period[32];
+
+	r->policy[0] = '\0';
+	for (size_t i = 0; i < r->nlimits; i++) {
+		struct limit_spec *l = &r->local[i];
+
+		if (r->nlimits == 1) {
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s", r->name);
+		} else {
+			limit_format_period(r->limits[i].period_us, period, sizeof(period));
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-%s", r->name, period);
+		}
+		_Static_assert(RULES_PNAME_SF_MAX >= RLHEADER_NAME_MAX(RULES_PNAME_MAX - 1) &&
+			       RULES_PNAME_SF_MAX <= UINT8_MAX + 1, "a quoted policy name fits");
+		r->pname_sf_len[i] = (uint8_t)rlheader_name(r->pname_sf[i], sizeof(r->pname_sf[i]),
+							    r->pname[i]);
+		if (rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
+					   r->limits[i].quota,
+					   limit_ceil_s(r->limits[i].period_us)) < 0) {
+			/* keeps the items that fit */
+		}
+		snprintf(r->lid[i], sizeof(r->lid[i]), "%c%llu/%lld/%llu",
+			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
+			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
+			 (unsigned long long)r->limits[i].burst);
+		/* The local policy shares the limit among the agents; each
+		 * keeps at least one request per period. */
+		*l = r->limits[i];
+		l->quota = r->limits[i].quota / (uint64_t)agents;
+		if (l->quota == 0)
+			l->quota = 1;
+		if (l->burst) {
+			l->burst /= (uint64_t)agents;
+			if (l->burst == 0)
+				l->burst = 1;
+		}
+	}
+}
+
+/* The match conditions of the file: every endpoint's, then every class's. */
+static const struct match *match_at(const struct rules *r, size_t i)
+{
+	size_t neps = r->nrules - r->ntiers;
+
+	return i < neps ? &r->ep[i] : &r->classes[i - neps].m;
+}
+
+/* The names classification reads (enum arg_slot), each once in a hash
+ * chain. Method, path and host are read only when some condition names
+ * them; the cost argument only when there is one. */
+static void derive_lookup(struct rules *r)
+{
+	const char *names[SLOT_N] = { NULL };
+	uint8_t n = 0;
+
+	for (size_t i = 0; i < r->nrules - r->ntiers + r->nclasses; i++) {
+		const struct match *m = match_at(r, i);
+
+		if (m->method.n)
+			names[SLOT_METHOD] = "method";
+		if (m->path.n)
+			names[SLOT_PATH] = "path";
+		if (m->host.n)
+			names[SLOT_HOST] = "host";
+		if (m->nargs)
+			r->match_args = true;
+	}
+	names[SLOT_TIER] = r->tier_arg;
+	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
+	names[SLOT_IN_USE] = r->shed.in_use_arg;
+	names[SLOT_FREE] = r->shed.free_arg;
+	for (size_t k = 0; k < r->identity.n; k++)
+		names[SLOT_IDENTITY + k] = r->identity.name[k];
+	for (unsigned s = 0; s < SLOT_N; s++) {
+		size_t len;
+		unsigned b, j;
+
+		if (!names[s])
+			continue;
+		len = strlen(names[s]);
+		b = arg_bucket(names[s], len);
+		for (j = r->bucket[b]; j; j = r->lookup[j - 1].next)
+			if (r->lookup[j - 1].len == len && memcmp(r->lookup[j - 1].name, names[s], len) == 0)
+				break;
+		if (j) {
+			r->lookup[j - 1].also |= (uint16_t)(1u << s);
+			continue;
+		}
+		r->lookup[n].name = names[s];
+		r->lookup[n].len = (uint8_t)len;
+		r->lookup[n].next = r->bucket[b];
+		r->lookup[n].slot = (uint8_t)s;
+		r->lookup[n].also = 0;
+		r->bucket[b] = ++n;
+	}
+}
+
+/* The hash states rules_identity_prefix() hands out, under the secret. */
+static void derive_prefixes(struct rules *r)
+{
+	for (size_t k = 0; k < r->identity.n; k++)
+		identity_prefix_init(&r->id_prefix[k], r->secret, r->identity.name[k],
+				     strlen(r->identity.name[k]));
+	identity_prefix_init(&r->id_prefix[RULES_IDENTITY_MAX], r->secret, IDENTITY_ANONYMOUS,
+			     strlen(IDENTITY_ANONYMOUS));
+}
+
+void rules_derive(struct rules *r)
+{
+	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
+
+	for (size_t i = 0; i < r->nrules; i++)
+		derive_rule(&r->rule[i], agents);
+	derive_lookup(r);
+	derive_prefixes(r);
+}
+
+void rules_set_secret(struct rules *r, const uint8_t key[16])
+{
+	memcpy(r->secret, key, 16);
+	derive_prefixes(r);
+}
