@@ -84,111 +84,23 @@ WINDOW = 32               # requests in flight per connection at most
 PROMOTE_TIMEOUT = 30.0
 DRAIN_S = 3.0
 
-# ---- a minimal SPOP 2.0 client ---------------------------------------------------
+# ---- the SPOP client: tests/e2e/spop.py ------------------------------------------
 
-HAPROXY_HELLO, NOTIFY, AGENT_HELLO, AGENT_DISCONNECT, ACK = 1, 3, 101, 102, 103
-T_NULL, T_BOOL, T_UINT32, T_INT64, T_IPV4, T_STR = 0, 1, 3, 4, 6, 8
-
-
-def varint(i):
-    if i < 240:
-        return bytes([i])
-    out = bytearray([(i | 0xF0) & 0xFF])
-    i = (i - 240) >> 4
-    while i >= 128:
-        out.append((i | 0x80) & 0xFF)
-        i = (i - 128) >> 7
-    out.append(i)
-    return bytes(out)
-
-
-def unvarint(buf, pos):
-    i = buf[pos]
-    pos += 1
-    if i < 240:
-        return i, pos
-    r = 4
-    while True:
-        b = buf[pos]
-        pos += 1
-        i += b << r
-        r += 7
-        if b < 128:
-            return i, pos
-
-
-def name(s):
-    s = s.encode()
-    return varint(len(s)) + s
-
-
-def typed(t, v):
-    if t == T_NULL:
-        return bytes([T_NULL])
-    if t in (T_UINT32, T_INT64):
-        return bytes([t]) + varint(v)
-    if t == T_IPV4:
-        return bytes([t]) + bytes(v)
-    b = v.encode()
-    return bytes([t]) + varint(len(b)) + b
-
-
-def frame(ftype, payload, sid=0, fid=0):
-    body = bytes([ftype]) + struct.pack(">I", 1) + varint(sid) + varint(fid) + payload
-    return struct.pack(">I", len(body)) + body
-
-
-def hello():
-    return frame(HAPROXY_HELLO, name("supported-versions") + typed(T_STR, "2.0")
-                 + name("max-frame-size") + typed(T_UINT32, 16380)
-                 + name("capabilities") + typed(T_STR, "pipelining"))
+from spop import (ACK, AGENT_DISCONNECT, AGENT_HELLO, NOTIFY,  # noqa: E402
+                  ack_vars, check_rate_args, decode_varint, frame, hello)
+from spop import notify_payload as spop_notify_payload  # noqa: E402
 
 
 def notify_payload(client):
     """A check-rate message as HAProxy sends it, for client number `client`."""
-    args = [("ip", typed(T_IPV4, [10, 9, client >> 8 & 255, client & 255])),
-            ("method", typed(T_STR, "GET")), ("path", typed(T_STR, "/api/items")),
-            ("host", typed(T_STR, "api.example.com")),
-            ("api_key", typed(T_STR, api_key(client))),
-            ("user", typed(T_NULL, None)), ("tier", typed(T_NULL, None)),
-            ("be_in_use", typed(T_INT64, 10)), ("be_free", typed(T_INT64, 90))]
-    return name("check-rate") + bytes([len(args)]) + b"".join(name(k) + v for k, v in args)
+    ip = "10.9.%d.%d" % (client >> 8 & 255, client & 255)
+    return spop_notify_payload([("check-rate", check_rate_args(
+        ip=ip, method="GET", path="/api/items", host="api.example.com",
+        api_key=api_key(client), be_in_use=10, be_free=90))])
 
 
 def api_key(client):
     return "fo-%04d" % client
-
-
-def ack_vars(payload):
-    """The set-var actions of an ACK: {name: int, bool or str}."""
-    out, pos = {}, 0
-    while pos < len(payload):
-        act, nb = payload[pos], payload[pos + 1]
-        pos += 3  # action, nb-args, scope
-        n, pos = unvarint(payload, pos)
-        key = payload[pos:pos + n].decode()
-        pos += n
-        if act != 1:  # unset-var: no value
-            continue
-        tb = payload[pos]
-        pos += 1
-        t = tb & 15
-        if t == T_BOOL:
-            out[key] = bool(tb & 16)
-        elif t in (2, 3, 4, 5):
-            v, pos = unvarint(payload, pos)
-            if t == 4 and v >= 1 << 63:
-                v -= 1 << 64
-            out[key] = v
-        elif t in (T_STR, 9):
-            n, pos = unvarint(payload, pos)
-            out[key] = payload[pos:pos + n].decode(errors="replace")
-            pos += n
-        elif t == T_NULL:
-            out[key] = None
-        else:
-            raise ValueError("ACK: typed data %d" % t)
-    return out
 
 
 class Loader(threading.Thread):
@@ -223,8 +135,8 @@ class Loader(threading.Thread):
                 return
             body = bytes(buf[4:4 + n])
             del buf[:4 + n]
-            sid, pos = unvarint(body, 5)
-            fid, pos = unvarint(body, pos)
+            sid, pos = decode_varint(body, 5)
+            fid, pos = decode_varint(body, pos)
             yield body[0], sid, body[pos:]
 
     def _run(self):
@@ -264,7 +176,7 @@ class Loader(threading.Thread):
                 while len(inflight) < WINDOW and next_t <= now:
                     c = (n * self.nconns + self.j) % self.nclients
                     n += 1
-                    out.append(frame(NOTIFY, self.payloads[c], sid, 1))
+                    out.append(frame(NOTIFY, self.payloads[c], sid=sid, fid=1))
                     inflight[sid] = c
                     sid += 2
                     next_t += interval
