@@ -31,6 +31,20 @@ SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
                           r"runtime error:|ThreadSanitizer|Segmentation fault")
 
 
+def tail_logs(procs, tail):
+    """The last `tail` lines of each process's log, under a header naming
+    it, for a failure report; a log that cannot be read is left out."""
+    out = []
+    for p in procs:
+        try:
+            lines = p.log().splitlines()
+        except OSError:
+            continue
+        out.append("---- %s (%s), last %d lines:" % (p.name, p.log_path, tail))
+        out.extend(lines[-tail:])
+    return "\n".join(out)
+
+
 class Skip(Exception):
     """Raised by a test that cannot run here."""
 
@@ -393,15 +407,7 @@ class Harness:
 
     def logs(self, tail=40):
         """The last lines of every log, for a failure report."""
-        out = []
-        for p in self.procs:
-            try:
-                lines = p.log().splitlines()
-            except OSError:
-                continue
-            out.append("---- %s (%s), last %d lines:" % (p.name, p.log_path, tail))
-            out.extend(lines[-tail:])
-        return "\n".join(out)
+        return tail_logs(self.procs, tail)
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)

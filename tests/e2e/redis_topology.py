@@ -275,15 +275,7 @@ class _Topology:
 
     def logs(self, tail=15):
         """The last lines of every process's log, for a failure report."""
-        out = []
-        for p in self.procs:
-            try:
-                lines = p.log().splitlines()
-            except OSError:
-                continue
-            out.append("---- %s (%s), last %d lines:" % (p.name, p.log_path, tail))
-            out.extend(lines[-tail:])
-        return "\n".join(out)
+        return harness.tail_logs(self.procs, tail)
 
     def __enter__(self):
         return self
