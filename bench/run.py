@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
-    python3 bench/run.py --build build [--quick] [--only memory|redis] [--output FILE]
+    python3 bench/run.py --build build [--quick] [--only memory|redis|haproxy] [--output FILE]
 
 Every configuration runs in the same invocation, so the ratios between them
 hold even on a noisy shared machine. Each run starts a fresh agent on a free
@@ -11,7 +11,8 @@ run of each configuration is reported. The Redis store's configurations
 (bench/redis_bench.py) follow the in-memory ones, each run with a fresh
 redis-server as well. After the in-memory runs, bench/instructions.py counts
 the agent's instructions per decision and per protocol-only answer under
-callgrind (skipped without valgrind).
+callgrind (skipped without valgrind). Last, bench/haproxy_bench.py measures
+the whole path through a real HAProxy with wrk (skipped without wrk).
 
 Exit status: 0 when every run was clean and every count was as expected,
 1 otherwise (the report is written either way), 2 on bad usage.
@@ -32,6 +33,7 @@ import tempfile
 import time
 import types
 
+import haproxy_bench
 import instructions
 import redis_bench
 
@@ -267,10 +269,10 @@ def fmt_us(v):
     return "%.0f" % v if v >= 100 else "%.1f" % v
 
 
-def in_memory_section(rows, ncpu):
+def in_memory_section(rows, ncpu, only):
     """The in-memory store's table, how to read it and its commands."""
     if not rows:
-        return ["Not run (`--only redis`).", ""]
+        return ["Not run (`--only %s`)." % only, ""]
     L = []
     L.append("| # | configuration | answers/s | vs baseline | p50 us | p99 us | p99.9 us "
              "| 429 answers | CPU agent / generator | all runs (answers/s) |")
@@ -343,7 +345,8 @@ def in_memory_section(rows, ncpu):
     return L
 
 
-def write_report(path, meta, rows, problems, redis_lines, insn_lines, ctx=None):
+def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_lines,
+                 ctx=None):
     ncpu, model = meta["machine"]
     L = []
     L.append("# Benchmarks")
@@ -369,9 +372,10 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, ctx=None):
     L.append("")
     L.append("## In-memory store")
     L.append("")
-    L.extend(in_memory_section(rows, ncpu))
+    L.extend(in_memory_section(rows, ncpu, meta["only"]))
     L.extend(insn_lines)
     L.extend(redis_lines)
+    L.extend(haproxy_lines)
     L.append("## Checks")
     L.append("")
     if problems:
@@ -399,7 +403,12 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, ctx=None):
                          "master and nowhere twice."
                          % (redis_bench.CLUSTER_KEYS * redis_bench.CLUSTER_QUOTA,
                             redis_bench.CLUSTER_KEYS, redis_bench.CLUSTER_QUOTA))
-    L.append("")
+            L.append("")
+        if getattr(ctx, "haproxy_rows", False):
+            L.append("HAProxy runs: every answer 2xx, no socket error, a decision per "
+                     "request in M and R and none in F, none refused or degraded, every "
+                     "agent stopped cleanly on SIGTERM.")
+            L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
@@ -409,8 +418,8 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--quick", action="store_true",
                     help="2 runs of 2 s each: a smoke check")
-    ap.add_argument("--only", choices=("memory", "redis"),
-                    help="run only the in-memory or only the Redis configurations")
+    ap.add_argument("--only", choices=("memory", "redis", "haproxy"),
+                    help="run only the in-memory, the Redis or the HAProxy configurations")
     ap.add_argument("--output", help="report path (default BENCHMARKS.md at the "
                     "repository root; BUILD/BENCHMARKS-quick.md with --quick, "
                     "BUILD/BENCHMARKS-ONLY.md with --only)")
@@ -452,7 +461,7 @@ def main():
     }
     steal0 = redis_bench.machine_idle()
     rows, problems, done = [], [], {}
-    confs = configurations() if a.only != "redis" else []
+    confs = configurations() if a.only in (None, "memory") else []
     redis_rows = None
     with tempfile.TemporaryDirectory(prefix="spoa-bench-") as logdir:
         for ci, (key, title, agent_args, gen, expect) in enumerate(confs, 1):
@@ -500,7 +509,7 @@ def main():
                 row["median"] = pick_median(row["runs"], key in OPEN_LOOP)
                 done[key] = row["median"]
         insn_lines = []
-        if a.only != "redis":
+        if a.only in (None, "memory"):
             # After the timed runs, so that valgrind's CPU disturbs none of them.
             figures, why = instructions.run(agent_bin, bench_bin)
             if figures is None and not instructions.missing_tool():
@@ -510,21 +519,30 @@ def main():
                 "%d per decision, %d per ACK of an unknown message"
                 % (figures["decision"], figures["unknown"])), flush=True)
             insn_lines = instructions.report_lines(figures, why)
-        if a.only != "memory":
-            ctx = types.SimpleNamespace(
-                root=ROOT, agent_bin=agent_bin, bench_bin=bench_bin, logdir=logdir,
-                runs=runs, duration=duration, quick=a.quick, problems=problems,
-                gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
-                Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
-                free_port=free_port, children_cpu_s=children_cpu_s, rel=rel,
-                fmt_us=fmt_us, memory=done)
+        ctx = types.SimpleNamespace(
+            root=ROOT, agent_bin=agent_bin, bench_bin=bench_bin, logdir=logdir,
+            runs=runs, duration=duration, quick=a.quick, problems=problems,
+            gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
+            Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
+            free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
+            rel=rel, fmt_us=fmt_us, memory=done)
+        if a.only in (None, "redis"):
             redis_rows = redis_bench.run(ctx)
+        haproxy_rows = None
+        if a.only in (None, "haproxy"):
+            haproxy_rows = haproxy_bench.run(ctx)
+            if "skipped" in haproxy_rows:
+                print("HAProxy configurations skipped: %s" % haproxy_rows["skipped"],
+                      flush=True)
+            else:
+                ctx.haproxy_rows = any(r["runs"] for r in haproxy_rows.values())
     steal1 = redis_bench.machine_idle()
     if steal0 and steal1 and steal1[2] > steal0[2]:
         meta["steal"] = 100 * (steal1[1] - steal0[1]) / (steal1[2] - steal0[2])
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
-    write_report(out, meta, rows, problems, redis_lines, insn_lines,
-                 ctx if a.only != "memory" else None)
+    haproxy_lines = (haproxy_bench.report(ctx, haproxy_rows)
+                     if haproxy_rows is not None else [])
+    write_report(out, meta, rows, problems, redis_lines, insn_lines, haproxy_lines, ctx)
     print("bench: wrote %s" % rel(out))
     if problems:
         print("bench: %d problem(s):" % len(problems), file=sys.stderr)

@@ -1,0 +1,647 @@
+"""The end-to-end benchmarks through a real HAProxy, run by bench/run.py in
+the same invocation as the others (or alone with `--only haproxy`).
+
+Every run starts a fresh HAProxy (`nbthread 1`), a fresh agent `-t 1` and,
+for R, a fresh redis-server, all on free loopback ports, then runs wrk
+against HAProxy's frontend for a bounded time and stops every process
+whatever happens. The rows:
+
+  H  HAProxy without the SPOE filter: what HAProxy alone costs (context)
+  F  the SPOE floor: the shipped SPOE configuration with its message
+     renamed `noop`, which the agent acknowledges without deciding (as it
+     does every message it does not know): HAProxy's SPOE path and the
+     agent's protocol and I/O, no decision
+  M  the shipped configuration (check-rate), the in-memory store deciding,
+     a limit high enough that nothing is refused
+  R  the same with a fresh redis-server, default batching
+
+The rows run round by round (H, F, M, R, then again), so that load from
+elsewhere on the machine falls on all of them alike; the median run of each
+is shown with every run listed. The backend answers inside HAProxy
+(`http-request return status 200` in backend `app`): the request takes the
+whole path a forwarded request takes up to the choice of a server, and no
+application server shares the CPUs. It is the cheapest realistic backend,
+and it makes the SPOE's share of HAProxy's work the largest it can be, so
+the ratios to F are the harshest.
+
+run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import redis_bench
+
+SPOE_CONF = os.path.join("spoe-conf", "ratelimit.conf")
+MESSAGE = "check-rate"
+NOOP = "noop"
+
+WRK_THREADS, WRK_CONNS = 1, 50
+# Clients by API key, in turn: the agent keeps (and Redis stores) a bucket
+# per key, as for a real population of clients.
+KEYS = 10000
+WRK_TIMEOUT = "2s"
+
+TARGETS = (("M", 0.95), ("R", 0.8))
+# A process at or above this share of one CPU is taken to set the pace.
+PACE_CPU = 90
+ORDER = ("H", "F", "M", "R")
+
+HAPROXY_START_S = 10.0
+HAPROXY_STOP_S = 5.0
+
+WRK_SCRIPT = """\
+-- %(keys)d clients, one API key each, in turn; the requests are built
+-- once, so the generator spends no time formatting them during the run.
+local requests, n = {}, 0
+function init(args)
+   for k = 1, %(keys)d do
+      requests[k] = wrk.format("GET", "/", {["X-Api-Key"] = string.format("k%%05d", k)})
+   end
+end
+function request()
+   n = n %% #requests + 1
+   return requests[n]
+end
+"""
+
+# The fields of haproxy.cfg that change per row and run are filled in by
+# haproxy_cfg(). It follows haproxy-examples/basic.cfg less the logging
+# (a line per request would measure the log) and with the application
+# answered in place.
+CFG_HEAD = """\
+global
+    nbthread 1
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client  30s
+    timeout server  30s
+    timeout http-request 10s
+
+frontend web
+    bind 127.0.0.1:%(port)d
+"""
+
+CFG_SPOE = """\
+    filter spoe engine ratelimit config "%(spoe)s"
+    http-request return status 429 content-type application/json lf-string '{"error":"rate_limited","retry_after":%%[var(txn.rl.retry_after)]}' hdr Retry-After "%%[var(txn.rl.retry_after)]" if { var(txn.rl.status) -m int eq 429 }
+    http-request return status 503 content-type application/json lf-string '{"error":"unavailable","retry_after":%%[var(txn.rl.retry_after)]}' hdr Retry-After "%%[var(txn.rl.retry_after)]" if { var(txn.rl.status) -m int eq 503 }
+    # The benchmark's own rule: a request the SPOE failed on (timeout,
+    # agent error) goes on in the shipped configuration; here it gets a
+    # 500, so that wrk counts it among the non-2xx answers.
+    http-request return status 500 if { var(txn.rl.error) -m found }
+    http-after-response set-header RateLimit-Policy "%%[var(txn.rl.policy)]" if { var(txn.rl.policy) -m found }
+    http-after-response set-header RateLimit "%%[var(txn.rl.ratelimit)]" if { var(txn.rl.ratelimit) -m found }
+"""
+
+CFG_APP = """\
+    default_backend app
+
+# The application, answered by HAProxy itself in place of a server.
+backend app
+    http-request return status 200 content-type text/plain string "ok"
+"""
+
+CFG_AGENTS = """
+backend ratelimit-agents
+    mode tcp
+    balance roundrobin
+    option spop-check
+    timeout connect 5s
+    timeout server 3m
+    server agent1 127.0.0.1:%(agent_port)d check inter 2s
+"""
+
+
+def haproxy_cfg(port, spoe=None, agent_port=None):
+    """haproxy.cfg for one run; without spoe, no SPOE filter (row H)."""
+    text = CFG_HEAD % {"port": port}
+    if spoe:
+        text += CFG_SPOE % {"spoe": spoe}
+    text += CFG_APP
+    if spoe:
+        text += CFG_AGENTS % {"agent_port": agent_port}
+    return text
+
+
+def spoe_conf(root, message):
+    """The shipped SPOE configuration, its message renamed when message is
+    not check-rate; everything else as shipped."""
+    with open(os.path.join(root, SPOE_CONF)) as f:
+        text = f.read()
+    if message == MESSAGE:
+        return text
+    text, n1 = re.subn(r"^(\s*messages\s+)%s\s*$" % MESSAGE, r"\g<1>" + message, text,
+                       flags=re.M)
+    text, n2 = re.subn(r"^(spoe-message\s+)%s\s*$" % MESSAGE, r"\g<1>" + message, text,
+                       flags=re.M)
+    if (n1, n2) != (1, 1):
+        raise RuntimeError("%s no longer has one `messages %s` and one `spoe-message %s` "
+                           "line" % (SPOE_CONF, MESSAGE, MESSAGE))
+    return text
+
+
+def essential_lines(text):
+    """The lines of a configuration that are not comments or blank."""
+    return [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def http_status(port):
+    """The status of one GET / on HAProxy's frontend, or None."""
+    req = urllib.request.Request("http://127.0.0.1:%d/" % port,
+                                 headers={"X-Api-Key": "warm-up"})
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (OSError, ValueError):
+        return None
+
+
+class HAProxy:
+    """haproxy -db on a configuration written for a free loopback port,
+    stopped on exit from `with`. Ready once a request through it is
+    answered 200 and, with an agent, once the agent saw that request."""
+
+    def __init__(self, ctx, binary, workdir, make_cfg, agent=None):
+        self.ctx = ctx
+        self.binary = binary
+        self.workdir = workdir
+        self.make_cfg = make_cfg
+        self.agent = agent
+        self.proc = None
+        self.port = None
+        self.cfg_path = None
+        self.cfg_text = None
+
+    def argv(self):
+        return [self.binary, "-db", "-f", self.cfg_path]
+
+    def log_tail(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-10:])
+        except OSError:
+            return ""
+
+    def _ready(self):
+        seen0 = self._notifies()
+        deadline = time.monotonic() + HAPROXY_START_S
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            # The first requests may meet an SPOE connection still being
+            # made (500 here): try again until one is answered.
+            if http_status(self.port) == 200 and (
+                    self.agent is None or self._notifies() > seen0):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def _notifies(self):
+        return self.agent.metrics().get("spoa_rl_notify_total", 0) if self.agent else 0
+
+    def __enter__(self):
+        # A port found free can be taken before HAProxy binds it; retry.
+        for attempt in range(3):
+            self.port = self.ctx.free_port()
+            self.cfg_text = self.make_cfg(self.port)
+            self.cfg_path = os.path.join(self.workdir, "haproxy-%d.cfg" % self.port)
+            self.log_path = os.path.join(self.workdir, "haproxy-%d.log" % self.port)
+            with open(self.cfg_path, "w") as f:
+                f.write(self.cfg_text)
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=log, cwd=self.ctx.root)
+            try:
+                if self._ready():
+                    return self
+            except BaseException:
+                self.stop()
+                raise
+            self.stop()
+            tail = self.log_tail()
+            if "bind" not in tail.lower() or attempt == 2:
+                raise RuntimeError("haproxy did not answer 200: %s\n%s"
+                                   % (" ".join(self.argv()), tail))
+        raise RuntimeError("haproxy did not start")
+
+    def stop(self):
+        if self.proc is None:
+            return
+        redis_bench.terminate(self.proc, HAPROXY_STOP_S)
+        self.proc = None
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class MemoryAgent(redis_bench.RedisAgent):
+    """The agent with --metrics and the in-memory store: ready once its
+    metrics endpoint answers."""
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + redis_bench.READY_S
+        while time.monotonic() < deadline and self.agent.proc.poll() is None:
+            try:
+                if "spoa_rl_notify_total" in self.metrics():
+                    return self.agent.proc.poll() is None
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        return False
+
+
+UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1e6, "m": 6e7}
+
+
+def _dur_us(text):
+    m = re.match(r"^([\d.]+)(us|ms|s|m)$", text)
+    return float(m.group(1)) * UNIT_US[m.group(2)] if m else None
+
+
+def parse_wrk(out):
+    """wrk --latency's report as a dict, or None when it has no rate."""
+    m = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)
+    n = re.search(r"^\s*(\d+) requests in ([\d.]+\w+),", out, re.M)
+    if not m or not n:
+        return None
+    res = {"rps": float(m.group(1)), "requests": int(n.group(1)), "non2xx": 0,
+           "socket_errors": {}}
+    for pct, key in (("50", "p50_us"), ("90", "p90_us"), ("99", "p99_us")):
+        p = re.search(r"^\s*%s%%\s+(\S+)" % pct, out, re.M)
+        res[key] = _dur_us(p.group(1)) if p else None
+    e = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if e:
+        res["socket_errors"] = {k: int(v) for k, v in zip(
+            ("connect", "read", "write", "timeout"), e.groups()) if int(v)}
+    x = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if x:
+        res["non2xx"] = int(x.group(1))
+    return res
+
+
+def once(ctx, row, workdir):
+    """One run of a row: fresh Redis (R), agent (not H), HAProxy, then wrk.
+    Returns (result, None) or (None, error)."""
+    key = row["key"]
+    with contextlib.ExitStack() as stack:
+        rd = ag = None
+        agent_args = ["-t", "1", "--limit", ctx.high_limit]
+        if key == "R":
+            rd = stack.enter_context(redis_bench.RedisServer(ctx))
+            ag = stack.enter_context(redis_bench.RedisAgent(ctx, agent_args + ["--redis",
+                                                                                rd.addr]))
+        elif key in ("F", "M"):
+            ag = stack.enter_context(MemoryAgent(ctx, agent_args))
+        if ag is None:
+            make = haproxy_cfg
+        else:
+            spoe, aport = row["spoe_path"], ag.agent.port
+            make = lambda port: haproxy_cfg(port, spoe, aport)
+        hp = stack.enter_context(HAProxy(ctx, ctx.haproxy, workdir, make, ag))
+        wrk = ["wrk", "-t", str(WRK_THREADS), "-c", str(WRK_CONNS), "-d", "%gs" % ctx.duration,
+               "--timeout", WRK_TIMEOUT, "--latency", "-s", ctx.wrk_script,
+               "http://127.0.0.1:%d/" % hp.port]
+        pids = {"haproxy": hp.proc.pid}
+        if ag:
+            pids["agent"] = ag.agent.proc.pid
+        if rd:
+            pids["redis"] = rd.proc.pid
+        m0 = ag.metrics() if ag else {}
+        c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
+        g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
+        try:
+            p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=ctx.duration + 30, cwd=ctx.root)
+        except subprocess.TimeoutExpired:
+            return None, "wrk did not finish in %.0f s" % (ctx.duration + 30)
+        wall = time.monotonic() - t0
+        c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
+        g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
+        m1 = ag.metrics() if ag else {}
+        res = parse_wrk(p.stdout)
+        if res is None or p.returncode != 0:
+            return None, "wrk exit %d, no result: %s" % (
+                p.returncode, (p.stderr or p.stdout).strip()[-600:])
+        res["cpu"] = {k: (100 * (c1[k] - c0[k]) / wall
+                          if c0[k] is not None and c1[k] is not None else None) for k in pids}
+        res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
+        ok = i0 is not None and i1 is not None and i1[2] > i0[2]
+        res["idle"] = 100 * (i1[0] - i0[0]) / (i1[2] - i0[2]) if ok else None
+        res["steal"] = 100 * (i1[1] - i0[1]) / (i1[2] - i0[2]) if ok else None
+        hcpu = (c1["haproxy"] - c0["haproxy"]) if c0["haproxy"] is not None else None
+        res["haproxy_us"] = (1e6 * hcpu / res["requests"]
+                             if hcpu is not None and c1["haproxy"] is not None
+                             and res["requests"] else None)
+        res["metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
+        res["cmds"] = ([rd.cmdline()] if rd else []) + (
+            [redis_bench.quote(ag.agent.cmdline())] if ag else []) + [
+            redis_bench.quote([ctx.haproxy, "-db", "-f", hp.cfg_path]),
+            redis_bench.quote(wrk)]
+        res["cfg"] = hp.cfg_text
+        res["wrk_out"] = p.stdout
+    res["agent_exit"] = ag.agent.exit_code if ag else 0
+    return res, None
+
+
+def checks(key, res):
+    """The problems with one run's result."""
+    bad = []
+    if res["requests"] == 0:
+        bad.append("no request answered")
+    if res["non2xx"]:
+        bad.append("%d answers were not 2xx" % res["non2xx"])
+    if res["socket_errors"]:
+        bad.append("socket errors: %s" % ", ".join(
+            "%s %d" % kv for kv in sorted(res["socket_errors"].items())))
+    if res["agent_exit"] != 0:
+        bad.append("agent exit status on SIGTERM: %s" % res["agent_exit"])
+    d = res["metrics"]
+    n = res["requests"]
+    decisions = int(d.get("spoa_rl_decisions_total", 0))
+    notifies = int(d.get("spoa_rl_notify_total", 0))
+    if key == "F":
+        if decisions or notifies < n:
+            bad.append("the agent made %d decisions and saw %d NOTIFYs for %d requests "
+                       "(expected none and at least as many)" % (decisions, notifies, n))
+    elif key in ("M", "R"):
+        # Every request wrk counted had its decision; requests still in flight
+        # when wrk stopped may have had one too.
+        if not n <= decisions <= n + WRK_CONNS:
+            bad.append("%d decisions for %d requests (expected %d to %d)"
+                       % (decisions, n, n, n + WRK_CONNS))
+        for name in ("spoa_rl_limited_total", "spoa_rl_degraded_total",
+                     "spoa_rl_redis_timeouts_total", "spoa_rl_redis_unavailable_total",
+                     "spoa_rl_redis_errors_total"):
+            if d.get(name):
+                bad.append("%s went up by %d" % (name, d[name]))
+    return bad
+
+
+def tool(name, fallback=None):
+    path = shutil.which(name)
+    if path is None and fallback and os.access(fallback, os.X_OK):
+        path = fallback
+    return path
+
+
+def run(ctx):
+    """Runs the rows round by round; returns them for report(), or a dict
+    with only "skipped" when HAProxy or wrk is missing."""
+    ctx.haproxy = tool("haproxy", "/usr/sbin/haproxy")
+    if ctx.haproxy is None:
+        return {"skipped": "haproxy is not installed (Debian package haproxy)"}
+    if tool("wrk") is None:
+        return {"skipped": "wrk is not installed (Debian package wrk; "
+                           "scripts/install-deps.sh installs it)"}
+    try:
+        v = subprocess.run([ctx.haproxy, "-v"], capture_output=True, text=True, timeout=10)
+        m = re.search(r"version (\S+)", v.stdout)
+        ctx.haproxy_version = "HAProxy " + m.group(1) if m else None
+    except (OSError, subprocess.TimeoutExpired):
+        ctx.haproxy_version = None
+    workdir = os.path.join(ctx.logdir, "haproxy")
+    os.makedirs(workdir, exist_ok=True)
+    ctx.wrk_script = os.path.join(workdir, "clients.lua")
+    with open(ctx.wrk_script, "w") as f:
+        f.write(WRK_SCRIPT % {"keys": KEYS})
+
+    rows = {
+        "H": {"title": "HAProxy alone: no SPOE filter (context)"},
+        "F": {"title": "SPOE floor: message `%s`, acknowledged without a decision" % NOOP,
+              "message": NOOP},
+        "M": {"title": "`check-rate`, in-memory store, nothing refused", "message": MESSAGE},
+        "R": {"title": "`check-rate`, Redis (fresh redis-server), default batching, "
+                       "nothing refused", "message": MESSAGE},
+    }
+    for key, row in rows.items():
+        row.update(key=key, runs=[])
+        if "message" in row:
+            row["spoe_text"] = spoe_conf(ctx.root, row["message"])
+            row["spoe_path"] = os.path.join(workdir, "ratelimit-%s.conf" % row["message"])
+            with open(row["spoe_path"], "w") as f:
+                f.write(row["spoe_text"])
+    if shutil.which("redis-server") is None:
+        rows["R"]["skipped"] = "redis-server is not installed"
+        ctx.problems.append("HAProxy R: skipped, redis-server is not installed")
+
+    for r in range(ctx.runs):
+        for key in ORDER:
+            row = rows[key]
+            if row.get("skipped"):
+                continue
+            label = "[HAProxy %s] run %d/%d" % (key, r + 1, ctx.runs)
+            try:
+                res, err = once(ctx, row, workdir)
+            except (RuntimeError, OSError, ConnectionError) as e:
+                res, err = None, str(e)
+            if res is None:
+                ctx.problems.append("%s: %s" % (label, err))
+                print("%s: %s" % (label, err), flush=True)
+                continue
+            res["round"] = r
+            bad = checks(key, res)
+            for b in bad:
+                ctx.problems.append("%s: %s" % (label, b))
+            row["runs"].append(res)
+            print("%s: %.0f requests/s p50 %s us p99 %s us, %d requests, CPU HAProxy / "
+                  "agent / Redis / wrk %s, machine idle %s%s" % (
+                      label, res["rps"], _us(ctx, res["p50_us"]), _us(ctx, res["p99_us"]),
+                      res["requests"], cpu_text(res), _pct(res["idle"]),
+                "" if not bad else "  PROBLEM: " + "; ".join(bad)), flush=True)
+            if bad:
+                print(res["wrk_out"].strip(), flush=True)
+    for row in rows.values():
+        if row["runs"]:
+            row["median"] = ctx.pick_median(row["runs"], False)
+    return rows
+
+
+def _us(ctx, v):
+    return "-" if v is None else ctx.fmt_us(v)
+
+
+def _pct(v):
+    return "-" if v is None else "%.0f%%" % v
+
+
+def cpu_text(res):
+    return " / ".join(_pct(res["cpu"].get(k)) for k in ("haproxy", "agent", "redis", "wrk"))
+
+
+def per_round(rows, key):
+    """key's requests/s over F's, round by round (runs of the same round)."""
+    f = {r["round"]: r["rps"] for r in rows["F"]["runs"]}
+    return ["%.2fx" % (r["rps"] / f[r["round"]]) for r in rows[key]["runs"]
+            if f.get(r["round"])]
+
+
+def report(ctx, rows):
+    """The "Through HAProxy" section of BENCHMARKS.md, as a list of lines."""
+    L = ["## Through HAProxy", ""]
+    if "skipped" in rows:
+        L += ["Skipped: %s." % rows["skipped"], ""]
+        return L
+    if not any(r["runs"] for r in rows.values()):
+        L += ["No run succeeded (see Checks).", ""]
+        return L
+    L.append("End to end: wrk sends HTTP requests to HAProxy (%s, `nbthread 1`), whose "
+             "SPOE filter asks the agent (`-t 1`) about each one. Every run starts a "
+             "fresh HAProxy, agent and (R) redis-server on free loopback ports; the rows "
+             "run round by round (H, F, M, R, then again), %d rounds of %g s, and the "
+             "median run of each row is shown. HAProxy, the agent, Redis and wrk share "
+             "the machine's CPUs."
+             % (getattr(ctx, "haproxy_version", None) or "haproxy", ctx.runs, ctx.duration))
+    L.append("")
+    L.append("| # | configuration | requests/s | vs F | vs F, round by round | p50 us | p99 us "
+             "| HAProxy CPU us per request | CPU HAProxy / agent / Redis / wrk "
+             "| machine idle | stolen by the host | non-2xx, socket errors (all runs) "
+             "| all runs (requests/s) |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    f = rows["F"].get("median")
+    for key in ORDER:
+        row = rows[key]
+        m = row.get("median")
+        if not m:
+            L.append("| %s | %s | %s | | | | | | | | | | |"
+                     % (key, row["title"], "skipped: " + row["skipped"]
+                        if row.get("skipped") else "failed"))
+            continue
+        vs = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
+        rounds = ", ".join(per_round(rows, key)) if f and key != "F" else "-"
+        errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |" % (
+            key, row["title"], m["rps"], vs, rounds, _us(ctx, m["p50_us"]),
+            _us(ctx, m["p99_us"]),
+            "-" if m["haproxy_us"] is None else "%.1f" % m["haproxy_us"], cpu_text(m),
+            _pct(m["idle"]), _pct(m["steal"]),
+            sum(r["non2xx"] for r in row["runs"]), errs,
+            ", ".join("%.0f" % r["rps"] for r in row["runs"])))
+    L.append("")
+    for key, target in TARGETS:
+        m = rows[key].get("median")
+        if not (m and f):
+            L.append("- %s >= %.2fx of F: not measured." % (key, target))
+            continue
+        x = m["rps"] / f["rps"]
+        L.append("- %s against F: %.2fx (%.0f against %.0f requests/s); the target of "
+                 "at least %.2fx is %s." % (key, x, m["rps"], f["rps"], target,
+                                            "met" if x >= target else "NOT met"))
+    h = rows["H"].get("median")
+    if h and f:
+        L.append("- The SPOE floor itself: F answers %.2fx of H's requests/s (HAProxy "
+                 "without the filter), and HAProxy spends %s us of CPU per request with "
+                 "it against %s us without." % (
+                     f["rps"] / h["rps"],
+                     "-" if f["haproxy_us"] is None else "%.1f" % f["haproxy_us"],
+                     "-" if h["haproxy_us"] is None else "%.1f" % h["haproxy_us"]))
+    for key in ORDER:
+        m = rows[key].get("median")
+        if not m:
+            continue
+        # Who set the pace, when one process had a CPU to itself.
+        for who, name in (("wrk", "wrk"), ("haproxy", "HAProxy's thread")):
+            v = m["cpu"].get(who)
+            if v is not None and v >= PACE_CPU:
+                L.append("- In %s's median run %s used %.0f%% of a CPU: the figure is "
+                         "%s's limit on this machine as much as anything else's."
+                         % (key, name, v, name))
+    L.append("")
+
+    L.append("### How to read it")
+    L.append("")
+    L.append("- H is HAProxy with no SPOE filter, for context. F is the floor the agent "
+             "is measured against: the same HAProxy configuration as M and R, the shipped "
+             "SPOE file (`%s`) with its message renamed `%s` (`messages %s`, "
+             "`spoe-message %s`), which the agent acknowledges without deciding, as it "
+             "does every message it does not know: HAProxy's SPOE work and the agent's "
+             "SPOP and I/O, no decision. M sends `%s` and the agent decides with its "
+             "in-memory store; R decides with a fresh redis-server (`--redis`, default "
+             "batching). Both run `--limit %s`, so nothing is refused." % (
+                 SPOE_CONF, NOOP, NOOP, NOOP, MESSAGE, ctx.high_limit))
+    L.append("- The backend answers inside HAProxy (`http-request return status 200` in "
+             "backend `app`): each request goes through the frontend, the SPOE filter, "
+             "the rate-limit rules and the backend, as a forwarded request does up to "
+             "the choice of a server, and no application server competes for the CPUs. "
+             "That is the cheapest realistic backend, and it makes the SPOE's share of "
+             "HAProxy's work the largest it can be: with a real application behind "
+             "HAProxy the ratios to F would be closer to 1.")
+    L.append("- wrk: %d thread, %d connections kept alive, %g s per run, `--latency` "
+             "(p50 and p99 are wrk's, from the send of a request to its answer, in "
+             "microseconds), %d clients by `X-Api-Key` in turn (a bucket each, in the "
+             "agent or in Redis). It is a closed loop: latency is mostly queueing behind "
+             "the %d requests in flight." % (WRK_THREADS, WRK_CONNS, ctx.duration, KEYS,
+                                             WRK_CONNS))
+    L.append("- \"vs F\" compares medians; \"round by round\" divides each run by F's run "
+             "of the same round, which shows how much the machine moved between rounds. "
+             "CPU is percent of one CPU during the run (/proc/PID/stat utime + stime for "
+             "HAProxy, the agent and Redis; rusage of the finished child for wrk). "
+             "HAProxy near 100% means HAProxy's single thread set the pace; \"HAProxy "
+             "CPU us per request\" is its CPU time over the requests wrk counted, what "
+             "the SPOE (and the variables of the agent's answer, which the rules read) "
+             "costs HAProxy itself whatever the pace. \"Machine idle\" is the idle "
+             "share of all CPUs and \"stolen by the host\" the share the virtual "
+             "machine's host gave to something else (/proc/stat).")
+    L.append("- Checks, every run: wrk saw no non-2xx answer and no socket error (the "
+             "configuration turns an SPOE error or timeout into a 500, so a request that "
+             "went on without a decision is counted); the agent's metrics show no "
+             "decision in F and a NOTIFY per request, and in M and R a decision per "
+             "request (between the requests wrk counted and %d more, those in flight at "
+             "the end), none refused, none degraded; every agent stopped cleanly on "
+             "SIGTERM. A run that fails a check is listed under Checks and the exit "
+             "status is 1." % WRK_CONNS)
+    L.append("")
+
+    L.append("### Configuration and commands")
+    L.append("")
+    m = next((rows[k]["median"] for k in ("M", "R", "F") if rows[k].get("median")), None)
+    if m:
+        L.append("haproxy.cfg of M's median run, written to a temporary directory (F's "
+                 "differs only in the SPOE file it names, H's has no `filter spoe`, "
+                 "rate-limit rules or agents' backend):")
+        L.append("")
+        L.append("```")
+        L.extend(m["cfg"].rstrip("\n").splitlines())
+        L.append("```")
+        L.append("")
+    spoe = rows["M"].get("spoe_text")
+    if spoe:
+        L.append("The SPOE file M and R load: `%s` as shipped, without its comments:"
+                 % SPOE_CONF)
+        L.append("")
+        L.append("```")
+        L.extend(essential_lines(spoe))
+        L.append("```")
+        L.append("")
+        L.append("F's is the same with `messages %s` and `spoe-message %s`. wrk's script "
+                 "(`clients.lua`):" % (NOOP, NOOP))
+        L.append("")
+        L.append("```lua")
+        L.extend((WRK_SCRIPT % {"keys": KEYS}).rstrip("\n").splitlines())
+        L.append("```")
+        L.append("")
+    L.append("The median run's exact commands (ports are picked free at run time, files "
+             "are in a temporary directory):")
+    L.append("")
+    for key in ORDER:
+        row = rows[key]
+        L.append("%s. %s" % (key, row["title"]))
+        L.append("")
+        L.append("   ```")
+        if row.get("median"):
+            for c in row["median"]["cmds"]:
+                L.append("   " + c)
+        else:
+            L.append("   (no successful run)")
+        L.append("   ```")
+        L.append("")
+    return L
