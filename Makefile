@@ -4,7 +4,7 @@
 #   make asan       the whole suite under AddressSanitizer (build/asan)
 #   make ubsan      the whole suite under UndefinedBehaviorSanitizer
 #   make fuzz       libFuzzer runs of every fuzz target (clang), bounded
-#   make bench      the SPOP load generator against the agent -> BENCHMARKS.md
+#   make bench      SPOP and HTTP load against the agent, HAProxy -> BENCHMARKS.md
 #   make demo       HAProxy + agent + Redis on loopback, with traffic
 #   make install    the agent, its man page, systemd unit and rules file
 #                   (PREFIX=/usr/local, DESTDIR=); make uninstall
