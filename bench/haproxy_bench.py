@@ -359,7 +359,9 @@ def checks(key, res):
     if res["requests"] == 0:
         bad.append("no request answered")
     if res["non2xx"]:
-        bad.append("%d answers were not 2xx" % res["non2xx"])
+        bad.append("%d answers were not 2xx (nothing is refused here: HAProxy answers "
+                   "500 when the SPOE failed or passed its `timeout processing`)"
+                   % res["non2xx"])
     if res["socket_errors"]:
         bad.append("socket errors: %s" % ", ".join(
             "%s %d" % kv for kv in sorted(res["socket_errors"].items())))
@@ -544,6 +546,12 @@ def report(ctx, rows):
                      f["rps"] / h["rps"],
                      "-" if f["haproxy_us"] is None else "%.1f" % f["haproxy_us"],
                      "-" if h["haproxy_us"] is None else "%.1f" % h["haproxy_us"]))
+    mm = rows["M"].get("median")
+    if mm and f and mm["haproxy_us"] and f["haproxy_us"]:
+        L.append("- HAProxy's CPU per request is %.1f us in M against %.1f us in F, whose "
+                 "agent answers without variables: the difference is HAProxy's own work "
+                 "on an answer that sets them (and on the rules and headers that read "
+                 "them), not the agent's." % (mm["haproxy_us"], f["haproxy_us"]))
     for key in ORDER:
         m = rows[key].get("median")
         if not m:
