@@ -552,6 +552,14 @@ def report(ctx, rows):
                  "agent answers without variables: the difference is HAProxy's own work "
                  "on an answer that sets them (and on the rules and headers that read "
                  "them), not the agent's." % (mm["haproxy_us"], f["haproxy_us"]))
+    r = rows["R"].get("median")
+    if r and r["cpu"].get("haproxy") is not None and r["cpu"]["haproxy"] < PACE_CPU:
+        L.append("- In R HAProxy used %.0f%% of a CPU (machine idle %s): "
+                 "in a closed loop the rate is the %d connections over the latency "
+                 "(%d / %s us at p50 = %.0f/s), and R's latency holds a round trip to "
+                 "Redis and the wait for a batch." % (
+                     r["cpu"]["haproxy"], _pct(r["idle"]), WRK_CONNS, WRK_CONNS,
+                     _us(ctx, r["p50_us"]), 1e6 * WRK_CONNS / r["p50_us"]))
     for key in ORDER:
         m = rows[key].get("median")
         if not m:
