@@ -63,6 +63,7 @@ struct decide_decision {
 	const char *rule;
 	const char *policy;    /* points into the rules, or "" */
 	char ratelimit[RULES_PNAME_MAX + 64];
+	uint16_t ratelimit_len; /* strlen(ratelimit), 0 when there is none */
 	bool shadow;
 	bool degraded;
 	bool counted;          /* remaining and reset are known */
