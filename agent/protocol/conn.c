@@ -708,8 +708,14 @@ static void process_input(struct conn *c)
 	while (c->state == CONN_HELLO || c->state == CONN_READY) {
 		struct spop_frame f;
 		int status = SPOP_ST_INVALID;
-		int rc = spop_frame_peek(c->rbuf + c->rpos, c->rlen - c->rpos,
-					 c->max_frame, &f, &status);
+		int rc;
+
+		/* Not even a length (the buffer is drained, as a rule): what
+		 * spop_frame_peek() would say, without the call. */
+		if (c->rlen - c->rpos < 4)
+			break;
+		rc = spop_frame_peek(c->rbuf + c->rpos, c->rlen - c->rpos, c->max_frame, &f,
+				     &status);
 
 		if (rc == SPOP_NEED_MORE)
 			break;

@@ -229,7 +229,7 @@ int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
  * leaves *c at its first argument (1, 0 at the end of the region, -1 on
  * broken data); the caller then reads exactly `nargs` KV items with
  * spop_kv_next(), or skips them with spop_kv_skip(). */
-int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
+static inline int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
 /* Checks n KV items and leaves *c past them. Returns 0, or -1 when they are
  * broken or fewer than n (*c unchanged). */
 int spop_kv_skip(struct spop_cursor *c, unsigned n);
@@ -392,6 +392,21 @@ spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint
 	}
 	*p = s;
 	return SPOP_OK;
+}
+
+/* spop_msg_head() is inline: a NOTIFY calls it once per message and once
+ * more at the end of the list. */
+static inline int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (spop_str_get(&p, c->end, name) != SPOP_OK || p == c->end)
+		return -1;
+	*nargs = *p++;
+	c->p = p;
+	return 1;
 }
 
 /* spop_kv_next(), inline. */
