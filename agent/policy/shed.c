@@ -57,7 +57,17 @@ uint64_t shed_chance(const struct shed_config *c, int priority, int64_t in_use,
 		ramp = 0;
 	if (ramp > SHED_FULL)
 		ramp = SHED_FULL;
-	/* load >= t/FULL  <=>  in_use * FULL >= t * total */
+	/* load >= t/FULL  <=>  in_use * FULL >= t * total. Connection
+	 * counts (under 2^31, as a rule) keep these products within 64 bits. */
+	if (in_use < INT32_MAX && free_conns < INT32_MAX) {
+		int64_t total64 = in_use + free_conns, busy64 = in_use * SHED_FULL;
+		int64_t lo64 = t > ramp ? t - ramp : 0;
+
+		if (busy64 >= (int64_t)t * total64)
+			return CHANCE_ALL;
+		if (busy64 <= lo64 * total64)
+			return 0;
+	}
 	busy = (i128)in_use * SHED_FULL;
 	if (busy >= (i128)t * total)
 		return CHANCE_ALL;
