@@ -61,6 +61,14 @@ static int flush(struct conn *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
+/* The worker's prepare watcher (server.c) reaps closed connections and
+ * flushes answers that came later, before the loop blocks; it runs only
+ * while there is such work, and this starts it (idempotent). */
+static void want_prepare(struct worker *w)
+{
+	ev_prepare_start(w->loop, &w->reap_w);
+}
+
 /* ---- slots ------------------------------------------------------------- */
 
 static int slot_take(struct worker *w, struct conn *c)
@@ -193,6 +201,7 @@ void conn_close(struct conn *c)
 	STAT_INC(w->stats.closed);
 	c->next = w->conns.reap_list;
 	w->conns.reap_list = c;
+	want_prepare(w);
 }
 
 static void conn_destroy(struct conn *c)
@@ -655,6 +664,7 @@ void conn_answer(void *worker, const struct store_ref *ref, const struct decide_
 		c->in_flush = 1;
 		c->flush_next = w->conns.flush_list;
 		w->conns.flush_list = c;
+		want_prepare(w);
 	}
 }
 
