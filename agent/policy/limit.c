@@ -385,13 +385,6 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 	return ttl_norm(&v, spec->algo, st, now_us);
 }
 
-int64_t limit_ceil_s(int64_t us)
-{
-	if (us <= 0)
-		return 0;
-	return us / LIMIT_US_PER_S + (us % LIMIT_US_PER_S != 0);
-}
-
 /* ---- notation ------------------------------------------------------------------ */
 
 enum dur_err {

@@ -125,9 +125,19 @@ static char *param_at(char *p, char name, uint64_t v)
 	p[1] = name;
 	p[2] = '=';
 	end = p + 3 + digits(v);
-	for (p = end; v >= 100; v /= 100) {
+	/* four digits per division, then split in two pairs (r / 100 as a
+	 * multiplication, exact for r < 10000) */
+	for (p = end; v >= 10000; v /= 10000) {
+		uint32_t r = (uint32_t)(v % 10000), hi = r * 5243 >> 19;
+
+		p -= 4;
+		memcpy(p, pairs + 2 * hi, 2);
+		memcpy(p + 2, pairs + 2 * (r - 100 * hi), 2);
+	}
+	if (v >= 100) {
 		p -= 2;
 		memcpy(p, pairs + 2 * (v % 100), 2);
+		v /= 100;
 	}
 	if (v >= 10)
 		memcpy(p - 2, pairs + 2 * v, 2);
