@@ -58,7 +58,7 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 		value = identity_value(v.identity_val, text, sizeof(text), &vlen);
 	/* decide_key(), from the hash of "kind\0" the rules keep */
 	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
-			  strlen(v.rule->name), q->key);
+			  v.rule->name_len, q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -73,6 +73,8 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->reason = DECIDE_OK;
 	d->rule = q->rule->name;
 	d->policy = q->rule->policy;
+	d->rule_len = q->rule->name_len;
+	d->policy_len = q->rule->policy_len;
 	d->ratelimit[0] = '\0';
 	d->ratelimit_len = 0;
 	d->shadow = false;
@@ -244,7 +246,7 @@ void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
 	const char *rule = d->rule ? d->rule : "";
 	const char *policy = d->policy ? d->policy : "";
-	size_t rule_len = strlen(rule), policy_len = strlen(policy);
+	size_t rule_len = d->rule ? d->rule_len : 0, policy_len = d->policy ? d->policy_len : 0;
 	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len);
 	uint8_t tmp[ACTIONS_MAX_ALL];
 

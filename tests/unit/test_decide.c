@@ -195,6 +195,8 @@ static void test_result_several_limits(void **state)
 	assert_int_equal(d.retry_after, 3600);
 	assert_int_equal(d.limit, 1000);
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
+	assert_int_equal(d.policy_len, strlen(d.policy));
+	assert_int_equal(d.rule_len, strlen(d.rule));
 	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
 	/* Redis field names, derived once at load */
 	assert_string_equal(q.rule->lid[0], "t100/60000000/0");
@@ -405,6 +407,8 @@ static void test_actions_encoding(void **state)
 	d.reason = DECIDE_LIMITED;
 	d.rule = "default";
 	d.policy = "\"default\";q=5;w=10";
+	d.rule_len = (uint16_t)strlen(d.rule);
+	d.policy_len = (uint16_t)strlen(d.policy);
 	strcpy(d.ratelimit, "\"default\";r=0;t=9");
 	d.ratelimit_len = (uint16_t)strlen(d.ratelimit);
 	d.counted = true;
@@ -474,6 +478,8 @@ static void test_actions_near_the_end(void **state)
 	d.reason = DECIDE_STORE_DOWN;
 	d.rule = "pro-search";
 	d.policy = "\"pro-search-1m\";q=5;w=60, \"pro-search-1h\";q=50;w=3600";
+	d.rule_len = (uint16_t)strlen(d.rule);
+	d.policy_len = (uint16_t)strlen(d.policy);
 	strcpy(d.ratelimit, "\"pro-search-1h\";r=0;t=3600");
 	d.ratelimit_len = (uint16_t)strlen(d.ratelimit);
 	d.counted = true;
