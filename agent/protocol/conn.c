@@ -368,6 +368,10 @@ static int flush(struct conn *c)
 		}
 		return 0;
 	}
+	/* Everything sent: a connection that reads goes on reading (what
+	 * update_reading() would find), as a rule. */
+	if (c->reading && c->state == CONN_READY && !c->stopping && ev_is_active(&c->rio))
+		return 0;
 	update_reading(c);
 	return 0;
 }
