@@ -277,16 +277,25 @@ void conn_table_free(struct worker *w)
 
 /* ---- output -------------------------------------------------------------- */
 
-/* Makes room for `need` more bytes of output. Returns 0 or -1. */
-static int wbuf_reserve(struct conn *c, size_t need)
-{
-	size_t cap;
-	uint8_t *nb;
+static int wbuf_grow(struct conn *c, size_t need);
 
+/* Makes room for `need` more bytes of output. Returns 0 or -1. Inline:
+ * every answer asks, and there is room as a rule. */
+static inline int wbuf_reserve(struct conn *c, size_t need)
+{
 	if (c->wpos > 0 && c->wpos == c->wlen)
 		c->wpos = c->wlen = 0;
 	if (need <= c->wcap - c->wlen)
 		return 0;
+	return wbuf_grow(c, need);
+}
+
+/* wbuf_reserve() without room at the end of the buffer. */
+static int wbuf_grow(struct conn *c, size_t need)
+{
+	size_t cap;
+	uint8_t *nb;
+
 	if (c->wpos > 0) {
 		memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
 		c->wlen -= c->wpos;
