@@ -151,6 +151,8 @@ static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
 	if (w->stopping)
 		return;
 	w->stopping = 1;
+	/* on_prepare ends the loop once the connections are closed */
+	ev_prepare_start(loop, &w->reap_w);
 	ev_io_stop(loop, &w->accept_w);
 	ev_timer_stop(loop, &w->accept_pause_w);
 	conn_stop_all(w);
@@ -185,6 +187,10 @@ static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
 	worker_refresh_rules(a->data);
 }
 
+/* Runs before the loop blocks, but only while there is work for it: the
+ * connections start it when they queue a closed connection or an answer
+ * (conn.c), on_stop when the worker stops. A loop iteration that reads a
+ * NOTIFY and answers it at once has none. */
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = p->data;
@@ -194,6 +200,8 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 	conn_reap(w);
 	if (w->stopping && w->conns.nconns == 0)
 		ev_break(loop, EVBREAK_ALL);
+	if (!w->stopping && !w->conns.reap_list && !w->conns.flush_list)
+		ev_prepare_stop(loop, p);
 }
 
 static void *worker_main(void *arg)

@@ -58,7 +58,7 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 		value = identity_value(v.identity_val, text, sizeof(text), &vlen);
 	/* decide_key(), from the hash of "kind\0" the rules keep */
 	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
-			  strlen(v.rule->name), q->key);
+			  v.rule->name_len, q->key);
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -73,7 +73,10 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->reason = DECIDE_OK;
 	d->rule = q->rule->name;
 	d->policy = q->rule->policy;
+	d->rule_len = q->rule->name_len;
+	d->policy_len = q->rule->policy_len;
 	d->ratelimit[0] = '\0';
+	d->ratelimit_len = 0;
 	d->shadow = false;
 	d->degraded = false;
 	d->counted = false;
@@ -109,6 +112,7 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
 	const struct limit_result *r;
+	int n;
 
 	base(q, d);
 	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits) {
@@ -132,8 +136,11 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 				d->retry_after = 1;
 		}
 	}
-	rlheader_ratelimit_named(d->ratelimit, sizeof(d->ratelimit), q->rule->pname_sf[decider],
-				 q->rule->pname_sf_len[decider], (uint64_t)d->remaining, d->reset);
+	n = rlheader_ratelimit_named(d->ratelimit, sizeof(d->ratelimit),
+				     q->rule->pname_sf[decider], q->rule->pname_sf_len[decider],
+				     (uint64_t)d->remaining, d->reset);
+	/* on overflow the value is "", and no variable is sent */
+	d->ratelimit_len = n > 0 ? (uint16_t)n : 0;
 	shadow_shed(q, d);
 }
 
@@ -168,18 +175,20 @@ void decide_closed(const struct decide_query *q, struct decide_decision *d)
 	d->retry_after = 1;
 }
 
+/* Each reason and its text, written once for both users below. */
+#define REASONS(X) \
+	X(DECIDE_OK, "ok") X(DECIDE_LIMITED, "limited") X(DECIDE_SHED, "shed") \
+	X(DECIDE_STORE_DOWN, "store_down")
+
 const char *decide_reason_str(enum decide_reason r)
 {
+#define REASON_STR(e, text) \
+	case e: \
+		return text;
 	switch (r) {
-	case DECIDE_OK:
-		return "ok";
-	case DECIDE_LIMITED:
-		return "limited";
-	case DECIDE_SHED:
-		return "shed";
-	case DECIDE_STORE_DOWN:
-		return "store_down";
+		REASONS(REASON_STR)
 	}
+#undef REASON_STR
 	return "ok";
 }
 
@@ -188,28 +197,74 @@ const char *decide_reason_str(enum decide_reason r)
 #define VAR(name) \
 	__extension__({ static const struct spop_var var_ = SPOP_VAR(SPOP_SCOPE_TXN, name); &var_; })
 
-static inline __attribute__((always_inline)) void
-put_str(struct spop_wbuf *w, const struct spop_var *var, const char *val)
+/* The reason as a variable (decide_reason_str): a constant each, copied in
+ * a few moves. */
+static inline __attribute__((always_inline)) uint8_t *put_reason(uint8_t *p,
+								  enum decide_reason r)
 {
-	spop_put_var_str(w, var, val, strlen(val));
+#define REASON_PUT(e, text) \
+	case e: \
+		return spop_var_str_at(p, VAR("reason"), text, sizeof(text) - 1);
+	switch (r) {
+		REASONS(REASON_PUT)
+	}
+#undef REASON_PUT
+	return spop_var_str_at(p, VAR("reason"), "ok", 2);
+}
+
+/* The most bytes the actions take, with these strings: six integers, four
+ * strings (the reason at most 10 bytes), two booleans. */
+#define ACTIONS_MAX(strings) \
+	(6 * SPOP_VAR_INT64_MAX + 4 * SPOP_VAR_STR_MAX(0) + 10 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
+#define ACTIONS_MAX_ALL \
+	ACTIONS_MAX(RULES_NAME_MAX + RULES_POLICY_MAX + sizeof(((struct decide_decision *)0)->ratelimit))
+
+/* Writes the actions at p, which has room for ACTIONS_MAX() of the
+ * strings; returns their end. */
+static uint8_t *put_actions_at(uint8_t *p, const struct decide_decision *d, const char *rule,
+			       size_t rule_len, const char *policy, size_t policy_len)
+{
+	p = spop_var_int64_at(p, VAR("status"), d->status);
+	p = spop_var_int64_at(p, VAR("retry_after"), d->retry_after);
+	p = spop_var_int64_at(p, VAR("limit"), d->limit);
+	if (d->counted) {
+		p = spop_var_int64_at(p, VAR("remaining"), d->remaining);
+		p = spop_var_int64_at(p, VAR("reset"), d->reset);
+	}
+	p = spop_var_int64_at(p, VAR("priority"), d->priority);
+	p = put_reason(p, d->reason);
+	p = spop_var_str_at(p, VAR("rule"), rule, rule_len);
+	if (policy_len)
+		p = spop_var_str_at(p, VAR("policy"), policy, policy_len);
+	if (d->ratelimit_len)
+		p = spop_var_str_at(p, VAR("ratelimit"), d->ratelimit, d->ratelimit_len);
+	p = spop_var_bool_at(p, VAR("shadow"), d->shadow);
+	return spop_var_bool_at(p, VAR("degraded"), d->degraded);
 }
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 {
-	spop_put_var_int64(w, VAR("status"), d->status);
-	spop_put_var_int64(w, VAR("retry_after"), d->retry_after);
-	spop_put_var_int64(w, VAR("limit"), d->limit);
-	if (d->counted) {
-		spop_put_var_int64(w, VAR("remaining"), d->remaining);
-		spop_put_var_int64(w, VAR("reset"), d->reset);
+	const char *rule = d->rule ? d->rule : "";
+	const char *policy = d->policy ? d->policy : "";
+	size_t rule_len = d->rule ? d->rule_len : 0, policy_len = d->policy ? d->policy_len : 0;
+	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len);
+	uint8_t tmp[ACTIONS_MAX_ALL];
+
+	if (w->err)
+		return;
+	/* The room is checked once for all the actions. */
+	if (max <= w->cap - w->len) {
+		w->len = (size_t)(put_actions_at(w->buf + w->len, d, rule, rule_len, policy,
+						 policy_len) - w->buf);
+		return;
 	}
-	spop_put_var_int64(w, VAR("priority"), d->priority);
-	put_str(w, VAR("reason"), decide_reason_str(d->reason));
-	put_str(w, VAR("rule"), d->rule ? d->rule : "");
-	if (d->policy && d->policy[0])
-		put_str(w, VAR("policy"), d->policy);
-	if (d->ratelimit[0])
-		put_str(w, VAR("ratelimit"), d->ratelimit);
-	spop_put_var_bool(w, VAR("shadow"), d->shadow);
-	spop_put_var_bool(w, VAR("degraded"), d->degraded);
+	/* Near the end of the buffer: written aside, then copied if they
+	 * fit (else w->err, as any writer). A decision's strings come from
+	 * the rules, within their bounds. */
+	if (max > sizeof(tmp)) {
+		w->err = 1;
+		return;
+	}
+	spop_put_bytes(w, tmp, (size_t)(put_actions_at(tmp, d, rule, rule_len, policy, policy_len) -
+					tmp));
 }

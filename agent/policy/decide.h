@@ -62,7 +62,10 @@ struct decide_decision {
 	enum decide_reason reason;
 	const char *rule;
 	const char *policy;    /* points into the rules, or "" */
+	uint16_t rule_len;     /* strlen(rule), strlen(policy) */
+	uint16_t policy_len;
 	char ratelimit[RULES_PNAME_MAX + 64];
+	uint16_t ratelimit_len; /* strlen(ratelimit), 0 when there is none */
 	bool shadow;
 	bool degraded;
 	bool counted;          /* remaining and reset are known */

@@ -134,8 +134,8 @@ static int64_t ttl_of_reset(int64_t reset_us)
  * Everything is computed relative to now (tat - now, tat' - now): the same
  * exact values as absolute ticks, but small ones, so that divisions stay
  * within 64 bits (div_floor). */
-static void eval_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
-			uint32_t cost, struct limit_state *next, struct limit_result *res)
+static void eval_bucket128(const struct norm *v, const struct limit_state *st, int64_t now,
+			   uint32_t cost, struct limit_state *next, struct limit_result *res)
 {
 	i128 d = ((i128)st->a - now) * v->n + st->b;          /* tat - now */
 	i128 rel = (d > 0 ? d : 0) + (i128)cost * v->p;        /* tat' - now */
@@ -182,6 +182,59 @@ static void eval_bucket(const struct norm *v, const struct limit_state *st, int6
 			res->next_ttl_us = ttl_of_reset(res->reset_us);
 		}
 	}
+}
+
+/* eval_bucket128() in 64-bit arithmetic, for the figures of honest callers
+ * (a TAT within some periods of now, a product quota x period under
+ * 2^63): the same results, without the 128-bit products and the range
+ * checks of div_floor(). Returns false, having written nothing, when an
+ * intermediate would overflow; the caller then takes the 128-bit path. */
+static bool eval_bucket64(const struct norm *v, const struct limit_state *st, int64_t now,
+			  uint32_t cost, struct limit_state *next, struct limit_result *res)
+{
+	int64_t n = (int64_t)v->n, p = (int64_t)v->p, cap = (int64_t)v->cap;
+	int64_t x, d, rel, room, q, a;
+
+	if (__builtin_sub_overflow(st->a, now, &x))
+		return false;
+	if (__builtin_mul_overflow(x, n, &d) || __builtin_add_overflow(d, st->b, &d)) {
+		if (x >= 0)
+			return false;
+		/* A TAT long past (a fresh state's is 0): d is negative, and
+		 * only its sign is used below. */
+		d = -1;
+	}
+	if (__builtin_mul_overflow((int64_t)cost, p, &x) ||
+	    __builtin_add_overflow(d > 0 ? d : 0, x, &rel) || __builtin_mul_overflow(cap, p, &room))
+		return false;
+	if ((int64_t)cost > cap || rel > room) {
+		/* Refused (see eval_bucket128); d > 0 when rel > room. */
+		res->allowed = false;
+		res->retry_after_us = (int64_t)cost > cap ? p : (rel - room - 1) / n + 1;
+		res->reset_us = d > 0 ? (d - 1) / n + 1 : 0;
+		res->next_ttl_us = ttl_of_reset(res->reset_us);
+		*next = *st;
+		return true;
+	}
+	/* rel >= 0 (0 only for a look that takes nothing) */
+	q = rel / n;
+	if (__builtin_add_overflow(now, q, &a))
+		return false;
+	res->allowed = true;
+	res->remaining = (uint64_t)((room - rel) / p);
+	res->reset_us = q + (rel % n != 0);
+	res->next_ttl_us = ttl_of_reset(res->reset_us);
+	next->a = a;
+	next->b = rel - q * n;
+	next->c = 0;
+	return true;
+}
+
+static void eval_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
+			uint32_t cost, struct limit_state *next, struct limit_result *res)
+{
+	if (!eval_bucket64(v, st, now, cost, next, res))
+		eval_bucket128(v, st, now, cost, next, res);
 }
 
 /* ---- windows ------------------------------------------------------------------
@@ -330,13 +383,6 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 	struct norm v = normalize(spec);
 
 	return ttl_norm(&v, spec->algo, st, now_us);
-}
-
-int64_t limit_ceil_s(int64_t us)
-{
-	if (us <= 0)
-		return 0;
-	return us / LIMIT_US_PER_S + (us % LIMIT_US_PER_S != 0);
 }
 
 /* ---- notation ------------------------------------------------------------------ */

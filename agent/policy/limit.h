@@ -102,7 +102,12 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 		     int64_t now_us);
 
 /* Microseconds rounded up to whole seconds, at least 1 when us > 0, 0 when
- * us <= 0. */
-int64_t limit_ceil_s(int64_t us);
+ * us <= 0. Inline: every decision rounds its reset time. */
+static inline int64_t limit_ceil_s(int64_t us)
+{
+	if (us <= 0)
+		return 0;
+	return us / LIMIT_US_PER_S + (us % LIMIT_US_PER_S != 0);
+}
 
 #endif

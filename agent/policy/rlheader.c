@@ -86,9 +86,30 @@ static void put_sf_string(struct sfbuf *o, const char *s)
 	put_char(o, '"');
 }
 
-/* ";<name>=<decimal>" in one piece, digits without printf: this runs for
- * every decision. Two digits per division, from a table of "00".."99". */
-static void put_param(struct sfbuf *o, char name, uint64_t v)
+/* The most ";<name>=<decimal>" takes: 3 + 15 digits. */
+#define PARAM_MAX 18
+
+/* The decimal digits of v (v <= SF_INT_MAX), from its bit length:
+ * log10(2) ~ 1233 / 4096, corrected by one comparison. (v | 1 has as many
+ * digits as v, and at least one.) */
+static unsigned digits(uint64_t v)
+{
+	static const uint64_t pow10[] = {
+		1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL, 10000000ULL,
+		100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL,
+		1000000000000ULL, 10000000000000ULL, 100000000000000ULL, 1000000000000000ULL,
+	};
+	unsigned t;
+
+	v |= 1;
+	t = (unsigned)(64 - __builtin_clzll(v)) * 1233 >> 12;
+	return t + (v >= pow10[t]);
+}
+
+/* Writes ";<name>=<decimal>" at p (PARAM_MAX bytes of room), digits without
+ * printf, two per division from a table of "00".."99": this runs for every
+ * decision. Returns the end. */
+static char *param_at(char *p, char name, uint64_t v)
 {
 	static const char pairs[] =
 		"0001020304050607080910111213141516171819"
@@ -96,25 +117,40 @@ static void put_param(struct sfbuf *o, char name, uint64_t v)
 		"4041424344454647484950515253545556575859"
 		"6061626364656667686970717273747576777879"
 		"8081828384858687888990919293949596979899";
-	char num[24];
-	size_t i = sizeof(num);
+	char *end;
 
 	if (v > SF_INT_MAX)
 		v = SF_INT_MAX;
-	for (; v >= 100; v /= 100) {
-		i -= 2;
-		memcpy(num + i, pairs + 2 * (v % 100), 2);
+	p[0] = ';';
+	p[1] = name;
+	p[2] = '=';
+	end = p + 3 + digits(v);
+	/* four digits per division, then split in two pairs (r / 100 as a
+	 * multiplication, exact for r < 10000) */
+	for (p = end; v >= 10000; v /= 10000) {
+		uint32_t r = (uint32_t)(v % 10000), hi = r * 5243 >> 19;
+
+		p -= 4;
+		memcpy(p, pairs + 2 * hi, 2);
+		memcpy(p + 2, pairs + 2 * (r - 100 * hi), 2);
 	}
-	if (v >= 10) {
-		i -= 2;
-		memcpy(num + i, pairs + 2 * v, 2);
-	} else {
-		num[--i] = (char)('0' + v);
+	if (v >= 100) {
+		p -= 2;
+		memcpy(p, pairs + 2 * (v % 100), 2);
+		v /= 100;
 	}
-	num[--i] = '=';
-	num[--i] = name;
-	num[--i] = ';';
-	put(o, num + i, sizeof(num) - i);
+	if (v >= 10)
+		memcpy(p - 2, pairs + 2 * v, 2);
+	else
+		p[-1] = (char)('0' + v);
+	return end;
+}
+
+static void put_param(struct sfbuf *o, char name, uint64_t v)
+{
+	char num[PARAM_MAX];
+
+	put(o, num, (size_t)(param_at(num, name, v) - num));
 }
 
 /* Terminates the value; on overflow leaves buf[0..keep) and returns -1. */
@@ -180,9 +216,20 @@ int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t 
 			     uint64_t remaining, int64_t reset_s)
 {
 	struct sfbuf o = {buf, cap, 0, 0};
+	char *p;
 
 	if (!buf || cap == 0)
 		return -1;
+	if (name_len + 2 * PARAM_MAX < cap) {
+		/* Room for the longest value and its NUL (as a rule): written
+		 * without a check per piece. */
+		memcpy(buf, sf_name, name_len);
+		p = param_at(buf + name_len, 'r', remaining);
+		if (reset_s >= 0)
+			p = param_at(p, 't', (uint64_t)reset_s);
+		*p = '\0';
+		return (int)(p - buf);
+	}
 	put(&o, sf_name, name_len);
 	ratelimit_params(&o, remaining, reset_s);
 	return finish(&o, 0);

@@ -34,18 +34,37 @@ double shed_load(int64_t in_use, int64_t free_conns)
 	return (double)in_use / total;
 }
 
+/* shed_chance() past its checks, in 128-bit arithmetic (any counts):
+ * threshold t and ramp start lo in basis points. */
+static __attribute__((noinline)) uint64_t chance_wide(int64_t in_use, int64_t free_conns, int t,
+						       int lo)
+{
+	i128 total = (i128)in_use + free_conns, busy, width, num, den;
+
+	if (total == 0)
+		return 0;
+	/* load >= t/FULL  <=>  in_use * FULL >= t * total */
+	busy = (i128)in_use * SHED_FULL;
+	if (busy >= (i128)t * total)
+		return CHANCE_ALL;
+	if (busy <= (i128)lo * total)
+		return 0;
+	/* Strictly inside the ramp: probability (load - lo) / (t - lo),
+	 * which is in (0, 1), so the floor below is under 2^32. */
+	width = (i128)t - lo;
+	num = (busy - (i128)lo * total) * (i128)CHANCE_ALL;
+	den = width * total;
+	return (uint64_t)(num / den);
+}
+
 uint64_t shed_chance(const struct shed_config *c, int priority, int64_t in_use,
 		     int64_t free_conns)
 {
-	i128 total, busy, lo, width, num, den;
-	int t, ramp;
+	int t, ramp, lo;
 
 	if (priority < 1 || priority >= SHED_PRIORITIES)
 		return 0;
 	if (in_use < 0 || free_conns < 0)
-		return 0;
-	total = (i128)in_use + free_conns;
-	if (total == 0)
 		return 0;
 	t = c->threshold_bp[priority];
 	/* Out-of-range thresholds from a hand-built config mean "never":
@@ -57,19 +76,20 @@ uint64_t shed_chance(const struct shed_config *c, int priority, int64_t in_use,
 		ramp = 0;
 	if (ramp > SHED_FULL)
 		ramp = SHED_FULL;
-	/* load >= t/FULL  <=>  in_use * FULL >= t * total */
-	busy = (i128)in_use * SHED_FULL;
-	if (busy >= (i128)t * total)
-		return CHANCE_ALL;
 	lo = t > ramp ? t - ramp : 0;
-	if (busy <= lo * total)
-		return 0;
-	/* Strictly inside the ramp: probability (load - lo) / (t - lo),
-	 * which is in (0, 1), so the floor below is under 2^32. */
-	width = (i128)t - lo;
-	num = (busy - lo * total) * (i128)CHANCE_ALL;
-	den = width * total;
-	return (uint64_t)(num / den);
+	/* Connection counts (under 2^31, as a rule) keep the products of
+	 * the two certain cases within 64 bits; see chance_wide(). */
+	if (in_use < INT32_MAX && free_conns < INT32_MAX) {
+		int64_t total = in_use + free_conns, busy = in_use * SHED_FULL;
+
+		if (total == 0)
+			return 0;
+		if (busy >= (int64_t)t * total)
+			return CHANCE_ALL;
+		if (busy <= (int64_t)lo * total)
+			return 0;
+	}
+	return chance_wide(in_use, free_conns, t, lo);
 }
 
 bool shed_decide(const struct shed_config *c, int priority, int64_t in_use,

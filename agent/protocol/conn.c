@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -60,6 +61,28 @@ static void disconnect(struct conn *c, int status);
 static int flush(struct conn *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+/* The worker's prepare watcher (server.c) reaps closed connections and
+ * flushes answers that came later, before the loop blocks; it runs only
+ * while there is such work, and this starts it (idempotent). */
+static void want_prepare(struct worker *w)
+{
+	ev_prepare_start(w->loop, &w->reap_w);
+}
+
+/* recv() and send() straight to the kernel. glibc's wrappers make them
+ * thread cancellation points, which costs two calls around every system
+ * call (more than the rest of the wrapper); no thread of the agent is ever
+ * cancelled. Same arguments, results and errno. */
+static ssize_t sock_recv(int fd, void *buf, size_t len)
+{
+	return syscall(SYS_recvfrom, fd, buf, len, 0, NULL, NULL);
+}
+
+static ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
+{
+	return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
 
 /* ---- slots ------------------------------------------------------------- */
 
@@ -193,6 +216,7 @@ void conn_close(struct conn *c)
 	STAT_INC(w->stats.closed);
 	c->next = w->conns.reap_list;
 	w->conns.reap_list = c;
+	want_prepare(w);
 }
 
 static void conn_destroy(struct conn *c)
@@ -253,16 +277,25 @@ void conn_table_free(struct worker *w)
 
 /* ---- output -------------------------------------------------------------- */
 
-/* Makes room for `need` more bytes of output. Returns 0 or -1. */
-static int wbuf_reserve(struct conn *c, size_t need)
-{
-	size_t cap;
-	uint8_t *nb;
+static int wbuf_grow(struct conn *c, size_t need);
 
+/* Makes room for `need` more bytes of output. Returns 0 or -1. Inline:
+ * every answer asks, and there is room as a rule. */
+static inline int wbuf_reserve(struct conn *c, size_t need)
+{
 	if (c->wpos > 0 && c->wpos == c->wlen)
 		c->wpos = c->wlen = 0;
 	if (need <= c->wcap - c->wlen)
 		return 0;
+	return wbuf_grow(c, need);
+}
+
+/* wbuf_reserve() without room at the end of the buffer. */
+static int wbuf_grow(struct conn *c, size_t need)
+{
+	size_t cap;
+	uint8_t *nb;
+
 	if (c->wpos > 0) {
 		memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
 		c->wlen -= c->wpos;
@@ -311,7 +344,7 @@ static void update_reading(struct conn *c)
 static int flush(struct conn *c)
 {
 	while (c->wpos < c->wlen) {
-		ssize_t n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+		ssize_t n = sock_send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
 
 		if (n > 0) {
 			c->wpos += (size_t)n;
@@ -344,6 +377,10 @@ static int flush(struct conn *c)
 		}
 		return 0;
 	}
+	/* Everything sent: a connection that reads goes on reading (what
+	 * update_reading() would find), as a rule. */
+	if (c->reading && c->state == CONN_READY && !c->stopping && ev_is_active(&c->rio))
+		return 0;
 	update_reading(c);
 	return 0;
 }
@@ -655,6 +692,7 @@ void conn_answer(void *worker, const struct store_ref *ref, const struct decide_
 		c->in_flush = 1;
 		c->flush_next = w->conns.flush_list;
 		w->conns.flush_list = c;
+		want_prepare(w);
 	}
 }
 
@@ -708,8 +746,14 @@ static void process_input(struct conn *c)
 	while (c->state == CONN_HELLO || c->state == CONN_READY) {
 		struct spop_frame f;
 		int status = SPOP_ST_INVALID;
-		int rc = spop_frame_peek(c->rbuf + c->rpos, c->rlen - c->rpos,
-					 c->max_frame, &f, &status);
+		int rc;
+
+		/* Not even a length (the buffer is drained, as a rule): what
+		 * spop_frame_peek() would say, without the call. */
+		if (c->rlen - c->rpos < 4)
+			break;
+		rc = spop_frame_peek(c->rbuf + c->rpos, c->rlen - c->rpos, c->max_frame, &f,
+				     &status);
 
 		if (rc == SPOP_NEED_MORE)
 			break;
@@ -745,7 +789,7 @@ static void process_input(struct conn *c)
 static int discard_input(struct conn *c)
 {
 	for (int round = 0; round < 16; round++) {
-		ssize_t n = recv(c->fd, c->rbuf, c->rcap, 0);
+		ssize_t n = sock_recv(c->fd, c->rbuf, c->rcap);
 
 		if (n > 0)
 			continue;
@@ -775,7 +819,7 @@ static int read_input(struct conn *c)
 			disconnect(c, SPOP_ST_TOO_BIG);
 			break;
 		}
-		n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, 0);
+		n = sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
 		if (n == 0) {
 			/* FIN: HAProxy drops idle connections without a word. */
 			log_debug("connection %u: closed by peer", c->slot);

@@ -147,19 +147,6 @@ int spop_kv_skip(struct spop_cursor *c, unsigned n)
 	return 0;
 }
 
-int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
-{
-	const uint8_t *p = c->p;
-
-	if (p == c->end)
-		return 0;
-	if (spop_str_get(&p, c->end, name) != SPOP_OK || p == c->end)
-		return -1;
-	*nargs = *p++;
-	c->p = p;
-	return 1;
-}
-
 int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
 		  struct spop_cursor *args)
 {

@@ -229,7 +229,7 @@ int spop_msg_next(struct spop_cursor *c, struct spop_str *name, unsigned *nargs,
  * leaves *c at its first argument (1, 0 at the end of the region, -1 on
  * broken data); the caller then reads exactly `nargs` KV items with
  * spop_kv_next(), or skips them with spop_kv_skip(). */
-int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
+static inline int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs);
 /* Checks n KV items and leaves *c past them. Returns 0, or -1 when they are
  * broken or fewer than n (*c unchanged). */
 int spop_kv_skip(struct spop_cursor *c, unsigned n);
@@ -394,6 +394,21 @@ spop_data_get(const uint8_t **p, const uint8_t *end, struct spop_data *out, uint
 	return SPOP_OK;
 }
 
+/* spop_msg_head() is inline: a NOTIFY calls it once per message and once
+ * more at the end of the list. */
+static inline int spop_msg_head(struct spop_cursor *c, struct spop_str *name, unsigned *nargs)
+{
+	const uint8_t *p = c->p;
+
+	if (p == c->end)
+		return 0;
+	if (spop_str_get(&p, c->end, name) != SPOP_OK || p == c->end)
+		return -1;
+	*nargs = *p++;
+	c->p = p;
+	return 1;
+}
+
 /* spop_kv_next(), inline. */
 static inline int spop_kv_get(struct spop_cursor *c, struct spop_str *name,
 			      struct spop_data *val)
@@ -456,8 +471,53 @@ struct spop_var {
 	{ SPOP_ACT_SET_VAR, 3, (scope), sizeof(lit) - 1 + SPOP_VAR_NAME_FITS(lit), lit }
 
 /* The writers are inline: with a head that is a constant of the caller (a
- * static SPOP_VAR()), its copy compiles to a few moves, and the whole
- * action is written after one bounds check. */
+ * static SPOP_VAR()), its copy compiles to a few moves.
+ *
+ * spop_var_*_at() write one action at p without any check and return its
+ * end: for a caller that made sure of the room first, once for all its
+ * actions, from the most each can take (SPOP_VAR_*_MAX). An answer writes
+ * a dozen of them. spop_put_var_*() are the same with the check. */
+#define SPOP_VAR_HEAD_MAX (SPOP_VAR_HEAD_FIXED + SPOP_VAR_NAME_MAX)
+#define SPOP_VAR_INT64_MAX (SPOP_VAR_HEAD_MAX + 1 + SPOP_VARINT_MAX)
+#define SPOP_VAR_BOOL_MAX (SPOP_VAR_HEAD_MAX + 1)
+#define SPOP_VAR_STR_MAX(len) (SPOP_VAR_HEAD_MAX + 1 + SPOP_VARINT_MAX + (len))
+
+static inline __attribute__((always_inline)) uint8_t *
+spop_var_head_at(uint8_t *p, const struct spop_var *var)
+{
+	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
+
+	memcpy(p, var, head);
+	return p + head;
+}
+
+static inline __attribute__((always_inline)) uint8_t *
+spop_var_int64_at(uint8_t *p, const struct spop_var *var, int64_t v)
+{
+	p = spop_var_head_at(p, var);
+	*p++ = SPOP_T_INT64;
+	return p + spop_varint_put((uint64_t)v, p);
+}
+
+static inline __attribute__((always_inline)) uint8_t *
+spop_var_str_at(uint8_t *p, const struct spop_var *var, const char *s, size_t len)
+{
+	p = spop_var_head_at(p, var);
+	*p++ = SPOP_T_STR;
+	p += spop_varint_put(len, p);
+	if (len)
+		memcpy(p, s, len);
+	return p + len;
+}
+
+static inline __attribute__((always_inline)) uint8_t *
+spop_var_bool_at(uint8_t *p, const struct spop_var *var, int v)
+{
+	p = spop_var_head_at(p, var);
+	*p++ = SPOP_T_BOOL | (v ? SPOP_BOOL_TRUE_FLAG : 0);
+	return p;
+}
+
 static inline uint8_t *spop_var_room(struct spop_wbuf *w, const struct spop_var *var,
 				     size_t value)
 {
@@ -480,19 +540,14 @@ void spop_put_var_int64_exact(struct spop_wbuf *w, const struct spop_var *var, i
 static inline void spop_put_var_int64(struct spop_wbuf *w, const struct spop_var *var,
 				      int64_t v)
 {
-	size_t head = SPOP_VAR_HEAD_FIXED + var->name_len;
-	uint8_t *p;
-
 	/* With room for the longest varint (nearly always), the value is
 	 * written without being measured first. */
-	if (w->err || head + 1 + SPOP_VARINT_MAX > w->cap - w->len) {
+	if (w->err || SPOP_VAR_HEAD_FIXED + (size_t)var->name_len + 1 + SPOP_VARINT_MAX >
+			      w->cap - w->len) {
 		spop_put_var_int64_exact(w, var, v);
 		return;
 	}
-	p = w->buf + w->len;
-	memcpy(p, var, head);
-	p[head] = SPOP_T_INT64;
-	w->len += head + 1 + spop_varint_put((uint64_t)v, p + head + 1);
+	w->len = (size_t)(spop_var_int64_at(w->buf + w->len, var, v) - w->buf);
 }
 
 static inline void spop_put_var_str(struct spop_wbuf *w, const struct spop_var *var,

@@ -155,6 +155,9 @@ struct rule {
 	/* The local failure policy: each limit divided by the fleet size
 	 * (store.agents), at least 1. */
 	struct limit_spec local[LIMIT_SET_MAX];
+	/* strlen() of name and policy, for the answers that copy them. */
+	uint8_t name_len;
+	uint16_t policy_len;
 };
 
 struct rules_names {

@@ -930,6 +930,18 @@ static void free_parts(struct rules *r)
 	xfree(r);
 }
 
+/* The lengths every answer would otherwise measure again (decide.c): a
+ * rule's name, and its policy once rules_derive() has written it. */
+static void measure_rules(struct rules *r)
+{
+	_Static_assert(RULES_NAME_MAX <= UINT8_MAX + 1 && RULES_POLICY_MAX <= UINT16_MAX + 1,
+		       "the lengths fit their fields");
+	for (size_t i = 0; i < r->nrules; i++) {
+		r->rule[i].name_len = (uint8_t)strlen(r->rule[i].name);
+		r->rule[i].policy_len = (uint16_t)strlen(r->rule[i].policy);
+	}
+}
+
 struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, char *err,
 				size_t errlen)
 {
@@ -969,8 +981,10 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 	rules_init_defaults(r, name);
 	c.r = r;
 	rc = parse_root(&c, root);
-	if (rc == 0)
+	if (rc == 0) {
 		rules_derive(r);
+		measure_rules(r);
+	}
 	xfree(c.marks);
 out:
 	ys_close(&c.y);

@@ -358,7 +358,9 @@ static void store_state(struct ms_shard *sh, struct ms_entry *e, uint64_t fp,
 
 	e->st = *st;
 	e->fp = fp;
-	e->expire_us = now > 0 && ttl > INT64_MAX - now ? INT64_MAX : now + ttl;
+	/* saturated (a TTL is at least 1: only upward) */
+	if (__builtin_add_overflow(now, ttl, &e->expire_us))
+		e->expire_us = INT64_MAX;
 	if (e->expire_us < sh->min_expire)
 		sh->min_expire = e->expire_us;
 }

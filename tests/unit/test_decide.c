@@ -195,6 +195,8 @@ static void test_result_several_limits(void **state)
 	assert_int_equal(d.retry_after, 3600);
 	assert_int_equal(d.limit, 1000);
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
+	assert_int_equal(d.policy_len, strlen(d.policy));
+	assert_int_equal(d.rule_len, strlen(d.rule));
 	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
 	/* Redis field names, derived once at load */
 	assert_string_equal(q.rule->lid[0], "t100/60000000/0");
@@ -405,7 +407,10 @@ static void test_actions_encoding(void **state)
 	d.reason = DECIDE_LIMITED;
 	d.rule = "default";
 	d.policy = "\"default\";q=5;w=10";
+	d.rule_len = (uint16_t)strlen(d.rule);
+	d.policy_len = (uint16_t)strlen(d.policy);
 	strcpy(d.ratelimit, "\"default\";r=0;t=9");
+	d.ratelimit_len = (uint16_t)strlen(d.ratelimit);
 	d.counted = true;
 	spop_wbuf_init(&w, buf, sizeof(buf));
 	decide_put_actions(&w, &d);
@@ -445,11 +450,52 @@ static void test_actions_encoding(void **state)
 	/* without counts, no remaining/reset/ratelimit */
 	d.counted = false;
 	d.ratelimit[0] = '\0';
+	d.ratelimit_len = 0;
 	spop_wbuf_init(&w, buf, sizeof(buf));
 	decide_put_actions(&w, &d);
 	assert_null(memmem(buf, w.len, "remaining", 9));
 	assert_null(memmem(buf, w.len, "ratelimit", 9));
 	assert_non_null(memmem(buf, w.len, "policy", 6));
+}
+
+/* The actions are written after one check of the room for the longest
+ * they could take; in a buffer with less room than that, the same bytes
+ * when they fit, and w.err when they do not. */
+static void test_actions_near_the_end(void **state)
+{
+	struct decide_decision d = { 0 };
+	uint8_t full[1024], tight[1024];
+	struct spop_wbuf w;
+	size_t n;
+
+	(void)state;
+	d.status = 429;
+	d.retry_after = 300;
+	d.limit = 1000000000;
+	d.remaining = 0;
+	d.reset = 3600;
+	d.priority = 3;
+	d.reason = DECIDE_STORE_DOWN;
+	d.rule = "pro-search";
+	d.policy = "\"pro-search-1m\";q=5;w=60, \"pro-search-1h\";q=50;w=3600";
+	d.rule_len = (uint16_t)strlen(d.rule);
+	d.policy_len = (uint16_t)strlen(d.policy);
+	strcpy(d.ratelimit, "\"pro-search-1h\";r=0;t=3600");
+	d.ratelimit_len = (uint16_t)strlen(d.ratelimit);
+	d.counted = true;
+	d.shadow = true;
+	spop_wbuf_init(&w, full, sizeof(full));
+	decide_put_actions(&w, &d);
+	assert_int_equal(w.err, 0);
+	n = w.len;
+	spop_wbuf_init(&w, tight, n);
+	decide_put_actions(&w, &d);
+	assert_int_equal(w.err, 0);
+	assert_int_equal(w.len, n);
+	assert_memory_equal(tight, full, n);
+	spop_wbuf_init(&w, tight, n - 1);
+	decide_put_actions(&w, &d);
+	assert_int_equal(w.err, 1);
 }
 
 /* Keys start from hashes of "kind\0" the rules keep: they must follow a
@@ -501,6 +547,7 @@ int main(void)
 		cmocka_unit_test(test_shedding_in_shadow_mode),
 		cmocka_unit_test(test_tiers_and_endpoints),
 		cmocka_unit_test(test_actions_encoding),
+		cmocka_unit_test(test_actions_near_the_end),
 		cmocka_unit_test(test_keys_follow_the_secret),
 	};
 

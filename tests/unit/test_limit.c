@@ -698,6 +698,92 @@ static void test_large_values(void **unused)
 	}
 }
 
+/* The token bucket from its definition, in 128-bit arithmetic throughout
+ * (limit.c takes 64-bit shortcuts where they are exact): in ticks of
+ * 1/quota us, tat' = max(tat, now) + cost * P, allowed when
+ * tat' - now <= cap * P. Figures within the notation's bounds. */
+__extension__ typedef __int128 i128;
+
+static i128 ceil_div(i128 a, i128 b) { return a > 0 ? (a + b - 1) / b : -((-a) / b); }
+static i128 floor_div(i128 a, i128 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+static void bucket_reference(const struct limit_spec *sp, const struct limit_state *st,
+			     int64_t now, uint32_t cost, struct limit_state *next,
+			     struct limit_result *r)
+{
+	i128 n = sp->quota, p = sp->period_us, cap = sp->burst ? sp->burst : sp->quota;
+	i128 d = ((i128)st->a - now) * n + st->b, rel = (d > 0 ? d : 0) + (i128)cost * p;
+	i128 room = cap * p, q;
+
+	memset(r, 0, sizeof(*r));
+	*next = *st;
+	r->limit = sp->quota;
+	if ((i128)cost > cap || rel > room) {
+		r->retry_after_us = (int64_t)((i128)cost > cap ? p : ceil_div(rel - room, n));
+		r->reset_us = d > 0 ? (int64_t)ceil_div(d, n) : 0;
+	} else {
+		r->allowed = true;
+		r->remaining = (uint64_t)floor_div(room - rel, p);
+		r->reset_us = (int64_t)ceil_div(rel, n);
+		q = floor_div(rel, n);
+		next->a = (int64_t)(now + q);
+		next->b = (int64_t)(rel - q * n);
+		next->c = 0;
+	}
+	r->next_ttl_us = r->reset_us < 1 ? 1 : r->reset_us;
+	if (!r->allowed && r->retry_after_us < 1)
+		r->retry_after_us = 1;
+}
+
+/* Random buckets, fresh, full, past and future, with quotas and periods
+ * from the smallest to the largest, against the definition: the 64-bit
+ * path and the 128-bit one give the same answers. */
+static void test_bucket_against_definition(void **unused)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+	for (int i = 0; i < 200000; i++) {
+		struct limit_spec sp;
+		struct limit_state st, next, next_ref;
+		struct limit_result r, ref;
+		int64_t now;
+		uint32_t cost;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		sp.quota = 1 + (x % 4 == 0 ? (x >> 8) % LIMIT_QUOTA_MAX : (x >> 8) % 2000);
+		sp.period_us = LIMIT_PERIOD_MIN_US +
+			       (int64_t)((x >> 20) % (x % 3 == 0 ? (uint64_t)LIMIT_PERIOD_MAX_US : 7200000000ULL));
+		sp.burst = x % 5 == 0 ? 1 + (x >> 30) % (2 * sp.quota) : 0;
+		sp.algo = LIMIT_TOKEN_BUCKET;
+		now = (int64_t)((x >> 3) % (1ULL << 50));
+		cost = x % 7 == 0 ? (uint32_t)(x >> 40) : (uint32_t)(x % 4);
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		st.c = 0;
+		if (x % 4 == 0) {
+			st.a = st.b = 0; /* fresh */
+		} else {
+			int64_t span = sp.period_us * (x % 8 == 1 ? 1000 : 3);
+
+			st.a = now - span + (int64_t)((x >> 4) % (uint64_t)(2 * span + 1));
+			st.b = (int64_t)((x >> 12) % sp.quota);
+		}
+		next = next_ref = (struct limit_state){-7, -7, -7};
+		limit_eval(&sp, &st, now, cost, &next, &r);
+		bucket_reference(&sp, &st, now, cost, &next_ref, &ref);
+		assert_int_equal(r.allowed, ref.allowed);
+		assert_int_equal(r.limit, ref.limit);
+		assert_int_equal(r.remaining, ref.remaining);
+		assert_int_equal(r.retry_after_us, ref.retry_after_us);
+		assert_int_equal(r.reset_us, ref.reset_us);
+		assert_int_equal(r.next_ttl_us, ref.next_ttl_us);
+		assert_memory_equal(&next, &next_ref, sizeof(next));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -717,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_sliding_estimate),
 		cmocka_unit_test(test_sliding_retry),
 		cmocka_unit_test(test_large_values),
+		cmocka_unit_test(test_bucket_against_definition),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

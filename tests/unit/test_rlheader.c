@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <inttypes.h>
+#include <stdio.h>
 
 #include "rlheader.h"
 
@@ -158,6 +160,29 @@ static void test_named(void **unused)
 	assert_string_equal(sf, "");
 }
 
+/* Numbers of every length, on both sides of each power of ten, written as
+ * printf writes them (capped at 15 digits). */
+static void test_digits(void **unused)
+{
+	char got[96], want[96];
+	uint64_t p = 1;
+
+	for (int k = 0; k <= 19; k++, p *= 10) {
+		for (int64_t d = -1; d <= 1; d++) {
+			uint64_t v = p + (uint64_t)d, c;
+
+			if (k == 0 && d < 0)
+				v = 0;
+			c = v > 999999999999999ULL ? 999999999999999ULL : v;
+			snprintf(want, sizeof(want), "\"n\";r=%" PRIu64 ";t=%" PRIu64, c, c);
+			assert_int_equal(rlheader_ratelimit_named(got, sizeof(got), "\"n\"", 3, v,
+								  (int64_t)(v > INT64_MAX ? INT64_MAX : v)),
+					 (int)strlen(want));
+			assert_string_equal(got, want);
+		}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -167,6 +192,7 @@ int main(void)
 		cmocka_unit_test(test_overflow),
 		cmocka_unit_test(test_append),
 		cmocka_unit_test(test_named),
+		cmocka_unit_test(test_digits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
