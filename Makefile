@@ -22,8 +22,8 @@ ifeq ($(CI),true)
 WERROR ?= -Werror
 endif
 SAN ?=
-PKG_CFLAGS := $(shell pkg-config --cflags hiredis msgpack yaml-0.1 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs hiredis msgpack yaml-0.1 2>/dev/null)
+PKG_CFLAGS := $(shell pkg-config --cflags hiredis yaml-0.1 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs hiredis yaml-0.1 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # agent/ is the process (main, workers, shared helpers); each folder below
@@ -55,27 +55,17 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-# The Redis decision scripts become C strings. decide_plain.lua gets the
-# core of decide.lua in place of its "CORE" line (one copy of the math).
-# `?` is escaped so that no "??x" in Lua turns into a C trigraph.
-LUA_SCRIPTS := agent/store/redis/decide.lua agent/store/redis/decide_plain.lua
-$(BUILD)/gen/decide_plain.lua: $(LUA_SCRIPTS)
+# The Redis decision library becomes a C string. `?` is escaped so that no
+# "??x" in Lua turns into a C trigraph.
+LUA_LIBRARY := agent/store/redis/ratelimit.lua
+$(BUILD)/gen/redis_library.h: $(LUA_LIBRARY)
 	@mkdir -p $(dir $@)
-	awk 'FNR == NR { if (/^-- ==== BEGIN CORE/) on = 1; if (on) core = core $$0 "\n"; \
-		if (/^-- ==== END CORE ====/) on = 0; next } \
-	     /^-- ==== CORE ====$$/ { printf "%s", core; n++; next } { print } \
-	     END { if (n != 1) exit 1 }' agent/store/redis/decide.lua agent/store/redis/decide_plain.lua \
-		> $@.tmp && mv $@.tmp $@
-$(BUILD)/gen/redis_scripts.h: agent/store/redis/decide.lua $(BUILD)/gen/decide_plain.lua
-	@mkdir -p $(dir $@)
-	{ echo '/* generated from $(LUA_SCRIPTS) */'; \
-	  for f in $^; do \
-	    case $$f in *plain*) n=redis_script_plain;; *) n=redis_script_msgpack;; esac; \
-	    echo "static const char $$n[] ="; \
-	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
-	        -e 's/^/"/' -e 's/$$/\\n"/' $$f; \
-	    echo ';'; done; } > $@.tmp && mv $@.tmp $@
-$(BUILD)/agent/store/redis_node.o: $(BUILD)/gen/redis_scripts.h
+	{ echo '/* generated from $(LUA_LIBRARY) */'; \
+	  echo "static const char redis_library[] ="; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
+	      -e 's/^/"/' -e 's/$$/\\n"/' $<; \
+	  echo ';'; } > $@.tmp && mv $@.tmp $@
+$(BUILD)/agent/store/redis_node.o: $(BUILD)/gen/redis_library.h
 
 $(AGENT_BIN): $(AGENT_OBJS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)

@@ -56,10 +56,9 @@ static void usage(FILE *out)
 		"      --redis-user NAME     ACL user for AUTH\n"
 		"      --redis-password PW   AUTH password (or env RL_REDIS_PASSWORD)\n"
 		"      --redis-timeout MS    deadline of a decision (default 20)\n"
-		"      --redis-batch N       decisions per script call (default 64)\n"
-		"      --redis-pipeline N    script calls in flight per worker (default 2)\n"
+		"      --redis-batch N       decisions per Redis call (default 64)\n"
+		"      --redis-pipeline N    Redis calls in flight per worker (default 2)\n"
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
-		"      --redis-encoding E    msgpack (default) or plain script arguments\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"  Other:\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
@@ -148,7 +147,6 @@ enum {
 	OPT_REDIS_BATCH,
 	OPT_REDIS_PIPELINE,
 	OPT_REDIS_PENDING,
-	OPT_REDIS_ENCODING,
 	OPT_NO_CACHE,
 	OPT_METRICS,
 	OPT_ADMIN,
@@ -433,7 +431,6 @@ int main(int argc, char **argv)
 		{ "redis-batch", required_argument, NULL, OPT_REDIS_BATCH },
 		{ "redis-pipeline", required_argument, NULL, OPT_REDIS_PIPELINE },
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
-		{ "redis-encoding", required_argument, NULL, OPT_REDIS_ENCODING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "admin", no_argument, NULL, OPT_ADMIN },
@@ -625,14 +622,6 @@ int main(int argc, char **argv)
 			if (parse_num(optarg, 1, 1000000, &num) < 0)
 				BAD("--redis-max-pending: expected 1 to 1000000, got '%s'", optarg);
 			rcfg.max_pending = (int)num;
-			break;
-		case OPT_REDIS_ENCODING:
-			if (strcmp(optarg, "msgpack") == 0)
-				rcfg.encoding = REDIS_ENC_MSGPACK;
-			else if (strcmp(optarg, "plain") == 0)
-				rcfg.encoding = REDIS_ENC_PLAIN;
-			else
-				BAD("--redis-encoding: msgpack or plain, got '%s'", optarg);
 			break;
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;

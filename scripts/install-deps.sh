@@ -3,7 +3,7 @@
 # the demo need, when any is missing. Safe to run again.
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev haproxy redis-server
-redis-sentinel redis-tools libev-dev libhiredis-dev libmsgpack-dev libcmocka-dev
+redis-sentinel redis-tools libev-dev libhiredis-dev libcmocka-dev
 libyaml-dev python3 curl docker-compose faketime groff-base valgrind wrk"
 missing=""
 for p in $PKGS; do

@@ -148,10 +148,13 @@ struct rule {
 	/* pname as the RateLimit value quotes it (rlheader_name) */
 	char pname_sf[LIMIT_SET_MAX][RULES_PNAME_SF_MAX];
 	uint8_t pname_sf_len[LIMIT_SET_MAX];
-	/* The shared store's field per limit, named by algorithm and
-	 * parameters, so that a changed limit starts fresh instead of
-	 * misreading old state. */
+	/* Each limit named by algorithm and parameters, so that a changed
+	 * limit starts fresh in the shared store instead of misreading old
+	 * state. */
 	char lid[LIMIT_SET_MAX][RULES_LID_MAX];
+	/* lid hashed (FNV-1a, 64 bits, of "rl2:" and lid): the limit's part
+	 * of its keys' names (store_key_name) */
+	uint64_t lidh[LIMIT_SET_MAX];
 	/* The local failure policy: each limit divided by the fleet size
 	 * (store.agents), at least 1. */
 	struct limit_spec local[LIMIT_SET_MAX];

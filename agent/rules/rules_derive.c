@@ -1,7 +1,7 @@
 /* rules_derive.c: what every answer needs of loaded rules, computed once
  * when they load (and the hash states again when the process sets its
  * hashing key): each rule's RateLimit-Policy value and policy names, its
- * store field names and its share of each limit for the local failure
+ * limits' names and hashes in the shared store, its share of each limit for the local failure
  * policy; the table that finds the arguments the rules use; the identity
  * hash prefixes. Private to the rules module (rules_int.h). */
 #include "rules_int.h"
@@ -10,6 +10,21 @@
 #include <string.h>
 
 #include "rlheader.h"
+
+/* FNV-1a, 64 bits, of "rl2:" and a limit's name. The prefix names the
+ * layout of the values under it (the decision library's): a layout that
+ * changes changes it, and old state is then never read as new. */
+static uint64_t lid_hash(const char *lid)
+{
+	static const char prefix[] = "rl2:";
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (const char *p = prefix; *p; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+	for (const char *p = lid; *p; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+	return h;
+}
 
 /* Policy names: the rule's name when it has one limit, else the rule's name
  * and the limit's period ("free-1m"); the loader keeps periods distinct
@@ -42,6 +57,7 @@ static void derive_rule(struct rule *r, int agents)
 			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
+		r->lidh[i] = lid_hash(r->lid[i]);
 		/* The local policy shares the limit among the agents; each
 		 * keeps at least one request per period. */
 		*l = r->limits[i];

@@ -518,7 +518,6 @@ static const struct {
 	{ "READONLY", NULL, REDIS_CLUSTER_E_READONLY },
 	{ "LOADING", NULL, REDIS_CLUSTER_E_LOADING },
 	{ "MASTERDOWN", NULL, REDIS_CLUSTER_E_MASTERDOWN },
-	{ "NOSCRIPT", NULL, REDIS_CLUSTER_E_NOSCRIPT },
 	{ "CROSSSLOT", NULL, REDIS_CLUSTER_E_CROSSSLOT },
 	{ NULL, "attempted to access a non local key in a cluster node",
 	  REDIS_CLUSTER_E_NONLOCAL_KEY },
@@ -530,6 +529,7 @@ static const struct {
 	{ NULL, "attempted to access a slot not served", REDIS_CLUSTER_E_CLUSTERDOWN },
 	{ NULL, "undeclared keys were accessed during rehashing of the slot",
 	  REDIS_CLUSTER_E_TRYAGAIN },
+	{ NULL, "Function not found", REDIS_CLUSTER_E_NOFUNCTION },
 };
 
 /* A number of 1 to 5 digits no greater than max. Returns 0 or -1. */

@@ -105,7 +105,7 @@ enum redis_cluster_error_kind {
 	REDIS_CLUSTER_E_READONLY,    /* a write reached a replica: the map is stale */
 	REDIS_CLUSTER_E_LOADING,     /* the node is loading its data set */
 	REDIS_CLUSTER_E_MASTERDOWN,  /* a replica lost its master and serves no stale data */
-	REDIS_CLUSTER_E_NOSCRIPT,    /* EVALSHA of a script the node has not loaded */
+	REDIS_CLUSTER_E_NOFUNCTION,  /* FCALL of a function the node has not loaded */
 	REDIS_CLUSTER_E_CROSSSLOT,   /* keys of several slots in one command, or in a script */
 	REDIS_CLUSTER_E_NONLOCAL_KEY, /* a script touched a key of a slot the node does not serve */
 };

@@ -2,7 +2,6 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <msgpack.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +16,13 @@
 #include "redis_reply.h"
 #include "store_redis.h"
 
-/* The decision scripts, generated from the Lua files of agent/redis at build time. */
-#include "redis_scripts.h"
+/* The decision library (redis_library), generated at build time from
+ * agent/store/redis/ratelimit.lua. */
+#include "redis_library.h"
 
 
 #define RECONNECT_MIN 0.05
 #define RECONNECT_MAX 2.0
-#define NUM_MAX 24
 /* Circuit breaker: after BREAKER_FAILS script calls in a row that missed
  * their deadline or failed, decisions skip Redis (answered at once by the
  * failure policy instead of each waiting out the deadline); every
@@ -32,17 +31,18 @@
  * interval (plus a call) of its recovery, however long it was away. */
 #define BREAKER_FAILS 3
 #define BREAKER_PROBE_US 250000
-/* Connecting, AUTH and loading the script must be done within this; a
+/* Connecting, AUTH and loading the library must be done within this; a
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
-/* The largest array a reply of ours may hold: a plain-encoding batch is
- * 1 + 1024 * (2 + 3 * 16) elements. Larger is a broken or hostile server:
- * the connection is dropped before anything is allocated for it. */
+/* The largest array a reply may hold (a decision's reply is one string;
+ * the admin's MGET has a key per limit, CLUSTER SLOTS an entry per slot
+ * range). Larger is a broken or hostile server: the connection is dropped
+ * before anything is allocated for it. */
 #define REPLY_ELEMENTS_MAX 65536
 
 enum node_state {
 	NODE_DISCONNECTED,
-	NODE_CONNECTING,   /* connected or not, the script is not loaded yet */
+	NODE_CONNECTING,   /* connected or not, the library is not loaded yet */
 	NODE_READY,
 };
 
@@ -50,7 +50,7 @@ struct rbatch {
 	struct redis_node *rn;
 	struct rbatch *prev, *next;  /* in flight, oldest first */
 	int answered;                /* its queries were answered degraded */
-	int retried;                 /* sent again after NOSCRIPT */
+	int retried;                 /* sent again after the library was loaded again */
 	int64_t sent;
 	size_t n;
 	struct redis_query rq[];
@@ -65,7 +65,6 @@ struct redis_node {
 	void *owner;
 	redisAsyncContext *ac;
 	enum node_state state;
-	char sha[48];
 	double backoff;
 	ev_timer reconnect_w;
 	ev_timer deadline_w;
@@ -85,18 +84,15 @@ struct redis_node {
 				      * once until the node is ready again */
 	bool freeing;                /* redis_node_free() under way */
 	int *shared_calls;           /* calls in flight of all the owner's nodes */
-	ev_timer handshake_w;        /* connecting and loading the script */
-	msgpack_sbuffer sbuf;
-	/* argv of one script call */
+	ev_timer handshake_w;        /* connecting and loading the library */
+	/* argv of one call */
 	const char **argv;
 	size_t *argvlen;
-	char *arena;                 /* key and number texts of the argv */
+	char *arena;                 /* the bytes of the argv */
 	size_t arena_cap;
 	struct store_stats *stats;
-	bool cluster;                /* keys as arguments (see CLUSTER_SHEBANG) */
+	bool cluster;                /* rl_decide_cluster (see send_batch_cmd) */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
-	const char *script;          /* the decision script this node loads */
-	char *own_script;            /* an allocated one (Cluster), or NULL */
 };
 
 static void start_connect(struct redis_node *rn);
@@ -187,7 +183,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 		return -1;
 	w->rn = rn;
 	w->r = *r;
-	store_key_name(r->q.key, key);
+	/* the client's keys share a slot: any of them says where they live */
+	store_key_name(r->q.key, r->q.rule->lidh[0], key);
 	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key,
 			      (size_t)STORE_KEY_NAME_LEN) != REDIS_OK) {
 		xfree(w);
@@ -354,36 +351,9 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 	return 0;
 }
 
-/* plain reply: now_us, then per request allowed, decider, 3 per limit */
-static int answer_plain(struct redis_node *rn, struct rbatch *b, const redisReply *reply)
-{
-	size_t pos = 1, need = 1;
-
-	for (size_t i = 0; i < b->n; i++)
-		need += 2 + 3 * b->rq[i].q.nlimits;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != need)
-		return -1;
-	for (size_t i = 0; i < need; i++)
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
-			return -1;
-	for (size_t i = 0; i < b->n; i++) {
-		int64_t vals[3 * LIMIT_SET_MAX];
-		size_t nvals = 3 * b->rq[i].q.nlimits;
-		int64_t allowed = reply->element[pos]->integer;
-		int64_t decider = reply->element[pos + 1]->integer;
-
-		pos += 2;
-		for (size_t k = 0; k < nvals; k++)
-			vals[k] = reply->element[pos + k]->integer;
-		pos += nvals;
-		answer_one(rn, b, i, allowed, decider, vals, nvals);
-	}
-	return 0;
-}
-
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b);
 
-static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
+static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct redis_node *rn = ac->data;
 	redisReply *reply = r;
@@ -392,38 +362,37 @@ static void on_script_loaded(redisAsyncContext *ac, void *r, void *priv)
 		return;
 	if (!reply)
 		return;
-	if (reply->type != REDIS_REPLY_STRING || reply->len >= sizeof(rn->sha)) {
-		/* e.g. NOPERM: an ACL user without +@scripting. Decisions go to
-		 * the failure policy at once; the load is tried again, with
-		 * backoff, on a new connection. */
-		log_err("redis: worker %d: %s: cannot load the decision script: %s", rn->worker,
+	if (reply->type != REDIS_REPLY_STRING) {
+		/* e.g. NOPERM (an ACL user without +@scripting), or a Redis
+		 * before 7.0 (no FUNCTION). Decisions go to the failure policy
+		 * at once; the load is tried again, with backoff, on a new
+		 * connection. */
+		log_err("redis: worker %d: %s: cannot load the decision library: %s", rn->worker,
 			rn->name, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		handshake_failed(rn);
 		redisAsyncDisconnect(ac);
 		return;
 	}
-	memcpy(rn->sha, reply->str, reply->len);
-	rn->sha[reply->len] = '\0';
 	if (rn->state == NODE_CONNECTING) {
 		rn->state = NODE_READY;
 		rn->down = false;
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		rn->backoff = RECONNECT_MIN;
-		log_info("redis: worker %d ready (script %s) on %s", rn->worker, rn->sha, rn->name);
+		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
+			 reply->str, rn->name);
 		send_batches(rn);
 	}
 }
 
-/* In a Cluster, one call decides the clients of every slot of its node:
- * the script then declares no key and is allowed keys of several slots. */
-#define CLUSTER_SHEBANG "#!lua flags=allow-cross-slot-keys\n"
-
-static void load_script(struct redis_node *rn)
+/* FUNCTION LOAD REPLACE: every connection loads the library it calls, so
+ * agents of another version on the same server each find their own after
+ * a reconnection (and the library of the latest to connect stays). */
+static void load_library(struct redis_node *rn)
 {
-	const char *argv[3] = { "SCRIPT", "LOAD", rn->script };
-	size_t argvlen[3] = { 6, 4, strlen(rn->script) };
+	const char *argv[4] = { "FUNCTION", "LOAD", "REPLACE", redis_library };
+	size_t argvlen[4] = { 8, 4, 7, sizeof(redis_library) - 1 };
 
-	redisAsyncCommandArgv(rn->ac, on_script_loaded, NULL, 3, argv, argvlen);
+	redisAsyncCommandArgv(rn->ac, on_library_loaded, NULL, 4, argv, argvlen);
 }
 
 static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
@@ -434,13 +403,14 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	int rc = -1;
 
 	if (reply && reply->type == REDIS_REPLY_ERROR &&
-	    strncmp(reply->str, "NOSCRIPT", 8) == 0 && !b->retried && rn->ac == ac &&
+	    strstr(reply->str, "Function not found") && !b->retried && rn->ac == ac &&
 	    !b->answered) {
-		/* Redis restarted or flushed its scripts: load again, retry once.
-		 * The batch keeps its place (and deadline) in the list. */
-		STAT_INC(rn->stats->noscript);
+		/* Redis restarted or its functions were flushed: load the
+		 * library again, retry once. The batch keeps its place (and
+		 * deadline) in the list. */
+		STAT_INC(rn->stats->library_missing);
 		b->retried = 1;
-		load_script(rn);
+		load_library(rn);
 		if (send_batch_cmd(rn, b) == 0)
 			return;
 	}
@@ -449,13 +419,9 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (rn->shared_calls)
 		(*rn->shared_calls)--;
 	if (!b->answered) {
-		/* both decoders check the whole reply before answering anyone */
-		if (reply && reply->type == REDIS_REPLY_STRING &&
-		    rn->cfg->encoding == REDIS_ENC_MSGPACK)
+		/* the decoder checks the whole reply before answering anyone */
+		if (reply && reply->type == REDIS_REPLY_STRING)
 			rc = answer_msgpack(rn, b, reply->str, reply->len);
-		else if (reply && reply->type == REDIS_REPLY_ARRAY &&
-			 rn->cfg->encoding == REDIS_ENC_PLAIN)
-			rc = answer_plain(rn, b, reply);
 		if (rc == 0) {
 			int64_t now = clock_now_us();
 
@@ -483,43 +449,114 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 
 /* ---- sending -------------------------------------------------------------------- */
 
-/* Text for the argv; NULL when the arena is full (cannot happen with the
- * arena sized for batch_max queries, checked anyway). */
-static const char *arena_put(struct redis_node *rn, size_t *used, const char *s, size_t len)
+/* Bytes of the argv; NULL when the arena is full (it is sized for
+ * batch_max queries of LIMIT_SET_MAX limits: cannot happen, checked
+ * anyway). */
+static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
 {
-	char *p;
+	uint8_t *p;
 
-	if (len + 1 > rn->arena_cap - *used)
+	if (len > rn->arena_cap - *used)
 		return NULL;
-	p = rn->arena + *used;
-	memcpy(p, s, len);
-	p[len] = '\0';
-	*used += len + 1;
+	p = (uint8_t *)rn->arena + *used;
+	*used += len;
 	return p;
 }
 
-/* The script's arguments (see decide.lua): the distinct rules of the batch
- * once each, [lid, algo, quota, period_us, burst] per limit, then three
- * integers per query, key_index, cost and rule_index. A rule is its
- * limits array: the queries of one rule of the same rules share it. */
+/* v in n bytes, most significant first */
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = n - 1; i >= 0; i--) {
+		p[i] = (uint8_t)v;
+		v >>= 8;
+	}
+}
+
+/* v in msgpack's shortest form for a non-negative integer; returns the
+ * length (at most 9) */
+static size_t mp_uint(uint8_t *p, uint64_t v)
+{
+	if (v < 128) {
+		p[0] = (uint8_t)v;
+		return 1;
+	}
+	if (v < 256) {
+		p[0] = 0xcc;
+		p[1] = (uint8_t)v;
+		return 2;
+	}
+	if (v < 65536) {
+		p[0] = 0xcd;
+		put_be(p + 1, v, 2);
+		return 3;
+	}
+	if (v < 4294967296ULL) {
+		p[0] = 0xce;
+		put_be(p + 1, v, 4);
+		return 5;
+	}
+	p[0] = 0xcf;
+	put_be(p + 1, v, 8);
+	return 9;
+}
+
+/* A rule as the library takes it: msgpack [[algo, quota, period_us,
+ * burst], ...], at most RULE_BYTES_MAX bytes. The same limits always make
+ * the same bytes (the library keeps each rule by its bytes). */
+#define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9))
+static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
+{
+	size_t n = 0;
+
+	if (q->nlimits < 16) {
+		p[n++] = (uint8_t)(0x90 + q->nlimits);
+	} else {
+		p[n++] = 0xdc;
+		put_be(p + n, q->nlimits, 2);
+		n += 2;
+	}
+	for (size_t j = 0; j < q->nlimits; j++) {
+		const struct limit_spec *l = &q->limits[j];
+
+		p[n++] = 0x94;
+		n += mp_uint(p + n, (uint64_t)l->algo);
+		n += mp_uint(p + n, l->quota);
+		n += mp_uint(p + n, (uint64_t)l->period_us);
+		n += mp_uint(p + n, l->burst);
+	}
+	return n;
+}
+
+/* The call (see ratelimit.lua):
+ *
+ *     FCALL rl_decide 0 <requests> <rule>... <key>...
+ *
+ * (rl_decide_cluster on a Cluster: its keys may be of several slots). The
+ * distinct rules of the batch go once each; then each distinct client's
+ * keys, one per limit of its rule; <requests> is the number of rules
+ * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
+ * big-endian. No key is named twice (see batch_len()). */
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
-	size_t argc = 0, nkeys = 0, nrules = 0, used = 0;
-	size_t keyidx[1024], ruleidx[1024];
+	size_t argc = 0, nrules = 0, nkeys = 0, used = 0;
+	uint32_t first[1024];
+	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
-	char tmp[NUM_MAX + RULES_LID_MAX];
-	const char *p;
-	int n;
+	const char *fn = rn->cluster ? "rl_decide_cluster" : "rl_decide";
+	uint8_t *req, *p;
 
-	if (b->n > sizeof(keyidx) / sizeof(keyidx[0]))
+	if (b->n > sizeof(first) / sizeof(first[0]))
 		return -1;
-	rn->argv[argc] = "EVALSHA";
-	rn->argvlen[argc++] = 7;
-	rn->argv[argc] = rn->sha;
-	rn->argvlen[argc++] = strlen(rn->sha);
-	argc++; /* numkeys, below */
-	/* One key per distinct client (store_key_name). One rule per distinct
-	 * limits array. */
+	rn->argv[argc] = "FCALL";
+	rn->argvlen[argc++] = 5;
+	rn->argv[argc] = fn;
+	rn->argvlen[argc++] = strlen(fn);
+	rn->argv[argc] = "0";
+	rn->argvlen[argc++] = 1;
+	if (!(req = arena_take(rn, &used, 2 + 10 * b->n)))
+		return -1;
+	rn->argv[argc] = (const char *)req;
+	rn->argvlen[argc++] = 2 + 10 * b->n;
 	for (size_t i = 0; i < b->n; i++) {
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
@@ -527,116 +564,88 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		for (k = 0; k < nrules; k++)
 			if (rule_q[k]->limits == q->limits)
 				break;
-		if (k == nrules)
+		if (k == nrules) {
+			if (!(p = arena_take(rn, &used, RULE_BYTES_MAX)))
+				return -1;
 			rule_q[nrules++] = q;
-		ruleidx[i] = k + 1;
+			rn->argv[argc] = (const char *)p;
+			rn->argvlen[argc++] = rule_bytes(q, p);
+		}
+		ruleidx[i] = (uint16_t)(k + 1);
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		const struct decide_query *q = &b->rq[i].q;
+		size_t k;
+
+		/* a client's queries of one rule share its keys; under another
+		 * rule it has keys of their own (batch_len() saw to it that
+		 * they are other keys) */
 		for (k = 0; k < i; k++)
-			if (memcmp(b->rq[k].q.key, q->key, IDENTITY_KEY_LEN) == 0)
+			if (b->rq[k].q.limits == q->limits &&
+			    memcmp(b->rq[k].q.key, q->key, IDENTITY_KEY_LEN) == 0)
 				break;
 		if (k < i) {
-			keyidx[i] = keyidx[k];
+			first[i] = first[k];
 			continue;
 		}
-		keyidx[i] = ++nkeys;
-		n = (int)store_key_name(q->key, tmp);
-		if (!(p = arena_put(rn, &used, tmp, (size_t)n)))
-			return -1;
-		rn->argv[argc] = p;
-		rn->argvlen[argc++] = (size_t)n;
+		first[i] = (uint32_t)nkeys + 1;
+		for (size_t j = 0; j < q->nlimits; j++) {
+			if (!(p = arena_take(rn, &used, STORE_KEY_NAME_LEN + 1)))
+				return -1;
+			rn->argv[argc] = (const char *)p;
+			rn->argvlen[argc++] = store_key_name(q->key, q->rule->lidh[j], (char *)p);
+		}
+		nkeys += q->nlimits;
 	}
-	n = snprintf(tmp, sizeof(tmp), "%zu", nkeys);
-	if (!(p = arena_put(rn, &used, tmp, (size_t)n)))
-		return -1;
-	rn->argv[2] = p;
-	rn->argvlen[2] = (size_t)n;
-
-	if (rn->cfg->encoding == REDIS_ENC_MSGPACK) {
-		msgpack_packer pk;
-
-		msgpack_sbuffer_clear(&rn->sbuf);
-		msgpack_packer_init(&pk, &rn->sbuf, msgpack_sbuffer_write);
-		msgpack_pack_array(&pk, 2);
-		msgpack_pack_array(&pk, nrules);
-		for (size_t r = 0; r < nrules; r++) {
-			const struct decide_query *q = rule_q[r];
-
-			msgpack_pack_array(&pk, q->nlimits);
-			for (size_t j = 0; j < q->nlimits; j++) {
-				const struct limit_spec *l = &q->limits[j];
-				const char *lid = q->rule->lid[j];
-
-				msgpack_pack_array(&pk, 5);
-				msgpack_pack_str(&pk, strlen(lid));
-				msgpack_pack_str_body(&pk, lid, strlen(lid));
-				msgpack_pack_uint32(&pk, (uint32_t)l->algo);
-				msgpack_pack_uint64(&pk, l->quota);
-				msgpack_pack_int64(&pk, l->period_us);
-				msgpack_pack_uint64(&pk, l->burst);
-			}
-		}
-		msgpack_pack_array(&pk, 3 * b->n);
-		for (size_t i = 0; i < b->n; i++) {
-			msgpack_pack_uint64(&pk, keyidx[i]);
-			msgpack_pack_uint32(&pk, b->rq[i].q.cost);
-			msgpack_pack_uint64(&pk, ruleidx[i]);
-		}
-		rn->argv[argc] = rn->sbuf.data;
-		rn->argvlen[argc++] = rn->sbuf.size;
-	} else {
-#define PUT_NUM(fmt, v)                                                       \
-	do {                                                                  \
-		n = snprintf(tmp, sizeof(tmp), fmt, v);                       \
-		if (!(p = arena_put(rn, &used, tmp, (size_t)n)))              \
-			return -1;                                            \
-		rn->argv[argc] = p;                                           \
-		rn->argvlen[argc++] = (size_t)n;                              \
-	} while (0)
-		PUT_NUM("%zu", nrules);
-		for (size_t r = 0; r < nrules; r++) {
-			const struct decide_query *q = rule_q[r];
-
-			PUT_NUM("%zu", q->nlimits);
-			for (size_t j = 0; j < q->nlimits; j++) {
-				const struct limit_spec *l = &q->limits[j];
-				const char *lid = q->rule->lid[j];
-
-				/* hiredis copies the arguments: no need to */
-				rn->argv[argc] = lid;
-				rn->argvlen[argc++] = strlen(lid);
-				PUT_NUM("%d", (int)l->algo);
-				PUT_NUM("%llu", (unsigned long long)l->quota);
-				PUT_NUM("%lld", (long long)l->period_us);
-				PUT_NUM("%llu", (unsigned long long)l->burst);
-			}
-		}
-		for (size_t i = 0; i < b->n; i++) {
-			PUT_NUM("%zu", keyidx[i]);
-			PUT_NUM("%u", b->rq[i].q.cost);
-			PUT_NUM("%zu", ruleidx[i]);
-		}
-#undef PUT_NUM
+	put_be(req, nrules, 2);
+	for (size_t i = 0; i < b->n; i++) {
+		put_be(req + 2 + 10 * i, first[i], 4);
+		put_be(req + 6 + 10 * i, b->rq[i].q.cost, 4);
+		put_be(req + 10 + 10 * i, ruleidx[i], 2);
 	}
 	if (b->n == 1 && b->rq[0].asking &&
 	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (rn->cluster) {
-		/* EVALSHA sha 0 <rules and requests> key...: no declared key */
-		const char *arg = rn->argv[argc - 1];
-		size_t arglen = rn->argvlen[argc - 1];
-
-		if (argc != 4 + nkeys)
-			return -1; /* msgpack only (checked at start) */
-		memmove(&rn->argv[4], &rn->argv[3], nkeys * sizeof(*rn->argv));
-		memmove(&rn->argvlen[4], &rn->argvlen[3], nkeys * sizeof(*rn->argvlen));
-		rn->argv[3] = arg;
-		rn->argvlen[3] = arglen;
-		rn->argv[2] = "0";
-		rn->argvlen[2] = 1;
-	}
 	if (redisAsyncCommandArgv(rn->ac, on_batch_reply, b, (int)argc, rn->argv,
 				  rn->argvlen) != REDIS_OK)
 		return -1;
 	return 0;
+}
+
+/* Whether two queries' rules share a limit (and so, for one client, a
+ * key). */
+static bool share_limit(const struct redis_query *a, const struct redis_query *b)
+{
+	for (size_t i = 0; i < a->q.nlimits; i++)
+		for (size_t j = 0; j < b->q.nlimits; j++)
+			if (a->q.rule->lidh[i] == b->q.rule->lidh[j])
+				return true;
+	return false;
+}
+
+/* How many of the first n queued queries go in one call: a query sent
+ * after ASKING (a migrating slot) goes alone, as ASKING admits one
+ * command, for the slot being imported; and a query whose client is in
+ * the call already under another rule that shares a limit with its own
+ * waits for the next call, so that no key is named twice in one. */
+static size_t batch_len(const struct redis_node *rn, size_t n)
+{
+	size_t cap = (size_t)rn->cfg->max_pending;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct redis_query *r = &rn->queue[(rn->qhead + i) % cap];
+
+		if (r->asking)
+			return i ? i : 1;
+		for (size_t k = 0; k < i; k++) {
+			const struct redis_query *e = &rn->queue[(rn->qhead + k) % cap];
+
+			if (e->q.limits != r->q.limits &&
+			    memcmp(e->q.key, r->q.key, IDENTITY_KEY_LEN) == 0 && share_limit(e, r))
+				return i;
+		}
+	}
+	return n;
 }
 
 /* Sends what is queued, in batches of at most batch_max, with at most
@@ -656,13 +665,7 @@ static void send_batches(struct redis_node *rn)
 								 : (size_t)rn->cfg->batch_max;
 		struct rbatch *b;
 
-		/* A query sent after ASKING (a migrating slot) goes alone:
-		 * ASKING admits one command, for the slot being imported. */
-		for (size_t i = 0; i < n; i++)
-			if (rn->queue[(rn->qhead + i) % (size_t)rn->cfg->max_pending].asking) {
-				n = i ? i : 1;
-				break;
-			}
+		n = batch_len(rn, n);
 		b = xmalloc(sizeof(*b) + n * sizeof(struct redis_query));
 
 		if (!b)
@@ -889,11 +892,11 @@ static void start_connect(struct redis_node *rn)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	STAT_INC(rn->stats->connects);
-	/* Pipelined behind the connection: AUTH, then the script. */
+	/* Pipelined behind the connection: AUTH, then the library. */
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
 		redisAsyncCommandArgv(ac, on_auth, NULL, argc, argv, argvlen);
-	load_script(rn);
+	load_library(rn);
 }
 
 static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
@@ -907,7 +910,6 @@ static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
 /* Frees the node's arrays and the node (NULL members are fine). */
 static void free_buffers(struct redis_node *rn)
 {
-	xfree(rn->own_script);
 	xfree(rn->queue);
 	xfree(rn->decoded);
 	xfree(rn->argv);
@@ -934,34 +936,21 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->owner = owner;
 	rn->stats = stats;
 	rn->cluster = cfg->topology == REDIS_CLUSTER;
-	rn->script = cfg->encoding == REDIS_ENC_PLAIN ? redis_script_plain : redis_script_msgpack;
-	if (rn->cluster) {
-		size_t n = strlen(CLUSTER_SHEBANG) + strlen(rn->script) + 1;
-
-		rn->own_script = xmalloc(n);
-		if (!rn->own_script) {
-			xfree(rn);
-			return NULL;
-		}
-		snprintf(rn->own_script, n, "%s%s", CLUSTER_SHEBANG, rn->script);
-		rn->script = rn->own_script;
-	}
 	rn->backoff = RECONNECT_MIN;
-	/* EVALSHA sha numkeys, a key per query, then ARGV: 1 (msgpack) or
-	 * 1 + per rule 1 + 5 per limit + per query 3 (plain), at most a rule
-	 * per query. */
-	max_argc = 4 + (size_t)cfg->batch_max * (1 + 1 + 5 * LIMIT_SET_MAX + 3);
+	/* FCALL, its name, 0 and the requests; a rule and a key per limit
+	 * per query, at most */
+	max_argc = 4 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
-	rn->arena_cap = max_argc * (NUM_MAX + RULES_LID_MAX);
+	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + RULE_BYTES_MAX +
+						      LIMIT_SET_MAX * (STORE_KEY_NAME_LEN + 1));
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
 		free_buffers(rn);
 		return NULL;
 	}
-	msgpack_sbuffer_init(&rn->sbuf);
 	ev_timer_init(&rn->reconnect_w, on_reconnect, 0., 0.);
 	rn->reconnect_w.data = rn;
 	ev_timer_init(&rn->deadline_w, on_deadline, 0., 0.);
@@ -999,7 +988,6 @@ void redis_node_free(struct redis_node *rn)
 	ev_timer_stop(rn->loop, &rn->reconnect_w);
 	ev_timer_stop(rn->loop, &rn->deadline_w);
 	ev_prepare_stop(rn->loop, &rn->send_w);
-	msgpack_sbuffer_destroy(&rn->sbuf);
 	free_buffers(rn);
 }
 

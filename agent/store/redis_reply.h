@@ -1,4 +1,4 @@
-/* redis_reply.h: the decision script's msgpack reply, decoded. Pure: no
+/* redis_reply.h: the decision library's msgpack reply, decoded. Pure: no
  * I/O. The reply comes from Redis, which the agent trusts no more than it
  * must: any shape is accepted without harm, and a request whose part is
  * malformed is marked so (its decision then falls back to the rule's

@@ -149,11 +149,43 @@ uint64_t store_reset_epoch(const struct store *st)
 	return atomic_load_explicit(&st->reset_epoch, memory_order_relaxed);
 }
 
-size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
+/* URL-safe base64: no digit is a brace, so "{TTTT}" stays a hash tag */
+static const char key_digits[] =
+	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
 {
-	memcpy(buf, "rl:{", 4);
-	identity_hex(key, buf + 4);
-	buf[4 + IDENTITY_HEX_LEN] = '}';
-	buf[5 + IDENTITY_HEX_LEN] = '\0';
+	uint32_t t = (uint32_t)key[0] << 16 | (uint32_t)key[1] << 8 | key[2];
+
+	buf[0] = '{';
+	for (int i = 0; i < 4; i++)
+		buf[1 + i] = key_digits[(t >> (18 - 6 * i)) & 63];
+	buf[5] = '}';
+	buf[6] = '\0';
+	return STORE_KEY_TAG_LEN;
+}
+
+size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh, char *buf)
+{
+	uint64_t x = 0;
+
+	_Static_assert(IDENTITY_KEY_LEN >= 16, "the name reads bytes 0..2 and 8..15");
+
+	store_key_tag(key, buf);
+	/* bytes 8..15, big-endian whatever the host: every agent of a fleet
+	 * names a key alike */
+	for (int i = 8; i < 16; i++)
+		x = x << 8 | key[i];
+	/* MurmurHash3's finaliser: each bit of the limit's hash moves half
+	 * of the bits kept */
+	x ^= lidh;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	for (int i = 0; i < 8; i++)
+		buf[6 + i] = key_digits[(x >> (58 - 6 * i)) & 63];
+	buf[STORE_KEY_NAME_LEN] = '\0';
 	return STORE_KEY_NAME_LEN;
 }

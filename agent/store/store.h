@@ -63,7 +63,7 @@ struct store_stats {
 	counter_t unavailable;    /* without the store: no connection, queue full */
 	counter_t errors;         /* error replies */
 	counter_t connects;       /* connection attempts */
-	counter_t noscript;       /* scripts loaded again after NOSCRIPT */
+	counter_t library_missing; /* calls that found the library gone: loaded again */
 	counter_t breaker_trips;  /* circuit breaker opened */
 	counter_t breaker_skips;  /* decided without the store while open */
 	struct hist call_time;    /* a call sent -> its reply */
@@ -188,10 +188,18 @@ void store_admin_done(struct store *st, struct store_admin *a);
 
 uint64_t store_reset_epoch(const struct store *st);
 
-/* The name of a client's key under a rule, as the shared store writes it
- * and the admin endpoint shows it: "rl:{<hex>}". buf holds
- * STORE_KEY_NAME_LEN + 1 bytes. Returns the length. */
-#define STORE_KEY_NAME_LEN (IDENTITY_HEX_LEN + 5)
-size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
+/* The shared store keeps one key per limit of a client, 14 bytes:
+ * "{TTTT}LLLLLLLL". TTTT is the client's tag (24 bits of its SipHash in
+ * URL-safe base64, no brace among its digits): a Cluster hash tag, so all
+ * of a client's keys live in one slot. LLLLLLLL is 48 bits of the
+ * client's hash mixed with the limit's hash (rule->lidh), so a changed
+ * limit starts fresh instead of misreading old state. store_key_tag()
+ * writes "{TTTT}" (STORE_KEY_TAG_LEN bytes and a NUL), store_key_name()
+ * the whole name (STORE_KEY_NAME_LEN bytes and a NUL); both return the
+ * length. */
+#define STORE_KEY_TAG_LEN 6
+#define STORE_KEY_NAME_LEN 14
+size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
+size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh, char *buf);
 
 #endif

@@ -123,7 +123,6 @@ void store_redis_defaults(struct redis_config *cfg)
 	cfg->max_pending = 10000;
 	cfg->batch_max = 64;
 	cfg->pipeline = 2;
-	cfg->encoding = REDIS_ENC_MSGPACK;
 	cfg->local_cache = 1;
 }
 
@@ -168,8 +167,6 @@ const char *store_redis_check(const struct redis_config *cfg)
 	case REDIS_CLUSTER:
 		if (cfg->nnodes == 0)
 			return "Cluster needs seed nodes";
-		if (cfg->encoding == REDIS_ENC_PLAIN)
-			return "Cluster needs the msgpack encoding (plain arguments cannot carry keys after the requests)";
 		return NULL;
 	case REDIS_SHARDS:
 		if (cfg->nnodes == 0)
@@ -356,13 +353,13 @@ static size_t shard_of(const uint8_t *key, size_t n)
 	return (size_t)b;
 }
 
-/* The slot of a client's key, as the cluster hashes "rl:{hex}". */
+/* The slot of a client's keys, as the cluster hashes their tag. */
 static unsigned slot_of(const uint8_t *key)
 {
-	char name[STORE_KEY_NAME_LEN + 1];
+	char tag[STORE_KEY_TAG_LEN + 1];
 
-	store_key_name(key, name);
-	return redis_cluster_slot(name, STORE_KEY_NAME_LEN);
+	store_key_tag(key, tag);
+	return redis_cluster_slot(tag, STORE_KEY_TAG_LEN);
 }
 
 /* The node that decides a client now, or NULL when none can (no master
@@ -747,6 +744,8 @@ struct admin_op;
 struct admin_call {
 	struct admin_op *op;
 	size_t item;
+	long long ttl;             /* the longest PTTL of the item's keys so far */
+	size_t ttl_left;           /* PTTL replies still expected */
 };
 
 struct admin_op {
@@ -804,7 +803,8 @@ static void on_admin_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	admin_finish(t->data, "Redis did not answer in time");
 }
 
-/* A hash's fields, or with reset, how many keys went. */
+/* The values of a client's keys under its rule (MGET), by limit, or with
+ * reset, how many keys went. */
 static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct admin_call *call = priv;
@@ -825,13 +825,29 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	} else if (op->a->reset) {
 		outf(o, ", \"deleted\": %lld", reply->integer);
 	} else {
-		outf(o, ", \"fields\": {");
-		for (size_t i = 0; reply->type == REDIS_REPLY_ARRAY && i + 1 < reply->elements;
-		     i += 2) {
-			outf(o, "%s", i ? ", " : "");
-			out_json_str(o, reply->element[i]->str, reply->element[i]->len);
+		const struct rule *rule = op->a->item[call->item].rule;
+		int any = 0;
+
+		outf(o, ", \"keys\": {");
+		for (size_t j = 0; j < rule->nlimits; j++) {
+			char key[STORE_KEY_NAME_LEN + 1];
+
+			store_key_name(op->a->item[call->item].key, rule->lidh[j], key);
+			outf(o, "%s", j ? ", " : "");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+			outf(o, ": \"%s\"", key);
+		}
+		outf(o, "}, \"fields\": {");
+		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
+				   j < rule->nlimits; j++) {
+			const redisReply *v = reply->element[j];
+
+			if (v->type != REDIS_REPLY_STRING)
+				continue;
+			outf(o, "%s", any++ ? ", " : "");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
 			outf(o, ": ");
-			out_json_str(o, reply->element[i + 1]->str, reply->element[i + 1]->len);
+			out_json_str(o, v->str, v->len);
 		}
 		outf(o, "}");
 	}
@@ -850,8 +866,11 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
 		return;
 	}
-	if (reply->type == REDIS_REPLY_INTEGER)
-		outf(&op->a->item[call->item].out, ", \"ttl_ms\": %lld", reply->integer);
+	/* -2 (no key), -1 (no expiry) or the time left: the longest */
+	if (reply->type == REDIS_REPLY_INTEGER && reply->integer > call->ttl)
+		call->ttl = reply->integer;
+	if (--call->ttl_left == 0)
+		outf(&op->a->item[call->item].out, ", \"ttl_ms\": %lld", call->ttl);
 	admin_reply(op, NULL);
 }
 
@@ -951,12 +970,21 @@ static void redis_admin(struct store *st, struct store_admin *a)
 	/* each item's replies count before any can arrive */
 	op->pending = 1;
 	for (size_t i = 0; i < a->n; i++) {
-		char key[STORE_KEY_NAME_LEN + 1];
-		const char *argv[2] = { a->reset ? "DEL" : "HGETALL", key };
-		size_t argvlen[2] = { strlen(argv[0]), STORE_KEY_NAME_LEN };
+		const struct rule *rule = a->item[i].rule;
+		char key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
+		const char *argv[1 + LIMIT_SET_MAX];
+		size_t argvlen[1 + LIMIT_SET_MAX];
 		struct addr to;
 		redisAsyncContext *ac;
 
+		op->calls[i].op = op;
+		op->calls[i].item = i;
+		op->calls[i].ttl = -2;
+		if (!rule->nlimits) {
+			outf(&a->item[i].out, a->reset ? ", \"deleted\": 0" :
+				", \"fields\": {}, \"ttl_ms\": -2");
+			continue;
+		}
 		if (admin_route(rst, a->item[i].key, &to, a) < 0)
 			break;
 		ac = admin_conn(op, &rst->cfg, &to);
@@ -964,17 +992,26 @@ static void redis_admin(struct store *st, struct store_admin *a)
 			snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 			break;
 		}
-		op->calls[i].op = op;
-		op->calls[i].item = i;
-		store_key_name(a->item[i].key, key);
-		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], 2, argv, argvlen) ==
-		    REDIS_OK)
+		/* the client's keys under its rule, one per limit (one slot) */
+		argv[0] = a->reset ? "DEL" : "MGET";
+		argvlen[0] = strlen(argv[0]);
+		for (size_t j = 0; j < rule->nlimits; j++) {
+			argv[1 + j] = key[j];
+			argvlen[1 + j] = store_key_name(a->item[i].key, rule->lidh[j], key[j]);
+		}
+		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)(1 + rule->nlimits),
+					  argv, argvlen) == REDIS_OK)
 			op->pending++;
-		argv[0] = "PTTL";
-		argvlen[0] = 4;
-		if (!a->reset && redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, argv,
-						       argvlen) == REDIS_OK)
-			op->pending++;
+		for (size_t j = 0; !a->reset && j < rule->nlimits; j++) {
+			const char *pttl[2] = { "PTTL", key[j] };
+			size_t pttllen[2] = { 4, STORE_KEY_NAME_LEN };
+
+			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
+						  pttllen) == REDIS_OK) {
+				op->pending++;
+				op->calls[i].ttl_left++;
+			}
+		}
 	}
 	if (a->error[0]) {
 		admin_finish(op, NULL);

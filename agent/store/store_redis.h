@@ -18,11 +18,6 @@
 
 struct store;
 
-enum redis_encoding {
-	REDIS_ENC_MSGPACK = 0,
-	REDIS_ENC_PLAIN = 1,
-};
-
 /* Where the buckets live. */
 enum redis_topology {
 	REDIS_STANDALONE = 0,    /* one server: addr */
@@ -45,9 +40,8 @@ struct redis_config {
 	char password[256];      /* AUTH, optional */
 	double timeout;          /* deadline of a decision, seconds */
 	int max_pending;         /* queries waiting per worker, queued or sent */
-	int batch_max;           /* queries per script call */
-	int pipeline;            /* script calls in flight per worker */
-	enum redis_encoding encoding;
+	int batch_max;           /* queries per call */
+	int pipeline;            /* calls in flight per worker */
 	int local_cache;         /* answer known-refused clients locally */
 };
 
@@ -62,7 +56,7 @@ int store_redis_set_addr(struct redis_config *cfg, const char *addr);
 int store_redis_set_nodes(struct redis_config *cfg, const char *list);
 
 /* What a configuration lacks or contradicts, or NULL when it is usable:
- * Sentinel without a master name, Cluster with the plain encoding, ... */
+ * Sentinel without a master name, Cluster without seeds, ... */
 const char *store_redis_check(const struct redis_config *cfg);
 
 /* "standalone", "sentinel", "cluster" or "shards". */

@@ -1,29 +1,35 @@
-"""The decision scripts as Redis runs them: decide.lua as it is, and
-decide_plain.lua with decide.lua's core put in place of its "CORE" line,
-the way the Makefile builds them into the agent."""
+"""The Redis function library that decides (agent/store/redis/ratelimit.lua)
+as the tests load it: the whole text for FUNCTION LOAD, and its code
+without the registration for EVAL scripts that drive its local functions.
+"""
 
 import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT_MP = os.path.join(ROOT, "agent", "store", "redis", "decide.lua")
-SCRIPT_PLAIN = os.path.join(ROOT, "agent", "store", "redis", "decide_plain.lua")
-CORE_MARK = "-- ==== CORE ====\n"
+LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
+LIBRARY_NAME = "spoa_ratelimit"
+FUNCTIONS = ("rl_decide", "rl_decide_cluster")
+
+# Where the code that an EVAL script can run starts (after the "#!lua"
+# line and the header comment) and where the registration starts: Redis
+# offers redis.register_function only to FUNCTION LOAD.
+_CODE_START = "\nlocal floor, "
+_REGISTRATION = "\nredis.register_function"
 
 
-def core(text):
-    """The lines of decide.lua from BEGIN CORE to END CORE, both included."""
-    a = text.index("-- ==== BEGIN CORE")
-    b = text.index("\n", text.index("-- ==== END CORE ====")) + 1
-    return text[a:b]
-
-
-def msgpack_script():
-    with open(SCRIPT_MP) as f:
+def library():
+    """The text of ratelimit.lua, for FUNCTION LOAD REPLACE."""
+    with open(LIBRARY) as f:
         return f.read()
 
 
-def plain_script():
-    with open(SCRIPT_PLAIN) as f:
-        plain = f.read()
-    assert plain.count(CORE_MARK) == 1, "decide_plain.lua needs one CORE line"
-    return plain.replace(CORE_MARK, core(msgpack_script()))
+def library_code():
+    """The library's locals and functions, from its first declaration to
+    the registration (excluded): an EVAL script made of this and a driver
+    reaches eval_token(), muldiv() and the rest. The driver must call
+    bind() first, as the registered functions do."""
+    text = library()
+    a = text.index(_CODE_START) + 1
+    b = text.index(_REGISTRATION)
+    assert a < b, "ratelimit.lua: declarations after the registration"
+    return text[a:b]

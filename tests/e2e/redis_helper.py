@@ -122,15 +122,16 @@ class RedisServer:
             return c.command(*args)
 
     def now_us(self):
-        """Redis's clock (TIME), the one the decision script reads."""
+        """Redis's clock (TIME), the one the decision library reads."""
         sec, usec = self.command("TIME")
         return int(sec) * 1000000 + int(usec)
 
-    def evalsha_calls(self):
-        """How many EVALSHA commands the server has run (INFO commandstats)."""
+    def decision_calls(self):
+        """How many FCALL commands (decision calls) the server has run
+        (INFO commandstats)."""
         info = self.command("INFO", "commandstats").decode()
         for line in info.splitlines():
-            if line.startswith("cmdstat_evalsha:"):
+            if line.startswith("cmdstat_fcall:"):
                 for part in line.split(":", 1)[1].split(","):
                     k, _, v = part.partition("=")
                     if k == "calls":
@@ -138,11 +139,12 @@ class RedisServer:
         return 0
 
     def rl_keys(self):
-        """Every key named rl:*, sorted (SCAN, not KEYS)."""
+        """Every key the agent names, "{TTTT}LLLLLLLL", sorted (SCAN, not
+        KEYS)."""
         out, cursor = set(), b"0"
         with self.client() as c:
             while True:
-                cursor, batch = c.command("SCAN", cursor, "MATCH", "rl:*", "COUNT", 1000)
+                cursor, batch = c.command("SCAN", cursor, "MATCH", "{????}????????", "COUNT", 1000)
                 out.update(k.decode() for k in batch)
                 if cursor == b"0":
                     return sorted(out)

@@ -566,9 +566,9 @@ class Cluster(_Topology):
     def node_for_key(self, key):
         return self.node_for_slot(key_slot(key))
 
-    def keys_by_master(self, pattern="rl:*"):
+    def keys_by_master(self, pattern="{????}????????"):
         """{master port: sorted keys matching pattern} (SCAN on each live
-        master; keys as str)."""
+        master; keys as str). The default matches the agent's keys."""
         out = {}
         for m in self.masters():
             keys, cursor = set(), b"0"

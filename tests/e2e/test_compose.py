@@ -233,7 +233,7 @@ def test_dockerfile_uses_only_listed_debian_packages():
     text = read(os.path.join(ROOT, "docker", "Dockerfile.agent"))
     assert re.findall(r"^FROM (\S+)", text, re.M) == ["debian:12", "debian:12-slim"], text
     pkgs = dockerfile_apt_packages(text)
-    assert sorted(pkgs) == ["build-essential", "libev-dev", "libhiredis-dev", "libmsgpack-dev",
+    assert sorted(pkgs) == ["build-essential", "libev-dev", "libhiredis-dev",
                             "libyaml-dev", "pkg-config"], pkgs
     listed = install_deps_packages()
     assert not set(pkgs) - listed, "not in scripts/install-deps.sh: %s" % sorted(set(pkgs) - listed)

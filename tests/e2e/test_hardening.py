@@ -325,7 +325,7 @@ def test_admin_never_blocks_healthz(h):
 
 def test_chaos(h):
     """Redis faults one after another under load: stopped, DEBUG SLEEP,
-    SCRIPT FLUSH, out of memory, scripting forbidden, killed and
+    FUNCTION FLUSH, out of memory, scripting forbidden, killed and
     restarted. Every NOTIFY is answered well within its deadline's reach,
     no client gets more than its limit from Redis, memory stays bounded,
     and the log stays short."""
@@ -354,7 +354,7 @@ def test_chaos(h):
         with redis.client(timeout=10) as c:
             c.command("DEBUG", "SLEEP", "1")
         settle()
-        redis.command("SCRIPT", "FLUSH")
+        redis.command("FUNCTION", "FLUSH")
         settle()
         redis.command("CONFIG", "SET", "maxmemory-policy", "noeviction")
         redis.command("CONFIG", "SET", "maxmemory", "1")

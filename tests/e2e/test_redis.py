@@ -2,7 +2,7 @@
 each test (tests/e2e/redis_helper.py): exact counts across a fleet of agents,
 every algorithm, several limits all or nothing, weighted cost, key expiry,
 Redis going away, pausing and coming back, AUTH and ACL users, a Unix
-socket, the local refusal cache and both script encodings.
+socket, the local refusal cache, the decision library lost and loaded again.
 
 Most checks speak raw SPOP to the agent (tests/e2e/spop.py) and compare the
 whole set of variables of each ACK; the fleet and restart tests go through
@@ -22,7 +22,9 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer
 from spop import ACK, Conn
 
-KEY_RE = re.compile(r"^rl:\{[0-9a-f]{32}\}$")
+# a key per limit of a client: its tag (a Cluster hash tag), then the limit
+KEY_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}[A-Za-z0-9_-]{8}$")
+TAG_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}$")
 RATELIMIT_RE = re.compile(r'^"([^"]+)";r=(\d+);t=(\d+)$')
 
 # Agent log lines that mean trouble in a run where Redis stays healthy.
@@ -272,10 +274,10 @@ def test_fleet_through_haproxy_is_exact_under_concurrency(h):
     assert sorted(remaining) == list(range(100)), sorted(remaining)
     assert backend.count == 100, backend.count
 
-    # One Redis key for the client, one field for the limit.
+    # One Redis key for the client's one limit, a string.
     keys = redis.rl_keys()
     assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
-    assert redis.command("HLEN", keys[0]) == 1
+    assert redis.command("TYPE", keys[0]) == b"string"
 
     # Another key is untouched by all that.
     r = get(hps[1], "other-key")
@@ -405,14 +407,11 @@ def test_several_limits_all_or_nothing(h):
     assert time.monotonic() - t0 < 0.4, "too slow for the exact values above"
 
     # In Redis, 5/1d holds exactly two requests: its value is the
-    # theoretical arrival time, 2 * 17280 s ahead (less the time gone by).
+    # theoretical arrival time, 2 * 17280 s ahead (less the time gone by);
+    # 2/1s's, one key of the same client (the same tag), is 1 s ahead.
     keys = redis.rl_keys()
-    assert len(keys) == 1, keys
-    fields = redis.command("HGETALL", keys[0])
-    fields = dict(zip(fields[::2], fields[1::2]))
-    day_fields = [k for k in fields if k.startswith(b"t5/")]
-    assert len(fields) == 2 and len(day_fields) == 1, fields
-    tat = int(fields[day_fields[0]].split(b"+")[0])
+    assert len(keys) == 2 and keys[0][:6] == keys[1][:6], keys
+    tat = max(int(redis.command("GET", k).split(b"+")[0]) for k in keys)
     ahead = tat - redis.now_us()
     assert 2 * 17280 * S - 2 * S < ahead <= 2 * 17280 * S, ahead
 
@@ -493,17 +492,18 @@ def test_keys_expire_when_full_again(h):
     keys = redis.rl_keys()
     assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
     key = keys[0]
-    assert redis.command("TYPE", key) == b"hash"
+    assert redis.command("TYPE", key) == b"string"
     # One token used: full again 200 ms later, and the key goes then. The
-    # expiry is rounded up to Redis's next millisecond, so PTTL read within
-    # the same millisecond as the script may say one more.
+    # expiry is rounded up to Redis's next millisecond, then to the limit's
+    # grid (1/16 of its period, 62 ms here), so PTTL read within the same
+    # millisecond as the call may say up to 62 + 1 more.
     pttl = redis.command("PTTL", key)
-    assert 0 < pttl <= 201, pttl
+    assert 0 < pttl <= 201 + 62, pttl
     for rem in (3, 2, 1, 0):
         assert s.ask("exp")["remaining"] == rem
     t_last = time.monotonic()
     pttl = redis.command("PTTL", key)
-    assert 700 < pttl <= 1001, pttl
+    assert 700 < pttl <= 1001 + 62, pttl
     wait_for(lambda: redis.command("EXISTS", key) == 0, 1.5, "the key to expire")
     assert time.monotonic() - t_last < 1.2
     assert redis.rl_keys() == []
@@ -563,14 +563,14 @@ def test_redis_restart_and_script_flush_through_haproxy(h):
     for rem in (99, 98, 97, 96):
         exact("after", rem)
 
-    # Scripts gone: the agent loads its script again and answers exactly.
-    sha = re.search(r"redis: worker \d+ ready \(script ([0-9a-f]{40})\)", a.log()).group(1)
-    assert redis.command("SCRIPT", "EXISTS", sha) == [1]
-    redis.command("SCRIPT", "FLUSH")
-    assert redis.command("SCRIPT", "EXISTS", sha) == [0]
+    # The library gone: the agent loads it again and answers exactly.
+    assert re.search(r"redis: worker \d+ ready \(library spoa_ratelimit\)", a.log())
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit") != []
+    redis.command("FUNCTION", "FLUSH")
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit") == []
     for rem in (95, 94, 93, 92, 91, 90):
         exact("after", rem)
-    assert redis.command("SCRIPT", "EXISTS", sha) == [1]
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit") != []
     assert a.alive()
     assert "AddressSanitizer" not in a.log()
 
@@ -607,14 +607,14 @@ def burst_calls(h, redis, *args, n=200):
     """EVALSHA calls Redis ran for n NOTIFYs sent in one write to a fresh
     agent with `args`; every decision must come from Redis."""
     a = start_agent(h, redis, "--limit", "1000000/1h", "--redis-timeout", "2000", *args)
-    before = redis.evalsha_calls()
+    before = redis.decision_calls()
     with Conn(a.port, timeout=10.0) as c:
         c.handshake()
         c.send(b"".join(spop.check_rate(sid, 1, api_key="k%d" % sid) for sid in range(1, n + 1)))
         for _ in range(n):
             v = c.expect(ACK, timeout=10).vars()
             assert v["status"] == 0 and not v["degraded"], v
-    return redis.evalsha_calls() - before
+    return redis.decision_calls() - before
 
 
 def test_batching_and_calls_in_flight(h):
@@ -631,10 +631,10 @@ def test_batching_and_calls_in_flight(h):
 
 
 def test_several_rules_in_one_call(h):
-    """A script call carries each of its batch's rules once and a rule
-    index per decision: decisions of three rules (two endpoints and the
-    default tier), interleaved in one write, each meet their own rule's
-    limits exactly, with both encodings."""
+    """A call carries each of its batch's rules once and a rule index per
+    decision: one client's decisions under three rules (two endpoints and
+    the default tier, no limit in common), interleaved in one write, each
+    meet their own rule's limits exactly, and share calls."""
     rules = os.path.join(h.dir, "rules.yaml")
     with open(rules, "w") as f:
         f.write("tiers:\n  default: t\n  t: { limits: [\"6/1h\"] }\n"
@@ -643,11 +643,11 @@ def test_several_rules_in_one_call(h):
                 "  - { name: b, match: { path: /b }, limits: [\"2/1h\", \"4/1m\"] }\n")
     want = {"/a": (3, "a"), "/b": (2, "b"), "/x": (6, "t")}
     redis = RedisServer(h)
-    for enc in ("msgpack", "plain"):
-        a = start_agent(h, redis, "--rules", rules, "--redis-encoding", enc,
+    for enc in ("first", "second"):
+        a = start_agent(h, redis, "--rules", rules,
                         "--redis-pipeline", "1", "--redis-timeout", "2000",
                         name="agent-" + enc)
-        before = redis.evalsha_calls()
+        before = redis.decision_calls()
         sent = {}
         with Conn(a.port, timeout=10.0) as c:
             c.handshake()
@@ -666,7 +666,7 @@ def test_several_rules_in_one_call(h):
                 assert not v["degraded"] and v["rule"] == want[path][1], (enc, path, v)
                 passed[path] += v["status"] == 0
         assert passed == {p: n for p, (n, _) in want.items()}, (enc, passed)
-        calls = redis.evalsha_calls() - before
+        calls = redis.decision_calls() - before
         assert calls < len(sent), (enc, calls)
         assert_log_clean(a)
 
@@ -756,11 +756,13 @@ def test_admin_inspect_and_reset(h):
     info = json.loads(r.text)
     assert info["identity"] == "api_key" and info["value"] == "adm", info
     (rule,) = info["rules"]
-    assert rule["rule"] == "default" and re.fullmatch(r"rl:\{[0-9a-f]{32}\}", rule["key"]), rule
-    # the expiry is rounded up to the next millisecond
-    assert len(rule["fields"]) == 1 and 0 < rule["ttl_ms"] <= 86400 * 1000 + 1, rule
+    assert rule["rule"] == "default" and TAG_RE.match(rule["key"]), rule
+    # the expiry is rounded up to the next millisecond, then to the grid
+    assert len(rule["fields"]) == 1 and 0 < rule["ttl_ms"] <= 86400 * 1000 + 1000, rule
+    (lid,) = rule["fields"]
+    assert lid == "t2/86400000000/0" and list(rule["keys"]) == [lid], rule
     keys = [k.decode() if isinstance(k, bytes) else k for k in redis.rl_keys()]
-    assert keys == [rule["key"]], keys
+    assert keys == [rule["keys"][lid]] and keys[0].startswith(rule["key"]), keys
     r = http_get(mport, "/admin/reset?api_key=adm", method="POST")
     assert r.status == 200 and json.loads(r.text)["rules"][0]["deleted"] == 1, r
     # the bucket is full again, and no worker answers from its cache
@@ -854,11 +856,11 @@ def test_local_refusal_cache(h):
         assert s.ask(key) == ok(2, 86400, 0, 86400)
         first = s.ask(key)
         assert first == limited(2, 86400, 43200, 86400), (mode, first)
-        before = redis.evalsha_calls()
+        before = redis.decision_calls()
         for _ in range(50):
             v = s.ask(key)
             assert v == first, (mode, v, first)
-        after = redis.evalsha_calls()
+        after = redis.decision_calls()
         assert time.monotonic() - t0 < 0.9, "too slow for the exact values above"
         assert after - before == extra_calls, (mode, before, after)
         answers[mode] = first
@@ -867,25 +869,38 @@ def test_local_refusal_cache(h):
     assert answers["cache"] == answers["no-cache"], answers
 
 
-# ---------------------------------------------------- 12: plain encoding
+# ------------------------------------------ 12: rules that name one limit
 
 
-def test_plain_encoding_decides_like_msgpack(h):
+def test_rules_naming_the_same_limit_keep_their_own_keys(h):
+    """A client's buckets are its rule's: two endpoints whose rules name the
+    same limit (5/1h) count one client apart under each (its identity is
+    hashed with the rule's name), each in keys of its own, in one write of
+    decisions interleaved."""
+    rules = os.path.join(h.dir, "rules.yaml")
+    with open(rules, "w") as f:
+        f.write("tiers:\n  default: t\n  t: { limits: [\"100/1h\"] }\n"
+                "endpoints:\n"
+                "  - { name: a, match: { path: /a }, limits: [\"5/1h\"] }\n"
+                "  - { name: b, match: { path: /b }, limits: [\"5/1h\", \"50/1m\"] }\n")
     redis = RedisServer(h)
-    mp = start_agent(h, redis, "--limit", "5/10s", "--redis-encoding", "msgpack", name="agent-msgpack")
-    pl = start_agent(h, redis, "--limit", "5/10s", "--redis-encoding", "plain",
-                     name="agent-plain")
-    s_mp, s_pl = Spop(mp.port), Spop(pl.port)
-    t0 = time.monotonic()
-    expected = [ok(5, 10, 4 - i, 2 * (i + 1)) for i in range(5)] + [limited(5, 10, 2, 10)] * 2
-    for key, s in (("mp", s_mp), ("pl", s_pl)):
-        got = [s.ask(key) for _ in expected]
-        assert got == expected, (key, got)
-    # One client through both: they share its bucket.
-    got = [(s_mp if i % 2 == 0 else s_pl).ask("both") for i in range(len(expected))]
-    assert got == expected, got
-    assert time.monotonic() - t0 < 1.0, "too slow for the exact values above"
-    assert len(redis.rl_keys()) == 3
-    assert_log_clean(mp)
-    assert_log_clean(pl)
-
+    a = start_agent(h, redis, "--rules", rules, "--redis-timeout", "2000")
+    with Conn(a.port, timeout=10.0) as c:
+        c.handshake()
+        c.send(b"".join(spop.check_rate(sid, 1, api_key="shared", path="/a" if sid % 2 else "/b")
+                        for sid in range(1, 21)))
+        acks = {}
+        for _ in range(20):
+            f = c.expect(ACK, timeout=10)
+            acks[f.sid] = f.vars()
+    assert [v for v in acks.values() if v["degraded"]] == [], acks
+    for rule, first in (("a", 1), ("b", 2)):
+        mine = [acks[sid] for sid in range(first, 21, 2)]
+        assert [v["rule"] for v in mine] == [rule] * 10, mine
+        assert [v["status"] for v in mine] == [0] * 5 + [429] * 5, mine
+        assert [v["remaining"] for v in mine[:5]] == [4, 3, 2, 1, 0], mine
+    # a's 5/1h under one tag; b's 5/1h and 50/1m under another
+    keys = redis.rl_keys()
+    tags = collections.Counter(k[:6] for k in keys)
+    assert len(keys) == 3 and sorted(tags.values()) == [1, 2], keys
+    assert_log_clean(a)

@@ -1,19 +1,19 @@
-"""The Redis decision scripts (agent/store/redis/decide.lua and decide_plain.lua)
+"""The Redis function library that decides (agent/store/redis/ratelimit.lua)
 against a real redis-server, compared with an ideal model of the limits
 written here with exact rational arithmetic.
 
 Redis's clock cannot be set, so every reply is checked against the model
 run at the now_us that the reply itself returns. One redis-server serves
 the whole module (started on first use, stopped at exit); every test uses
-client keys of its own.
+clients of its own, so keys never meet across tests.
 """
 
 import atexit
-import copy
 import math
 import os
 import random
 import shutil
+import struct
 import tempfile
 import time
 from fractions import Fraction
@@ -22,9 +22,6 @@ import harness
 import lua_scripts
 import mpack
 from resp import Client, RespError, encode
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SCRIPT_MP = lua_scripts.SCRIPT_MP
 
 TB, SW, FW = 0, 1, 2
 MS = 1000
@@ -55,8 +52,8 @@ class _Redis:
         else:
             raise RuntimeError("redis-server did not start: %s" % last)
         self.c = Client("127.0.0.1", self.port)
-        self.sha_mp = self.c.command("SCRIPT", "LOAD", lua_scripts.msgpack_script()).decode()
-        self.sha_plain = self.c.command("SCRIPT", "LOAD", lua_scripts.plain_script()).decode()
+        name = self.c.command("FUNCTION", "LOAD", "REPLACE", lua_scripts.library())
+        assert name.decode() == lua_scripts.LIBRARY_NAME, name
 
     def stop(self):
         try:
@@ -78,76 +75,105 @@ def redis():
     return _server
 
 
-def new_key():
-    """A client key no other test (or earlier run on this server) uses."""
-    return "rl:{%s}" % os.urandom(16).hex()
+def new_client():
+    """A client no other test (or earlier run on this server) uses."""
+    return os.urandom(8).hex()
 
 
-# ------------------------------------------------------- calling scripts
+# ------------------------------------------------------ calling the library
 
 
-def to_rules(reqs):
-    """Requests of the shape the tests write, [(key_index, cost, limits)],
-    in the scripts' shape: (rules, flat). Equal lists of limits make one
-    rule, in the order first seen; flat is key_index, cost, rule_index per
-    request."""
-    rules, index, flat = [], {}, []
-    for ki, cost, ls in reqs:
-        rule = tuple(tuple(l) for l in ls)
-        if rule not in index:
-            rules.append([list(l) for l in rule])
-            index[rule] = len(rules)
-        flat += [ki, cost, index[rule]]
-    return rules, flat
+def key_of(client, limit):
+    """The key of a client's limit, named by the limit's values, so that a
+    changed limit is another key (the agent names it by a hash of them)."""
+    return "{%s}%d.%d.%d.%d" % ((client,) + tuple(limit))
 
 
-def mp_arg(reqs):
-    """decide.lua's ARGV[1] for requests of the tests' shape."""
-    return mpack.packb(list(to_rules(reqs)))
+def rule_bytes(limits):
+    """A rule as the library takes it: a msgpack array of limits."""
+    return mpack.packb([list(l) for l in limits])
 
 
-def call_mp(keys, reqs, c=None):
-    """decide.lua; returns (now_us, [(allowed, decider, [(rem, retry, reset)])])."""
-    r = redis()
-    raw = (c or r.c).command("EVALSHA", r.sha_mp, len(keys), *keys, mp_arg(reqs))
+def request_bytes(nrules, flat):
+    """The <requests> argument: nrules, then first_key, cost and rule per
+    request, big-endian."""
+    return struct.pack(">H", nrules) + b"".join(struct.pack(">IIH", k, c, r) for k, c, r in flat)
+
+
+def layout(reqs):
+    """Requests of the shape the tests write, [(client, cost, limits)], as
+    the library takes them: (the arguments after numkeys, the keys, the
+    (first_key, cost, rule) of each request). Equal lists of limits make one
+    rule, in the order first seen; a client's keys are named once and its
+    requests share first_key, so a client keeps one rule per call, as the
+    agent does."""
+    rules, rindex, keys, first, flat = [], {}, [], {}, []
+    for client, cost, limits in reqs:
+        limits = tuple(tuple(l) for l in limits)
+        if limits not in rindex:
+            rules.append(rule_bytes(limits))
+            rindex[limits] = len(rules)
+        if client in first:
+            fk, had = first[client]
+            assert had == limits, "the tests keep a client to one rule per call"
+        else:
+            fk = len(keys) + 1
+            first[client] = (fk, limits)
+            keys += [key_of(client, l) for l in limits]
+        flat.append((fk, cost, rindex[limits]))
+    assert len(set(keys)) == len(keys), "a key named twice in one call"
+    return [request_bytes(len(rules), flat)] + rules + keys, keys, flat
+
+
+def _whole(x):
+    """A number of the reply as an int: msgpack may carry it as a float
+    (the agent reads both), which must then be a whole number below 2^53."""
+    if isinstance(x, float):
+        assert x == int(x) and 0 <= x < 2 ** 53, x
+        return int(x)
+    assert isinstance(x, int) and not isinstance(x, bool), x
+    return x
+
+
+def parse_reply(raw):
+    """(now_us, [(allowed, decider, [(rem, retry, reset)])]) from the reply's bytes."""
     now, results = mpack.unpackb(raw)
-    return now, [(a, d, [tuple(p) for p in per]) for a, d, per in results]
+    return _whole(now), [(_whole(a), _whole(d), [tuple(_whole(x) for x in p) for p in per])
+                         for a, d, per in results]
 
 
-def plain_layout(rules, flat):
-    """decide_plain.lua's ARGV: nrules, then per rule nlimits and the five
-    values of each limit, then the flat requests."""
-    args = [len(rules)]
-    for rule in rules:
-        args.append(len(rule))
-        for l in rule:
-            args += list(l)
-    return args + list(flat)
+def fcall(args, fn="rl_decide", c=None):
+    """FCALL fn 0 *args, its reply parsed."""
+    return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
 
-def plain_args(reqs):
-    return plain_layout(*to_rules(reqs))
+def decide(reqs, fn="rl_decide"):
+    return fcall(layout(reqs)[0], fn)
 
 
-def call_plain(keys, reqs, c=None):
-    """decide_plain.lua, its flat reply reshaped like call_mp's."""
-    r = redis()
-    flat = (c or r.c).command("EVALSHA", r.sha_plain, len(keys), *keys, *plain_args(reqs))
-    assert all(isinstance(x, int) for x in flat), flat
-    now, pos, out = flat[0], 1, []
-    for _, _, ls in reqs:
-        a, d = flat[pos], flat[pos + 1]
-        pos += 2
-        per = []
-        for _ in ls:
-            per.append(tuple(flat[pos:pos + 3]))
-            pos += 3
-        out.append((a, d, per))
-    assert pos == len(flat), "reply longer than the requests: %r" % flat
-    return now, out
+def get(key):
+    v = redis().c.command("GET", key)
+    return None if v is None else v.decode()
 
 
-CALLS = (("decide.lua", call_mp), ("decide_plain.lua", call_plain))
+def pexpiretime(key):
+    return redis().c.command("PEXPIRETIME", key)
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def grid_ms(period):
+    """The expiry grid of a limit, in milliseconds."""
+    return min(max(period // 16000, 1), 1000)
+
+
+def expiry_ms(need, period):
+    """When a key needed until `need` (microseconds) expires: rounded up to
+    the millisecond, then to a multiple of its limit's grid."""
+    g = grid_ms(period)
+    return ceil_div(ceil_div(need, 1000), g) * g
 
 
 # ------------------------------------------------------------- the model
@@ -161,20 +187,25 @@ class Model:
     window: estimate = prev * (1 - elapsed/P) + cur over aligned windows.
     Fixed window: a count per aligned window. A request is all or nothing.
     A request heavier than a limit's capacity is refused with one period.
+    State is kept per key, as the library keeps it.
     """
 
     def __init__(self):
-        self.st = {}
+        self.st = {}  # key -> (limit, state, time of the write)
+        self.written = []  # the keys the last decide() charged
 
-    def decide(self, now, keys, reqs):
+    def decide(self, now, reqs):
         out = []
-        for ki, cost, ls in reqs:
-            key = keys[ki - 1]
-            ev = [self._eval(key, l, now, cost) for l in ls]
+        self.written = []
+        for client, cost, limits in reqs:
+            keys = [key_of(client, l) for l in limits]
+            ev = [self.eval(k, tuple(l), now, cost) for k, l in zip(keys, limits)]
             ok = all(e[0] for e in ev)
             if ok:
-                for l, e in zip(ls, ev):
-                    self.st[(key, l[0])] = e[4]
+                for k, l, e in zip(keys, limits, ev):
+                    self.st[k] = (tuple(l), e[4], now)
+                    if k not in self.written:
+                        self.written.append(k)
                 dec = min(range(len(ev)), key=lambda j: (ev[j][1], j))
             else:
                 dec = min((j for j in range(len(ev)) if not ev[j][0]),
@@ -182,12 +213,34 @@ class Model:
             out.append((1 if ok else 0, dec + 1, [(e[1], e[2], e[3]) for e in ev]))
         return out
 
-    def _eval(self, key, l, now, cost):
-        lid, algo, quota, period, burst = l
-        st = self.st.get((key, lid))
+    def eval(self, key, l, now, cost):
+        """(allowed, remaining, retry, reset, new state or None)."""
+        algo, quota, period, burst = l
+        st = self.st.get(key)
+        state = st[1] if st else None
         if algo == TB:
-            return self._token(st, now, cost, quota, period, burst)
-        return self._window(st, now, cost, quota, period, algo == SW)
+            return self._token(state, now, cost, quota, period, burst)
+        return self._window(state, now, cost, quota, period, algo == SW)
+
+    def stored(self, key):
+        """The value the library must keep under key, and until when (in
+        microseconds) that value is needed."""
+        (algo, quota, period, burst), s, t = self.st[key]
+        if algo == TB:
+            # TAT = A + R/n with T = p/n in lowest terms
+            cap = burst or quota
+            tat = t + (cap - s[0]) * Fraction(period, quota)
+            n = quota // math.gcd(quota, period)
+            a = math.floor(tat)
+            r = (tat - a) * n
+            assert r.denominator == 1, (key, tat)
+            return ("%d" % a if r == 0 else "%d+%d" % (a, r)), math.ceil(tat)
+        ws = t // period * period
+        if algo == SW:
+            u = ws + 2 * period
+            return "%d:%d:%d" % (u, s.get(ws, 0), s.get(ws - period, 0)), u
+        u = ws + period
+        return "%d:%d" % (u, s[ws]), u
 
     @staticmethod
     def _token(st, now, cost, quota, period, burst):
@@ -245,26 +298,51 @@ class Model:
 # ---------------------------------------------------------------- checks
 
 
-def check(call, model, keys, reqs, what=""):
-    now, got = call(keys, reqs)
-    want = model.decide(now, keys, reqs)
+def check_stored(model, keys):
+    """Each of keys holds the model's value and expires where its need,
+    rounded to its grid, says (a KEEPTTL write keeps an expiry that is
+    that already). A key may have expired since, only past that moment."""
+    cmds = []
+    for k in keys:
+        cmds += [("GET", k), ("PEXPIRETIME", k)]
+    reps = redis().c.pipeline(cmds + [("TIME",)])
+    t = reps[-1]
+    now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+    for i, k in enumerate(keys):
+        v, exp = reps[2 * i], reps[2 * i + 1]
+        want, need = model.stored(k)
+        want_exp = expiry_ms(need, model.st[k][0][2])
+        if v is None or exp == -2:
+            assert want_exp <= now_ms, ("key gone before its expiry", k, want, want_exp, now_ms)
+            continue
+        assert v.decode() == want, ("stored value", k, v, want)
+        assert exp == want_exp, ("expiry", k, want, exp, want_exp)
+
+
+def check(model, reqs, what="", fn="rl_decide", stored=True):
+    """Calls the library with reqs, compares the reply with the model at
+    the reply's now_us and, with stored, the keys it wrote."""
+    now, got = decide(reqs, fn)
+    want = model.decide(now, reqs)
     if got != want:
-        lines = ["%s: script and model differ at now_us=%d" % (what, now)]
+        lines = ["%s: library and model differ at now_us=%d" % (what, now)]
         for i, (q, g, w) in enumerate(zip(reqs, got, want)):
             mark = "  " if g == w else "!!"
             lines.append("%s request %d %r\n     got  %r\n     want %r" % (mark, i + 1, q, g, w))
         raise AssertionError("\n".join(lines))
+    if stored:
+        check_stored(model, model.written)
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what):
-    """Drives both scripts through the same random timeline, each on keys of
-    its own, and checks every reply against its own model. A lane is
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl_decide"):
+    """Drives the library through a random timeline and checks every reply,
+    and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
     rng = random.Random(seed)
-    keys = {name: [new_key() for _ in lanes] for name, _ in CALLS}
-    models = {name: Model() for name, _ in CALLS}
-    last = {name: 0 for name, _ in CALLS}
+    clients = [new_client() for _ in lanes]
+    model = Model()
+    last = 0
     tally = [0, 0]
     for step in range(steps):
         plan = []
@@ -275,116 +353,115 @@ def run_timeline(lanes, steps, seed, sleeps, what):
         if not plan:
             plan.append((0, lanes[0][1][0]))
         rng.shuffle(plan)
-        for name, call in CALLS:
-            ks, reqs = [], []
-            for li, cost in plan:
-                k = keys[name][li]
-                if k not in ks:
-                    ks.append(k)
-                reqs.append((ks.index(k) + 1, cost, lanes[li][0]))
-            now, got = check(call, models[name], ks, reqs,
-                             "%s %s seed %d step %d" % (what, name, seed, step))
-            assert now >= last[name], "Redis's clock went back"
-            last[name] = now
-            for a, _, _ in got:
-                tally[a] += 1
+        reqs = [(clients[li], cost, lanes[li][0]) for li, cost in plan]
+        now, got = check(model, reqs, "%s %s seed %d step %d" % (what, fn, seed, step), fn)
+        assert now >= last, "Redis's clock went back"
+        last = now
+        for a, _, _ in got:
+            tally[a] += 1
         time.sleep(rng.choice(sleeps))
     # the timeline must exercise both answers, or it proves little
     assert tally[0] > 0 and tally[1] > 0, "allowed/refused tally %r" % tally
     return tally
 
 
-def field(key, lid):
-    v = redis().c.command("HGET", key, lid)
-    return None if v is None else v.decode()
-
-
-def hgetall(key):
-    flat = redis().c.command("HGETALL", key)
-    return {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
-
-
-def ceil_div(a, b):
-    return -(-a // b)
-
-
 # ----------------------------------------------------------------- tests
 
 
-def test_plain_script_is_assembled_with_the_one_core():
-    plain = lua_scripts.plain_script()
-    assert lua_scripts.core(plain) == lua_scripts.core(lua_scripts.msgpack_script())
-    assert plain.count("-- ==== BEGIN CORE") == 1 and lua_scripts.CORE_MARK not in plain
+def test_library_registers_both_functions():
+    lib = redis().c.command("FUNCTION", "LIST", "LIBRARYNAME", lua_scripts.LIBRARY_NAME)
+    assert len(lib) == 1, lib
+    info = dict(zip(lib[0][::2], lib[0][1::2]))
+    fns = {}
+    for f in info[b"functions"]:
+        d = dict(zip(f[::2], f[1::2]))
+        fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
+    assert fns == {"rl_decide": [], "rl_decide_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
+bind()
 local out, v = {}, {}
 local i = 1
 while i <= #ARGV do
-	local lid, algo = ARGV[i], tonumber(ARGV[i + 1])
+	local id, algo = ARGV[i], tonumber(ARGV[i + 1])
 	local now, cost, quota, period, burst = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]),
 	    tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-	local ok, rem, ret, res, val
+	local ok, rem, ret, res, val, old
 	if algo == 0 then
-		ok, rem, ret, res, val = eval_token(v[lid], now, cost, quota, period, burst)
+		ok, rem, ret, res, val, old = eval_token(v[id], now, cost,
+		    limit_record(algo, quota, period, burst))
 	elseif algo == 1 then
-		ok, rem, ret, res, val = eval_sliding(v[lid], now, cost, quota, period)
+		ok, rem, ret, res, val, old = eval_sliding(v[id], now, cost, quota, period)
 	else
-		ok, rem, ret, res, val = eval_fixed(v[lid], now, cost, quota, period)
+		ok, rem, ret, res, val, old = eval_fixed(v[id], now, cost, quota, period)
 	end
 	if ok then
-		v[lid] = val
+		v[id] = val
 	end
-	out[#out + 1] = string.format('%d %d %d %d', ok and 1 or 0, rem, ret, res)
+	-- (a value may come as a number, which the library writes as digits)
+	if type(val) == 'number' then
+		val = string.format('%d', val)
+	end
+	out[#out + 1] = string.format('%d %d %d %d %s %d', ok and 1 or 0, rem, ret, res,
+	    val or '-', old or 0)
 	i = i + 7
 end
 return out
 """
 
 
-def _core_driver():
-    with open(SCRIPT_MP) as f:
-        text = f.read()
-    return text[text.index("-- ==== BEGIN CORE"):text.index("-- ==== END CORE ====")] + _DRIVER
+def _driver(driver):
+    """An EVAL script: the library's code, then driver."""
+    return lua_scripts.library_code() + driver
 
 
 def test_core_math_at_chosen_times_matches_model():
-    """The evaluation functions of the core at times chosen here, with the
-    extremes of the ranges (quota 2^40, 366 days, cost 2^32-1, deep
-    buckets), where products exceed 2^53 and the exact paths matter."""
+    """The evaluation functions at times chosen here, with the extremes of
+    the ranges (quota and period 2^47, 366 days, cost 2^32-1, a bucket 2^52
+    us deep), where products exceed 2^53 and the exact paths matter. Each
+    allowed step's new value must be the model's, and the need it reports
+    of the value it read that of the previous step's value."""
     rng = random.Random(505)
     day = 86400 * S
     specs = [
         (TB, 2 ** 40, 366 * day, 0), (TB, 999983, day, 0), (TB, 7, S, 0),
         (TB, 3, 2 ** 40 + 1, 6000), (TB, 1, 366 * day, 142), (TB, 2 ** 40 - 3, 1000, 2 ** 40),
-        (TB, 1000003, 3600 * S + 7, 5000000), (SW, 2 ** 40, 366 * day, 0),
-        (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0),
-        (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0),
+        (TB, 1000003, 3600 * S + 7, 5000000), (TB, 1, 2 ** 47, 32), (TB, 2 ** 47, 2 ** 47, 0),
+        (TB, 2 ** 47 - 1, 3, 2 ** 47),
+        (SW, 2 ** 40, 366 * day, 0), (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0),
+        (SW, 2 ** 47, 2 ** 47, 0),
+        (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0), (FW, 2 ** 47, 2 ** 47 - 1, 0),
     ]
     argv, steps = [], []
     for si, (algo, quota, period, burst) in enumerate(specs):
-        assert burst <= quota or burst * period <= 2 ** 52 * quota, "outside the scripts' range"
+        assert burst <= quota or burst * period <= 2 ** 52 * quota, "outside the library's range"
         now = 1795000000000000 + rng.randrange(10 ** 12)
         cap = burst or quota
+        # (jumps bounded so that now + the deepest bucket stays below 2^53)
+        span = min(period, 10 ** 13)
         for _ in range(40):
-            now += rng.choice([0, 1, 7, rng.randrange(1000), rng.randrange(period // 3 + 1),
-                               rng.randrange(period + 1), rng.randrange(2 * period + 1)])
+            now += rng.choice([0, 1, 7, rng.randrange(1000), rng.randrange(span // 3 + 1),
+                               rng.randrange(span + 1), rng.randrange(2 * span + 1)])
             cost = min(rng.choice([1, 2, max(1, cap // 3), max(1, cap // 2), cap, cap + 1,
                                    rng.randrange(1, cap + 2)]), 2 ** 32 - 1)
-            lid = "l%d" % si
-            argv += [lid, algo, now, cost, quota, period, burst]
-            steps.append((lid, algo, now, cost, quota, period, burst))
-    got = redis().c.command("EVAL", _core_driver(), 0, *argv)
-    model, key = Model(), "k"
-    tally = [0, 0]
-    for (lid, algo, now, cost, quota, period, burst), g in zip(steps, got):
-        ok, rem, ret, res, new = model._eval(key, (lid, algo, quota, period, burst), now, cost)
-        if ok:
-            model.st[(key, lid)] = new
-        tally[ok] += 1
-        want = "%d %d %d %d" % (1 if ok else 0, rem, ret, res)
-        assert g.decode() == want, ((lid, algo, now, cost, quota, period, burst), g, want)
+            argv += ["l%d" % si, algo, now, cost, quota, period, burst]
+            steps.append(("l%d" % si, (algo, quota, period, burst), now, cost))
+    got = redis().c.command("EVAL", _driver(_DRIVER), 0, *argv)
     assert len(got) == len(steps)
+    model = Model()
+    tally = [0, 0]
+    need = {}  # by key: the need of the value the library holds, 0 for none
+    for (key, l, now, cost), g in zip(steps, got):
+        ok, rem, ret, res, new = model.eval(key, l, now, cost)
+        val, old = "-", 0
+        if ok:
+            old = need.get(key, 0)
+            model.st[key] = (l, new, now)
+            val, need[key] = model.stored(key)
+        tally[ok] += 1
+        want = "%d %d %d %d %s %d" % (1 if ok else 0, rem, ret, res, val, old)
+        assert g.decode() == want, ((key, l, now, cost), g, want)
     assert min(tally) > len(steps) // 5, tally
 
 
@@ -398,8 +475,10 @@ def test_core_muldiv_is_exact():
         bmax = min(2 ** 52, (2 ** 53 * d) // max(a, 1))
         b = rng.randrange(0, bmax)
         cases.append((a, b, d))
-    cases += [(2 ** 47, 2 ** 47, 2 ** 51 - 1), (2 ** 52 - 1, 1, 2 ** 52 - 1), (3, 2 ** 51, 7)]
-    script = _core_driver().replace(_DRIVER, """
+    cases += [(2 ** 47, 2 ** 47, 2 ** 51 - 1), (2 ** 52 - 1, 1, 2 ** 52 - 1), (3, 2 ** 51, 7),
+              (2 ** 47 - 1, 2 ** 47 - 3, 2 ** 42 + 15), (0, 2 ** 52, 3), (1, 1, 1)]
+    script = _driver("""
+bind()
 local out = {}
 for i = 1, #ARGV, 3 do
 	local q, r = muldiv(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))
@@ -408,689 +487,725 @@ end
 return out
 """)
     got = redis().c.command("EVAL", script, 0, *[x for c in cases for x in c])
+    assert len(got) == len(cases)
     for (a, b, d), g in zip(cases, got):
         assert g.decode() == "%d %d" % divmod(a * b, d), (a, b, d, g)
 
 
 def test_token_bucket_matches_model():
     lanes = [
-        ([("t5", TB, 5, 500 * MS, 0)], [1, 1, 2], 0.8, 2),
+        ([(TB, 5, 500 * MS, 0)], [1, 1, 2], 0.8, 2),
         # emission interval 1s/7, not a whole number of microseconds
-        ([("t7", TB, 7, 1 * S, 0)], [1, 3], 0.7, 1),
-        ([("t3b6", TB, 3, 300 * MS, 6)], [1, 2, 4, 7], 0.7, 2),
+        ([(TB, 7, 1 * S, 0)], [1, 3], 0.7, 1),
+        ([(TB, 3, 300 * MS, 6)], [1, 2, 4, 7], 0.7, 2),
         # capacity * interval far beyond 2^53 in units of 1/quota us
-        ([("tbig", TB, 999983, 86400 * S, 0)], [1, 250000, 400000], 0.5, 1),
-        ([("tb11", TB, 2, 250 * MS, 11)], [1, 3, 5], 0.6, 1),
+        ([(TB, 999983, 86400 * S, 0)], [1, 250000, 400000], 0.5, 1),
+        ([(TB, 2, 250 * MS, 11)], [1, 3, 5], 0.6, 1),
         # a deep bucket (2^51 us): capacity * period beyond 2^52
-        ([("tdeep", TB, 3, 2 ** 40 + 1, 6000)], [1, 2500], 0.5, 1),
+        ([(TB, 3, 2 ** 40 + 1, 6000)], [1, 2500], 0.5, 1),
+        # emission intervals far below the expiry grid (100 us and 625 ms;
+        # 50 us and 62 ms): most writes keep the expiry they find
+        ([(TB, 100000, 10 * S, 0)], [1, 7, 30000, 60000], 0.8, 2),
+        ([(TB, 20000, 1 * S, 0)], [1, 3, 5000, 15000], 0.8, 2),
     ]
     run_timeline(lanes, 45, 101, [0, 0.003, 0.01, 0.02, 0.04, 0.08, 0.2], "token bucket")
 
 
 def test_windows_match_model():
     lanes = [
-        ([("s5", SW, 5, 400 * MS, 0)], [1, 1, 2], 0.8, 2),
-        ([("s7", SW, 7, 300 * MS, 0)], [1, 3, 8], 0.7, 1),
-        ([("sbig", SW, 3000000000, 86400 * S, 0)], [1, 1000000000, 4294967295], 0.5, 1),
-        ([("f4", FW, 4, 300 * MS, 0)], [1, 2], 0.8, 2),
-        ([("f3", FW, 3, 200 * MS, 0)], [1, 4], 0.6, 1),
+        ([(SW, 5, 400 * MS, 0)], [1, 1, 2], 0.8, 2),
+        ([(SW, 7, 300 * MS, 0)], [1, 3, 8], 0.7, 1),
+        ([(SW, 3000000000, 86400 * S, 0)], [1, 1000000000, 4294967295], 0.5, 1),
+        ([(FW, 4, 300 * MS, 0)], [1, 2], 0.8, 2),
+        ([(FW, 3, 200 * MS, 0)], [1, 4], 0.6, 1),
     ]
     run_timeline(lanes, 45, 202, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.25], "windows")
 
 
+_MIXED_LANES = [
+    ([(TB, 10, 2 * S, 0), (SW, 4, 300 * MS, 0), (FW, 6, 500 * MS, 0)], [1, 2], 0.8, 2),
+    ([(FW, 2, 250 * MS, 0), (TB, 9, 1 * S, 3)], [1, 2], 0.7, 2),
+    # the first lane's token bucket, on another client
+    ([(TB, 10, 2 * S, 0)], [1], 0.5, 1),
+]
+
+
 def test_mixed_limits_all_or_nothing_match_model():
-    lanes = [
-        ([("t10", TB, 10, 2 * S, 0), ("s4", SW, 4, 300 * MS, 0), ("f6", FW, 6, 500 * MS, 0)],
-         [1, 2], 0.8, 2),
-        ([("f2", FW, 2, 250 * MS, 0), ("t9", TB, 9, 1 * S, 3)], [1, 2], 0.7, 2),
-        # shares lid t10 with the first lane's limit on another client
-        ([("t10", TB, 10, 2 * S, 0)], [1], 0.5, 1),
-    ]
-    run_timeline(lanes, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
+    run_timeline(_MIXED_LANES, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
 
 
-def test_all_or_nothing():
-    minute, second = ("t10m", TB, 10, 60 * S, 0), ("t3s", TB, 3, 1 * S, 0)
-    for name, call in CALLS:
-        k = new_key()
-        reqs = [(1, 1, [minute, second])] * 4
-        now, got = call([k], reqs)
-        assert [r[0] for r in got] == [1, 1, 1, 0], (name, got)
-        assert [r[2][0][0] for r in got] == [9, 8, 7, 6], (name, got)
-        assert [r[2][1][0] for r in got] == [2, 1, 0, 0], (name, got)
-        assert got[3][1] == 2, "%s: the 3/1s limit must decide: %r" % (name, got[3])
-        assert got[3][2][0][1] == 0 and got[3][2][1][1] == 333334, got[3]
-        # the refused 4th took nothing: exactly 3 emission intervals stored
-        assert field(k, "t10m") == "%d" % (now + 3 * 6 * S), (name, hgetall(k))
-        assert field(k, "t3s") == "%d" % (now + 1 * S), (name, hgetall(k))
-        now2, got2 = call([k], [(1, 1, [minute])])
-        assert got2[0][:2] == (1, 1) and got2[0][2][0][0] == 6, (name, got2)
-        assert got2[0][2][0][2] == 4 * 6 * S - (now2 - now), (name, now, now2, got2)
-
-
-def test_weighted_cost():
-    for name, call in CALLS:
-        k = new_key()
-        lim = [("t10", TB, 10, 1 * S, 0)]
-        now, got = call([k], [(1, 3, lim)])
-        assert got == [(1, 1, [(7, 0, 300000)])], (name, got)
-        now2, got = call([k], [(1, 8, lim)])
-        # 7 tokens plus what refilled since; 8 - that, at 10 per second
-        if now2 - now < 100000:
-            assert got[0][0] == 0
-            assert got[0][2][0][1] == 100000 - (now2 - now), (name, now, now2, got)
-        # heavier than the capacity: never passes, one period
-        _, got = call([k], [(1, 11, lim)])
-        assert got[0][0] == 0 and got[0][2][0][1] == 1 * S, (name, got)
-        m = Model()
-        k2 = new_key()
-        for cost in (4, 5, 3, 2, 1):
-            check(call, m, [k2], [(1, cost, [("s10", SW, 10, 1 * S, 0), ("f9", FW, 9, 1 * S, 0)])],
-                  name + " windows cost")
-
-
-def test_same_client_twice_in_one_batch():
-    lim = [("t3", TB, 3, 1 * S, 0)]
-    for name, call in CALLS:
-        a, b = new_key(), new_key()
-        reqs = [(1, 1, lim), (1, 1, lim), (2, 1, lim), (1, 1, lim), (1, 1, lim), (2, 2, lim)]
-        now, got = call([a, b], reqs)
-        assert [(r[0], r[2][0][0]) for r in got] == \
-            [(1, 2), (1, 1), (1, 2), (1, 0), (0, 0), (1, 0)], (name, got)
-        assert got[4][2][0][1] == 333334, (name, got)  # ceil(1s / 3)
-        assert field(a, "t3") == "%d" % (now + 1 * S), (name, hgetall(a))
-        m = Model()
-        wl = [("s3", SW, 3, 1 * S, 0), ("f2", FW, 2, 1 * S, 0)]
-        c = new_key()
-        check(call, m, [c], [(1, 1, wl)] * 4, name + " windows twice")
-
-
-def test_ttl_is_what_the_fields_need():
-    r = redis()
-    for name, call in CALLS:
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("t10", TB, 10, 1 * S, 0)])] * 3)
-        # PTTL counts from the current millisecond rounded down
-        pttl = r.c.command("PTTL", k)
-        assert 0 < pttl <= ceil_div(now + 300000, 1000) - now // 1000, (name, pttl)
-        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 300000, 1000), name
-
-        # emission interval 1s/7: TAT is now + 142857 + 1/7 us, needed to its ceiling
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("t7", TB, 7, 1 * S, 0)])])
-        assert field(k, "t7") == "%d+1" % (now + 142857), hgetall(k)
-        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 142858, 1000), name
-
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("s5", SW, 5, 1 * S, 0)])])
-        end2 = now // S * S + 2 * S  # the end of the next window
-        assert 0 < r.c.command("PTTL", k) <= end2 // 1000 - now // 1000, name
-        assert r.c.command("PEXPIRETIME", k) == end2 // 1000, name
-        assert field(k, "s5") == "%d:1:0" % end2, hgetall(k)
-
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("f5", FW, 5, 1 * S, 0)])])
-        end = now // S * S + S
-        assert 0 < r.c.command("PTTL", k) <= end // 1000 - now // 1000, name
-        assert r.c.command("PEXPIRETIME", k) == end // 1000, name
-
-        # a later write of a short-lived limit keeps what the other field needs
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("f1", FW, 1, 10 * S, 0)])])
-        f1_end = now // (10 * S) * (10 * S) + 10 * S
-        now2, _ = call([k], [(1, 1, [("t10", TB, 10, 1 * S, 0)])])
-        if f1_end > now2:  # (else the window ended in between: f1 is gone)
-            assert sorted(hgetall(k)) == ["f1", "t10"], (name, hgetall(k))
-        want = max(f1_end if f1_end > now2 else 0, now2 + 100000)
-        assert r.c.command("PEXPIRETIME", k) == ceil_div(want, 1000), (name, hgetall(k))
-
-
-def test_stale_fields_go_and_keys_expire():
-    r = redis()
-    for name, call in CALLS:
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("t100ms", TB, 1, 100 * MS, 0)])])
-        assert r.c.command("EXISTS", k) == 1
-        assert r.c.command("PEXPIRETIME", k) == ceil_div(now + 100000, 1000)
-        time.sleep(0.25)
-        assert r.c.command("EXISTS", k) == 0, (name, hgetall(k))
-        # writing a limit drops the fields of the key that are past their need
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("t100ms", TB, 1, 100 * MS, 0), ("f3s", FW, 5, 3 * S, 0)])])
-        time.sleep(0.15)
-        now2, _ = call([k], [(1, 1, [("g", FW, 5, 3 * S, 0)])])
-        want = ["f3s", "g"] if now // (3 * S) == now2 // (3 * S) else ["g"]
-        assert sorted(hgetall(k)) == want, (name, hgetall(k))
-        # a refused request writes nothing and leaves the expiry alone
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("t", TB, 1, 1 * S, 0)])])
-        exp = r.c.command("PEXPIRETIME", k)
-        before = hgetall(k)
-        _, got = call([k], [(1, 1, [("t", TB, 1, 1 * S, 0)])])
-        assert got[0][0] == 0 and hgetall(k) == before
-        assert r.c.command("PEXPIRETIME", k) == exp
-
-
-def test_clients_are_independent():
-    lim = [("t3", TB, 3, 10 * S, 0), ("s2", SW, 2, 10 * S, 0)]
-    for name, call in CALLS:
-        a, b = new_key(), new_key()
-        for _ in range(2):
-            call([a], [(1, 1, lim)])
-        _, got = call([a], [(1, 1, lim)])
-        assert got[0][0] == 0 and got[0][1] == 2, (name, got)
-        before = hgetall(a)
-        _, got = call([b], [(1, 1, lim)])
-        assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 1], (name, got)
-        _, got = call([a, b], [(2, 1, lim), (1, 1, lim)])
-        assert got[0][:2] == (1, 2) and [p[0] for p in got[0][2]] == [1, 0], (name, got)
-        assert got[1][:2] == (0, 2), (name, got)
-        assert hgetall(a) == before
-
-
-def test_bad_arguments_write_nothing():
-    r = redis()
-    good_limit = ["t", TB, 10, S, 0]
-    good = [[good_limit]]  # one rule of one limit
-    bad_limit = ["t", 9, 1, 1, 0]
-    k1, k2 = new_key(), new_key()
-    wrong = new_key()
-    r.c.command("SET", wrong, "not a hash")
-
-    def mp(rules, reqs):
-        return mpack.packb([rules, reqs])
-
-    # (keys, ARGV[1], the start of the message after "rl decide: ", or None
-    # where any message will do)
-    bad_mp = [
-        ([k1], b"\xc1", "ARGV[1]: bad msgpack"),             # never used byte
-        ([k1], b"\x93\x01", "ARGV[1]: bad msgpack"),         # truncated array
-        ([k1], mp(good, [1, 1, 1]) + b"\x01", "ARGV[1]: need exactly one"),  # two values
-        # ARGV[1] not [rules, requests]
-        ([k1], mpack.packb({"a": 1}), "ARGV[1]: need [rules, requests]"),
-        ([k1], mpack.packb({"rules": good, "requests": [1, 1, 1]}),
-         "ARGV[1]: need [rules, requests]"),
-        ([k1], mpack.packb([good]), "ARGV[1]: need [rules, requests]"),
-        ([k1], mpack.packb([good, [1, 1, 1], [1, 1, 1]]), "ARGV[1]: need [rules, requests]"),
-        ([k1], mpack.packb([]), "ARGV[1]: need [rules, requests]"),
-        ([k1], mpack.packb(7), "ARGV[1]: need [rules, requests]"),
-        # the requests
-        ([k1], mp(good, []), "requests: "),                  # no request
-        ([k1], mp(good, {"a": 1}), "requests: "),
-        ([k1], mp(good, 7), "requests: "),
-        ([k1], mp(good, [1, 1]), "requests: "),              # not 3 per request
-        ([k1], mp(good, [1, 1, 1, 1]), "requests: "),
-        ([k1], mp(good, [1, 1, 1, None, 1, 1]), None),     # a hole
-        ([k1], mp(good, [[1, 1, 1]]), None),               # nested as before
-        ([k1], mp(good, [1, 1, 1] * 4097), "requests: "),
-        ([k1], mp(good, [2, 1, 1]), "request 1: key_index"),  # key_index past KEYS
-        ([k1], mp(good, [0, 1, 1]), "request 1: key_index"),
-        ([k1], mp(good, [1, 0, 1]), "request 1: cost"),      # cost 0
-        ([k1], mp(good, [1, 1.5, 1]), "request 1: cost"),
-        ([k1], mp(good, [1, 2 ** 32, 1]), "request 1: cost"),
-        ([k1], mp(good, [1, "1", 1]), "request 1: cost"),
-        ([k1], mp(good, [1, 1, 0]), "request 1: rule_index"),  # rule_index 0
-        ([k1], mp(good, [1, 1, 2]), "request 1: rule_index"),  # past the rules
-        ([k1], mp(good, [1, 1, 1.5]), "request 1: rule_index"),
-        ([k1], mp(good, [1, 1, "1"]), "request 1: rule_index"),
-        # the rules
-        ([k1], mp([], [1, 1, 1]), "rules: "),
-        ([k1], mp({"a": good[0]}, [1, 1, 1]), "rules: "),
-        ([k1], mp(7, [1, 1, 1]), "rules: "),
-        ([k1], mp(good * 4097, [1, 1, 1]), "rules: "),
-        ([k1], mp([[]], [1, 1, 1]), "rule 1: "),            # no limit
-        ([k1], mp([7], [1, 1, 1]), "rule 1: "),
-        ([k1], mp([[["l%d" % i, TB, 10, S, 0] for i in range(65)]], [1, 1, 1]), "rule 1: "),
-        ([k1], mp([good_limit], [1, 1, 1]), "rule 1 limit 1: "),  # a limit, not a rule
-        ([k1], mp([[["t", 3, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: algo"),
-        ([k1], mp([[["t", TB, 0, S, 0]]], [1, 1, 1]), "rule 1 limit 1: quota"),
-        ([k1], mp([[["t", TB, 10, 0, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
-        ([k1], mp([[["t", TB, 10, -S, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
-        ([k1], mp([[["t", TB, 10, S, -1]]], [1, 1, 1]), "rule 1 limit 1: burst"),
-        ([k1], mp([[["t", TB, 10, 2 ** 60, 0]]], [1, 1, 1]), "rule 1 limit 1: period"),
-        ([k1], mp([[["t", TB, 1, 2 ** 46, 2 ** 20]]], [1, 1, 1]), "rule 1 limit 1: "),  # deep
-        ([k1], mp([[["", TB, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: lid"),
-        ([k1], mp([[[7, TB, 10, S, 0]]], [1, 1, 1]), "rule 1 limit 1: lid"),
-        ([k1], mp([[good_limit, good_limit]], [1, 1, 1]), "rule 1 limit 2: duplicate lid"),
-        ([k1], mp([[["s", SW, 5, S, 0], good_limit, ["t", FW, 3, S, 0]]], [1, 1, 1]),
-         "rule 1 limit 3: duplicate lid"),
-        ([k1], mp([[["t", TB, 10, S]]], [1, 1, 1]), "rule 1 limit 1: "),        # short
-        ([k1], mp([[["t", TB, 10, S, 0, 9]]], [1, 1, 1]), "rule 1 limit 1: "),  # long
-        ([k1], mp([[["t", TB, None, S, 0]]], [1, 1, 1]), "rule 1 limit 1: quota"),
-        ([k1], mp([[good_limit, None, ["u", TB, 10, S, 0]]], [1, 1, 1]), None),  # a hole
-        # a rule no request uses is checked all the same
-        ([k1], mp([[good_limit], [bad_limit]], [1, 1, 1]), "rule 2 limit 1: algo"),
-        ([k1], mp([[good_limit], []], [1, 1, 1]), "rule 2: "),
-        # a valid first request does not get written when the second is bad
-        ([k1, k2], mp([[good_limit], [bad_limit]], [1, 1, 1, 2, 1, 2]), "rule 2 limit 1: algo"),
-        ([k1, k2], mp(good, [1, 1, 1, 2, 0, 1]), "request 2: cost"),
-        ([k1, k2], mp(good, [1, 1, 1, 2, 1, 2]), "request 2: rule_index"),
-        (["rl:{nothex}"], mp(good, [1, 1, 1]), "key 1: "),
-        (["other:{%s}" % ("a" * 32)], mp(good, [1, 1, 1]), "key 1: "),
-        ([k1, "rl:{%s}" % ("a" * 31)], mp(good, [1, 1, 1]), "key 2: "),
-        # a key of the wrong type fails before anything is written
-        ([k1, wrong], mp(good, [1, 1, 1, 2, 1, 1]), "WRONGTYPE"),
-    ]
-    g = list(good_limit)
-    # (keys, ARGV, as bad_mp)
-    bad_plain = [
-        ([k1], [], None),
-        ([k1], [0], None),                                   # nrules 0
-        ([k1], ["x"], None),
-        ([k1], [1], None),                                   # nlimits missing
-        ([k1], [1, 0, 1, 1, 1], None),                       # nlimits 0
-        ([k1], [1, "x", *g, 1, 1, 1], None),
-        ([k1], [1, 1, "t", 0, 10, S], None),                 # a short limit
-        ([k1], [1, 1, *g], None),                            # no request
-        ([k1], [1, 1, *g, 1, 1], None),                      # not 3 per request
-        ([k1], [1, 1, *g, 1, 1, 1, "extra"], None),
-        ([k1], [2, 1, *g, 1, 1, 1], None),                   # a rule missing
-        ([k1], [1, 2, *g, 1, 1, 1], None),                   # a limit missing
-        ([k1], [1, 1, "t", "zero", 10, S, 0, 1, 1, 1], "rule 1 limit 1: algo"),
-        ([k1], [1, 1, "t", 0, "nan", S, 0, 1, 1, 1], "rule 1 limit 1: quota"),
-        ([k1], [1, 1, "t", 0, "inf", S, 0, 1, 1, 1], "rule 1 limit 1: quota"),
-        ([k1], [1, 1, "t", 0, 10, S, 0.5, 1, 1, 1], "rule 1 limit 1: burst"),
-        ([k1], [1, 2, *g, *g, 1, 1, 1], "rule 1 limit 2: duplicate lid"),
-        ([k1], [1, 1, *g, 2, 1, 1], "request 1: key_index"),
-        ([k1], [1, 1, *g, 0, 1, 1], "request 1: key_index"),
-        ([k1], [1, 1, *g, 1, 0, 1], "request 1: cost"),
-        ([k1], [1, 1, *g, 1, 2 ** 32, 1], "request 1: cost"),
-        ([k1], [1, 1, *g, 1, "x", 1], "request 1: cost"),
-        ([k1], [1, 1, *g, 1, 1, 0], "request 1: rule_index"),
-        ([k1], [1, 1, *g, 1, 1, 2], "request 1: rule_index"),
-        ([k1], [1, 1, *g, 1, 1, 1.5], "request 1: rule_index"),
-        ([k1], [2, 1, *g, 1, *bad_limit, 1, 1, 1], "rule 2 limit 1: algo"),  # unused
-        ([k1, k2], [2, 1, *g, 1, "t", 0, 10, S, 5.5, 1, 1, 1, 2, 1, 2], "rule 2 limit 1: burst"),
-        ([k1, k2], [1, 1, *g, 1, 1, 1, 2, 1, 0], "request 2: rule_index"),
-        (["rl:{nothex}"], [1, 1, *g, 1, 1, 1], "key 1: "),
-        ([k1, wrong], [1, 1, *g, 1, 1, 1, 2, 1, 1], "WRONGTYPE"),
-    ]
-    cases = [(r.sha_mp, keys, [arg], want) for keys, arg, want in bad_mp]
-    cases += [(r.sha_plain, keys, args, want) for keys, args, want in bad_plain]
-    cases.append((r.sha_mp, [k1], [], None))
-    cases.append((r.sha_mp, [k1], [mp(good, [1, 1, 1]), b"more"], None))
-    for sha, keys, args, want in cases:
-        try:
-            r.c.command("EVALSHA", sha, len(keys), *keys, *args)
-        except RespError as e:
-            msg = str(e)
-            assert msg.startswith("ERR") or msg.startswith("WRONGTYPE"), msg
-            if want == "WRONGTYPE":
-                assert "WRONGTYPE" in msg, (msg, keys, args)
-            else:
-                assert "rl decide: " in msg, (msg, keys, args)
-                if want is not None:
-                    assert msg.split("rl decide: ", 1)[1].startswith(want), (msg, want, keys, args)
-        else:
-            raise AssertionError("no error for %r %r" % (keys, args))
-        # (DBSIZE would not do: keys of other tests expire meanwhile)
-        assert r.c.command("EXISTS", k1, k2) == 0, (keys, args)
-        assert r.c.command("TYPE", wrong) == b"string"
-    assert r.c.command("EXISTS", k1, k2) == 0
-    # and the scripts still work
-    _, got = call_mp([k1], [(1, 1, [tuple(good_limit)])])
-    assert got == [(1, 1, [(9, 0, 100000)])], got
-
-
-def test_foreign_field_values_count_as_fresh():
-    r = redis()
-    for name, call in CALLS:
-        k = new_key()
-        # garbage, a field of another shape, a remainder this limit cannot have
-        r.c.command("HSET", k, "t", "junk", "s", "12:3", "f", "1:2:3", "t7", "%d+9" % (2 ** 52))
-        _, got = call([k], [(1, 1, [("t", TB, 3, S, 0), ("s", SW, 3, S, 0),
-                                    ("f", FW, 3, S, 0), ("t7", TB, 7, S, 0)])])
-        assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 2, 2, 6], (name, got)
-        assert sorted(hgetall(k)) == ["f", "s", "t", "t7"]
-
-
-def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
-    r = redis()
-    for name, call in CALLS:
-        k = new_key()
-        now, _ = call([k], [(1, 1, [("f", FW, 3, S, 0), ("s", SW, 3, S, 0)])])
-        later = (now // S + 5) * S  # a window start seen by a clock ahead
-        r.c.command("HSET", k, "f", "%d:3" % (later + S), "s", "%d:3:0" % (later + 2 * S))
-        now, got = call([k], [(1, 1, [("f", FW, 3, S, 0)]), (1, 1, [("s", SW, 3, S, 0)])])
-        end = now // S * S + S
-        assert got[0] == (0, 1, [(0, end - now, end - now)]), (name, got)
-        # in the next window the 3 weigh 3 * (1 - e/P): 2 + 1 fits at e = P/3
-        assert got[1] == (0, 1, [(0, end - now + 333334, end + S - now)]), (name, got)
-
-
-def test_scripts_agree_on_the_same_timeline():
-    # periods long enough that the few milliseconds between the two calls
-    # cannot change allowed, decider or remaining
-    lim = [("t20", TB, 20, 3600 * S, 0), ("s12", SW, 12, 3600 * S, 0), ("f15", FW, 15, 3600 * S, 0)]
+def test_cluster_function_on_a_standalone_server_decides_like_rl_decide():
+    """rl_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl_decide."""
+    tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
+                         fn="rl_decide_cluster")
+    assert tally[0] + tally[1] > 30
+    # the same batches through both, on twin clients: periods long enough
+    # that the moments between the two calls change no decision
+    lim = [(TB, 20, 3600 * S, 0), (SW, 12, 3600 * S, 0), (FW, 15, 3600 * S, 0)]
     rng = random.Random(404)
-    ka = [new_key() for _ in range(3)]
-    kb = [new_key() for _ in range(3)]
+    ca = [new_client() for _ in range(3)]
+    cb = [new_client() for _ in range(3)]
     for step in range(12):
-        idx = [rng.randrange(3) for _ in range(rng.randint(1, 4))]
-        costs = [rng.choice([1, 1, 2, 3]) for _ in idx]
-        ks = sorted(set(idx))
-        reqs = [(ks.index(i) + 1, c, lim) for i, c in zip(idx, costs)]
-        _, a = call_mp([ka[i] for i in ks], reqs)
-        _, b = call_plain([kb[i] for i in ks], reqs)
+        plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl_decide_cluster")
 
         def strip(res):
             return [(x[0], x[1], [p[0] for p in x[2]]) for x in res]
         assert strip(a) == strip(b), (step, a, b)
+        assert all(x[0] in (0, 1) for x in b), b
 
 
-# ------------------------------------------------- argument checks, fuzzed
-
-# Values that break the arguments wherever they land (or, for some, nowhere).
-_ODD = [None, "1", "", "x" * 65, 1.5, -1, 0, 2 ** 32, 2 ** 47 + 1, float("nan"),
-        float("inf"), -float("inf"), True, False, [], [1], {"a": 1}, 5.0, 3]
-
-
-# Keys of the right shape (upper case hex) or not.
-_ODD_KEYS = ["rl:{%s}" % ("A" * 32), "rl:{%s}" % ("a" * 31), "rl:{%s}" % ("g" * 32),
-             "x:{%s}" % ("a" * 32), "rl:{%s}x" % ("a" * 32)]
-
-
-def _odd(rng):
-    """One of _ODD, a copy: a later break may change the arrays it holds."""
-    return copy.deepcopy(rng.choice(_ODD))
-
-
-def _lists(t):
-    return [x for x in t if isinstance(x, list)] if isinstance(t, list) else []
-
-
-def _random_case(rng):
-    """A random (keys, rules, requests) of decide.lua's shape, often slightly
-    wrong: a value replaced, an element added, dropped or turned into a
-    hole, an array turned into a map, a bad key, a key_index or rule_index
-    out of range, a lid twice in one rule. Lids repeat across rules, with
-    the same or other values, and some rules no request uses (they are
-    checked all the same)."""
-    keys = [new_key() for _ in range(rng.randint(1, 3))]
-    spec = {lid: [lid, rng.randint(0, 2), rng.choice([1, 7, 1000]),
-                  rng.choice([1, 999, S]), rng.choice([0, 0, 5])] for lid in "abcde"}
-    rules = []
-    for _ in range(rng.randint(1, 3)):
-        rule = []
-        for lid in rng.sample("abcde", rng.randint(1, 4)):
-            lim = list(spec[lid])
-            if rng.random() < 0.2:
-                lim[rng.randint(2, 4)] += 1  # same lid, other (valid) values
-            rule.append(lim)
-        rules.append(rule)
-    reqs = []
-    for _ in range(rng.randint(1, 4)):
-        reqs += [rng.randint(1, len(keys)), rng.randint(1, 9), rng.randint(1, len(rules))]
-
-    for _ in range(rng.choice([0, 1, 1, 1, 2])):
-        # what to break: the rules, a rule, a limit, the requests, an index
-        # in the requests, a key, a rule's lids
-        kind = rng.randrange(8)
-        if kind == 0:
-            t = rules
-        elif kind == 1:
-            t = rng.choice(_lists(rules) or [rules])
-        elif kind == 2:
-            t = rng.choice([l for r in _lists(rules) for l in _lists(r)] or [rules])
-        elif kind == 3:
-            t = reqs
-        elif kind == 4:
-            if isinstance(reqs, list) and len(reqs) >= 3:
-                # at the edges of the ranges, or just past them
-                i = 3 * rng.randrange(len(reqs) // 3)
-                if rng.random() < 0.5:
-                    reqs[i] = rng.choice([0, len(keys), len(keys) + 1])
-                else:
-                    n = len(rules) if isinstance(rules, (list, dict)) else 1
-                    reqs[i + 2] = rng.choice([0, n, n + 1])
-            continue
-        elif kind == 5:
-            keys[rng.randrange(len(keys))] = rng.choice(_ODD_KEYS)
-            continue
-        elif kind == 6:
-            # a lid twice in one rule, with the same or other values
-            r = rng.choice(_lists(rules) or [[]])
-            ls = _lists(r)
-            if ls:
-                dup = list(rng.choice(ls))
-                if len(dup) > 2 and rng.random() < 0.5:
-                    dup[2] = rng.choice([1, 7, 1000])
-                r.insert(rng.randrange(len(r) + 1), dup)
-            continue
-        else:
-            # the rules or the requests as a whole
-            if rng.random() < 0.5:
-                rules = _odd(rng)
-            else:
-                reqs = _odd(rng)
-            continue
-        if not isinstance(t, list):
-            continue
-        how = rng.randrange(6)
-        if how <= 1 and t:
-            t[rng.randrange(len(t))] = _odd(rng)
-        elif how == 2:
-            t.append(_odd(rng))
-        elif how == 3 and t:
-            del t[rng.randrange(len(t))]
-        elif how == 4 and t:
-            t.insert(rng.randrange(len(t) + 1), None)  # a hole
-        elif t:
-            t.append(t[0])  # a duplicate
-    # arrays as maps: read by position all the same
-    if rng.random() < 0.1:
-        parents = [("rules", None)] + [(r, None) for r in _lists(rules)]
-        parents += [(r, j) for r in _lists(rules) for j, l in enumerate(r) if isinstance(l, list)]
-        parents.append(("reqs", None))
-        where, j = rng.choice(parents)
-        if where == "rules" and isinstance(rules, list):
-            rules = {i + 1: v for i, v in enumerate(rules)}
-        elif where == "reqs" and isinstance(reqs, list):
-            reqs = {i + 1: v for i, v in enumerate(reqs)}
-        elif isinstance(where, list) and j is None:
-            i = rules.index(where)
-            rules[i] = {i2 + 1: v for i2, v in enumerate(where)}
-        elif isinstance(where, list):
-            where[j] = {i2 + 1: v for i2, v in enumerate(where[j])}
-    if rng.random() < 0.05 and _lists(rules) and _lists(rules)[0]:
-        # a deep bucket: too deep (2^66 us), or just within (about 2^51 us)
-        _lists(rules)[0][0] = rng.choice([["deep", TB, 1, 2 ** 46, 2 ** 20],
-                                          ["deep", TB, 3, 2 ** 40 + 1, 6000]])
-    return keys, rules, reqs
+def test_cluster_function_reads_each_key_once_per_call():
+    """rl_decide_cluster reads a key on its first use in a call, whatever
+    the request that names it: requests whose keys overlap (first_key 1
+    over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
+    from the same first_key see what the call took before, never a value
+    read again from Redis nor one left by an earlier call. (The agent
+    sends neither shape; the library stays exact under both.)"""
+    tb = (TB, 10, 3600 * S, 0)
+    for fn in lua_scripts.FUNCTIONS:
+        c = new_client()
+        k = ["{%s}k%d" % (c, i) for i in (1, 2, 3)]
+        r1, r2 = rule_bytes([tb, tb]), rule_bytes([tb, tb, tb])
+        # request 1 takes 1 from keys 1 and 2, request 2 from keys 2 and 3:
+        # key 2 has given 2
+        _, got = fcall([request_bytes(2, [(1, 1, 1), (2, 1, 1)]), r1, r2] + k, fn)
+        assert [p[0] for p in got[0][2]] == [9, 9] and [p[0] for p in got[1][2]] == [8, 9], \
+            (fn, got)
+        # a call that leaves an odd value at position 3, then one whose
+        # second request reaches position 3 from the same first_key
+        other = new_client()
+        fcall([request_bytes(1, [(1, 5, 1)]), rule_bytes([tb, tb, tb])] +
+              ["{%s}o%d" % (other, i) for i in (1, 2, 3)], fn)
+        d = new_client()
+        kd = ["{%s}d%d" % (d, i) for i in (1, 2, 3)]
+        _, got = fcall([request_bytes(2, [(1, 1, 1), (1, 1, 2)]), r1, r2] + kd, fn)
+        assert [p[0] for p in got[1][2]] == [8, 8, 9], (fn, got)
 
 
-_CHECKS_DRIVER = """
-local now = 1795000000000000
-local out = {}
-for i = 1, #ARGV do
-	local case = cmsgpack.unpack(ARGV[i])
-	local ok, res = pcall(decide, case[1], case[2], case[3], now)
-	local fast = ok and res ~= nil
-	local slow = validate(case[1], case[2], case[3]) == nil
-	out[i] = (fast and 2 or 0) + (slow and 1 or 0)
-end
-return out
-"""
+def test_all_or_nothing():
+    minute, second = (TB, 10, 60 * S, 0), (TB, 3, 1 * S, 0)
+    c = new_client()
+    now, got = decide([(c, 1, [minute, second])] * 4)
+    assert [r[0] for r in got] == [1, 1, 1, 0], got
+    assert [r[2][0][0] for r in got] == [9, 8, 7, 6], got
+    assert [r[2][1][0] for r in got] == [2, 1, 0, 0], got
+    assert got[3][1] == 2, "the 3/1s limit must decide: %r" % (got[3],)
+    assert got[3][2][0][1] == 0 and got[3][2][1][1] == 333334, got[3]
+    # the refused 4th took nothing: exactly 3 emission intervals stored
+    assert get(key_of(c, minute)) == "%d" % (now + 3 * 6 * S)
+    assert get(key_of(c, second)) == "%d" % (now + 1 * S)
+    now2, got2 = decide([(c, 1, [minute])])
+    assert got2[0][:2] == (1, 1) and got2[0][2][0][0] == 6, got2
+    assert got2[0][2][0][2] == 4 * 6 * S - (now2 - now), (now, now2, got2)
+    # a request refused by its first limit alone charges neither key
+    d = new_client()
+    one = (FW, 1, 3600 * S, 0)
+    decide([(d, 1, [one])])
+    ten = (FW, 10, 3600 * S, 0)
+    _, got = decide([(d, 1, [one, ten])] * 2)
+    assert [r[:2] for r in got] == [(0, 1), (0, 1)], got
+    assert got[0][2][1][0] == 9, got  # what the window of 10 would leave
+    assert redis().c.command("EXISTS", key_of(d, ten)) == 0
 
 
-def test_fast_checks_agree_with_validate():
-    """decide() checks the arguments itself, faster than validate() (the
-    reference, whose messages the scripts return); the two must accept
-    exactly the same arguments. Then each script, called for real, must
-    answer an error exactly for what validate() refuses, and write nothing
-    when it does."""
+def test_weighted_cost():
+    c = new_client()
+    lim = [(TB, 10, 1 * S, 0)]
+    now, got = decide([(c, 3, lim)])
+    assert got == [(1, 1, [(7, 0, 300000)])], got
+    now2, got = decide([(c, 8, lim)])
+    # 7 tokens plus what refilled since; 8 - that, at 10 per second
+    if now2 - now < 100000:
+        assert got[0][0] == 0
+        assert got[0][2][0][1] == 100000 - (now2 - now), (now, now2, got)
+    # heavier than the capacity: never passes, one period
+    _, got = decide([(c, 11, lim)])
+    assert got[0][0] == 0 and got[0][2][0][1] == 1 * S, got
+    m = Model()
+    c2 = new_client()
+    for cost in (4, 5, 3, 2, 1):
+        check(m, [(c2, cost, [(SW, 10, 1 * S, 0), (FW, 9, 1 * S, 0)])], "windows cost")
+    # the heaviest cost the request bytes carry
+    m = Model()
+    c3 = new_client()
+    big = [(FW, 2 ** 47, 3600 * S, 0), (TB, 2 ** 40, 3600 * S, 0), (SW, 2 ** 33, 3600 * S, 0)]
+    _, got = check(m, [(c3, 2 ** 32 - 1, big)] * 3, "cost 2^32-1")
+    assert [r[0] for r in got] == [1, 1, 0], got
+
+
+def test_same_client_twice_in_one_batch():
+    lim = [(TB, 3, 1 * S, 0)]
+    a, b = new_client(), new_client()
+    reqs = [(a, 1, lim), (a, 1, lim), (b, 1, lim), (a, 1, lim), (a, 1, lim), (b, 2, lim)]
+    _, keys, flat = layout(reqs)
+    assert [f[0] for f in flat] == [1, 1, 2, 1, 1, 2] and len(keys) == 2, flat
+    now, got = decide(reqs)
+    assert [(r[0], r[2][0][0]) for r in got] == \
+        [(1, 2), (1, 1), (1, 2), (1, 0), (0, 0), (1, 0)], got
+    assert got[4][2][0][1] == 333334, got  # ceil(1s / 3)
+    # written once, with what the last allowed request left
+    assert get(key_of(a, lim[0])) == "%d" % (now + 1 * S)
+    assert get(key_of(b, lim[0])) == "%d" % (now + 1 * S)
+    m = Model()
+    wl = [(SW, 3, 1 * S, 0), (FW, 2, 1 * S, 0), (TB, 7, 1 * S, 0)]
+    c = new_client()
+    check(m, [(c, 1, wl)] * 4, "windows twice")
+
+
+def test_expiry_is_the_need_rounded_to_the_grid():
+    """Each key expires at its own need: rounded up to the millisecond, then
+    to a multiple of its limit's grid, floor(period/16000) ms within
+    1 .. 1000 (grids of 1, 10, 62, 625 and 1000 ms here)."""
     r = redis()
-    rng = random.Random(707)
-    cases = [_random_case(rng) for _ in range(1500)]
-    script = _core_driver().replace(_DRIVER, _CHECKS_DRIVER)
-    verdicts = r.c.command("EVAL", script, 0, *[mpack.packb(list(c)) for c in cases])
-    assert len(verdicts) == len(cases)
-    accepted = 0
-    for (keys, rules, reqs), v in zip(cases, verdicts):
-        assert v in (0, 3), ("decide() and validate() disagree (%d)" % v, keys, rules, reqs)
-        accepted += v == 3
-    assert 100 < accepted < len(cases) - 100, accepted
-    for (keys, rules, reqs), v in zip(cases, verdicts):
-        arg = mpack.packb([rules, reqs])
-        try:
-            r.c.command("EVALSHA", r.sha_mp, len(keys), *keys, arg)
-        except RespError as e:
-            assert v == 0, ("refused what validate() accepts", str(e), keys, rules, reqs)
-            assert str(e).startswith("ERR rl decide: "), (str(e), keys, rules, reqs)
-            fresh = [k for k in keys if k not in _ODD_KEYS]  # (others are shared)
-            assert not fresh or r.c.command("EXISTS", *fresh) == 0, (keys, rules, reqs)
-        else:
-            assert v == 3, ("accepted what validate() refuses", keys, rules, reqs)
-
-
-_PLAIN_DRIVER = """
-local function same(a, b)
-	if type(a) ~= type(b) then
-		return false
-	end
-	if type(a) ~= 'table' then
-		return a == b or (a ~= a and b ~= b)
-	end
-	if #a ~= #b then
-		return false
-	end
-	for i = 1, #a do
-		if not same(a[i], b[i]) then
-			return false
-		end
-	end
-	return true
-end
-local out = {}
-for i = 1, #ARGV do
-	local argv = cmsgpack.unpack(ARGV[i])
-	local ok, frules, freqs = pcall(parse_plain_fast, argv)
-	local srules, sreqs = parse_plain(argv)
-	if not (ok and frules) then
-		out[i] = srules and 1 or 0
-	elseif same(frules, srules) and same(freqs, sreqs) then
-		out[i] = 3
-	else
-		out[i] = 4
-	end
-end
-return out
-"""
-
-
-def test_plain_fast_parse_agrees_with_parse_plain():
-    """decide_plain.lua parses ARGV with s + 0 first (an error on text that
-    is not a number) and falls back to parse_plain() (tonumber, a message);
-    whatever the fast parse returns, rules and requests, must be exactly
-    what parse_plain() returns."""
-    text = lua_scripts.plain_script()
-    a = text.index("-- ==== BEGIN CORE")
-    b = text.index("local ok, rules, reqs = pcall(parse_plain_fast, ARGV)")
-    core_end = text.index("-- ==== END CORE ====")
-    script = text[a:core_end] + text[text.index("\n", core_end):b] + _PLAIN_DRIVER
-    rng = random.Random(808)
-    odd = ["x", "", "1.5", "-1", "0", "nan", "inf", " 7", "0x10", "1e3", "7 ", "-0", "+5",
-           str(2 ** 47 + 1), str(2 ** 60)]
-    cases = []
-    for _ in range(400):
-        _, rules, reqs = _random_case(random.Random(rng.random()))
-        # what the flat layout can carry: arrays, limits of five values
-        rules = [r for r in _lists(rules) if r and all(isinstance(l, list) and len(l) == 5
-                                                        for l in r)]
-        if not rules or not isinstance(reqs, list) or not reqs:
+    limits = [(TB, 10, 1 * S, 0), (TB, 7, 1 * S, 0), (TB, 2, 20 * MS, 0), (TB, 3, 160 * MS, 0),
+              (TB, 30, 10 * S, 0), (TB, 100, 3600 * S, 0), (SW, 5, 1 * S, 0),
+              (SW, 5, 160 * MS, 0), (SW, 5, 3600 * S, 0), (FW, 5, 1 * S, 0),
+              (FW, 5, 10 * S, 0), (FW, 5, 16 * S, 0)]
+    for l in limits:
+        c = new_client()
+        k = key_of(c, l)
+        now, got = decide([(c, 1, [l])] * 2)
+        need = now + got[-1][2][0][2]  # now + reset: until when the value is needed
+        exp = pexpiretime(k)
+        want = expiry_ms(need, l[2])
+        if exp == -2:  # (the 20 ms bucket may be gone already)
+            assert l[2] < 100 * MS, l
             continue
-        args = [str(x) if not isinstance(x, str) else x for x in plain_layout(rules, reqs)]
-        for _ in range(rng.choice([0, 0, 1, 2])):
-            how = rng.randrange(4)
-            if how <= 1:
-                args[rng.randrange(len(args))] = rng.choice(odd)
-            elif how == 2:
-                args.append(rng.choice(odd))
+        assert exp == want and exp % grid_ms(l[2]) == 0, (l, now, need, exp, want)
+        if l[2] >= S:
+            assert 0 < r.c.command("PTTL", k) <= want - now // 1000, l
+    # the values say the same needs: a token bucket "A" or "A+R" (needed
+    # until A, or A + 1), a window its U
+    c = new_client()
+    t7 = (TB, 7, 1 * S, 0)
+    now, _ = decide([(c, 1, [t7])])
+    # emission interval 1s/7: TAT is now + 142857 + 1/7 us, needed to its ceiling
+    assert get(key_of(c, t7)) == "%d+1" % (now + 142857)
+    assert pexpiretime(key_of(c, t7)) == expiry_ms(now + 142858, S)
+    s5, f5 = (SW, 5, 1 * S, 0), (FW, 5, 1 * S, 0)
+    now, _ = decide([(c, 1, [s5, f5])])
+    end = now // S * S + S
+    assert get(key_of(c, s5)) == "%d:1:0" % (end + S)
+    assert get(key_of(c, f5)) == "%d:1" % end
+    assert pexpiretime(key_of(c, s5)) == expiry_ms(end + S, S)
+    assert pexpiretime(key_of(c, f5)) == expiry_ms(end, S)
+
+
+def _mark(key):
+    """Sets key's expiry to a moment off every grid (its grid expiry plus
+    7 ms) and returns it: only a KEEPTTL write leaves it."""
+    at = pexpiretime(key) + 7
+    assert redis().c.command("PEXPIREAT", key, at) == 1
+    return at
+
+
+def _need(v, algo):
+    """Until when a value of the library's is needed: a token bucket's
+    "A" until A, "A+R" until A + 1; a window's until its U."""
+    if algo == TB:
+        a, _, rest = v.partition("+")
+        return int(a) + (1 if rest and int(rest) else 0)
+    return int(v.split(":")[0])
+
+
+def test_keepttl_when_the_grid_expiry_is_unchanged():
+    """A key whose grid-rounded expiry is the one its old value implied
+    keeps the expiry it has (SET ... KEEPTTL, or INCRBY for a whole number):
+    here an odd one the test set, which no PXAT write would give. Any other
+    key gets SET ... PXAT of its new expiry."""
+    r = redis()
+    kept = moved = 0
+    # a window within its window: U unchanged. A bucket of 1000 per 16 s
+    # (T = 16 ms, grid 1 s): TAT moves by less than the grid. A bucket of
+    # 2 per 20 s: TAT moves by 10 s.
+    for l in [(FW, 100, 60 * S, 0), (SW, 100, 60 * S, 0), (TB, 1000, 16 * S, 0),
+              (TB, 2, 20 * S, 0)]:
+        for _ in range(3):
+            c = new_client()
+            k = key_of(c, l)
+            decide([(c, 1, [l])])
+            before = get(k)
+            at = _mark(k)
+            now, got = decide([(c, 1, [l])])
+            after = get(k)
+            if l[0] == TB:  # a whole number of microseconds per request: TAT
+                assert after == "%d" % (now + got[0][2][0][2]), (l, after, now, got)
+            g = grid_ms(l[2])
+            assert before != after, (l, before, after)
+            if expiry_ms(_need(before, l[0]), l[2]) == expiry_ms(_need(after, l[0]), l[2]):
+                assert pexpiretime(k) == at, ("KEEPTTL", l, before, after)
+                kept += 1
             else:
-                del args[rng.randrange(len(args))]
-        cases.append(args)
-    got = redis().c.command("EVAL", script, 0, *[mpack.packb(c) for c in cases])
-    assert len(got) == len(cases)
-    for args, v in zip(cases, got):
-        assert v != 4, ("parse_plain_fast() and parse_plain() differ", args)
-    assert got.count(3) > 100 and got.count(1) + got.count(0) > 50, \
-        [got.count(x) for x in range(4)]
+                assert pexpiretime(k) == expiry_ms(_need(after, l[0]), l[2]), \
+                    ("PXAT", l, before, after)
+                assert pexpiretime(k) % g == 0
+                moved += 1
+    assert kept >= 6 and moved >= 3, (kept, moved)
+
+    # the comparison is with the value read, not with a batch's earlier
+    # requests: 100 requests of 16 ms move TAT 1.6 s, past the grid, though
+    # each request alone moves it less
+    l = (TB, 1000, 16 * S, 0)
+    c = new_client()
+    k = key_of(c, l)
+    decide([(c, 1, [l])])
+    at = _mark(k)
+    now, got = decide([(c, 1, [l])] * 100)
+    assert all(x[0] == 1 for x in got)
+    assert pexpiretime(k) != at and pexpiretime(k) == expiry_ms(now + got[-1][2][0][2], l[2])
+
+    # the old value's need is A + 1 when R > 0, A when R is 0: values set
+    # here on the grid's boundaries tell them apart. T = 142 + 6/7 us,
+    # grid 62 ms: one request moves TAT into the next millisecond.
+    l = (TB, 7000, 1 * S, 0)
+    g = grid_ms(l[2])
+    assert g == 62
+    for rem, keep in ((3, True), (0, False)):
+        c = new_client()
+        k = key_of(c, l)
+        t = r.c.command("TIME")
+        now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
+        a = (now_ms + 300) // g * g * 1000 + g * 1000  # a grid boundary, 300 .. 362 ms ahead
+        v = "%d+%d" % (a, rem) if rem else "%d" % a
+        old_exp = expiry_ms(a + (1 if rem else 0), l[2])
+        r.c.command("SET", k, v, "PXAT", old_exp + 7)
+        now, got = decide([(c, 1, [l])])
+        assert got[0][0] == 1 and now < a, (got, now, a)
+        new = Fraction(a) + Fraction(rem, 7) + Fraction(S, 7000)
+        want = "%d+%d" % (math.floor(new), int((new - math.floor(new)) * 7))
+        assert get(k) == want, (get(k), want)
+        if keep:
+            # A+1 on the boundary needs the next grid step, as the new TAT does
+            assert pexpiretime(k) == old_exp + 7 and old_exp == a // 1000 + g, rem
+        else:
+            # A on the boundary is the boundary itself: the new TAT needs more
+            assert old_exp == a // 1000 and pexpiretime(k) == a // 1000 + g, rem
 
 
-def test_msgpack_reply_is_canonical():
-    """decide.lua builds its reply from pieces; the bytes must be those of
-    the shortest encoding of every integer and array length, as
-    cmsgpack.pack made them: more than 15 results, a request with more
-    than 15 limits, and integers of every width."""
-    keys = [new_key() for _ in range(3)]
-    many = [("m%d" % i, TB, 2 ** i, S, 0) for i in range(17)]
-    widths = [("w1", TB, 100, 10 * S, 0), ("w2", TB, 60000, 10 * S, 0),
-              ("w3", SW, 10 ** 6, 2 ** 40, 0), ("w4", FW, 2 ** 40, 2 ** 36, 0)]
-    reqs = [(1 + i % 3, 1 + i % 2, widths) for i in range(18)] + [(2, 1, many)]
-    raw = redis().c.command("EVALSHA", redis().sha_mp, len(keys), *keys, mp_arg(reqs))
-    now, results = mpack.unpackb(raw)
-    assert raw == mpack.packb([now, results])
-    assert len(results) == 19 and len(results[18][2]) == 17
-    flat = [x for r in results for p in r[2] for x in p]
+def test_a_refused_request_writes_nothing():
+    r = redis()
+    c = new_client()
+    lim = [(TB, 1, 1 * S, 0), (SW, 5, 60 * S, 0), (FW, 5, 60 * S, 0)]
+    decide([(c, 1, lim)])
+    keys = [key_of(c, l) for l in lim]
+    marks = [_mark(k) for k in keys]
+    before = [get(k) for k in keys]
+    _, got = decide([(c, 1, lim)] * 3)
+    assert [x[0] for x in got] == [0, 0, 0] and got[0][1] == 1, got
+    assert [get(k) for k in keys] == before
+    assert [pexpiretime(k) for k in keys] == marks
+    assert r.c.command("TYPE", keys[0]) == b"string"
+
+
+def test_stale_values_and_keys_expire():
+    r = redis()
+    c = new_client()
+    l = (TB, 1, 100 * MS, 0)
+    now, _ = decide([(c, 1, [l])])
+    k = key_of(c, l)
+    assert r.c.command("EXISTS", k) == 1
+    assert pexpiretime(k) == expiry_ms(now + 100000, l[2])
+    time.sleep(0.25)
+    assert r.c.command("EXISTS", k) == 0, get(k)
+    # a value past its need that its key still holds counts as absent
+    t = r.c.command("TIME")
+    now = int(t[0]) * S + int(t[1])
+    tb, sw, fw = (TB, 3, 10 * S, 0), (SW, 3, 10 * S, 0), (FW, 3, 10 * S, 0)
+    ws = now // (10 * S) * (10 * S)
+    c = new_client()
+    r.c.command("SET", key_of(c, tb), "%d" % (now - 1), "PX", 60000)
+    r.c.command("SET", key_of(c, sw), "%d:3:3" % ws, "PX", 60000)  # two windows back
+    r.c.command("SET", key_of(c, fw), "%d:3" % ws, "PX", 60000)  # the window before
+    now2, got = decide([(c, 1, [tb, sw, fw])])
+    assert now2 // (10 * S) * (10 * S) == ws, "a window ended in between: run again"
+    assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 2, 2], got
+    assert get(key_of(c, sw)) == "%d:1:0" % (ws + 20 * S)
+    # a sliding value one window back is the previous count, not stale
+    c = new_client()
+    r.c.command("SET", key_of(c, sw), "%d:2:3" % (ws + 10 * S), "PX", 60000)
+    now3, got = decide([(c, 1, [sw])])
+    m = Model()
+    m.st[key_of(c, sw)] = (sw, {ws - 10 * S: 2}, now)
+    assert got == m.decide(now3, [(c, 1, [sw])]), got
+
+
+def test_clients_are_independent():
+    lim = [(TB, 3, 10 * S, 0), (SW, 2, 10 * S, 0)]
+    a, b = new_client(), new_client()
+    for _ in range(2):
+        decide([(a, 1, lim)])
+    _, got = decide([(a, 1, lim)])
+    assert got[0][0] == 0 and got[0][1] == 2, got
+    before = [get(key_of(a, l)) for l in lim]
+    _, got = decide([(b, 1, lim)])
+    assert got[0][0] == 1 and [p[0] for p in got[0][2]] == [2, 1], got
+    _, got = decide([(b, 1, lim), (a, 1, lim)])
+    assert got[0][:2] == (1, 2) and [p[0] for p in got[0][2]] == [1, 0], got
+    assert got[1][:2] == (0, 2), got
+    assert [get(key_of(a, l)) for l in lim] == before
+
+
+def test_bad_arguments_write_nothing():
+    r = redis()
+    good = (TB, 10, S, 0)
+    R = rule_bytes([good])
+    R2 = rule_bytes([good, (FW, 5, S, 0)])
+    c = new_client()
+    k1, k2 = "{%s}a" % c, "{%s}b" % c
+
+    def rq(nrules, *flat):
+        return request_bytes(nrules, flat)
+
+    def rule(*limit):
+        return mpack.packb([list(limit)])
+
+    one = rq(1, (1, 1, 1))
+    # rbuf keeps the rules of earlier calls: a call of 3 rules first, on
+    # keys of its own, so that rules 2 and 3 of it linger
+    other = new_client()
+    fcall([rq(3, (1, 1, 1), (2, 1, 2), (3, 1, 3)), R, rule(FW, 5, S, 0), rule(SW, 5, S, 0),
+           "{%s}1" % other, "{%s}2" % other, "{%s}3" % other])
+    # (the arguments after numkeys, the start of the message after
+    # "rl decide: ", or None where any error will do)
+    cases = [
+        # the requests' bytes
+        ([b"", R, k1], "requests: need 2 + 10 * n bytes"),
+        ([b"\x00\x01", R, k1], "requests: need"),  # no request
+        ([one[:-1], R, k1], "requests: need"),
+        ([one + b"\x00", R, k1], "requests: need"),
+        ([rq(1, *[(1, 1, 1)] * 4097), R, k1], "requests: need"),
+        # nrules
+        ([rq(0, (1, 1, 1)), R, k1], "requests: nrules"),
+        ([rq(4097, (1, 1, 1)), R, k1], "requests: nrules"),
+        ([rq(3, (1, 1, 1)), R, k1], "requests: nrules"),  # 3 rules, 2 arguments left
+        ([rq(2, (1, 1, 1)), R, k1, k2], "rule 2: bad msgpack"),  # a key read as a rule
+        # a request's fields
+        ([rq(1, (1, 1, 0)), R, k1], "request 1: rule must be in 1..1"),
+        ([rq(1, (1, 1, 2)), R, k1], "request 1: rule must be in 1..1"),
+        ([rq(1, (1, 1, 65535)), R, k1], "request 1: rule"),
+        ([rq(1, (1, 0, 1)), R, k1], "request 1: cost must be at least 1"),
+        ([rq(1, (0, 1, 1)), R, k1], "request 1: first_key"),
+        ([rq(1, (2, 1, 1)), R, k1], "request 1: first_key"),
+        ([rq(1, (2 ** 32 - 1, 1, 1)), R, k1], "request 1: first_key"),
+        ([rq(1, (1, 1, 1)), R2, k1], "request 1: first_key"),  # 2 limits, 1 key
+        ([rq(1, (2, 1, 1)), R2, k1, k2], "request 1: first_key"),
+        # rules: bytes that are not one msgpack array of limits
+        ([one, b"\xc1", k1], "rule 1: bad msgpack"),  # a byte msgpack never uses
+        ([one, b"\x91\x94\x00\x0a", k1], "rule 1: bad msgpack"),  # truncated
+        ([one, R + b"\x00", k1], "rule 1: bad msgpack"),  # two values
+        ([one, b"", k1], "rule 1: "),
+        ([one, mpack.packb(7), k1], "rule 1: need an array of 1 to 64 limits"),
+        ([one, mpack.packb("x"), k1], "rule 1: need an array"),
+        ([one, mpack.packb(None), k1], "rule 1: need an array"),
+        ([one, mpack.packb({"a": [0, 10, S, 0]}), k1], "rule 1: need an array"),
+        ([one, mpack.packb([]), k1], "rule 1: need an array"),
+        ([one, mpack.packb([list(good)] * 65), k1], "rule 1: need an array"),
+        ([one, mpack.packb([list(good), None, list(good)]), k1, k2, "{%s}c" % c], "rule 1: "),
+        # a limit
+        ([one, mpack.packb(list(good)), k1], "rule 1: limit 1: need [algo"),  # not a rule
+        ([one, mpack.packb([7]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[0, 10, S]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[0, 10, S, 0, 9]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[0, 10, S, None]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: need [algo"),  # a lid
+        ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
+    ]
+    for algo in (3, -1, 1.5, "0", None, True):
+        cases.append(([one, rule(algo, 10, S, 0), k1], "rule 1: limit 1: algo must be"))
+    for q in (0, -1, 2 ** 47 + 1, 1.5, float("nan"), float("inf"), "10", None, False):
+        cases.append(([one, rule(TB, q, S, 0), k1], "rule 1: limit 1: quota must be"))
+    for p in (0, -S, 2 ** 47 + 1, 2 ** 60, 0.5, "1000000", None):
+        cases.append(([one, rule(SW, 10, p, 0), k1], "rule 1: limit 1: period_us must be"))
+    for b in (-1, 0.5, 2 ** 47 + 1, "0", None):
+        cases.append(([one, rule(FW, 10, S, b), k1], "rule 1: limit 1: "))
+    for b in (-1, 0.5, 2 ** 47 + 1, "0"):
+        cases.append(([one, rule(TB, 10, S, b), k1], "rule 1: limit 1: burst must be"))
+    cases += [
+        # buckets deeper than 2^52 us
+        ([one, rule(TB, 1, 2 ** 46, 2 ** 20), k1], "rule 1: limit 1: burst * period_us"),
+        ([one, rule(TB, 3, 2 ** 47, 2 ** 47), k1], "rule 1: limit 1: burst * period_us"),
+        ([one, rule(TB, 1, 2 ** 47, 33), k1], "rule 1: limit 1: burst * period_us"),
+        # a rule no request uses is checked all the same
+        ([rq(2, (1, 1, 1)), R, rule(9, 1, 1, 0), k1], "rule 2: limit 1: algo"),
+        ([rq(2, (1, 1, 1)), R, b"\xc1", k1], "rule 2: bad msgpack"),
+        # a valid first request is not written when a later one is bad
+        ([rq(1, (1, 1, 1), (2, 0, 1)), R, k1, k2], "request 2: cost"),
+        ([rq(1, (1, 1, 1), (2, 1, 2)), R, k1, k2], "request 2: rule must be in 1..1"),
+        ([rq(1, (1, 1, 1), (2, 1, 3)), R, k1, k2], "request 2: rule must be in 1..1"),
+        ([rq(1, (1, 1, 1), (3, 1, 1)), R, k1, k2], "request 2: first_key"),
+        ([rq(2, (1, 1, 1), (2, 1, 2)), R, R2, k1, k2], "request 2: first_key"),
+        ([rq(1, *[(1, 1, 1)] * 300, (0, 1, 1)), R, k1], "request 301: first_key"),
+        # no argument at all; no key at all
+        ([], "requests: need 2 + 10 * n bytes"),
+        ([one, R], "request 1: first_key"),
+    ]
+    for fn in lua_scripts.FUNCTIONS:
+        for args, want in cases:
+            try:
+                fcall(args, fn)
+            except RespError as e:
+                msg = str(e)
+                assert msg.startswith("ERR"), (fn, msg, args)
+                if want is not None:
+                    assert msg.startswith("ERR rl decide: " + want), (fn, msg, want, args)
+            else:
+                raise AssertionError("%s: no error for %r" % (fn, args))
+            # (DBSIZE would not do: keys of other tests expire meanwhile)
+            assert r.c.command("EXISTS", k1, k2, "{%s}c" % c) == 0, (fn, args)
+    # and the library still decides
+    _, got = fcall([one, R, k1])
+    assert got == [(1, 1, [(9, 0, 100000)])], got
+
+
+def test_edges_of_the_ranges_are_accepted():
+    """The largest values the arguments may carry decide as the model says:
+    quota, period and burst 2^47, a bucket exactly 2^52 us deep, a rule of
+    64 limits, 4096 rules in one call."""
+    m = Model()
+    c = new_client()
+    edge = [(TB, 2 ** 47, 2 ** 47, 2 ** 47), (TB, 1, 2 ** 47, 32), (SW, 2 ** 47, 2 ** 47, 2 ** 47),
+            (FW, 1, 2 ** 47, 0), (TB, 2 ** 47, 1, 0), (FW, 2 ** 47, 1, 0)]
+    for _ in range(3):
+        check(m, [(c, 1, edge), (c, 1, edge)], "edges")
+    c = new_client()
+    wide = [(TB, 10 + j, S * (1 + j % 5), 0) for j in range(64)]
+    check(m, [(c, 2, wide)] * 3, "64 limits")
+    # 4096 rules, each its own: one request uses the last
+    rules = [rule_bytes([(FW, 1 + i, 3600 * S, 0)]) for i in range(4096)]
+    c = new_client()
+    last = (FW, 4096, 3600 * S, 0)
+    _, got = fcall([request_bytes(4096, [(1, 5, 4096)])] + rules + [key_of(c, last)])
+    assert got == [(1, 1, [(4091, 0, got[0][2][0][2])])], got
+
+
+def test_foreign_values_count_as_fresh():
+    """A value that does not have its limit's shape, or is out of its range,
+    counts as absent; so does a key of another type (MGET reads nil), which
+    the write replaces by a string. Values are set in the future where a
+    misreading would show."""
+    r = redis()
+    t = r.c.command("TIME")
+    now = int(t[0]) * S + int(t[1])
+    fut = now + 5 * S
+    tb, t7, sw, fw = (TB, 3, 10 * S, 0), (TB, 7, 10 * S, 0), (SW, 3, 10 * S, 0), (FW, 3, 10 * S, 0)
+    values = [
+        (tb, "junk"), (tb, "%d:3" % fut), (tb, "%d:3:0" % fut), (tb, ""),
+        # T = 10s/3 in lowest terms: n = 3, so R = 1 is a value of its own,
+        # a TAT 5s ahead: the bucket half empty
+        (tb, "%d+1" % fut),
+        (t7, "%d+7" % fut), (t7, "%d+9" % fut), (t7, "%d+1.5" % fut), (t7, "%d+-1" % fut),
+        (t7, "%d" % 2 ** 54), (t7, "%d.5" % fut),
+        (sw, "junk"), (sw, "%d:3" % (fut + 20 * S)), (sw, "%d" % fut),
+        (sw, "%d:3:0" % 2 ** 54), (sw, "%d:%d:0" % (fut + 20 * S, 2 ** 47 + 1)),
+        (sw, "%d:0:%d" % (fut + 20 * S, 2 ** 47 + 1)), (sw, "%d:3:0:1" % (fut + 20 * S)),
+        (sw, "-%d:3:0" % (fut + 20 * S)), (sw, "%s:3:0" % ("9" * 400)),
+        (fw, "junk"), (fw, "%d:3:0" % fut), (fw, "%d+1" % fut), (fw, "%d:3" % 2 ** 54),
+        (fw, "%d:%d" % (fut + 10 * S, 2 ** 47 + 1)), (fw, " %d:3" % fut),
+    ]
+    reqs, want = [], []
+    for l, v in values:
+        c = new_client()
+        r.c.command("SET", key_of(c, l), v)
+        reqs.append((c, 1, [l]))
+        # (the one readable value leaves 1.5 tokens, 0.5 after this request)
+        want.append(0 if (l, v) == (tb, "%d+1" % fut) else l[1] - 1)
+    # keys of other types
+    for l in (tb, sw, fw):
+        for cmd in (("HSET", "{c}", "f", "1"), ("RPUSH", "{c}", "%d:3" % fut),
+                    ("SADD", "{c}", "1")):
+            c = new_client()
+            r.c.command(cmd[0], key_of(c, l), *cmd[2:])
+            reqs.append((c, 1, [l]))
+            want.append(l[1] - 1)
+    now2, got = decide(reqs)
+    assert now2 - now < 4 * S, "too slow to tell"
+    assert [g[2][0][0] for g in got] == want, list(zip(values + [None] * 9, got, want))
+    for (c, _, ls), g in zip(reqs, got):
+        assert g[0] == 1
+        # a string now, with an expiry (none of these values gave one)
+        assert r.c.command("TYPE", key_of(c, ls[0])) == b"string"
+        assert pexpiretime(key_of(c, ls[0])) > 0
+
+
+def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
+    r = redis()
+    c = new_client()
+    f, s = (FW, 3, S, 0), (SW, 3, S, 0)
+    now, _ = decide([(c, 1, [f, s])])
+    later = (now // S + 5) * S  # a window start seen by a clock ahead
+    r.c.command("SET", key_of(c, f), "%d:3" % (later + S))
+    r.c.command("SET", key_of(c, s), "%d:3:0" % (later + 2 * S))
+    now, got = decide([(c, 1, [f, s])])
+    end = now // S * S + S
+    # in the next window the 3 weigh 3 * (1 - e/P): 2 + 1 fits at e = P/3
+    assert got == [(0, 2, [(0, end - now, end - now),
+                           (0, end - now + 333334, end + S - now)])], (now, got)
+    assert get(key_of(c, f)) == "%d:3" % (later + S)
+    # a sliding window that allows moves its value to the present window
+    c = new_client()
+    s5 = (SW, 5, S, 0)
+    r.c.command("SET", key_of(c, s5), "%d:3:1" % (later + 2 * S))
+    now, got = decide([(c, 1, [s5])])
+    ws = now // S * S
+    # 3 + 1 * (1 - e/P) + 1: allowed, nothing whole left
+    assert got[0][:2] == (1, 1) and got[0][2][0][0] == 0, got
+    assert get(key_of(c, s5)) == "%d:4:1" % (ws + 2 * S)
+
+
+# A reply of every shape: more than 15 results, a rule of more than 15
+# limits, integers of every msgpack width, 2^32 and beyond too.
+_MANY = [(TB, 2 ** i, S, 0) for i in range(17)]
+_WIDTHS = [(TB, 100, 10 * S, 0), (TB, 60000, 10 * S, 0), (SW, 10 ** 6, 2 ** 40, 0),
+           (FW, 2 ** 40, 2 ** 36, 0)]
+
+
+def _wide_replies():
+    """The raw replies to a batch of every shape and to one past 4000
+    bytes, each with its requests."""
+    clients = [new_client() for _ in range(7)]
+    reqs = [(clients[i % 3], 1 + i % 2, _WIDTHS) for i in range(18)] + [(clients[3], 1, _MANY)]
+    # requests of one limit, with numbers beyond 2^32
+    reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
+    long_reqs = [(clients[4], 1, _WIDTHS)] * 400
+    return [(reqs, redis().c.command("FCALL", "rl_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl_decide", 0, *layout(long_reqs)[0]))]
+
+
+def test_reply_of_every_shape_matches_model():
+    """Whatever encoding each number takes, the reply holds the model's
+    decisions, whole numbers of every width."""
+    (reqs, raw), (long_reqs, long_raw) = _wide_replies()
+    now, results = parse_reply(raw)
+    assert len(results) == 21 and len(results[18][2]) == 17
+    flat = [x for res in results for p in res[2] for x in p]
     for lo, hi in ((0, 127), (128, 255), (256, 65535), (65536, 2 ** 32 - 1), (2 ** 32, 2 ** 53)):
         assert any(lo <= x <= hi for x in flat), (lo, hi, flat)
-    # and the decisions are the model's
-    assert Model().decide(now, keys, reqs) == \
-        [(a, d, [tuple(p) for p in per]) for a, d, per in results]
+    assert Model().decide(now, reqs) == results
+    now, results = parse_reply(long_raw)
+    assert len(long_raw) > 4000 and Model().decide(now, long_reqs) == results
+
+
+def _array_header(n):
+    """msgpack's shortest array header: fixarray, else array 16."""
+    return bytes([0x90 + n]) if n < 16 else b"\xdc" + struct.pack(">H", n)
+
+
+def _reply_bytes(now, results):
+    """The reply as the library's header documents it, byte for byte:
+    [now_us, results], each [allowed, decider, per_limit], array headers in
+    their shortest form, allowed and decider fixints, and every other
+    number (now_us, remaining, retry_after_us, reset_us) a float64."""
+    out = bytearray(b"\x92\xcb" + struct.pack(">d", now)) + _array_header(len(results))
+    for a, d, per in results:
+        out += bytes([0x93, a, d]) + _array_header(len(per))
+        for p in per:
+            out.append(0x93)
+            for x in p:
+                out += b"\xcb" + struct.pack(">d", x)
+    return bytes(out)
+
+
+def test_reply_bytes_are_the_documented_msgpack():
+    """The library writes its reply in pieces; the bytes must be exactly
+    the documented encoding, more than 15 results, more than 15 limits,
+    and numbers from 0 to beyond 2^32 (exact as float64 below 2^53)."""
+    for _, raw in _wide_replies():
+        now, results = parse_reply(raw)
+        want = _reply_bytes(now, results)
+        assert raw == want, "reply bytes differ from byte %d: %r, want %r" % (
+            next(i for i in range(len(raw)) if raw[i:i + 1] != want[i:i + 1]), raw[:40], want[:40])
+
+
+def test_largest_batch_matches_model():
+    """4096 requests (the most a call takes) over 4200 keys, more than one
+    MGET reads: each client's state must come from its own key, in either
+    MGET, twice over."""
+    lim = [(TB, 2, 3600 * S, 0), (FW, 3, 3600 * S, 0)]
+    clients = [new_client() for _ in range(2100)]
+    reqs = [(clients[i % 2100], 1, lim) for i in range(4096)]
+    _, keys, _ = layout(reqs)
+    assert len(keys) == 4200
+    m = Model()
+    for rnd in range(3):
+        _, got = check(m, reqs, "largest batch %d" % rnd)
+        assert len(got) == 4096
+    assert got[0][0] == 0 and got[-1][0] == 0
+
+
+def test_rule_cache():
+    """Rules are kept by their bytes, up to 256: the same bytes many times,
+    and more than 256 distinct rules in a sequence and in one call, decide
+    as the model says."""
+    m = Model()
+    c = new_client()
+    lim = [(FW, 1000, 3600 * S, 0), (TB, 500, 3600 * S, 0)]
+    for i in range(300):
+        check(m, [(c, 1, lim)], "same rule %d" % i, stored=i % 50 == 0)
+    # 300 rules, each its own client: one per call, then in reverse (the
+    # cache emptied in between), then all in one call
+    rules = [[(TB, 10 + i, 3600 * S, 0), (FW, 2 + i % 3, 3600 * S, 0)] for i in range(300)]
+    clients = [new_client() for _ in rules]
+    for i in list(range(300)) + list(range(299, -1, -1)):
+        check(m, [(clients[i], 1, rules[i])], "rule %d" % i, stored=False)
+    _, got = check(m, [(clients[i], 1, rules[i]) for i in range(300)], "300 rules")
+    assert [g[0] for g in got].count(1) == 200, got  # the third of 2 refused
+    # the same limits in other bytes (a wider integer) are the same limit
+    c = new_client()
+    l = (FW, 3, 3600 * S, 0)
+    wide = b"\x91\x94\x02\xce\x00\x00\x00\x03\xce" + struct.pack(">I", 3600 * S) + b"\x00"
+    assert mpack.unpackb(wide) == [list(l)]
+    for rule, want in ((wide, 2), (rule_bytes([l]), 1), (wide, 0)):
+        _, got = fcall([request_bytes(1, [(1, 1, 1)]), rule, key_of(c, l)])
+        assert got[0][:2] == (1, 1) and got[0][2][0][0] == want, got
 
 
 # ------------------------------------------------------------- measure
 
 
 def _measure(batch, seconds=None, depth=16):
-    """Prints decisions per second of each script with `batch` requests per
-    EVALSHA, `depth` calls in flight on one connection; fails on an error
-    reply. A smoke test under pipelining: `make bench` has the figures
+    """Prints decisions per second with `batch` requests per FCALL, `depth`
+    calls in flight on one connection; fails on an error reply. A smoke
+    test under pipelining: `make bench` has the figures
     (RL_MEASURE_SECONDS=2 for a longer look)."""
     seconds = float(os.environ.get("RL_MEASURE_SECONDS", seconds or 0.25))
     r = redis()
-    lim = [["t1m", TB, 1000000, 60 * S, 0], ["s1h", SW, 10000000, 3600 * S, 0]]
-    pool = [new_key() for _ in range(4096)]
-    line = []
-    for name, sha in (("msgpack", r.sha_mp), ("plain", r.sha_plain)):
-        # pre-encoded commands, so the client's own cost stays small
-        cmds = []
-        for i in range(64):
-            keys = [pool[(i * batch + j) % len(pool)] for j in range(batch)]
-            reqs = [(j + 1, 1, lim) for j in range(batch)]
-            if sha == r.sha_mp:
-                args = [mp_arg(reqs)]
-            else:
-                args = plain_args(reqs)
-            cmds.append(("EVALSHA", sha, batch, *keys, *args))
-        wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
-        c = Client("127.0.0.1", r.port)
-        try:
-            c.command("CONFIG", "RESETSTAT")
-            calls = 0
-            t0 = time.monotonic()
-            end = t0 + seconds
-            i = 0
-            while time.monotonic() < end:
-                c.send(wire[i % len(wire)])
-                for _ in range(depth):
-                    rep = c.read_reply()
-                    if isinstance(rep, RespError):
-                        raise rep
-                calls += depth
-                i += 1
-            wall = time.monotonic() - t0
-            stats = c.command("INFO", "commandstats").decode()
-        finally:
-            c.close()
-        usec = 0
-        for ln in stats.splitlines():
-            if ln.startswith("cmdstat_evalsha:"):
-                usec = int(dict(kv.split("=") for kv in ln.split(":", 1)[1].split(","))["usec"])
-        line.append("%s %.0f/s (server %.1f us/call, %.0f/s of server time)"
-                    % (name, calls * batch / wall, usec / max(calls, 1),
-                       calls * batch / (usec / 1e6) if usec else 0))
-    print("  measure batch %2d: %s" % (batch, "; ".join(line)))
+    lim = [(TB, 1000000, 60 * S, 0), (SW, 10000000, 3600 * S, 0)]
+    pool = [new_client() for _ in range(4096)]
+    # pre-encoded commands, so the client's own cost stays small
+    cmds = []
+    for i in range(64):
+        reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
+        cmds.append(("FCALL", "rl_decide", 0, *layout(reqs)[0]))
+    wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
+    c = Client("127.0.0.1", r.port)
+    try:
+        c.command("CONFIG", "RESETSTAT")
+        calls = 0
+        t0 = time.monotonic()
+        end = t0 + seconds
+        i = 0
+        while time.monotonic() < end:
+            c.send(wire[i % len(wire)])
+            for _ in range(depth):
+                rep = c.read_reply()
+                if isinstance(rep, RespError):
+                    raise rep
+            calls += depth
+            i += 1
+        wall = time.monotonic() - t0
+        stats = c.command("INFO", "commandstats").decode()
+    finally:
+        c.close()
+    usec = 0
+    for ln in stats.splitlines():
+        if ln.startswith("cmdstat_fcall:"):
+            usec = int(dict(kv.split("=") for kv in ln.split(":", 1)[1].split(","))["usec"])
+    assert usec > 0, "no FCALL in commandstats"
+    print("  measure batch %2d: %.0f/s (server %.1f us/call, %.0f/s of server time)"
+          % (batch, calls * batch / wall, usec / max(calls, 1), calls * batch / (usec / 1e6)))
 
 
 def test_measure_batch_1():

@@ -45,7 +45,7 @@ def test_exact_across_two_agents(h, sentinel):
     wrong = {k: c for k, c in got.items() if c != (4, 2, 0)}
     assert not wrong, sorted(wrong.items())[:5]
     with sentinel.client() as c:
-        assert len(c.command("KEYS", "rl:*")) == 50
+        assert len(c.command("KEYS", "{????}????????")) == 50
 
 
 def test_failover_under_load(h, sentinel):
@@ -73,7 +73,7 @@ def test_failover_under_load(h, sentinel):
     assert "switch-master" in a.log() or "master mymaster is" in a.log(), a.log()[-2000:]
     # decided by the new master: its keys
     with sentinel.client(new_port) as c:
-        assert len(c.command("KEYS", "rl:*")) == 20
+        assert len(c.command("KEYS", "{????}????????")) == 20
 
 
 def test_passwords(h, sentinel_auth):

@@ -71,7 +71,7 @@ def fill(cluster, n, prefix="rl:"):
 
 
 def assert_keys_where_slots_say(cluster, keys):
-    by_master = cluster.keys_by_master()
+    by_master = cluster.keys_by_master("rl:*")
     want = {m.port: [] for m in cluster.masters()}
     for k in keys:
         want[cluster.node_for_key(k)].append(k)

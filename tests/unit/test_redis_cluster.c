@@ -874,7 +874,8 @@ static const struct {
 	{ "LOADING Redis is loading the dataset in memory", REDIS_CLUSTER_E_LOADING },
 	{ "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
 	  REDIS_CLUSTER_E_MASTERDOWN },
-	{ "NOSCRIPT No matching script. Please use EVAL.", REDIS_CLUSTER_E_NOSCRIPT },
+	{ "NOSCRIPT No matching script. Please use EVAL.", REDIS_CLUSTER_E_OTHER },
+	{ "ERR Function not found", REDIS_CLUSTER_E_NOFUNCTION },
 	{ "CROSSSLOT Keys in request don't hash to the same slot", REDIS_CLUSTER_E_CROSSSLOT },
 	{ "TRYAGAIN", REDIS_CLUSTER_E_TRYAGAIN },
 	/* a script touching a key of another node: redis.call, then

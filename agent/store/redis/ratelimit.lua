@@ -1,0 +1,776 @@
+#!lua name=spoa_ratelimit
+--[[ ratelimit.lua: the Redis function library that decides rate limits, a
+batch of requests per call, atomically. The agent loads it on every server
+it uses (FUNCTION LOAD REPLACE) and calls
+
+    FCALL rl_decide 0 <requests> <rule 1> .. <rule R> <key 1> .. <key K>
+
+(rl_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+
+  requests  bytes, big-endian: R, the number of rules (2 bytes, 1 .. 4096),
+            then 10 bytes per request (1 .. 4096 requests):
+    first_key  4 bytes: the 1-based index of the request's first key:
+               limit j of its rule is kept under key first_key + j - 1
+    cost       4 bytes: weight of the request, 1 .. 2^32-1
+    rule       2 bytes: 1-based index of its rule among the R rules
+  rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
+            burst]
+    algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window
+    quota      N requests per period, 1 .. 2^47
+    period_us  P in microseconds, 1 .. 2^47
+    burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
+               burst * period_us / quota <= 2^52 (windows ignore it:
+               their capacity is the quota)
+  key       one string key per limit of a client: the agent names it
+            "{<client>}<limit>" (14 bytes, the client's part a Cluster hash
+            tag), so the keys of a client share a slot and a changed limit
+            starts fresh instead of misreading old state. A key is one
+            limit of one client: the agent names each key once in a call,
+            and two requests of a client under one rule share their keys
+            (the same first_key).
+
+Requests are decided in order: a later request of the same client sees
+what an earlier one took. A rule's bytes are checked and its constants
+computed once, then kept by the library (up to 256 distinct rules; the
+agent sends each rule as the same bytes every time).
+
+Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit],
+the numbers now_us, remaining, retry_after_us and reset_us as float64
+(exact: all are integers below 2^53), allowed and decider as fixints
+  allowed    1 or 0; a request is all or nothing: when any of its limits
+             refuses, none of its limits is charged. 2: not decided, its
+             keys live on another Cluster node (decider and per_limit 0)
+  decider    1-based index of the limit that decides: when refused, the
+             refusing limit with the longest retry_after; when allowed, the
+             limit with the fewest remaining; ties go to the lowest index
+  per_limit  [remaining, retry_after_us, reset_us] per limit of the request's
+             rule, in the rule's order, each limit evaluated on its own (a
+             limit that would allow reports what it would leave, even when
+             another limit refuses the request)
+    remaining       whole requests of cost 1 left after this one, 0 if refused
+    retry_after_us  0 when this limit allows; else the exact time until this
+                    request would pass (a request heavier than the capacity
+                    never passes: it gets one period)
+    reset_us        time until this limit is full again
+
+Bad arguments give an error reply ("ERR rl decide: ...") and write nothing:
+everything is checked before the first write.
+
+Time is Redis's clock, read once per call (TIME), in integer microseconds.
+Every quantity is an integer below 2^53, so Lua's doubles hold it exactly
+(and string.format's %d, a C long here, prints it exactly); products that
+could exceed that go through muldiv().
+
+Storage: one string per key, and a key is needed until a moment its value
+determines (its need), when its client is back to a full bucket or an empty
+window:
+  token bucket    "A" or "A+R": the theoretical arrival time TAT = A + R/n,
+                  where T = p/n is the emission interval period/quota in
+                  lowest terms and 0 < R < n; needed until ceil(TAT). With
+                  a whole number of microseconds per request (100 per
+                  minute, 10 per second...) R is 0 and the value an integer,
+                  which Redis keeps in the key's object itself
+  sliding window  "U:C:V": window start U - 2P, C requests in it, V in the
+                  window before; needed until U (the end of the next window,
+                  where C still weighs as the previous count)
+  fixed window    "U:C": window start U - P, C requests in it; needed until U
+A value past its need, or that does not have its limit's shape, is
+equivalent to an absent one (a fresh client with a full bucket).
+
+Expiry: a key expires at its need rounded up to the millisecond, then up
+to a multiple of its limit's grid, 1/16 of its period (at least 1 ms, at
+most 1 s): it outlives its need by less than a grid. The grid lets most
+writes keep the expiry they find (the key's old value gives it, read as
+its shape says), which costs Redis half of setting one. The agent's key
+names carry the layout's version (see store_key_name): a layout whose
+values or expiries mean something else must change them.
+
+Cost, per call: the keys are read with one MGET (on a Cluster, one per
+client, which may be another node's), each key written once at the end:
+INCRBY when a whole number stays whole and keeps its expiry (no text to
+make, and Redis's cheapest write here), else SET with PXAT or KEEPTTL.
+A command called from Lua costs Redis some 6,000 instructions whatever it
+does, a C call (tonumber, string.format) or a new table hundreds to
+thousands: the hot path makes few of either, keeps its arrays from call
+to call, and builds each request's reply with one struct.pack.
+
+Cluster: rl_decide_cluster is registered with allow-cross-slot-keys, so
+one call decides the clients of every slot its node serves. A client's
+keys are read with redis.pcall; a client whose slot the node does not
+serve (served elsewhere, moving, or the cluster down) is neither read nor
+written, and its requests are answered allowed = 2 for the agent to send
+them where the keys live. Any other error is raised as Redis gave it.
+]]
+
+-- While the library loads, Redis offers it nothing but redis.register_function:
+-- the libraries it uses are bound on the first call (bind()).
+local floor, find, sub, match, fmt, char, byte, concat
+local type, tonumber, unpack, maxn, pcall, error
+local rcall, rpcall, mp_unpack, spack, error_reply
+
+local function bind()
+	floor = math.floor
+	find, sub, match, fmt, char, byte = string.find, string.sub, string.match, string.format,
+	    string.char, string.byte
+	concat, maxn = table.concat, table.maxn
+	-- (these names are the upvalues here: the globals come through _G)
+	unpack, type, tonumber, pcall, error = _G.unpack, _G.type, _G.tonumber, _G.pcall, _G.error
+	rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
+	mp_unpack, spack = cmsgpack.unpack, struct.pack
+end
+
+local MAX_REQS = 4096
+local MAX_RULES = 4096
+local MAX_LIMITS = 64
+local MAX_COST = 4294967295
+local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
+local TWO52 = 4503599627370496
+local TWO54 = 18014398509481984
+-- keys per MGET: unpack() puts them all on Lua's stack
+local MGET_MAX = 4000
+
+-- floor(a / d) and a mod d for integers 0 <= a < 2^53, 1 <= d: the
+-- division is rounded, so the quotient is corrected by one when needed.
+local function divmod(a, d)
+	local q = floor(a / d)
+	local r = a - q * d
+	if r < 0 then
+		q = q - 1
+		r = r + d
+	elseif r >= d then
+		q = q + 1
+		r = r - d
+	end
+	return q, r
+end
+
+-- floor(a * b / d) and a * b mod d, exact for integers a, b >= 0 and
+-- 1 <= d < 2^52 whose quotient is below 2^53, even when a * b is not:
+-- then it multiplies by doubling over the bits of a, highest first.
+local function muldiv(a, b, d)
+	local p = a * b
+	if p < TWO52 then
+		-- x % d is x - floor(x / d) * d: exact when x + d < 2^53, and
+		-- d too much when the division rounded up to the next integer
+		local r = p % d
+		if r < 0 then
+			r = r + d
+		end
+		return (p - r) / d, r
+	end
+	local bq, br = divmod(b, d)
+	local h = 1
+	while h * 2 <= a do
+		h = h * 2
+	end
+	local q, r = 0, 0
+	while h >= 1 do
+		q = q * 2
+		r = r * 2
+		if r >= d then
+			q = q + 1
+			r = r - d
+		end
+		if a >= h then
+			a = a - h
+			q = q + bq
+			r = r + br
+			if r >= d then
+				q = q + 1
+				r = r - d
+			end
+		end
+		h = h / 2
+	end
+	return q, r
+end
+
+-- A limit as the library keeps it: { algo, quota, period, burst, grid }
+-- and, for a token bucket, its constants: capacity, p and n (T = p/n in
+-- lowest terms), capacity * T as tq + tr/n, and T itself as q1 + r1/n (the
+-- cost of a request of 1). grid: its keys expire on multiples of this many
+-- milliseconds (see "Expiry").
+local function limit_record(algo, quota, period, burst)
+	local grid = floor(period / 16000)
+	if grid < 1 then
+		grid = 1
+	elseif grid > 1000 then
+		grid = 1000
+	end
+	local l = { algo, quota, period, burst, grid }
+	if algo == 0 then
+		local cap = quota
+		if burst > 0 then
+			cap = burst
+		end
+		local g, r = period, quota
+		while r > 0 do
+			local _, x = divmod(g, r)
+			g, r = r, x
+		end
+		local p, n = period / g, quota / g
+		local tq, tr = muldiv(cap, p, n)
+		local q1, r1 = divmod(p, n)
+		l[6], l[7], l[8], l[9], l[10], l[11], l[12] = cap, p, n, tq, tr, q1, r1
+	end
+	return l
+end
+
+-- Each evaluation returns allowed, remaining, retry_after_us, reset_us and,
+-- when allowed, the key's new value, the need of the value it read (0
+-- when it read none of its shape) and, for a token bucket, that value as a
+-- number when it reads as one. A new value is needed until now + reset_us.
+-- A token bucket's new value is a number when it is a whole number of
+-- microseconds, else a string.
+
+-- GCRA with the emission interval T = p/n kept exact: TAT is A + R/n.
+local function eval_token(v, now, cost, l)
+	local cap, p, n = l[6], l[7], l[8]
+	-- d = max(TAT - now, 0) = dq + dr/n: the part of the capacity in use
+	local dq, dr, old, whole = 0, 0, 0, nil
+	if v then
+		local a, r = tonumber(v), 0
+		if a then
+			whole = a
+		else
+			local plus = find(v, '+', 1, true)
+			if plus then
+				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
+			end
+		end
+		if a and r then
+			old = a
+			if r ~= 0 then
+				old = a + 1
+			end
+			-- a remainder that does not fit this limit's n is not its state
+			if a >= now and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and r % 1 == 0 then
+				dq, dr = a - now, r
+			end
+		end
+	end
+	local used = dq
+	if dr > 0 then
+		used = dq + 1
+	end
+	if cost > cap then
+		return false, 0, l[3], used
+	end
+	-- the request is allowed when d + cost*T <= cap*T
+	local iq, ir
+	if cost == 1 then
+		iq, ir = l[11], l[12]
+	else
+		iq, ir = muldiv(cost, p, n)
+	end
+	local nq, nr = dq + iq, dr + ir
+	if nr >= n then
+		nq = nq + 1
+		nr = nr - n
+	end
+	local tq, tr = l[9], l[10]
+	if nq < tq or (nq == tq and nr <= tr) then
+		local xq, xr = tq - nq, tr - nr
+		if xr < 0 then
+			xq = xq - 1
+			xr = xr + n
+		end
+		-- remaining = floor((cap*T - new d) / T) = floor((xq*n + xr) / p)
+		local left
+		local x = xq * n + xr
+		if x < TWO52 then
+			local r = x % p
+			if r < 0 then
+				r = r + p
+			end
+			left = (x - r) / p
+		else
+			local q1, r1 = muldiv(xq, n, p)
+			left = q1 + (divmod(r1 + xr, p))
+		end
+		if nr > 0 then
+			return true, left, 0, nq + 1, fmt('%d+%d', now + nq, nr), old
+		end
+		-- a whole number of microseconds: the value is that number (see
+		-- run()'s writes)
+		return true, left, 0, nq, now + nq, old, whole
+	end
+	-- it passes once d has shrunk by (d + cost*T) - cap*T
+	local yq, yr = nq - tq, nr - tr
+	if yr < 0 then
+		yq = yq - 1
+		yr = yr + n
+	end
+	if yr > 0 then
+		yq = yq + 1
+	end
+	return false, 0, yq, used
+end
+
+-- Sliding window counter over aligned windows [k*P, (k+1)*P): the estimate
+-- is prev * (P - elapsed) / P + cur; allowed when estimate + cost <= quota.
+local function eval_sliding(v, now, cost, quota, period)
+	-- (now % period: exact, as now + period < 2^53, see muldiv)
+	local e = now % period
+	if e < 0 then
+		e = e + period
+	end
+	local ws = now - e
+	local cur, prev, old = 0, 0, 0
+	if v then
+		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
+		-- digits convert (to inf when too many): s + 0, not the slower
+		-- tonumber(s)
+		if u then
+			u, c, pv = u + 0, c + 0, pv + 0
+			old = u
+		end
+		if u and u < TWO54 and c <= MAX_VALUE and pv <= MAX_VALUE then
+			local s = u - 2 * period
+			if s >= ws then
+				-- s > ws only when the clock stepped back: keep the counts
+				cur, prev = c, pv
+			elseif s == ws - period then
+				prev = c
+			end
+		end
+	end
+	local reset = 0
+	if cur > 0 then
+		reset = ws + 2 * period - now
+	elseif prev > 0 then
+		reset = ws + period - now
+	end
+	if cost > quota then
+		return false, 0, period, reset
+	end
+	local rest = period - e
+	local room = quota - cur - cost
+	local wq, wr = 0, 0
+	if prev > 0 then
+		wq, wr = muldiv(prev, rest, period)
+	end
+	if room >= 0 and (wq < room or (wq == room and wr == 0)) then
+		local left = room - wq
+		if wr > 0 then
+			left = left - 1
+		end
+		return true, left, 0, ws + 2 * period - now,
+		    fmt('%d:%d:%d', ws + 2 * period, cur + cost, prev), old
+	end
+	local retry
+	if room >= 0 then
+		-- within this window, once prev * (rest - t) <= room * P
+		retry = rest - (muldiv(room, period, prev))
+	else
+		-- in the next window, where cur weighs as the previous count
+		retry = rest + period - (muldiv(quota - cost, period, cur))
+	end
+	return false, 0, retry, reset
+end
+
+-- Fixed window over aligned windows [k*P, (k+1)*P).
+local function eval_fixed(v, now, cost, quota, period)
+	local e = now % period
+	if e < 0 then
+		e = e + period
+	end
+	local ws = now - e
+	local left = period - e
+	local cnt, old = 0, 0
+	if v then
+		local u, c = match(v, '^(%d+):(%d+)$')
+		if u then
+			u, c = u + 0, c + 0
+			old = u
+		end
+		-- u - P > ws only when the clock stepped back: keep the count
+		if u and u < TWO54 and c <= MAX_VALUE and u - period >= ws then
+			cnt = c
+		end
+	end
+	if cnt + cost <= quota then
+		return true, quota - cnt - cost, 0, left,
+		    fmt('%d:%d', ws + period, cnt + cost), old
+	end
+	local reset = 0
+	if cnt > 0 then
+		reset = left
+	end
+	if cost > quota then
+		return false, 0, period, reset
+	end
+	return false, 0, left, reset
+end
+
+-- Returns nil when l is a valid limit, else what is wrong with it.
+local function limit_error(l)
+	if type(l) ~= 'table' or l[4] == nil or l[5] ~= nil then
+		return 'need [algo, quota, period_us, burst]'
+	end
+	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
+	if algo ~= 0 and algo ~= 1 and algo ~= 2 then
+		return 'algo must be 0, 1 or 2'
+	end
+	-- x % 1 ~= 0 for fractions, and for NaN and infinities too
+	if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
+		return 'quota must be an integer in 1..2^47'
+	end
+	if type(period) ~= 'number' or period < 1 or period > MAX_VALUE or period % 1 ~= 0 then
+		return 'period_us must be an integer in 1..2^47'
+	end
+	if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
+		return 'burst must be an integer in 0..2^47'
+	end
+	-- the bucket's depth in time, burst * period / quota, must stay below
+	-- 2^53 once added to the clock
+	if algo == 0 and burst > quota and burst / quota * period > TWO52 then
+		return 'burst * period_us / quota exceeds 2^52'
+	end
+	return nil
+end
+
+-- Rules by their bytes: checked and their constants computed once.
+local rule_cache, rule_count = {}, 0
+
+-- The limit records of a rule's bytes, or nil and what is wrong.
+local function rule_of(bytes)
+	local rule = rule_cache[bytes]
+	if rule then
+		return rule
+	end
+	local ok, ls, extra = pcall(mp_unpack, bytes)
+	if not ok or extra ~= nil then
+		return nil, 'bad msgpack'
+	end
+	local nl = type(ls) == 'table' and #ls
+	if not nl or nl < 1 or nl > MAX_LIMITS or maxn(ls) ~= nl then
+		return nil, fmt('need an array of 1 to %d limits', MAX_LIMITS)
+	end
+	rule = {}
+	for j = 1, nl do
+		local l = ls[j]
+		local e = limit_error(l)
+		if e then
+			return nil, fmt('limit %d: %s', j, e)
+		end
+		rule[j] = limit_record(l[1], l[2], l[3], l[4])
+	end
+	if rule_count >= 256 then
+		rule_cache, rule_count = {}, 0
+	end
+	rule_cache[bytes] = rule
+	rule_count = rule_count + 1
+	return rule
+end
+
+local function now_us()
+	local t = rcall('TIME')
+	return t[1] * 1000000 + t[2]
+end
+
+-- Arrays kept from call to call, so that a call makes no table of its own
+-- (a table that grows to a batch's size costs Redis more than deciding
+-- the batch): entries past what a call uses are ignored, and the entries
+-- of key positions are valid when their generation is the call's.
+local gen = 0
+local rbuf, out, valv, oldv, oldn, parts = {}, {}, {}, {}, {}, {}
+local sv = {}            -- by key position: its value, false when absent
+local wgen, wneed, wbefore, wnum, wlim, wpos = {}, {}, {}, {}, {}, {}
+local rgen, rhere, rname, rpos = {}, {}, {}, {} -- Cluster: see read_client()
+
+-- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
+local function read_all(args, k0, nk)
+	if nk <= MGET_MAX then
+		sv = rcall('MGET', unpack(args, k0 + 1, k0 + nk))
+		return
+	end
+	for a = 1, nk, MGET_MAX do
+		local b = a + MGET_MAX - 1
+		if b > nk then
+			b = nk
+		end
+		local v = rcall('MGET', unpack(args, k0 + a, k0 + b))
+		for i = a, b do
+			sv[i] = v[i - a + 1]
+		end
+	end
+end
+
+-- A Cluster request's keys a .. b: true when all of them are this node's
+-- (each read into sv on its first use in the call, so that a value this
+-- call has changed is never read again), false when any is not (its slot
+-- is served elsewhere, moving, or the cluster is down: then it is neither
+-- read nor written here). Any other error is raised as Redis gave it.
+local function read_client(args, k0, a, b, g0)
+	local n = 0
+	for p = a, b do
+		if rgen[p] ~= g0 then
+			n = n + 1
+			rname[n], rpos[n] = args[k0 + p], p
+		end
+	end
+	if n > 0 then
+		-- (the agent names a client's keys together: they share a slot)
+		local v = rpcall('MGET', unpack(rname, 1, n))
+		local e = v.err
+		local here = true
+		if e then
+			if not (find(e, 'non local key', 1, true) or
+			    find(e, 'not stored on this node', 1, true) or
+			    find(e, 'cluster is down', 1, true)) then
+				error(v)
+			end
+			here = false
+		end
+		for i = 1, n do
+			local p = rpos[i]
+			rgen[p], rhere[p] = g0, here
+			if here then
+				sv[p] = v[i]
+			end
+		end
+	end
+	for p = a, b do
+		if not rhere[p] then
+			return false
+		end
+	end
+	return true
+end
+
+local function fail(msg)
+	return error_reply('ERR rl decide: ' .. msg)
+end
+
+-- The reply is msgpack made with struct.pack, one string per request: its
+-- numbers as float64 (0xcb and 8 bytes, exact below 2^53), the rest
+-- fixints and array headers. One C call per request costs Redis less than
+-- choosing each integer's shortest form in Lua.
+local fmts = {} -- fmts[nl]: the format of a request of nl limits
+local pa = {}   -- the values of one request, for unpack()
+
+local function request_format(nl)
+	local f = fmts[nl]
+	if not f then
+		f = nl < 16 and '>BBBB' or '>BBBBH'
+		for _ = 1, nl do
+			f = f .. 'BBdBdBd'
+		end
+		fmts[nl] = f
+	end
+	return f
+end
+
+-- One request's reply, [allowed, decider, [[remaining, retry_after_us,
+-- reset_us], ...]], from vals (out: 3 per limit), or zeros without vals.
+local function request_reply(allowed, best, nl, vals)
+	if nl == 1 and vals then
+		return spack('>BBBBBBdBdBd', 0x93, allowed, best, 0x91, 0x93, 0xcb, vals[1], 0xcb,
+		    vals[2], 0xcb, vals[3])
+	end
+	local n = 4
+	pa[1], pa[2], pa[3] = 0x93, allowed, best
+	if nl < 16 then
+		pa[4] = 0x90 + nl
+	else
+		pa[4], pa[5], n = 0xdc, nl, 5
+	end
+	for j = 1, nl do
+		local x, y, z = 0, 0, 0
+		if vals then
+			x, y, z = vals[3 * j - 2], vals[3 * j - 1], vals[3 * j]
+		end
+		pa[n + 1], pa[n + 2], pa[n + 3], pa[n + 4] = 0x93, 0xcb, x, 0xcb
+		pa[n + 5], pa[n + 6], pa[n + 7] = y, 0xcb, z
+		n = n + 7
+	end
+	return spack(request_format(nl), unpack(pa, 1, n))
+end
+
+-- The requests of args and their rules (in rbuf): the requests' bytes,
+-- their count, the number of rules, the index k0 of the argument before
+-- the first key and the number of keys; or nil and a message. The
+-- requests themselves are checked as they are decided.
+local function parse(args)
+	local req = args[1]
+	local len = req and #req
+	if not len or len < 12 or len > 2 + 10 * MAX_REQS or len % 10 ~= 2 then
+		return nil, fmt('requests: need 2 + 10 * n bytes, 1 <= n <= %d', MAX_REQS)
+	end
+	local h, l = byte(req, 1, 2)
+	local nr = h * 256 + l
+	if nr < 1 or nr > MAX_RULES or #args < 1 + nr then
+		return nil, fmt('requests: nrules must be in 1..%d with a rule for each', MAX_RULES)
+	end
+	for r = 1, nr do
+		local rule, e = rule_of(args[1 + r])
+		if not rule then
+			return nil, fmt('rule %d: %s', r, e)
+		end
+		rbuf[r] = rule
+	end
+	return req, (len - 2) / 10, nr, 1 + nr, #args - 1 - nr
+end
+
+-- Decides every request of args in order and writes what they took.
+local function run(args, cluster)
+	local req, m, nr, k0, nk = parse(args)
+	if not req then
+		return fail(m)
+	end
+	local now = now_us()
+	gen = gen + 1
+	local g0 = gen
+	if not cluster and nk > 0 then
+		read_all(args, k0, nk)
+	end
+	if m < 16 then
+		parts[1] = spack('>BBdB', 0x92, 0xcb, now, 0x90 + m)
+	else
+		parts[1] = spack('>BBdBH', 0x92, 0xcb, now, 0xdc, m)
+	end
+	local nw = 0
+	local _
+	for i = 1, m do
+		local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+		local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+		local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+		local ri = r1 * 256 + r2
+		-- (rbuf holds rules of earlier calls past nr)
+		local rule = rbuf[ri]
+		if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
+			-- nothing is written before the last request is checked
+			if not rule or ri > nr then
+				return fail(fmt('request %d: rule must be in 1..%d', i, nr))
+			elseif cost < 1 then
+				return fail(fmt('request %d: cost must be at least 1', i))
+			end
+			return fail(fmt('request %d: first_key must leave a key per limit among the %d keys',
+			    i, nk))
+		end
+		local nl = #rule
+		local here = true
+		if cluster then
+			here = read_client(args, k0, ki, ki + nl - 1, g0)
+		end
+		if not here then
+			-- not this node's keys: nothing taken, nothing computed
+			parts[i + 1] = request_reply(2, 0, nl, nil)
+		else
+			local all = true
+			local k = ki - 1
+			for j = 1, nl do
+				local l = rule[j]
+				local algo, v = l[1], sv[k + j]
+				local at = 3 * j
+				local val
+				if algo == 0 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j], oldn[j] =
+					    eval_token(v, now, cost, l)
+				elseif algo == 1 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_sliding(v, now, cost, l[2], l[3])
+				else
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_fixed(v, now, cost, l[2], l[3])
+				end
+				if algo ~= 0 then
+					oldn[j] = nil
+				end
+				-- (a limit that allows, and only such a limit, has a new value)
+				valv[j] = val
+				if not val then
+					all = false
+				end
+			end
+			local best = 1
+			if all then
+				local low = out[1]
+				for j = 1, nl do
+					local p = k + j
+					if wgen[p] ~= g0 then
+						wgen[p] = g0
+						nw = nw + 1
+						wpos[nw] = p
+						wbefore[p], wnum[p], wlim[p] = oldv[j], oldn[j], rule[j]
+					end
+					sv[p] = valv[j]
+					wneed[p] = now + out[3 * j]
+					if out[3 * j - 2] < low then
+						best, low = j, out[3 * j - 2]
+					end
+				end
+			else
+				local most = -1
+				for j = 1, nl do
+					if not valv[j] and out[3 * j - 1] > most then
+						best, most = j, out[3 * j - 1]
+					end
+				end
+			end
+			parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
+		end
+	end
+	-- Expiry: each key written once, with its last value. It expires at
+	-- its need rounded up to the millisecond, then up to a multiple of its
+	-- limit's grid; when that is the expiry it already has (the value it
+	-- held, read as its shape says, gives it), the key keeps it (KEEPTTL
+	-- costs Redis half of setting an expiry).
+	for w = 1, nw do
+		local p = wpos[w]
+		local g = wlim[p][5]
+		local u = wneed[p]
+		local r = u % 1000
+		u = (u - r) / 1000 + (r > 0 and 1 or 0)
+		r = u % g
+		if r > 0 then
+			u = u + g - r
+		end
+		local o = wbefore[p]
+		r = o % 1000
+		o = (o - r) / 1000 + (r > 0 and 1 or 0)
+		r = o % g
+		if r > 0 then
+			o = o + g - r
+		end
+		local val, name = sv[p], args[k0 + p]
+		local num = type(val) == 'number'
+		if o ~= u then
+			-- (a whole number of milliseconds below 10^14 converts to
+			-- its digits exactly)
+			rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', u)
+		else
+			-- A whole number over a whole number: INCRBY keeps the
+			-- expiry, costs Redis less than SET and needs no text. Its
+			-- reply is the new value, unless the old one was not an
+			-- integer as Redis reads them ("1e3", " 7": an error) or the
+			-- sum is not exact: then SET.
+			local d = num and wnum[p] and val - wnum[p]
+			if not d or d >= 1e14 or rpcall('INCRBY', name, d) ~= val then
+				rcall('SET', name, num and fmt('%d', val) or val, 'KEEPTTL')
+			end
+		end
+	end
+	return concat(parts, '', 1, m + 1)
+end
+
+redis.register_function {
+	function_name = 'rl_decide',
+	callback = function(_, args)
+		if not rcall then
+			bind()
+		end
+		return run(args, false)
+	end,
+}
+redis.register_function {
+	function_name = 'rl_decide_cluster',
+	callback = function(_, args)
+		if not rcall then
+			bind()
+		end
+		return run(args, true)
+	end,
+	flags = { 'allow-cross-slot-keys' },
+}
