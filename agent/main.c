@@ -714,6 +714,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	main_loop = ev_default_loop(EVFLAG_AUTO);
+	/* Signals are caught from here on (and handled once the loop runs):
+	 * whoever sends SIGTERM as soon as "listening on" is logged finds the
+	 * agent stopping cleanly, not killed by the default action. */
+	ev_signal_init(&sig_int, on_signal, SIGINT);
+	ev_signal_init(&sig_term, on_signal, SIGTERM);
+	ev_signal_init(&sig_hup, on_signal, SIGHUP);
+	ev_signal_start(main_loop, &sig_int);
+	ev_signal_start(main_loop, &sig_term);
+	ev_signal_start(main_loop, &sig_hup);
 	/* Metrics listen before the SPOP port does, so whoever waits for the
 	 * "listening on" line finds both ready. */
 	if (cli.use_metrics) {
@@ -723,12 +732,6 @@ int main(int argc, char **argv)
 	}
 	if (server_listen(&srv) < 0)
 		return 1;
-	ev_signal_init(&sig_int, on_signal, SIGINT);
-	ev_signal_init(&sig_term, on_signal, SIGTERM);
-	ev_signal_init(&sig_hup, on_signal, SIGHUP);
-	ev_signal_start(main_loop, &sig_int);
-	ev_signal_start(main_loop, &sig_term);
-	ev_signal_start(main_loop, &sig_hup);
 	ev_timer_init(&collect, on_collect, 0.5, 0.5);
 	ev_timer_start(main_loop, &collect);
 	ev_timer_init(&log_reports, on_log_reports, 1., 1.);
