@@ -3,11 +3,11 @@ three masters, no replicas, built by tests/e2e/redis_topology.Cluster on
 loopback ports below 55535 (a node also listens on its port + 10000).
 
 ClusterRedis stands where redis_bench.RedisServer stands in a run: the
-figures a run takes from Redis (CPU, EVALSHA calls and time, memory, the
+figures a run takes from Redis (CPU, FCALL calls and time, memory, the
 threads' scheduling) are summed over the masters, and per master where the
 spread matters (every master must get its share of the clients).
 
-One cluster serves the runs of a block (R1 to R4 and C3, or L1, L2 and CL);
+One cluster serves the runs of a block (R1 to R3 and C3, or L1, L2 and CL);
 each run starts with FLUSHALL on every master and a fresh agent, so buckets
 start full as with a fresh redis-server.
 """
@@ -94,19 +94,36 @@ class ClusterRedis:
             total += float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
         return total
 
-    def evalsha_per_master(self):
-        """{port: (calls, usec, failed + rejected)} of EVALSHA so far."""
+    def fcall_per_master(self, name="fcall"):
+        """{port: (calls, usec, failed + rejected)} of the top-level command
+        `name` (INFO commandstats cmdstat_<name>) so far; the commands the
+        agent's functions call are counted on their own lines, left out."""
         out = {}
         for p in self.ports:
-            line = self.info(p, "commandstats").get("cmdstat_evalsha", "")
+            line = self.info(p, "commandstats").get("cmdstat_" + name, "")
             f = dict(x.partition("=")[::2] for x in line.split(",") if x)
             out[p] = (int(f.get("calls", 0)), int(f.get("usec", 0)),
                       int(f.get("failed_calls", 0)) + int(f.get("rejected_calls", 0)))
         return out
 
-    def evalsha_stats(self):
-        per = self.evalsha_per_master().values()
+    def command_stats(self, name="fcall"):
+        """(calls, usec, failed + rejected) of `name`, summed over the masters."""
+        per = self.fcall_per_master(name).values()
         return tuple(sum(v[i] for v in per) for i in range(3))
+
+    def library_code(self, name="spoa_ratelimit"):
+        """The code of library `name` (FUNCTION LIST WITHCODE) when every
+        master holds it, the same; else None."""
+        codes = set()
+        for p in self.ports:
+            code = None
+            for lib in self.command(p, "FUNCTION", "LIST", "LIBRARYNAME", name,
+                                    "WITHCODE") or []:
+                f = dict(zip(lib[::2], lib[1::2]))
+                if f.get(b"library_name") == name.encode():
+                    code = f.get(b"library_code")
+            codes.add(code)
+        return codes.pop() if len(codes) == 1 else None
 
     def used_memory(self):
         return sum(int(self.info(p, "memory")["used_memory"]) for p in self.ports)
@@ -130,8 +147,9 @@ class ClusterRedis:
 
 def wait_map(agent, timeout_s=10.0):
     """Until the agent's log says its worker learned a map covering every
-    slot (the agent connects to a master on the first decision routed to
-    it, so there is no "ready" line before traffic)."""
+    slot (the agent connects to a master, and loads its library there, on
+    the first decision routed to it, so there is no "ready" line before
+    traffic)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and agent.proc.poll() is None:
         with open(agent.log_path, errors="replace") as f:

@@ -3,40 +3,48 @@ as the in-memory ones so that their ratios hold on a noisy machine.
 
 Every run starts a fresh redis-server on a free loopback port (no
 persistence) and a fresh agent with --redis and --metrics, and stops both
-whatever happens. The configurations:
+whatever happens. The agent loads its function library
+(agent/store/redis/ratelimit.lua, FUNCTION LOAD REPLACE) and decides with
+FCALL rl_decide (rl_decide_cluster on a Cluster). The configurations:
 
-  R1  redis-benchmark running the agent's own decision script
-      (decide_plain.lua, one request with one token-bucket limit per call)
-      with the generator's concurrency: Redis's cost of one EVALSHA per
-      decision, measured by Redis's own tool
-  R2  the agent asking Redis once per decision (--redis-batch 1)
-  R3  the agent batching decisions (default --redis-batch 64), msgpack
-  R4  the same with --redis-encoding plain
+  R1  the baseline: redis-benchmark running bench/naive_token_bucket.lua,
+      the token bucket as it is usually written for Redis (one hash per
+      client, one EVALSHA per decision), with the generator's concurrency:
+      what one decision costs Redis the usual way, measured by Redis's
+      own tool
+  R2  the agent asking Redis once per decision (--redis-batch 1): one FCALL
+      per decision
+  R3  the agent batching decisions (default --redis-batch 64)
   C3  R3 against a Redis Cluster of three masters (bench/cluster_bench.py),
-      interleaved with R1 to R4: decisions per script call next to R3's,
-      Redis CPU per decision and decisions/s per Redis core
+      interleaved with R1 to R3: decisions per call next to R3's, Redis CPU
+      per decision and decisions/s per Redis core
   R5  open loop at 50% of R3's throughput: the latency figures
   R6  the same at 25%
   N5, N6  the in-memory store (no Redis) on R5's and R6's timetables: what
       the machine, the generator and the SPOP path give by themselves
   L   one refused client flooding the agent, with and without the local
-      refusal cache: decisions/s and the number of script calls
+      refusal cache: decisions/s and the number of calls
   CL  100 clients at 100/1h flooding the agent on the cluster: exactly
       10000 pass, and every master holds keys
-  M   Redis memory per tracked client key, with one limit and with two
+  M   Redis memory per tracked client, with one limit and with two
+
+Redis's cost of a decision is taken two ways in every row: the time Redis
+spent in the top-level command (INFO commandstats: cmdstat_evalsha for R1,
+cmdstat_fcall for the agent; the commands a script calls are counted again
+on their own lines, and left out here) and Redis's CPU (INFO cpu), each
+divided by the decisions.
 
 Runs of related rows are interleaved, so that load from elsewhere on the
 machine falls on all of them alike. Besides throughput and latency, each run
-records what explains them: decisions per script call (the agent's metrics),
-Redis's CPU and script time per decision (INFO cpu, INFO commandstats), and
-how long Redis waited for a CPU (/proc schedstat).
+records what explains them: decisions per call (the agent's metrics),
+Redis's CPU and command time per decision, and how long Redis waited for a
+CPU (/proc schedstat).
 
 run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
 """
 
 import contextlib
 import csv
-import hashlib
 import io
 import os
 import re
@@ -50,19 +58,31 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "e2e"))
-import lua_scripts  # noqa: E402  (decide_plain.lua as built into the agent)
+import lua_scripts  # noqa: E402  (agent/store/redis/ratelimit.lua)
 import cluster_bench  # noqa: E402  (bench/: the Redis Cluster rows' servers)
 from resp import Client, ProtocolError, RespError  # noqa: E402
 
-SCRIPT_PLAIN = os.path.join("agent", "redis", "decide_plain.lua")
+NAIVE_SCRIPT = os.path.join("bench", "naive_token_bucket.lua")
+LIBRARY = os.path.join("agent", "store", "redis", "ratelimit.lua")
+LIBRARY_FIRST_LINE = b"#!lua name=" + lua_scripts.LIBRARY_NAME.encode()
 
 # The generator's shape (8 connections, 20 NOTIFYs in flight on each) in
 # redis-benchmark's terms: 8 clients, 20 commands pipelined on each.
 RB_CLIENTS, RB_PIPELINE, RB_KEYSPACE = 8, 20, 100000
-# redis-benchmark writes __rand_int__ as 12 decimal digits: padded with 20
-# zeros, the key has the 32 hex digits the scripts insist on.
-RB_KEY = "rl:{" + "0" * 20 + "__rand_int__}"
-KEY_RE = re.compile(r"^rl:\{[0-9a-f]{32}\}$")
+# redis-benchmark writes __rand_int__ as 12 decimal digits.
+RB_KEY = "nv:{__rand_int__}"
+RB_KEY_RE = re.compile(r"^nv:\{[0-9]{12}\}$")
+# The naive script's bucket: so large and so quickly refilled that nothing
+# is refused (1000000 per hour).
+RB_CAPACITY = 1000000
+RB_RATE = repr(RB_CAPACITY / 3600.0)
+# The agent's keys: "{<client>}<limit>", 4 + 8 characters of URL-safe base64.
+KEY_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}[A-Za-z0-9_-]{8}$")
+
+# Targets (the project's goals): Redis's time per decision against R1's, and
+# Redis memory per tracked client with one limit.
+TARGETS_VS_R1 = {"R2": 1.0, "R3": 0.4}
+MEM_TARGET, MEM_MOONSHOT = 100, 80
 
 # A deadline far above any queueing on this machine, so that no decision
 # is answered degraded (fail-open) and every figure is a Redis decision.
@@ -70,6 +90,7 @@ REDIS_TIMEOUT_MS = "1000"
 KEYS = "10000"
 CACHE_LIMIT, CACHE_QUOTA = "10/1h", 10
 CLUSTER_KEYS, CLUSTER_QUOTA = 100, 100
+MEM_CLIENTS = 100000
 MEM_LIMITS = (("one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
               ("two limits (`--limit 100/1m --limit 1000/1h`)",
                ["--limit", "100/1m", "--limit", "1000/1h"]))
@@ -77,10 +98,6 @@ MEM_LIMITS = (("one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
 REDIS_START_S = 5.0
 REDIS_STOP_S = 5.0
 READY_S = 10.0
-
-UNITS_US = {"ms": 1000, "s": 1000000, "m": 60000000, "h": 3600000000,
-            "d": 86400000000}
-
 
 
 def terminate(proc, timeout_s):
@@ -98,17 +115,11 @@ def terminate(proc, timeout_s):
         return True
 
 
-def limit_plain_args(spec):
-    """The five arguments of one limit in decide_plain.lua's rules, for a
-    token bucket "N/P" with no --burst: lid, algo, quota, period_us, burst.
-    The lid is the agent's (decide.c: "t<quota>/<period_us>/<burst>")."""
-    quota, period = spec.split("/")
-    m = re.match(r"^(\d*)(ms|s|m|h|d)$", period)
-    if not m:
-        raise ValueError("unsupported limit %r" % spec)
-    period_us = int(m.group(1) or 1) * UNITS_US[m.group(2)]
-    return ["t%d/%d/0" % (int(quota), period_us), "0", str(int(quota)),
-            str(period_us), "0"]
+def parse_cmdstat(line):
+    """(calls, usec, failed + rejected) of an INFO commandstats line."""
+    f = dict(p.partition("=")[::2] for p in line.split(",") if p)
+    return (int(f.get("calls", 0)), int(f.get("usec", 0)),
+            int(f.get("failed_calls", 0)) + int(f.get("rejected_calls", 0)))
 
 
 class RedisServer:
@@ -197,12 +208,22 @@ class RedisServer:
         i = self.info("cpu")
         return float(i["used_cpu_sys"]) + float(i["used_cpu_user"])
 
-    def evalsha_stats(self):
-        """(calls, usec, failed + rejected) of EVALSHA so far."""
-        line = self.info("commandstats").get("cmdstat_evalsha", "")
-        f = dict(p.partition("=")[::2] for p in line.split(",") if p)
-        return (int(f.get("calls", 0)), int(f.get("usec", 0)),
-                int(f.get("failed_calls", 0)) + int(f.get("rejected_calls", 0)))
+    def command_stats(self, name="fcall"):
+        """(calls, usec, failed + rejected) of one top-level command so far
+        (INFO commandstats: cmdstat_fcall for the agent, cmdstat_evalsha
+        for R1; the commands a script calls have lines of their own)."""
+        return parse_cmdstat(self.info("commandstats").get("cmdstat_" + name, ""))
+
+    def library_code(self):
+        """The code of the library spoa_ratelimit as this server holds it
+        (FUNCTION LIST WITHCODE), or None when it has none."""
+        reply = self.command("FUNCTION", "LIST", "LIBRARYNAME", lua_scripts.LIBRARY_NAME,
+                             "WITHCODE")
+        for lib in reply or []:
+            f = dict(zip(lib[::2], lib[1::2]))
+            if f.get(b"library_name") == lua_scripts.LIBRARY_NAME.encode():
+                return f.get(b"library_code")
+        return None
 
     def used_memory(self):
         return int(self.info("memory")["used_memory"])
@@ -219,7 +240,7 @@ class RedisServer:
 
 class RedisAgent:
     """The agent with --redis and --metrics, ready once its worker has the
-    decision script loaded and the metrics endpoint answers."""
+    function library loaded and the metrics endpoint answers."""
 
     def __init__(self, ctx, args, cluster=False):
         self.ctx = ctx
@@ -227,7 +248,7 @@ class RedisAgent:
         self.cluster = cluster
         self.agent = None
         self.mport = None
-        self.script_sha = None
+        self.library = None
 
     def __enter__(self):
         # The metrics port can be taken too; the agent then exits after
@@ -254,7 +275,7 @@ class RedisAgent:
 
     def _wait_ready(self):
         if self.cluster:
-            # no script before the first decision (see cluster_bench.wait_map)
+            # no library before the first decision (see cluster_bench.wait_map)
             if not cluster_bench.wait_map(self.agent, READY_S):
                 return False
             try:
@@ -264,14 +285,14 @@ class RedisAgent:
         deadline = time.monotonic() + READY_S
         while time.monotonic() < deadline and self.agent.proc.poll() is None:
             with open(self.agent.log_path, errors="replace") as f:
-                m = re.search(r"ready \(script ([0-9a-f]+)\)", f.read())
+                m = re.search(r"ready \(library ([^)]*)\)", f.read())
             if m:
                 try:
                     ours = "spoa_rl_redis_calls_total" in self.metrics()
                 except (OSError, ValueError):
                     ours = False
                 if ours and self.agent.proc.poll() is None:
-                    self.script_sha = m.group(1)
+                    self.library = m.group(1)
                     return True
             time.sleep(0.02)
         return False
@@ -365,17 +386,19 @@ class Window:
         res["steal"] = 100 * (i1[1] - self.i0[1]) / (i1[2] - self.i0[2]) if ok else None
 
 
-def embedded_script(binary):
-    """decide_plain.lua as built into the agent (a C string made from the
-    file, byte for byte), or None when it cannot be found."""
+def embedded_library(binary):
+    """The function library as built into the agent (the Makefile turns
+    ratelimit.lua into a C string, byte for byte), or None when it cannot
+    be told: the binary unreadable, or the library's first line found
+    other than exactly once."""
     try:
         with open(binary, "rb") as f:
             data = f.read()
     except OSError:
         return None
-    start = data.find(b"--[[ decide_plain.lua")
+    start = data.find(LIBRARY_FIRST_LINE)
     end = data.find(b"\0", start)
-    if start < 0 or end < 0 or data.find(b"--[[ decide_plain.lua", start + 1) >= 0:
+    if start < 0 or end < 0 or data.find(LIBRARY_FIRST_LINE, start + 1) >= 0:
         return None
     return data[start:end]
 
@@ -388,24 +411,22 @@ def quote(argv):
 
 # ---- R1: redis-benchmark ---------------------------------------------------
 
-def rb_argv(port, n, sha, limit):
-    # one rule of one limit (nrules 1, nlimits 1, the limit), then one
-    # request: key_index 1, cost 1, rule_index 1
-    return (["redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
-             "-c", str(RB_CLIENTS), "-P", str(RB_PIPELINE), "-n", str(n),
-             "-r", str(RB_KEYSPACE), "--csv",
-             "EVALSHA", sha, "1", RB_KEY, "1", "1"]
-            + limit_plain_args(limit) + ["1", "1", "1"])
+def rb_argv(port, n, sha):
+    # KEYS[1] the client's hash, ARGV capacity and refill rate per second
+    return ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+            "-c", str(RB_CLIENTS), "-P", str(RB_PIPELINE), "-n", str(n),
+            "-r", str(RB_KEYSPACE), "--csv",
+            "EVALSHA", sha, "1", RB_KEY, str(RB_CAPACITY), RB_RATE]
 
 
-def rb_once(ctx, n, limit, inspect=None):
+def rb_once(ctx, n, inspect=None):
     """One redis-benchmark run on a fresh server. Returns (result, None) or
     (None, error)."""
     with RedisServer(ctx) as rd:
-        sha = rd.command("SCRIPT", "LOAD", ctx.plain_script).decode()
-        argv = rb_argv(rd.port, n, sha, limit)
+        sha = rd.command("SCRIPT", "LOAD", ctx.naive_script).decode()
+        argv = rb_argv(rd.port, n, sha)
         win = Window(rd)
-        s0, g0 = rd.evalsha_stats(), ctx.children_cpu_s()
+        s0, g0 = rd.command_stats("evalsha"), ctx.children_cpu_s()
         win.start()
         try:
             p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
@@ -413,7 +434,7 @@ def rb_once(ctx, n, limit, inspect=None):
         except subprocess.TimeoutExpired:
             return None, "redis-benchmark did not finish"
         wall = time.monotonic() - win.t0
-        s1, g1 = rd.evalsha_stats(), ctx.children_cpu_s()
+        s1, g1 = rd.command_stats("evalsha"), ctx.children_cpu_s()
         cpu = {}
         win.stop(cpu)
         extra = inspect(rd) if inspect else {}
@@ -432,14 +453,16 @@ def rb_once(ctx, n, limit, inspect=None):
         "requests": n,
         "calls": calls,
         "replies": calls,
+        "cmd_calls": calls,
         "failed": failed,
+        "degraded": 0,
         "usec_per_decision": usec / calls if calls else None,
         "gen_cpu": 100 * (g1 - g0) / wall,
         "agent_cpu": None,
         "sha": sha,
         "cmds": [redis_cmd,
                  "redis-cli -p %d -x SCRIPT LOAD < %s   # -> %s"
-                 % (int(argv[4]), SCRIPT_PLAIN, sha),
+                 % (int(argv[4]), NAIVE_SCRIPT, sha),
                  quote(argv)],
     }
     res.update(extra)
@@ -449,9 +472,10 @@ def rb_once(ctx, n, limit, inspect=None):
 
 
 def baseline_size(ctx, row):
-    """A first, short redis-benchmark run whose keys outlive it (100/1h: 36 s
-    per token), to check that __rand_int__ was expanded inside the key and
-    that every call succeeded. Its rate sizes the measured runs, since
+    """A first, short redis-benchmark run, to check that __rand_int__ was
+    expanded inside the key, that every call succeeded and decided "allowed"
+    (each sampled hash has spent tokens), and that the keys are the
+    script's hashes. Its rate sizes the measured runs, since
     redis-benchmark stops on a request count, not on a time. Returns that
     count, or None."""
     if shutil.which("redis-benchmark") is None:
@@ -460,11 +484,15 @@ def baseline_size(ctx, row):
     n0 = 5000 if ctx.quick else 20000
 
     def inspect(rd):
-        return {"dbsize": rd.command("DBSIZE"), "sample": rd.sample_keys(5)}
+        sample = rd.sample_keys(5)
+        return {"dbsize": rd.command("DBSIZE"), "sample": sample,
+                "types": [rd.command("TYPE", k).decode() for k in sample],
+                "tokens": [(rd.command("HGET", k, "tokens") or b"").decode() or None
+                           for k in sample]}
 
     label = "[R1] redis-benchmark check run"
     try:
-        res, err = rb_once(ctx, n0, "100/1h", inspect)
+        res, err = rb_once(ctx, n0, inspect)
     except (RuntimeError, OSError, ConnectionError, ProtocolError, RespError) as e:
         res, err = None, str(e)
     if res is None:
@@ -473,17 +501,25 @@ def baseline_size(ctx, row):
         return None
     # n0 draws from RB_KEYSPACE values: about 18000 distinct for 20000
     expect = RB_KEYSPACE * (1 - (1 - 1.0 / RB_KEYSPACE) ** n0)
-    bad = [k for k in res["sample"] if not KEY_RE.match(k)]
+    bad = [k for k, t in zip(res["sample"], res["types"])
+           if not RB_KEY_RE.match(k) or t != "hash"]
+    spent = [t for t in res["tokens"]
+             if t is None or not float(t) < RB_CAPACITY]
     row["check"] = {"n": n0, "dbsize": res["dbsize"], "expect": expect,
                     "sample": res["sample"][:2]}
     if res["calls"] != n0 or res["failed"]:
         ctx.problems.append("%s: %d EVALSHA of %d, %d failed"
                             % (label, res["calls"], n0, res["failed"]))
-    if bad or abs(res["dbsize"] - expect) > 0.05 * expect:
+    if bad or spent or abs(res["dbsize"] - expect) > 0.05 * expect:
         ctx.problems.append("%s: %d keys after %d calls (about %.0f expected), "
-                            "sample %s" % (label, res["dbsize"], n0, expect, res["sample"]))
-    print("%s: %.0f/s, %d keys after %d calls (about %.0f expected), e.g. %s"
-          % (label, res["rps"], res["dbsize"], n0, expect, res["sample"][:1]), flush=True)
+                            "sample %s of types %s, tokens %s"
+                            % (label, res["dbsize"], n0, expect, res["sample"],
+                               res["types"], res["tokens"]))
+    print("%s: %.0f/s, %d keys after %d calls (about %.0f expected), e.g. %s (%s, %s tokens)"
+          % (label, res["rps"], res["dbsize"], n0, expect,
+             res["sample"][0] if res["sample"] else "?",
+             res["types"][0] if res["types"] else "?",
+             res["tokens"][0] if res["tokens"] else "?"), flush=True)
     return int(min(10000000, max(10000, round(res["rps"] * ctx.duration, -3))))
 
 
@@ -514,12 +550,12 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
         where = (["--redis-cluster", rd.seeds()] if cluster is not None
                  else ["--redis", rd.addr])
         if cluster is not None:
-            e0 = rd.evalsha_per_master()
+            e0 = rd.fcall_per_master()
         with RedisAgent(ctx, agent_args + where, cluster=cluster is not None) as ag:
             m0 = ag.metrics()
             mem0 = rd.used_memory()
             win = Window(rd)
-            s0 = rd.evalsha_stats()
+            s0 = rd.command_stats("fcall")
             a0 = sched_s(ag.agent.proc.pid)
             win.start()
             res, err = ctx.run_bench(ctx.bench_bin, ag.agent.proc.pid, ag.agent.port,
@@ -528,7 +564,7 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
                 return None, err
             win.stop(res)
             a1 = sched_s(ag.agent.proc.pid)
-            s1 = rd.evalsha_stats()
+            s1 = rd.command_stats("fcall")
             res["agent_wait"] = (100 * (a1[1] - a0[1]) / (time.monotonic() - win.t0)
                                  if a0 is not None and a1 is not None else None)
             m1 = ag.metrics()
@@ -538,13 +574,16 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
             res["agent_cmd"] = quote(ag.agent.cmdline())
             res["bench_cmd"] = quote([ctx.rel(ctx.bench_bin), "--addr",
                                       "127.0.0.1:%d" % ag.agent.port] + gen + ["--json"])
-            res["script_sha"] = ag.script_sha
+            res["library"] = ag.library
+            # what the server runs (every master of a cluster alike): the
+            # library the agent loaded
+            res["library_code"] = rd.library_code()
             if after:
                 res.update(after(rd))
             res["mem_before"] = mem0
         res["agent_exit"] = ag.agent.exit_code
         if cluster is not None:
-            e1 = rd.evalsha_per_master()
+            e1 = rd.fcall_per_master()
             res["per_master"] = {p: e1[p][0] - e0[p][0] for p in e1}
             res["redis_cmds"] = rd.cmdlines()
             res["redis_port"] = None
@@ -561,7 +600,8 @@ def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, afte
     res["redis_errors"] = int(d.get("spoa_rl_redis_errors_total", 0))
     res["moved"] = int(d.get("spoa_rl_redis_moved_total", 0))
     res["topology_changes"] = int(d.get("spoa_rl_redis_topology_changes_total", 0))
-    res["evalsha"] = s1[0] - s0[0]
+    res["library_missing"] = int(d.get("spoa_rl_redis_library_missing_total", 0))
+    res["cmd_calls"] = s1[0] - s0[0]
     res["failed"] = s1[2] - s0[2]
     res["usec_per_decision"] = ((s1[1] - s0[1]) / res["replies"]
                                 if res["replies"] else None)
@@ -598,7 +638,9 @@ def within(hist, bound_s):
     return hist.get(bound_s, 0) / total if total else None
 
 
-def redis_checks(res, expect_local=False):
+def redis_checks(res, expect_local=False, library=None):
+    """What every agent run must show; `library` the text of ratelimit.lua,
+    which the server must hold after a standalone run."""
     bad = []
     if res["agent_exit"] != 0:
         bad.append("agent exit status on SIGTERM: %s" % res["agent_exit"])
@@ -607,10 +649,22 @@ def redis_checks(res, expect_local=False):
                    "%d error replies)" % (res["degraded"], res["timeouts"],
                                           res["unavailable"], res["redis_errors"]))
     if res["failed"]:
-        bad.append("%d EVALSHA failed in Redis" % res["failed"])
-    if res["evalsha"] != res["calls"]:
-        bad.append("the agent counts %d script calls, Redis %d EVALSHA"
-                   % (res["calls"], res["evalsha"]))
+        bad.append("%d FCALL failed in Redis" % res["failed"])
+    if res["cmd_calls"] != res["calls"]:
+        bad.append("the agent counts %d calls, Redis %d FCALL"
+                   % (res["calls"], res["cmd_calls"]))
+    if res["library_missing"]:
+        bad.append("%d calls found no library in Redis (spoa_rl_redis_library_missing_total)"
+                   % res["library_missing"])
+    if res.get("library") is not None and res["library"] != lua_scripts.LIBRARY_NAME:
+        bad.append("the agent says it loaded library %r, not %r"
+                   % (res["library"], lua_scripts.LIBRARY_NAME))
+    if library is not None and "library_code" in res and res["library_code"] != library:
+        bad.append("the library Redis holds after the run (FUNCTION LIST WITHCODE%s) is not "
+                   "the text of %s%s" % (
+                       ", on every master" if res.get("per_master") is not None else "",
+                       LIBRARY, "" if res["library_code"] else
+                       ": none, or not the same on every master"))
     if res["replies"] + res["local"] != res["requests"]:
         bad.append("%d answers, but %d from Redis and %d local"
                    % (res["requests"], res["replies"], res["local"]))
@@ -641,12 +695,13 @@ def do_run(ctx, row, r, runs):
     for b in bad:
         ctx.problems.append("%s: %s" % (label, b))
     row["runs"].append(res)
-    print("%s: %.0f/s p50 %s us p99 %s us, %s%d script calls (%.1f per call, %s us of "
-          "Redis CPU per decision), %s%s" % (
+    print("%s: %.0f/s p50 %s us p99 %s us, %s%d calls (%.1f decisions per call, %s us in "
+          "the command and %s us of Redis CPU per decision), %s%s" % (
               label, res["rps"], ctx.fmt_us(res["p50_us"]), ctx.fmt_us(res["p99_us"]),
               "" if "limited" not in res else "429 %d of %d, " % (res["limited"],
                                                                   res["requests"]),
               res["calls"], res["replies"] / res["calls"] if res["calls"] else 0,
+              "%.1f" % res["usec_per_decision"] if res.get("usec_per_decision") else "?",
               "%.1f" % res["cpu_per_decision"] if res.get("cpu_per_decision") else "?",
               cpu_text(res), "" if not bad else "  PROBLEM: " + "; ".join(bad)),
           flush=True)
@@ -686,10 +741,10 @@ def cluster_or_none(ctx, row):
 
 
 def every_master_called(res):
-    """A cluster run: every master must have run script calls."""
+    """A cluster run: every master must have run FCALLs."""
     per = res.get("per_master", {})
     if not per or min(per.values()) == 0:
-        return ["EVALSHA calls per master %s: some master got none" % per]
+        return ["FCALL calls per master %s: some master got none" % per]
     return []
 
 
@@ -699,17 +754,24 @@ def run(ctx):
     if shutil.which("redis-server") is None:
         ctx.problems.append("Redis configurations skipped: redis-server is not installed")
         return rows
-    # R1 runs the agent's own copy of the plain script, the one built into
-    # the binary (the file may have changed since the build, or change
-    # during the benchmark); R4 checks that the agent loads that very copy.
-    from_file = lua_scripts.plain_script().encode()
-    ctx.plain_script = embedded_script(ctx.agent_bin) or from_file
-    ctx.plain_note = None
-    if ctx.plain_script != from_file:
-        ctx.plain_note = ("the agent was built from another version of %s than the file "
-                          "now holds; R1 ran the agent's copy (sha %s)"
-                          % (SCRIPT_PLAIN, hashlib.sha1(ctx.plain_script).hexdigest()))
-        print("note: " + ctx.plain_note, flush=True)
+    # R1 runs the naive script from its file. The agent runs the library
+    # built into it: when the binary's copy can be found it must be the
+    # file's text, or the figures would not describe ratelimit.lua. Every
+    # standalone run also checks the library Redis holds after it.
+    with open(os.path.join(ctx.root, NAIVE_SCRIPT), "rb") as f:
+        ctx.naive_script = f.read()
+    library = lua_scripts.library().encode()
+    built = embedded_library(ctx.agent_bin)
+    ctx.library_note = None
+    if built is None:
+        ctx.library_note = ("the library's text was not found once in %s (no \"%s\" line, "
+                            "or more than one): only the runs' FUNCTION LIST compares it"
+                            % (ctx.rel(ctx.agent_bin), LIBRARY_FIRST_LINE.decode()))
+        print("note: " + ctx.library_note, flush=True)
+    elif built != library:
+        ctx.problems.append("%s embeds another version of %s than the file holds: "
+                            "rebuild the agent" % (ctx.rel(ctx.agent_bin), LIBRARY))
+        print("PROBLEM: " + ctx.problems[-1], flush=True)
     common = ["--requests", ctx.max_requests] + ctx.gen_args
     base_args = ["-t", "1", "--redis-timeout", REDIS_TIMEOUT_MS]
     high = base_args + ["--limit", ctx.high_limit]
@@ -721,58 +783,43 @@ def run(ctx):
             return agent_once(ctx, agent_args, gen_args, duration, **kw)
 
         def checks(res):
-            bad = ctx.check(res, expect) + redis_checks(res, expect_local)
+            bad = ctx.check(res, expect) + redis_checks(res, expect_local, library)
             return bad + (more_checks(res) if more_checks else [])
 
         rows[key] = {"key": key, "short": short, "title": title, "runs": [],
                      "open": open_loop, "once": once, "checks": checks}
         return rows[key]
 
-    def plain_sha(res):
-        # The agent embeds its scripts at build time: a binary older than the
-        # file would not run the script R1 measures.
-        want = hashlib.sha1(ctx.plain_script).hexdigest()
-        if res["script_sha"] != want:
-            return ["the agent loaded a plain script (sha %s) that is not the one R1 "
-                    "runs (sha %s): was the agent rebuilt during the benchmark?"
-                    % (res["script_sha"], want)]
-        return []
-
-    # R1 to R4, interleaved
+    # R1 to R3, interleaved
     r1 = {"key": "R1", "short": "redis-benchmark", "open": False, "runs": [],
-          "title": "redis-benchmark: EVALSHA decide_plain.lua, 1 decision per call, "
-                   "-c %d -P %d" % (RB_CLIENTS, RB_PIPELINE)}
+          "title": "baseline: redis-benchmark, EVALSHA of the naive token bucket "
+                   "(`%s`), 1 decision per call, -c %d -P %d"
+                   % (NAIVE_SCRIPT, RB_CLIENTS, RB_PIPELINE)}
     rows["R1"] = r1
     n = baseline_size(ctx, r1)
     closed = []
     if n:
-        r1["once"] = lambda: rb_once(ctx, n, ctx.high_limit)
+        r1["once"] = lambda: rb_once(ctx, n)
         r1["checks"] = lambda res: (
             [] if res["calls"] == n and not res["failed"] else
             ["%d EVALSHA of %d, %d failed" % (res["calls"], n, res["failed"])])
         closed.append(r1)
     closed.append(agent_row(
-        "R2", "batch 1", "agent -t 1, one EVALSHA per decision (`--redis-batch 1 "
-        "--redis-pipeline 1024`: every decision its own call, as many in flight as come), msgpack",
-        high + ["--redis-batch", "1", "--redis-pipeline", "1024", "--redis-encoding", "msgpack"],
-        gen, ctx.duration))
+        "R2", "batch 1", "agent -t 1, one FCALL per decision (`--redis-batch 1 "
+        "--redis-pipeline 1024`: every decision its own call, as many in flight as come)",
+        high + ["--redis-batch", "1", "--redis-pipeline", "1024"], gen, ctx.duration))
     closed.append(agent_row(
-        "R3", "batch 64 msgpack", "agent -t 1, batched (`--redis-batch 64`), msgpack "
-        "(`--redis-encoding msgpack`, the default)", high + ["--redis-encoding", "msgpack"], gen,
+        "R3", "batch 64", "agent -t 1, batched (`--redis-batch 64`, the default)", high, gen,
         ctx.duration))
-    closed.append(agent_row(
-        "R4", "batch 64 plain", "agent -t 1, batched (`--redis-batch 64`), plain arguments "
-        "(`--redis-encoding plain`)", high + ["--redis-encoding", "plain"], gen,
-        ctx.duration, more_checks=plain_sha))
     # C3: R3 against a Redis Cluster of three masters, in the same rounds,
     # so that its figures stand next to standalone's from the same minutes
     with cluster_or_none(ctx, "C3") as cl:
         if cl is not None:
             closed.insert(closed.index(rows["R3"]) + 1, agent_row(
-                "C3", "cluster batch 64 msgpack",
-                "agent -t 1, batched (`--redis-batch 64`), msgpack, Redis Cluster of %d "
+                "C3", "cluster batch 64",
+                "agent -t 1, batched (`--redis-batch 64`), Redis Cluster of %d "
                 "masters (`--redis-cluster`)" % cluster_bench.MASTERS,
-                high + ["--redis-encoding", "msgpack"], gen, ctx.duration,
+                high, gen, ctx.duration,
                 more_checks=every_master_called, cluster=cl))
         interleave(ctx, closed, ctx.runs)
 
@@ -785,7 +832,7 @@ def run(ctx):
         rate = max(1, round(rows["R3"]["median"]["rps"] * share))
         opened.append(agent_row(
             key, "open loop %.0f%%" % (100 * share),
-            "agent -t 1, defaults (batched, msgpack): open loop at %.0f%% of R3" % (100 * share),
+            "agent -t 1, defaults (batched): open loop at %.0f%% of R3" % (100 * share),
             high, common + ["--keys", KEYS, "--rate", str(rate),
                             "--duration", "%g" % ctx.duration],
             ctx.duration, open_loop=True))
@@ -851,10 +898,11 @@ def run(ctx):
         interleave(ctx, cache_rows, ctx.runs)
 
     # Memory: every request names a new client, so every key is created
-    # once. Active expiry is paused: with 1000/1h a key's state is needed
-    # for only 3.6 s after its request, and the figure wanted is the size of
-    # a live key, not how fast Redis expires them.
-    nkeys = 20000 if ctx.quick else 100000
+    # once (one key per limit of a client). Active expiry is paused: with
+    # 100/1m a key's state is needed for only 0.6 s after its request, and
+    # the figure wanted is the size of a live client, not how fast Redis
+    # expires them.
+    nkeys = MEM_CLIENTS
     mem_gen = ctx.gen_args + ["--keys", str(nkeys), "--requests", str(nkeys),
                               "--duration", "120"]
 
@@ -863,25 +911,37 @@ def run(ctx):
 
     def measure(rd):
         # before SCAN: it deletes the expired keys it walks over
-        out = {"mem_after": rd.used_memory(), "dbsize": rd.command("DBSIZE")}
-        sample = rd.sample_keys(1)
-        out["key_usage"] = (rd.command("MEMORY", "USAGE", sample[0], "SAMPLES", "0")
-                            if sample else None)
-        out["key_fields"] = rd.command("HLEN", sample[0]) if sample else None
+        out = {"mem_after": rd.used_memory(), "dbsize": rd.command("DBSIZE"),
+               "clients": nkeys}
+        sample = rd.sample_keys(5)
         out["key_sample"] = sample
+        out["key_types"] = [rd.command("TYPE", k).decode() for k in sample]
+        out["key_strlen"] = [rd.command("STRLEN", k) for k in sample]
+        usage = [rd.command("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
+        out["key_usage"] = usage[0] if usage else None
+        out["key_value"] = rd.command("GET", sample[0]) if sample else None
         return out
 
-    def mem_counts(res):
-        bad = []
-        if res["requests"] != nkeys or res["passed"] != nkeys:
-            bad.append("expected %d requests, all passed; got %d, %d passed"
-                       % (nkeys, res["requests"], res["passed"]))
-        if res["dbsize"] != nkeys:
-            bad.append("DBSIZE %d after %d distinct clients" % (res["dbsize"], nkeys))
-        return bad
+    def mem_counts(nlimits):
+        def check(res):
+            bad = []
+            if res["requests"] != nkeys or res["passed"] != nkeys:
+                bad.append("expected %d requests, all passed; got %d, %d passed"
+                           % (nkeys, res["requests"], res["passed"]))
+            if res["dbsize"] != nkeys * nlimits:
+                bad.append("DBSIZE %d after %d distinct clients with %d limit%s"
+                           % (res["dbsize"], nkeys, nlimits, "s" if nlimits > 1 else ""))
+            shape = [(k, t) for k, t in zip(res["key_sample"], res["key_types"])
+                     if not KEY_RE.match(k) or t != "string"]
+            if not res["key_sample"] or shape:
+                bad.append("keys not of the agent's shape (14-byte string keys "
+                           "\"{TTTT}LLLLLLLL\"): sample %s"
+                           % list(zip(res["key_sample"], res["key_types"])))
+            return bad
+        return check
 
     mem_rows = [agent_row("M%d" % i, "memory %d" % i, title, base_args + limits, mem_gen,
-                          120, more_checks=mem_counts,
+                          120, more_checks=mem_counts(limits.count("--limit")),
                           redis_extra=["--enable-debug-command", "local"],
                           before=pause_expiry, after=measure)
                 for i, (title, limits) in enumerate(MEM_LIMITS, 1)]
@@ -913,10 +973,10 @@ def cluster_section(ctx, rows):
     L = ["### Redis Cluster", ""]
     L.append("C3 is R3 with the agent on a Redis Cluster of %d masters and no replicas "
              "(`--redis-cluster`, built by `tests/e2e/redis_topology.Cluster`, every node "
-             "on this machine), in the same rounds as R1 to R4: its runs alternate with "
+             "on this machine), in the same rounds as R1 to R3: its runs alternate with "
              "R3's. The cluster is made once for the rounds and emptied (FLUSHALL on every "
              "master) before each run; it stays up, idle, during the other rows' runs. "
-             "Script calls are `cmdstat_evalsha` calls summed over the masters (INFO "
+             "Calls are `cmdstat_fcall` calls summed over the masters (INFO "
              "commandstats), Redis CPU is `used_cpu_sys + used_cpu_user` summed over the "
              "masters (INFO cpu), both as a difference over the run; decisions/s per "
              "Redis core is decisions/s divided by Redis CPU seconds per second. In the "
@@ -924,9 +984,9 @@ def cluster_section(ctx, rows):
              "over the masters, so they can pass 100%%."
              % cluster_bench.MASTERS)
     L.append("")
-    L.append("| # | store | decisions/s | script calls (EVALSHA, all masters) | decisions "
-             "per script call | Redis CPU us per decision | Redis CPU (% of one CPU) "
-             "| decisions/s per Redis core | EVALSHA calls per master | degraded | moved "
+    L.append("| # | store | decisions/s | calls (FCALL, all masters) | decisions "
+             "per call | Redis CPU us per decision | Redis CPU (% of one CPU) "
+             "| decisions/s per Redis core | FCALL calls per master | degraded | moved "
              "| all runs (decisions/s; decisions per call) |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for key, store in (("R3", "one redis-server"),
@@ -941,22 +1001,22 @@ def cluster_section(ctx, rows):
         pc = per_core(m)
         per = m.get("per_master")
         L.append("| %s | %s | %.0f | %d | %.1f | %s | %s | %s | %s | %d | %s | %s |" % (
-            key, store, m["rps"], m["evalsha"],
-            m["replies"] / m["evalsha"] if m["evalsha"] else 0,
+            key, store, m["rps"], m["cmd_calls"],
+            m["replies"] / m["cmd_calls"] if m["cmd_calls"] else 0,
             "%.1f" % m["cpu_per_decision"] if m.get("cpu_per_decision") else "-",
             _cpu(m["redis_cpu"]), "%.0f" % pc if pc else "-",
             " / ".join("%d" % per[p] for p in sorted(per)) if per else "-",
             m["degraded"], m.get("moved", "-") if key == "C3" else "-",
-            ", ".join("%.0f; %.1f" % (r["rps"], r["replies"] / r["evalsha"] if r["evalsha"]
-                                      else 0) for r in row["runs"])))
+            ", ".join("%.0f; %.1f" % (r["rps"], r["replies"] / r["cmd_calls"]
+                                      if r["cmd_calls"] else 0) for r in row["runs"])))
     L.append("")
-    if r3 and c3 and r3["evalsha"] and c3["evalsha"]:
-        p3, pc3 = r3["replies"] / r3["evalsha"], c3["replies"] / c3["evalsha"]
+    if r3 and c3 and r3["cmd_calls"] and c3["cmd_calls"]:
+        p3, pc3 = r3["replies"] / r3["cmd_calls"], c3["replies"] / c3["cmd_calls"]
         x = pc3 / p3
-        pairs = [(c["replies"] / c["evalsha"]) / (r["replies"] / r["evalsha"])
+        pairs = [(c["replies"] / c["cmd_calls"]) / (r["replies"] / r["cmd_calls"])
                  for r, c in zip(rows["R3"]["runs"], rows["C3"]["runs"])
-                 if r["evalsha"] and c["evalsha"]]
-        v = ("At the peak the cluster's batches carried %.1f decisions per script call "
+                 if r["cmd_calls"] and c["cmd_calls"]]
+        v = ("At the peak the cluster's batches carried %.1f decisions per call "
              "against %.1f on one redis-server: %.2fx (round by round: %s). The target, "
              "batching within %.1fx of standalone's decisions per call, is %s. "
              % (pc3, p3, x, ", ".join("%.2fx" % y for y in pairs), CLUSTER_PER_CALL_TARGET,
@@ -974,19 +1034,21 @@ def cluster_section(ctx, rows):
                                            per_core(r3) or 0))
         v += ("Decisions/s: %.0f on the cluster, %.0f on one server (%.2fx), with Redis "
               "using %s of one CPU against %s (machine idle %s against %s): three masters "
-              "can run on both of this machine's CPUs where one redis-server runs on one, "
-              "but here they share them with the agent and the generator, and each "
-              "decision costs them more." % (
+              "can run on all of this machine's %d CPUs where one redis-server runs on one, "
+              "but here they share them with the agent and the generator%s." % (
                   c3["rps"], r3["rps"], c3["rps"] / r3["rps"], _cpu(c3["redis_cpu"]),
-                  _cpu(r3["redis_cpu"]), _cpu(c3.get("idle")), _cpu(r3.get("idle"))))
+                  _cpu(r3["redis_cpu"]), _cpu(c3.get("idle")), _cpu(r3.get("idle")),
+                  os.cpu_count() or 1,
+                  ", and each decision costs them more" if c_r3 and c_c3 and c_c3 > c_r3
+                  else ""))
         L.append("- " + v)
     if cl:
         keys = cl.get("keys_per_master", {})
         L.append("- Exactness on the cluster (CL, every run checked): %d clients at "
                  "`--limit %d/1h` flood the agent (closed loop, %g s): exactly %d of %d "
-                 "requests passed, %d answered by Redis in %d script calls and %d refused "
+                 "requests passed, %d answered by Redis in %d calls and %d refused "
                  "locally; keys per master after the run: %s (all %d clients, every master "
-                 "holding some); EVALSHA calls per master: %s." % (
+                 "holding some); FCALL calls per master: %s." % (
                      CLUSTER_KEYS, CLUSTER_QUOTA, ctx.duration / 2, cl["passed"],
                      cl["requests"], cl["replies"], cl["calls"], cl["local"],
                      " / ".join("%d" % keys[p] for p in sorted(keys)), CLUSTER_KEYS,
@@ -1005,6 +1067,26 @@ def _us(ctx, v):
     return "-" if v is None else ctx.fmt_us(v)
 
 
+def ratio(m, r1, key):
+    """m[key] / r1[key], or None."""
+    if not m or not r1 or not m.get(key) or not r1.get(key):
+        return None
+    return m[key] / r1[key]
+
+
+def vs_target(x, target):
+    """A ratio against R1 with its target beside it."""
+    if x is None:
+        return "-"
+    if target is None:
+        return "%.2fx" % x
+    return "%.2fx (target <= %.1fx: %s)" % (x, target, "met" if x <= target else "NOT met")
+
+
+def mem_per_client(m):
+    return (m["mem_after"] - m["mem_before"]) / m["clients"] if m.get("clients") else None
+
+
 def report(ctx, rows):
     """The "Redis store" section of BENCHMARKS.md, as a list of lines."""
     L = ["## Redis store", ""]
@@ -1013,23 +1095,42 @@ def report(ctx, rows):
         return L
     med = lambda k: rows.get(k, {}).get("median")
     r1, r2, r3 = med("R1"), med("R2"), med("R3")
+    f1 = lambda v: "-" if not v else "%.1f" % v
     L.append("Each run: a fresh `redis-server` (no persistence) on a free loopback port, "
              "a fresh agent `-t 1 --redis-timeout %s` and the same generator as above "
-             "(%s, %s keys). Redis, the agent and the generator share the machine's CPUs. "
-             "The runs of R1 to R4 and C3 (a Redis Cluster, see below) are interleaved "
+             "(%s, %s keys). The agent loads its function library (`%s`, `FUNCTION LOAD "
+             "REPLACE`) and decides with `FCALL rl_decide` (`rl_decide_cluster` on a "
+             "Cluster). Redis, the agent and the generator share the machine's CPUs. "
+             "The runs of R1 to R3 and C3 (a Redis Cluster, see below) are interleaved "
              "(the first run of each, then the second of each, ...), likewise R5, N5, R6 "
              "and N6, and L1, L2 and CL, so that a spell "
              "of load from elsewhere on the machine hits them alike; the median run of "
              "each is shown."
-             % (REDIS_TIMEOUT_MS, " ".join(ctx.gen_args), KEYS))
+             % (REDIS_TIMEOUT_MS, " ".join(ctx.gen_args), KEYS, LIBRARY))
     L.append("")
-    L.append("| # | configuration | decisions/s | vs R1 | vs R2 | p50 us | p99 us | p99.9 us "
-             "| decisions per script call | Redis CPU us per decision | Redis us in "
-             "EVALSHA per decision | CPU Redis / agent / "
-             "generator | Redis waiting for a CPU | machine idle | stolen by the host | degraded "
+
+    L.append("### What a decision costs Redis")
+    L.append("")
+    L.append("R1 is the baseline: the token bucket as it is usually written for Redis "
+             "(`%s`: one hash per client, TIME, HMGET, HSET, PEXPIRE), one EVALSHA per "
+             "decision, driven by `redis-benchmark`. \"Redis us per decision\" is the "
+             "time Redis spent in the top-level command (INFO commandstats: "
+             "`cmdstat_evalsha` usec for R1, `cmdstat_fcall` usec for the agent; the "
+             "commands a script calls are counted again on their own lines, which are "
+             "left out) divided by the decisions; \"Redis CPU us per decision\" is "
+             "Redis's CPU time over the run (INFO cpu `used_cpu_sys + used_cpu_user`) "
+             "divided by the decisions. Targets against R1's us per decision: R2 (one "
+             "FCALL per decision) <= %.1fx, R3 (batched) <= %.1fx; the same ratios of "
+             "CPU per decision are shown beside them." % (
+                 NAIVE_SCRIPT, TARGETS_VS_R1["R2"], TARGETS_VS_R1["R3"]))
+    L.append("")
+    L.append("| # | configuration | decisions/s | vs R1 | decisions per call "
+             "| Redis us per decision (top-level command) | vs R1 | Redis CPU us per "
+             "decision | vs R1 | p50 us | p99 us | CPU Redis / agent / generator "
+             "| Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for key in ("R1", "R2", "R3", "C3", "R4", "R5", "N5", "R6", "N6"):
+    L.append("|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for key in ("R1", "R2", "R3", "C3"):
         row = rows.get(key)
         if not row:
             continue
@@ -1037,84 +1138,125 @@ def report(ctx, rows):
         if not m:
             L.append("| %s | %s | failed | | | | | | | | | | | | | | |" % (key, row["title"]))
             continue
-        is_open = key in ("R5", "R6", "N5", "N6")
-        vs1 = "%.2fx" % (m["rps"] / r1["rps"]) if r1 and not is_open else "-"
-        vs2 = "%.2fx" % (m["rps"] / r2["rps"]) if r2 and not is_open else "-"
-        per_call = "%.1f" % (m["replies"] / m["calls"]) if m["calls"] else "-"
-        usec = "%.1f" % m["usec_per_decision"] if m["usec_per_decision"] else "-"
-        cpud = "%.1f" % m["cpu_per_decision"] if m.get("cpu_per_decision") else "-"
-        cpu = "%s / %s / %s" % (_cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
-                                _cpu(m["gen_cpu"]))
-        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            key, row["title"], m["rps"], vs1, vs2, _us(ctx, m["p50_us"]),
-            _us(ctx, m["p99_us"]), _us(ctx, m["p999_us"]), per_call, cpud, usec, cpu,
-            _cpu(m.get("redis_wait")), _cpu(m.get("idle")), _cpu(m.get("steal")),
-            "-" if key == "R1" or key.startswith("N") else m["degraded"],
-            ", ".join("%.0f" % r["rps"] for r in row["runs"])))
+        target = TARGETS_VS_R1.get(key)
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                 "| %s | %s | %s |" % (
+                     key, row["title"], m["rps"],
+                     "%.2fx" % (m["rps"] / r1["rps"]) if r1 else "-",
+                     "%.1f" % (m["replies"] / m["calls"]) if m["calls"] else "-",
+                     f1(m.get("usec_per_decision")),
+                     "-" if key == "R1" else vs_target(ratio(m, r1, "usec_per_decision"),
+                                                       target),
+                     f1(m.get("cpu_per_decision")),
+                     "-" if key == "R1" else vs_target(ratio(m, r1, "cpu_per_decision"),
+                                                       target),
+                     _us(ctx, m["p50_us"]), _us(ctx, m["p99_us"]),
+                     "%s / %s / %s" % (_cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
+                                       _cpu(m["gen_cpu"])),
+                     _cpu(m.get("redis_wait")), _cpu(m.get("idle")), _cpu(m.get("steal")),
+                     "-" if key == "R1" else m["degraded"],
+                     ", ".join("%.0f" % r["rps"] for r in row["runs"])))
     L.append("")
 
     # verdicts, computed so the text cannot drift from the figures
     verdicts = []
-    f1 = lambda v: "?" if not v else "%.1f" % v
+    if r1:
+        verdicts.append(
+            "R1, the naive script: %s us of Redis time in EVALSHA and %s us of Redis CPU "
+            "per decision, %.0f decisions/s with Redis at %s of one CPU." % (
+                f1(r1.get("usec_per_decision")), f1(r1.get("cpu_per_decision")), r1["rps"],
+                _cpu(r1["redis_cpu"])))
+    for key, what in (("R2", "one FCALL per decision"), ("R3", "batched")):
+        m = med(key)
+        if not m or not r1:
+            continue
+        target = TARGETS_VS_R1[key]
+        xu, xc = ratio(m, r1, "usec_per_decision"), ratio(m, r1, "cpu_per_decision")
+        if xu is None:
+            continue
+        v = ("%s (%s, %.1f decisions per call): %s us per decision in FCALL, %.2fx R1's: "
+             "the target of <= %.1fx is %s." % (
+                 key, what, m["replies"] / m["calls"] if m["calls"] else 0,
+                 f1(m["usec_per_decision"]), xu, target, "met" if xu <= target else "NOT met"))
+        if xc is not None:
+            v += (" Counted in Redis CPU per decision (everything Redis did for it: "
+                  "reading the command, the call, replying) it is %s us, %.2fx R1's (%s "
+                  "by that measure)." % (f1(m["cpu_per_decision"]), xc,
+                                        "met" if xc <= target else "NOT met"))
+        verdicts.append(v)
     if r2 and r3:
-        x = r3["rps"] / r2["rps"]
+        v = ("Batching (R3) answers %.2fx the decisions/s of one FCALL per decision (R2)"
+             % (r3["rps"] / r2["rps"]))
         if r1:
-            x1 = r3["rps"] / r1["rps"]
-            v = ("Batching (R3) answers %.2fx the decisions/s of the baseline, "
-                 "redis-benchmark running the same script with one EVALSHA per decision "
-                 "(R1): the 2x target is %s against it. Against the agent itself asking "
-                 "once per decision (R2) it is %.2fx (%s 2x)."
-                 % (x1, "met" if x1 >= 2 else "NOT met", x, "at least" if x >= 2 else "under"))
-        else:
-            v = ("Batching (R3) answers %.2fx the decisions/s of one EVALSHA per decision "
-                 "(R2): the 2x target is %s." % (x, "met" if x >= 2 else "NOT met"))
-        c2, c3 = r2.get("cpu_per_decision"), r3.get("cpu_per_decision")
-        if c2 and c3:
-            v += (" Redis used %.1f us of CPU per decision with one call per decision and "
-                  "%.1f us batched (%s and %s us inside EVALSHA): batching removes the "
-                  "per-call part but not the script's own work per decision, so while "
-                  "Redis sets the pace it is worth about %.2fx in Redis CPU; with a whole "
-                  "CPU to itself Redis would decide about %.0f/s batched."
-                  % (c2, c3, f1(r2["usec_per_decision"]), f1(r3["usec_per_decision"]),
-                     c2 / c3, 1e6 / c3))
+            v += " and %.2fx those of the baseline R1" % (r3["rps"] / r1["rps"])
+        v += "."
         if r3.get("redis_wait") is not None and r3["agent_cpu"] is not None:
             v += (" In R3 Redis was running %.0f%% and waiting for a CPU %.0f%% of the "
-                  "time while the agent used %.0f%% of one: Redis, with the CPU share "
-                  "this machine gave it, set the pace, not the agent."
-                  % (r3["redis_cpu"], r3["redis_wait"], r3["agent_cpu"]))
+                  "time while the agent used %.0f%% of one%s."
+                  % (r3["redis_cpu"], r3["redis_wait"], r3["agent_cpu"],
+                     ": Redis, with the CPU share this machine gave it, set the pace"
+                     if r3["redis_cpu"] + r3["redis_wait"] >= 90 else ""))
         verdicts.append(v)
-    r4 = med("R4")
-    if r3 and r4:
-        faster = "msgpack" if r3["rps"] >= r4["rps"] else "plain"
-        v = ("msgpack (R3) %.0f/s against plain (R4) %.0f/s: %s is faster by %.0f%% here"
-             % (r3["rps"], r4["rps"], faster,
-                100 * (max(r3["rps"], r4["rps"]) / min(r3["rps"], r4["rps"]) - 1)))
-        c3, c4 = r3.get("cpu_per_decision"), r4.get("cpu_per_decision")
-        if c3 and c4:
-            v += ("; Redis CPU per decision, which preemption does not inflate, is %.1f "
-                  "us against %.1f us (%s cheaper by %.0f%%)."
-                  % (c3, c4, "msgpack" if c3 <= c4 else "plain",
-                     100 * (max(c3, c4) / min(c3, c4) - 1)))
-        else:
-            v += "."
-        verdicts.append(v)
+    for v in verdicts:
+        L.append("- " + v)
+    if verdicts:
+        L.append("")
+
+    L.append("### Latency at a set rate")
+    L.append("")
+    L.append("Open loop: the generator sends on a fixed timetable at a share of R3's "
+             "decisions/s and counts latency from the scheduled time. N5 and N6 run the "
+             "same timetables against the in-memory store (no Redis), interleaved with "
+             "R5 and R6. Redis CPU is percent of one CPU over the run (INFO cpu).")
+    L.append("")
+    L.append("| # | configuration | decisions/s | p50 us | p99 us | p99.9 us | Redis CPU "
+             "(% of one CPU) | Redis waiting for a CPU | decisions per call | Redis us per "
+             "decision (FCALL) | Redis CPU us per decision | CPU agent / generator "
+             "| machine idle | stolen by the host | degraded | all runs (decisions/s, p99 us) |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for key in ("R5", "N5", "R6", "N6"):
+        row = rows.get(key)
+        if not row:
+            continue
+        m = row.get("median")
+        if not m:
+            L.append("| %s | %s | failed | | | | | | | | | | | | | |" % (key, row["title"]))
+            continue
+        redis = key.startswith("R")
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s "
+                 "| %s | %s | %s |" % (
+                     key, row["title"], m["rps"], _us(ctx, m["p50_us"]),
+                     _us(ctx, m["p99_us"]), _us(ctx, m["p999_us"]), _cpu(m["redis_cpu"]),
+                     _cpu(m.get("redis_wait")),
+                     "%.1f" % (m["replies"] / m["calls"]) if m["calls"] else "-",
+                     f1(m.get("usec_per_decision")), f1(m.get("cpu_per_decision")),
+                     _cpu(m.get("agent_cpu")), _cpu(m.get("gen_cpu")), _cpu(m.get("idle")),
+                     _cpu(m.get("steal")), m["degraded"] if redis else "-",
+                     ", ".join("%.0f (p99 %s)" % (r["rps"], ctx.fmt_us(r["p99_us"]))
+                               for r in row["runs"])))
+    L.append("")
+    verdicts = []
     for ol in (med("R5"), med("R6")):
         if not ol:
             continue
         half = ol is med("R5")
-        v = ("At %s of R3's peak (open loop, %.0f/s) p50 is %s us and p99 %s us%s." % (
-            "half" if half else "a quarter", ol["rps"], ctx.fmt_us(ol["p50_us"]),
-            ctx.fmt_us(ol["p99_us"]),
-            (": the target of p99 under 1 ms is %s"
-             % ("met" if ol["p99_us"] < 1000 else "NOT met")) if half else ""))
+        v = ("At %s of R3's peak (open loop, %.0f/s) p50 is %s us and p99 %s us with Redis "
+             "at %s of one CPU%s." % (
+                 "half" if half else "a quarter", ol["rps"], ctx.fmt_us(ol["p50_us"]),
+                 ctx.fmt_us(ol["p99_us"]), _cpu(ol["redis_cpu"]),
+                 (": the target of p99 under 1 ms is %s"
+                  % ("met" if ol["p99_us"] < 1000 else "NOT met")) if half else ""))
         if ol["calls"] and ol.get("cpu_per_decision") and r3:
-            v += (" Requests arriving one at a time make small batches (%.1f decisions "
-                  "per call, %.1f us of Redis CPU per decision against %s in R3): Redis "
-                  "ran %.0f%% of the time%s." % (
-                      ol["replies"] / ol["calls"], ol["cpu_per_decision"],
-                      f1(r3.get("cpu_per_decision")), ol["redis_cpu"],
+            per_call = ol["replies"] / ol["calls"]
+            r3_call = r3["replies"] / r3["calls"] if r3["calls"] else None
+            v += (" %s (%.1f decisions per call against %s in R3, %.1f us of Redis CPU per "
+                  "decision against %s)%s." % (
+                      "Requests arriving one at a time make smaller batches"
+                      if r3_call and per_call < 0.5 * r3_call else "Batches",
+                      per_call, f1(r3_call), ol["cpu_per_decision"],
+                      f1(r3.get("cpu_per_decision")),
                       "" if ol.get("redis_wait") is None else
-                      " and waited for a CPU %.0f%% (machine idle %s)"
+                      "; Redis waited for a CPU %.0f%% of the time (machine idle %s)"
                       % (ol["redis_wait"], _cpu(ol.get("idle")))))
         ref = med("N5" if half else "N6")
         mem = getattr(ctx, "memory", {}).get("half" if half else "quarter")
@@ -1140,7 +1282,7 @@ def report(ctx, rows):
         if d1 is not None and c1 is not None:
             v += (" The agent's histograms for that run: %.1f%% of decisions had Redis's "
                   "answer within 1 ms of being submitted (%.1f%% within 250 us), and %.1f%% "
-                  "of script calls came back within 1 ms." % (
+                  "of calls came back within 1 ms." % (
                       100 * d1, 100 * within(ol["decision_hist"], 0.00025), 100 * c1))
         verdicts.append(v)
     for v in verdicts:
@@ -1157,7 +1299,7 @@ def report(ctx, rows):
              % (CACHE_LIMIT, CACHE_QUOTA, ctx.duration / 2))
     L.append("")
     L.append("| # | configuration | decisions/s | p50 us | p99 us | 429 answers | answered locally "
-             "| script calls (agent) | EVALSHA calls (Redis) | CPU Redis / agent | all runs |")
+             "| calls (agent) | FCALL calls (Redis) | CPU Redis / agent | all runs |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for key in ("L1", "L2"):
         row = rows.get(key)
@@ -1169,13 +1311,13 @@ def report(ctx, rows):
             continue
         L.append("| %s | %s | %.0f | %s | %s | %d of %d | %d | %d | %d | %s / %s | %s |" % (
             key, row["title"], m["rps"], _us(ctx, m["p50_us"]), _us(ctx, m["p99_us"]),
-            m["limited"], m["requests"], m["local"], m["calls"], m["evalsha"],
+            m["limited"], m["requests"], m["local"], m["calls"], m["cmd_calls"],
             _cpu(m["redis_cpu"]), _cpu(m["agent_cpu"]),
             ", ".join("%.0f" % r["rps"] for r in row["runs"])))
     L.append("")
     l1, l2 = med("L1"), med("L2")
     if l1 and l2:
-        L.append("With the cache, %d script call%s carried the first %d decisions (the "
+        L.append("With the cache, %d call%s carried the first %d decisions (the "
                  "requests already in flight before the first refusal came back; the "
                  "generator keeps %s) and the agent answered the other %d itself: %.1fx "
                  "the decisions/s of asking Redis every time (L2: %d calls of about %.0f "
@@ -1187,56 +1329,84 @@ def report(ctx, rows):
                      l2["replies"] / l2["calls"] if l2["calls"] else 0))
         L.append("")
 
-    L.append("### Redis memory per client key")
+    L.append("### Redis memory per tracked client")
     L.append("")
-    L.append("One run each. `used_memory` (INFO memory) after the agent connected and loaded its "
-             "script, and after it decided for N distinct clients (one request each, "
-             "all allowed), divided by DBSIZE. Active expiry is paused for the "
-             "measurement (`DEBUG SET-ACTIVE-EXPIRE 0`): with `1000/1h` a key's state "
-             "is needed only 3.6 s after its request, and the figure wanted is the size "
-             "of a live key. `MEMORY USAGE` of one key is shown for comparison (it "
-             "leaves out the key's share of the keyspace and expiry tables).")
+    L.append("One run each. The agent keeps one string key per limit of a client "
+             "(`{TTTT}LLLLLLLL`, 14 bytes). `used_memory` (INFO memory) after the agent "
+             "connected and loaded its library, and after it decided for %d distinct "
+             "clients (one request each, all allowed); bytes per client is the "
+             "difference divided by the clients, bytes per key the same divided by "
+             "DBSIZE. Active expiry is paused for the measurement (`DEBUG "
+             "SET-ACTIVE-EXPIRE 0`): with `100/1m` a key's state is needed only 0.6 s "
+             "after its request, and the figure wanted is the size of a live client. "
+             "`MEMORY USAGE` of one key is shown for comparison (it leaves out the key's "
+             "share of the keyspace and expiry tables). Target with one limit: <= %d "
+             "bytes per client (moonshot %d)." % (MEM_CLIENTS, MEM_TARGET, MEM_MOONSHOT))
     L.append("")
-    L.append("| # | limits | keys (DBSIZE) | used_memory before | after | bytes per key "
-             "| MEMORY USAGE of one key | fields per key | decisions/s of the fill |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("| # | limits | clients | keys (DBSIZE) | used_memory before | after "
+             "| bytes per client | target | bytes per key | MEMORY USAGE of one key "
+             "| key type, value bytes (sample) | decisions/s of the fill |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
     for key in ("M1", "M2"):
         row = rows.get(key)
         if not row:
             continue
         m = row.get("median")
         if not m:
-            L.append("| %s | %s | failed | | | | | | |" % (key, row["title"]))
+            L.append("| %s | %s | failed | | | | | | | | | |" % (key, row["title"]))
             continue
-        per = ((m["mem_after"] - m["mem_before"]) / m["dbsize"]) if m["dbsize"] else 0
-        L.append("| %s | %s | %d | %d | %d | %.0f | %s | %s | %.0f |" % (
-            key, row["title"], m["dbsize"], m["mem_before"], m["mem_after"], per,
+        pc = mem_per_client(m)
+        target = "-"
+        if key == "M1" and pc is not None:
+            target = "<= %d: %s (moonshot %d: %s)" % (
+                MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
+                MEM_MOONSHOT, "met" if pc <= MEM_MOONSHOT else "not met")
+        per_key = (m["mem_after"] - m["mem_before"]) / m["dbsize"] if m["dbsize"] else None
+        L.append("| %s | %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %.0f |" % (
+            key, row["title"], m["clients"], m["dbsize"], m["mem_before"], m["mem_after"],
+            "-" if pc is None else "%.0f" % pc, target,
+            "-" if per_key is None else "%.0f" % per_key,
             m["key_usage"] if m["key_usage"] is not None else "-",
-            m["key_fields"] if m["key_fields"] is not None else "-", m["rps"]))
+            ", ".join("%s %s" % (t, n) for t, n in
+                      zip(m["key_types"][:3], m["key_strlen"][:3])) or "-",
+            m["rps"]))
     L.append("")
+    m1 = med("M1")
+    if m1 and mem_per_client(m1) is not None:
+        pc = mem_per_client(m1)
+        L.append("- With one limit Redis holds %.0f bytes per tracked client: the target "
+                 "of <= %d is %s, the moonshot of %d %s. A sample key: `%s` = `%s`, "
+                 "`MEMORY USAGE` %s bytes." % (
+                     pc, MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
+                     MEM_MOONSHOT, "met" if pc <= MEM_MOONSHOT else "not met",
+                     m1["key_sample"][0] if m1["key_sample"] else "?",
+                     (m1["key_value"] or b"").decode(errors="replace"),
+                     m1["key_usage"] if m1["key_usage"] is not None else "?"))
+        L.append("")
 
     L.append("### How to read it")
     L.append("")
     L.append("- R1 is Redis alone, measured by its own tool: `redis-benchmark` sends "
-             "`EVALSHA` of `%s` (the agent's script with plain arguments; msgpack's "
-             "binary argument cannot be given on its command line) for one request with "
-             "one token-bucket limit, %d clients x %d pipelined, keys drawn from %d. No "
-             "agent, no SPOP. \"vs R1\" compares the whole path with Redis doing one "
-             "decision per call; R2 can beat R1 when a single msgpack decision costs "
-             "Redis less than a plain one (see \"Redis CPU us per decision\")."
-             % (SCRIPT_PLAIN, RB_CLIENTS, RB_PIPELINE, RB_KEYSPACE))
+             "`EVALSHA` of `%s` (KEYS[1] a hash, capacity %d, refill %s per second, so "
+             "nothing is refused) for one decision per call, %d clients x %d pipelined, "
+             "keys `%s` drawn from %d. No agent, no SPOP. It decides less than the "
+             "agent's library (one limit, no weights, Retry-After or reset); it is the "
+             "usual way, the one the agent's cost per decision is compared with."
+             % (NAIVE_SCRIPT, RB_CAPACITY, RB_RATE, RB_CLIENTS, RB_PIPELINE, RB_KEY,
+                RB_KEYSPACE))
     L.append("- R2 asks Redis once per decision (still pipelined: every call of a loop "
-             "iteration leaves in one write). R3 and R4 put up to 64 decisions of one "
-             "loop iteration in one script call; \"decisions per script call\" is "
+             "iteration leaves in one write). R3 puts up to 64 decisions of one "
+             "loop iteration in one FCALL; \"decisions per call\" is "
              "`spoa_rl_redis_replies_total / spoa_rl_redis_calls_total`, so the batches "
              "actually sent, not the maximum.")
     L.append("- \"Redis CPU us per decision\" is Redis's CPU time during the run (INFO "
              "cpu) divided by the decisions it made: everything Redis did for one "
-             "decision (reading, the script, replying, expiring keys), and 1e6 divided "
-             "by it is what Redis would sustain with a whole CPU. \"Redis us in EVALSHA "
-             "per decision\" is `cmdstat_evalsha` usec (INFO commandstats) divided by "
-             "the decisions: the script alone, the part batching cannot shrink below "
-             "the script's work per decision; it is wall time, so it grows when Redis "
+             "decision (reading, the function, replying, expiring keys), and 1e6 divided "
+             "by it is what Redis would sustain with a whole CPU. \"Redis us per decision "
+             "(top-level command)\" is `cmdstat_evalsha` (R1) or `cmdstat_fcall` (the "
+             "agent) usec (INFO commandstats) divided by the decisions: running the script "
+             "or function, the commands it calls included, but not reading and parsing "
+             "the command or sending the reply; it is wall time, so it grows when Redis "
              "is preempted on a busy machine. "
              "CPU columns are percent of one CPU during the run (Redis: INFO cpu "
              "`used_cpu_sys + used_cpu_user`; agent: /proc; generator: rusage). Redis "
@@ -1250,19 +1420,18 @@ def report(ctx, rows):
              "processes, the agent and the generator took the CPUs).")
     L.append("- degraded counts decisions answered without Redis (deadline passed, no "
              "connection): it must be 0 for the row to measure Redis, and every run "
-             "checks that, that the agent's script calls equal Redis's EVALSHA count, "
-             "and that every answer came from Redis or the local cache.")
+             "checks that, that the agent's calls equal Redis's FCALL count, that no call "
+             "found the library missing, that the library Redis holds after a run is the "
+             "text of `%s`, and that every answer came from Redis or the local cache."
+             % LIBRARY)
     L.append("- R5 and R6 send on a fixed timetable and count latency from the scheduled "
              "time, like configurations 5 and 6 above; a latency includes a round trip "
              "to Redis and the wait for the loop iteration's batch. When Redis running "
              "plus Redis waiting for a CPU is near 100%, Redis had work queued the whole "
              "run: the rate was at or above what it could serve with the CPU it got, and "
-             "latency is queueing. N5 and N6 run the same timetables against the "
-             "in-memory store (no Redis), interleaved with R5 and R6: the latency the "
-             "machine, the generator and the agent's SPOP path give at that rate without "
-             "Redis. The shares within 1 ms come from the agent's histograms "
+             "latency is queueing. The shares within 1 ms come from the agent's histograms "
              "(`spoa_rl_redis_decision_duration_seconds`: submission to Redis's answer; "
-             "`spoa_rl_redis_call_duration_seconds`: one script call), which start empty "
+             "`spoa_rl_redis_call_duration_seconds`: one call), which start empty "
              "with each run's fresh agent.")
     L.append("- L1 / L2: with the cache, Redis only sees the requests that arrived before "
              "the first refusal came back (the first batches in flight); after that the "
@@ -1274,7 +1443,7 @@ def report(ctx, rows):
     L.append("")
     L.append("The median run's exact commands (ports are picked free at run time):")
     L.append("")
-    for key in ("R1", "R2", "R3", "C3", "R4", "R5", "N5", "R6", "N6", "L1", "L2", "CL",
+    for key in ("R1", "R2", "R3", "C3", "R5", "N5", "R6", "N6", "L1", "L2", "CL",
                 "M1", "M2"):
         row = rows.get(key)
         if not row:
@@ -1288,13 +1457,15 @@ def report(ctx, rows):
         elif key == "R1":
             for c in m["cmds"]:
                 L.append("   " + c)
+            L.append("   # Redis time: INFO commandstats (cmdstat_evalsha) before and after; "
+                     "CPU: INFO cpu")
         elif key.startswith("C"):
             for c in m["redis_cmds"]:
                 L.append("   " + c)
             L.append("   # each run: FLUSHALL on every master, then")
             L.append("   " + m["agent_cmd"])
             L.append("   " + m["bench_cmd"])
-            L.append("   # script calls per master: INFO commandstats (cmdstat_evalsha) "
+            L.append("   # calls per master: INFO commandstats (cmdstat_fcall) "
                      "before and after; CPU: INFO cpu")
         elif key.startswith("N"):
             L.append("   " + m["agent_cmd"])
@@ -1309,17 +1480,22 @@ def report(ctx, rows):
                 L.append("   %s INFO memory   # used_memory before" % cli)
             L.append("   " + m["bench_cmd"])
             if key.startswith("M"):
-                L.append("   %s INFO memory; %s DBSIZE" % (cli, cli))
+                L.append("   %s INFO memory; %s DBSIZE; %s SCAN 0 COUNT 100   # then TYPE, "
+                         "STRLEN, MEMORY USAGE KEY SAMPLES 0 of a few keys" % (cli, cli, cli))
+            else:
+                L.append("   # Redis time: INFO commandstats (cmdstat_fcall) before and "
+                         "after; CPU: INFO cpu; %s FUNCTION LIST LIBRARYNAME %s WITHCODE "
+                         "after" % (cli, lua_scripts.LIBRARY_NAME))
         L.append("   ```")
         L.append("")
-    if getattr(ctx, "plain_note", None):
-        L.append("Note: %s." % ctx.plain_note)
+    if getattr(ctx, "library_note", None):
+        L.append("Note: %s." % ctx.library_note)
         L.append("")
     chk = rows.get("R1", {}).get("check")
     if chk:
-        L.append("R1's key expansion was checked by a first run of %d calls at `100/1h` "
-                 "(keys live 36 s): %d distinct keys (about %.0f expected from %d values), "
-                 "e.g. `%s`." % (chk["n"], chk["dbsize"], chk["expect"], RB_KEYSPACE,
-                                 chk["sample"][0] if chk["sample"] else "?"))
+        L.append("R1's key expansion was checked by a first run of %d calls: %d distinct "
+                 "hashes (about %.0f expected from %d values), e.g. `%s`, each with tokens "
+                 "spent." % (chk["n"], chk["dbsize"], chk["expect"], RB_KEYSPACE,
+                            chk["sample"][0] if chk["sample"] else "?"))
         L.append("")
     return L

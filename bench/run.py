@@ -390,15 +390,20 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_li
             L.append("")
         if redis_lines:
             L.append("Redis runs: no decision degraded, timed out or answered without "
-                     "Redis; the agent's script calls equal Redis's EVALSHA count; every "
-                     "answer came from Redis or the local cache; every redis-benchmark "
-                     "EVALSHA succeeded on keys of the scripts' shape; exactly %d passes "
-                     "for the flooding client; one key per client in the memory runs."
-                     % redis_bench.CACHE_QUOTA)
+                     "Redis; the agent's calls equal Redis's FCALL count, none failed and "
+                     "none found the library missing; the library Redis held after each "
+                     "run (every master of a cluster) is the text of %s, and so is the "
+                     "copy built into the agent when it can be found; every answer came "
+                     "from Redis or the "
+                     "local cache; every redis-benchmark EVALSHA of the naive script "
+                     "succeeded, on keys of the expected shape, spending tokens; exactly "
+                     "%d passes for the flooding client; one string key of the agent's "
+                     "shape per limit of a client in the memory runs."
+                     % (redis_bench.LIBRARY, redis_bench.CACHE_QUOTA))
             if getattr(ctx, "cluster_rows", False):
                 L.append("")
-                L.append("Redis Cluster runs: the same checks, with EVALSHA counted on "
-                         "every master; every master ran script calls; exactly %d passes "
+                L.append("Redis Cluster runs: the same checks, with FCALL counted on "
+                         "every master; every master ran calls; exactly %d passes "
                          "for %d clients at %d/1h (CL), whose keys were found on every "
                          "master and nowhere twice."
                          % (redis_bench.CLUSTER_KEYS * redis_bench.CLUSTER_QUOTA,
