@@ -256,6 +256,17 @@ local function eval_token(v, now, cost, l)
 	if cost > cap then
 		return false, 0, l[3], used
 	end
+	if n == 1 and cost == 1 then
+		-- T is p whole microseconds, capacity * T is l[9]: the same as
+		-- below without remainders (and x < 2^52: see limit_error())
+		local nq, tq = dq + p, l[9]
+		if nq <= tq then
+			local x = tq - nq
+			local r = x % p
+			return true, (x - r) / p, 0, nq, now + nq, old, whole
+		end
+		return false, 0, nq - tq, used
+	end
 	-- the request is allowed when d + cost*T <= cap*T
 	local iq, ir
 	if cost == 1 then
@@ -566,8 +577,10 @@ end
 -- reset_us], ...]], from vals (out: 3 per limit), or zeros without vals.
 local function request_reply(allowed, best, nl, vals)
 	if nl == 1 and vals then
-		return spack('>BBBBBBdBdBd', 0x93, allowed, best, 0x91, 0x93, 0xcb, vals[1], 0xcb,
-		    vals[2], 0xcb, vals[3])
+		-- (fewer, wider items: 0x93 allowed decider 0x91 as one integer,
+		-- then 0x93 0xcb)
+		return spack('>I4HdBdBd', 2466250897 + allowed * 65536 + best * 256, 37835, vals[1],
+		    0xcb, vals[2], 0xcb, vals[3])
 	end
 	local n = 4
 	pa[1], pa[2], pa[3] = 0x93, allowed, best
