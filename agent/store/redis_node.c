@@ -99,9 +99,9 @@ static void start_connect(struct redis_node *rn);
 static void send_batches(struct redis_node *rn);
 static void handshake_failed(struct redis_node *rn);
 
-static void answer_degraded(struct redis_node *rn, const struct redis_query *r)
+static void answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
 {
-	rn->cb->failed(rn->owner, r);
+	rn->cb->failed(rn->owner, r, sent);
 }
 
 static void trouble(struct redis_node *rn)
@@ -158,7 +158,7 @@ static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
 	if (!reply || w->rn->freeing) {
 		/* no answer (the connection went, or the node is being freed):
 		 * the failure policy answers */
-		w->rn->cb->failed(w->rn->owner, &w->r);
+		w->rn->cb->failed(w->rn->owner, &w->r, true);
 		xfree(w);
 		return;
 	}
@@ -215,7 +215,7 @@ static void fail_batch(struct redis_node *rn, struct rbatch *b)
 	b->answered = 1;
 	rn->inflight -= b->n;
 	for (size_t i = 0; i < b->n; i++)
-		answer_degraded(rn, &b->rq[i]);
+		answer_degraded(rn, &b->rq[i], true);
 }
 
 static void arm_deadline(struct redis_node *rn)
@@ -273,7 +273,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 	int expired = 0;
 
 	while (rn->qlen && rn->queue[rn->qhead].deadline <= now) {
-		answer_degraded(rn, &rn->queue[rn->qhead]);
+		answer_degraded(rn, &rn->queue[rn->qhead], false);
 		rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
 		rn->qlen--;
 		STAT_INC(rn->stats->timeouts);
@@ -329,7 +329,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	if ((allowed != 0 && allowed != 1) || decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, vals, nvals, res) < 0) {
 		STAT_INC(rn->stats->errors);
-		answer_degraded(rn, r);
+		answer_degraded(rn, r, true);
 		return;
 	}
 	if (!allowed) /* the deciding limit refuses; no other limit was charged */
@@ -718,7 +718,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 static void answer_queue_degraded(struct redis_node *rn)
 {
 	while (rn->qlen) {
-		answer_degraded(rn, &rn->queue[rn->qhead]);
+		answer_degraded(rn, &rn->queue[rn->qhead], false);
 		rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
 		rn->qlen--;
 		STAT_INC(rn->stats->unavailable);

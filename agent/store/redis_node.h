@@ -44,8 +44,10 @@ struct redis_node_cb {
 	 * own clock. */
 	void (*decided)(void *owner, const struct redis_query *r,
 			const struct limit_result *res, int decider, int64_t sent);
-	/* Redis did not decide r (deadline, error, lost connection). */
-	void (*failed)(void *owner, const struct redis_query *r);
+	/* Redis did not decide r (deadline, error, lost connection). `sent`:
+	 * r went out in a call, which Redis may have run (r must not be sent
+	 * again); else r never left this node's queue. */
+	void (*failed)(void *owner, const struct redis_query *r, bool sent);
 	/* A Cluster node does not serve r's key (any more): nothing was
 	 * taken; r is the owner's to send where the key lives. */
 	void (*moved)(void *owner, struct redis_node *rn, const struct redis_query *r);

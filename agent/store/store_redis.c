@@ -485,14 +485,6 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 	store_complete(rw->sw, &r->q, &r->ref, res, decider);
 }
 
-/* Redis did not decide: the failure policy answers. */
-static void on_failed(void *owner, const struct redis_query *r)
-{
-	struct redis_worker *rw = owner;
-
-	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
-}
-
 /* Holds r for a fresh map, or answers it by the failure policy when it
  * cannot wait. */
 static void hold_for_map(struct redis_worker *rw, struct redis_query *r)
@@ -504,6 +496,26 @@ static void hold_for_map(struct redis_worker *rw, struct redis_query *r)
 	}
 	rw->stale = true;
 	refresh_map(rw);
+}
+
+/* Redis did not decide: the failure policy answers. On a Cluster, a
+ * decision that never left the queue of a node that failed (a master
+ * refusing connections may have been replaced: a worker that sent
+ * nothing there since has the old map) waits once for a fresh map
+ * within its deadline. One that was sent is never sent again: its call
+ * may have run. */
+static void on_failed(void *owner, const struct redis_query *r, bool sent)
+{
+	struct redis_worker *rw = owner;
+
+	if (!sent && rw->cfg->topology == REDIS_CLUSTER && r->moves == 0) {
+		struct redis_query again = *r;
+
+		again.moves = 1;
+		hold_for_map(rw, &again);
+		return;
+	}
+	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
 }
 
 /* Cluster: r's key was not on the node rn the map named. The first time,
