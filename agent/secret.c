@@ -10,14 +10,14 @@
 
 #include "identity.h"
 
-long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen)
+long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *err,
+		 size_t errlen)
 {
 	struct stat st;
 	ssize_t n;
 	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 
-	*loose = false;
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return -1;
@@ -27,7 +27,7 @@ long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err
 		close(fd);
 		return -1;
 	}
-	*loose = (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
+	*mode = (unsigned)st.st_mode & 07777;
 	/* one byte more than fits tells a file that is too long */
 	while (len < cap && (n = read(fd, buf + len, cap - len)) != 0) {
 		if (n < 0 && errno == EINTR)
@@ -40,10 +40,24 @@ long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err
 		len += (size_t)n;
 	}
 	close(fd);
-	if (len >= cap) {
+	if (len >= cap)
+		return -2;
+	buf[len] = '\0';
+	return (long)len;
+}
+
+long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen)
+{
+	unsigned mode = 0;
+	long n = secret_file(path, buf, cap, &mode, err, errlen);
+	size_t len;
+
+	*loose = (mode & (S_IRWXG | S_IRWXO)) != 0;
+	if (n == -2)
 		snprintf(err, errlen, "%s: longer than %zu bytes", path, cap - 1);
+	if (n < 0)
 		return -1;
-	}
+	len = (size_t)n;
 	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' ||
 			   buf[len - 1] == '\t'))
 		len--;

@@ -11,6 +11,14 @@
 #define SECRET_MIN 16          /* bytes a secret needs at least */
 #define SECRET_MAX 4096
 
+/* Reads a small file that holds a secret into buf[0..cap): at most cap - 1
+ * bytes, a NUL after them. Returns the length, -1 with a reason in err
+ * (cannot open or read it, not a regular file), or -2 when it holds cap
+ * bytes or more (err untouched: the caller names what was too long).
+ * *mode is the file's permission bits. */
+long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *err,
+		 size_t errlen);
+
 /* Reads a secret from path into buf[0..cap): its bytes, trailing spaces
  * and newlines dropped. Returns the length, or -1 with a reason in err
  * (cannot read it, not a regular file, shorter than SECRET_MIN or longer

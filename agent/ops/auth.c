@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "secret.h"
+
 static bool blank(char c)
 {
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -20,30 +22,16 @@ int auth_token_load(const char *path, struct auth_token *t, bool *shared, char *
 {
 	/* room for the longest token, a line end and blanks around it */
 	char buf[AUTH_TOKEN_MAX + 64];
-	size_t len = 0, b = 0, e;
-	struct stat st;
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	size_t len, b = 0, e;
+	unsigned mode = 0;
+	long n = secret_file(path, buf, sizeof(buf), &mode, err, errlen);
 
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
-		close(fd);
-		return -1;
-	}
-	*shared = (st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0;
-	while (len < sizeof(buf) &&
-	       ((n = read(fd, buf + len, sizeof(buf) - len)) > 0 || (n < 0 && errno == EINTR)))
-		if (n > 0)
-			len += (size_t)n;
-	close(fd);
-	if (len == sizeof(buf)) {
+	*shared = (mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) != 0;
+	if (n == -2)
 		snprintf(err, errlen, "%s: longer than a token of %d bytes", path, AUTH_TOKEN_MAX);
+	if (n < 0)
 		return -1;
-	}
+	len = (size_t)n;
 	while (b < len && blank(buf[b]))
 		b++;
 	for (e = len; e > b && blank(buf[e - 1]); e--)

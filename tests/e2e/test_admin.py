@@ -145,7 +145,7 @@ def test_admin_public_address_needs_a_token(h):
     # A token file that cannot be used stops the agent as well.
     r = agent_check("--metrics", "0.0.0.0:9102", "--admin", "--admin-token-file",
                     os.path.join(h.dir, "missing"))
-    assert r.returncode == 2 and "missing: No such file" in r.stderr, r
+    assert r.returncode == 2 and "missing: cannot open: No such file" in r.stderr, r
     r = agent_check("--metrics", "0.0.0.0:9102", "--admin", "--admin-token-file",
                     token_file(h, token="short"))
     assert r.returncode == 2 and "the token has 5 bytes" in r.stderr, r

@@ -101,7 +101,7 @@ static void test_load_refused(void **unused)
 		free(huge);
 	}
 	assert_int_equal(auth_token_load("/nonexistent/token", &t, &shared, err, sizeof(err)), -1);
-	assert_string_equal(err, "/nonexistent/token: No such file or directory");
+	assert_string_equal(err, "/nonexistent/token: cannot open: No such file or directory");
 	assert_int_equal(auth_token_load("/tmp", &t, &shared, err, sizeof(err)), -1);
 	assert_string_equal(err, "/tmp: not a regular file");
 }
