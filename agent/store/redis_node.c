@@ -82,6 +82,7 @@ struct redis_node {
 	bool down;                   /* the last connection or handshake failed:
 				      * decisions go to the failure policy at
 				      * once until the node is ready again */
+	int64_t down_since;          /* when down was last set */
 	bool freeing;                /* redis_node_free() under way */
 	int *shared_calls;           /* calls in flight of all the owner's nodes */
 	ev_timer handshake_w;        /* connecting and loading the library */
@@ -131,6 +132,11 @@ const struct addr *redis_node_addr(const struct redis_node *rn)
 bool redis_node_ready(const struct redis_node *rn)
 {
 	return rn->state == NODE_READY;
+}
+
+int64_t redis_node_down_since(const struct redis_node *rn)
+{
+	return rn->down && rn->state != NODE_READY ? rn->down_since : 0;
 }
 
 int64_t redis_node_oldest(const struct redis_node *rn)
@@ -747,6 +753,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		/* hiredis frees the context after this callback */
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
+		if (!rn->down)
+			rn->down_since = clock_now_us();
 		rn->down = true;
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
@@ -810,6 +818,8 @@ int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], si
  * ready again (the reconnection goes on with backoff). */
 static void handshake_failed(struct redis_node *rn)
 {
+	if (!rn->down)
+		rn->down_since = clock_now_us();
 	rn->down = true;
 	answer_queue_degraded(rn);
 }

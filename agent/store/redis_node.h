@@ -83,6 +83,10 @@ const struct addr *redis_node_addr(const struct redis_node *rn);
 /* Connected, the script loaded. */
 bool redis_node_ready(const struct redis_node *rn);
 
+/* When the node's last connection or handshake failed, while it is not
+ * ready again (decisions then go to the failure policy); else 0. */
+int64_t redis_node_down_since(const struct redis_node *rn);
+
 /* When the oldest query waiting here was queued (local clock), or
  * INT64_MAX when none waits or the node cannot send. */
 int64_t redis_node_oldest(const struct redis_node *rn);

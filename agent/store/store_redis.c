@@ -101,6 +101,7 @@ struct redis_worker {
 	struct redis_slots *asking;    /* a CLUSTER SLOTS under way */
 	size_t seed;                   /* the next node to ask */
 	int64_t last_refresh;
+	int64_t map_checked;           /* the last CLUSTER SLOTS answered */
 	bool stale;                    /* a node said the map is wrong */
 	int calls;                     /* calls in flight, all nodes (see may_send) */
 	double backoff;                /* between failed questions */
@@ -439,14 +440,35 @@ static void on_held_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 	arm_held(rw);
 }
 
-/* Sends r to its node, or holds it when there is none yet. Returns 0, or
- * -1 when neither can take it. */
+/* Sends r to its node, or holds it when there is none yet. On a Cluster, a
+ * node that went down after the map in use was read may have been
+ * replaced (its replica promoted): r then waits once for a fresh map,
+ * within its deadline; a node down under a fresh map is down, and r goes
+ * to the failure policy at once. Returns 0 (sent or held), or -1 when
+ * neither could be done (r is then the caller's to answer). */
 static int dispatch(struct redis_worker *rw, const struct redis_query *r)
 {
 	struct redis_node *rn = route(rw, r->q.key);
+	int64_t down;
 
-	if (rn)
-		return redis_node_submit(rn, r);
+	if (rn) {
+		if (redis_node_submit(rn, r) == 0)
+			return 0;
+		down = redis_node_down_since(rn);
+		if (rw->cfg->topology == REDIS_CLUSTER && r->moves == 0 && down &&
+		    down >= rw->map_checked && r->deadline > clock_now_us()) {
+			struct redis_query again = *r;
+
+			again.moves = 1;
+			again.asking = false;
+			if (hold(rw, &again) == 0) {
+				rw->stale = true;
+				refresh_map(rw);
+				return 0;
+			}
+		}
+		return -1;
+	}
 	if (rw->cfg->topology == REDIS_CLUSTER)
 		refresh_map(rw);
 	return hold(rw, r);
@@ -693,6 +715,7 @@ static void on_slots(void *owner, const struct addr *node, const struct redis_cl
 	}
 	rw->backoff = 0;
 	rw->stale = false;
+	rw->map_checked = clock_now_us();
 	install_map(rw, map);
 	resubmit_held(rw);
 	/* A master that does not answer may be replaced any moment (its
