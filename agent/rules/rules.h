@@ -152,7 +152,7 @@ struct rule {
 	 * limit starts fresh in the shared store instead of misreading old
 	 * state. */
 	char lid[LIMIT_SET_MAX][RULES_LID_MAX];
-	/* lid hashed (FNV-1a, 64 bits, of "rl2:" and lid): the limit's part
+	/* lid hashed (FNV-1a, 64 bits, of "rl3:" and lid): the limit's part
 	 * of its keys' names (store_key_name) */
 	uint64_t lidh[LIMIT_SET_MAX];
 	/* The local failure policy: each limit divided by the fleet size

@@ -11,12 +11,12 @@
 
 #include "rlheader.h"
 
-/* FNV-1a, 64 bits, of "rl2:" and a limit's name. The prefix names the
+/* FNV-1a, 64 bits, of "rl3:" and a limit's name. The prefix names the
  * layout of the values under it (the decision library's): a layout that
  * changes changes it, and old state is then never read as new. */
 static uint64_t lid_hash(const char *lid)
 {
-	static const char prefix[] = "rl2:";
+	static const char prefix[] = "rl3:";
 	uint64_t h = 0xcbf29ce484222325ULL;
 
 	for (const char *p = prefix; *p; p++)

@@ -22,6 +22,8 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer
 from spop import ACK, Conn
 
+# the library's epoch: a token bucket's state counts from it
+EPOCH = 1704067200 * 1000000
 # a key per limit of a client: its tag (a Cluster hash tag), then the limit
 KEY_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}[A-Za-z0-9_-]{8}$")
 TAG_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}$")
@@ -408,10 +410,11 @@ def test_several_limits_all_or_nothing(h):
 
     # In Redis, 5/1d holds exactly two requests: its value is the
     # theoretical arrival time, 2 * 17280 s ahead (less the time gone by);
-    # 2/1s's, one key of the same client (the same tag), is 1 s ahead.
+    # 2/1s's, one key of the same client (the same tag), is 1 s ahead. Both
+    # intervals are whole numbers of microseconds: the value is TAT - EPOCH.
     keys = redis.rl_keys()
     assert len(keys) == 2 and keys[0][:6] == keys[1][:6], keys
-    tat = max(int(redis.command("GET", k).split(b"+")[0]) for k in keys)
+    tat = EPOCH + max(int(redis.command("GET", k)) for k in keys)
     ahead = tat - redis.now_us()
     assert 2 * 17280 * S - 2 * S < ahead <= 2 * 17280 * S, ahead
 

@@ -83,6 +83,20 @@ def new_client():
 # ------------------------------------------------------ calling the library
 
 
+# A token bucket's state counts from here (the library's EPOCH).
+EPOCH = 1704067200 * S
+
+
+def tb_value(limit, a, r=0):
+    """A token bucket's stored value for TAT = a + r/n: the integer
+    (a - EPOCH) * n + r, or the text "a+r" where that would not be a whole
+    number from 0 to 2^53."""
+    _, quota, period, _ = limit
+    n = quota // math.gcd(quota, period)
+    x = (a - EPOCH) * n + r
+    return "%d" % x if 0 <= x < 2 ** 53 else "%d+%d" % (a, r)
+
+
 def key_of(client, limit):
     """The key of a client's limit, named by the limit's values, so that a
     changed limit is another key (the agent names it by a hash of them)."""
@@ -234,7 +248,7 @@ class Model:
             a = math.floor(tat)
             r = (tat - a) * n
             assert r.denominator == 1, (key, tat)
-            return ("%d" % a if r == 0 else "%d+%d" % (a, r)), math.ceil(tat)
+            return tb_value((algo, quota, period, burst), a, int(r)), math.ceil(tat)
         ws = t // period * period
         if algo == SW:
             u = ws + 2 * period
@@ -595,8 +609,8 @@ def test_all_or_nothing():
     assert got[3][1] == 2, "the 3/1s limit must decide: %r" % (got[3],)
     assert got[3][2][0][1] == 0 and got[3][2][1][1] == 333334, got[3]
     # the refused 4th took nothing: exactly 3 emission intervals stored
-    assert get(key_of(c, minute)) == "%d" % (now + 3 * 6 * S)
-    assert get(key_of(c, second)) == "%d" % (now + 1 * S)
+    assert get(key_of(c, minute)) == tb_value(minute, now + 3 * 6 * S)
+    assert get(key_of(c, second)) == tb_value(second, now + 1 * S)
     now2, got2 = decide([(c, 1, [minute])])
     assert got2[0][:2] == (1, 1) and got2[0][2][0][0] == 6, got2
     assert got2[0][2][0][2] == 4 * 6 * S - (now2 - now), (now, now2, got2)
@@ -647,8 +661,8 @@ def test_same_client_twice_in_one_batch():
         [(1, 2), (1, 1), (1, 2), (1, 0), (0, 0), (1, 0)], got
     assert got[4][2][0][1] == 333334, got  # ceil(1s / 3)
     # written once, with what the last allowed request left
-    assert get(key_of(a, lim[0])) == "%d" % (now + 1 * S)
-    assert get(key_of(b, lim[0])) == "%d" % (now + 1 * S)
+    assert get(key_of(a, lim[0])) == tb_value(lim[0], now + 1 * S)
+    assert get(key_of(b, lim[0])) == tb_value(lim[0], now + 1 * S)
     m = Model()
     wl = [(SW, 3, 1 * S, 0), (FW, 2, 1 * S, 0), (TB, 7, 1 * S, 0)]
     c = new_client()
@@ -677,13 +691,13 @@ def test_expiry_is_the_need_rounded_to_the_grid():
         assert exp == want and exp % grid_ms(l[2]) == 0, (l, now, need, exp, want)
         if l[2] >= S:
             assert 0 < r.c.command("PTTL", k) <= want - now // 1000, l
-    # the values say the same needs: a token bucket "A" or "A+R" (needed
+    # the values say the same needs: a token bucket's TAT A + R/n (needed
     # until A, or A + 1), a window its U
     c = new_client()
     t7 = (TB, 7, 1 * S, 0)
     now, _ = decide([(c, 1, [t7])])
     # emission interval 1s/7: TAT is now + 142857 + 1/7 us, needed to its ceiling
-    assert get(key_of(c, t7)) == "%d+1" % (now + 142857)
+    assert get(key_of(c, t7)) == tb_value(t7, now + 142857, 1)
     assert pexpiretime(key_of(c, t7)) == expiry_ms(now + 142858, S)
     s5, f5 = (SW, 5, 1 * S, 0), (FW, 5, 1 * S, 0)
     now, _ = decide([(c, 1, [s5, f5])])
@@ -702,12 +716,20 @@ def _mark(key):
     return at
 
 
-def _need(v, algo):
-    """Until when a value of the library's is needed: a token bucket's
-    "A" until A, "A+R" until A + 1; a window's until its U."""
+def _need(v, limit):
+    """Until when a value of the library's is needed: a token bucket's TAT
+    A + R/n (an integer (A - EPOCH) * n + R, or the text "A+R") until A, or
+    A + 1 when R > 0; a window's until its U."""
+    algo, quota, period, _ = limit
     if algo == TB:
-        a, _, rest = v.partition("+")
-        return int(a) + (1 if rest and int(rest) else 0)
+        if "+" in v:
+            a, _, rest = v.partition("+")
+            a, r = int(a), int(rest)
+        else:
+            n = quota // math.gcd(quota, period)
+            a, r = divmod(int(v), n)
+            a += EPOCH
+        return a + (1 if r else 0)
     return int(v.split(":")[0])
 
 
@@ -732,14 +754,14 @@ def test_keepttl_when_the_grid_expiry_is_unchanged():
             now, got = decide([(c, 1, [l])])
             after = get(k)
             if l[0] == TB:  # a whole number of microseconds per request: TAT
-                assert after == "%d" % (now + got[0][2][0][2]), (l, after, now, got)
+                assert after == tb_value(l, now + got[0][2][0][2]), (l, after, now, got)
             g = grid_ms(l[2])
             assert before != after, (l, before, after)
-            if expiry_ms(_need(before, l[0]), l[2]) == expiry_ms(_need(after, l[0]), l[2]):
+            if expiry_ms(_need(before, l), l[2]) == expiry_ms(_need(after, l), l[2]):
                 assert pexpiretime(k) == at, ("KEEPTTL", l, before, after)
                 kept += 1
             else:
-                assert pexpiretime(k) == expiry_ms(_need(after, l[0]), l[2]), \
+                assert pexpiretime(k) == expiry_ms(_need(after, l), l[2]), \
                     ("PXAT", l, before, after)
                 assert pexpiretime(k) % g == 0
                 moved += 1
@@ -769,13 +791,13 @@ def test_keepttl_when_the_grid_expiry_is_unchanged():
         t = r.c.command("TIME")
         now_ms = int(t[0]) * 1000 + int(t[1]) // 1000
         a = (now_ms + 300) // g * g * 1000 + g * 1000  # a grid boundary, 300 .. 362 ms ahead
-        v = "%d+%d" % (a, rem) if rem else "%d" % a
+        v = tb_value(l, a, rem)
         old_exp = expiry_ms(a + (1 if rem else 0), l[2])
         r.c.command("SET", k, v, "PXAT", old_exp + 7)
         now, got = decide([(c, 1, [l])])
         assert got[0][0] == 1 and now < a, (got, now, a)
         new = Fraction(a) + Fraction(rem, 7) + Fraction(S, 7000)
-        want = "%d+%d" % (math.floor(new), int((new - math.floor(new)) * 7))
+        want = tb_value(l, math.floor(new), int((new - math.floor(new)) * 7))
         assert get(k) == want, (get(k), want)
         if keep:
             # A+1 on the boundary needs the next grid step, as the new TAT does
@@ -783,6 +805,24 @@ def test_keepttl_when_the_grid_expiry_is_unchanged():
         else:
             # A on the boundary is the boundary itself: the new TAT needs more
             assert old_exp == a // 1000 and pexpiretime(k) == a // 1000 + g, rem
+
+
+def test_token_state_as_text_is_read_and_written_back_as_an_integer():
+    """A token bucket's state is an integer wherever it fits; the text
+    "A+R" (what a state that does not fit is written as) reads as the same
+    TAT, and the next write of a state that fits is the integer."""
+    r = redis()
+    l = (TB, 7, 1 * S, 0)  # T = 1s/7: n = 7
+    c = new_client()
+    k = key_of(c, l)
+    t = r.c.command("TIME")
+    now = int(t[0]) * S + int(t[1])
+    # 5 requests of T = 142857 + 1/7 us in use: TAT = now + 714285 + 5/7
+    r.c.command("SET", k, "%d+%d" % (now + 714285, 5), "PX", 60000)
+    _, got = decide([(c, 1, [l])])
+    assert got[0][0] == 1 and got[0][2][0][0] == 1, got
+    # one T more: now + 857142 + 6/7, as the integer
+    assert get(k).isdigit() and get(k) == tb_value(l, now + 857142, 6), get(k)
 
 
 def test_a_refused_request_writes_nothing():
@@ -816,7 +856,7 @@ def test_stale_values_and_keys_expire():
     tb, sw, fw = (TB, 3, 10 * S, 0), (SW, 3, 10 * S, 0), (FW, 3, 10 * S, 0)
     ws = now // (10 * S) * (10 * S)
     c = new_client()
-    r.c.command("SET", key_of(c, tb), "%d" % (now - 1), "PX", 60000)
+    r.c.command("SET", key_of(c, tb), tb_value(tb, now - 1), "PX", 60000)
     r.c.command("SET", key_of(c, sw), "%d:3:3" % ws, "PX", 60000)  # two windows back
     r.c.command("SET", key_of(c, fw), "%d:3" % ws, "PX", 60000)  # the window before
     now2, got = decide([(c, 1, [tb, sw, fw])])

@@ -225,11 +225,11 @@ static void check_key_names(const struct decide_query *q)
 
 	for (size_t i = 0; i < sizeof(bytes); i++)
 		bytes[i] = (uint8_t)i;
-	/* FNV-1a of "rl2:t3/3600000000/0", and the names it gives */
+	/* FNV-1a of "rl3:t3/3600000000/0", and the names it gives */
 	assert_string_equal(q->rule->lid[0], "t3/3600000000/0");
-	assert_true(q->rule->lidh[0] == 0x2135f4aa743da789ULL);
+	assert_true(q->rule->lidh[0] == 0x739d87530eb491f2ULL);
 	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], name), STORE_KEY_NAME_LEN);
-	assert_string_equal(name, "{AAEC}3ZCec75L");
+	assert_string_equal(name, "{AAEC}1Hyu3hE4");
 	assert_int_equal(store_key_name(bytes, 0, name), STORE_KEY_NAME_LEN);
 	assert_string_equal(name, "{AAEC}m2VeRPkn");
 	assert_int_equal(store_key_tag(bytes, tag), STORE_KEY_TAG_LEN);

@@ -64,12 +64,14 @@ could exceed that go through muldiv().
 Storage: one string per key, and a key is needed until a moment its value
 determines (its need), when its client is back to a full bucket or an empty
 window:
-  token bucket    "A" or "A+R": the theoretical arrival time TAT = A + R/n,
-                  where T = p/n is the emission interval period/quota in
-                  lowest terms and 0 < R < n; needed until ceil(TAT). With
-                  a whole number of microseconds per request (100 per
-                  minute, 10 per second...) R is 0 and the value an integer,
-                  which Redis keeps in the key's object itself
+  token bucket    the theoretical arrival time TAT = A + R/n, where T = p/n
+                  is the emission interval period/quota in lowest terms and
+                  0 <= R < n, as one integer, (A - EPOCH) * n + R (EPOCH is
+                  2024-01-01): Redis keeps it in the key's object itself, a
+                  call reads it with one conversion and writes it with
+                  INCRBY. Where that integer would reach 2^53 (a large n, or
+                  a clock before EPOCH) the text "A+R". Needed until
+                  ceil(TAT)
   sliding window  "U:C:V": window start U - 2P, C requests in it, V in the
                   window before; needed until U (the end of the next window,
                   where C still weighs as the previous count)
@@ -87,7 +89,7 @@ values or expiries mean something else must change them.
 
 Cost, per call: the keys are read with one MGET (on a Cluster, one per
 client, which may be another node's), each key written once at the end:
-INCRBY when a whole number stays whole and keeps its expiry (no text to
+INCRBY when an integer state stays one and keeps its expiry (no text to
 make, and Redis's cheapest write here), else SET with PXAT or KEEPTTL.
 A command called from Lua costs Redis some 6,000 instructions whatever it
 does, a C call (tonumber, string.format) or a new table hundreds to
@@ -125,7 +127,10 @@ local MAX_LIMITS = 64
 local MAX_COST = 4294967295
 local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
 local TWO52 = 4503599627370496
+local TWO53 = 9007199254740992
 local TWO54 = 18014398509481984
+-- 2024-01-01T00:00:00Z in microseconds: a token bucket's state counts from it
+local EPOCH = 1704067200000000
 -- keys per MGET: unpack() puts them all on Lua's stack
 local MGET_MAX = 4000
 
@@ -220,8 +225,8 @@ end
 -- when allowed, the key's new value, the need of the value it read (0
 -- when it read none of its shape) and, for a token bucket, that value as a
 -- number when it reads as one. A new value is needed until now + reset_us.
--- A token bucket's new value is a number when it is a whole number of
--- microseconds, else a string.
+-- A token bucket's new value is a number (its integer form, see
+-- "Storage"), or a string where that does not fit.
 
 -- GCRA with the emission interval T = p/n kept exact: TAT is A + R/n.
 local function eval_token(v, now, cost, l)
@@ -229,9 +234,20 @@ local function eval_token(v, now, cost, l)
 	-- d = max(TAT - now, 0) = dq + dr/n: the part of the capacity in use
 	local dq, dr, old, whole = 0, 0, 0, nil
 	if v then
-		local a, r = tonumber(v), 0
-		if a then
-			whole = a
+		local a, r = nil, 0
+		local x = tonumber(v)
+		if x then
+			-- (TAT - EPOCH) * n, a whole number below 2^53
+			whole = x
+			if x >= 0 and x < TWO53 and x % 1 == 0 then
+				if n == 1 then
+					a = EPOCH + x
+				else
+					local q
+					q, r = divmod(x, n)
+					a = EPOCH + q
+				end
+			end
 		else
 			local plus = find(v, '+', 1, true)
 			if plus then
@@ -263,7 +279,11 @@ local function eval_token(v, now, cost, l)
 		if nq <= tq then
 			local x = tq - nq
 			local r = x % p
-			return true, (x - r) / p, 0, nq, now + nq, old, whole
+			local t0 = now - EPOCH + nq
+			if t0 >= 0 then
+				return true, (x - r) / p, 0, nq, t0, old, whole
+			end
+			return true, (x - r) / p, 0, nq, fmt('%d+0', now + nq), old
 		end
 		return false, 0, nq - tq, used
 	end
@@ -299,12 +319,14 @@ local function eval_token(v, now, cost, l)
 			local q1, r1 = muldiv(xq, n, p)
 			left = q1 + (divmod(r1 + xr, p))
 		end
-		if nr > 0 then
-			return true, left, 0, nq + 1, fmt('%d+%d', now + nq, nr), old
+		-- the value: (TAT - EPOCH) * n + R, a number (see run()'s writes),
+		-- or "A+R" where that would pass 2^53
+		local t0 = now - EPOCH + nq
+		local x = t0 * n + nr
+		if t0 >= 0 and x < TWO53 then
+			return true, left, 0, nq + (nr > 0 and 1 or 0), x, old, whole
 		end
-		-- a whole number of microseconds: the value is that number (see
-		-- run()'s writes)
-		return true, left, 0, nq, now + nq, old, whole
+		return true, left, 0, nq + (nr > 0 and 1 or 0), fmt('%d+%d', now + nq, nr), old
 	end
 	-- it passes once d has shrunk by (d + cost*T) - cap*T
 	local yq, yr = nq - tq, nr - tr
@@ -754,7 +776,7 @@ local function run(args, cluster)
 			-- its digits exactly)
 			rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', u)
 		else
-			-- A whole number over a whole number: INCRBY keeps the
+			-- An integer state over an integer state: INCRBY keeps the
 			-- expiry, costs Redis less than SET and needs no text. Its
 			-- reply is the new value, unless the old one was not an
 			-- integer as Redis reads them ("1e3", " 7": an error) or the

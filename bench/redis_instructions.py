@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Counts the instructions Redis runs per decision, with callgrind.
+
+    python3 bench/redis_instructions.py [--json]
+
+Redis's time per decision moves by tens of percent between runs on a
+shared machine; the instructions it runs hardly move, so they show what a
+change to agent/store/redis/ratelimit.lua costs Redis. A redis-server runs
+under `valgrind --tool=callgrind`; this script loads the library and the
+naive token bucket (bench/naive_token_bucket.lua), then measures each
+configuration after a warm-up of the same calls: the counters are zeroed
+(callgrind_control -z), the calls are sent (16 in flight on one
+connection), the counters dumped (callgrind_control -d), and the total is
+divided by the decisions. Everything the server does for them is in it:
+reading the commands, the Lua, the commands Lua calls, the replies.
+
+Configurations: the naive script, one EVALSHA per decision (the baseline
+of `make bench`'s R1); the library, one FCALL per decision and in calls of
+40; each with a limit whose interval is a whole number of microseconds
+(1000000/1m) and one whose interval carries a remainder (1000000000/1h).
+A pool of 200 clients, so that clients come back while their keys live
+(under valgrind time runs slower, so fewer writes keep their expiry than
+at full speed: the counts are a little above what Redis does at speed).
+
+Exit status: 0, 1 when a call failed, 2 when valgrind or redis-server is
+missing (the reason on stderr).
+"""
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import lua_scripts  # noqa: E402
+import mpack  # noqa: E402
+from resp import Client, RespError, encode  # noqa: E402
+
+NAIVE = os.path.join(ROOT, "bench", "naive_token_bucket.lua")
+DEPTH = 16
+POOL = 200
+CALLS_ONE, CALLS_BATCH, BATCH = 2000, 100, 40
+LIMITS = (("whole", 0, 1000000, 60000000), ("remainder", 0, 1000000000, 3600000000))
+START_S = 60.0
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """redis-server under callgrind on a free loopback port."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.port = free_port()
+        self.out = os.path.join(workdir, "callgrind.%p")
+        self.log = open(os.path.join(workdir, "redis.log"), "wb")
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + self.out,
+             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                self.c = Client("127.0.0.1", self.port, timeout=60.0)
+                if self.c.command("PING") == b"PONG":
+                    break
+            except (OSError, ConnectionError):
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server under callgrind did not start: see %s"
+                                   % self.log.name)
+            time.sleep(0.2)
+
+    def control(self, flag):
+        subprocess.run(["callgrind_control", flag, str(self.proc.pid)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def total(self):
+        """Dumps the counters since the last zeroing; their total."""
+        for f in glob.glob(self.out.replace("%p", "%d*" % self.proc.pid)):
+            os.unlink(f)
+        self.control("-d")
+        tot = 0
+        for f in glob.glob(self.out.replace("%p", "%d*" % self.proc.pid)):
+            with open(f, errors="replace") as fh:
+                for line in fh:
+                    if line.startswith(("totals:", "summary:")):
+                        tot = max(tot, int(line.split()[1]))
+        return tot
+
+    def send(self, cmds):
+        for i in range(0, len(cmds), DEPTH):
+            chunk = cmds[i:i + DEPTH]
+            self.c.send(b"".join(encode(x) for x in chunk))
+            for _ in chunk:
+                r = self.c.read_reply()
+                if isinstance(r, RespError):
+                    raise r
+
+    def per_decision(self, cmds, decisions):
+        self.send(cmds)  # the warm-up: rules known, keys there
+        self.control("-z")
+        self.send(cmds)
+        return self.total() / decisions
+
+    def stop(self):
+        try:
+            self.c.close()
+        except OSError:
+            pass
+        self.proc.terminate()
+        try:
+            self.proc.wait(START_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def fcalls(rng, pool, limit, batch, ncalls):
+    rule = mpack.packb([list(limit)])
+    out = []
+    for _ in range(ncalls):
+        keys = rng.sample(pool, batch)
+        req = struct.pack(">H", 1) + b"".join(struct.pack(">IIH", j + 1, 1, 1)
+                                               for j in range(batch))
+        out.append(("FCALL", "rl_decide", 0, req, rule) + tuple(keys))
+    return out
+
+
+def measure():
+    rng = random.Random(1)
+    workdir = tempfile.mkdtemp(prefix="rl-redis-instr-")
+    srv = Server(workdir)
+    try:
+        srv.c.command("FUNCTION", "LOAD", "REPLACE", lua_scripts.library())
+        with open(NAIVE) as f:
+            naive = srv.c.command("SCRIPT", "LOAD", f.read()).decode()
+        npool = ["nv:{%012x}" % rng.getrandbits(48) for _ in range(POOL)]
+        out = {"naive": srv.per_decision(
+            [("EVALSHA", naive, 1, rng.choice(npool), 1000000, 1000000 / 3600)
+             for _ in range(CALLS_ONE)], CALLS_ONE)}
+        for name, algo, quota, period in LIMITS:
+            pool = ["{%s}%s" % (("%06x" % rng.getrandbits(24))[:4], "%08x" % rng.getrandbits(32))
+                    for _ in range(POOL)]
+            lim = (algo, quota, period, 0)
+            out["one per call, " + name] = srv.per_decision(
+                fcalls(rng, pool, lim, 1, CALLS_ONE), CALLS_ONE)
+            out["%d per call, %s" % (BATCH, name)] = srv.per_decision(
+                fcalls(rng, pool, lim, BATCH, CALLS_BATCH), BATCH * CALLS_BATCH)
+        return out
+    finally:
+        srv.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "redis-server"):
+        if shutil.which(tool) is None:
+            print("redis_instructions: %s is missing" % tool, file=sys.stderr)
+            return 2
+    try:
+        res = measure()
+    except (RespError, RuntimeError, OSError) as e:
+        print("redis_instructions: %s" % e, file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+        return 0
+    base = res["naive"]
+    print("Redis instructions per decision (callgrind), against the naive script")
+    for k, v in res.items():
+        print("  %-26s %8.0f  %.2fx" % (k, v, v / base))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
