@@ -233,6 +233,13 @@ class Demo:
         for rnd in range(1, ROUNDS + 1):
             parts = []
             for row, method, path, extra, want in PROBES:
+                # Each load request leaves its slot for a moment before the
+                # next takes it: a probe waits until the backend is busy
+                # again (above P2's 80%), so that a slow machine's gaps do
+                # not decide what the probe shows.
+                harness.wait_for(lambda: self.backend_busy() >= LOADERS - 1, 5,
+                                 "%d busy connections on backend app" % (LOADERS - 1),
+                                 interval=0.01)
                 r = self.request(row, method, path, PRO_KEY, extra)
                 prio = r.headers.get("X-RateLimit-Priority", "-")
                 reason = r.headers.get("X-RateLimit-Reason", "-")
