@@ -144,7 +144,7 @@ def redis_throughput(rows):
         series=[{"name": "decisions/s",
                  "bars": [_bar(rows[k], rps, r1["rps"] if r1 and k != "R1" else None)
                           for k in keys]}],
-        baseline=(r1["rps"], "R1: %s/s" % svg.si(r1["rps"])) if r1 else None)
+        baseline=(r1["rps"], "R1, the naive script: %s/s" % svg.si(r1["rps"])) if r1 else None)
 
 
 def redis_cost(rows, targets):
@@ -187,7 +187,7 @@ def redis_latency(rows):
     if not series:
         return None
     return dict(kind="percentile", title="Redis store: latency at a set rate (open loop)",
-                series=series, hlines=[(1000.0, "1 ms (R5's p99 target)")])
+                series=series, hlines=[(1000.0, "1 ms: R5's p99 target")])
 
 
 def haproxy_throughput(rows, targets):
@@ -206,7 +206,7 @@ def haproxy_throughput(rows, targets):
                  "bars": [_bar(rows[k], rps, f["rps"] if f and k != "F" else None,
                                f["rps"] * targets[k] if f and k in targets else None)
                           for k in keys]}],
-        baseline=(f["rps"], "F: %s/s" % svg.si(f["rps"])) if f else None)
+        baseline=(f["rps"], "F, the SPOE floor: %s/s" % svg.si(f["rps"])) if f else None)
 
 
 def render(spec, desc):

@@ -160,13 +160,16 @@ def bar_chart(title, desc, y_label, categories, series, baseline=None, height=40
     series: [{"name", "bars": [bar or None per category]}], a bar being
       {"median": v, "runs": [v, ...], "note": text above the value or None,
        "target": v or None (drawn as a dashed mark across the bar)}.
-    baseline: (value, label) drawn as a dashed line across the plot, or None.
+    baseline: (value, label) drawn as a dashed line across the plot and
+      labelled in the legend, or None.
     """
     legend = [(s["name"], "box", PALETTE[i % len(PALETTE)], None)
               for i, s in enumerate(series)] if len(series) > 1 else []
     legend.append(("one run", "dot", INK, None))
     if any(b and b.get("target") for s in series for b in s["bars"]):
         legend.append(("target", "mark", INK, "4 3"))
+    if baseline:
+        legend.append((baseline[1], "line", MUTED, "6 4"))
     doc = Doc(WIDTH, height, title, desc)
     pl, pr, pt, pb = LEFT, WIDTH - RIGHT, _frame(doc, title, legend), height - BOTTOM
     values = [0.0]
@@ -213,7 +216,10 @@ def bar_chart(title, desc, y_label, categories, series, baseline=None, height=40
             if b.get("target"):
                 doc.line(bx - 3, y(b["target"]), bx + bw + 3, y(b["target"]), width=2,
                          dash="4 3", class_="target")
-            ty = min(y(b["median"]), y(max(b["runs"] or [0]))) - 5
+            # on the bar, or on its target mark when that is just above it
+            ty = y(b["median"]) - 5
+            if b.get("target") and 0 <= y(b["median"]) - y(b["target"]) < 26:
+                ty = y(b["target"]) - 5
             doc.text(bx + bw / 2, ty, si(b["median"]), size=10, anchor="middle")
             if b.get("note"):
                 doc.text(bx + bw / 2, ty - 12, b["note"], size=10, anchor="middle",
@@ -221,7 +227,6 @@ def bar_chart(title, desc, y_label, categories, series, baseline=None, height=40
     if baseline:
         doc.line(pl, y(baseline[0]), pr, y(baseline[0]), stroke=MUTED, dash="6 4",
                  class_="baseline")
-        doc.text(pr - 2, y(baseline[0]) - 4, baseline[1], size=10, anchor="end", fill=MUTED)
     doc.line(pl, pb, pr, pb)
     doc.line(pl, pt, pl, pb)
     return doc.render()
@@ -242,10 +247,11 @@ def percentile_chart(title, desc, series, hlines=(), height=420):
     series: [{"name", "colour", "dash", "curves": [[(x, us), ...] per run],
               "median": index of the median run's curve}]; the median run is
       drawn bold with a dot at its last point (the maximum), the others thin.
-    hlines: [(us, label)] dashed reference lines.
+    hlines: [(us, label)] dashed reference lines, labelled in the legend.
     """
     doc = Doc(WIDTH, height, title, desc)
-    legend = [(s["name"], "line", s["colour"], s.get("dash")) for s in series]
+    legend = [(s["name"], "line", s["colour"], s.get("dash")) for s in series] + [
+        (label, "line", MUTED, "6 4") for _, label in hlines]
     pl, pr, pt, pb = LEFT, WIDTH - RIGHT, _frame(doc, title, legend), height - BOTTOM
     pts = [p for s in series for c in s["curves"] for p in c]
     vals = [max(v, 1.0) for _, v in pts] + [v for v, _ in hlines]
@@ -277,7 +283,6 @@ def percentile_chart(title, desc, series, hlines=(), height=420):
              "90, 99, 99.9, ...; a curve ends at its run's maximum", anchor="middle")
     for v, label in hlines:
         doc.line(pl, Y(v), pr, Y(v), stroke=MUTED, dash="6 4", class_="hline")
-        doc.text(pl + 4, Y(v) - 4, label, size=10, fill=MUTED)
     for s in series:
         for i, c in enumerate(s["curves"]):
             if i != s["median"]:

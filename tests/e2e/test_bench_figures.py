@@ -171,7 +171,7 @@ def test_bars_and_runs_stand_at_their_values():
 
         _, root = parse(os.path.join(d, "bench-figures", "haproxy-throughput.svg"))
         t = texts(root)
-        assert "0.95x" in t and "F: 20k/s" in t and "HTTP requests/s (wrk)" in t, t
+        assert "0.95x" in t and "F, the SPOE floor: 20k/s" in t and "HTTP requests/s (wrk)" in t, t
         assert len(with_class(root, "line", "target")) == 2
 
 
