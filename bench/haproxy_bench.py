@@ -36,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 
+import figures
 import redis_bench
 
 SPOE_CONF = os.path.join("spoe-conf", "ratelimit.conf")
@@ -572,6 +573,7 @@ def report(ctx, rows):
                          "%s's limit on this machine as much as anything else's."
                          % (key, name, v, name))
     L.append("")
+    L.extend(figures.links(getattr(ctx, "figures", None), "haproxy-throughput"))
 
     L.append("### How to read it")
     L.append("")

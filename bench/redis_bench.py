@@ -60,6 +60,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "tests", "e2e"))
 import lua_scripts  # noqa: E402  (agent/store/redis/ratelimit.lua)
 import cluster_bench  # noqa: E402  (bench/: the Redis Cluster rows' servers)
+import figures  # noqa: E402  (bench/: the report's pictures)
 from resp import Client, ProtocolError, RespError  # noqa: E402
 
 NAIVE_SCRIPT = os.path.join("bench", "naive_token_bucket.lua")
@@ -844,15 +845,16 @@ def run(ctx):
             ctx.problems.append("%s: skipped, R3 has no result" % key)
             continue
         rate = max(1, round(rows["R3"]["median"]["rps"] * share))
+        # with the whole latency histogram, for the figure
+        ogen = common + ["--keys", KEYS, "--rate", str(rate), "--histogram",
+                         "--duration", "%g" % ctx.duration]
         opened.append(agent_row(
             key, "open loop %.0f%%" % (100 * share),
             "agent -t 1, defaults (batched): open loop at %.0f%% of R3" % (100 * share),
-            high, common + ["--keys", KEYS, "--rate", str(rate),
-                            "--duration", "%g" % ctx.duration],
-            ctx.duration, open_loop=True))
+            high, ogen, ctx.duration, open_loop=True))
         # the same timetable without Redis: what the machine, the generator
         # and the SPOP path give at this rate by themselves
-        ngen = common + ["--keys", KEYS, "--rate", str(rate), "--duration", "%g" % ctx.duration]
+        ngen = ogen
         nkey = "N" + key[1:]
         rows[nkey] = {
             "key": nkey, "short": "in memory at %s's rate" % key, "open": True, "runs": [],
@@ -1223,6 +1225,7 @@ def report(ctx, rows):
         L.append("- " + v)
     if verdicts:
         L.append("")
+    L.extend(figures.links(getattr(ctx, "figures", None), "redis-throughput", "redis-cost"))
 
     L.append("### Latency at a set rate")
     L.append("")
@@ -1311,6 +1314,7 @@ def report(ctx, rows):
         L.append("- " + v)
     if verdicts:
         L.append("")
+    L.extend(figures.links(getattr(ctx, "figures", None), "redis-latency"))
 
     L.extend(cluster_section(ctx, rows))
 

@@ -124,6 +124,24 @@ static uint64_t hist_quantile(const struct hist *h, double q)
 	return h->max;
 }
 
+/* Writes the non-empty buckets as a JSON array of [highest value that falls
+ * in the bucket, count], lowest first: the whole distribution, from which a
+ * reader gets any quantile exactly as hist_quantile() would. */
+static void hist_print_json(FILE *f, const struct hist *h)
+{
+	const char *sep = "";
+	unsigned i;
+
+	fputc('[', f);
+	for (i = 0; i < HIST_BUCKETS; i++) {
+		if (!h->b[i])
+			continue;
+		fprintf(f, "%s[%" PRIu64 ",%" PRIu64 "]", sep, hist_upper(i), h->b[i]);
+		sep = ",";
+	}
+	fputc(']', f);
+}
+
 /* ---- options and shared run state ---------------------------------------- */
 
 struct bench_opts {
@@ -137,6 +155,7 @@ struct bench_opts {
 	double duration;
 	double rate;
 	int json;
+	int histogram;
 };
 
 static struct bench_opts opt = {
@@ -150,6 +169,7 @@ static struct bench_opts opt = {
 	.duration = 10.0,
 	.rate = 0.0,
 	.json = 0,
+	.histogram = 0,
 };
 
 static struct sockaddr_storage g_sa;
@@ -958,6 +978,9 @@ static void usage(FILE *out)
 		"  --keys K           distinct api_key values, round-robin (default 10000)\n"
 		"  --message NAME     SPOE message name (default check-rate)\n"
 		"  --json             print one JSON line on stdout (summary on stderr)\n"
+		"  --histogram        with --json, add \"hist_ns\": the latency histogram as\n"
+		"                     [[highest ns in the bucket, count], ...], non-empty\n"
+		"                     buckets, lowest first\n"
 		"  -h, --help\n"
 		"Exit status: 0 ok, 1 protocol or connection errors, 2 bad usage.\n");
 }
@@ -1059,7 +1082,7 @@ static int parse_addr(const char *s, struct sockaddr_storage *sa, socklen_t *len
 static int parse_opts(int argc, char **argv)
 {
 	enum { O_ADDR = 256, O_CONNS, O_THREADS, O_INFLIGHT, O_REQUESTS, O_DURATION,
-	       O_RATE, O_KEYS, O_MESSAGE, O_JSON };
+	       O_RATE, O_KEYS, O_MESSAGE, O_JSON, O_HISTOGRAM };
 	static const struct option longopts[] = {
 		{ "addr", required_argument, NULL, O_ADDR },
 		{ "conns", required_argument, NULL, O_CONNS },
@@ -1071,6 +1094,7 @@ static int parse_opts(int argc, char **argv)
 		{ "keys", required_argument, NULL, O_KEYS },
 		{ "message", required_argument, NULL, O_MESSAGE },
 		{ "json", no_argument, NULL, O_JSON },
+		{ "histogram", no_argument, NULL, O_HISTOGRAM },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1119,6 +1143,9 @@ static int parse_opts(int argc, char **argv)
 		case O_JSON:
 			opt.json = 1;
 			break;
+		case O_HISTOGRAM:
+			opt.histogram = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1133,6 +1160,10 @@ static int parse_opts(int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "spop-bench: unexpected argument '%s'\n", argv[optind]);
+		bad = 1;
+	}
+	if (opt.histogram && !opt.json) {
+		fprintf(stderr, "spop-bench: --histogram goes into the --json line; add --json\n");
 		bad = 1;
 	}
 	if (bad) {
@@ -1280,15 +1311,21 @@ int main(int argc, char **argv)
 	fprintf(out, "status    0: %" PRIu64 "  429: %" PRIu64 "  other: %" PRIu64
 		"  none: %" PRIu64 "\n", passed, limited, other, none);
 	fprintf(out, "errors    %" PRIu64 " (%" PRIu64 " requests unanswered)\n", errors, lost);
-	if (opt.json)
+	if (opt.json) {
 		printf("{\"requests\":%" PRIu64 ",\"seconds\":%.3f,\"rps\":%.1f,"
 		       "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,"
 		       "\"max_us\":%.1f,\"limited\":%" PRIu64 ",\"passed\":%" PRIu64
-		       ",\"errors\":%" PRIu64 ",\"lost\":%" PRIu64 "}\n",
+		       ",\"errors\":%" PRIu64 ",\"lost\":%" PRIu64,
 		       acks, secs, rps, hist_quantile(total, 0.50) / 1e3,
 		       hist_quantile(total, 0.90) / 1e3, hist_quantile(total, 0.99) / 1e3,
 		       hist_quantile(total, 0.999) / 1e3, total->max / 1e3, limited, passed,
 		       errors, lost);
+		if (opt.histogram) {
+			printf(",\"hist_ns\":");
+			hist_print_json(stdout, total);
+		}
+		printf("}\n");
+	}
 	fflush(stdout);
 	status = (errors > 0 || acks == 0) ? 1 : 0;
 

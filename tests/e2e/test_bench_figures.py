@@ -1,0 +1,260 @@
+"""The benchmark figures (bench/figures.py, bench/svg.py): drawn from fixed
+results, they are well-formed SVG with a title, a description, labelled axes,
+a bar per median and a dot per run at the right heights, the same bytes
+every time, linked from the report by relative paths; and the histogram
+spop-bench exports for them (--histogram) gives back its own percentiles."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+import harness
+
+sys.path.insert(0, os.path.join(harness.ROOT, "bench"))
+import figures  # noqa: E402
+import svg  # noqa: E402
+
+NS = {"s": "http://www.w3.org/2000/svg"}
+SOURCE = "`python3 bench/run.py --build build` (make bench), 2026-12-01 15:59 UTC, commit abc1234"
+
+
+def hist(points):
+    """A spop-bench histogram from {us: count}: buckets of 1 us."""
+    return [[int(us * 1000), c] for us, c in sorted(points.items())]
+
+
+def open_run(rps, spread):
+    """An open-loop run: 1000 answers between 10 us and 10 ms."""
+    h = hist({10: 500, 20: 400, 100 * spread: 90, 1000 * spread: 9, 10000: 1})
+    return {"rps": rps, "requests": 1000, "hist_ns": h, "max_us": 9800.0,
+            "p50_us": 10.0, "p90_us": 20.0, "p99_us": 100.0 * spread,
+            "p999_us": 1000.0 * spread}
+
+
+def memory_rows():
+    rows = []
+    for key, rps in (("base", [2177778, 2146188, 2094981]), ("mem1", [886336, 881934, 951623]),
+                     ("mem2", [991298, 916142, 818863]), ("low", [701146, 1078303, 1023078])):
+        runs = [{"rps": v} for v in rps]
+        rows.append({"key": key, "title": key, "open": False, "runs": runs,
+                     "median": sorted(runs, key=lambda r: r["rps"])[1]})
+    for key, rps in (("half", 443162), ("quarter", 221582)):
+        runs = [open_run(rps, s) for s in (1, 2, 3)]
+        rows.append({"key": key, "title": key, "open": True, "runs": runs, "median": runs[1]})
+    return rows
+
+
+def redis_rows():
+    rows = {}
+    for key, rps, usec, cpu in (("R1", 75688, 11.6, 12.8), ("R2", 74234, 11.9, 12.6),
+                                ("R3", 169633, 4.0, 4.6), ("C3", 151143, 6.0, 6.0)):
+        runs = [{"rps": rps * f, "usec_per_decision": usec * f, "cpu_per_decision": cpu * f}
+                for f in (0.9, 1.0, 1.1)]
+        rows[key] = {"key": key, "runs": runs, "median": runs[1], "open": False}
+    for key, rps in (("R5", 84814), ("N5", 84816), ("R6", 42407), ("N6", 42408)):
+        runs = [open_run(rps, s) for s in (1, 2)]
+        rows[key] = {"key": key, "runs": runs, "median": runs[0], "open": True}
+    rows["R2w"] = {"key": "R2w", "runs": [], "open": False}  # every run failed
+    return rows
+
+
+def haproxy_rows():
+    rows = {}
+    for key, rps in (("H", 30000), ("F", 20000), ("M", 19000), ("R", 16000)):
+        runs = [{"rps": rps + d} for d in (-500, 0, 300)]
+        rows[key] = {"key": key, "runs": runs, "median": runs[1]}
+    return rows
+
+
+def draw(folder, report="BENCHMARKS.md"):
+    return figures.draw(os.path.join(folder, report), SOURCE, memory_rows(), redis_rows(),
+                        haproxy_rows(), {"R2": 1.0, "R3": 0.4, "R2w": 1.0, "R3w": 0.4},
+                        {"M": 0.95, "R": 0.8})
+
+
+def parse(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    root = ET.fromstring(text)
+    assert root.tag == "{%s}svg" % NS["s"], root.tag
+    return text, root
+
+
+def texts(root):
+    return [t.text for t in root.iter("{%s}text" % NS["s"])]
+
+
+def with_class(root, tag, cls):
+    return [e for e in root.iter("{%s}%s" % (NS["s"], tag)) if e.get("class") == cls]
+
+
+def test_figures_are_written_under_stable_names_and_linked():
+    with tempfile.TemporaryDirectory() as d:
+        figs = draw(d)
+        assert sorted(figs) == sorted(figures.FIGURES), figs
+        assert sorted(os.listdir(os.path.join(d, "bench-figures"))) == sorted(
+            n + ".svg" for n in figures.FIGURES)
+        for name, (path, title) in figs.items():
+            assert path == "bench-figures/%s.svg" % name, path
+            text, root = parse(os.path.join(d, path))
+            assert root.find("s:title", NS).text == title
+            desc = root.find("s:desc", NS).text
+            assert "python3 bench/run.py --build build" in desc and "2026-12-01" in desc, desc
+            assert len(text) < 40000, (name, len(text))
+        lines = figures.links(figs, "redis-throughput", "no-such-figure", "redis-cost")
+        assert lines == ["![%s](bench-figures/redis-throughput.svg)"
+                         % figs["redis-throughput"][1], "",
+                         "![%s](bench-figures/redis-cost.svg)" % figs["redis-cost"][1], ""]
+        # another report in the same folder keeps figures of its own
+        other = figures.draw(os.path.join(d, "BENCHMARKS-quick.md"), SOURCE, memory_rows(),
+                             None, None)
+        assert sorted(other) == ["memory-latency", "memory-throughput"], other
+        assert other["memory-latency"][0] == "BENCHMARKS-quick-figures/memory-latency.svg"
+
+
+def test_same_input_same_bytes_and_stale_figures_removed():
+    with tempfile.TemporaryDirectory() as d:
+        draw(d)
+        folder = os.path.join(d, "bench-figures")
+        first = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)}
+        draw(d)
+        again = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)}
+        assert first == again
+        # a run without Redis and HAProxy leaves no figure of them behind
+        figs = figures.draw(os.path.join(d, "BENCHMARKS.md"), SOURCE, memory_rows(), {}, None)
+        assert sorted(os.listdir(folder)) == ["memory-latency.svg", "memory-throughput.svg"]
+        assert sorted(figs) == ["memory-latency", "memory-throughput"]
+
+
+def bar_scale(root):
+    """(value -> y) of a bar chart, from two of its y tick labels and grid lines."""
+    grid = [e for e in root.iter("{%s}line" % NS["s"]) if e.get("stroke") == svg.GRID]
+    ys = sorted({float(e.get("y1")) for e in grid}, reverse=True)
+    labels = [t for t in root.iter("{%s}text" % NS["s"]) if t.get("text-anchor") == "end"
+              and t.get("fill") == svg.MUTED]
+    assert labels[0].text == "0", labels[0].text
+    return ys[0], ys[1], labels[1].text
+
+
+def test_bars_and_runs_stand_at_their_values():
+    with tempfile.TemporaryDirectory() as d:
+        draw(d)
+        _, root = parse(os.path.join(d, "bench-figures", "memory-throughput.svg"))
+        bars = with_class(root, "rect", "bar")
+        runs = with_class(root, "circle", "run")
+        # the closed-loop rows only (an open loop's rate is the one it was given)
+        assert len(bars) == 4 and len(runs) == 12, (len(bars), len(runs))
+        y0, y1, label = bar_scale(root)
+        unit = {"k": 1e3, "M": 1e6}[label[-1]] * float(label[:-1])
+        val = lambda y: (y0 - y) / (y0 - y1) * unit
+        rows = memory_rows()
+        for bar, row in zip(bars, rows):
+            assert abs(val(float(bar.get("y"))) - row["median"]["rps"]) < 0.002 * unit
+        for dot, run in zip(runs, [r for row in rows[:4] for r in row["runs"]]):
+            assert abs(val(float(dot.get("cy"))) - run["rps"]) < 0.002 * unit
+        t = texts(root)
+        assert "answers/s (NOTIFYs acknowledged)" in t, t
+        assert "0.41x" in t and "886k" in t and "baseline (1): 2.15M/s" in t, t
+        bold = [e.text for e in root.iter("{%s}text" % NS["s"]) if e.get("font-weight")]
+        assert bold[1:] == ["1", "2", "3", "4"], bold
+
+        _, root = parse(os.path.join(d, "bench-figures", "redis-cost.svg"))
+        # two measures per row, R2w without a run, targets on R2 and R3
+        assert len(with_class(root, "rect", "bar")) == 8
+        assert len(with_class(root, "line", "target")) == 2
+        assert texts(root).count("no run") == 2
+        assert "Redis \u00b5s per decision" in texts(root)
+
+        _, root = parse(os.path.join(d, "bench-figures", "haproxy-throughput.svg"))
+        t = texts(root)
+        assert "0.95x" in t and "F, the SPOE floor: 20k/s" in t and "HTTP requests/s (wrk)" in t, t
+        assert len(with_class(root, "line", "target")) == 2
+
+
+def test_quantile_and_curve():
+    h = hist({10: 500, 20: 400, 100: 90, 1000: 9, 10000: 1})
+    assert figures.quantile(h, 0.5, 9800.0) == 10.0
+    assert figures.quantile(h, 0.9, 9800.0) == 20.0
+    assert figures.quantile(h, 0.99, 9800.0) == 100.0
+    assert figures.quantile(h, 0.999, 9800.0) == 1000.0
+    # the top bucket's bound is above the maximum: the maximum it is
+    assert figures.quantile(h, 1.0, 9800.0) == 9800.0
+    c = figures.latency_curve(open_run(1, 1))
+    assert len(c) == figures.CURVE_SAMPLES + 1
+    assert c[0] == (0.0, 10.0) and c[-1] == (3.0, 9800.0), (c[0], c[-1])
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(c, c[1:]))
+    # without a histogram: through the percentiles spop-bench prints
+    r = {"requests": 100000, "p50_us": 50.0, "p90_us": 90.0, "p99_us": 300.0,
+         "p999_us": 900.0, "max_us": 2000.0}
+    assert figures.latency_curve(r) == [(math.log10(2), 50.0), (1.0, 90.0), (2.0, 300.0),
+                                        (3.0, 900.0), (5.0, 2000.0)]
+
+
+def test_latency_figure_has_every_run_and_axes():
+    with tempfile.TemporaryDirectory() as d:
+        draw(d)
+        _, root = parse(os.path.join(d, "bench-figures", "redis-latency.svg"))
+        assert len(with_class(root, "path", "median")) == 4
+        assert len(with_class(root, "path", "run")) == 4
+        assert len(with_class(root, "line", "hline")) == 1
+        t = texts(root)
+        for label in ("latency (log scale)", "50", "90", "99", "99.9", "10 \u00b5s", "1 ms",
+                      "10 ms", "R5: Redis, 84.8k/s", "N6: in memory, same timetable, 42.4k/s"):
+            assert label in t, (label, t)
+        # higher percentiles never lower: y (downwards) never grows along a curve
+        for p in with_class(root, "path", "median"):
+            ys = [float(c.split()[1]) for c in p.get("d")[1:].split(" L")]
+            assert all(b <= a for a, b in zip(ys, ys[1:])), ys
+
+
+def test_svg_helpers():
+    assert [svg.si(v) for v in (0, 12.63, 886336, 2146188, 999700, 1e9)] == [
+        "0", "12.6", "886k", "2.15M", "1M", "1G"]
+    assert svg.linear_ticks(2.5e6) == [0, 5e5, 1e6, 1.5e6, 2e6, 2.5e6]
+    assert svg.linear_ticks(12) == [0, 2.5, 5, 7.5, 10, 12.5]
+    assert svg.linear_ticks(13) == [0, 5, 10, 15]
+    assert [svg.duration_us(v) for v in (20, 1000, 2500, 3e6)] == [
+        "20 \u00b5s", "1 ms", "2.5 ms", "3 s"]
+    assert [svg.nines_label(x) for x in (0, math.log10(2), 1, 3, 5)] == [
+        "0", "50", "90", "99.9", "99.999"]
+    assert svg.num(-0.04) == "0" and svg.num(2.0) == "2" and svg.num(2.25) == "2.2"
+    # text is escaped
+    out = svg.bar_chart("a < b & c", "d", "e", [("x", [])],
+                        [{"name": "n", "bars": [{"median": 1, "runs": [1]}]}])
+    ET.fromstring(out)
+    assert "a &lt; b &amp; c" in out
+
+
+def spop_bench(*args):
+    return subprocess.run([os.path.join(harness.BUILD, "spop-bench")] + list(args),
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_spop_bench_histogram_gives_its_percentiles(h):
+    a = h.agent("--limit", "1000000/1h")
+    addr = "127.0.0.1:%d" % a.port
+    r = spop_bench("--addr", addr, "--requests", "3000", "--rate", "20000", "--json",
+                   "--histogram")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    hs = res["hist_ns"]
+    assert sum(c for _, c in hs) == res["requests"] == 3000, res["requests"]
+    assert all(c > 0 for _, c in hs)
+    assert all(a[0] < b[0] for a, b in zip(hs, hs[1:])), "buckets not in order"
+    assert hs[-1][0] >= res["max_us"] * 1000 - 100, (hs[-1], res["max_us"])
+    for q, key in ((0.5, "p50_us"), (0.9, "p90_us"), (0.99, "p99_us"), (0.999, "p999_us")):
+        assert "%.1f" % figures.quantile(hs, q, res["max_us"]) == "%.1f" % res[key], (key, res)
+    # without the flag the line is what it was
+    r = spop_bench("--addr", addr, "--requests", "500", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "hist_ns" not in json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_spop_bench_histogram_needs_json():
+    r = spop_bench("--addr", "127.0.0.1:1", "--histogram")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--histogram" in r.stderr and "--json" in r.stderr, r.stderr
