@@ -66,8 +66,8 @@ struct limit_result {
 };
 
 /* more_us, the RateLimit field's `t` (draft-ietf-httpapi-ratelimit-headers
- * -10: "the number of seconds until additional quota ... is made
- * available"): the time until the limit would take a request of cost
+ * -10: the seconds until the policy makes more quota available, no longer
+ * until it resets): the time until the limit would take a request of cost
  * remaining + 1, where remaining is the result's (0 when refused). So:
  *   token bucket    until the next whole token (when the bucket is empty,
  *                   the token that lets a request of cost 1 pass)

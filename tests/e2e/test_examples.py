@@ -101,14 +101,18 @@ class Bucket:
         assert r.headers.get("RateLimit-Policy") == self.policy, r
         m = re.fullmatch(r'"([^"]+)";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
         assert m and m.group(1) == self.name, r
-        remaining, reset = int(m.group(2)), int(m.group(3))
+        remaining, t = int(m.group(2)), int(m.group(3))
         lo = self.quota - self.used
         hi = min(self.quota, lo + elapsed_us // self.per_us)
         assert lo <= remaining <= hi, (r, lo, hi)
-        debt = self.used * self.per_us  # refill time missing at the start
-        t_hi = -(-debt // 1000000)
-        t_lo = max(0, -(-(debt - elapsed_us) // 1000000))
-        assert t_lo <= reset <= t_hi, (r, t_lo, t_hi)
+        # t (draft -10): until the next token, never more than one token's
+        # time whatever was taken (the time until full grows with it);
+        # with no token back yet, one token's time less what has passed
+        t_hi = -(-self.per_us // 1000000)
+        t_lo = 1
+        if remaining == lo:
+            t_lo = max(1, -(-(self.per_us - elapsed_us) // 1000000))
+        assert t_lo <= t <= t_hi, (r, t_lo, t_hi)
         if status == 200:
             assert r.body == b"ok\n", r
             assert r.headers.get("Retry-After") is None, r
@@ -116,6 +120,8 @@ class Bucket:
             retry = int(r.headers.get("Retry-After", "-1"))
             assert -(-(self.per_us - elapsed_us) // 1000000) <= retry <= \
                 -(-self.per_us // 1000000), (r, elapsed_us)
+            # a request of weight 1 passes when the next token comes
+            assert retry == t, r
             assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry}, r
         return r
 
@@ -437,3 +443,4 @@ def test_shedding(h):
     assert all(r.headers.get("X-RL-Priority") == "0" for r in results), results
     assert backend.count == 4 + 10 + 3 + 2 + 1 + 1, backend.count
     assert_log_clean(agent)
+
