@@ -6,6 +6,7 @@ examples/:
     tiers-map.cfg   spoe-conf/ratelimit-tiers.conf     examples/rules-tiers.yaml
     jwt.cfg         spoe-conf/ratelimit-jwt.conf       examples/rules-tiers.yaml
     shedding.cfg    spoe-conf/ratelimit-shedding.conf  examples/rules-shedding.yaml
+    problem-json.cfg  spoe-conf/ratelimit-shedding.conf  examples/rules-problem-json.yaml
 """
 
 import base64
@@ -13,6 +14,7 @@ import hashlib
 import hmac
 import http.server
 import json
+import math
 import os
 import re
 import subprocess
@@ -444,3 +446,73 @@ def test_shedding(h):
     assert backend.count == 4 + 10 + 3 + 2 + 1 + 1, backend.count
     assert_log_clean(agent)
 
+
+# ---- problem-json.cfg --------------------------------------------------------------------
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+
+def test_problem_json(h):
+    """429 and 503 as problem details (RFC 9457) of the types of
+    draft-ietf-httpapi-ratelimit-headers-10, through the real haproxy: the
+    bodies parse as JSON and carry the retry time of Retry-After; the
+    RateLimit header's t is the next token's time (5/1m: 12 s)."""
+    backend = HoldingBackend()
+    h.backends.append(backend)  # stopped by the harness whatever happens
+    # One connection for the application: one held request is a load of
+    # 100%, over every threshold.
+    agent, backend, hp = start(h, "problem-json.cfg", "ratelimit-shedding.conf",
+                               "rules-problem-json.yaml", backend=backend,
+                               env={"RL_APP_MAXCONN": "1"})
+    key = {"X-Api-Key": "problem"}
+    t0 = time.monotonic()
+    for remaining in (4, 3, 2, 1, 0):
+        r = http_get(hp.port, "/", headers=key)
+        late = math.ceil(time.monotonic() - t0)
+        assert r.status == 200 and r.body == b"ok\n", r
+        assert r.headers.get("RateLimit-Policy") == '"default";q=5;w=60', r
+        m = re.fullmatch(r'"default";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
+        assert m and int(m.group(1)) == remaining, r
+        assert 12 - late <= int(m.group(2)) <= 12, (r, late)
+        # the one connection free again before the next request, which
+        # would be shed otherwise
+        wait_for(lambda: app_busy(hp) == 0, 5, "be_conn(app) back to 0")
+    r = http_get(hp.port, "/", headers=key)
+    late = math.ceil(time.monotonic() - t0)
+    assert r.status == 429, r
+    assert r.headers.get("Content-Type") == "application/problem+json", r
+    retry = int(r.headers.get("Retry-After", "-1"))
+    assert 12 - late <= retry <= 12, (r, late)
+    # the next token is when a request passes again: t is Retry-After
+    assert r.headers.get("RateLimit") == '"default";r=0;t=%d' % retry, r
+    assert json.loads(r.body) == {
+        "type": QUOTA_EXCEEDED, "title": "Quota Exceeded", "status": 429,
+        "detail": 'Too many requests under policy "default"; retry after %d s' % retry,
+        "violated-policies": ["default"], "retry_after": retry}, r
+    assert backend.count == 5, backend.count
+
+    # 503: a payment (P0, never shed) holds the one connection; a read
+    # (P2) is shed.
+    held = []
+    t = threading.Thread(target=lambda: held.append(http_get(
+        hp.port, "/api/payments/slow", method="POST",
+        headers={"X-Hold": "1", "Content-Length": "0"}, timeout=20)), daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: backend.held == 1, 5, "the payment held by the backend")
+        wait_for(lambda: app_busy(hp) == 1, 5, "be_conn(app) == 1")
+        r = http_get(hp.port, "/", headers={"X-Api-Key": "other"})
+        assert r.status == 503, r
+        assert r.headers.get("Content-Type") == "application/problem+json", r
+        assert r.headers.get("Retry-After") == "2", r
+        assert json.loads(r.body) == {
+            "type": REDUCED_CAPACITY, "title": "Temporary Reduced Capacity", "status": 503,
+            "detail": "Capacity is reduced for now (shed); retry after 2 s",
+            "retry_after": 2}, r
+    finally:
+        backend.release()
+    t.join(20)
+    assert len(held) == 1 and held[0].status == 200, held
+    assert backend.count == 6, backend.count
+    assert_log_clean(agent)
