@@ -136,9 +136,11 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 				d->retry_after = 1;
 		}
 	}
+	/* The field's t is the time until more quota (draft -10), not the
+	 * reset (until full) that txn.rl.reset carries. */
 	n = rlheader_ratelimit_named(d->ratelimit, sizeof(d->ratelimit),
 				     q->rule->pname_sf[decider], q->rule->pname_sf_len[decider],
-				     (uint64_t)d->remaining, d->reset);
+				     (uint64_t)d->remaining, limit_ceil_s(r->more_us));
 	/* on overflow the value is "", and no variable is sent */
 	d->ratelimit_len = n > 0 ? (uint16_t)n : 0;
 	shadow_shed(q, d);

@@ -128,6 +128,13 @@ static int64_t ttl_of_reset(int64_t reset_us)
 	return reset_us < 1 ? 1 : reset_us;
 }
 
+/* A token bucket's more_us (limit.h) from the ticks until the level it
+ * needs: rounded up, 0 when it is there already. */
+static int64_t bucket_more(i128 ticks, i128 n)
+{
+	return ticks > 0 ? sat64(div_ceil(ticks, n)) : 0;
+}
+
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
  * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
@@ -142,6 +149,9 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 	i128 room = v->cap * v->p;
 
 	*next = *st;
+	/* Refused, remaining is 0: one token is there once
+	 * tat - t * quota <= (cap - 1) * P. */
+	res->more_us = bucket_more((d > 0 ? d : 0) + v->p - room, v->n);
 	if ((i128)cost > v->cap) {
 		/* It can never pass, however long the client waits: refuse it
 		 * and point at the period rather than at a moment when it
@@ -165,6 +175,10 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 	res->allowed = true;
 	res->remaining = sat_u64(div_floor(room - rel, v->p));
 	res->reset_us = sat64(div_ceil(rel, v->n));
+	/* The next whole token: once tat' - t * quota <= room - (remaining + 1)
+	 * * P. None comes to a full bucket (rel 0, a look at a fresh key). */
+	res->more_us = rel > 0 ? bucket_more(rel + (i128)(res->remaining + 1) * v->p - room, v->n)
+			       : 0;
 	{
 		/* tat' = now * quota + rel, and now * quota is a whole
 		 * number of microseconds. */
@@ -208,10 +222,13 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 	    __builtin_add_overflow(d > 0 ? d : 0, x, &rel) || __builtin_mul_overflow(cap, p, &room))
 		return false;
 	if ((int64_t)cost > cap || rel > room) {
-		/* Refused (see eval_bucket128); d > 0 when rel > room. */
+		/* Refused (see eval_bucket128); d > 0 when rel > room. The
+		 * ticks to one token, d - room + P, cannot overflow: room >= P. */
 		res->allowed = false;
 		res->retry_after_us = (int64_t)cost > cap ? p : (rel - room - 1) / n + 1;
 		res->reset_us = d > 0 ? (d - 1) / n + 1 : 0;
+		x = d > 0 ? d - room + p : 0;
+		res->more_us = x > 0 ? (x - 1) / n + 1 : 0;
 		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		*next = *st;
 		return true;
@@ -221,8 +238,12 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 	if (__builtin_add_overflow(now, q, &a))
 		return false;
 	res->allowed = true;
-	res->remaining = (uint64_t)((room - rel) / p);
+	x = room - rel;
+	res->remaining = (uint64_t)(x / p);
 	res->reset_us = q + (rel % n != 0);
+	/* the next whole token (see eval_bucket128): P - x % P ticks away,
+	 * rounded up (P + n < 2^63: their product is under 2^63) */
+	res->more_us = rel > 0 ? (p - x % p + n - 1) / n : 0;
 	res->next_ttl_us = ttl_of_reset(res->reset_us);
 	next->a = a;
 	next->b = rel - q * n;
@@ -281,11 +302,17 @@ static void eval_fixed(const struct norm *v, const struct limit_state *st, int64
 		/* The next window is empty, so it takes any cost <= quota. */
 		res->retry_after_us = sat64((i128)cost > v->n ? v->p : end);
 		res->reset_us = cur > 0 ? sat64(end) : 0;
+		/* a request of cost 1 passes now when a heavier one was
+		 * refused, else in the next window */
+		res->more_us = cur < v->n ? 0 : sat64(end);
 		return;
 	}
 	res->allowed = true;
 	res->remaining = sat_u64(v->n - cur - cost);
 	res->reset_us = cur + cost > 0 ? sat64(end) : 0;
+	/* what is left of this window is `remaining`: more comes with the
+	 * next window, unless nothing is counted */
+	res->more_us = res->reset_us;
 	if (cost > 0)
 		set_window_state(next, w, cur + cost, 0);
 }
@@ -295,12 +322,12 @@ static void eval_fixed(const struct norm *v, const struct limit_state *st, int64
  * estimate + cost <= quota, compared exactly as
  * prev * (P - e) + (cur + cost) * P <= quota * P. */
 static i128 sliding_retry(const struct norm *v, i128 w, i128 cur, i128 prev, int64_t now,
-			  uint32_t cost)
+			  i128 cost)
 {
 	i128 n = v->n, p = v->p;
 	i128 e;
 
-	if ((i128)cost > n)
+	if (cost > n)
 		return p;
 	/* Still in this window, as the previous window's weight fades:
 	 * prev * (t - w) >= P * (prev + cur + cost - quota). */
@@ -314,6 +341,20 @@ static i128 sliding_retry(const struct norm *v, i128 w, i128 cur, i128 prev, int
 		return w + p + e - now;
 	/* Once cur has faded out completely. */
 	return w + 2 * p - now;
+}
+
+/* more_us (limit.h) of a sliding window: the time until a request of
+ * cost k passes, 0 when it passes now or never can (k over the quota: the
+ * limit is empty, remaining is the quota). */
+static int64_t sliding_more(const struct norm *v, i128 w, i128 cur, i128 prev, int64_t now,
+			    i128 k)
+{
+	i128 t;
+
+	if (k > v->n || prev * (w + v->p - now) + (cur + k) * v->p <= v->n * v->p)
+		return 0;
+	t = sliding_retry(v, w, cur, prev, now, k);
+	return t > 0 ? sat64(t) : 0;
 }
 
 static void eval_sliding(const struct norm *v, const struct limit_state *st, int64_t now,
@@ -331,6 +372,7 @@ static void eval_sliding(const struct norm *v, const struct limit_state *st, int
 			res->reset_us = sat64(w + 2 * v->p - now);
 		else
 			res->reset_us = prev > 0 ? sat64(w + v->p - now) : 0;
+		res->more_us = sliding_more(v, w, cur, prev, now, 1);
 		return;
 	}
 	res->allowed = true;
@@ -342,6 +384,7 @@ static void eval_sliding(const struct norm *v, const struct limit_state *st, int
 		res->reset_us = sat64(w + 2 * v->p - now);
 	else
 		res->reset_us = prev > 0 ? sat64(w + v->p - now) : 0;
+	res->more_us = sliding_more(v, w, cur, prev, now, (i128)res->remaining + 1);
 	if (cost > 0)
 		set_window_state(next, w, cur, prev);
 }
@@ -375,6 +418,19 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 	}
 	if (res->reset_us < 0)
 		res->reset_us = 0;
+}
+
+int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64_t remaining,
+			     int64_t reset_us)
+{
+	struct norm v = normalize(spec);
+	i128 r = allowed ? (i128)remaining : 0, t;
+
+	if (r >= v.cap)
+		return 0; /* full: no more to come */
+	/* reset - (cap - r - 1) * P / quota, rounded up: reset is whole */
+	t = (i128)reset_us - div_floor((v.cap - r - 1) * v.p, v.n);
+	return t > 0 ? sat64(t) : 0;
 }
 
 int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st,

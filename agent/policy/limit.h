@@ -61,8 +61,25 @@ struct limit_result {
 	uint64_t remaining;    /* requests left after this one (0 if refused) */
 	int64_t retry_after_us;/* > 0 when refused: when it would be allowed */
 	int64_t reset_us;      /* time until the limit is full again */
+	int64_t more_us;       /* time until more quota: see below */
 	int64_t next_ttl_us;   /* limit_ttl_us() of the state that follows */
 };
+
+/* more_us, the RateLimit field's `t` (draft-ietf-httpapi-ratelimit-headers
+ * -10: the seconds until the policy makes more quota available, no longer
+ * until it resets): the time until the limit would take a request of cost
+ * remaining + 1, where remaining is the result's (0 when refused). So:
+ *   token bucket    until the next whole token (when the bucket is empty,
+ *                   the token that lets a request of cost 1 pass)
+ *   fixed window    until the window ends (more quota comes only then)
+ *   sliding window  until the estimate has faded enough to let one more
+ *                   request in
+ * 0 when that never happens because the limit is full (remaining is its
+ * capacity: nothing counted), and 0 when refused while a request of cost
+ * 1 would pass now (a heavier request was refused). When the refused
+ * request can pass at all, it is no later than retry_after_us, as the
+ * draft asks of Retry-After next to the field. Rounded up like the other
+ * times: waiting that long is enough. */
 
 /* Parses "N/P" notation into *out: N a positive integer (at most
  * LIMIT_QUOTA_MAX), P a duration such as 500ms, 1s, 10s, 1m, 1h, 1d, or a
@@ -94,6 +111,15 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		int64_t now_us, uint32_t cost, struct limit_state *next,
 		struct limit_result *res);
 
+/* A token bucket's more_us from the figures of its result, for a store
+ * that hands back remaining and reset_us but not more_us (the Redis
+ * library): the bucket takes remaining + 1 once it has refilled for
+ * reset_us - (capacity - remaining - 1) * P / quota. reset_us is rounded
+ * up, so the value is limit_eval()'s or at most 1 us more: never short.
+ * remaining is taken as 0 when refused. */
+int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64_t remaining,
+			     int64_t reset_us);
+
 /* Time after which a key in state *st at now_us is indistinguishable from a
  * fresh one (its TTL), in microseconds, >= 1: token bucket TAT - now; fixed
  * window the end of the state's window; sliding window the end of the
@@ -102,12 +128,14 @@ int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st
 		     int64_t now_us);
 
 /* Microseconds rounded up to whole seconds, at least 1 when us > 0, 0 when
- * us <= 0. Inline: every decision rounds its reset time. */
+ * us <= 0. Inline: every decision rounds its reset time and the RateLimit
+ * field's t. Unsigned, us + 999999 cannot overflow and the division by a
+ * constant is a multiplication without sign fix-ups. */
 static inline int64_t limit_ceil_s(int64_t us)
 {
 	if (us <= 0)
 		return 0;
-	return us / LIMIT_US_PER_S + (us % LIMIT_US_PER_S != 0);
+	return (int64_t)(((uint64_t)us + (LIMIT_US_PER_S - 1)) / (uint64_t)LIMIT_US_PER_S);
 }
 
 #endif

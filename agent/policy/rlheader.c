@@ -7,7 +7,10 @@
  *   whole seconds, optional, non-zero).
  *   RateLimit item parameters: r (remaining, required), t (seconds until
  *   more quota is available, optional).
- * So w is left out when window_s <= 0 and t when reset_s < 0. sf-integers
+ * So w is left out when window_s <= 0 and t when more_s < 0. Under -10, t
+ * is no longer the time until the quota resets (-09 and before) but until
+ * the policy makes more quota available: limit.h says what that is for
+ * each algorithm. sf-integers
  * have at most 15 digits: larger figures are capped at 999999999999999 so
  * the field stays valid. List members are joined with ", " as RFC 9651
  * serializes them.
@@ -183,22 +186,22 @@ int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 	return finish(&o, 0);
 }
 
-static void ratelimit_params(struct sfbuf *o, uint64_t remaining, int64_t reset_s)
+static void ratelimit_params(struct sfbuf *o, uint64_t remaining, int64_t more_s)
 {
 	put_param(o, 'r', remaining);
-	if (reset_s >= 0)
-		put_param(o, 't', (uint64_t)reset_s);
+	if (more_s >= 0)
+		put_param(o, 't', (uint64_t)more_s);
 }
 
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
-		       int64_t reset_s)
+		       int64_t more_s)
 {
 	struct sfbuf o = {buf, cap, 0, 0};
 
 	if (!buf || cap == 0)
 		return -1;
 	put_sf_string(&o, name);
-	ratelimit_params(&o, remaining, reset_s);
+	ratelimit_params(&o, remaining, more_s);
 	return finish(&o, 0);
 }
 
@@ -213,7 +216,7 @@ int rlheader_name(char *buf, size_t cap, const char *name)
 }
 
 int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t name_len,
-			     uint64_t remaining, int64_t reset_s)
+			     uint64_t remaining, int64_t more_s)
 {
 	struct sfbuf o = {buf, cap, 0, 0};
 	char *p;
@@ -225,13 +228,13 @@ int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t 
 		 * without a check per piece. */
 		memcpy(buf, sf_name, name_len);
 		p = param_at(buf + name_len, 'r', remaining);
-		if (reset_s >= 0)
-			p = param_at(p, 't', (uint64_t)reset_s);
+		if (more_s >= 0)
+			p = param_at(p, 't', (uint64_t)more_s);
 		*p = '\0';
 		return (int)(p - buf);
 	}
 	put(&o, sf_name, name_len);
-	ratelimit_params(&o, remaining, reset_s);
+	ratelimit_params(&o, remaining, more_s);
 	return finish(&o, 0);
 }
 

@@ -15,12 +15,14 @@
 
 /* Each returns the length written (NUL-terminated, never over cap - 1), or
  * -1 when it did not fit (buf then holds an empty string). The optional
- * parameters are left out when window_s <= 0 (w) or reset_s < 0 (t);
+ * parameters are left out when window_s <= 0 (w) or more_s < 0 (t: the
+ * seconds until more quota becomes available, not until the limit is
+ * full again);
  * figures over 999999999999999 (the sf-integer maximum) are capped. */
 int rlheader_policy(char *buf, size_t cap, const char *name, uint64_t quota,
 		    int64_t window_s);
 int rlheader_ratelimit(char *buf, size_t cap, const char *name, uint64_t remaining,
-		       int64_t reset_s);
+		       int64_t more_s);
 
 /* A name as both fields quote it: an sf-string, escaped (at most
  * RLHEADER_NAME_MAX(strlen(name)) bytes with its NUL). Rendered once, it
@@ -32,7 +34,7 @@ int rlheader_name(char *buf, size_t cap, const char *name);
 /* rlheader_ratelimit() for a name rendered by rlheader_name() (name_len
  * bytes): the same value, byte for byte. */
 int rlheader_ratelimit_named(char *buf, size_t cap, const char *sf_name, size_t name_len,
-			     uint64_t remaining, int64_t reset_s);
+			     uint64_t remaining, int64_t more_s);
 
 /* Appends ", " plus an item formatted as above to a list in buf (for several
  * policies in one field; no separator when buf is empty). Returns the

@@ -304,18 +304,33 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 /* ---- replies ------------------------------------------------------------------ */
 
 /* Fills res[] from one request's [remaining, retry_after_us, reset_us] per
- * limit. Returns 0 or -1. */
+ * limit. Returns 0 or -1.
+ *
+ * more_us (limit.h), the RateLimit field's t, costs Redis nothing more: a
+ * token bucket's follows from its figures (limit_bucket_more_us); a
+ * window's cannot (a sliding window's depends on the counts), so the
+ * library sends minus it in the slot a window's result leaves unused:
+ * retry_after_us when the limit allows, remaining when it refuses. */
 static int result_from(const struct redis_query *r, int64_t allowed, const int64_t *vals,
 		       size_t nvals, struct limit_result *res)
 {
 	if (nvals != 3 * r->q.nlimits)
 		return -1;
 	for (size_t i = 0; i < r->q.nlimits; i++) {
-		res[i].limit = r->q.limits[i].quota;
-		res[i].remaining = vals[3 * i] > 0 ? (uint64_t)vals[3 * i] : 0;
-		res[i].retry_after_us = vals[3 * i + 1];
+		const struct limit_spec *l = &r->q.limits[i];
+		int64_t rem = vals[3 * i], retry = vals[3 * i + 1], more;
+
+		res[i].limit = l->quota;
+		res[i].allowed = allowed ? true : retry <= 0;
+		res[i].remaining = rem > 0 ? (uint64_t)rem : 0;
+		res[i].retry_after_us = retry > 0 ? retry : 0;
 		res[i].reset_us = vals[3 * i + 2];
-		res[i].allowed = allowed ? true : res[i].retry_after_us <= 0;
+		if (l->algo == LIMIT_TOKEN_BUCKET)
+			more = limit_bucket_more_us(l, res[i].allowed, res[i].remaining,
+						    res[i].reset_us);
+		else
+			more = -(retry <= 0 ? retry : rem);
+		res[i].more_us = more > 0 ? more : 0;
 	}
 	return 0;
 }

@@ -60,6 +60,7 @@ struct refusal {
 	uint32_t cost;
 	int64_t until;
 	int64_t full_at;
+	int64_t more_at;     /* when more quota comes (limit.h: more_us) */
 	int decider;
 };
 
@@ -269,6 +270,7 @@ static int cache_answer(struct redis_worker *rw, const struct decide_query *q, i
 	res[e->decider].remaining = 0;
 	res[e->decider].retry_after_us = e->until - now;
 	res[e->decider].reset_us = e->full_at > now ? e->full_at - now : 0;
+	res[e->decider].more_us = e->more_at > now ? e->more_at - now : 0;
 	*decider = e->decider;
 	return 1;
 }
@@ -300,6 +302,7 @@ static void cache_store(struct redis_worker *rw, const struct redis_query *r, in
 	e->decider = decider;
 	e->until = sent + res[decider].retry_after_us;
 	e->full_at = sent + res[decider].reset_us;
+	e->more_at = sent + res[decider].more_us;
 }
 
 

@@ -81,9 +81,10 @@ def test_demo_shows_200_429_503():
     load = rows.get(LOAD_ROW)
     assert load is not None and load[0] > 0 and load[1:] == (0, 0, 0), (load, out)
     # The 429s carry Retry-After and RateLimit; the 503s Retry-After: 1.
+    # (t: the next token of 10/1m, when a request passes again: Retry-After)
     limited = re.findall(r"^   #1[12]\s+429  Retry-After: (\d+)  RateLimit: "
-                         r"\"free-1m\";r=0;t=\d+$", out, re.M)
-    assert len(limited) == 2 and all(1 <= int(s) <= 6 for s in limited), out
+                         r"\"free-1m\";r=0;t=(\d+)$", out, re.M)
+    assert len(limited) == 2 and all(1 <= int(s) <= 6 and s == t for s, t in limited), out
     assert re.search(r'^     RateLimit-Policy: "free-1m";q=10;w=60, "free-1h";q=100;w=3600$',
                      out, re.M), out
     rounds = re.findall(r"^   round \d: P3 503 shed Retry-After: 1 \| P2 503 shed Retry-After: 1"

@@ -6,6 +6,7 @@ examples/:
     tiers-map.cfg   spoe-conf/ratelimit-tiers.conf     examples/rules-tiers.yaml
     jwt.cfg         spoe-conf/ratelimit-jwt.conf       examples/rules-tiers.yaml
     shedding.cfg    spoe-conf/ratelimit-shedding.conf  examples/rules-shedding.yaml
+    problem-json.cfg  spoe-conf/ratelimit-shedding.conf  examples/rules-problem-json.yaml
 """
 
 import base64
@@ -13,6 +14,7 @@ import hashlib
 import hmac
 import http.server
 import json
+import math
 import os
 import re
 import subprocess
@@ -101,14 +103,18 @@ class Bucket:
         assert r.headers.get("RateLimit-Policy") == self.policy, r
         m = re.fullmatch(r'"([^"]+)";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
         assert m and m.group(1) == self.name, r
-        remaining, reset = int(m.group(2)), int(m.group(3))
+        remaining, t = int(m.group(2)), int(m.group(3))
         lo = self.quota - self.used
         hi = min(self.quota, lo + elapsed_us // self.per_us)
         assert lo <= remaining <= hi, (r, lo, hi)
-        debt = self.used * self.per_us  # refill time missing at the start
-        t_hi = -(-debt // 1000000)
-        t_lo = max(0, -(-(debt - elapsed_us) // 1000000))
-        assert t_lo <= reset <= t_hi, (r, t_lo, t_hi)
+        # t (draft -10): until the next token, never more than one token's
+        # time whatever was taken (the time until full grows with it);
+        # with no token back yet, one token's time less what has passed
+        t_hi = -(-self.per_us // 1000000)
+        t_lo = 1
+        if remaining == lo:
+            t_lo = max(1, -(-(self.per_us - elapsed_us) // 1000000))
+        assert t_lo <= t <= t_hi, (r, t_lo, t_hi)
         if status == 200:
             assert r.body == b"ok\n", r
             assert r.headers.get("Retry-After") is None, r
@@ -116,6 +122,8 @@ class Bucket:
             retry = int(r.headers.get("Retry-After", "-1"))
             assert -(-(self.per_us - elapsed_us) // 1000000) <= retry <= \
                 -(-self.per_us // 1000000), (r, elapsed_us)
+            # a request of weight 1 passes when the next token comes
+            assert retry == t, r
             assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry}, r
         return r
 
@@ -436,4 +444,75 @@ def test_shedding(h):
     assert len(results) == 10 and all(r.status == 200 for r in results), results
     assert all(r.headers.get("X-RL-Priority") == "0" for r in results), results
     assert backend.count == 4 + 10 + 3 + 2 + 1 + 1, backend.count
+    assert_log_clean(agent)
+
+
+# ---- problem-json.cfg --------------------------------------------------------------------
+
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+REDUCED_CAPACITY = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+
+
+def test_problem_json(h):
+    """429 and 503 as problem details (RFC 9457) of the types of
+    draft-ietf-httpapi-ratelimit-headers-10, through the real haproxy: the
+    bodies parse as JSON and carry the retry time of Retry-After; the
+    RateLimit header's t is the next token's time (5/1m: 12 s)."""
+    backend = HoldingBackend()
+    h.backends.append(backend)  # stopped by the harness whatever happens
+    # One connection for the application: one held request is a load of
+    # 100%, over every threshold.
+    agent, backend, hp = start(h, "problem-json.cfg", "ratelimit-shedding.conf",
+                               "rules-problem-json.yaml", backend=backend,
+                               env={"RL_APP_MAXCONN": "1"})
+    key = {"X-Api-Key": "problem"}
+    t0 = time.monotonic()
+    for remaining in (4, 3, 2, 1, 0):
+        r = http_get(hp.port, "/", headers=key)
+        late = math.ceil(time.monotonic() - t0)
+        assert r.status == 200 and r.body == b"ok\n", r
+        assert r.headers.get("RateLimit-Policy") == '"default";q=5;w=60', r
+        m = re.fullmatch(r'"default";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
+        assert m and int(m.group(1)) == remaining, r
+        assert 12 - late <= int(m.group(2)) <= 12, (r, late)
+        # the one connection free again before the next request, which
+        # would be shed otherwise
+        wait_for(lambda: app_busy(hp) == 0, 5, "be_conn(app) back to 0")
+    r = http_get(hp.port, "/", headers=key)
+    late = math.ceil(time.monotonic() - t0)
+    assert r.status == 429, r
+    assert r.headers.get("Content-Type") == "application/problem+json", r
+    retry = int(r.headers.get("Retry-After", "-1"))
+    assert 12 - late <= retry <= 12, (r, late)
+    # the next token is when a request passes again: t is Retry-After
+    assert r.headers.get("RateLimit") == '"default";r=0;t=%d' % retry, r
+    assert json.loads(r.body) == {
+        "type": QUOTA_EXCEEDED, "title": "Quota Exceeded", "status": 429,
+        "detail": 'Too many requests under policy "default"; retry after %d s' % retry,
+        "violated-policies": ["default"], "retry_after": retry}, r
+    assert backend.count == 5, backend.count
+
+    # 503: a payment (P0, never shed) holds the one connection; a read
+    # (P2) is shed.
+    held = []
+    t = threading.Thread(target=lambda: held.append(http_get(
+        hp.port, "/api/payments/slow", method="POST",
+        headers={"X-Hold": "1", "Content-Length": "0"}, timeout=20)), daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: backend.held == 1, 5, "the payment held by the backend")
+        wait_for(lambda: app_busy(hp) == 1, 5, "be_conn(app) == 1")
+        r = http_get(hp.port, "/", headers={"X-Api-Key": "other"})
+        assert r.status == 503, r
+        assert r.headers.get("Content-Type") == "application/problem+json", r
+        assert r.headers.get("Retry-After") == "2", r
+        assert json.loads(r.body) == {
+            "type": REDUCED_CAPACITY, "title": "Temporary Reduced Capacity", "status": 503,
+            "detail": "Capacity is reduced for now (shed); retry after 2 s",
+            "retry_after": 2}, r
+    finally:
+        backend.release()
+    t.join(20)
+    assert len(held) == 1 and held[0].status == 200, held
+    assert backend.count == 6, backend.count
     assert_log_clean(agent)

@@ -48,22 +48,24 @@ S = 1000000  # microseconds
 # ---------------------------------------------------------------- helpers
 
 
-def ok(quota, window, remaining, reset, name="default", policy=None):
-    """The variables of an allowed request decided by Redis."""
+def ok(quota, window, remaining, reset, t, name="default", policy=None):
+    """The variables of an allowed request decided by Redis. reset: seconds
+    until the limit is full again; t, the RateLimit field's: until more
+    quota (draft -10; a token bucket's next token)."""
     return {
         "status": 0, "retry_after": 0, "limit": quota, "remaining": remaining,
         "reset": reset, "policy": policy or '"default";q=%d;w=%d' % (quota, window),
-        "ratelimit": '"%s";r=%d;t=%d' % (name, remaining, reset), "priority": 2,
+        "ratelimit": '"%s";r=%d;t=%d' % (name, remaining, t), "priority": 2,
         "reason": "ok", "rule": "default", "shadow": False, "degraded": False,
     }
 
 
-def limited(quota, window, retry_after, reset, name="default", policy=None):
-    """The variables of a refused request."""
+def limited(quota, window, retry_after, reset, t, name="default", policy=None):
+    """The variables of a refused request (t as in ok())."""
     return {
         "status": 429, "retry_after": retry_after, "limit": quota, "remaining": 0,
         "reset": reset, "policy": policy or '"default";q=%d;w=%d' % (quota, window),
-        "ratelimit": '"%s";r=0;t=%d' % (name, reset), "priority": 2,
+        "ratelimit": '"%s";r=0;t=%d' % (name, t), "priority": 2,
         "reason": "limited", "rule": "default", "shadow": False, "degraded": False,
     }
 
@@ -165,7 +167,7 @@ def wait_window_phase(redis, period_us, lo_us, hi_us):
 
 
 def ratelimit_of(v):
-    """(name, remaining, reset) from a RateLimit value."""
+    """(name, remaining, t) from a RateLimit value."""
     m = RATELIMIT_RE.match(v or "")
     assert m, "RateLimit %r" % (v,)
     return m.group(1), int(m.group(2)), int(m.group(3))
@@ -263,14 +265,14 @@ def test_fleet_through_haproxy_is_exact_under_concurrency(h):
     remaining = []
     for _, r in results:
         assert r.headers.get("RateLimit-Policy") == '"default";q=100;w=86400', r
-        name, rem, reset = ratelimit_of(r.headers.get("RateLimit"))
+        name, rem, t = ratelimit_of(r.headers.get("RateLimit"))
         assert name == "default", r
+        # t: the next token, 864 s away at most, however many were used
+        assert 864 - late <= t <= 864, r
         if r.status == 200:
-            used = 100 - rem
-            assert used * 864 - late <= reset <= used * 864, r
             remaining.append(rem)
         else:
-            assert rem == 0 and 86400 - late <= reset <= 86400, r
+            assert rem == 0, r
             ra = int(r.headers["Retry-After"])
             assert 864 - late <= ra <= 864, r
     assert sorted(remaining) == list(range(100)), sorted(remaining)
@@ -323,18 +325,19 @@ def test_token_bucket_sequence_and_recovery(h):
     s = Spop(a.port)
     # Capacity 3, one token per 2/3 s.
     t0 = time.monotonic()
-    assert s.ask("tb") == ok(3, 2, 2, 1)
-    assert s.ask("tb") == ok(3, 2, 1, 2)
-    assert s.ask("tb") == ok(3, 2, 0, 2)
+    # t: the next token, under 1 s away each time (full: 2 s per token taken)
+    assert s.ask("tb") == ok(3, 2, 2, 1, 1)
+    assert s.ask("tb") == ok(3, 2, 1, 2, 1)
+    assert s.ask("tb") == ok(3, 2, 0, 2, 1)
     v = s.ask("tb")
-    assert v == limited(3, 2, 1, 2), v
+    assert v == limited(3, 2, 1, 2, 1), v
     assert time.monotonic() - t0 < 0.25, "too slow for the exact values above"
     # After Retry-After one token is back, and this request takes it.
     time.sleep(v["retry_after"])
-    assert s.ask("tb") == ok(3, 2, 0, 2)
+    assert s.ask("tb") == ok(3, 2, 0, 2, 1)
     # Full again 2/3 s after the last token was due.
     sleep_until(t0 + 3.0)
-    assert s.ask("tb") == ok(3, 2, 2, 1)
+    assert s.ask("tb") == ok(3, 2, 2, 1, 1)
     assert_log_clean(a)
 
 
@@ -346,22 +349,27 @@ def test_sliding_window_sequence_and_recovery(h):
     # Windows are aligned on multiples of 2 s of Redis's clock; start early
     # in one so the figures below do not depend on the moment.
     ws = wait_window_phase(redis, P, 50000, 250000)
-    # reset: until the end of the next window, 4 s minus the phase.
-    assert s.ask("sw") == ok(3, 2, 2, 4)
-    assert s.ask("sw") == ok(3, 2, 1, 4)
-    assert s.ask("sw") == ok(3, 2, 0, 4)
+    # reset: until the end of the next window, 4 s minus the phase. t:
+    # until one more request fits, in the next window as the count fades:
+    # 1 + 3 <= 3 once it is 0 (4 s), 2 + 2 once 2 * (2 - e) / 2 <= 1
+    # (e = 1 s, so 3 s) and 3 + 1 at e = 2/3 s (so 3 s, rounded up).
+    assert s.ask("sw") == ok(3, 2, 2, 4, 4)
+    assert s.ask("sw") == ok(3, 2, 1, 4, 3)
+    assert s.ask("sw") == ok(3, 2, 0, 4, 3)
     # Passes in the next window once 3 * (2 - e) / 2 + 1 <= 3: e = 2/3 s.
-    assert s.ask("sw") == limited(3, 2, 3, 4)
+    assert s.ask("sw") == limited(3, 2, 3, 4, 3)
     assert redis.now_us() - ws < 450000, "too slow for the exact values above"
     # 1.05 s into the next window: the previous count weighs 3 * 0.95 / 2.
+    # One more fits once 3 * (2 - e) / 2 + 1 + 1 <= 3: e = 4/3 s, 0.28 s on.
     redis_sleep_until(redis, ws + P + 1050000)
-    assert s.ask("sw") == ok(3, 2, 0, 3)
+    assert s.ask("sw") == ok(3, 2, 0, 3, 1)
     v = s.ask("sw")
-    assert v == limited(3, 2, 1, 3), v
+    assert v == limited(3, 2, 1, 3, 1), v
     assert redis.now_us() - ws < P + 1300000, "too slow for the exact values above"
     # After Retry-After: the window after, where the previous count is 1.
+    # Two more once the previous count of 1 has faded: the window's end.
     time.sleep(v["retry_after"])
-    assert s.ask("sw") == ok(3, 2, 1, 4)
+    assert s.ask("sw") == ok(3, 2, 1, 4, 2)
     assert_log_clean(a)
 
 
@@ -370,11 +378,12 @@ def test_fixed_window_sequence_and_recovery(h):
     a = start_agent(h, redis, "--limit", "3/2s:fixed")
     s = Spop(a.port)
     ws = wait_window_phase(redis, 2 * S, 50000, 250000)
-    assert s.ask("fw") == ok(3, 2, 2, 2)
-    assert s.ask("fw") == ok(3, 2, 1, 2)
-    assert s.ask("fw") == ok(3, 2, 0, 2)
+    # t: more comes only with the next window, as the reset
+    assert s.ask("fw") == ok(3, 2, 2, 2, 2)
+    assert s.ask("fw") == ok(3, 2, 1, 2, 2)
+    assert s.ask("fw") == ok(3, 2, 0, 2, 2)
     v = s.ask("fw")
-    assert v == limited(3, 2, 2, 2), v
+    assert v == limited(3, 2, 2, 2, 2), v
     assert redis.now_us() - ws < 450000, "too slow for the exact values above"
     time.sleep(v["retry_after"])
     # A new window, counted from zero. Its end is ws + 4 s; the reset the
@@ -387,7 +396,7 @@ def test_fixed_window_sequence_and_recovery(h):
         t1 = redis.now_us()
         assert t1 - ws < 4 * S, "too slow: the window ended"
         resets = {-(-(ws + 4 * S - t) // S) for t in (t0, t1)}
-        assert v in [ok(3, 2, remaining, r) for r in resets], (v, resets)
+        assert v in [ok(3, 2, remaining, r, r) for r in resets], (v, resets)
     assert_log_clean(a)
 
 
@@ -402,10 +411,10 @@ def test_several_limits_all_or_nothing(h):
     day, sec = "default-1d", "default-1s"
     t0 = time.monotonic()
     # The limit with the fewest remaining speaks: 2/1s.
-    assert s.ask("multi") == ok(2, 1, 1, 1, name=sec, policy=pol)
-    assert s.ask("multi") == ok(2, 1, 0, 1, name=sec, policy=pol)
+    assert s.ask("multi") == ok(2, 1, 1, 1, 1, name=sec, policy=pol)
+    assert s.ask("multi") == ok(2, 1, 0, 1, 1, name=sec, policy=pol)
     # Refused by 2/1s; 5/1d would allow it but is not charged.
-    assert s.ask("multi") == limited(2, 1, 1, 1, name=sec, policy=pol)
+    assert s.ask("multi") == limited(2, 1, 1, 1, 1, name=sec, policy=pol)
     assert time.monotonic() - t0 < 0.4, "too slow for the exact values above"
 
     # In Redis, 5/1d holds exactly two requests: its value is the
@@ -420,8 +429,8 @@ def test_several_limits_all_or_nothing(h):
 
     # One second later 2/1s is full again; 5/1d has 3 left, not 2.
     sleep_until(t0 + 1.15)
-    assert s.ask("multi") == ok(2, 1, 1, 1, name=sec, policy=pol)  # 5/1d: 2 left
-    assert s.ask("multi") == ok(2, 1, 0, 1, name=sec, policy=pol)  # 5/1d: 1 left
+    assert s.ask("multi") == ok(2, 1, 1, 1, 1, name=sec, policy=pol)  # 5/1d: 2 left
+    assert s.ask("multi") == ok(2, 1, 0, 1, 1, name=sec, policy=pol)  # 5/1d: 1 left
     sleep_until(t0 + 2.4)
     # The fifth allowed request empties 5/1d, which now has the fewest.
     v = s.ask("multi")
@@ -429,13 +438,17 @@ def test_several_limits_all_or_nothing(h):
     assert v["status"] == 0 and v["degraded"] is False, v
     assert v["limit"] == 5 and v["remaining"] == 0, v
     assert 86400 - late <= v["reset"] <= 86400, v
-    assert v["ratelimit"] == '"%s";r=0;t=%d' % (day, v["reset"]), v
+    # t: its next token, a fifth of a day away, not the day until full
+    name, rem, t = ratelimit_of(v["ratelimit"])
+    assert (name, rem) == (day, 0) and 17280 - late <= t <= 17280, v
     assert v["policy"] == pol, v
-    # And 5/1d refuses the next one, for a fifth of a day.
+    # And 5/1d refuses the next one, for a fifth of a day: when the token
+    # that lets it pass comes.
     v = s.ask("multi")
     assert v["status"] == 429 and v["limit"] == 5 and v["remaining"] == 0, v
     assert 17280 - late <= v["retry_after"] <= 17280, v
-    assert v["ratelimit"] == '"%s";r=0;t=%d' % (day, v["reset"]), v
+    assert 86400 - late <= v["reset"] <= 86400, v
+    assert v["ratelimit"] == '"%s";r=0;t=%d' % (day, v["retry_after"]), v
     assert_log_clean(a)
 
 
@@ -450,12 +463,14 @@ def test_weighted_cost(h):
         key = "heavy%d" % len(mode)
         w3 = [("cost", 3)]
         # One token per 8640 s; each request takes three.
-        assert s.ask(key, w3) == ok(10, 86400, 7, 25920), mode
-        assert s.ask(key, w3) == ok(10, 86400, 4, 51840), mode
-        assert s.ask(key, w3) == ok(10, 86400, 1, 77760), mode
-        # One left: three are needed, two more come in 17280 s.
-        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760), mode
-        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760), mode
+        # t: the next token, 8640 s away whatever was taken
+        assert s.ask(key, w3) == ok(10, 86400, 7, 25920, 8640), mode
+        assert s.ask(key, w3) == ok(10, 86400, 4, 51840, 8640), mode
+        assert s.ask(key, w3) == ok(10, 86400, 1, 77760, 8640), mode
+        # One left: three are needed, two more come in 17280 s. A request
+        # of weight 1 would pass now: more quota is there now, t=0.
+        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760, 0), mode
+        assert s.ask(key, w3) == limited(10, 86400, 17280, 77760, 0), mode
         s.close()
         assert_log_clean(a)
 
@@ -473,14 +488,15 @@ def test_local_cache_does_not_refuse_a_lighter_request(h):
         key = "light%d" % len(mode)
         for rem in (7, 4, 1):
             assert s.ask(key, [("cost", 3)])["remaining"] == rem
-        assert s.ask(key, [("cost", 3)]) == limited(10, 86400, 17280, 77760), mode
+        assert s.ask(key, [("cost", 3)]) == limited(10, 86400, 17280, 77760, 0), mode
         v = s.ask(key, [("cost", 1)])
-        assert v == ok(10, 86400, 0, 86400), (mode, "weight 1 after weight 3 refused", v)
+        assert v == ok(10, 86400, 0, 86400, 8640), (mode, "weight 1 after weight 3 refused", v)
         key = "huge%d" % len(mode)
         # Weight 11 over a capacity of 10: refused for one period.
-        assert s.ask(key, [("cost", 11)]) == limited(10, 86400, 86400, 0), mode
+        # (a full bucket: no more to come, t=0)
+        assert s.ask(key, [("cost", 11)]) == limited(10, 86400, 86400, 0, 0), mode
         v = s.ask(key, [("cost", 1)])
-        assert v == ok(10, 86400, 9, 8640), (mode, "weight 1 after weight 11 refused", v)
+        assert v == ok(10, 86400, 9, 8640, 8640), (mode, "weight 1 after weight 11 refused", v)
         s.close()
 
 
@@ -491,7 +507,7 @@ def test_keys_expire_when_full_again(h):
     redis = RedisServer(h)
     a = start_agent(h, redis, "--limit", "5/1s")
     s = Spop(a.port)
-    assert s.ask("exp") == ok(5, 1, 4, 1)
+    assert s.ask("exp") == ok(5, 1, 4, 1, 1)
     keys = redis.rl_keys()
     assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
     key = keys[0]
@@ -511,7 +527,7 @@ def test_keys_expire_when_full_again(h):
     assert time.monotonic() - t_last < 1.2
     assert redis.rl_keys() == []
     # A client that comes back starts full.
-    assert s.ask("exp") == ok(5, 1, 4, 1)
+    assert s.ask("exp") == ok(5, 1, 4, 1, 1)
     assert_log_clean(a)
 
 
@@ -585,7 +601,7 @@ def test_deadline_when_redis_is_paused(h):
     redis = RedisServer(h)
     a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20")
     s = Spop(a.port)
-    assert s.ask("paused") == ok(100, 60, 99, 1)
+    assert s.ask("paused") == ok(100, 60, 99, 1, 1)
     redis.pause()
     try:
         for i in range(5):
@@ -595,8 +611,8 @@ def test_deadline_when_redis_is_paused(h):
     finally:
         redis.resume()
     wait_decided_by_redis(s, 5, "decisions from Redis after SIGCONT")
-    assert s.ask("fresh") == ok(100, 60, 99, 1)
-    assert s.ask("fresh") == ok(100, 60, 98, 2)
+    assert s.ask("fresh") == ok(100, 60, 99, 1, 1)
+    assert s.ask("fresh") == ok(100, 60, 98, 2, 1)
 
 
 def metric(port, name):
@@ -725,7 +741,7 @@ def test_circuit_breaker_when_redis_stalls(h):
     a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20",
                     "--metrics", "127.0.0.1:%d" % mport)
     s = Spop(a.port)
-    assert s.ask("cb") == ok(100, 60, 99, 1)
+    assert s.ask("cb") == ok(100, 60, 99, 1, 1)
     redis.pause()
     try:
         # Three calls in a row miss their deadline: the breaker opens and
@@ -741,7 +757,7 @@ def test_circuit_breaker_when_redis_stalls(h):
     # the pause is at most 0.5 s doubled per failed probe
     wait_decided_by_redis(s, 8, "decisions from Redis once it answers")
     assert "Redis answers again" in a.log()
-    assert s.ask("fresh") == ok(100, 60, 99, 1)
+    assert s.ask("fresh") == ok(100, 60, 99, 1, 1)
 
 
 def test_admin_inspect_and_reset(h):
@@ -782,14 +798,14 @@ def test_admin_inspect_and_reset(h):
 def test_auth_with_password_and_env(h):
     redis = RedisServer(h, extra=["--requirepass", "secret"], password="secret")
     a = start_agent(h, redis, "--redis-password", "secret", "--limit", "10/1m")
-    assert Spop(a.port).ask("auth") == ok(10, 60, 9, 6)
+    assert Spop(a.port).ask("auth") == ok(10, 60, 9, 6, 6)
     assert_log_clean(a)
     os.environ["RL_REDIS_PASSWORD"] = "secret"
     try:
         b = start_agent(h, redis, "--limit", "10/1m", name="agent-env")
     finally:
         del os.environ["RL_REDIS_PASSWORD"]
-    assert Spop(b.port).ask("auth") == ok(10, 60, 8, 12)
+    assert Spop(b.port).ask("auth") == ok(10, 60, 8, 12, 6)
     assert_log_clean(b)
 
 
@@ -813,7 +829,7 @@ def test_acl_user(h):
                         user="alice", password="pw")
     a = start_agent(h, redis, "--redis-user", "alice", "--redis-password", "pw",
                     "--limit", "10/1m")
-    assert Spop(a.port).ask("acl") == ok(10, 60, 9, 6)
+    assert Spop(a.port).ask("acl") == ok(10, 60, 9, 6, 6)
     # The agent's connection is alice's (the default user is off anyway).
     with redis.client() as c:
         c.command("CLIENT", "SETNAME", "checker")
@@ -836,8 +852,8 @@ def test_unix_socket(h):
     redis = RedisServer(h, unixsocket=path)
     a = start_agent(h, redis, "--limit", "10/1m")
     s = Spop(a.port)
-    assert s.ask("unix") == ok(10, 60, 9, 6)
-    assert s.ask("unix") == ok(10, 60, 8, 12)
+    assert s.ask("unix") == ok(10, 60, 9, 6, 6)
+    assert s.ask("unix") == ok(10, 60, 8, 12, 6)
     keys = redis.rl_keys()
     assert len(keys) == 1 and KEY_RE.match(keys[0]), keys
     assert_log_clean(a)
@@ -855,10 +871,10 @@ def test_local_refusal_cache(h):
         s = Spop(a.port)
         key = "refused-" + mode
         t0 = time.monotonic()
-        assert s.ask(key) == ok(2, 86400, 1, 43200)
-        assert s.ask(key) == ok(2, 86400, 0, 86400)
+        assert s.ask(key) == ok(2, 86400, 1, 43200, 43200)
+        assert s.ask(key) == ok(2, 86400, 0, 86400, 43200)
         first = s.ask(key)
-        assert first == limited(2, 86400, 43200, 86400), (mode, first)
+        assert first == limited(2, 86400, 43200, 86400, 43200), (mode, first)
         before = redis.decision_calls()
         for _ in range(50):
             v = s.ask(key)

@@ -141,9 +141,10 @@ def layout(reqs):
 
 def _whole(x):
     """A number of the reply as an int: msgpack may carry it as a float
-    (the agent reads both), which must then be a whole number below 2^53."""
+    (the agent reads both), which must then be a whole number below 2^53
+    in magnitude (a window's time until more quota comes negated)."""
     if isinstance(x, float):
-        assert x == int(x) and 0 <= x < 2 ** 53, x
+        assert x == int(x) and -2 ** 53 < x < 2 ** 53, x
         return int(x)
     assert isinstance(x, int) and not isinstance(x, bool), x
     return x
@@ -298,15 +299,24 @@ class Model:
         def reset(cs):
             return first(lambda t: est(now + t, cs) == 0, 0, 2 * period)
 
+        def more(cs, k):
+            # the RateLimit field's t: until a request of cost k (one more
+            # than the remaining reported) passes; 0 when it passes now or
+            # never can. The library sends it negated in the unused slot.
+            if k > quota:
+                return 0
+            return first(lambda t: est(now + t, cs) + k <= quota, 0, 3 * period)
+
         e = est(now, counts)
         if e + cost <= quota:
             counts[ws] = counts.get(ws, 0) + cost
             counts = {w: c for w, c in counts.items() if w >= ws - period}
-            return (True, math.floor(quota - e - cost), 0, reset(counts), counts)
+            left = math.floor(quota - e - cost)
+            return (True, left, -more(counts, left + 1), reset(counts), counts)
         if cost > quota:
-            return (False, 0, period, reset(counts), None)
+            return (False, -more(counts, 1), period, reset(counts), None)
         retry = first(lambda t: est(now + t, counts) + cost <= quota, 1, 3 * period)
-        return (False, 0, retry, reset(counts), None)
+        return (False, -more(counts, 1), retry, reset(counts), None)
 
 
 # ---------------------------------------------------------------- checks
@@ -566,7 +576,9 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl_decide():
         _, b = decide([(cb[i], c, lim) for i, c in plan], "rl_decide_cluster")
 
         def strip(res):
-            return [(x[0], x[1], [p[0] for p in x[2]]) for x in res]
+            # remaining as the agent reads it: a refusing window's slot
+            # holds minus its (time-dependent) time until more quota
+            return [(x[0], x[1], [max(p[0], 0) for p in x[2]]) for x in res]
         assert strip(a) == strip(b), (step, a, b)
         assert all(x[0] in (0, 1) for x in b), b
 
@@ -1018,7 +1030,9 @@ def test_edges_of_the_ranges_are_accepted():
     c = new_client()
     last = (FW, 4096, 3600 * S, 0)
     _, got = fcall([request_bytes(4096, [(1, 5, 4096)])] + rules + [key_of(c, last)])
-    assert got == [(1, 1, [(4091, 0, got[0][2][0][2])])], got
+    # (a window that allows: minus its time until more quota, the window's
+    # end, in the retry slot)
+    assert got == [(1, 1, [(4091, -got[0][2][0][2], got[0][2][0][2])])], got
 
 
 def test_foreign_values_count_as_fresh():
@@ -1080,9 +1094,12 @@ def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
     r.c.command("SET", key_of(c, s), "%d:3:0" % (later + 2 * S))
     now, got = decide([(c, 1, [f, s])])
     end = now // S * S + S
-    # in the next window the 3 weigh 3 * (1 - e/P): 2 + 1 fits at e = P/3
-    assert got == [(0, 2, [(0, end - now, end - now),
-                           (0, end - now + 333334, end + S - now)])], (now, got)
+    # in the next window the 3 weigh 3 * (1 - e/P): 2 + 1 fits at e = P/3;
+    # a request of cost 1 is this one: more quota comes when it would pass
+    # (negated in the unused remaining slot)
+    assert got == [(0, 2, [(-(end - now), end - now, end - now),
+                           (-(end - now + 333334), end - now + 333334, end + S - now)])], \
+        (now, got)
     assert get(key_of(c, f)) == "%d:3" % (later + S)
     # a sliding window that allows moves its value to the present window
     c = new_client()

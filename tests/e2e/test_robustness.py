@@ -19,12 +19,13 @@ LIMIT = "1000/1m"
 _keys = itertools.count(1)
 
 
-def fresh_vars(quota=1000, window=60, reset=1):
-    """What the agent answers to the first request of a client."""
+def fresh_vars(quota=1000, window=60, reset=1, t=1):
+    """What the agent answers to the first request of a client: full again
+    (reset) and the next token (t) both one token's time away."""
     return {
         "status": 0, "retry_after": 0, "limit": quota, "remaining": quota - 1,
         "reset": reset, "policy": '"default";q=%d;w=%d' % (quota, window),
-        "ratelimit": '"default";r=%d;t=%d' % (quota - 1, reset), "priority": 2,
+        "ratelimit": '"default";r=%d;t=%d' % (quota - 1, t), "priority": 2,
         "reason": "ok", "rule": "default", "shadow": False, "degraded": False,
     }
 

@@ -149,7 +149,7 @@ static void test_result_allowed_and_limited(void **state)
 	struct decide_decision d;
 	struct args a;
 	struct limit_result r = { .allowed = true, .limit = 100, .remaining = 42,
-				  .retry_after_us = 0, .reset_us = 34500001 };
+				  .retry_after_us = 0, .reset_us = 34500001, .more_us = 100000 };
 
 	(void)state;
 	args_init(&a);
@@ -162,16 +162,62 @@ static void test_result_allowed_and_limited(void **state)
 	assert_int_equal(d.reset, 35);
 	assert_string_equal(decide_reason_str(d.reason), "ok");
 	assert_string_equal(d.policy, "\"default\";q=100;w=60");
-	assert_string_equal(d.ratelimit, "\"default\";r=42;t=35");
+	/* t is the time until more quota (draft -10), rounded up; reset
+	 * keeps the time until full */
+	assert_string_equal(d.ratelimit, "\"default\";r=42;t=1");
 
 	r.allowed = false;
 	r.remaining = 0;
 	r.retry_after_us = 1; /* one microsecond still rounds up to 1 s */
+	r.more_us = 1;
 	decide_result(&q, &r, 0, &d);
 	assert_int_equal(d.status, 429);
 	assert_int_equal(d.retry_after, 1);
+	assert_int_equal(d.reset, 35);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
-	assert_string_equal(d.ratelimit, "\"default\";r=0;t=35");
+	assert_string_equal(d.ratelimit, "\"default\";r=0;t=1");
+	/* a full limit (nothing more to come) says t=0 */
+	r.allowed = true;
+	r.remaining = 100;
+	r.reset_us = 0;
+	r.more_us = 0;
+	decide_result(&q, &r, 0, &d);
+	assert_string_equal(d.ratelimit, "\"default\";r=100;t=0");
+	rules_release(rules);
+}
+
+/* From the limiter's math to the field, on an injected clock: a 10/1m
+ * bucket emptied at once tells t=6 (its next token), not 60 (full), while
+ * reset and Retry-After keep their meanings. */
+static void test_result_ratelimit_t_from_the_math(void **state)
+{
+	struct rules *rules = rules_from_text("limits: [10/1m]");
+	struct decide_query q;
+	struct decide_decision d;
+	struct args a;
+	struct limit_state st = {0, 0, 0}, next;
+	struct limit_result r;
+	const int64_t t0 = 1700000000LL * LIMIT_US_PER_S;
+
+	(void)state;
+	args_init(&a);
+	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
+	for (int i = 0; i < 10; i++) {
+		limit_eval(&q.limits[0], &st, t0, 1, &next, &r);
+		assert_true(r.allowed);
+		st = next;
+	}
+	decide_result(&q, &r, 0, &d);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.reset, 60);
+	assert_string_equal(d.ratelimit, "\"default\";r=0;t=6");
+	/* 2.5 s later: refused, the token 3.5 s away, rounded up */
+	limit_eval(&q.limits[0], &st, t0 + 2500000, 1, &next, &r);
+	decide_result(&q, &r, 0, &d);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.retry_after, 4);
+	assert_int_equal(d.reset, 58);
+	assert_string_equal(d.ratelimit, "\"default\";r=0;t=4");
 	rules_release(rules);
 }
 
@@ -182,9 +228,10 @@ static void test_result_several_limits(void **state)
 	struct decide_decision d;
 	struct args a;
 	struct limit_result r[2] = {
-		{ .allowed = true, .limit = 100, .remaining = 99, .reset_us = 600000 },
+		{ .allowed = true, .limit = 100, .remaining = 99, .reset_us = 600000,
+		  .more_us = 600000 },
 		{ .allowed = false, .limit = 1000, .remaining = 0, .retry_after_us = 3600000000LL,
-		  .reset_us = 3600000000LL },
+		  .reset_us = 3600000000LL, .more_us = 3600000 },
 	};
 
 	(void)state;
@@ -197,7 +244,8 @@ static void test_result_several_limits(void **state)
 	assert_string_equal(d.policy, "\"default-1m\";q=100;w=60, \"default-1h\";q=1000;w=3600");
 	assert_int_equal(d.policy_len, strlen(d.policy));
 	assert_int_equal(d.rule_len, strlen(d.rule));
-	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=3600");
+	assert_int_equal(d.reset, 3600);
+	assert_string_equal(d.ratelimit, "\"default-1h\";r=0;t=4");
 	/* Redis field names, derived once at load */
 	assert_string_equal(q.rule->lid[0], "t100/60000000/0");
 	assert_string_equal(q.rule->lid[1], "t1000/3600000000/0");
@@ -540,6 +588,7 @@ int main(void)
 		cmocka_unit_test(test_identity_exact_names_and_anonymous),
 		cmocka_unit_test(test_cost_argument),
 		cmocka_unit_test(test_result_allowed_and_limited),
+		cmocka_unit_test(test_result_ratelimit_t_from_the_math),
 		cmocka_unit_test(test_result_several_limits),
 		cmocka_unit_test(test_open_and_closed),
 		cmocka_unit_test(test_shedding),

@@ -733,6 +733,15 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	r->next_ttl_us = r->reset_us < 1 ? 1 : r->reset_us;
 	if (!r->allowed && r->retry_after_us < 1)
 		r->retry_after_us = 1;
+	/* more_us: until a request of cost remaining + 1 passes, that is
+	 * until d' + (remaining + 1) * P <= room, d' the TAT - now that
+	 * stands after the decision; 0 when it passes now or never can. */
+	{
+		i128 k = (i128)r->remaining + 1, dd = r->allowed ? rel : (d > 0 ? d : 0);
+		i128 t = ceil_div(dd + k * p - room, n);
+
+		r->more_us = k > cap || t < 0 ? 0 : (int64_t)t;
+	}
 }
 
 /* Random buckets, fresh, full, past and future, with quotas and periods
@@ -780,7 +789,209 @@ static void test_bucket_against_definition(void **unused)
 		assert_int_equal(r.retry_after_us, ref.retry_after_us);
 		assert_int_equal(r.reset_us, ref.reset_us);
 		assert_int_equal(r.next_ttl_us, ref.next_ttl_us);
+		assert_int_equal(r.more_us, ref.more_us);
 		assert_memory_equal(&next, &next_ref, sizeof(next));
+		/* What a store that returns remaining and reset (Redis) works
+		 * out: the same, or 1 us more from the rounding of reset. */
+		{
+			int64_t m = limit_bucket_more_us(&sp, r.allowed, r.remaining, r.reset_us);
+
+			assert_true(m == r.more_us || m == r.more_us + 1);
+		}
+	}
+}
+
+/* ---- more quota: the RateLimit field's t (draft -10) -------------------------- */
+
+/* A look (cost 0) at the state a decision left: what remains then. */
+static uint64_t remaining_at(const struct limit_spec *sp, const struct limit_state *st,
+			     int64_t now)
+{
+	struct limit_state next;
+	struct limit_result r;
+
+	limit_eval(sp, st, now, 0, &next, &r);
+	return r.remaining;
+}
+
+static void test_more_bucket(void **unused)
+{
+	struct limit_spec sp = spec(10, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	/* A fresh bucket: nothing more can come. */
+	r = hit(&sp, &st, T0, 0);
+	assert_int_equal(r.remaining, 10);
+	assert_int_equal(r.more_us, 0);
+	/* One taken: 9 left, the 10th back in one interval (6 s), which is
+	 * also when the bucket is full. */
+	r = hit(&sp, &st, T0, 1);
+	assert_int_equal(r.remaining, 9);
+	assert_int_equal(r.more_us, 6 * S);
+	assert_int_equal(r.reset_us, 6 * S);
+	/* Emptied at once: 0 left, the next token in 6 s, full in 60 s. */
+	for (int i = 0; i < 9; i++)
+		r = hit(&sp, &st, T0, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.more_us, 6 * S);
+	assert_int_equal(r.reset_us, 60 * S);
+	assert_int_equal(limit_ceil_s(r.more_us), 6);
+	/* Refused 1 s later: the token comes 5 s on, when it passes. */
+	r = hit(&sp, &st, T0 + S, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.more_us, 5 * S);
+	assert_int_equal(r.retry_after_us, 5 * S);
+	assert_int_equal(r.reset_us, 59 * S);
+	/* A heavier request waits longer than more quota does. */
+	r = hit(&sp, &st, T0 + S, 3);
+	assert_false(r.allowed);
+	assert_int_equal(r.more_us, 5 * S);
+	assert_int_equal(r.retry_after_us, 17 * S);
+	/* 3.5 tokens back at 21 s: one request leaves 2.5, so 2, and the 3rd
+	 * whole token is half an interval away. */
+	r = hit(&sp, &st, T0 + 21 * S, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 2);
+	assert_int_equal(r.more_us, 3 * S);
+	assert_int_equal(r.reset_us, 45 * S);
+	/* Refused with 2.5 tokens held (cost 3): a request of cost 1 passes
+	 * now, so more quota is there now. */
+	r = hit(&sp, &st, T0 + 21 * S, 3);
+	assert_false(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.more_us, 0);
+	assert_int_equal(r.retry_after_us, 3 * S);
+	/* Heavier than the capacity: the period, and more quota as usual. */
+	r = hit(&sp, &st, T0 + 21 * S, 11);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 60 * S);
+	assert_int_equal(r.more_us, 0);
+	/* A rational interval (3 per second): rounded up, 333334 us. */
+	sp = spec(3, S, 0, LIMIT_TOKEN_BUCKET);
+	memset(&st, 0, sizeof(st));
+	for (int i = 0; i < 3; i++)
+		r = hit(&sp, &st, T0, 1);
+	assert_int_equal(r.more_us, 333334);
+	assert_int_equal(limit_bucket_more_us(&sp, r.allowed, r.remaining, r.reset_us), 333334);
+	/* A burst: capacity 20 at 10 per minute, still 6 s per token. */
+	sp = spec(10, 60 * S, 20, LIMIT_TOKEN_BUCKET);
+	memset(&st, 0, sizeof(st));
+	for (int i = 0; i < 20; i++)
+		r = hit(&sp, &st, T0, 1);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.more_us, 6 * S);
+	assert_int_equal(r.reset_us, 120 * S);
+	assert_int_equal(limit_bucket_more_us(&sp, true, 0, 120 * S), 6 * S);
+	assert_int_equal(limit_bucket_more_us(&sp, true, 20, 0), 0);
+	assert_int_equal(limit_bucket_more_us(&sp, false, 7, 114 * S), 0);
+}
+
+static void test_more_fixed(void **unused)
+{
+	struct limit_spec sp = spec(3, 10 * S, 0, LIMIT_FIXED_WINDOW);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+	int64_t w = T0; /* T0 is a multiple of 10 s */
+
+	r = hit(&sp, &st, w + 4 * S, 0);
+	assert_int_equal(r.more_us, 0); /* empty: nothing more to come */
+	/* With the window's count at 1, more comes only with the next one. */
+	r = hit(&sp, &st, w + 4 * S, 1);
+	assert_int_equal(r.remaining, 2);
+	assert_int_equal(r.more_us, 6 * S);
+	/* Refused at the quota: the window's end, as Retry-After. */
+	r = hit(&sp, &st, w + 4 * S, 2);
+	r = hit(&sp, &st, w + 7 * S, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.more_us, 3 * S);
+	assert_int_equal(r.retry_after_us, 3 * S);
+	/* Refused with quota left (cost 2 of 1 left): 1 passes now. */
+	st = (struct limit_state){w, 2, 0};
+	r = hit(&sp, &st, w + 7 * S, 2);
+	assert_false(r.allowed);
+	assert_int_equal(r.more_us, 0);
+}
+
+static void test_more_sliding(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_SLIDING_WINDOW);
+	/* Previous window 10, current 0, at 250 ms: estimate 7.5. */
+	struct limit_state st = {T0 + 9 * S, 10, 0};
+	struct limit_result r;
+
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	/* estimate 8.5: 1 left; 2 once 10 * (1 - e) + 1 <= 8, e = 0.3 s */
+	assert_int_equal(r.remaining, 1);
+	assert_int_equal(r.more_us, 50 * MS);
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.more_us, 50 * MS); /* 10 * (1 - e) + 2 <= 9 */
+	r = hit(&sp, &st, T0 + 10 * S + 250 * MS, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.more_us, 50 * MS);
+	assert_int_equal(r.retry_after_us, 50 * MS);
+	/* Only the current window counted: nothing fades before it ends;
+	 * then its 10 fade at 10 per second: one more at 1.1 s. */
+	st = (struct limit_state){0, 0, 0};
+	for (int i = 0; i < 10; i++)
+		r = hit(&sp, &st, T0, 1);
+	assert_int_equal(r.more_us, S + 100 * MS);
+	assert_int_equal(r.reset_us, 2 * S);
+}
+
+/* For every algorithm, on assorted states, times and costs, more_us means
+ * what limit.h says: a look at now + more_us finds remaining + 1 (1 when
+ * refused), a look 1 us earlier does not; 0 only when the limit is full or,
+ * when refused, already holds 1. */
+static void test_more_definition(void **unused)
+{
+	static const enum limit_algo algos[] = {LIMIT_TOKEN_BUCKET, LIMIT_FIXED_WINDOW,
+						 LIMIT_SLIDING_WINDOW};
+	uint64_t x = 0x2545f4914f6cdd1dULL;
+
+	for (int i = 0; i < 60000; i++) {
+		struct limit_spec sp;
+		struct limit_state st, next;
+		struct limit_result r;
+		int64_t now;
+		uint64_t want;
+		uint32_t cost;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		sp = spec(1 + x % 13, (1 + (x >> 8) % 3000) * MS, x % 5 == 0 ? 1 + (x >> 20) % 20 : 0,
+			  algos[(x >> 30) % 3]);
+		now = T0 + (int64_t)((x >> 32) % (uint64_t)(4 * sp.period_us));
+		cost = (uint32_t)((x >> 40) % 4);
+		memset(&st, 0, sizeof(st));
+		/* some history first */
+		for (int j = 0; j < (int)((x >> 44) % 16); j++) {
+			uint32_t c = (uint32_t)((x >> (j + 2)) % 3);
+
+			now += (int64_t)((x >> (2 * j)) % (uint64_t)(sp.period_us / 4 + 1));
+			hit(&sp, &st, now, c);
+		}
+		limit_eval(&sp, &st, now, cost, &next, &r);
+		if (r.allowed)
+			st = next;
+		want = r.remaining + 1;
+		assert_true(r.more_us >= 0);
+		if (r.more_us == 0) {
+			if (r.allowed)
+				assert_int_equal(remaining_at(&sp, &st, now),
+						 sp.algo == LIMIT_TOKEN_BUCKET && sp.burst ? sp.burst
+											   : sp.quota);
+			else
+				assert_true(remaining_at(&sp, &st, now) >= 1);
+			continue;
+		}
+		assert_true(remaining_at(&sp, &st, now + r.more_us) >= want);
+		assert_true(remaining_at(&sp, &st, now + r.more_us - 1) < want);
+		if (!r.allowed && cost <= sp.quota)
+			assert_true(r.more_us <= r.retry_after_us);
 	}
 }
 
@@ -804,6 +1015,10 @@ int main(void)
 		cmocka_unit_test(test_sliding_retry),
 		cmocka_unit_test(test_large_values),
 		cmocka_unit_test(test_bucket_against_definition),
+		cmocka_unit_test(test_more_bucket),
+		cmocka_unit_test(test_more_fixed),
+		cmocka_unit_test(test_more_sliding),
+		cmocka_unit_test(test_more_definition),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

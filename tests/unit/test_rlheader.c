@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "limit.h"
 #include "rlheader.h"
 
 static void test_policy(void **unused)
@@ -50,6 +51,30 @@ static void test_ratelimit(void **unused)
 	assert_string_equal(buf, "\"default\";r=999");
 	rlheader_ratelimit(buf, sizeof(buf), "pro-1m", UINT64_MAX, 3600);
 	assert_string_equal(buf, "\"pro-1m\";r=999999999999999;t=3600");
+}
+
+/* t from the limiter's more_us on an injected clock (draft -10: until more
+ * quota, not until full): 10/1m emptied at once, then 1 us and 6 s on. */
+static void test_ratelimit_t_is_more_quota(void **unused)
+{
+	struct limit_spec sp = {10, 60 * LIMIT_US_PER_S, 0, LIMIT_TOKEN_BUCKET};
+	struct limit_state st = {0, 0, 0}, next;
+	struct limit_result r;
+	const int64_t t0 = 1700000000LL * LIMIT_US_PER_S;
+	char buf[64];
+
+	for (int i = 0; i < 10; i++) {
+		limit_eval(&sp, &st, t0, 1, &next, &r);
+		st = next;
+	}
+	rlheader_ratelimit(buf, sizeof(buf), "default", r.remaining, limit_ceil_s(r.more_us));
+	assert_string_equal(buf, "\"default\";r=0;t=6");
+	limit_eval(&sp, &st, t0 + 1, 0, &next, &r);
+	rlheader_ratelimit(buf, sizeof(buf), "default", r.remaining, limit_ceil_s(r.more_us));
+	assert_string_equal(buf, "\"default\";r=0;t=6"); /* 5.999999 s, rounded up */
+	limit_eval(&sp, &st, t0 + 6 * LIMIT_US_PER_S, 0, &next, &r);
+	rlheader_ratelimit(buf, sizeof(buf), "default", r.remaining, limit_ceil_s(r.more_us));
+	assert_string_equal(buf, "\"default\";r=1;t=6");
 }
 
 static void test_escaping(void **unused)
@@ -188,6 +213,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_policy),
 		cmocka_unit_test(test_ratelimit),
+		cmocka_unit_test(test_ratelimit_t_is_more_quota),
 		cmocka_unit_test(test_escaping),
 		cmocka_unit_test(test_overflow),
 		cmocka_unit_test(test_append),

@@ -52,6 +52,14 @@ the numbers now_us, remaining, retry_after_us and reset_us as float64
                     request would pass (a request heavier than the capacity
                     never passes: it gets one period)
     reset_us        time until this limit is full again
+  A window (sliding or fixed) also tells the time until more quota comes
+  (the RateLimit field's t: until a request of cost remaining + 1 would
+  pass, see window_more), which the agent cannot work out from the rest,
+  negated in the slot its result leaves unused: retry_after_us when it
+  allows, remaining when it refuses. So a window's retry_after_us <= 0 and
+  remaining <= 0 read as 0 (allowing; refused) and minus them is that time.
+  A token bucket's slots hold only what they say: the agent derives its t
+  from remaining and reset_us.
 
 Bad arguments give an error reply ("ERR rl decide: ...") and write nothing:
 everything is checked before the first write.
@@ -340,6 +348,33 @@ local function eval_token(v, now, cost, l)
 	return false, 0, yq, used
 end
 
+-- A window's time until more quota (the RateLimit field's t): until a
+-- request of cost k, one more than the remaining it reports, would pass,
+-- with cur and prev the counts that stand once this request is decided,
+-- rest = P - elapsed. 0 when such a request passes now, or never can (k
+-- over the quota: nothing is counted). The agent cannot work it out from
+-- the other numbers of a window's result, so it travels, negated, in the
+-- slot that result leaves unused (see the reply above).
+local function window_more(quota, period, rest, cur, prev, k)
+	if k > quota then
+		return 0
+	end
+	local room = quota - cur - k
+	if room >= 0 then
+		if prev == 0 then
+			return 0
+		end
+		local wq, wr = muldiv(prev, rest, period)
+		if wq < room or (wq == room and wr == 0) then
+			return 0
+		end
+		-- within this window, once prev * (rest - t) <= room * P
+		return rest - (muldiv(room, period, prev))
+	end
+	-- in the next window, where cur weighs as the previous count (cur > 0)
+	return rest + period - (muldiv(quota - k, period, cur))
+end
+
 -- Sliding window counter over aligned windows [k*P, (k+1)*P): the estimate
 -- is prev * (P - elapsed) / P + cur; allowed when estimate + cost <= quota.
 local function eval_sliding(v, now, cost, quota, period)
@@ -374,10 +409,10 @@ local function eval_sliding(v, now, cost, quota, period)
 	elseif prev > 0 then
 		reset = ws + period - now
 	end
-	if cost > quota then
-		return false, 0, period, reset
-	end
 	local rest = period - e
+	if cost > quota then
+		return false, 0 - window_more(quota, period, rest, cur, prev, 1), period, reset
+	end
 	local room = quota - cur - cost
 	local wq, wr = 0, 0
 	if prev > 0 then
@@ -388,8 +423,8 @@ local function eval_sliding(v, now, cost, quota, period)
 		if wr > 0 then
 			left = left - 1
 		end
-		return true, left, 0, ws + 2 * period - now,
-		    fmt('%d:%d:%d', ws + 2 * period, cur + cost, prev), old
+		return true, left, 0 - window_more(quota, period, rest, cur + cost, prev, left + 1),
+		    ws + 2 * period - now, fmt('%d:%d:%d', ws + 2 * period, cur + cost, prev), old
 	end
 	local retry
 	if room >= 0 then
@@ -399,7 +434,11 @@ local function eval_sliding(v, now, cost, quota, period)
 		-- in the next window, where cur weighs as the previous count
 		retry = rest + period - (muldiv(quota - cost, period, cur))
 	end
-	return false, 0, retry, reset
+	local more = retry
+	if cost > 1 then
+		more = window_more(quota, period, rest, cur, prev, 1)
+	end
+	return false, 0 - more, retry, reset
 end
 
 -- Fixed window over aligned windows [k*P, (k+1)*P).
@@ -422,18 +461,24 @@ local function eval_fixed(v, now, cost, quota, period)
 			cnt = c
 		end
 	end
+	-- more quota (minus it in the unused slot, see window_more): only
+	-- with the next window, or now for a request of cost 1 when a heavier
+	-- one is refused
 	if cnt + cost <= quota then
-		return true, quota - cnt - cost, 0, left,
+		return true, quota - cnt - cost, 0 - left, left,
 		    fmt('%d:%d', ws + period, cnt + cost), old
 	end
-	local reset = 0
+	local reset, more = 0, 0
 	if cnt > 0 then
 		reset = left
 	end
-	if cost > quota then
-		return false, 0, period, reset
+	if cnt >= quota then
+		more = left
 	end
-	return false, 0, left, reset
+	if cost > quota then
+		return false, 0 - more, period, reset
+	end
+	return false, 0 - more, left, reset
 end
 
 -- Returns nil when l is a valid limit, else what is wrong with it.
