@@ -153,8 +153,11 @@ static void test_result_allowed_and_limited(void **state)
 
 	(void)state;
 	args_init(&a);
+	/* the slot of the rule's counters goes with its decisions */
+	rules_set_counters(rules, 0, 7);
 	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, &r, 0, &d);
+	assert_int_equal(d.counters, 7);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.retry_after, 0);
 	assert_int_equal(d.limit, 100);
@@ -163,6 +166,23 @@ static void test_result_allowed_and_limited(void **state)
 	assert_string_equal(decide_reason_str(d.reason), "ok");
 	assert_string_equal(d.policy, "\"default\";q=100;w=60");
 	assert_string_equal(d.ratelimit, "\"default\";r=42;t=35");
+	assert_false(d.near_limit);
+	/* near the limit: under a tenth of the quota left */
+	r.remaining = 10;
+	decide_result(&q, &r, 0, &d);
+	assert_false(d.near_limit);
+	r.remaining = 9;
+	decide_result(&q, &r, 0, &d);
+	assert_true(d.near_limit);
+	/* a quota under 10 has a last tenth too: its last token */
+	r.limit = 5;
+	r.remaining = 0;
+	decide_result(&q, &r, 0, &d);
+	assert_true(d.near_limit);
+	r.remaining = 1;
+	decide_result(&q, &r, 0, &d);
+	assert_false(d.near_limit);
+	r.limit = 100;
 
 	r.allowed = false;
 	r.remaining = 0;
@@ -172,6 +192,8 @@ static void test_result_allowed_and_limited(void **state)
 	assert_int_equal(d.retry_after, 1);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
 	assert_string_equal(d.ratelimit, "\"default\";r=0;t=35");
+	/* refused: counted as limited, not as near the limit */
+	assert_false(d.near_limit);
 	rules_release(rules);
 }
 
