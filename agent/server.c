@@ -36,8 +36,13 @@ void server_config_defaults(struct server_config *cfg)
 
 void server_swap_rules(struct server *srv, struct rules *rules)
 {
-	struct rules *old = atomic_exchange_explicit(&srv->rules, rules, memory_order_acq_rel);
-	struct retired *r = xcalloc(1, sizeof(*r));
+	struct rules *old;
+	struct retired *r;
+
+	/* before the rules are published: workers read the slots they set */
+	rulestats_assign(srv->rulestats, rules);
+	old = atomic_exchange_explicit(&srv->rules, rules, memory_order_acq_rel);
+	r = xcalloc(1, sizeof(*r));
 
 	if (!r) {
 		/* Cannot track it: leaking the old rules beats freeing them
@@ -235,6 +240,7 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 {
 	w->srv = srv;
 	w->idx = i;
+	w->rule_stats = rulestats_worker(srv->rulestats, i);
 	w->rules = atomic_load(&srv->rules);
 	rules_acquire(w->rules);
 	atomic_store(&w->seen_gen, rules_gen(w->rules));
@@ -278,10 +284,12 @@ int server_start(struct server *srv)
 
 	srv->nworkers = 0;
 	srv->workers = xcalloc((size_t)srv->cfg.threads, sizeof(*srv->workers));
-	if (!srv->workers) {
+	srv->rulestats = rulestats_new(srv->cfg.threads);
+	if (!srv->workers || !srv->rulestats) {
 		log_err("out of memory for %d workers", srv->cfg.threads);
 		return -1;
 	}
+	rulestats_assign(srv->rulestats, atomic_load(&srv->rules));
 	/* Workers never take signals: the main thread handles them. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -316,6 +324,8 @@ void server_stop(struct server *srv)
 	xfree(srv->workers);
 	srv->workers = NULL;
 	srv->nworkers = 0;
+	rulestats_free(srv->rulestats);
+	srv->rulestats = NULL;
 	while (srv->retired) {
 		struct retired *r = srv->retired;
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "addr.h"
+#include "rulestats.h"
 #include "stats.h"
 
 #include "conn.h"
@@ -33,20 +34,27 @@ struct server_config {
 	size_t mem_max_keys;
 };
 
-/* Counters, written by one worker each, summed when read. */
+/* Counters, written by one worker each, summed when read. Decisions are
+ * counted by rule (rulestats.h). */
 struct worker_stats {
 	counter_t accepted;
 	counter_t closed;
 	counter_t hellos;
 	counter_t healthchecks;
 	counter_t notifies;
-	counter_t decisions;
-	counter_t limited;
 	counter_t degraded;
-	counter_t shed[4];       /* by priority */
-	counter_t shadow;
 	counter_t store_down;
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+};
+
+/* The load figures (shed.h) of the last request that carried them, and
+ * when it was read: the metrics show the most recent over the workers.
+ * Three relaxed stores, not one snapshot: a scrape may pair figures of two
+ * requests read moments apart, which says the same. */
+struct worker_load {
+	_Atomic int64_t in_use;
+	_Atomic int64_t free_conns;
+	_Atomic double at;        /* ev_now() of the read; 0: none yet */
 };
 
 struct worker {
@@ -66,7 +74,9 @@ struct worker {
 	ev_async wake_w;          /* new rules to pick up */
 	uint32_t rnd;
 	struct conn_table conns;  /* conn.c's: allocated and freed there */
+	struct rule_counters *rule_stats; /* this worker's slots (rulestats.h) */
 	struct worker_stats stats;
+	struct worker_load load;
 };
 
 /* Rules replaced by a reload, released once every worker has moved on. */
@@ -84,6 +94,7 @@ struct server {
 	int admin;                        /* /admin/ endpoints served */
 	counter_t reload_failures;        /* SIGHUP with an invalid file */
 	struct store *store;              /* the caller's; workers attach to it */
+	struct rulestats *rulestats;      /* made by server_start */
 	int lfd;
 	struct worker *workers;
 	int nworkers;                     /* workers running (threads started) */
@@ -111,9 +122,10 @@ int server_start(struct server *srv);
  * DISCONNECTs, which wait for nothing); joins them and frees them. */
 void server_stop(struct server *srv);
 
-/* Installs new rules (taking the caller's reference): workers switch at
- * their next loop iteration; the old rules go when every worker has. Main
- * thread only. */
+/* Installs new rules (taking the caller's reference), their rules given
+ * the counters of their names (rulestats_assign): workers switch at their
+ * next loop iteration; the old rules go when every worker has. Main
+ * thread only, after server_start. */
 void server_swap_rules(struct server *srv, struct rules *rules);
 
 /* Releases retired rules that no worker uses any more. Main thread only. */

@@ -14,6 +14,7 @@ typedef _Atomic uint64_t counter_t;
 			      memory_order_relaxed)
 #define STAT_INC(c) STAT_ADD(c, 1)
 #define STAT_GET(c) atomic_load_explicit(&(c), memory_order_relaxed)
+#define STAT_SET(c, v) atomic_store_explicit(&(c), (v), memory_order_relaxed)
 
 /* A latency histogram in the shape Prometheus wants: upper bounds in
  * microseconds (HIST_BOUNDS, the last bucket is +Inf), counts per bucket

@@ -4,7 +4,8 @@
 set -eu
 PKGS="build-essential pkg-config clang libclang-rt-14-dev haproxy redis-server
 redis-sentinel redis-tools libev-dev libhiredis-dev libcmocka-dev
-libyaml-dev python3 curl docker-compose faketime groff-base valgrind wrk"
+libyaml-dev python3 curl docker-compose faketime groff-base valgrind wrk
+prometheus"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -5,7 +5,10 @@
 
 #include "alloc.h"
 #include "out.h"
+#include "rules.h"
+#include "rulestats.h"
 #include "server.h"
+#include "shed.h"
 #include "memstore.h"
 #include "store.h"
 
@@ -24,6 +27,7 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
 /* Offsets of counters in the structs summed below. An array element is
  * the offset of the array plus its index times sizeof(counter_t). */
 #define WORKER(field) offsetof(struct worker_stats, field)
+#define RULE(field) offsetof(struct rule_counters, field)
 #define STORE(field) offsetof(struct store_stats, field)
 
 static uint64_t counter_at(const void *stats, size_t offset)
@@ -175,8 +179,67 @@ static const struct {
 	  STORE(topology_changes) },
 };
 
+/* A counter of struct rule_counters per rule in force, labelled by its
+ * name (names are of [A-Za-z0-9_.-]: nothing to escape). Before the
+ * workers start there are no counters, only the header. */
+static void by_rule(struct out *o, const struct server *srv, const struct rules *rules,
+		    const char *name, const char *help, size_t offset)
+{
+	outf(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+	if (!srv->rulestats || !rules)
+		return;
+	for (size_t i = 0; i < rules_count(rules); i++) {
+		const struct rule *r = rules_rule_at(rules, i);
+
+		outf(o, "%s{rule=\"%s\"} %llu\n", name, r->name,
+		     (unsigned long long)rulestats_get(srv->rulestats, r->counters, offset));
+	}
+}
+
+/* Sheds by rule and priority, then what shedding compares: the load of
+ * the most recent request that carried the figures, and the threshold
+ * of each priority that has one. */
+static void shed_series(struct out *o, const struct server *srv, const struct rules *rules)
+{
+	const struct shed_config *sc = rules ? rules_shed(rules) : NULL;
+	double at = 0.;
+	int64_t in_use = 0, free_conns = 0;
+
+	outf(o, "# HELP spoa_rl_shed_total Requests shed with 503, by rule and priority.\n"
+		"# TYPE spoa_rl_shed_total counter\n");
+	for (size_t i = 0; srv->rulestats && rules && i < rules_count(rules); i++) {
+		const struct rule *r = rules_rule_at(rules, i);
+
+		for (int p = 1; p < SHED_PRIORITIES; p++)
+			outf(o, "spoa_rl_shed_total{rule=\"%s\",priority=\"%d\"} %llu\n", r->name, p,
+			     (unsigned long long)rulestats_get(srv->rulestats, r->counters,
+							       RULE(shed) + (size_t)p * sizeof(counter_t)));
+	}
+	outf(o, "# HELP spoa_rl_backend_load Backend load, busy / (busy + free) connections, of the last request that carried the figures (absent before one did).\n"
+		"# TYPE spoa_rl_backend_load gauge\n");
+	for (int i = 0; i < srv->nworkers; i++) {
+		const struct worker_load *wl = &srv->workers[i].load;
+		double t = atomic_load_explicit(&wl->at, memory_order_relaxed);
+
+		if (t > at) {
+			at = t;
+			in_use = atomic_load_explicit(&wl->in_use, memory_order_relaxed);
+			free_conns = atomic_load_explicit(&wl->free_conns, memory_order_relaxed);
+		}
+	}
+	if (at > 0. && shed_load(in_use, free_conns) >= 0.)
+		outf(o, "spoa_rl_backend_load %.4f\n", shed_load(in_use, free_conns));
+	outf(o, "# HELP spoa_rl_shed_threshold Load at which each priority is shed (P0 never; a priority without a threshold is absent).\n"
+		"# TYPE spoa_rl_shed_threshold gauge\n");
+	for (int p = 1; sc && p < SHED_PRIORITIES; p++)
+		if (sc->threshold_bp[p] > SHED_NEVER && sc->threshold_bp[p] <= SHED_FULL)
+			outf(o, "spoa_rl_shed_threshold{priority=\"%d\"} %.4f\n", p,
+			     (double)sc->threshold_bp[p] / SHED_FULL);
+}
+
 static void render(struct server *srv, struct out *o)
 {
+	struct rules *rules = atomic_load(&srv->rules);
 	uint64_t acc = worker_sum(srv, WORKER(accepted));
 	uint64_t closed = worker_sum(srv, WORKER(closed));
 
@@ -188,27 +251,23 @@ static void render(struct server *srv, struct out *o)
 		worker_sum(srv, WORKER(healthchecks)));
 	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.",
 		worker_sum(srv, WORKER(notifies)));
-	counter(o, "spoa_rl_decisions_total", "check-rate decisions answered.",
-		worker_sum(srv, WORKER(decisions)));
-	counter(o, "spoa_rl_limited_total", "Decisions with status 429.",
-		worker_sum(srv, WORKER(limited)));
+	by_rule(o, srv, rules, "spoa_rl_decisions_total", "check-rate decisions answered, by rule.",
+		RULE(decisions));
+	by_rule(o, srv, rules, "spoa_rl_limited_total", "Decisions with status 429, by rule.",
+		RULE(limited));
+	by_rule(o, srv, rules, "spoa_rl_near_limit_total",
+		"Decisions allowed that left the client under a tenth of the quota of the limit that decided, by rule.",
+		RULE(near_limit));
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
 		worker_sum(srv, WORKER(degraded)));
-	counter(o, "spoa_rl_shadow_total",
-		"Requests that would have been refused, forwarded by shadow mode.",
-		worker_sum(srv, WORKER(shadow)));
+	by_rule(o, srv, rules, "spoa_rl_shadow_total",
+		"Requests that would have been refused, forwarded by shadow mode, by rule.",
+		RULE(shadow));
 	counter(o, "spoa_rl_store_down_total",
 		"Requests refused with 503 because the store failed (fail-closed).",
 		worker_sum(srv, WORKER(store_down)));
-	outf(o, "# HELP spoa_rl_shed_total Requests shed with 503, by priority.\n"
-		"# TYPE spoa_rl_shed_total counter\n");
-	for (int p = 1; p < 4; p++)
-		outf(o, "spoa_rl_shed_total{priority=\"%d\"} %llu\n", p,
-		     (unsigned long long)worker_sum(srv, WORKER(shed) +
-							   (size_t)p * sizeof(counter_t)));
+	shed_series(o, srv, rules);
 	{
-		struct rules *rules = atomic_load(&srv->rules);
-
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",
 			STAT_GET(srv->reloads));
 		counter(o, "spoa_rl_reload_failures_total",

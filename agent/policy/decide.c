@@ -47,6 +47,9 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	q->shed_shadow = v.shed_shadow;
 	q->on_failure = v.on_failure;
 	q->shed = false;
+	q->load_known = v.load_known;
+	q->in_use = v.in_use;
+	q->free_conns = v.free_conns;
 	if (v.load_known && q->priority > 0)
 		q->shed = shed_decide(rules_shed(rules), q->priority, v.in_use,
 				      v.free_conns, rnd);
@@ -80,6 +83,8 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->shadow = false;
 	d->degraded = false;
 	d->counted = false;
+	d->near_limit = false;
+	d->counters = q->rule->counters;
 }
 
 void decide_shed(const struct decide_query *q, struct decide_decision *d)
@@ -124,7 +129,12 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 	d->limit = (int64_t)r->limit;
 	d->remaining = (int64_t)r->remaining;
 	d->reset = limit_ceil_s(r->reset_us);
-	if (!r->allowed) {
+	if (r->allowed) {
+		/* remaining < limit / 10 without rounding the tenth down (a
+		 * quota under 10 still has a last tenth); remaining is at most
+		 * a burst (LIMIT_QUOTA_MAX, 2^40): the product cannot wrap */
+		d->near_limit = r->remaining * 10 < r->limit;
+	} else {
 		d->reason = DECIDE_LIMITED;
 		if (q->shadow) {
 			/* computed, counted and exported; nothing refused */

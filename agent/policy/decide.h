@@ -42,7 +42,10 @@ struct decide_query {
 	bool shadow;                /* the rule (or everything) is in shadow mode */
 	bool shed;                  /* over its priority's load threshold */
 	bool shed_shadow;
+	bool load_known;            /* in_use and free_conns came with the request */
 	enum rules_failure on_failure;
+	int64_t in_use;             /* the backend's load figures (shed.h) */
+	int64_t free_conns;
 };
 
 enum decide_reason {
@@ -69,6 +72,8 @@ struct decide_decision {
 	bool shadow;
 	bool degraded;
 	bool counted;          /* remaining and reset are known */
+	bool near_limit;       /* allowed, leaving under a tenth of the quota */
+	uint32_t counters;     /* the rule's counters slot (rulestats.h) */
 };
 
 /* The key of one rule of a client (identity_key under the rules' secret). */

@@ -570,19 +570,30 @@ static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
 	return 0;
 }
 
-static void count_decision(struct worker *w, const struct decide_decision *d)
+/* Counts a decision under its rule's name (rulestats.h). A refusal has a
+ * reason other than ok, so the common answer (ok, forwarded) takes one
+ * test before the flags. Priorities are 0 to 3 (rules_classify), and only
+ * P1 to P3 are ever shed. Inline: every answer counts, and a call costs
+ * as much as the counting. */
+static inline __attribute__((always_inline)) void count_decision(struct worker *w, const struct decide_decision *d)
 {
-	STAT_INC(w->stats.decisions);
-	if (d->status == 429)
-		STAT_INC(w->stats.limited);
-	if (d->reason == DECIDE_SHED && !d->shadow && d->priority >= 0 && d->priority < 4)
-		STAT_INC(w->stats.shed[d->priority]);
-	if (d->status == 503 && d->reason == DECIDE_STORE_DOWN)
-		STAT_INC(w->stats.store_down);
+	struct rule_counters *rc = &w->rule_stats[d->counters];
+
+	STAT_INC(rc->decisions);
+	if (d->reason != DECIDE_OK) {
+		if (d->status == 429)
+			STAT_INC(rc->limited);
+		else if (d->reason == DECIDE_SHED && !d->shadow)
+			STAT_INC(rc->shed[d->priority & 3]);
+		else if (d->status == 503 && d->reason == DECIDE_STORE_DOWN)
+			STAT_INC(w->stats.store_down);
+	}
 	if (d->shadow)
-		STAT_INC(w->stats.shadow);
+		STAT_INC(rc->shadow);
 	if (d->degraded)
 		STAT_INC(w->stats.degraded);
+	if (d->near_limit)
+		STAT_INC(rc->near_limit);
 }
 
 /* xorshift32: shedding needs uniform numbers, not secrets. */
@@ -607,6 +618,12 @@ static int check_rate(struct conn *c, const struct spop_frame *f,
 	struct store_ref ref;
 
 	decide_prepare_request(w->rules, req, worker_rand(w), &q);
+	if (q.load_known) {
+		/* for the load gauge; c->last_active is when this was read */
+		STAT_SET(w->load.in_use, q.in_use);
+		STAT_SET(w->load.free_conns, q.free_conns);
+		STAT_SET(w->load.at, c->last_active);
+	}
 	/* Shed in earnest: no token taken. Shed in shadow mode: the limits
 	 * still decide, and the answer says it would have been shed. */
 	if (q.shed && !q.shed_shadow) {

@@ -161,6 +161,9 @@ struct rule {
 	/* strlen() of name and policy, for the answers that copy them. */
 	uint8_t name_len;
 	uint16_t policy_len;
+	/* The slot of the rule's counters (rulestats.h), by its name; set
+	 * by the holder before the rules are used (rules_set_counters). */
+	uint32_t counters;
 };
 
 struct rules_names {
@@ -201,6 +204,10 @@ unsigned rules_refs(const struct rules *r);
  * server numbers them 1 at start, +1 per reload. */
 uint64_t rules_gen(const struct rules *r);
 void rules_set_gen(struct rules *r, uint64_t gen);
+
+/* Sets the counters slot of rule i (rules_rule_at), before the rules are
+ * used. */
+void rules_set_counters(struct rules *r, size_t i, uint32_t slot);
 
 /* The key that client keys are hashed under (identity_key): a built-in
  * one until the holder sets the process's (rules_set_secret, before the

@@ -1,5 +1,5 @@
 UNIT_TESTS += server
-test_server_SRCS := tests/unit/test_server.c agent/server.c agent/protocol/conn.c agent/store/store.c \
+test_server_SRCS := tests/unit/test_server.c agent/server.c agent/rulestats.c agent/protocol/conn.c agent/store/store.c \
 	agent/store/store_memory.c agent/store/memstore.c agent/policy/decide.c agent/protocol/spop.c agent/policy/identity.c \
 	$(RULES_SRCS) agent/out.c agent/log.c \
 	agent/alloc.c

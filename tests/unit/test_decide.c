@@ -153,8 +153,11 @@ static void test_result_allowed_and_limited(void **state)
 
 	(void)state;
 	args_init(&a);
+	/* the slot of the rule's counters goes with its decisions */
+	rules_set_counters(rules, 0, 7);
 	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, &r, 0, &d);
+	assert_int_equal(d.counters, 7);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.retry_after, 0);
 	assert_int_equal(d.limit, 100);
@@ -165,6 +168,23 @@ static void test_result_allowed_and_limited(void **state)
 	/* t is the time until more quota (draft -10), rounded up; reset
 	 * keeps the time until full */
 	assert_string_equal(d.ratelimit, "\"default\";r=42;t=1");
+	assert_false(d.near_limit);
+	/* near the limit: under a tenth of the quota left */
+	r.remaining = 10;
+	decide_result(&q, &r, 0, &d);
+	assert_false(d.near_limit);
+	r.remaining = 9;
+	decide_result(&q, &r, 0, &d);
+	assert_true(d.near_limit);
+	/* a quota under 10 has a last tenth too: its last token */
+	r.limit = 5;
+	r.remaining = 0;
+	decide_result(&q, &r, 0, &d);
+	assert_true(d.near_limit);
+	r.remaining = 1;
+	decide_result(&q, &r, 0, &d);
+	assert_false(d.near_limit);
+	r.limit = 100;
 
 	r.allowed = false;
 	r.remaining = 0;
@@ -176,6 +196,8 @@ static void test_result_allowed_and_limited(void **state)
 	assert_int_equal(d.reset, 35);
 	assert_string_equal(decide_reason_str(d.reason), "limited");
 	assert_string_equal(d.ratelimit, "\"default\";r=0;t=1");
+	/* refused: counted as limited, not as near the limit */
+	assert_false(d.near_limit);
 	/* a full limit (nothing more to come) says t=0 */
 	r.allowed = true;
 	r.remaining = 100;

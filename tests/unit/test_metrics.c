@@ -1,8 +1,10 @@
-/* Unit tests of the metrics text: every counter of two workers, their Redis
- * stores and the in-memory store, rendered and compared byte for byte with
- * the texts of tests/unit/metrics, so that a change in how the figures are summed
+/* Unit tests of the metrics text: every counter of two workers, of their
+ * rules (three, one slot each), their Redis stores and the in-memory
+ * store, rendered and compared byte for byte with the texts of
+ * tests/unit/metrics, so that a change in how the figures are summed
  * cannot change what scrapers read. The stores are stand-ins that hold
- * counters only: the rendering is under test. */
+ * counters only: the rendering is under test. Then the slots of rules
+ * across reloads (rulestats.c), through the text. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,8 @@
 #include "alloc.h"
 #include "memstore.h"
 #include "metrics.h"
+#include "rules_text.h"
+#include "rulestats.h"
 #include "server.h"
 #include "store.h"
 
@@ -45,12 +49,30 @@ static void fill(counter_t *c, size_t n, uint64_t base)
 		atomic_store(&c[i], base + 3 * i + (i % 5 == 4 ? 0 : 1));
 }
 
+#define RULES_TEXT                                                            \
+	"tiers: { default: free, free: { limits: [10/1m] }, pro: { limits: [100/1m] } }\n"    \
+	"endpoints: [ { name: search, match: { path: /search }, limits: [5/1m] } ]\n"
+
 /* A server as the metrics see it: with Redis or the in-memory store alone. */
 static void scenario(struct server *srv, int redis)
 {
 	memset(srv, 0, sizeof(*srv));
 	memset(workers, 0, sizeof(workers));
+	if (!rules)
+		rules = rules_from_text(RULES_TEXT);
+	srv->rulestats = rulestats_new(NWORKERS);
+	assert_non_null(srv->rulestats);
+	rulestats_assign(srv->rulestats, rules);
 	for (int i = 0; i < NWORKERS; i++) {
+		/* the rules' slots (0, 1, 2) and one past them, never shown */
+		for (uint32_t slot = 0; slot < 4; slot++)
+			fill((counter_t *)&rulestats_worker(srv->rulestats, i)[slot],
+			     sizeof(struct rule_counters) / sizeof(counter_t),
+			     100000u * (i + 1) + 100u * slot);
+		/* the later of the two workers' figures: 30 busy of 120 */
+		atomic_store(&workers[i].load.in_use, i ? 30 : 90);
+		atomic_store(&workers[i].load.free_conns, i ? 90 : 10);
+		atomic_store(&workers[i].load.at, i ? 2000.5 : 1999.0);
 		fill((counter_t *)&workers[i].stats,
 		     sizeof(workers[i].stats) / sizeof(counter_t), 1000u * (i + 1));
 		/* more opened than closed: the gauge of open connections */
@@ -63,8 +85,6 @@ static void scenario(struct server *srv, int redis)
 			     70000u * (i + 1));
 		workers[i].store = &sws[i];
 	}
-	if (!rules)
-		rules = rules_default();
 	rules_set_gen(rules, 3);
 	atomic_init(&srv->rules, rules);
 	atomic_store(&srv->reloads, 2);
@@ -108,6 +128,7 @@ static void check(int redis, const char *fixture)
 	}
 	free(want);
 	xfree(text);
+	rulestats_free(srv.rulestats);
 }
 
 static void test_redis_store(void **unused) { check(1, "redis.txt"); }
@@ -124,6 +145,131 @@ static void test_allocation_failure(void **unused)
 	assert_int_equal(metrics_render(&srv, &text), 0);
 	xalloc_fail_after(-1);
 	assert_null(text);
+	rulestats_free(srv.rulestats);
+}
+
+/* The value of the series `line` (name and labels) in a metrics text. */
+static uint64_t series(struct server *srv, const char *line)
+{
+	char *text = NULL, *p;
+	uint64_t v;
+
+	assert_true(metrics_render(srv, &text) > 0);
+	p = strstr(text, line);
+	if (!p) {
+		fwrite(text, 1, strlen(text), stderr);
+		fail_msg("no series %s", line);
+	}
+	v = strtoull(p + strlen(line), NULL, 10);
+	xfree(text);
+	return v;
+}
+
+static int has_series(struct server *srv, const char *line)
+{
+	char *text = NULL;
+	int found;
+
+	assert_true(metrics_render(srv, &text) > 0);
+	found = strstr(text, line) != NULL;
+	xfree(text);
+	return found;
+}
+
+static struct rules *swap(struct server *srv, const char *yaml)
+{
+	struct rules *r = rules_from_text(yaml);
+
+	rulestats_assign(srv->rulestats, r);
+	atomic_store(&srv->rules, r);
+	return r;
+}
+
+static void count(struct server *srv, const struct rules *r, const char *rule, int worker)
+{
+	const struct rule *ru = rules_find(r, rule);
+
+	assert_non_null(ru);
+	STAT_INC(rulestats_worker(srv->rulestats, worker)[ru->counters].decisions);
+}
+
+/* A reload keeps the counts of the rules it keeps, by name, wherever they
+ * moved; drops the series of a rule it removes; and a rule that comes back
+ * counts on from where it was. */
+static void test_rules_across_reloads(void **unused)
+{
+	struct server srv;
+	struct rules *a, *b, *c;
+
+	memset(&srv, 0, sizeof(srv));
+	memset(workers, 0, sizeof(workers));
+	srv.workers = workers;
+	srv.nworkers = NWORKERS;
+	store.ops = &memory_ops;
+	store.mem = (struct memstore *)&store;
+	srv.store = &store;
+	srv.rulestats = rulestats_new(NWORKERS);
+	assert_non_null(srv.rulestats);
+	a = swap(&srv, "tiers: { default: free, free: { limits: [10/1m] }, pro: { limits: [100/1m] } }");
+	count(&srv, a, "free", 0);
+	count(&srv, a, "free", 1);
+	count(&srv, a, "pro", 1);
+	assert_int_equal(series(&srv, "spoa_rl_decisions_total{rule=\"free\"} "), 2);
+	assert_int_equal(series(&srv, "spoa_rl_decisions_total{rule=\"pro\"} "), 1);
+
+	/* pro moves to the front, free goes, gold comes */
+	b = swap(&srv, "tiers: { default: pro, pro: { limits: [100/1m] }, gold: { limits: [1000/1m] } }");
+	/* a decision made under the old rules, answered after the reload */
+	count(&srv, a, "pro", 0);
+	count(&srv, b, "gold", 0);
+	assert_int_equal(series(&srv, "spoa_rl_decisions_total{rule=\"pro\"} "), 2);
+	assert_int_equal(series(&srv, "spoa_rl_decisions_total{rule=\"gold\"} "), 1);
+	assert_false(has_series(&srv, "rule=\"free\""));
+
+	c = swap(&srv, "tiers: { free: { limits: [10/1m] } }");
+	count(&srv, c, "free", 0);
+	assert_int_equal(series(&srv, "spoa_rl_decisions_total{rule=\"free\"} "), 3);
+	assert_false(has_series(&srv, "rule=\"pro\""));
+	rules_release(a);
+	rules_release(b);
+	rules_release(c);
+	rulestats_free(srv.rulestats);
+}
+
+/* When every slot has had a name, a new name takes the slot of the name
+ * that left the rules longest ago, counting from zero; the names in force
+ * keep theirs. */
+static void test_slots_taken_back(void **unused)
+{
+	struct rulestats *rs = rulestats_new(1);
+	struct rules *keep = rules_from_text("tiers: { keep: { limits: [10/1m] } }");
+	uint32_t kept;
+
+	assert_non_null(rs);
+	rulestats_assign(rs, keep);
+	kept = rules_rule_at(keep, 0)->counters;
+	STAT_INC(rulestats_worker(rs, 0)[kept].decisions);
+	for (int i = 0; i < RULESTATS_SLOTS + 10; i++) {
+		char yaml[128];
+		struct rules *r;
+		uint32_t s;
+
+		snprintf(yaml, sizeof(yaml),
+			 "tiers: { default: keep, keep: { limits: [10/1m] }, t%d: { limits: [10/1m] } }",
+			 i);
+		r = rules_from_text(yaml);
+		rulestats_assign(rs, r);
+		assert_int_equal(rules_find(r, "keep")->counters, kept);
+		s = rules_rule_at(r, 1)->counters;
+		assert_true(s != kept);
+		/* a fresh name counts from zero, in a new slot or a taken one */
+		assert_int_equal(rulestats_get(rs, s, offsetof(struct rule_counters, decisions)), 0);
+		STAT_INC(rulestats_worker(rs, 0)[s].decisions);
+		rules_release(r);
+	}
+	assert_int_equal(rulestats_get(rs, kept, offsetof(struct rule_counters, decisions)), 1);
+	rules_release(keep);
+	rulestats_free(rs);
 }
 
 int main(void)
@@ -132,6 +278,8 @@ int main(void)
 		cmocka_unit_test(test_redis_store),
 		cmocka_unit_test(test_memory_store),
 		cmocka_unit_test(test_allocation_failure),
+		cmocka_unit_test(test_rules_across_reloads),
+		cmocka_unit_test(test_slots_taken_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
