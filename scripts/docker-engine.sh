@@ -19,8 +19,9 @@ for p in $PKGS; do
 done
 if [ -n "$missing" ]; then
 	echo "docker-engine: installing$missing"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+	$SUDO apt-get update -qq -o DPkg::Lock::Timeout=300
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=300 \
+		--no-install-recommends $missing
 fi
 
 docker info >/dev/null 2>&1 && exit 0
