@@ -89,6 +89,16 @@ def published(block):
     return out
 
 
+def environment(block):
+    return dict(re.findall(r"^\s+(RL_[A-Z_]+): \"([^\"]*)\"\s*$", block, re.M))
+
+
+def command(block):
+    m = re.search(r"^\s+command: (\[.*?\])\s*$", block, re.M | re.S)
+    assert m, "no command in:\n" + block
+    return json.loads(m.group(1))
+
+
 def option(argv, name):
     assert argv.count(name) == 1, (name, argv)
     return argv[argv.index(name) + 1]
