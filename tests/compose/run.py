@@ -13,8 +13,9 @@ started for real, then checked through the ports it publishes on loopback:
 
 Whatever happens (a failure, Ctrl-C, SIGTERM), everything it made is
 removed at the end: containers, network, the images it built
-(`docker-compose down --rmi local -v`) and the agent's untagged build
-stage. Every wait has a timeout. Needs a running Docker engine and the
+(`docker-compose down --rmi local -v`) and the layers a build leaves
+untagged (the agent's build stage; those of a build stopped half-way,
+once Docker has finished its step). Every wait has a timeout. Needs a running Docker engine and the
 debian:12 image: the Makefile target sees to both first
 (scripts/docker-engine.sh, scripts/docker-base.sh).
 
@@ -46,7 +47,9 @@ import harness  # noqa: E402
 
 COMPOSE_FILE = os.path.join(ROOT, "docker-compose.yml")
 RULES = os.path.join(ROOT, "tools", "demo", "rules.yaml")
-BUILD_STAGE_LABEL = "spoa-ratelimit.stage=build"  # docker/Dockerfile.agent
+# The label of every image docker/ builds, and of every layer such a build
+# leaves untagged (docker/Dockerfile.agent says why).
+IMAGE_LABEL = "spoa-ratelimit.image"
 
 # The published ports: variable of docker-compose.yml -> (service, port
 # inside the container).
@@ -62,6 +65,7 @@ UP_TIMEOUT = 120
 READY_TIMEOUT = 60       # the agent UP in HAProxy, Redis answering
 SCRAPE_TIMEOUT = 60      # Prometheus scrapes every 5 s (docker/prometheus.yml)
 DOWN_TIMEOUT = 180
+BUILDS_TIMEOUT = 120     # a build stopped half-way finishes its step first
 
 # The reload: the free tier's minute limit of tools/demo/rules.yaml, then
 # the one the copy gets.
@@ -148,8 +152,8 @@ class Stack:
 
     def teardown(self):
         """Removes what the run made: containers, network, volumes, the
-        images built for this project, then the agent's build stage left
-        untagged by the build. Returns the problems met."""
+        images built for this project, then the layers builds left
+        untagged. Returns the problems met."""
         problems = []
         try:
             self.compose("down", "--rmi", "local", "-v", "--remove-orphans", "--timeout", "10",
@@ -157,16 +161,38 @@ class Stack:
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             problems.append(str(e))
         try:
-            docker("image", "prune", "-f", "--filter", "label=" + BUILD_STAGE_LABEL)
+            # Docker finishes the step of a build whose client is gone and
+            # commits it, and an image stays in use until the container of
+            # that step is gone: prune until no build runs and nothing of
+            # theirs is left.
+            def pruned():
+                docker("image", "prune", "-f", "--filter", "label=" + IMAGE_LABEL)
+                return not building() and not untagged()
+            harness.wait_for(pruned, BUILDS_TIMEOUT, "the layers of stopped builds removed",
+                             interval=1)
             left = docker("ps", "-a", "-q", "--filter",
                           "label=com.docker.compose.project=" + self.project).split()
-            left += docker("images", "-q", "--filter",
-                           "reference=%s_*" % self.project).split()
+            left += docker("images", "-q", "--filter", "reference=%s_*" % self.project).split()
+            left += untagged()
             if left:
                 problems.append("left behind: %s" % " ".join(left))
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
+        except (RuntimeError, subprocess.TimeoutExpired, AssertionError) as e:
             problems.append(str(e))
         return problems
+
+
+def building():
+    """The containers of builds of docker/'s images, running a step or not
+    yet removed: they carry the images' label, but no compose project's."""
+    out = docker("ps", "-a", "--filter", "label=" + IMAGE_LABEL, "--format", "{{.ID}} {{.Labels}}")
+    return [line.split()[0] for line in out.splitlines()
+            if "com.docker.compose.project=" not in line]
+
+
+def untagged():
+    """The untagged images (and layers) of docker/'s builds."""
+    return docker("images", "-q", "--filter", "dangling=true",
+                  "--filter", "label=" + IMAGE_LABEL).split()
 
 
 def docker(*args):
@@ -216,7 +242,7 @@ class Check:
     def start(self):
         s = self.stack
         self.step("docker-compose build (project %s; log %s/build.log)" % (s.project, s.dir))
-        s.compose("build", "--parallel", timeout=BUILD_TIMEOUT, log="build.log")
+        s.compose("build", "--parallel", "--force-rm", timeout=BUILD_TIMEOUT, log="build.log")
         self.step("docker-compose up -d")
         s.compose("up", "-d", "--no-build", timeout=UP_TIMEOUT, log="up.log")
         s.ports = {var: s.published(var) for var in PORTS}
@@ -360,8 +386,9 @@ def main():
                   % (time.monotonic() - check.t0))
         else:
             rc = rc or 1
-            print("compose-test: FAILED after %.0f s; logs kept in %s"
-                  % (time.monotonic() - check.t0, stack.dir))
+            print("compose-test: %s after %.0f s; logs kept in %s"
+                  % ("stopped" if rc in (130, 128 + signal.SIGTERM) else "FAILED",
+                     time.monotonic() - check.t0, stack.dir))
     return rc
 
 

@@ -318,6 +318,10 @@ def test_dockerfiles_use_only_listed_debian_packages():
         # archive where no registry can be reached.
         froms = re.findall(r"^FROM (\S+)", text, re.M)
         assert froms == ["debian:12"] * (2 if name == "agent" else 1), (name, froms)
+        # Each stage labelled at once, so that every layer it leaves
+        # untagged can be found (make compose-test removes them).
+        labels = re.findall(r"^FROM \S+(?: AS \S+)?\nLABEL spoa-ratelimit\.image=(\S+)$", text, re.M)
+        assert labels == (["agent-build", "agent"] if name == "agent" else [name]), (name, labels)
         pkgs = dockerfile_apt_packages(text)
         assert sorted(pkgs) == want, (name, pkgs)
         unlisted = set(pkgs) - listed - IMAGE_ONLY_PACKAGES
