@@ -111,8 +111,8 @@ class Stack:
         os.chmod(self.rules, 0o644)
         self.env = dict(os.environ, RL_RULES_DIR=self.rules_dir,
                         # The classic builder, whatever this machine's
-                        # default: it needs no buildx plugin, and leaves the
-                        # agent's build stage where teardown() finds it.
+                        # default: BuildKit needs the buildx plugin, which
+                        # Debian's docker.io does not have.
                         COMPOSE_DOCKER_CLI_BUILD="0", DOCKER_BUILDKIT="0")
         for var in PORTS:
             self.env.setdefault(var, "0")
