@@ -110,9 +110,10 @@ class Stack:
         shutil.copyfile(RULES, self.rules)
         os.chmod(self.rules, 0o644)
         self.env = dict(os.environ, RL_RULES_DIR=self.rules_dir,
-                        # The classic builder, whatever this machine's
-                        # default: BuildKit needs the buildx plugin, which
-                        # Debian's docker.io does not have.
+                        # The classic builder through Docker's API,
+                        # whatever docker CLI is on the PATH: from 23 on,
+                        # the CLI builds with BuildKit only through the
+                        # buildx plugin, which Debian 12 does not package.
                         COMPOSE_DOCKER_CLI_BUILD="0", DOCKER_BUILDKIT="0")
         for var in PORTS:
             self.env.setdefault(var, "0")
