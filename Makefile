@@ -6,6 +6,9 @@
 #   make fuzz       libFuzzer runs of every fuzz target (clang), bounded
 #   make bench      SPOP and HTTP load against the agent, HAProxy -> BENCHMARKS.md
 #   make demo       HAProxy + agent + Redis on loopback, with traffic
+#   make compose-test  docker-compose.yml built from debian:12 and run, the
+#                   demo's checks through its published ports, then removed
+#                   (Docker; root or sudo: installs docker.io, starts dockerd)
 #   make install    the agent, its man page, systemd unit and rules file
 #                   (PREFIX=/usr/local, DESTDIR=); make uninstall
 #   make deb        a Debian package in build/deb/ (debhelper)
@@ -39,7 +42,7 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e asan ubsan fuzz bench demo \
-	clean deps check install uninstall deb deb-test
+	compose-test clean deps check install uninstall deb deb-test
 all: agent tools
 
 agent: $(AGENT_BIN)
@@ -159,6 +162,14 @@ bench: agent tools
 demo: deps
 	$(MAKE) agent
 	$(PYTHON) tools/demo.py --build $(BUILD)
+
+# The engine first (docker.io installed, dockerd started when it does not
+# answer), then debian:12 when Docker lacks it (pulled, else debootstrap),
+# then the stack: built, checked, taken down with its images.
+compose-test:
+	scripts/docker-engine.sh
+	scripts/docker-base.sh
+	$(PYTHON) tests/compose/run.py
 
 deps:
 	scripts/install-deps.sh

@@ -17,12 +17,7 @@ command -v debootstrap >/dev/null || {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap
 }
 
-# The mirror apt uses already (deb822 sources, then sources.list).
-MIRROR=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\/debian\)\/*$/\1/p' \
-	/etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
-[ -n "$MIRROR" ] || MIRROR=$(sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\?\([^[:space:]]*\/debian\)\/\?[[:space:]]\+bookworm[[:space:]].*/\2/p' \
-	/etc/apt/sources.list 2>/dev/null | head -n 1)
-[ -n "$MIRROR" ] || MIRROR=http://deb.debian.org/debian
+MIRROR=$("$ROOT_SRC/scripts/debian-mirror.sh")
 
 DIR=$(mktemp -d /tmp/spoa-deb-test.XXXXXX)
 AGENT_PID=

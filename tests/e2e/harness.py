@@ -302,19 +302,29 @@ class HAProxy(Proc):
         wait_port(self.port, 5, self.popen)
 
     def stats(self):
-        """The CSV statistics as a list of dicts."""
-        r = http_get(self.stats_port, "/stats;csv")
-        if r.status != 200:
-            raise AssertionError("stats page answered %d" % r.status)
-        lines = r.text.splitlines()
-        head = lines[0].lstrip("# ").split(",")
-        return [dict(zip(head, line.split(","))) for line in lines[1:] if line]
+        return stats_rows(self.stats_port)
 
     def server_stat(self, backend, server):
-        for row in self.stats():
-            if row.get("pxname") == backend and row.get("svname") == server:
-                return row
-        raise AssertionError("no stats for %s/%s" % (backend, server))
+        return stats_row(self.stats_port, backend, server)
+
+
+def stats_rows(port):
+    """The CSV statistics of the HAProxy whose statistics page (/stats) is
+    on 127.0.0.1:port, as a list of dicts."""
+    r = http_get(port, "/stats;csv")
+    if r.status != 200:
+        raise AssertionError("stats page answered %d" % r.status)
+    lines = r.text.splitlines()
+    head = lines[0].lstrip("# ").split(",")
+    return [dict(zip(head, line.split(","))) for line in lines[1:] if line]
+
+
+def stats_row(port, backend, server):
+    """The statistics of one server (or BACKEND, FRONTEND) of one proxy."""
+    for row in stats_rows(port):
+        if row.get("pxname") == backend and row.get("svname") == server:
+            return row
+    raise AssertionError("no stats for %s/%s" % (backend, server))
 
 
 class Response:

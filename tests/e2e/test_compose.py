@@ -1,9 +1,13 @@
-"""The compose stack (docker-compose.yml, docker/Dockerfile.agent) without a
-Docker engine: `docker-compose config` when docker-compose is installed, and
-checks that need no Docker at all: the files it references exist, the
-HAProxy configuration it mounts passes `haproxy -c` with the stack's
-environment, the agent's and HAProxy's addresses agree, and the image is
-built from Debian packages that scripts/install-deps.sh lists.
+"""The compose stack (docker-compose.yml, docker/) without a Docker engine:
+`docker-compose config` when docker-compose is installed, and checks that
+need no Docker at all: the files it references exist, the HAProxy
+configuration it mounts passes `haproxy -c` with the stack's environment,
+the addresses of the agent, HAProxy and Prometheus's targets agree, the
+ports are published on loopback only, each by the variable
+tests/compose/run.py sets, and every image is built from debian:12 with
+Debian packages that scripts/install-deps.sh lists (Prometheus's own
+excepted: nothing outside its container needs it). `make compose-test`
+(tests/compose/run.py) builds and runs the stack for real.
 
 docker-compose.yml is read with a few patterns, not a YAML parser (the
 standard library has none); they expect the layout of that file: two-space
@@ -11,6 +15,7 @@ indentation, one service per block, commands as flow sequences of
 double-quoted strings (["a", "b"]).
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -22,7 +27,17 @@ import harness
 ROOT = harness.ROOT
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 INSTALL_DEPS = os.path.join(ROOT, "scripts", "install-deps.sh")
-SERVICES = ["agent", "backend", "haproxy", "redis"]
+SERVICES = ["agent", "backend", "haproxy", "prometheus", "redis"]
+# The Debian packages each image installs.
+IMAGE_PACKAGES = {
+    "agent": ["build-essential", "libev-dev", "libhiredis-dev", "libyaml-dev", "pkg-config"],
+    "backend": ["python3"],
+    "haproxy": ["haproxy"],
+    "prometheus": ["prometheus"],
+    "redis": ["redis-server"],
+}
+# Installed in its image only: no build, test or demo on the host runs it.
+IMAGE_ONLY_PACKAGES = {"prometheus"}
 
 
 def read(path):
@@ -47,9 +62,31 @@ def services():
 
 
 def volumes(block):
-    """[(host path, container path)] of a service's bind mounts."""
+    """[(host path, container path)] of a service's bind mounts; a host path
+    given by a variable (${RL_RULES_DIR:-./tools/demo}) is its default."""
     return [(os.path.normpath(os.path.join(ROOT, src)), dst)
-            for src, dst in re.findall(r"^\s+- (\./[^:\s]+):(/[^:\s]+)(?::ro)?\s*$", block, re.M)]
+            for src, dst in re.findall(r"^\s+- (?:\$\{[A-Z_]+:-)?(\./[^:}\s]+)\}?:(/[^:\s]+)(?::ro)?\s*$",
+                                       block, re.M)]
+
+
+def build(block):
+    """(context directory, Dockerfile path) of a service's image."""
+    context = re.search(r"^\s+context: (\S+)\s*$", block, re.M).group(1)
+    dockerfile = re.search(r"^\s+dockerfile: (\S+)\s*$", block, re.M).group(1)
+    ctx = os.path.normpath(os.path.join(ROOT, context))
+    return ctx, os.path.join(ctx, dockerfile)
+
+
+def published(block):
+    """[(variable, its default, container port)] of a service's ports,
+    which must all have the form "127.0.0.1:${VAR:-N}:N"."""
+    m = re.search(r"^\s+ports:\n((?:\s+- .*\n)+)", block, re.M)
+    out = []
+    for line in m.group(1).splitlines() if m else []:
+        p = re.fullmatch(r'\s+- "127\.0\.0\.1:\$\{([A-Z_]+):-(\d+)\}:(\d+)"', line)
+        assert p, "not published on loopback by a variable: " + line
+        out.append((p.group(1), int(p.group(2)), int(p.group(3))))
+    return out
 
 
 def environment(block):
@@ -85,22 +122,26 @@ def test_compose_files_exist():
     svc = services()
     assert sorted(svc) == SERVICES, sorted(svc)
     mounts = [m for block in svc.values() for m in volumes(block)]
-    # rules.yaml, backend.py, haproxy.cfg, spoe.conf, tiers.map
-    assert len(mounts) == 5, mounts
+    # tools/demo (the rules' directory), backend.py, haproxy.cfg, spoe.conf,
+    # tiers.map, prometheus.yml
+    assert len(mounts) == 6, mounts
     for src, dst in mounts:
-        assert os.path.isfile(src), "%s (mounted at %s) does not exist" % (src, dst)
-    agent = svc["agent"]
-    context = re.search(r"^\s+context: (\S+)\s*$", agent, re.M).group(1)
-    dockerfile = re.search(r"^\s+dockerfile: (\S+)\s*$", agent, re.M).group(1)
-    assert dockerfile == "docker/Dockerfile.agent", dockerfile
-    ctx = os.path.normpath(os.path.join(ROOT, context))
-    assert ctx == ROOT, ctx
-    assert os.path.isfile(os.path.join(ctx, dockerfile)), dockerfile
-    # What the Dockerfile copies from the context.
-    copies = re.findall(r"^COPY (?!--from)(\S+) \S+\s*$", read(os.path.join(ctx, dockerfile)), re.M)
-    assert copies == ["Makefile", "agent/", "tools/demo/rules.yaml"], copies
-    for src in copies:
-        assert os.path.exists(os.path.join(ctx, src)), src
+        assert os.path.exists(src), "%s (mounted at %s) does not exist" % (src, dst)
+    # Every image is built here, each from its own Dockerfile in docker/;
+    # only the agent's needs the repository as its context.
+    for name, block in svc.items():
+        assert not re.search(r"^\s+image:", block, re.M), \
+            "%s names an image: `down --rmi local` would keep it" % name
+        ctx, dockerfile = build(block)
+        assert dockerfile == os.path.join(ROOT, "docker", "Dockerfile." + name), dockerfile
+        assert ctx == (ROOT if name == "agent" else os.path.join(ROOT, "docker")), (name, ctx)
+        assert os.path.isfile(dockerfile), dockerfile
+        # What the Dockerfile copies from the context.
+        copies = re.findall(r"^COPY (?!--from)(\S+) \S+\s*$", read(dockerfile), re.M)
+        want = ["Makefile", "agent/", "tools/demo/rules.yaml"] if name == "agent" else []
+        assert copies == want, (name, copies)
+        for src in copies:
+            assert os.path.exists(os.path.join(ctx, src)), src
 
 
 def haproxy_files_and_env():
@@ -110,7 +151,7 @@ def haproxy_files_and_env():
     svc = services()
     block = svc["haproxy"]
     mounts = dict((dst, src) for src, dst in volumes(block))
-    cfg = mounts.get("/usr/local/etc/haproxy/haproxy.cfg")
+    cfg = mounts.get("/etc/haproxy/haproxy.cfg")
     assert cfg is not None, mounts
     env = environment(block)
     local = {}
@@ -148,8 +189,8 @@ def test_compose_haproxy_config_passes_haproxy_check():
         "RL_FRONTEND": "0.0.0.0:8080",
         "RL_APP": "backend:8000",
         "RL_AGENT": "agent:12345",
-        "RL_SPOE_CONF": "/usr/local/etc/haproxy/spoe.conf",
-        "RL_TIERS_MAP": "/usr/local/etc/haproxy/tiers.map",
+        "RL_SPOE_CONF": "/etc/haproxy/spoe.conf",
+        "RL_TIERS_MAP": "/etc/haproxy/tiers.map",
         "RL_STATS": "0.0.0.0:8404",
         "RL_CHECK_INTER": "2s",
     }, env
@@ -158,6 +199,9 @@ def test_compose_haproxy_config_passes_haproxy_check():
     used = set()
     for path in mounts.values():
         used.update(re.findall(r"\$\{(RL_[A-Z_]+)", read(path)))
+    # HAProxy's Prometheus exporter, which the stack's Prometheus scrapes.
+    assert re.search(r"^\s+http-request use-service prometheus-exporter if \{ path /metrics \}$",
+                     read(cfg), re.M), cfg
     assert used == set(env), (sorted(used), sorted(env))
     rc, out = haproxy_check(cfg, local)
     assert rc == 0, out
@@ -177,8 +221,12 @@ def test_compose_addresses_agree():
     assert option(agent_argv, "--redis") == "redis:6379", agent_argv
     rules = option(agent_argv, "-f")
     assert rules == "/etc/spoa-ratelimit/rules.yaml", agent_argv
+    # The rules' directory is mounted, so that a file renamed over the
+    # old one (as editors save) is what the agent reads on SIGHUP.
     agent_mounts = dict((dst, src) for src, dst in volumes(svc["agent"]))
-    assert agent_mounts == {rules: os.path.join(ROOT, "tools", "demo", "rules.yaml")}, agent_mounts
+    assert agent_mounts == {os.path.dirname(rules): os.path.join(ROOT, "tools", "demo")}, \
+        agent_mounts
+    assert re.search(r"^\s+- \$\{RL_RULES_DIR:-\./tools/demo\}:", svc["agent"], re.M), svc["agent"]
     backend_argv = command(svc["backend"])
     assert option(backend_argv, "--listen") == "0.0.0.0:8000", backend_argv
     backend_mounts = dict((dst, src) for src, dst in volumes(svc["backend"]))
@@ -193,6 +241,39 @@ def test_compose_addresses_agree():
     cmd = re.search(r"^CMD (\[.*\])\s*$", read(os.path.join(ROOT, "docker", "Dockerfile.agent")),
                     re.M)
     assert json.loads(cmd.group(1)) == agent_argv[:6], (cmd.group(1), agent_argv)
+    # Prometheus scrapes the agent's --metrics port and HAProxy's statistics
+    # frontend, where its exporter answers.
+    prom_mounts = dict((dst, src) for src, dst in volumes(svc["prometheus"]))
+    prom = read(prom_mounts["/etc/prometheus/prometheus.yml"])
+    targets = dict(re.findall(r"- job_name: (\S+)\n(?:.*\n)*?\s+- targets: \[\"([^\"]+)\"\]", prom))
+    metrics_port = option(agent_argv, "--metrics").rsplit(":", 1)[1]
+    assert targets == {"spoa-ratelimit": "agent:" + metrics_port,
+                       "haproxy": "haproxy:" + env["RL_STATS"].rsplit(":", 1)[1]}, targets
+
+
+def load_compose_test():
+    path = os.path.join(ROOT, "tests", "compose", "run.py")
+    spec = importlib.util.spec_from_file_location("compose_run", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_compose_ports_are_loopback_and_configurable():
+    svc = services()
+    ports = {}
+    for name, block in svc.items():
+        for var, default, inside in published(block):
+            assert default == inside, (name, var, default, inside)
+            ports[var] = (name, inside)
+    # The ports `make compose-test` moves (to ports Docker picks) are all
+    # the published ones.
+    assert ports == load_compose_test().PORTS, ports
+    env = environment(svc["haproxy"])
+    agent_argv = command(svc["agent"])
+    assert ports["RL_HTTP_PORT"][1] == int(env["RL_FRONTEND"].rsplit(":", 1)[1]), env
+    assert ports["RL_STATS_PORT"][1] == int(env["RL_STATS"].rsplit(":", 1)[1]), env
+    assert ports["RL_METRICS_PORT"][1] == int(option(agent_argv, "--metrics").rsplit(":", 1)[1])
 
 
 def test_compose_rules_pass_the_agent_check():
@@ -229,14 +310,23 @@ def dockerfile_apt_packages(text):
     return pkgs
 
 
-def test_dockerfile_uses_only_listed_debian_packages():
-    text = read(os.path.join(ROOT, "docker", "Dockerfile.agent"))
-    assert re.findall(r"^FROM (\S+)", text, re.M) == ["debian:12", "debian:12-slim"], text
-    pkgs = dockerfile_apt_packages(text)
-    assert sorted(pkgs) == ["build-essential", "libev-dev", "libhiredis-dev",
-                            "libyaml-dev", "pkg-config"], pkgs
+def test_dockerfiles_use_only_listed_debian_packages():
     listed = install_deps_packages()
-    assert not set(pkgs) - listed, "not in scripts/install-deps.sh: %s" % sorted(set(pkgs) - listed)
+    for name, want in IMAGE_PACKAGES.items():
+        text = read(os.path.join(ROOT, "docker", "Dockerfile." + name))
+        # debian:12 alone, which scripts/docker-base.sh makes from Debian's
+        # archive where no registry can be reached.
+        froms = re.findall(r"^FROM (\S+)", text, re.M)
+        assert froms == ["debian:12"] * (2 if name == "agent" else 1), (name, froms)
+        # Each stage labelled at once, so that every layer it leaves
+        # untagged can be found (make compose-test removes them).
+        labels = re.findall(r"^FROM \S+(?: AS \S+)?\nLABEL spoa-ratelimit\.image=(\S+)$", text, re.M)
+        assert labels == (["agent-build", "agent"] if name == "agent" else [name]), (name, labels)
+        pkgs = dockerfile_apt_packages(text)
+        assert sorted(pkgs) == want, (name, pkgs)
+        unlisted = set(pkgs) - listed - IMAGE_ONLY_PACKAGES
+        assert not unlisted, "%s: not in scripts/install-deps.sh: %s" % (name, sorted(unlisted))
+    text = read(os.path.join(ROOT, "docker", "Dockerfile.agent"))
     assert re.search(r"^RUN make .*\bagent\b", text, re.M), "no `make agent` step"
     # The parser finds packages where they are, and only there.
     sample = ("RUN apt-get update \\\n    && DEBIAN_FRONTEND=noninteractive apt-get install -y "

@@ -2,8 +2,8 @@
 """A slow HTTP application for the demo: every request takes DELAY seconds,
 so a few dozen concurrent requests fill the backend's connection slots
 (maxconn in haproxy.cfg) and HAProxy's load figure rises. Standard library
-only; the loopback demo starts it, and the compose stack runs it in a
-python image.
+only; the loopback demo starts it, and the compose stack runs it with
+Debian's python3 (docker/Dockerfile.backend).
 
     python3 tools/demo/backend.py --listen 127.0.0.1:8000 --delay 0.3
 
