@@ -14,6 +14,9 @@
 #   make deb        a Debian package in build/deb/ (debhelper)
 #   make deb-test   that package installed and started in a fresh Debian 12
 #                   chroot (debootstrap; root, network to the mirror)
+#   make deb-docker-test  the package built in a debian:12 container and
+#                   installed and started in a fresh one (Docker, as
+#                   compose-test)
 
 BUILD ?= build
 CC ?= cc
@@ -42,7 +45,7 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e asan ubsan fuzz bench demo \
-	compose-test clean deps check install uninstall deb deb-test
+	compose-test clean deps check install uninstall deb deb-test deb-docker-test
 all: agent tools
 
 agent: $(AGENT_BIN)
@@ -231,6 +234,9 @@ deb:
 
 deb-test: deb
 	scripts/deb-test.sh build/deb/spoa-ratelimit_$(VERSION)-*.deb
+
+deb-docker-test:
+	scripts/deb-docker-test.sh $(BUILD)/deb-docker
 
 clean:
 	rm -rf build

@@ -88,17 +88,7 @@ until grep -q "listening on" "$LOG"; do
 	[ $i -le 50 ] && kill -0 $AGENT_PID 2>/dev/null || { cat "$LOG" >&2; exit 1; }
 	sleep 0.1
 done
-python3 - "$PORT" "$ROOT_SRC/tests/e2e" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[2])
-import spop
-with spop.Conn(int(sys.argv[1]), timeout=5) as c:
-    c.send(spop.hello())
-    f = c.recv_frame()
-    assert f is not None and f.type == spop.AGENT_HELLO, f
-    kv = spop.decode_kv(f.payload)
-    print("  AGENT-HELLO:", {k: kv[k] for k in ("version", "max-frame-size", "capabilities") if k in kv})
-PY
+python3 "$ROOT_SRC/scripts/spop-hello.py" "$PORT"
 kill -TERM $AGENT_PID
 st=0; wait $AGENT_PID || st=$?
 AGENT_PID=
