@@ -14,6 +14,7 @@
 set -eu
 ROOT_SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${1:-$ROOT_SRC/build/deb-docker}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # docker -v wants an absolute path
 IMAGE=debian:12
 LABEL=spoa-ratelimit.deb-test
 START=$(date +%s)
