@@ -19,6 +19,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests", "e2e"))
+import lua_scripts  # noqa: E402
 
 MASTERS = 3
 
@@ -111,7 +112,7 @@ class ClusterRedis:
         per = self.fcall_per_master(name).values()
         return tuple(sum(v[i] for v in per) for i in range(3))
 
-    def library_code(self, name="spoa_ratelimit"):
+    def library_code(self, name=lua_scripts.LIBRARY_NAME):
         """The code of library `name` (FUNCTION LIST WITHCODE) when every
         master holds it, the same; else None."""
         codes = set()

@@ -7,8 +7,8 @@ import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
-LIBRARY_NAME = "spoa_ratelimit"
-FUNCTIONS = ("rl_decide", "rl_decide_cluster")
+LIBRARY_NAME = "spoa_ratelimit_v3"
+FUNCTIONS = ("rl3_decide", "rl3_decide_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"
 # line and the header comment) and where the registration starts: Redis

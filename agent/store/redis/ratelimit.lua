@@ -1,11 +1,15 @@
-#!lua name=spoa_ratelimit
+#!lua name=spoa_ratelimit_v3
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically. The agent loads it on every server
 it uses (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl_decide 0 <requests> <rule 1> .. <rule R> <key 1> .. <key K>
+    FCALL rl3_decide 0 <requests> <rule 1> .. <rule R> <key 1> .. <key K>
 
-(rl_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl3_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+The library's name and its functions' carry the version of the layout of
+its arguments and values (3, as the agent's key names do, "rl3:"): agents
+of another layout on the same server load and call their own library,
+and none replaces another's.
 
   requests  bytes, big-endian: R, the number of rules (2 bytes, 1 .. 4096),
             then 10 bytes per request (1 .. 4096 requests):
@@ -104,7 +108,7 @@ does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack.
 
-Cluster: rl_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl3_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -836,7 +840,7 @@ local function run(args, cluster)
 end
 
 redis.register_function {
-	function_name = 'rl_decide',
+	function_name = 'rl3_decide',
 	callback = function(_, args)
 		if not rcall then
 			bind()
@@ -845,7 +849,7 @@ redis.register_function {
 	end,
 }
 redis.register_function {
-	function_name = 'rl_decide_cluster',
+	function_name = 'rl3_decide_cluster',
 	callback = function(_, args)
 		if not rcall then
 			bind()
