@@ -1,0 +1,272 @@
+/* redis_admin.c: the admin endpoint's look at and reset of a client's keys
+ * in the Redis store (store.h: struct store_admin), in every topology:
+ * found where the latest topology a worker learned says they live
+ * (store_redis_locate), asked on connections of the request's own. */
+#include "redis_admin.h"
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "out.h"
+#include "redis_node.h"
+
+/* An admin look or reset under way, on the caller's loop: one
+ * asynchronous connection per server the client's keys live on, a
+ * deadline, the items answered as their replies come. Never blocks the
+ * loop that serves /healthz and /metrics. */
+#define ADMIN_TIMEOUT 1.0
+#define ADMIN_CONNS_MAX 16
+
+struct admin_op;
+
+struct admin_call {
+	struct admin_op *op;
+	size_t item;
+	long long ttl;             /* the longest PTTL of the item's keys so far */
+	size_t ttl_left;           /* PTTL replies still expected */
+};
+
+struct admin_op {
+	struct store *st;
+	struct store_admin *a;
+	ev_timer timer;
+	size_t pending;            /* replies still expected */
+	bool finished;
+	size_t nconns;
+	struct {
+		struct addr addr;
+		redisAsyncContext *ac;
+	} conn[ADMIN_CONNS_MAX];
+	struct admin_call *calls;  /* one per item */
+};
+
+static void admin_finish(struct admin_op *op, const char *error)
+{
+	struct store_admin *a = op->a;
+	struct store *st = op->st;
+
+	if (op->finished)
+		return;
+	op->finished = true;
+	if (error && !a->error[0])
+		snprintf(a->error, sizeof(a->error), "%s", error);
+	ev_timer_stop(a->loop, &op->timer);
+	/* pending callbacks run now with no reply and find op finished */
+	for (size_t i = 0; i < op->nconns; i++) {
+		redisAsyncContext *ac = op->conn[i].ac;
+
+		op->conn[i].ac = NULL;
+		if (ac)
+			redisAsyncFree(ac);
+	}
+	xfree(op->calls);
+	xfree(op);
+	store_admin_done(st, a);
+}
+
+static void admin_reply(struct admin_op *op, const char *error)
+{
+	if (op->finished)
+		return;
+	if (error) {
+		admin_finish(op, error);
+		return;
+	}
+	if (--op->pending == 0)
+		admin_finish(op, NULL);
+}
+
+static void on_admin_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	admin_finish(t->data, "Redis did not answer in time");
+}
+
+/* The values of a client's keys under its rule (MGET), by limit, or with
+ * reset, how many keys went. */
+static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_call *call = priv;
+	struct admin_op *op = call->op;
+	redisReply *reply = r;
+	struct out *o;
+
+	if (op->finished)
+		return;
+	if (!reply) {
+		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		return;
+	}
+	o = &op->a->item[call->item].out;
+	if (reply->type == REDIS_REPLY_ERROR) {
+		outf(o, ", \"error\": ");
+		out_json_str(o, reply->str, reply->len);
+	} else if (op->a->reset) {
+		outf(o, ", \"deleted\": %lld", reply->integer);
+	} else {
+		const struct rule *rule = op->a->item[call->item].rule;
+		int any = 0;
+
+		outf(o, ", \"keys\": {");
+		for (size_t j = 0; j < rule->nlimits; j++) {
+			char key[STORE_KEY_NAME_LEN + 1];
+
+			store_key_name(op->a->item[call->item].key, rule->lidh[j], key);
+			outf(o, "%s", j ? ", " : "");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+			outf(o, ": \"%s\"", key);
+		}
+		outf(o, "}, \"fields\": {");
+		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
+				   j < rule->nlimits; j++) {
+			const redisReply *v = reply->element[j];
+
+			if (v->type != REDIS_REPLY_STRING)
+				continue;
+			outf(o, "%s", any++ ? ", " : "");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+			outf(o, ": ");
+			out_json_str(o, v->str, v->len);
+		}
+		outf(o, "}");
+	}
+	admin_reply(op, NULL);
+}
+
+static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_call *call = priv;
+	struct admin_op *op = call->op;
+	redisReply *reply = r;
+
+	if (op->finished)
+		return;
+	if (!reply) {
+		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		return;
+	}
+	/* -2 (no key), -1 (no expiry) or the time left: the longest */
+	if (reply->type == REDIS_REPLY_INTEGER && reply->integer > call->ttl)
+		call->ttl = reply->integer;
+	if (--call->ttl_left == 0)
+		outf(&op->a->item[call->item].out, ", \"ttl_ms\": %lld", call->ttl);
+	admin_reply(op, NULL);
+}
+
+static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_op *op = priv;
+	redisReply *reply = r;
+	char why[256];
+
+	if (op->finished || !reply || reply->type != REDIS_REPLY_ERROR)
+		return;
+	snprintf(why, sizeof(why), "Redis AUTH failed: %s", reply->str);
+	admin_finish(op, why);
+}
+
+/* The connection to `to` for this operation, opened on first use. */
+static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_config *cfg,
+				     const struct addr *to)
+{
+	const char *argv[3];
+	size_t argvlen[3];
+	int argc;
+	redisAsyncContext *ac;
+
+	for (size_t i = 0; i < op->nconns; i++)
+		if (addr_equal(&op->conn[i].addr, to))
+			return op->conn[i].ac;
+	if (op->nconns == ADMIN_CONNS_MAX)
+		return NULL;
+	ac = to->path[0] ? redisAsyncConnectUnix(to->path)
+			 : redisAsyncConnect(to->host, atoi(to->port));
+	if (!ac || ac->err) {
+		if (ac)
+			redisAsyncFree(ac);
+		return NULL;
+	}
+	redis_node_bound_replies(ac);
+	redisLibevAttach(op->a->loop, ac);
+	op->conn[op->nconns].addr = *to;
+	op->conn[op->nconns++].ac = ac;
+	argc = redis_node_auth_argv(cfg, argv, argvlen);
+	if (argc)
+		redisAsyncCommandArgv(ac, on_admin_auth, op, argc, argv, argvlen);
+	return ac;
+}
+
+void redis_admin(struct store *st, struct store_admin *a)
+{
+	const struct redis_config *cfg = store_redis_config(st);
+	struct admin_op *op = xcalloc(1, sizeof(*op));
+
+	if (!op || !(op->calls = xcalloc(a->n ? a->n : 1, sizeof(*op->calls)))) {
+		xfree(op);
+		snprintf(a->error, sizeof(a->error), "out of memory");
+		store_admin_done(st, a);
+		return;
+	}
+	op->st = st;
+	op->a = a;
+	ev_timer_init(&op->timer, on_admin_timeout, ADMIN_TIMEOUT, 0.);
+	op->timer.data = op;
+	/* each item's replies count before any can arrive */
+	op->pending = 1;
+	for (size_t i = 0; i < a->n; i++) {
+		const struct rule *rule = a->item[i].rule;
+		char key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
+		const char *argv[1 + LIMIT_SET_MAX];
+		size_t argvlen[1 + LIMIT_SET_MAX];
+		struct addr to;
+		redisAsyncContext *ac;
+
+		op->calls[i].op = op;
+		op->calls[i].item = i;
+		op->calls[i].ttl = -2;
+		if (!rule->nlimits) {
+			outf(&a->item[i].out, a->reset ? ", \"deleted\": 0" :
+				", \"fields\": {}, \"ttl_ms\": -2");
+			continue;
+		}
+		if (store_redis_locate(st, a->item[i].key, &to) < 0) {
+			snprintf(a->error, sizeof(a->error), "no Redis node known for this client yet");
+			break;
+		}
+		ac = admin_conn(op, cfg, &to);
+		if (!ac) {
+			snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
+			break;
+		}
+		/* the client's keys under its rule, one per limit (one slot) */
+		argv[0] = a->reset ? "DEL" : "MGET";
+		argvlen[0] = strlen(argv[0]);
+		for (size_t j = 0; j < rule->nlimits; j++) {
+			argv[1 + j] = key[j];
+			argvlen[1 + j] = store_key_name(a->item[i].key, rule->lidh[j], key[j]);
+		}
+		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)(1 + rule->nlimits),
+					  argv, argvlen) == REDIS_OK)
+			op->pending++;
+		for (size_t j = 0; !a->reset && j < rule->nlimits; j++) {
+			const char *pttl[2] = { "PTTL", key[j] };
+			size_t pttllen[2] = { 4, STORE_KEY_NAME_LEN };
+
+			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
+						  pttllen) == REDIS_OK) {
+				op->pending++;
+				op->calls[i].ttl_left++;
+			}
+		}
+	}
+	if (a->error[0]) {
+		admin_finish(op, NULL);
+		return;
+	}
+	ev_timer_start(a->loop, &op->timer);
+	admin_reply(op, NULL); /* the count's own 1 */
+}
