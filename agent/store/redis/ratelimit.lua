@@ -118,14 +118,14 @@ them where the keys live. Any other error is raised as Redis gave it.
 
 -- While the library loads, Redis offers it nothing but redis.register_function:
 -- the libraries it uses are bound on the first call (bind()).
-local floor, find, sub, match, fmt, char, byte, concat
+local floor, find, sub, match, fmt, byte, concat
 local type, tonumber, unpack, maxn, pcall, error
 local rcall, rpcall, mp_unpack, spack, error_reply
 
 local function bind()
 	floor = math.floor
-	find, sub, match, fmt, char, byte = string.find, string.sub, string.match, string.format,
-	    string.char, string.byte
+	find, sub, match, fmt, byte = string.find, string.sub, string.match, string.format,
+	    string.byte
 	concat, maxn = table.concat, table.maxn
 	-- (these names are the upvalues here: the globals come through _G)
 	unpack, type, tonumber, pcall, error = _G.unpack, _G.type, _G.tonumber, _G.pcall, _G.error
@@ -136,7 +136,6 @@ end
 local MAX_REQS = 4096
 local MAX_RULES = 4096
 local MAX_LIMITS = 64
-local MAX_COST = 4294967295
 local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
 local TWO52 = 4503599627370496
 local TWO53 = 9007199254740992
