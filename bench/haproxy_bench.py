@@ -168,31 +168,37 @@ def http_status(port):
         return None
 
 
-class HAProxy:
+class HAProxy(redis_bench.PortChild):
     """haproxy -db on a configuration written for a free loopback port,
     stopped on exit from `with`. Ready once a request through it is
     answered 200 and, with an agent, once the agent saw that request."""
 
+    what, failure, clash, stop_s = "haproxy", "did not answer 200", "bind", HAPROXY_STOP_S
+
     def __init__(self, ctx, binary, workdir, make_cfg, agent=None):
-        self.ctx = ctx
+        super().__init__(ctx)
         self.binary = binary
         self.workdir = workdir
         self.make_cfg = make_cfg
         self.agent = agent
-        self.proc = None
-        self.port = None
         self.cfg_path = None
         self.cfg_text = None
 
     def argv(self):
         return [self.binary, "-db", "-f", self.cfg_path]
 
-    def log_tail(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-10:])
-        except OSError:
-            return ""
+    def cmdline(self):
+        return " ".join(self.argv())
+
+    def _spawn(self):
+        self.cfg_text = self.make_cfg(self.port)
+        self.cfg_path = os.path.join(self.workdir, "haproxy-%d.cfg" % self.port)
+        self.log_path = os.path.join(self.workdir, "haproxy-%d.log" % self.port)
+        with open(self.cfg_path, "w") as f:
+            f.write(self.cfg_text)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, cwd=self.ctx.root)
 
     def _ready(self):
         seen0 = self._notifies()
@@ -208,41 +214,6 @@ class HAProxy:
 
     def _notifies(self):
         return self.agent.metrics().get("spoa_rl_notify_total", 0) if self.agent else 0
-
-    def __enter__(self):
-        # A port found free can be taken before HAProxy binds it; retry.
-        for attempt in range(3):
-            self.port = self.ctx.free_port()
-            self.cfg_text = self.make_cfg(self.port)
-            self.cfg_path = os.path.join(self.workdir, "haproxy-%d.cfg" % self.port)
-            self.log_path = os.path.join(self.workdir, "haproxy-%d.log" % self.port)
-            with open(self.cfg_path, "w") as f:
-                f.write(self.cfg_text)
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=log, cwd=self.ctx.root)
-            try:
-                if self._ready():
-                    return self
-            except BaseException:
-                self.stop()
-                raise
-            self.stop()
-            tail = self.log_tail()
-            if "bind" not in tail.lower() or attempt == 2:
-                raise RuntimeError("haproxy did not answer 200: %s\n%s"
-                                   % (" ".join(self.argv()), tail))
-        raise RuntimeError("haproxy did not start")
-
-    def stop(self):
-        if self.proc is None:
-            return
-        redis_bench.terminate(self.proc, HAPROXY_STOP_S)
-        self.proc = None
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
 
 class MemoryAgent(redis_bench.RedisAgent):

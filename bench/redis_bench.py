@@ -129,16 +129,66 @@ def parse_cmdstat(line):
             int(f.get("failed_calls", 0)) + int(f.get("rejected_calls", 0)))
 
 
-class RedisServer:
-    """A fresh redis-server on a free loopback port, no persistence, stopped
-    on exit from `with`."""
+class PortChild:
+    """A child process on a free loopback port, logging to a file, stopped
+    on exit from `with`. A port found free can be taken before the child
+    binds it: then (the child's log saying so, `clash` in it) another port
+    is tried, three at most. Subclasses give _spawn() (sets log_path and
+    proc for self.port), _ready() (True once the child serves), cmdline(),
+    `what` and `failure` (for errors), `clash` and `stop_s`."""
 
-    def __init__(self, ctx, extra=()):
+    what, failure, clash, stop_s = "child", "did not start", "in use", 5.0
+
+    def __init__(self, ctx):
         self.ctx = ctx
-        self.extra = list(extra)
         self.proc = None
         self.port = None
         self.log_path = None
+
+    def log_tail(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-10:])
+        except OSError:
+            return ""
+
+    def __enter__(self):
+        for attempt in range(3):
+            self.port = self.ctx.free_port()
+            self._spawn()
+            try:
+                if self._ready():
+                    return self
+            except BaseException:
+                self.stop()
+                raise
+            self.stop()
+            tail = self.log_tail()
+            if self.clash not in tail.lower() or attempt == 2:
+                raise RuntimeError("%s %s: %s\n%s"
+                                   % (self.what, self.failure, self.cmdline(), tail))
+        raise RuntimeError("%s did not start" % self.what)
+
+    def stop(self):
+        if self.proc is None:
+            return
+        terminate(self.proc, self.stop_s)
+        self.proc = None
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class RedisServer(PortChild):
+    """A fresh redis-server on a free loopback port, no persistence, stopped
+    on exit from `with`."""
+
+    what, clash, stop_s = "redis-server", "in use", REDIS_STOP_S
+
+    def __init__(self, ctx, extra=()):
+        super().__init__(ctx)
+        self.extra = list(extra)
 
     def argv(self):
         return ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
@@ -149,50 +199,23 @@ class RedisServer:
         return " ".join(shlex.quote(x) for x in self.argv()[:-2 - len(self.extra)]
                         + self.extra)
 
-    def log_tail(self):
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-10:])
-        except OSError:
-            return ""
+    def _spawn(self):
+        self.log_path = os.path.join(self.ctx.logdir, "redis-%d.log" % self.port)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log)
 
-    def __enter__(self):
-        # A port found free can be taken before Redis binds it; retry.
-        for attempt in range(3):
-            self.port = self.ctx.free_port()
-            self.log_path = os.path.join(self.ctx.logdir, "redis-%d.log" % self.port)
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                             stdout=log, stderr=log)
-            deadline = time.monotonic() + REDIS_START_S
+    def _ready(self):
+        deadline = time.monotonic() + REDIS_START_S
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
-                while time.monotonic() < deadline and self.proc.poll() is None:
-                    try:
-                        # the PONG must come from this server, not from
-                        # one that took the port first
-                        if (self.command("PING") == b"PONG" and
-                                self.info("server").get("process_id") == str(self.proc.pid)):
-                            return self
-                    except (OSError, ConnectionError, ProtocolError, RespError):
-                        time.sleep(0.02)
-            except BaseException:
-                self.stop()
-                raise
-            self.stop()
-            tail = self.log_tail()
-            if "in use" not in tail.lower() or attempt == 2:
-                raise RuntimeError("redis-server did not start: %s\n%s"
-                                   % (self.cmdline(), tail))
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self):
-        if self.proc is None:
-            return
-        terminate(self.proc, REDIS_STOP_S)
-        self.proc = None
-
-    def __exit__(self, *exc):
-        self.stop()
+                # the PONG must come from this server, not from one that
+                # took the port first
+                if (self.command("PING") == b"PONG" and
+                        self.info("server").get("process_id") == str(self.proc.pid)):
+                    return True
+            except (OSError, ConnectionError, ProtocolError, RespError):
+                time.sleep(0.02)
         return False
 
     @property
