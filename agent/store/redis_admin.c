@@ -1,7 +1,7 @@
 /* redis_admin.c: the admin endpoint's look at and reset of a client's keys
  * in the Redis store (store.h: struct store_admin), in every topology:
- * found where the latest topology a worker learned says they live
- * (store_redis_locate), asked on connections of the request's own. */
+ * found where the store says they live (its locate callback: the latest
+ * topology a worker learned), asked on connections of the request's own. */
 #include "redis_admin.h"
 
 #include <hiredis/async.h>
@@ -200,9 +200,9 @@ static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_con
 	return ac;
 }
 
-void redis_admin(struct store *st, struct store_admin *a)
+void redis_admin(struct store *st, struct store_admin *a, const struct redis_config *cfg,
+		 redis_admin_locate_fn *locate)
 {
-	const struct redis_config *cfg = store_redis_config(st);
 	struct admin_op *op = xcalloc(1, sizeof(*op));
 
 	if (!op || !(op->calls = xcalloc(a->n ? a->n : 1, sizeof(*op->calls)))) {
@@ -233,7 +233,7 @@ void redis_admin(struct store *st, struct store_admin *a)
 				", \"fields\": {}, \"ttl_ms\": -2");
 			continue;
 		}
-		if (store_redis_locate(st, a->item[i].key, &to) < 0) {
+		if (locate(st, a->item[i].key, &to) < 0) {
 			snprintf(a->error, sizeof(a->error), "no Redis node known for this client yet");
 			break;
 		}

@@ -1,5 +1,5 @@
-/* redis_admin.h: the Redis store's admin look and reset (redis_admin.c),
- * and what it asks of the store (store_redis.c). Private to the store. */
+/* redis_admin.h: the Redis store's admin look at and reset of a client's
+ * keys (redis_admin.c). Private to the Redis store. */
 #ifndef RL_REDIS_ADMIN_H
 #define RL_REDIS_ADMIN_H
 
@@ -9,14 +9,14 @@
 #include "store.h"
 #include "store_redis.h"
 
-/* store_ops.admin of the Redis store: asynchronous, on a->loop. */
-void redis_admin(struct store *st, struct store_admin *a);
+/* Where a client's keys live in store st: 0 with *to, or -1 when no node
+ * is known for it yet. Called on the admin's thread. */
+typedef int redis_admin_locate_fn(struct store *st, const uint8_t *key, struct addr *to);
 
-/* Where a client's keys live, as the latest topology a worker learned
- * says: 0, or -1 when no node is known for it yet. Any thread. */
-int store_redis_locate(struct store *st, const uint8_t *key, struct addr *to);
-
-/* The store's configuration (st is a Redis store). */
-const struct redis_config *store_redis_config(const struct store *st);
+/* Looks at or resets (a->reset) a's clients, asynchronously on a->loop,
+ * connecting as cfg says to where `locate` names; store_admin_done()
+ * when all is answered or the deadline passes. */
+void redis_admin(struct store *st, struct store_admin *a, const struct redis_config *cfg,
+		 redis_admin_locate_fn *locate);
 
 #endif

@@ -768,7 +768,9 @@ static void on_recheck(struct ev_loop *loop, ev_timer *t, int revents)
 
 /* ---- where a client's keys live, for the admin endpoint ---------------------------- */
 
-int store_redis_locate(struct store *st, const uint8_t *key, struct addr *to)
+/* redis_admin_locate_fn: the node that serves a client's keys as the
+ * latest topology a worker learned says. */
+static int locate(struct store *st, const uint8_t *key, struct addr *to)
 {
 	struct redis_store *rst = st->impl;
 	const struct redis_config *cfg = &rst->cfg;
@@ -799,11 +801,11 @@ int store_redis_locate(struct store *st, const uint8_t *key, struct addr *to)
 	return rc;
 }
 
-const struct redis_config *store_redis_config(const struct store *st)
+static void redis_admin_op(struct store *st, struct store_admin *a)
 {
-	const struct redis_store *rst = st->impl;
+	struct redis_store *rst = st->impl;
 
-	return &rst->cfg;
+	redis_admin(st, a, &rst->cfg, locate);
 }
 
 /* ---- the store interface ------------------------------------------------------- */
@@ -939,7 +941,7 @@ static const struct store_ops redis_ops = {
 	.worker_free = redis_worker_free,
 	.check = redis_check,
 	.rules_changed = redis_rules_changed,
-	.admin = redis_admin,
+	.admin = redis_admin_op,
 	.each_node = redis_each_node,
 	.free = redis_free,
 };
