@@ -156,8 +156,8 @@ enum {
 /* What the command line said, before the rules file is read. */
 struct cli {
 	const char *rules_path;
-	char limits[LIMIT_SET_MAX][64];
-	const char *algos[LIMIT_SET_MAX];
+	char limits[LIMIT_RULE_MAX][64];
+	const char *algos[LIMIT_RULE_MAX];
 	int nlimits;
 	long long burst;
 	const char *identity;
@@ -500,8 +500,8 @@ int main(int argc, char **argv)
 			char *colon;
 			struct limit_spec spec;
 
-			if (cli.nlimits == LIMIT_SET_MAX)
-				BAD("at most %d limits", LIMIT_SET_MAX);
+			if (cli.nlimits == LIMIT_RULE_MAX)
+				BAD("at most %d limits", LIMIT_RULE_MAX);
 			if (strlen(optarg) >= sizeof(cli.limits[0]))
 				BAD("--limit '%s': too long", optarg);
 			snprintf(cli.limits[cli.nlimits], sizeof(cli.limits[0]), "%s", optarg);

@@ -138,7 +138,7 @@ def fcalls(rng, pool, limit, batch, ncalls):
         keys = rng.sample(pool, batch)
         req = struct.pack(">H", 1) + b"".join(struct.pack(">IIH", j + 1, 1, 1)
                                                for j in range(batch))
-        out.append(("FCALL", "rl3_decide", 0, req, rule) + tuple(keys))
+        out.append(("FCALL", "rl4_decide", 0, req, rule) + tuple(keys))
     return out
 
 

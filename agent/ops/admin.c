@@ -118,6 +118,19 @@ static bool admitted(const struct auth_token *token, struct http_req *req)
 	return true;
 }
 
+/* Whether a client named by argument `kind` has buckets under rule. */
+static bool admin_applies(const struct rules *rules, const struct rule *rule, const char *kind)
+{
+	const struct rules_names *names = rules_identity_names(rules);
+
+	if (rule->kind != RULES_KIND_LAYER || rule->scope == RULES_SCOPE_CLIENT)
+		return true;
+	for (size_t k = 0; rule->scope == RULES_SCOPE_ARGS && k < rule->nidk; k++)
+		if (strcmp(names->name[rule->idk[k]], kind) == 0)
+			return true;
+	return false;
+}
+
 void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_token *token,
 		 struct http_req *req)
 {
@@ -186,16 +199,22 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	}
 	ar->a.loop = loop;
 	ar->a.reset = reset;
-	ar->a.n = nrules;
 	ar->a.done = admin_done;
 	ar->a.priv = ar;
-	/* Every rule of the client, each with its own key. */
+	/* Every rule of the client, each with its own key: tiers, endpoints,
+	 * and the layers that count this client by the argument that named
+	 * it (not the global ones, nor those keyed by another argument). */
+	ar->a.n = 0;
 	for (size_t i = 0; i < nrules; i++) {
-		struct store_admin_item *it = &ar->a.item[i];
+		const struct rule *rule = rules_rule_at(rules, i);
+		struct store_admin_item *it = &ar->a.item[ar->a.n];
 
-		it->rule = rules_rule_at(rules, i);
+		if (!admin_applies(rules, rule, ar->kind))
+			continue;
+		it->rule = rule;
 		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
+		ar->a.n++;
 	}
 	store_admin(srv->store, &ar->a);
 }

@@ -62,6 +62,16 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	/* decide_key(), from the hash of "kind\0" the rules keep */
 	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
 			  v.rule->name_len, q->key);
+	for (size_t p = 0; p < v.rule->nstack; p++) {
+		const struct rule *l = v.rule->stack[p];
+
+		vlen = 0;
+		value = text;
+		if (v.layer_identity[p] >= 0 && v.layer_val[p])
+			value = identity_value(v.layer_val[p], text, sizeof(text), &vlen);
+		identity_key_from(rules_identity_prefix(rules, v.layer_identity[p]), value, vlen,
+				  l->name, l->name_len, q->lkey[p]);
+	}
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -136,6 +146,14 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		d->near_limit = r->remaining * 10 < r->limit;
 	} else {
 		d->reason = DECIDE_LIMITED;
+		if (q->rule->part_of[decider]) {
+			/* a layer refused: the answer names it */
+			const struct rule *l = decide_limit_rule(q, (size_t)decider);
+
+			d->rule = l->name;
+			d->rule_len = l->name_len;
+			d->counters = l->counters;
+		}
 		if (q->shadow) {
 			/* computed, counted and exported; nothing refused */
 			d->shadow = true;

@@ -32,6 +32,9 @@
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
+	/* The key of each layer stacked on the rule (rule->stack[p]): its
+	 * limits' client, under the layer's identity. */
+	uint8_t lkey[RULES_STACK_MAX][IDENTITY_KEY_LEN];
 	const char *identity;       /* the argument that named the client */
 	struct rules *rules;
 	const struct rule *rule;
@@ -75,6 +78,23 @@ struct decide_decision {
 	bool near_limit;       /* allowed, leaving under a tenth of the quota */
 	uint32_t counters;     /* the rule's counters slot (rulestats.h) */
 };
+
+/* The key limit j of q is kept under: the client's under the rule (key),
+ * or a layer's. */
+static inline const uint8_t *decide_limit_key(const struct decide_query *q, size_t j)
+{
+	unsigned p = q->rule->part_of[j];
+
+	return p ? q->lkey[p - 1] : q->key;
+}
+
+/* The rule limit j of q comes from: q's, or a layer stacked on it. */
+static inline const struct rule *decide_limit_rule(const struct decide_query *q, size_t j)
+{
+	unsigned p = q->rule->part_of[j];
+
+	return p ? q->rule->stack[p - 1] : q->rule;
+}
 
 /* The key of one rule of a client (identity_key under the rules' secret). */
 void decide_key(const struct rules *rules, const char *kind, const char *value, size_t vlen,

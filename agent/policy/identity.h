@@ -18,6 +18,8 @@
 #define IDENTITY_KEY_LEN 16
 /* The kind of a client no identity argument names. */
 #define IDENTITY_ANONYMOUS "anonymous"
+/* The one client of a layer with `identity: global`. */
+#define IDENTITY_GLOBAL "global"
 #define IDENTITY_HEX_LEN (2 * IDENTITY_KEY_LEN)
 
 /* SipHash-2-4 with 128-bit output (the reference variant). */

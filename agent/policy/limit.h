@@ -20,8 +20,11 @@
 #include <stdint.h>
 
 #define LIMIT_US_PER_S 1000000LL
-/* Limits of one rule, checked together (all or nothing). */
-#define LIMIT_SET_MAX 16
+/* Limits one rule of the rules file declares, and limits checked together
+ * for one request (all or nothing): its rule's and those of the layers
+ * stacked on it. */
+#define LIMIT_RULE_MAX 16
+#define LIMIT_SET_MAX 32
 
 /* Bounds of the notation. limit_eval clamps a spec to them, so no spec a
  * caller builds by hand can overflow its arithmetic. */

@@ -41,7 +41,7 @@
 #include "spop.h"
 
 #define RULES_NAME_MAX 32        /* rule and argument names, NUL included */
-#define RULES_POLICY_MAX 512     /* a RateLimit-Policy value, NUL included */
+#define RULES_POLICY_MAX 2048    /* a RateLimit-Policy value, NUL included */
 #define RULES_PNAME_MAX (RULES_NAME_MAX + 40) /* a policy item's name */
 #define RULES_PNAME_SF_MAX (2 * RULES_PNAME_MAX + 1) /* quoted, escaped */
 #define RULES_LID_MAX 48         /* a limit's field name in the store */
@@ -50,6 +50,9 @@
 #define RULES_TIERS_MAX 256
 #define RULES_ENDPOINTS_MAX 1024
 #define RULES_CLASSES_MAX 256
+#define RULES_LAYERS_MAX 64
+#define RULES_STACK_MAX 3        /* layers stacked on one rule */
+#define RULES_PARTS_MAX (1 + RULES_STACK_MAX)
 #define RULES_VALUES_MAX 32      /* values of one match condition */
 #define RULES_MATCH_ARGS_MAX 16  /* argument conditions of one match */
 #define RULES_FILE_MAX (4u << 20) /* bytes of a rules file */
@@ -128,17 +131,45 @@ enum rules_kind {
 	RULES_KIND_DEFAULT = 0, /* the built-in rule when the file has no tiers */
 	RULES_KIND_TIER = 1,
 	RULES_KIND_ENDPOINT = 2,
+	RULES_KIND_LAYER = 3,   /* applies only stacked on a tier or endpoint */
 };
 
-/* One rule: a tier, an endpoint, or the built-in default. Its name is what
- * the agent exports as txn.rl.rule. The periods of its limits are distinct
- * (policy names are "<rule>-<period>"). nlimits 0 means no rate limit. */
+/* Who a layer's buckets belong to (a tier's or an endpoint's are the
+ * client's, named by the file's identity). */
+enum rules_scope {
+	RULES_SCOPE_CLIENT = 0, /* the client, as the file's identity names it */
+	RULES_SCOPE_ARGS = 1,   /* the first present of the layer's own arguments */
+	RULES_SCOPE_GLOBAL = 2, /* one bucket shared by every client */
+};
+
+/* One rule: a tier, an endpoint, the built-in default, or a layer. Its
+ * name is what the agent exports as txn.rl.rule. The periods of its limits
+ * are distinct (policy names are "<rule>-<period>").
+ *
+ * A tier or an endpoint may stack layers (`stack:`): a request of the rule
+ * is then checked against the rule's own limits and each layer's, all or
+ * nothing, each layer's under its own identity (global, the client's, or
+ * other arguments). The arrays below hold the rule's own limits first
+ * (nown of them), then each layer's in turn: nlimits counts them all, and
+ * part_of[] says whose each is (0 the rule, p the layer stack[p - 1]).
+ * nlimits 0 means no rate limit. */
 struct rule {
 	char name[RULES_NAME_MAX];
 	enum rules_kind kind;
 	unsigned index;          /* position in rules_rule_at(), 0-based */
 	struct limit_spec limits[LIMIT_SET_MAX];
 	size_t nlimits;
+	size_t nown;             /* its own limits (the file's), first */
+	/* The layers stacked on it, in its `stack` order, and whose each
+	 * limit is. */
+	const struct rule *stack[RULES_STACK_MAX];
+	uint8_t nstack;
+	uint8_t part_of[LIMIT_SET_MAX];
+	/* A layer's identity: RULES_SCOPE_ARGS reads the arguments
+	 * rules_identity_names() lists at idk[0..nidk). */
+	enum rules_scope scope;
+	uint8_t idk[RULES_IDENTITY_MAX];
+	uint8_t nidk;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
@@ -216,8 +247,10 @@ const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
 
 /* The hash state after "kind\0" under the rules' secret, for the clients
- * identity argument k names (k < 0: anonymous clients), from which
- * identity_key_from() computes their keys. */
+ * identity argument k (of rules_identity_names) names (k == -1: anonymous
+ * clients, k == RULES_ID_GLOBAL: the one client of a global layer), from
+ * which identity_key_from() computes their keys. */
+#define RULES_ID_GLOBAL (-2)
 struct identity_prefix;
 const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k);
 
@@ -229,6 +262,9 @@ const char *rules_source(const struct rules *r);
 
 /* Arguments that name the client, in order of preference. */
 const struct rules_names *rules_identity(const struct rules *r);
+/* Every identity argument the rules read: the file's identity first (in
+ * its order), then those only layers name. At most RULES_IDENTITY_MAX. */
+const struct rules_names *rules_identity_names(const struct rules *r);
 
 /* The integer argument that weighs a request; "" when none. */
 const char *rules_cost_argument(const struct rules *r);
@@ -266,6 +302,11 @@ struct rules_verdict {
 	 * arguments), or -1 and NULL for an anonymous client. */
 	int identity;
 	const struct spop_data *identity_val;
+	/* The same for each layer stacked on the rule (rule->stack[p]):
+	 * an index in rules_identity_names(), -1 for anonymous, or
+	 * RULES_ID_GLOBAL. */
+	int layer_identity[RULES_STACK_MAX];
+	const struct spop_data *layer_val[RULES_STACK_MAX];
 	/* Load figures for shed_decide(); load_known false when either
 	 * argument is missing or not an integer (then never shed). */
 	bool load_known;

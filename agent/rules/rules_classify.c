@@ -475,7 +475,7 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 
 	out->tier = &r->rule[q.tier];
 	rule = out->tier;
-	for (size_t i = 0; i + r->ntiers < r->nrules; i++) {
+	for (size_t i = 0; i < r->neps; i++) {
 		if (match_holds(&r->ep[i], &q)) {
 			rule = &r->rule[r->ntiers + i];
 			break;
@@ -505,6 +505,27 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 			out->identity = (int)k;
 			out->identity_val = d;
 			break;
+		}
+	}
+	for (size_t p = 0; p < rule->nstack; p++) {
+		const struct rule *l = rule->stack[p];
+
+		out->layer_identity[p] = out->identity;
+		out->layer_val[p] = out->identity_val;
+		if (l->scope == RULES_SCOPE_GLOBAL) {
+			out->layer_identity[p] = RULES_ID_GLOBAL;
+			out->layer_val[p] = NULL;
+		} else if (l->scope == RULES_SCOPE_ARGS) {
+			out->layer_identity[p] = -1;
+			out->layer_val[p] = NULL;
+			for (size_t j = 0; j < l->nidk; j++) {
+				d = slot[SLOT_IDENTITY + l->idk[j]];
+				if (d && !data_is_empty(d)) {
+					out->layer_identity[p] = l->idk[j];
+					out->layer_val[p] = d;
+					break;
+				}
+			}
 		}
 	}
 

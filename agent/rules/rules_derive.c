@@ -35,6 +35,7 @@ static void derive_rule(struct rule *r, int agents)
 	char period[32];
 
 	r->policy[0] = '\0';
+	r->nown = r->nlimits;
 	for (size_t i = 0; i < r->nlimits; i++) {
 		struct limit_spec *l = &r->local[i];
 
@@ -75,9 +76,7 @@ static void derive_rule(struct rule *r, int agents)
 /* The match conditions of the file: every endpoint's, then every class's. */
 static const struct match *match_at(const struct rules *r, size_t i)
 {
-	size_t neps = r->nrules - r->ntiers;
-
-	return i < neps ? &r->ep[i] : &r->classes[i - neps].m;
+	return i < r->neps ? &r->ep[i] : &r->classes[i - r->neps].m;
 }
 
 /* The names classification reads (enum arg_slot), each once in a hash
@@ -88,7 +87,7 @@ static void derive_lookup(struct rules *r)
 	const char *names[SLOT_N] = { NULL };
 	uint8_t n = 0;
 
-	for (size_t i = 0; i < r->nrules - r->ntiers + r->nclasses; i++) {
+	for (size_t i = 0; i < r->neps + r->nclasses; i++) {
 		const struct match *m = match_at(r, i);
 
 		if (m->method.n)
@@ -104,8 +103,8 @@ static void derive_lookup(struct rules *r)
 	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
 	names[SLOT_IN_USE] = r->shed.in_use_arg;
 	names[SLOT_FREE] = r->shed.free_arg;
-	for (size_t k = 0; k < r->identity.n; k++)
-		names[SLOT_IDENTITY + k] = r->identity.name[k];
+	for (size_t k = 0; k < r->idnames.n; k++)
+		names[SLOT_IDENTITY + k] = r->idnames.name[k];
 	for (unsigned s = 0; s < SLOT_N; s++) {
 		size_t len;
 		unsigned b, j;
@@ -133,11 +132,49 @@ static void derive_lookup(struct rules *r)
 /* The hash states rules_identity_prefix() hands out, under the secret. */
 static void derive_prefixes(struct rules *r)
 {
-	for (size_t k = 0; k < r->identity.n; k++)
-		identity_prefix_init(&r->id_prefix[k], r->secret, r->identity.name[k],
-				     strlen(r->identity.name[k]));
+	for (size_t k = 0; k < r->idnames.n; k++)
+		identity_prefix_init(&r->id_prefix[k], r->secret, r->idnames.name[k],
+				     strlen(r->idnames.name[k]));
 	identity_prefix_init(&r->id_prefix[RULES_IDENTITY_MAX], r->secret, IDENTITY_ANONYMOUS,
 			     strlen(IDENTITY_ANONYMOUS));
+	identity_prefix_init(&r->id_prefix[RULES_IDENTITY_MAX + 1], r->secret, IDENTITY_GLOBAL,
+			     strlen(IDENTITY_GLOBAL));
+}
+
+/* A rule's layers after its own limits (rules.h): what the store and the
+ * answers read of each limit, and the policy of them all. The loader
+ * checked that they fit (LIMIT_SET_MAX, RULES_POLICY_MAX is the sum's
+ * bound too: an item that would not fit is left out, as for a rule). */
+static void derive_stack(struct rule *r)
+{
+	size_t n = r->nown, len = strlen(r->policy);
+
+	for (size_t p = 0; p < r->nown; p++)
+		r->part_of[p] = 0;
+	for (size_t p = 0; p < r->nstack; p++) {
+		const struct rule *l = r->stack[p];
+		size_t plen = strlen(l->policy);
+
+		for (size_t j = 0; j < l->nown && n < LIMIT_SET_MAX; j++, n++) {
+			r->limits[n] = l->limits[j];
+			r->local[n] = l->local[j];
+			r->lidh[n] = l->lidh[j];
+			memcpy(r->lid[n], l->lid[j], sizeof(r->lid[n]));
+			memcpy(r->pname[n], l->pname[j], sizeof(r->pname[n]));
+			memcpy(r->pname_sf[n], l->pname_sf[j], sizeof(r->pname_sf[n]));
+			r->pname_sf_len[n] = l->pname_sf_len[j];
+			r->part_of[n] = (uint8_t)(p + 1);
+		}
+		if (plen && len + 2 + plen < sizeof(r->policy)) {
+			if (len) {
+				memcpy(r->policy + len, ", ", 2);
+				len += 2;
+			}
+			memcpy(r->policy + len, l->policy, plen + 1);
+			len += plen;
+		}
+	}
+	r->nlimits = n;
 }
 
 void rules_derive(struct rules *r)
@@ -146,6 +183,8 @@ void rules_derive(struct rules *r)
 
 	for (size_t i = 0; i < r->nrules; i++)
 		derive_rule(&r->rule[i], agents);
+	for (size_t i = 0; i < r->nrules; i++)
+		derive_stack(&r->rule[i]);
 	derive_lookup(r);
 	derive_prefixes(r);
 }

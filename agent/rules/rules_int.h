@@ -110,9 +110,14 @@ struct rules {
 	enum rules_failure on_failure;
 	int default_priority;
 	struct shed_config shed;
-	struct rule *rule;   /* tiers, then endpoints */
+	struct rule *rule;   /* tiers, then endpoints, then layers */
 	size_t nrules;
 	size_t ntiers;
+	size_t neps;
+	size_t nlayers;
+	/* Every identity argument: the file's (identity.n of them) first,
+	 * then those only layers read (rules_identity_names). */
+	struct rules_names idnames;
 	size_t default_tier;
 	struct match *ep;          /* ep[i] is the match of rule[ntiers + i] */
 	struct pclass *classes;
@@ -122,8 +127,8 @@ struct rules {
 	 * of the slots, hashed, and whether some match reads any argument. */
 	struct arg_lookup lookup[SLOT_N];
 	/* Derived from the secret: rules_identity_prefix() for each identity
-	 * argument, then for anonymous clients. */
-	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 1];
+	 * argument, then for anonymous clients, then for global layers. */
+	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 2];
 	uint8_t bucket[ARG_BUCKETS]; /* first of a chain: index + 1, 0 empty */
 	bool match_args;
 };

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "rules_load.h"
 #include "settings.h"
-#include "yaml_strict.h"
 
 /* ---- the arena ----------------------------------------------------------- */
 
@@ -66,17 +66,7 @@ static void *arena_alloc(struct rules *r, size_t n)
 	return p;
 }
 
-/* ---- loading context ----------------------------------------------------- */
-
-struct ctx {
-	struct ys y;          /* the file, and where messages go */
-	struct rules *r;
-	yaml_mark_t *marks;   /* where each rule is named, for duplicate names */
-	bool builtin;         /* rule[0] is the built-in default rule */
-};
-
-/* A rule or argument name: 1 to 31 of [A-Za-z0-9_.-]. */
-static int get_name(struct ys *y, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX])
+int rules_get_name(struct ys *y, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX])
 {
 	return ys_name(y, n, where, out, RULES_NAME_MAX);
 }
@@ -94,11 +84,11 @@ static int get_failure(struct ys *y, yaml_node_t *n, const char *where, enum rul
 
 /* ---- identity ------------------------------------------------------------ */
 
-static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
+int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
 	struct rules_names *ids = arg;
 
-	if (get_name(y, n, where, ids->name[i]) < 0)
+	if (rules_get_name(y, n, where, ids->name[i]) < 0)
 		return -1;
 	for (size_t j = 0; j < i; j++)
 		if (strcmp(ids->name[j], ids->name[i]) == 0)
@@ -108,101 +98,10 @@ static int identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t
 	return 0;
 }
 
-/* ---- limits -------------------------------------------------------------- */
-
-static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
-			    struct limit_spec *out)
-{
-	struct ys *y = &c->y;
-	enum { K_RATE, K_BURST, K_ALGO, K_N };
-	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
-	static const char *const algos[] = {"token", "sliding", "fixed"};
-	yaml_node_t *k[K_N], *v[K_N];
-	char sub[YS_PATH_MAX], msg[256];
-	const char *s;
-	size_t len;
-	long long burst = 0;
-	int algo = 0;
-
-	if (ys_map_fields(y, map, where, keys, K_N, k, v) < 0)
-		return -1;
-	if (!v[K_RATE])
-		return ys_fail_missing(y, map, where, "rate", " (such as rate: 100/1m)");
-	ys_path_key(sub, where, "rate");
-	if (ys_text(y, v[K_RATE], sub, &s, &len) < 0)
-		return -1;
-	if (limit_parse(s, out, msg, sizeof(msg)) < 0)
-		return ys_fail(y, v[K_RATE]->start_mark, sub, "%s", msg);
-	if (v[K_ALGO]) {
-		ys_path_key(sub, where, "algorithm");
-		if (ys_word(y, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
-			return -1;
-		out->algo = algo == 0 ? LIMIT_TOKEN_BUCKET
-			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
-	}
-	if (v[K_BURST]) {
-		ys_path_key(sub, where, "burst");
-		if (ys_int(y, v[K_BURST], sub, 1, (long long)LIMIT_QUOTA_MAX, &burst) < 0)
-			return -1;
-		if (out->algo != LIMIT_TOKEN_BUCKET)
-			return ys_fail(y, k[K_BURST]->start_mark, sub,
-				       "burst applies to the token bucket only (algorithm: token)");
-		out->burst = (uint64_t)burst;
-	}
-	return 0;
-}
-
-static int parse_limits(struct ctx *c, yaml_node_t *seq, const char *where,
-			struct rule *rule)
-{
-	struct ys *y = &c->y;
-	char item[YS_PATH_MAX], msg[256];
-	size_t count;
-
-	if (seq->type != YAML_SEQUENCE_NODE)
-		return ys_fail_type(y, seq, where, "a list of limits");
-	count = ys_seq_len(seq);
-	if (count > LIMIT_SET_MAX)
-		return ys_fail(y, seq->start_mark, where, "more than %d limits", LIMIT_SET_MAX);
-	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *n = ys_seq_item(y, seq, i);
-		struct limit_spec *l = &rule->limits[i];
-
-		ys_path_index(item, where, i);
-		if (n->type == YAML_MAPPING_NODE) {
-			if (parse_limit_long(c, n, item, l) < 0)
-				return -1;
-		} else {
-			const char *s;
-			size_t len;
-
-			if (n->type != YAML_SCALAR_NODE || ys_is_null(n))
-				return ys_fail_type(y, n, item, "a limit such as 100/1m");
-			if (ys_text(y, n, item, &s, &len) < 0)
-				return -1;
-			if (limit_parse(s, l, msg, sizeof(msg)) < 0)
-				return ys_fail(y, n->start_mark, item, "%s", msg);
-		}
-		/* Policy names are "<rule>-<period>": periods must differ. */
-		for (size_t j = 0; j < i; j++) {
-			if (rule->limits[j].period_us == l->period_us) {
-				char period[32];
-
-				limit_format_period(l->period_us, period, sizeof(period));
-				return ys_fail(y, n->start_mark, item,
-					       "a limit of period %s is already in this rule (limits[%zu])",
-					       period, j);
-			}
-		}
-		rule->nlimits = i + 1;
-	}
-	return 0;
-}
-
 /* The keys a tier and an endpoint share. */
-enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_N };
+enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits",
-					   "shadow", "on_store_failure", "cost"};
+					   "shadow", "on_store_failure", "cost", "stack"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -216,7 +115,7 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 	if (!v[R_LIMITS])
 		return ys_fail_missing(y, body, where, "limits", " (write limits: [] for no limit)");
 	ys_path_key(sub, where, "limits");
-	if (parse_limits(c, v[R_LIMITS], sub, rule) < 0)
+	if (rules_parse_limits(c, v[R_LIMITS], sub, rule) < 0)
 		return -1;
 	if (v[R_SHADOW]) {
 		ys_path_key(sub, where, "shadow");
@@ -234,11 +133,11 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 			return -1;
 		rule->cost = (uint32_t)cost;
 	}
+	c->stack[rule->index] = v[R_STACK];
 	return 0;
 }
 
-/* Names are unique among all rules; rule `i` is being named at `mark`. */
-static int check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)
+int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)
 {
 	struct ys *y = &c->y;
 	struct rules *r = c->r;
@@ -366,7 +265,7 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 			}
 		}
 		if (ys_is(k, "argument")) {
-			if (get_name(y, v, "tiers.argument", r->tier_arg) < 0)
+			if (rules_get_name(y, v, "tiers.argument", r->tier_arg) < 0)
 				return -1;
 			continue;
 		}
@@ -378,7 +277,7 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 			struct rule *rule = &r->rule[r->ntiers];
 			yaml_node_t *fk[R_N], *fv[R_N];
 
-			if (get_name(y, k, "tiers", rule->name) < 0)
+			if (rules_get_name(y, k, "tiers", rule->name) < 0)
 				return -1;
 			ys_path_key(where, "tiers", rule->name);
 			rule->kind = RULES_KIND_TIER;
@@ -535,7 +434,7 @@ static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, 
 		struct arg_cond *a = &m->args[i];
 		char sub[YS_PATH_MAX];
 
-		if (ys_check_key(y, k, where) < 0 || get_name(y, k, where, a->name) < 0)
+		if (ys_check_key(y, k, where) < 0 || rules_get_name(y, k, where, a->name) < 0)
 			return -1;
 		for (size_t j = 0; j < i; j++) {
 			if (strcmp(m->args[j].name, a->name) == 0) {
@@ -648,8 +547,8 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 		if (!v[R_NAME])
 			return ys_fail_missing(y, n, where, "name", "");
 		ys_path_key(sub, where, "name");
-		if (get_name(y, v[R_NAME], sub, rule->name) < 0 ||
-		    check_rule_name(c, ri, v[R_NAME]->start_mark, sub) < 0)
+		if (rules_get_name(y, v[R_NAME], sub, rule->name) < 0 ||
+		    rules_check_rule_name(c, ri, v[R_NAME]->start_mark, sub) < 0)
 			return -1;
 		rule->kind = RULES_KIND_ENDPOINT;
 		rule->index = (unsigned)ri;
@@ -808,9 +707,9 @@ static int parse_shedding(struct ctx *c, yaml_node_t *map)
 
 	if (ys_map_fields(y, map, "shedding", keys, K_N, k, v) < 0)
 		return -1;
-	if (v[K_IN_USE] && get_name(y, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
+	if (v[K_IN_USE] && rules_get_name(y, v[K_IN_USE], "shedding.in_use", sc->in_use_arg) < 0)
 		return -1;
-	if (v[K_FREE] && get_name(y, v[K_FREE], "shedding.free", sc->free_arg) < 0)
+	if (v[K_FREE] && rules_get_name(y, v[K_FREE], "shedding.free", sc->free_arg) < 0)
 		return -1;
 	if (strcmp(sc->in_use_arg, sc->free_arg) == 0)
 		return ys_fail(y, (v[K_FREE] ? v[K_FREE] : v[K_IN_USE])->start_mark,
@@ -849,6 +748,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	snprintf(r->identity.name[1], RULES_NAME_MAX, "user");
 	snprintf(r->identity.name[2], RULES_NAME_MAX, "ip");
 	r->identity.n = 3;
+	r->idnames = r->identity;
 	snprintf(r->tier_arg, sizeof(r->tier_arg), "tier");
 	r->on_failure = RULES_FAIL_OPEN;
 	r->default_priority = RULES_DEFAULT_PRIORITY;
@@ -861,10 +761,10 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 {
 	struct ys *y = &c->y;
 	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_LIMITS, K_TIERS, K_ENDPOINTS,
-	       K_PRIORITIES, K_SHEDDING, K_N };
+	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_N };
 	static const char *const rules_keys[K_N] = {
 		"on_store_failure", "identity", "shadow", "cost_argument", "limits",
-		"tiers", "endpoints", "priorities", "shedding",
+		"tiers", "endpoints", "layers", "stack", "priorities", "shedding",
 	};
 	const char *keys[SETTINGS_NKEYS + K_N];
 	yaml_node_t *all_k[SETTINGS_NKEYS + K_N], *all_v[SETTINGS_NKEYS + K_N];
@@ -883,13 +783,14 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 
 		memset(&ids, 0, sizeof(ids));
 		if (ys_string_or_list(y, v[K_IDENTITY], "identity", RULES_IDENTITY_MAX, "arguments",
-				      identity_item, &ids) < 0)
+				      rules_identity_item, &ids) < 0)
 			return -1;
 		r->identity = ids;
+		r->idnames = ids;
 	}
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
-	if (v[K_COST] && get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
+	if (v[K_COST] && rules_get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
 		return -1;
 	if (v[K_LIMITS] && v[K_TIERS])
 		return ys_fail(y, k[K_LIMITS]->start_mark, "limits",
@@ -902,10 +803,15 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	if (v[K_LIMITS]) {
 		r->rule[0].nlimits = 0;
 		memset(r->rule[0].limits, 0, sizeof(r->rule[0].limits));
-		if (parse_limits(c, v[K_LIMITS], "limits", &r->rule[0]) < 0)
+		if (rules_parse_limits(c, v[K_LIMITS], "limits", &r->rule[0]) < 0)
 			return -1;
 	}
 	if (v[K_ENDPOINTS] && parse_endpoints(c, v[K_ENDPOINTS]) < 0)
+		return -1;
+	r->neps = r->nrules - r->ntiers;
+	if (v[K_LAYERS] && rules_parse_layers(c, v[K_LAYERS]) < 0)
+		return -1;
+	if (rules_resolve_stacks(c, v[K_STACK]) < 0)
 		return -1;
 	if (v[K_PRIORITIES] && parse_priorities(c, v[K_PRIORITIES]) < 0)
 		return -1;
@@ -1089,8 +995,10 @@ void rules_set_counters(struct rules *r, size_t i, uint32_t slot) { r->rule[i].c
 const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
 const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k)
 {
-	/* k < 0 turns into a size_t past any identity.n: one comparison */
-	return &r->id_prefix[(size_t)k < r->identity.n ? (size_t)k : RULES_IDENTITY_MAX];
+	if (k == RULES_ID_GLOBAL)
+		return &r->id_prefix[RULES_IDENTITY_MAX + 1];
+	/* k < 0 turns into a size_t past any idnames.n: one comparison */
+	return &r->id_prefix[(size_t)k < r->idnames.n ? (size_t)k : RULES_IDENTITY_MAX];
 }
 
 /* ---- accessors ----------------------------------------------------------- */
@@ -1099,6 +1007,7 @@ const struct settings *rules_settings(const struct rules *r) { return &r->settin
 
 const char *rules_source(const struct rules *r) { return r->source; }
 const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }
+const struct rules_names *rules_identity_names(const struct rules *r) { return &r->idnames; }
 const char *rules_cost_argument(const struct rules *r) { return r->cost_arg; }
 const char *rules_tier_argument(const struct rules *r) { return r->tier_arg; }
 

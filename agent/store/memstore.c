@@ -458,6 +458,104 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	return decider(res, n);
 }
 
+/* memstore_check() when the limits' keys differ (a rule with layers):
+ * the shards of the keys are locked in their order in the store, so that
+ * two such decisions never wait for each other in a cycle. */
+int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
+			const struct limit_spec *limits, size_t n, int64_t now_us,
+			uint32_t cost, struct limit_result *res)
+{
+	struct limit_state cur[LIMIT_SET_MAX], next[LIMIT_SET_MAX];
+	long ent[LIMIT_SET_MAX], keep[LIMIT_SET_MAX];
+	uint64_t fp[LIMIT_SET_MAX];
+	uint32_t h[LIMIT_SET_MAX];
+	unsigned idx[LIMIT_SET_MAX];
+	struct ms_shard *sh[LIMIT_SET_MAX], *locked[LIMIT_SET_MAX];
+	size_t nlocked = 0;
+	int refused = 0, rc;
+
+	if (n == 0 || n > LIMIT_SET_MAX)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t kh = key_hash(keys[i]);
+		size_t j;
+
+		/* a key's limits are numbered from 0, as memstore_check's */
+		idx[i] = 0;
+		for (j = 0; j < i; j++)
+			idx[i] += memcmp(keys[j], keys[i], IDENTITY_KEY_LEN) == 0;
+		h[i] = slot_hash(kh, idx[i]);
+		sh[i] = shard_of(ms, kh);
+		/* insertion into the sorted set of shards to lock */
+		for (j = 0; j < nlocked && locked[j] < sh[i]; j++)
+			;
+		if (j == nlocked || locked[j] != sh[i]) {
+			memmove(&locked[j + 1], &locked[j], (nlocked - j) * sizeof(locked[0]));
+			locked[j] = sh[i];
+			nlocked++;
+		}
+	}
+	for (size_t j = 0; j < nlocked; j++)
+		pthread_mutex_lock(&locked[j]->lock);
+	for (size_t i = 0; i < n; i++) {
+		long s = find_slot(sh[i], keys[i], idx[i], h[i]);
+
+		fp[i] = spec_fp(&limits[i]);
+		ent[i] = s < 0 ? -1 : (long)sh[i]->slots[s] - 1;
+		memset(&cur[i], 0, sizeof(cur[i]));
+		if (ent[i] >= 0) {
+			const struct ms_entry *e = &sh[i]->entries[ent[i]];
+
+			if (e->fp == fp[i] && now_us < e->expire_us)
+				cur[i] = e->st;
+		}
+		limit_eval(&limits[i], &cur[i], now_us, cost, &next[i], &res[i]);
+		if (!res[i].allowed)
+			refused = 1;
+	}
+	rc = decider(res, n);
+	if (refused || cost == 0) {
+		/* as memstore_check: nothing taken, what each holds reported */
+		for (size_t i = 0; i < n && cost > 0; i++) {
+			struct limit_state unused;
+
+			if (res[i].allowed)
+				limit_eval(&limits[i], &cur[i], now_us, 0, &unused, &res[i]);
+			else if (ent[i] >= 0)
+				sh[i]->entries[ent[i]].refused_until = now_us + res[i].retry_after_us;
+		}
+		goto out;
+	}
+	/* room in each shard, sparing the entries this decision reads there */
+	for (size_t j = 0; j < nlocked; j++) {
+		size_t missing = 0, nkeep = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			if (sh[i] != locked[j])
+				continue;
+			if (ent[i] < 0)
+				missing++;
+			else
+				keep[nkeep++] = ent[i];
+		}
+		if (missing && make_room(locked[j], missing, now_us, keep, nkeep) < 0) {
+			locked[j]->full++;
+			rc = MEMSTORE_NO_ROOM;
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (ent[i] < 0)
+			ent[i] = insert(sh[i], keys[i], idx[i], h[i]);
+		store_state(sh[i], &sh[i]->entries[ent[i]], fp[i], &next[i], res[i].next_ttl_us,
+			    now_us);
+	}
+out:
+	for (size_t j = nlocked; j-- > 0;)
+		pthread_mutex_unlock(&locked[j]->lock);
+	return rc;
+}
+
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t kh = key_hash(key);

@@ -49,6 +49,12 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res);
 
+/* The same when each limit has a key of its own: keys[i] is limit i's
+ * (several limits may share one). All or nothing across the keys. */
+int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
+			const struct limit_spec *limits, size_t n, int64_t now_us,
+			uint32_t cost, struct limit_result *res);
+
 /* Drops every entry of `key` (admin reset). Returns how many were dropped. */
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 

@@ -112,7 +112,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 		int any = 0;
 
 		outf(o, ", \"keys\": {");
-		for (size_t j = 0; j < rule->nlimits; j++) {
+		for (size_t j = 0; j < rule->nown; j++) {
 			char key[STORE_KEY_NAME_LEN + 1];
 
 			store_key_name(op->a->item[call->item].key, rule->lidh[j], key);
@@ -122,7 +122,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 		}
 		outf(o, "}, \"fields\": {");
 		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
-				   j < rule->nlimits; j++) {
+				   j < rule->nown; j++) {
 			const redisReply *v = reply->element[j];
 
 			if (v->type != REDIS_REPLY_STRING)
@@ -228,7 +228,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		op->calls[i].op = op;
 		op->calls[i].item = i;
 		op->calls[i].ttl = -2;
-		if (!rule->nlimits) {
+		if (!rule->nown) {
 			outf(&a->item[i].out, a->reset ? ", \"deleted\": 0" :
 				", \"fields\": {}, \"ttl_ms\": -2");
 			continue;
@@ -245,14 +245,14 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		/* the client's keys under its rule, one per limit (one slot) */
 		argv[0] = a->reset ? "DEL" : "MGET";
 		argvlen[0] = strlen(argv[0]);
-		for (size_t j = 0; j < rule->nlimits; j++) {
+		for (size_t j = 0; j < rule->nown; j++) {
 			argv[1 + j] = key[j];
 			argvlen[1 + j] = store_key_name(a->item[i].key, rule->lidh[j], key[j]);
 		}
-		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)(1 + rule->nlimits),
+		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)(1 + rule->nown),
 					  argv, argvlen) == REDIS_OK)
 			op->pending++;
-		for (size_t j = 0; !a->reset && j < rule->nlimits; j++) {
+		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
 			const char *pttl[2] = { "PTTL", key[j] };
 			size_t pttllen[2] = { 4, STORE_KEY_NAME_LEN };
 

@@ -92,7 +92,7 @@ struct redis_node {
 	char *arena;                 /* the bytes of the argv */
 	size_t arena_cap;
 	struct store_stats *stats;
-	bool cluster;                /* rl3_decide_cluster (see send_batch_cmd) */
+	bool cluster;                /* rl4_decide_cluster (see send_batch_cmd) */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
 };
 
@@ -548,11 +548,59 @@ static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
 	return n;
 }
 
+/* The keys of a batch with a rule with layers, whose queries may share
+ * keys (a global limit, a limit per address): each query's limits get
+ * positions of their own, first[i] the first, and the keymap (the next
+ * argument) names the key at each position; each distinct key is named
+ * once, after it, so the library decides the queries in turn on the same
+ * state. */
+static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32_t *first,
+			   size_t *argc, size_t *used)
+{
+	size_t npos = 0, nkeys = 0, k0;
+	uint8_t *map;
+
+	for (size_t i = 0; i < b->n; i++)
+		npos += b->rq[i].q.nlimits;
+	if (!(map = arena_take(rn, used, 4 * npos)))
+		return -1;
+	rn->argv[*argc] = (const char *)map;
+	rn->argvlen[(*argc)++] = 4 * npos;
+	k0 = *argc;
+	npos = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		const struct decide_query *q = &b->rq[i].q;
+
+		first[i] = (uint32_t)npos + 1;
+		for (size_t j = 0; j < q->nlimits; j++) {
+			char name[STORE_KEY_NAME_LEN + 1];
+			size_t k;
+			uint8_t *p;
+
+			store_key_name(decide_limit_key(q, j), q->rule->lidh[j], name);
+			for (k = 0; k < nkeys; k++)
+				if (memcmp(rn->argv[k0 + k], name, STORE_KEY_NAME_LEN) == 0)
+					break;
+			if (k == nkeys) {
+				if (!(p = arena_take(rn, used, STORE_KEY_NAME_LEN + 1)))
+					return -1;
+				memcpy(p, name, STORE_KEY_NAME_LEN + 1);
+				rn->argv[k0 + nkeys] = (const char *)p;
+				rn->argvlen[k0 + nkeys] = STORE_KEY_NAME_LEN;
+				nkeys++;
+			}
+			put_be(map + 4 * npos++, k + 1, 4);
+		}
+	}
+	*argc += nkeys;
+	return 0;
+}
+
 /* The call (see ratelimit.lua):
  *
- *     FCALL rl3_decide 0 <requests> <rule>... <key>...
+ *     FCALL rl4_decide 0 <requests> <rule>... <key>...
  *
- * (rl3_decide_cluster on a Cluster: its keys may be of several slots). The
+ * (rl4_decide_cluster on a Cluster: its keys may be of several slots). The
  * distinct rules of the batch go once each; then each distinct client's
  * keys, one per limit of its rule; <requests> is the number of rules
  * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
@@ -560,10 +608,11 @@ static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
 	size_t argc = 0, nrules = 0, nkeys = 0, used = 0;
+	bool stacked = false;
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
-	const char *fn = rn->cluster ? "rl3_decide_cluster" : "rl3_decide";
+	const char *fn = rn->cluster ? "rl4_decide_cluster" : "rl4_decide";
 	uint8_t *req, *p;
 
 	if (b->n > sizeof(first) / sizeof(first[0]))
@@ -582,8 +631,9 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
 
+		stacked |= q->rule->nstack > 0;
 		for (k = 0; k < nrules; k++)
-			if (rule_q[k]->limits == q->limits)
+			if (rule_q[k]->limits == q->limits && rule_q[k]->nlimits == q->nlimits)
 				break;
 		if (k == nrules) {
 			if (!(p = arena_take(rn, &used, RULE_BYTES_MAX)))
@@ -594,7 +644,12 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		}
 		ruleidx[i] = (uint16_t)(k + 1);
 	}
-	for (size_t i = 0; i < b->n; i++) {
+	if (stacked) {
+		if (put_keys_mapped(rn, b, first, &argc, &used) < 0)
+			return -1;
+		nrules |= 0x8000; /* a keymap follows the rules */
+	}
+	for (size_t i = 0; i < b->n && !stacked; i++) {
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
 
@@ -658,7 +713,9 @@ static size_t batch_len(const struct redis_node *rn, size_t n)
 
 		if (r->asking)
 			return i ? i : 1;
-		for (size_t k = 0; k < i; k++) {
+		/* a rule with layers: the call maps its keys (put_keys_mapped),
+		 * any query may share them */
+		for (size_t k = 0; k < i && !r->q.rule->nstack; k++) {
 			const struct redis_query *e = &rn->queue[(rn->qhead + k) % cap];
 
 			if (e->q.limits != r->q.limits &&
@@ -964,13 +1021,13 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->backoff = RECONNECT_MIN;
 	/* FCALL, its name, 0 and the requests; a rule and a key per limit
 	 * per query, at most */
-	max_argc = 4 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
+	max_argc = 5 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
 	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + RULE_BYTES_MAX +
-						      LIMIT_SET_MAX * (STORE_KEY_NAME_LEN + 1));
+						      LIMIT_SET_MAX * (STORE_KEY_NAME_LEN + 1 + 4));
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
 		free_buffers(rn);

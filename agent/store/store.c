@@ -59,6 +59,18 @@ void store_worker_free(struct store_worker *sw)
 	xfree(sw);
 }
 
+int store_mem_check(struct memstore *mem, const struct decide_query *q,
+		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res)
+{
+	const uint8_t *keys[LIMIT_SET_MAX];
+
+	if (!q->rule->nstack)
+		return memstore_check(mem, q->key, limits, q->nlimits, now_us, q->cost, res);
+	for (size_t j = 0; j < q->nlimits; j++)
+		keys[j] = decide_limit_key(q, j);
+	return memstore_check_keys(mem, keys, limits, q->nlimits, now_us, q->cost, res);
+}
+
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
 {
 	struct limit_result res[LIMIT_SET_MAX];
@@ -67,8 +79,7 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 	switch (q->on_failure) {
 	case RULES_FAIL_LOCAL:
 		if (q->nlimits > 0) {
-			decider = memstore_check(st->mem, q->key, q->rule->local, q->nlimits,
-						 clock_now_us(), q->cost, res);
+			decider = store_mem_check(st->mem, q, q->rule->local, clock_now_us(), res);
 			if (decider == MEMSTORE_NO_ROOM)
 				break; /* no room to count it: forwarded */
 			decide_result(q, res, decider, d);

@@ -177,6 +177,12 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
  * the fleet size, in this agent's memory). Always marked degraded. */
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d);
 
+/* Checks q's limits (or another spec of each: the local policy's) in an
+ * in-memory store, each under its key (decide_limit_key): memstore_check's
+ * answer. */
+int store_mem_check(struct memstore *mem, const struct decide_query *q,
+		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res);
+
 void store_rules_changed(struct store_worker *sw);
 
 /* Starts an admin look or reset (see struct store_admin). */

@@ -10,8 +10,7 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 				    const struct store_ref *ref, struct limit_result *res,
 				    int *decider)
 {
-	*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits, clock_now_us(),
-				  q->cost, res);
+	*decider = store_mem_check(sw->st->mem, q, q->limits, clock_now_us(), res);
 	/* full of clients it refuses: the failure policy decides */
 	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }
@@ -30,15 +29,15 @@ static void mem_admin(struct store *st, struct store_admin *a)
 			outf(o, ", \"deleted\": %zu", memstore_reset(st->mem, a->item[i].key));
 			continue;
 		}
-		if (rule->nlimits == 0) {
+		if (rule->nown == 0) {
 			outf(o, ", \"limits\": []");
 			continue;
 		}
 		/* weight 0: a look that takes nothing */
-		memstore_check(st->mem, a->item[i].key, rule->limits, rule->nlimits,
+		memstore_check(st->mem, a->item[i].key, rule->limits, rule->nown,
 			       clock_now_us(), 0, res);
 		outf(o, ", \"limits\": [");
-		for (size_t k = 0; k < rule->nlimits; k++) {
+		for (size_t k = 0; k < rule->nown; k++) {
 			limit_format_period(rule->limits[k].period_us, period, sizeof(period));
 			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
 			     k ? ", " : "", (unsigned long long)rule->limits[k].quota, period,

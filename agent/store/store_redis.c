@@ -53,6 +53,9 @@
  * least as heavy are refused from the cache (a lighter one may pass). */
 struct refusal {
 	uint8_t key[IDENTITY_KEY_LEN];
+	/* the refusing limit's key: the client's, or a layer's (an address,
+	 * every client), which another request of the client may not share */
+	uint8_t lkey[IDENTITY_KEY_LEN];
 	const struct limit_spec *limits;
 	uint64_t epoch;      /* admin resets so far; a later reset voids it */
 	uint32_t cost;
@@ -260,7 +263,9 @@ static int cache_answer(struct redis_worker *rw, const struct decide_query *q, i
 
 	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
 	    e->epoch != store_reset_epoch(rw->sw->st) ||
-	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits)
+	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits ||
+	    (q->rule->nstack &&
+	     memcmp(e->lkey, decide_limit_key(q, (size_t)e->decider), IDENTITY_KEY_LEN) != 0))
 		return 0;
 	memset(&res[e->decider], 0, sizeof(res[0]));
 	res[e->decider].allowed = false;
@@ -294,6 +299,7 @@ static void cache_store(struct redis_worker *rw, const struct redis_query *r, in
 	}
 	e = cache_slot(rw, r->q.key);
 	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
+	memcpy(e->lkey, decide_limit_key(&r->q, (size_t)decider), IDENTITY_KEY_LEN);
 	e->limits = r->q.limits;
 	e->cost = r->q.cost;
 	e->epoch = store_reset_epoch(rw->sw->st);

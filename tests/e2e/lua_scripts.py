@@ -7,14 +7,15 @@ import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
-LIBRARY_NAME = "spoa_ratelimit_v3"
-FUNCTIONS = ("rl3_decide", "rl3_decide_cluster")
+LIBRARY_NAME = "spoa_ratelimit_v4"
+FUNCTIONS = ("rl4_decide", "rl4_decide_cluster")
+REFUNDS = ("rl4_refund", "rl4_refund_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"
 # line and the header comment) and where the registration starts: Redis
 # offers redis.register_function only to FUNCTION LOAD.
 _CODE_START = "\nlocal floor, "
-_REGISTRATION = "\nredis.register_function"
+_REGISTRATION = "\nlocal function register("
 
 
 def library():

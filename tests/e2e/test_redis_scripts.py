@@ -157,12 +157,12 @@ def parse_reply(raw):
                          for a, d, per in results]
 
 
-def fcall(args, fn="rl3_decide", c=None):
+def fcall(args, fn="rl4_decide", c=None):
     """FCALL fn 0 *args, its reply parsed."""
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
 
-def decide(reqs, fn="rl3_decide"):
+def decide(reqs, fn="rl4_decide"):
     return fcall(layout(reqs)[0], fn)
 
 
@@ -343,7 +343,7 @@ def check_stored(model, keys):
         assert exp == want_exp, ("expiry", k, want, exp, want_exp)
 
 
-def check(model, reqs, what="", fn="rl3_decide", stored=True):
+def check(model, reqs, what="", fn="rl4_decide", stored=True):
     """Calls the library with reqs, compares the reply with the model at
     the reply's now_us and, with stored, the keys it wrote."""
     now, got = decide(reqs, fn)
@@ -359,7 +359,7 @@ def check(model, reqs, what="", fn="rl3_decide", stored=True):
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what, fn="rl3_decide"):
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl4_decide"):
     """Drives the library through a random timeline and checks every reply,
     and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
@@ -400,7 +400,8 @@ def test_library_registers_both_functions():
     for f in info[b"functions"]:
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
-    assert fns == {"rl3_decide": [], "rl3_decide_cluster": ["allow-cross-slot-keys"]}, fns
+    assert fns == {"rl4_decide": [], "rl4_decide_cluster": ["allow-cross-slot-keys"],
+                   "rl4_refund": [], "rl4_refund_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
@@ -558,11 +559,11 @@ def test_mixed_limits_all_or_nothing_match_model():
     run_timeline(_MIXED_LANES, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
 
 
-def test_cluster_function_on_a_standalone_server_decides_like_rl3_decide():
-    """rl3_decide_cluster reads each client's keys on its own (pcall): on a
-    server that serves every slot it must decide exactly as rl3_decide."""
+def test_cluster_function_on_a_standalone_server_decides_like_rl4_decide():
+    """rl4_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl4_decide."""
     tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
-                         fn="rl3_decide_cluster")
+                         fn="rl4_decide_cluster")
     assert tally[0] + tally[1] > 30
     # the same batches through both, on twin clients: periods long enough
     # that the moments between the two calls change no decision
@@ -572,8 +573,8 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl3_decide():
     cb = [new_client() for _ in range(3)]
     for step in range(12):
         plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
-        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl3_decide")
-        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl3_decide_cluster")
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl4_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl4_decide_cluster")
 
         def strip(res):
             # remaining as the agent reads it: a refusing window's slot
@@ -584,7 +585,7 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl3_decide():
 
 
 def test_cluster_function_reads_each_key_once_per_call():
-    """rl3_decide_cluster reads a key on its first use in a call, whatever
+    """rl4_decide_cluster reads a key on its first use in a call, whatever
     the request that names it: requests whose keys overlap (first_key 1
     over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
     from the same first_key see what the call took before, never a value
@@ -1127,8 +1128,8 @@ def _wide_replies():
     # requests of one limit, with numbers beyond 2^32
     reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
     long_reqs = [(clients[4], 1, _WIDTHS)] * 400
-    return [(reqs, redis().c.command("FCALL", "rl3_decide", 0, *layout(reqs)[0])),
-            (long_reqs, redis().c.command("FCALL", "rl3_decide", 0, *layout(long_reqs)[0]))]
+    return [(reqs, redis().c.command("FCALL", "rl4_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl4_decide", 0, *layout(long_reqs)[0]))]
 
 
 def test_reply_of_every_shape_matches_model():
@@ -1235,7 +1236,7 @@ def _measure(batch, seconds=None, depth=16):
     cmds = []
     for i in range(64):
         reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
-        cmds.append(("FCALL", "rl3_decide", 0, *layout(reqs)[0]))
+        cmds.append(("FCALL", "rl4_decide", 0, *layout(reqs)[0]))
     wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
     c = Client("127.0.0.1", r.port)
     try:

@@ -40,16 +40,21 @@ static void make_key(uint64_t i, uint8_t key[IDENTITY_KEY_LEN])
 static void test_bad_counts(void **unused)
 {
 	struct memstore *ms = memstore_new(100);
-	struct limit_spec l[17];
-	struct limit_result res[17];
+	struct limit_spec l[LIMIT_SET_MAX + 1];
+	struct limit_result res[LIMIT_SET_MAX + 1];
 	uint8_t key[IDENTITY_KEY_LEN];
+	const uint8_t *keys[LIMIT_SET_MAX + 1];
 
 	assert_non_null(ms);
 	make_key(1, key);
-	for (int i = 0; i < 17; i++)
+	for (int i = 0; i <= LIMIT_SET_MAX; i++) {
 		l[i] = bucket(10 + (uint64_t)i, S);
+		keys[i] = key;
+	}
 	assert_int_equal(memstore_check(ms, key, l, 0, T0, 1, res), -1);
-	assert_int_equal(memstore_check(ms, key, l, 17, T0, 1, res), -1);
+	assert_int_equal(memstore_check(ms, key, l, LIMIT_SET_MAX + 1, T0, 1, res), -1);
+	assert_int_equal(memstore_check_keys(ms, keys, l, 0, T0, 1, res), -1);
+	assert_int_equal(memstore_check_keys(ms, keys, l, LIMIT_SET_MAX + 1, T0, 1, res), -1);
 	/* Sixteen is fine; the decider is the one with the fewest left. */
 	assert_int_equal(memstore_check(ms, key, l, 16, T0, 1, res), 0);
 	for (int i = 0; i < 16; i++) {
@@ -96,6 +101,51 @@ static void test_all_or_nothing(void **unused)
 	assert_true(res[1].allowed);
 	assert_int_equal(res[0].remaining, 6);
 	assert_int_equal(res[1].remaining, 2);
+	memstore_free(ms);
+}
+
+/* Limits under several keys (a rule with layers): a client's 3/1s and a
+ * key every client shares, 4/1s. All or nothing across the keys, each
+ * key's state its own, and a key's limits numbered as memstore_check()
+ * numbers them, so the same state is found by either call. */
+static void test_keys(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l[2] = {bucket(3, S), bucket(4, S)};
+	struct limit_result res[2];
+	uint8_t a[IDENTITY_KEY_LEN], b[IDENTITY_KEY_LEN], g[IDENTITY_KEY_LEN];
+	const uint8_t *ka[2] = {a, g}, *kb[2] = {b, g};
+
+	assert_non_null(ms);
+	make_key(21, a);
+	make_key(22, b);
+	make_key(23, g);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(memstore_check_keys(ms, ka, l, 2, T0, 1, res), 0);
+		assert_true(res[0].allowed && res[1].allowed);
+		assert_int_equal(res[1].remaining, 3 - (uint64_t)i);
+	}
+	/* a's own limit refuses: the shared key is not charged */
+	assert_int_equal(memstore_check_keys(ms, ka, l, 2, T0, 1, res), 0);
+	assert_false(res[0].allowed);
+	assert_true(res[1].allowed);
+	assert_int_equal(res[1].remaining, 1);
+	/* b takes the last of the shared key, then is refused by it, which
+	 * leaves b's own bucket at 2 */
+	assert_int_equal(memstore_check_keys(ms, kb, l, 2, T0, 1, res), 1);
+	assert_true(res[1].allowed);
+	assert_int_equal(res[1].remaining, 0);
+	assert_int_equal(memstore_check_keys(ms, kb, l, 2, T0, 1, res), 1);
+	assert_false(res[1].allowed);
+	assert_true(res[0].allowed);
+	assert_int_equal(res[0].remaining, 2);
+	/* the shared key alone, as memstore_check numbers it: limit 0 of g is
+	 * the one the calls above kept (a 4/1s at 0 left) */
+	l[0] = bucket(4, S);
+	assert_int_equal(memstore_check(ms, g, l, 1, T0, 1, res), 0);
+	assert_false(res[0].allowed);
+	assert_int_equal(memstore_reset(ms, a), 1);
+	assert_int_equal(memstore_reset(ms, g), 1);
 	memstore_free(ms);
 }
 
@@ -447,6 +497,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_counts),
 		cmocka_unit_test(test_all_or_nothing),
+		cmocka_unit_test(test_keys),
 		cmocka_unit_test(test_decider),
 		cmocka_unit_test(test_spec_change_and_expiry),
 		cmocka_unit_test(test_full),

@@ -833,7 +833,7 @@ static void test_buffer_errors(void **unused)
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
 	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 				 "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
-				 "priorities, shedding)");
+				 "layers, stack, priorities, shedding)");
 	/* A short buffer truncates the message, NUL-terminated. */
 	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
 	assert_string_equal(small, "t.yaml:1:1: unk");
@@ -941,7 +941,7 @@ static void test_prescan_caps(void **unused)
 		strcat(y, "]");
 	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 		   "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
-		   "priorities, shedding)");
+		   "layers, stack, priorities, shedding)");
 	free(y);
 	y = times("x: ", "{a: ", 32);
 	load_fails(y, "t.yaml:1:128: nested deeper than 32 levels");
@@ -1564,6 +1564,124 @@ static void test_identity(void **unused)
 	rules_release(r);
 }
 
+/* Layers: parsed, stacked (own limits first, then each layer's), their
+ * identities resolved per request, and every error of the format. */
+static void test_layers(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	const struct rule *free_, *search, *g, *ipl;
+	struct rules *r = load("identity: [api_key, user]\n"
+			       "stack: [per-ip]\n"
+			       "layers:\n"
+			       "  global: { identity: global, limits: [\"1000/1s\"] }\n"
+			       "  per-ip: { identity: [ip, user], limits: [\"50/1s\", \"500/1m\"] }\n"
+			       "  daily: { limits: [\"10000/1d\"] }\n"
+			       "tiers:\n  default: free\n"
+			       "  free: { limits: [\"10/1m\"] }\n"
+			       "  pro: { limits: [\"100/1m\"], stack: [] }\n"
+			       "endpoints:\n"
+			       "  - { name: search, match: { path: /search }, limits: [\"5/1s\"],\n"
+			       "      stack: [global, per-ip, daily] }\n");
+	const struct rules_names *ids = rules_identity_names(r);
+
+	free_ = rules_find(r, "free");
+	search = rules_find(r, "search");
+	g = rules_find(r, "global");
+	ipl = rules_find(r, "per-ip");
+	assert_non_null(free_);
+	assert_non_null(search);
+	assert_int_equal(g->kind, RULES_KIND_LAYER);
+	assert_int_equal(g->scope, RULES_SCOPE_GLOBAL);
+	assert_int_equal(rules_find(r, "daily")->scope, RULES_SCOPE_CLIENT);
+	/* the file's identity first, then what only layers read */
+	assert_int_equal(rules_identity(r)->n, 2);
+	assert_int_equal(ids->n, 3);
+	assert_string_equal(ids->name[2], "ip");
+	assert_int_equal(ipl->nidk, 2);
+	assert_int_equal(ipl->idk[0], 2);
+	assert_int_equal(ipl->idk[1], 1);
+	/* the top-level stack applies to rules without their own */
+	assert_int_equal(free_->nstack, 1);
+	assert_ptr_equal(free_->stack[0], ipl);
+	assert_int_equal(free_->nown, 1);
+	assert_int_equal(free_->nlimits, 3);
+	assert_int_equal(free_->part_of[0], 0);
+	assert_int_equal(free_->part_of[2], 1);
+	assert_int_equal(free_->limits[2].quota, 500);
+	assert_int_equal(free_->lidh[1], ipl->lidh[0]);
+	assert_string_equal(free_->pname[1], "per-ip-1s");
+	assert_string_equal(free_->policy,
+			    "\"free\";q=10;w=60, \"per-ip-1s\";q=50;w=1, \"per-ip-1m\";q=500;w=60");
+	assert_int_equal(rules_find(r, "pro")->nstack, 0);
+	assert_int_equal(rules_find(r, "pro")->nlimits, 1);
+	assert_int_equal(search->nstack, 3);
+	assert_int_equal(search->nlimits, 5);
+	assert_int_equal(search->part_of[4], 3);
+	/* a layer's identity: global; the first of its arguments present;
+	 * the client's */
+	req(&a, "GET", "/search", NULL, "user", "bob", "ip", "192.0.2.1", NULL);
+	v = classify(r, &a);
+	assert_ptr_equal(v.rule, search);
+	assert_int_equal(v.identity, 1);
+	assert_int_equal(v.layer_identity[0], RULES_ID_GLOBAL);
+	assert_null(v.layer_val[0]);
+	assert_int_equal(v.layer_identity[1], 2);
+	assert_ptr_equal(v.layer_val[1], &a.a[3].val);
+	assert_int_equal(v.layer_identity[2], 1);
+	assert_ptr_equal(v.layer_val[2], &a.a[2].val);
+	req(&a, "GET", "/search", NULL, "user", "bob", NULL);
+	v = classify(r, &a);
+	assert_int_equal(v.layer_identity[1], 1); /* no ip: user */
+	req(&a, "GET", "/search", NULL, NULL);
+	v = classify(r, &a);
+	assert_int_equal(v.identity, -1);
+	assert_int_equal(v.layer_identity[1], -1);
+	assert_int_equal(v.layer_identity[2], -1);
+	rules_release(r);
+
+	load_fails("layers: { l: { limits: [\"1/1s\"] } }\ntiers: { t: { limits: [], stack: [m] } }\n",
+		   "t.yaml:2:35: tiers.t.stack[0]: no layer named \"m\"");
+	load_fails("layers: { l: { limits: [\"1/1s\"] } }\nstack: [l, l]\n",
+		   "t.yaml:2:12: stack[1]: layer \"l\" is listed twice");
+	load_fails("layers: { a: { limits: [\"1/1s\"] }, b: { limits: [\"1/1s\"] },\n"
+		   "  c: { limits: [\"1/1s\"] }, d: { limits: [\"1/1s\"] } }\nstack: [a, b, c, d]\n",
+		   "t.yaml:3:8: stack: more than 3 layers");
+	load_fails("layers: { l: { limits: [] } }\n",
+		   "t.yaml:1:24: layers.l.limits: a layer needs at least one limit");
+	load_fails("layers: { l: { limits: [\"1/1s\"], match: {} } }\n",
+		   "t.yaml:1:34: layers.l: unknown key \"match\" (expected one of: identity, limits)");
+	load_fails("layers: { l: { identity: ip } }\n",
+		   "t.yaml:1:14: layers.l: missing key \"limits\" (such as limits: [1000/1s])");
+	load_fails("tiers: { t: { limits: [] } }\nlayers: { t: { limits: [\"1/1s\"] } }\n",
+		   "t.yaml:2:11: layers.t: duplicate rule name \"t\" (first at 1:10)");
+	load_fails("identity: [a, b, c, d, e, f, g]\n"
+		   "layers: { l: { identity: [x, y], limits: [\"1/1s\"] } }\n",
+		   "t.yaml:2:26: layers.l.identity: more than 8 identity arguments in all "
+		   "(the file's identity and the layers')");
+	{
+		/* 16 + 16 + 1 limits: over LIMIT_SET_MAX */
+		char y[4096];
+		size_t o = 0;
+
+		o += (size_t)snprintf(y + o, sizeof(y) - o, "layers:\n");
+		for (int l = 0; l < 2; l++) {
+			o += (size_t)snprintf(y + o, sizeof(y) - o, "  l%d: { limits: [", l);
+			for (int i = 0; i < (l ? 1 : 16); i++)
+				o += (size_t)snprintf(y + o, sizeof(y) - o, "%s\"1/%ds\"", i ? ", " : "",
+						      i + 1);
+			o += (size_t)snprintf(y + o, sizeof(y) - o, "] }\n");
+		}
+		o += (size_t)snprintf(y + o, sizeof(y) - o, "tiers: { t: { limits: [");
+		for (int i = 0; i < 16; i++)
+			o += (size_t)snprintf(y + o, sizeof(y) - o, "%s\"1/%dm\"", i ? ", " : "", i + 1);
+		snprintf(y + o, sizeof(y) - o, "], stack: [l0, l1] } }\n");
+		r = rules_load_buffer(y, strlen(y), "t.yaml", err, sizeof(err));
+		assert_null(r);
+		assert_non_null(strstr(err, "tiers.t.stack[1]: rule \"t\" and its layers would have 33 limits; at most 32"));
+	}
+}
+
 static void test_load_figures(void **unused)
 {
 	struct rules_args a;
@@ -1633,6 +1751,7 @@ int main(void)
 		cmocka_unit_test(test_failure_policy),
 		cmocka_unit_test(test_cost),
 		cmocka_unit_test(test_identity),
+		cmocka_unit_test(test_layers),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};

@@ -1,20 +1,23 @@
-#!lua name=spoa_ratelimit_v3
+#!lua name=spoa_ratelimit_v4
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically. The agent loads it on every server
 it uses (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl3_decide 0 <requests> <rule 1> .. <rule R> <key 1> .. <key K>
+    FCALL rl4_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
 
-(rl3_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl4_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
 The library's name and its functions' carry the version of the layout of
-its arguments and values (3, as the agent's key names do, "rl3:"): agents
-of another layout on the same server load and call their own library,
-and none replaces another's.
+their arguments (4); the values' layout has its own (3, as the agent's
+key names say, "rl3:"). Agents of another layout on the same server load
+and call their own library, and none replaces another's.
 
-  requests  bytes, big-endian: R, the number of rules (2 bytes, 1 .. 4096),
-            then 10 bytes per request (1 .. 4096 requests):
-    first_key  4 bytes: the 1-based index of the request's first key:
-               limit j of its rule is kept under key first_key + j - 1
+  requests  bytes, big-endian: R, the number of rules (2 bytes, 1 .. 4096;
+            plus 32768 when a keymap follows the rules), then 10 bytes per
+            request (1 .. 4096 requests):
+    first_key  4 bytes: the 1-based position of the request's first key:
+               limit j of its rule is kept under the key at position
+               first_key + j - 1. Without a keymap, position i is key i;
+               with one, the key the keymap names there
     cost       4 bytes: weight of the request, 1 .. 2^32-1
     rule       2 bytes: 1-based index of its rule among the R rules
   rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
@@ -25,6 +28,11 @@ and none replaces another's.
     burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
                burst * period_us / quota <= 2^52 (windows ignore it:
                their capacity is the quota)
+  keymap    (only when R has 32768 added) 4 bytes per position, big-endian:
+            the 1-based index of the key at that position. It lets requests
+            whose limits are not all one client's (a rule with layers: a
+            limit shared by every client, or counted per address) name a
+            key they share once in a call, each at its own position.
   key       one string key per limit of a client: the agent names it
             "{<client>}<limit>" (14 bytes, the client's part a Cluster hash
             tag), so the keys of a client share a slot and a changed limit
@@ -33,8 +41,8 @@ and none replaces another's.
             and two requests of a client under one rule share their keys
             (the same first_key).
 
-Requests are decided in order: a later request of the same client sees
-what an earlier one took. A rule's bytes are checked and its constants
+Requests are decided in order: a later request sees what an earlier one
+took from any key they share. A rule's bytes are checked and its constants
 computed once, then kept by the library (up to 256 distinct rules; the
 agent sends each rule as the same bytes every time).
 
@@ -64,6 +72,19 @@ the numbers now_us, remaining, retry_after_us and reset_us as float64
   remaining <= 0 read as 0 (allowing; refused) and minus them is that time.
   A token bucket's slots hold only what they say: the agent derives its t
   from remaining and reset_us.
+
+Refund: rl4_refund (rl4_refund_cluster) gives back what requests took,
+for the agent to undo a decision that another server refused (a rule
+whose limits live on several servers):
+
+    FCALL rl4_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+
+with take_us the `now_us` of the reply that took, and the requests as
+taken. A token bucket's TAT goes back by cost * T, never below now (a
+bucket is never lifted above its capacity: at full, the key is deleted);
+a window's count goes down by cost in the window the take counted it in,
+while that window still counts, never below 0. What time has given back
+since is not given twice. Replies the number of keys it changed.
 
 Bad arguments give an error reply ("ERR rl decide: ...") and write nothing:
 everything is checked before the first write.
@@ -108,7 +129,7 @@ does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack.
 
-Cluster: rl3_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl4_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -559,6 +580,7 @@ local rbuf, out, valv, oldv, oldn, parts = {}, {}, {}, {}, {}, {}
 local sv = {}            -- by key position: its value, false when absent
 local wgen, wneed, wbefore, wnum, wlim, wpos = {}, {}, {}, {}, {}, {}
 local rgen, rhere, rname, rpos = {}, {}, {}, {} -- Cluster: see read_client()
+local kmap = {}          -- by position: its key's index (with a keymap)
 
 -- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
 local function read_all(args, k0, nk)
@@ -583,10 +605,16 @@ end
 -- call has changed is never read again), false when any is not (its slot
 -- is served elsewhere, moving, or the cluster is down: then it is neither
 -- read nor written here). Any other error is raised as Redis gave it.
-local function read_client(args, k0, a, b, g0)
+local function read_client(args, k0, a, b, g0, mapped)
 	local n = 0
-	for p = a, b do
+	for x = a, b do
+		local p = x
+		if mapped then
+			p = kmap[x]
+		end
 		if rgen[p] ~= g0 then
+			-- (a key named twice in the request: read once)
+			rgen[p], rhere[p] = g0, false
 			n = n + 1
 			rname[n], rpos[n] = args[k0 + p], p
 		end
@@ -612,7 +640,11 @@ local function read_client(args, k0, a, b, g0)
 			end
 		end
 	end
-	for p = a, b do
+	for x = a, b do
+		local p = x
+		if mapped then
+			p = kmap[x]
+		end
 		if not rhere[p] then
 			return false
 		end
@@ -671,34 +703,93 @@ local function request_reply(allowed, best, nl, vals)
 	return spack(request_format(nl), unpack(pa, 1, n))
 end
 
--- The requests of args and their rules (in rbuf): the requests' bytes,
--- their count, the number of rules, the index k0 of the argument before
--- the first key and the number of keys; or nil and a message. The
--- requests themselves are checked as they are decided.
-local function parse(args)
-	local req = args[1]
+-- The requests of args (from argument a0 + 1 on) and their rules (in
+-- rbuf), and the keymap (in kmap): the requests' bytes, their count, the
+-- number of rules, the index k0 of the argument before the first key, the
+-- number of key positions and whether they are mapped; or nil and a
+-- message. The requests themselves are checked as they are decided.
+local function parse(args, a0)
+	local req = args[a0 + 1]
 	local len = req and #req
 	if not len or len < 12 or len > 2 + 10 * MAX_REQS or len % 10 ~= 2 then
 		return nil, fmt('requests: need 2 + 10 * n bytes, 1 <= n <= %d', MAX_REQS)
 	end
 	local h, l = byte(req, 1, 2)
+	local mapped = h >= 128
+	if mapped then
+		h = h - 128
+	end
 	local nr = h * 256 + l
-	if nr < 1 or nr > MAX_RULES or #args < 1 + nr then
+	local k0 = a0 + 1 + nr
+	if mapped then
+		k0 = k0 + 1
+	end
+	if nr < 1 or nr > MAX_RULES or #args < k0 then
 		return nil, fmt('requests: nrules must be in 1..%d with a rule for each', MAX_RULES)
 	end
 	for r = 1, nr do
-		local rule, e = rule_of(args[1 + r])
+		local rule, e = rule_of(args[a0 + 1 + r])
 		if not rule then
 			return nil, fmt('rule %d: %s', r, e)
 		end
 		rbuf[r] = rule
 	end
-	return req, (len - 2) / 10, nr, 1 + nr, #args - 1 - nr
+	local nk = #args - k0
+	if not mapped then
+		return req, (len - 2) / 10, nr, k0, nk, false
+	end
+	local map = args[k0]
+	local np = #map / 4
+	if np < 1 or np % 1 ~= 0 or np > MAX_REQS * MAX_LIMITS then
+		return nil, 'keymap: need 4 bytes per key position'
+	end
+	for p = 1, np do
+		local b1, b2, b3, b4 = byte(map, 4 * p - 3, 4 * p)
+		local ki = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+		if ki < 1 or ki > nk then
+			return nil, fmt('keymap: position %d must name a key in 1..%d', p, nk)
+		end
+		kmap[p] = ki
+	end
+	return req, (len - 2) / 10, nr, k0, np, true
+end
+
+-- Request i of req: its first key position, cost and rule; or nil and
+-- what is wrong with it.
+local function request_at(req, i, nr, nk)
+	local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+	local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+	local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+	local ri = r1 * 256 + r2
+	-- (rbuf holds rules of earlier calls past nr)
+	local rule = rbuf[ri]
+	if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
+		if not rule or ri > nr then
+			return nil, fmt('request %d: rule must be in 1..%d', i, nr)
+		elseif cost < 1 then
+			return nil, fmt('request %d: cost must be at least 1', i)
+		end
+		return nil, fmt('request %d: first_key must leave a key per limit among the %d keys',
+		    i, nk)
+	end
+	return ki, cost, rule
+end
+
+-- The expiry, in milliseconds, of a key needed until need_us whose limit
+-- has grid g (see "Expiry").
+local function expiry_ms(need, g)
+	local r = need % 1000
+	local u = (need - r) / 1000 + (r > 0 and 1 or 0)
+	r = u % g
+	if r > 0 then
+		u = u + g - r
+	end
+	return u
 end
 
 -- Decides every request of args in order and writes what they took.
 local function run(args, cluster)
-	local req, m, nr, k0, nk = parse(args)
+	local req, m, nr, k0, nk, mapped = parse(args, 0)
 	if not req then
 		return fail(m)
 	end
@@ -706,7 +797,8 @@ local function run(args, cluster)
 	gen = gen + 1
 	local g0 = gen
 	if not cluster and nk > 0 then
-		read_all(args, k0, nk)
+		-- (mapped: every key, each once, whatever the positions)
+		read_all(args, k0, mapped and #args - k0 or nk)
 	end
 	if m < 16 then
 		parts[1] = spack('>BBdB', 0x92, 0xcb, now, 0x90 + m)
@@ -716,26 +808,15 @@ local function run(args, cluster)
 	local nw = 0
 	local _
 	for i = 1, m do
-		local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
-		local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
-		local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
-		local ri = r1 * 256 + r2
-		-- (rbuf holds rules of earlier calls past nr)
-		local rule = rbuf[ri]
-		if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
+		local ki, cost, rule = request_at(req, i, nr, nk)
+		if not ki then
 			-- nothing is written before the last request is checked
-			if not rule or ri > nr then
-				return fail(fmt('request %d: rule must be in 1..%d', i, nr))
-			elseif cost < 1 then
-				return fail(fmt('request %d: cost must be at least 1', i))
-			end
-			return fail(fmt('request %d: first_key must leave a key per limit among the %d keys',
-			    i, nk))
+			return fail(cost)
 		end
 		local nl = #rule
 		local here = true
 		if cluster then
-			here = read_client(args, k0, ki, ki + nl - 1, g0)
+			here = read_client(args, k0, ki, ki + nl - 1, g0, mapped)
 		end
 		if not here then
 			-- not this node's keys: nothing taken, nothing computed
@@ -745,7 +826,11 @@ local function run(args, cluster)
 			local k = ki - 1
 			for j = 1, nl do
 				local l = rule[j]
-				local algo, v = l[1], sv[k + j]
+				local p = k + j
+				if mapped then
+					p = kmap[p]
+				end
+				local algo, v = l[1], sv[p]
 				local at = 3 * j
 				local val
 				if algo == 0 then
@@ -772,6 +857,9 @@ local function run(args, cluster)
 				local low = out[1]
 				for j = 1, nl do
 					local p = k + j
+					if mapped then
+						p = kmap[p]
+					end
 					if wgen[p] ~= g0 then
 						wgen[p] = g0
 						nw = nw + 1
@@ -803,20 +891,8 @@ local function run(args, cluster)
 	for w = 1, nw do
 		local p = wpos[w]
 		local g = wlim[p][5]
-		local u = wneed[p]
-		local r = u % 1000
-		u = (u - r) / 1000 + (r > 0 and 1 or 0)
-		r = u % g
-		if r > 0 then
-			u = u + g - r
-		end
-		local o = wbefore[p]
-		r = o % 1000
-		o = (o - r) / 1000 + (r > 0 and 1 or 0)
-		r = o % g
-		if r > 0 then
-			o = o + g - r
-		end
+		local u = expiry_ms(wneed[p], g)
+		local o = expiry_ms(wbefore[p], g)
 		local val, name = sv[p], args[k0 + p]
 		local num = type(val) == 'number'
 		if o ~= u then
@@ -838,22 +914,137 @@ local function run(args, cluster)
 	return concat(parts, '', 1, m + 1)
 end
 
-redis.register_function {
-	function_name = 'rl3_decide',
-	callback = function(_, args)
-		if not rcall then
-			bind()
+-- Gives back `cost` to the key `name` of limit l, holding v, that a
+-- request took at `take` (see "Refund"). Returns 1 when it changed the
+-- key, else 0.
+local function refund_key(name, v, l, cost, take, now)
+	local algo, period = l[1], l[3]
+	if algo == 0 then
+		local p, n = l[7], l[8]
+		local a, r
+		local x = tonumber(v)
+		if x then
+			if x >= 0 and x < TWO53 and x % 1 == 0 then
+				local q
+				q, r = divmod(x, n)
+				a = EPOCH + q
+			end
+		else
+			local plus = find(v, '+', 1, true)
+			if plus then
+				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
+			end
 		end
-		return run(args, false)
-	end,
-}
-redis.register_function {
-	function_name = 'rl3_decide_cluster',
-	callback = function(_, args)
-		if not rcall then
-			bind()
+		if not (a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and r % 1 == 0) then
+			return 0
 		end
-		return run(args, true)
-	end,
-	flags = { 'allow-cross-slot-keys' },
-}
+		local iq, ir = muldiv(cost, p, n)
+		a, r = a - iq, r - ir
+		if r < 0 then
+			a, r = a - 1, r + n
+		end
+		if a < now or (a == now and r == 0) then
+			-- full: as good as absent
+			rcall('DEL', name)
+			return 1
+		end
+		local t0 = a - EPOCH
+		local val
+		if t0 >= 0 and t0 * n + r < TWO53 then
+			val = fmt('%d', t0 * n + r)
+		else
+			val = fmt('%d+%d', a, r)
+		end
+		rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
+		return 1
+	end
+	-- the window the take counted the request in
+	local e = take % period
+	local ws = take - e
+	if algo == 1 then
+		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
+		if not u then
+			return 0
+		end
+		u, c, pv = u + 0, c + 0, pv + 0
+		if u == ws + 2 * period then
+			c = c - cost
+		elseif u == ws + 3 * period then
+			pv = pv - cost
+		else
+			return 0
+		end
+		rcall('SET', name, fmt('%d:%d:%d', u, c > 0 and c or 0, pv > 0 and pv or 0), 'KEEPTTL')
+		return 1
+	end
+	local u, c = match(v, '^(%d+):(%d+)$')
+	if not u or u + 0 ~= ws + period then
+		return 0
+	end
+	c = c - cost
+	rcall('SET', name, fmt('%d:%d', u + 0, c > 0 and c or 0), 'KEEPTTL')
+	return 1
+end
+
+-- Gives back what the requests of args took (see "Refund").
+local function refund(args, cluster)
+	local take = tonumber(args[1])
+	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
+		return fail('take_us must be an integer in 0..2^53')
+	end
+	local req, m, nr, k0, nk, mapped = parse(args, 1)
+	if not req then
+		return fail(m)
+	end
+	for i = 1, m do
+		local ki, e = request_at(req, i, nr, nk)
+		if not ki then
+			return fail(e)
+		end
+	end
+	local now = now_us()
+	local changed = 0
+	for i = 1, m do
+		local ki, cost, rule = request_at(req, i, nr, nk)
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local name = args[k0 + p]
+			local v = rpcall('GET', name)
+			if type(v) == 'table' and v.err then
+				-- not this node's key (a Cluster that moved it): nothing to give
+				if not cluster then
+					error(v)
+				end
+				v = false
+			end
+			if v then
+				changed = changed + refund_key(name, v, rule[j], cost, take, now)
+			end
+		end
+	end
+	return changed
+end
+
+local function register(name, fn, cluster)
+	local f = {
+		function_name = name,
+		callback = function(_, args)
+			if not rcall then
+				bind()
+			end
+			return fn(args, cluster)
+		end,
+	}
+	if cluster then
+		f.flags = { 'allow-cross-slot-keys' }
+	end
+	redis.register_function(f)
+end
+
+register('rl4_decide', run, false)
+register('rl4_decide_cluster', run, true)
+register('rl4_refund', refund, false)
+register('rl4_refund_cluster', refund, true)

@@ -1,0 +1,40 @@
+/* rules_load.h: what the files of the rules loader share (rules_load.c,
+ * rules_stack.c); private to them. Nothing here is read once the rules are
+ * loaded. */
+#ifndef RL_RULES_LOAD_H
+#define RL_RULES_LOAD_H
+
+#include "rules_int.h"
+#include "yaml_strict.h"
+
+struct ctx {
+	struct ys y;          /* the file, and where messages go */
+	struct rules *r;
+	yaml_mark_t *marks;   /* where each rule is named, for duplicate names */
+	bool builtin;         /* rule[0] is the built-in default rule */
+	/* Each tier's and endpoint's `stack` (by rule index), NULL when it
+	 * has none: read once the layers are. */
+	yaml_node_t *stack[RULES_TIERS_MAX + RULES_ENDPOINTS_MAX];
+};
+
+/* A rule or argument name: 1 to 31 of [A-Za-z0-9_.-]. */
+int rules_get_name(struct ys *y, yaml_node_t *n, const char *where, char out[RULES_NAME_MAX]);
+
+/* One name of an identity list (ys_string_or_list, arg a struct
+ * rules_names). */
+int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg);
+
+/* Names are unique among all rules; rule `i` is being named at `mark`. */
+int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where);
+
+/* A rule's `limits` list (rules_stack.c). */
+int rules_parse_limits(struct ctx *c, yaml_node_t *seq, const char *where, struct rule *rule);
+
+/* The top-level `layers` mapping, after the tiers and endpoints. */
+int rules_parse_layers(struct ctx *c, yaml_node_t *map);
+
+/* Each tier's and endpoint's `stack`, or the top-level one (`deflt`, may
+ * be NULL) for those without, once the layers are read. */
+int rules_resolve_stacks(struct ctx *c, yaml_node_t *deflt);
+
+#endif
