@@ -139,6 +139,31 @@ def layout(reqs):
     return [request_bytes(len(rules), flat)] + rules + keys, keys, flat
 
 
+def layout_mapped(reqs):
+    """layout() for requests whose limits are of several owners (a rule
+    with layers): [(owners, cost, limits)], owners a tuple with one owner
+    per limit. Each request's limits take positions of their own; the
+    keymap names each position's key, each key named once (an owner's
+    limit shared by several requests of the call)."""
+    rules, rindex, keys, kindex, posmap, flat = [], {}, [], {}, [], []
+    for owners, cost, limits in reqs:
+        limits = tuple(tuple(l) for l in limits)
+        if limits not in rindex:
+            rules.append(rule_bytes(limits))
+            rindex[limits] = len(rules)
+        flat.append((len(posmap) + 1, cost, rindex[limits]))
+        for o, l in zip(owners, limits):
+            k = key_of(o, l)
+            if k not in kindex:
+                keys.append(k)
+                kindex[k] = len(keys)
+            posmap.append(kindex[k])
+    head = struct.pack(">H", 0x8000 | len(rules))
+    head += b"".join(struct.pack(">IIH", k, c, r) for k, c, r in flat)
+    keymap = b"".join(struct.pack(">I", k) for k in posmap)
+    return [head] + rules + [keymap] + keys, keys, flat
+
+
 def _whole(x):
     """A number of the reply as an int: msgpack may carry it as a float
     (the agent reads both), which must then be a whole number below 2^53
@@ -163,6 +188,8 @@ def fcall(args, fn="rl4_decide", c=None):
 
 
 def decide(reqs, fn="rl4_decide"):
+    if reqs and isinstance(reqs[0][0], tuple):
+        return fcall(layout_mapped(reqs)[0], fn)
     return fcall(layout(reqs)[0], fn)
 
 
@@ -213,7 +240,8 @@ class Model:
         out = []
         self.written = []
         for client, cost, limits in reqs:
-            keys = [key_of(client, l) for l in limits]
+            owners = client if isinstance(client, tuple) else (client,) * len(limits)
+            keys = [key_of(o, l) for o, l in zip(owners, limits)]
             ev = [self.eval(k, tuple(l), now, cost) for k, l in zip(keys, limits)]
             ok = all(e[0] for e in ev)
             if ok:
@@ -236,6 +264,35 @@ class Model:
         if algo == TB:
             return self._token(state, now, cost, quota, period, burst)
         return self._window(state, now, cost, quota, period, algo == SW)
+
+    def refund(self, now, take, reqs):
+        """Gives back what reqs took at `take`: a token bucket's tokens at
+        now plus the cost, up to its capacity (a full bucket is no key); a
+        window's count of the take's window, while the stored value holds
+        that window, down to 0."""
+        for client, cost, limits in reqs:
+            owners = client if isinstance(client, tuple) else (client,) * len(limits)
+            for o, l in zip(owners, limits):
+                k = key_of(o, l)
+                if k not in self.st:
+                    continue
+                lim, st, t = self.st[k]
+                algo, quota, period, burst = lim
+                if algo == TB:
+                    cap = burst or quota
+                    left, at = st
+                    tokens = min(cap, left + (now - at) * Fraction(quota, period)) + cost
+                    if tokens >= cap:
+                        del self.st[k]
+                    else:
+                        self.st[k] = (lim, (tokens, now), now)
+                    continue
+                ws, wt = take // period * period, t // period * period
+                held = (wt, wt - period) if algo == SW else (wt,)
+                if ws in held and ws in st:
+                    st = dict(st)
+                    st[ws] = max(0, st[ws] - cost)
+                    self.st[k] = (lim, st, t)
 
     def stored(self, key):
         """The value the library must keep under key, and until when (in
@@ -341,6 +398,11 @@ def check_stored(model, keys):
             continue
         assert v.decode() == want, ("stored value", k, v, want)
         assert exp == want_exp, ("expiry", k, want, exp, want_exp)
+
+
+def check_absent(keys):
+    for k in keys:
+        assert redis().c.command("GET", k) is None, ("a full bucket is no key", k)
 
 
 def check(model, reqs, what="", fn="rl4_decide", stored=True):
@@ -610,6 +672,165 @@ def test_cluster_function_reads_each_key_once_per_call():
         kd = ["{%s}d%d" % (d, i) for i in (1, 2, 3)]
         _, got = fcall([request_bytes(2, [(1, 1, 1), (1, 1, 2)]), r1, r2] + kd, fn)
         assert [p[0] for p in got[1][2]] == [8, 8, 9], (fn, got)
+
+
+def test_keymap_shared_keys_match_model():
+    """Requests whose limits are of several owners (a client's, and one
+    shared by every client or by an address), keys named once through the
+    keymap: each request sees what earlier ones of the call took from a
+    shared key, all or nothing, exactly as the model, in both functions."""
+    for fn, seed in (("rl4_decide", 505), ("rl4_decide_cluster", 506)):
+        rng = random.Random(seed)
+        glob, addr = new_client(), [new_client() for _ in range(2)]
+        clients = [new_client() for _ in range(4)]
+        own = [[(TB, 3, 400 * MS, 0)], [(SW, 4, 300 * MS, 0)], [(FW, 3, 250 * MS, 0)],
+               [(TB, 2, 200 * MS, 5)]]
+        shared = [(TB, 7, 500 * MS, 0), (SW, 9, 400 * MS, 0)]
+        model = Model()
+        tally = [0, 0]
+        for step in range(40):
+            reqs = []
+            for _ in range(rng.randint(1, 6)):
+                c = rng.randrange(4)
+                a = addr[c % 2]
+                lim = tuple(own[c]) + (shared[0], shared[1])
+                owners = (clients[c],) * len(own[c]) + (glob, a)
+                reqs.append((owners, rng.choice([1, 1, 2]), lim))
+            _, got = check(model, reqs, "keymap %s seed %d step %d" % (fn, seed, step), fn)
+            for x in got:
+                tally[x[0]] += 1
+            time.sleep(rng.choice([0, 0.01, 0.03, 0.08, 0.15]))
+        assert tally[0] > 0 and tally[1] > 0, tally
+
+
+def test_refund_gives_back_what_was_taken():
+    """rl4_refund gives back what a call took, as the model does: a token
+    bucket's tokens up to its capacity (a full bucket's key deleted), a
+    window's count in the window of the take while the value holds it;
+    whatever time has passed since the take, on every algorithm, through
+    the keymap, in both functions. Nothing is given back twice beyond the
+    capacity, and a window gone leaves nothing to give."""
+    # emission intervals that are not whole microseconds, windows short
+    # enough that a refund may come a window late, and long ones whose
+    # counts stay
+    lims = [(TB, 7, 1 * S, 3), (TB, 9, 4 * S, 0), (SW, 4, 250 * MS, 0), (SW, 9, 3 * S, 0),
+            (FW, 3, 200 * MS, 0), (FW, 8, 3 * S, 0)]
+    shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0)]
+    for fn, refund_fn, seed in (("rl4_decide", "rl4_refund", 707),
+                                ("rl4_decide_cluster", "rl4_refund_cluster", 708)):
+        rng = random.Random(seed)
+        glob = new_client()
+        clients = [new_client() for _ in range(3)]
+        model = Model()
+        given = 0
+        for step in range(80):
+            reqs = []
+            for _ in range(rng.randint(1, 5)):
+                c = rng.randrange(3)
+                own = lims[(c + step // 8) % len(lims)]
+                reqs.append(((clients[c], glob), rng.choice([1, 2, 3]),
+                             (own, shared[step // 20 % 2])))
+            what = "refund %s seed %d step %d" % (fn, seed, step)
+            take, got = check(model, reqs, what, fn)
+            taken = [q for q, x in zip(reqs, got) if x[0] == 1]
+            if not taken or rng.random() < 0.3:
+                continue
+            back = rng.sample(taken, rng.randint(1, len(taken)))
+            time.sleep(rng.choice([0, 0.005, 0.02, 0.05, 0.15]))
+            args = layout_mapped(back)[0]
+            n = redis().c.command("FCALL", refund_fn, 0, str(take), *args)
+            t = redis().c.command("TIME")
+            now = int(t[0]) * S + int(t[1])
+            model.refund(now, take, back)
+            given += n
+            keys = sorted({key_of(o, l) for q in back for o, l in zip(q[0], q[2])})
+            present = [k for k in keys if k in model.st]
+            check_stored(model, present)
+            check_absent([k for k in keys if k not in model.st])
+        assert given > 0
+
+
+def test_refund_cases():
+    """Each algorithm given back a part of what it holds, against the
+    model: counts of several requests, a sliding window's count given
+    back a window late (then it is the previous count), a fixed window's
+    not at all once its window is gone, and a token bucket brought back
+    to full deleted."""
+    def take_and_refund(lim, n, back, pause, align=None):
+        c = new_client()
+        model = Model()
+        if align:
+            wait_phase(align, 0.1, 0.3)
+        reqs = [((c,), 2, (lim,))] * n
+        take, got = check(model, reqs, "take %r" % (lim,))
+        assert all(x[0] == 1 for x in got), got
+        if pause:
+            time.sleep(pause)
+            # a write in the next window, so the value moves on
+            check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
+        args = layout_mapped([((c,), 2, (lim,))] * back)[0]
+        changed = redis().c.command("FCALL", "rl4_refund", 0, str(take), *args)
+        t = redis().c.command("TIME")
+        model.refund(int(t[0]) * S + int(t[1]), take, [((c,), 2, (lim,))] * back)
+        k = key_of(c, lim)
+        if k in model.st:
+            check_stored(model, [k])
+        else:
+            check_absent([k])
+        return changed, get(k)
+
+    ch, v = take_and_refund((FW, 20, 60 * S, 0), 3, 1, 0)
+    assert ch == 1 and v.endswith(":4"), v
+    ch, v = take_and_refund((SW, 20, 60 * S, 0), 3, 2, 0)
+    assert ch == 2 and v.endswith(":2:0"), v
+    ch, v = take_and_refund((TB, 7, 1 * S, 0), 3, 1, 0)
+    assert ch == 1 and v is not None, v
+    ch, v = take_and_refund((TB, 7, 1 * S, 0), 2, 2, 0)
+    assert v is None, v
+    # a window late: the sliding window's previous count; the fixed
+    # window's count is gone
+    ch, v = take_and_refund((SW, 20, 400 * MS, 0), 3, 1, 0.4, align=400 * MS)
+    assert ch == 1 and v.endswith(":1:4"), v
+    ch, v = take_and_refund((FW, 20, 400 * MS, 0), 3, 1, 0.4, align=400 * MS)
+    assert ch == 0 and v.endswith(":1"), v
+
+
+def wait_phase(period_us, lo, hi):
+    """Waits until Redis's clock is between lo and hi (fractions) of a
+    window of period_us."""
+    for _ in range(50):
+        t = redis().c.command("TIME")
+        now = int(t[0]) * S + int(t[1])
+        e = now % period_us / period_us
+        if lo <= e < hi:
+            return
+        time.sleep(((lo - e) % 1) * period_us / S + 0.001)
+    raise AssertionError("phase not reached")
+
+
+def test_refund_with_bad_arguments_writes_nothing():
+    c = new_client()
+    lim = (TB, 5, 1 * S, 0)
+    _, got = decide([(c, 3, [lim])])
+    before = get(key_of(c, lim))
+    args = layout([(c, 3, [lim])])[0]
+    for fn in lua_scripts.REFUNDS:
+        for take, rest, err in (
+                ("x", args, "take_us must be an integer"),
+                ("-1", args, "take_us must be an integer"),
+                ("1.5", args, "take_us must be an integer"),
+                ("1", [b"\x00"] + args[1:], "requests: need 2 + 10 * n bytes"),
+                ("1", [struct.pack(">HIIH", 1, 2, 3, 1)] + args[1:],
+                 "first_key must leave a key per limit"),
+                ("1", [struct.pack(">HIIH", 0x8001, 1, 3, 1)] + args[1:2] + [b"\x00\x00\x00\x09"]
+                 + args[2:], "keymap: position 1 must name a key")):
+            try:
+                redis().c.command("FCALL", fn, 0, take, *rest)
+            except RespError as e:
+                assert err in str(e), (fn, take, e)
+            else:
+                raise AssertionError((fn, take, "no error"))
+        assert get(key_of(c, lim)) == before
 
 
 def test_all_or_nothing():
