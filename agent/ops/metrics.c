@@ -302,6 +302,10 @@ static void render(struct server *srv, struct out *o)
 
 		memstore_get_stats(srv->store->mem, &ms);
 		gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
+		/* what keys are measured against (an alert on how full it is) */
+		gauge(o, "spoa_rl_memory_max_keys",
+		      "Client limits the in-memory store can track (--mem-max-keys).",
+		      srv->cfg.mem_max_keys);
 		counter(o, "spoa_rl_memory_full_total",
 			"In-memory decisions left to the failure policy: no room without forgetting a refused client.",
 			ms.full);

@@ -18,7 +18,7 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 	struct ys *y = &c->y;
 	enum { K_RATE, K_BURST, K_ALGO, K_N };
 	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
-	static const char *const algos[] = {"token", "sliding", "fixed"};
+	static const char *const algos[] = {"token", "sliding", "fixed", "leaky"};
 	yaml_node_t *k[K_N], *v[K_N];
 	char sub[YS_PATH_MAX], msg[256];
 	const char *s;
@@ -37,9 +37,9 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 		return ys_fail(y, v[K_RATE]->start_mark, sub, "%s", msg);
 	if (v[K_ALGO]) {
 		ys_path_key(sub, where, "algorithm");
-		if (ys_word(y, v[K_ALGO], sub, algos, 3, "token, sliding or fixed", &algo) < 0)
+		if (ys_word(y, v[K_ALGO], sub, algos, 4, "token, leaky, sliding or fixed", &algo) < 0)
 			return -1;
-		out->algo = algo == 0 ? LIMIT_TOKEN_BUCKET
+		out->algo = algo == 0 || algo == 3 /* leaky: the same bucket */ ? LIMIT_TOKEN_BUCKET
 			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
 	}
 	if (v[K_BURST]) {

@@ -7,6 +7,7 @@ examples/:
     jwt.cfg         spoe-conf/ratelimit-jwt.conf       examples/rules-tiers.yaml
     shedding.cfg    spoe-conf/ratelimit-shedding.conf  examples/rules-shedding.yaml
     problem-json.cfg  spoe-conf/ratelimit-shedding.conf  examples/rules-problem-json.yaml
+    legacy-headers.cfg  spoe-conf/ratelimit.conf       --limit 3/1m
 """
 
 import base64
@@ -515,4 +516,77 @@ def test_problem_json(h):
     t.join(20)
     assert len(held) == 1 and held[0].status == 200, held
     assert backend.count == 6, backend.count
+    assert_log_clean(agent)
+
+
+# ---- legacy-headers.cfg ------------------------------------------------------------------
+
+def legacy(r):
+    """The X-RateLimit-* headers of a response, as integers (None: absent)."""
+    return tuple(None if r.headers.get(h) is None else int(r.headers.get(h))
+                 for h in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"))
+
+
+def test_legacy_headers(h):
+    """X-RateLimit-Limit, -Remaining and -Reset from txn.rl.limit,
+    remaining and reset, and Retry-After on a 429, through the real
+    haproxy: 3/1m is a token every 20 s, so the limit is full again 20,
+    40, then 60 s after the first, second and third request, and the
+    fourth waits 20 s. Then the file's commented alternative, the Unix
+    time of the reset."""
+    agent = h.agent("--threads", "2", "--limit", "3/1m")
+    backend = h.backend()
+    cfg = os.path.join(EXAMPLES, "legacy-headers.cfg")
+    spoe = spoe_copy(h, "ratelimit.conf")
+    hp = h.haproxy(agent.port, backend.port, cfg=cfg, env={"RL_SPOE_CONF": spoe})
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    key = {"X-Api-Key": "legacy"}
+    t0 = time.monotonic()
+    for n, remaining in enumerate((2, 1, 0), 1):
+        r = http_get(hp.port, "/", headers=key)
+        late = math.ceil(time.monotonic() - t0)
+        assert r.status == 200 and r.body == b"ok\n", r
+        limit, rem, reset = legacy(r)
+        assert (limit, rem) == (3, remaining), r
+        # n tokens taken: full again n * 20 s after the first request
+        assert 20 * n - late <= reset <= 20 * n, (r, late)
+        assert r.headers.get("Retry-After") is None, r
+    r = http_get(hp.port, "/", headers=key)
+    late = math.ceil(time.monotonic() - t0)
+    assert r.status == 429, r
+    limit, rem, reset = legacy(r)
+    assert (limit, rem) == (3, 0), r
+    assert 60 - late <= reset <= 60, (r, late)
+    retry = int(r.headers.get("Retry-After", "-1"))
+    assert 20 - late <= retry <= 20, (r, late)
+    assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry}, r
+    # another client has its own bucket
+    r = http_get(hp.port, "/", headers={"X-Api-Key": "other"})
+    assert r.status == 200 and legacy(r)[:2] == (3, 2), r
+    assert backend.count == 4, backend.count
+
+    # The alternative line: the reset as a Unix time.
+    with open(cfg) as f:
+        text = f.read()
+    delta = '    http-after-response set-header X-RateLimit-Reset "%[var(txn.rl.reset)]"'
+    epoch = '    # http-after-response set-header X-RateLimit-Reset "%[date,add(txn.rl.reset)]"'
+    assert text.count(delta) == 1 and text.count(epoch) == 1, "legacy-headers.cfg changed"
+    text = text.replace(delta, "    #" + delta[4:]).replace(epoch, epoch.replace("# ", "", 1))
+    cfg_epoch = os.path.join(h.dir, "legacy-headers-epoch.cfg")
+    with open(cfg_epoch, "w") as f:
+        f.write(text)
+    hp2 = h.haproxy(agent.port, backend.port, cfg=cfg_epoch, env={"RL_SPOE_CONF": spoe},
+                    name="haproxy-epoch")
+    wait_for(lambda: hp2.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in the second haproxy's stats")
+    before = int(time.time())
+    r = http_get(hp2.port, "/", headers={"X-Api-Key": "epoch"})
+    after = int(time.time())
+    assert r.status == 200, r
+    limit, rem, reset = legacy(r)
+    assert (limit, rem) == (3, 2), r
+    # the first request: full again 20 s later (19 if a second turned
+    # between HAProxy's clock and the agent's)
+    assert before + 19 <= reset <= after + 20, (r, before, after)
     assert_log_clean(agent)

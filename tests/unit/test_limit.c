@@ -801,6 +801,273 @@ static void test_bucket_against_definition(void **unused)
 	}
 }
 
+/* ---- the leaky bucket as a meter ------------------------------------------------
+ * A leaky bucket used as a meter holds water that drains continuously at
+ * quota/period requests per microsecond, down to empty; it holds at most
+ * the capacity (burst, or quota). A request of cost c conforms when, the
+ * bucket drained up to now, level + c <= capacity; it then pours c in. A
+ * refused request pours nothing. What is left for requests of cost 1 is
+ * floor(capacity - level).
+ *
+ * The model below is written from that definition alone, with the water
+ * level an exact fraction, so that it shares nothing with limit.c's ticks
+ * and theoretical arrival times. Run side by side with limit_eval on
+ * random timelines, it shows that the token bucket admits exactly the
+ * requests a leaky bucket meter admits, which is why the rules file takes
+ * `algorithm: leaky` as a synonym of `token`. */
+
+/* A fraction num/den, den > 0, in lowest terms. The levels of a meter
+ * have denominators that divide the period, so the sums below go through
+ * their least common denominator (never over the period): no product
+ * overflows 128 bits for the figures of the notation. */
+struct frac {
+	i128 num, den;
+};
+
+static i128 gcd128(i128 a, i128 b)
+{
+	if (a < 0)
+		a = -a;
+	while (b) {
+		i128 t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static i128 mul_checked(i128 a, i128 b)
+{
+	i128 r;
+
+	assert_false(__builtin_mul_overflow(a, b, &r));
+	return r;
+}
+
+static struct frac frac_make(i128 num, i128 den)
+{
+	i128 g = gcd128(num, den);
+
+	if (g > 1) {
+		num /= g;
+		den /= g;
+	}
+	return (struct frac){num, den};
+}
+
+/* a + sign * b */
+static struct frac frac_add(struct frac a, struct frac b, int sign)
+{
+	i128 g = gcd128(a.den, b.den), l = mul_checked(a.den / g, b.den);
+
+	return frac_make(mul_checked(a.num, l / a.den) + sign * mul_checked(b.num, l / b.den), l);
+}
+
+/* floor(a) and ceil(a) */
+static i128 frac_floor(struct frac a) { return floor_div(a.num, a.den); }
+static i128 frac_ceil(struct frac a) { return ceil_div(a.num, a.den); }
+
+struct meter {
+	i128 quota, period, cap;
+	struct frac level;    /* requests' worth of water */
+	int64_t at;           /* the level is that of this time */
+};
+
+static void meter_init(struct meter *m, const struct limit_spec *sp, int64_t now)
+{
+	m->quota = sp->quota;
+	m->period = sp->period_us;
+	m->cap = sp->burst ? sp->burst : sp->quota;
+	m->level = (struct frac){0, 1};
+	m->at = now;
+}
+
+/* The water that leaked out from m->at to now; the bucket never goes
+ * below empty. Time does not go back in a timeline. */
+static void meter_drain(struct meter *m, int64_t now)
+{
+	assert_true(now >= m->at);
+	m->level = frac_add(m->level, frac_make(mul_checked(now - m->at, m->quota), m->period), -1);
+	if (m->level.num < 0)
+		m->level = (struct frac){0, 1};
+	m->at = now;
+}
+
+/* One request of weight `cost` at now: whether it conforms, what is left
+ * for requests of cost 1 (0 when refused), the time until a refused
+ * request would conform (when it can at all) and until the bucket is
+ * empty, in whole microseconds rounded up (what limit.h promises). */
+struct meter_answer {
+	bool allowed;
+	uint64_t remaining;
+	int64_t retry_after_us, reset_us;
+};
+
+static struct meter_answer meter_offer(struct meter *m, int64_t now, uint32_t cost)
+{
+	struct meter_answer a = {0};
+	struct frac poured;
+
+	meter_drain(m, now);
+	poured = frac_add(m->level, (struct frac){cost, 1}, 1);
+	if (poured.num <= mul_checked(m->cap, poured.den)) {
+		m->level = poured;
+		a.allowed = true;
+		a.remaining = (uint64_t)frac_floor(frac_add((struct frac){m->cap, 1}, m->level, -1));
+	} else if ((i128)cost <= m->cap) {
+		/* the excess leaks out at quota/period per microsecond */
+		struct frac over = frac_add(poured, (struct frac){m->cap, 1}, -1);
+
+		a.retry_after_us = (int64_t)frac_ceil(
+			frac_make(mul_checked(over.num, m->period), mul_checked(over.den, m->quota)));
+	}
+	a.reset_us = (int64_t)frac_ceil(
+		frac_make(mul_checked(m->level.num, m->period), mul_checked(m->level.den, m->quota)));
+	return a;
+}
+
+static uint64_t xorshift64(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A random duration of the kinds that matter to a bucket: none (a burst),
+ * one microsecond, around the time one request drains (either side of
+ * the moment a token comes back), anything within a period, or a long
+ * gap that empties the bucket several times over. */
+static int64_t random_gap(uint64_t *x, const struct limit_spec *sp)
+{
+	int64_t interval = sp->period_us / (int64_t)sp->quota;
+	uint64_t r = xorshift64(x);
+
+	if (interval < 1)
+		interval = 1;
+	switch (r % 10) {
+	case 0:
+	case 1:
+	case 2:
+		return 0;
+	case 3:
+		return 1;
+	case 4:
+		return interval - 1 + (int64_t)((r >> 8) % 3);
+	case 5:
+		return (int64_t)((r >> 8) % (uint64_t)interval) + 1;
+	case 6:
+		return interval * (int64_t)(1 + (r >> 8) % 4);
+	case 7:
+	case 8:
+		return (int64_t)((r >> 8) % (uint64_t)sp->period_us);
+	default:
+		return sp->period_us * (int64_t)(1 + (r >> 8) % 40) + (int64_t)((r >> 20) % 1000);
+	}
+}
+
+static uint32_t random_cost(uint64_t *x, uint64_t cap)
+{
+	uint64_t r = xorshift64(x);
+
+	switch (r % 16) {
+	case 0:
+		return 0; /* a look: takes nothing */
+	case 1:
+	case 2:
+		return (uint32_t)(2 + (r >> 8) % 4);
+	case 3: /* about the capacity, heavier included */
+		return cap + 2 > UINT32_MAX ? UINT32_MAX : (uint32_t)(cap - 1 + (r >> 8) % 4);
+	case 4:
+		return (uint32_t)(r >> 32);
+	default:
+		return 1;
+	}
+}
+
+static void test_leaky_meter_is_token_bucket(void **unused)
+{
+	uint64_t x = 0x853c49e6748fea9bULL;
+	uint64_t refused = 0, allowed = 0, brim = 0, near = 0;
+
+	for (int tl = 0; tl < 3000; tl++) {
+		struct limit_spec sp;
+		struct limit_state st = {0, 0, 0};
+		struct meter m;
+		uint64_t r = xorshift64(&x), cap;
+		int64_t now;
+		int n;
+
+		memset(&sp, 0, sizeof(sp));
+		sp.algo = LIMIT_TOKEN_BUCKET;
+		/* half small quotas, where every token shows; some up to 2^40 */
+		if (r % 8 < 4)
+			sp.quota = 1 + (r >> 8) % 20;
+		else if (r % 8 < 6)
+			sp.quota = 1 + (r >> 8) % 5000;
+		else if (r % 8 < 7)
+			sp.quota = 1 + (r >> 8) % 1000000;
+		else
+			sp.quota = 1 + (r >> 8) % LIMIT_QUOTA_MAX;
+		r = xorshift64(&x);
+		sp.period_us = LIMIT_PERIOD_MIN_US +
+			       (int64_t)((r >> 4) % (r % 3 == 0 ? 10 * (uint64_t)S
+						    : r % 3 == 1 ? 3600 * (uint64_t)S
+						    : (uint64_t)(LIMIT_PERIOD_MAX_US - LIMIT_PERIOD_MIN_US)));
+		r = xorshift64(&x);
+		if (r % 2)
+			sp.burst = 1 + (r >> 8) % (3 * sp.quota > LIMIT_QUOTA_MAX ? LIMIT_QUOTA_MAX
+										  : 3 * sp.quota);
+		cap = sp.burst ? sp.burst : sp.quota;
+		now = T0 + (int64_t)((r >> 16) % (uint64_t)sp.period_us);
+		meter_init(&m, &sp, now);
+		n = 20 + (int)(xorshift64(&x) % 300);
+		for (int i = 0; i < n; i++) {
+			struct limit_state next;
+			struct limit_result res;
+			struct meter_answer want;
+			uint32_t cost = random_cost(&x, cap);
+
+			now += random_gap(&x, &sp);
+			want = meter_offer(&m, now, cost);
+			limit_eval(&sp, &st, now, cost, &next, &res);
+			if (res.allowed != want.allowed || res.remaining != want.remaining)
+				fail_msg("timeline %d, request %d: %llu/%lldus burst %llu, cost %u at "
+					 "+%lldus: token bucket %s, remaining %llu; leaky meter %s, "
+					 "remaining %llu",
+					 tl, i, (unsigned long long)sp.quota, (long long)sp.period_us,
+					 (unsigned long long)sp.burst, cost, (long long)(now - T0),
+					 res.allowed ? "allows" : "refuses",
+					 (unsigned long long)res.remaining,
+					 want.allowed ? "allows" : "refuses",
+					 (unsigned long long)want.remaining);
+			assert_int_equal(res.limit, sp.quota);
+			assert_int_equal(res.reset_us, want.reset_us);
+			if (!res.allowed)
+				/* over the capacity it can never pass: limit.h
+				 * points at the period */
+				assert_int_equal(res.retry_after_us,
+						 cost > cap ? sp.period_us : want.retry_after_us);
+			if (res.allowed)
+				st = next;
+			allowed += res.allowed;
+			refused += !res.allowed;
+			/* filled to the brim exactly; refused a microsecond
+			 * early */
+			brim += res.allowed && m.level.den == 1 && m.level.num == (i128)cap;
+			near += !res.allowed && want.retry_after_us == 1;
+		}
+	}
+	/* The timelines exercise both answers many times over, and the
+	 * edges: a bucket filled to the brim exactly, a request refused one
+	 * microsecond before it would conform. */
+	assert_true(allowed > 100000);
+	assert_true(refused > 50000);
+	assert_true(brim > 1000);
+	assert_true(near > 500);
+}
+
 /* ---- more quota: the RateLimit field's t (draft -10) -------------------------- */
 
 /* A look (cost 0) at the state a decision left: what remains then. */
@@ -1015,6 +1282,7 @@ int main(void)
 		cmocka_unit_test(test_sliding_retry),
 		cmocka_unit_test(test_large_values),
 		cmocka_unit_test(test_bucket_against_definition),
+		cmocka_unit_test(test_leaky_meter_is_token_bucket),
 		cmocka_unit_test(test_more_bucket),
 		cmocka_unit_test(test_more_fixed),
 		cmocka_unit_test(test_more_sliding),

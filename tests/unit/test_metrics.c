@@ -91,6 +91,7 @@ static void scenario(struct server *srv, int redis)
 	atomic_store(&srv->reload_failures, 1);
 	srv->workers = workers;
 	srv->nworkers = NWORKERS;
+	srv->cfg.mem_max_keys = 50000;
 	store.ops = redis ? &shared_ops : &memory_ops;
 	store.mem = (struct memstore *)&store; /* only passed to the stub */
 	srv->store = &store;

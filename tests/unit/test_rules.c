@@ -982,6 +982,56 @@ static void test_prescan_caps(void **unused)
 	load_fails("tiers: *t\n", "t.yaml:1:8: YAML: found undefined alias");
 }
 
+/* algorithm: leaky is a synonym of token (docs/rules.md, Algorithms): the
+ * same limits, so the same policy names, limit names and store keys, with
+ * or without a burst, and a burst is allowed with it. */
+static void test_leaky_is_token(void **unused)
+{
+	static const char *const fmt =
+		"tiers:\n"
+		"  default: free\n"
+		"  free: { limits: [{ rate: \"100/1m\", algorithm: %s },\n"
+		"                   { rate: \"20/1s\", burst: 50, algorithm: %s }] }\n"
+		"  pro: { limits: [{ rate: \"3/10s\", burst: 1, algorithm: %s }] }\n"
+		"endpoints: [ { name: e, match: { path: /e },\n"
+		"               limits: [{ rate: \"7/1h\", algorithm: %s }] } ]\n";
+	char token[1024], leaky[1024];
+	struct rules *rt, *rl;
+
+	snprintf(token, sizeof(token), fmt, "token", "token", "token", "token");
+	snprintf(leaky, sizeof(leaky), fmt, "leaky", "leaky", "leaky", "leaky");
+	rt = load(token);
+	rl = load(leaky);
+	check_limit(rules_find(rl, "free"), 0, 100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	check_limit(rules_find(rl, "free"), 1, 20, S, 50, LIMIT_TOKEN_BUCKET);
+	check_limit(rules_find(rl, "pro"), 0, 3, 10 * S, 1, LIMIT_TOKEN_BUCKET);
+	check_limit(rules_find(rl, "e"), 0, 7, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
+	assert_int_equal(rules_count(rl), rules_count(rt));
+	for (size_t i = 0; i < rules_count(rl); i++) {
+		const struct rule *t = rules_rule_at(rt, i), *l = rules_rule_at(rl, i);
+
+		assert_string_equal(l->name, t->name);
+		assert_int_equal(l->nlimits, t->nlimits);
+		assert_memory_equal(l->limits, t->limits, sizeof(l->limits));
+		assert_memory_equal(l->local, t->local, sizeof(l->local));
+		assert_string_equal(l->policy, t->policy);
+		for (size_t k = 0; k < l->nlimits; k++) {
+			assert_string_equal(l->pname[k], t->pname[k]);
+			assert_string_equal(l->lid[k], t->lid[k]);
+			assert_int_equal(l->lidh[k], t->lidh[k]);
+		}
+	}
+	rules_release(rt);
+	rules_release(rl);
+	/* The windows still refuse a burst; the word is whole. */
+	load_fails("limits: [{ rate: \"5/1s\", burst: 2, algorithm: sliding }]",
+		   "t.yaml:1:26: limits[0].burst: burst applies to the token bucket only "
+		   "(algorithm: token)");
+	load_fails("limits: [{ rate: \"5/1s\", algorithm: Leaky }]",
+		   "t.yaml:1:37: limits[0].algorithm: expected token, leaky, sliding or fixed, "
+		   "got \"Leaky\"");
+}
+
 /* The top-level limits: of a file without tiers are those of the
  * built-in rule "default". */
 static void test_top_level_limits(void **unused)
@@ -1738,6 +1788,7 @@ int main(void)
 		cmocka_unit_test(test_caps),
 		cmocka_unit_test(test_prescan_caps),
 		cmocka_unit_test(test_top_level_limits),
+		cmocka_unit_test(test_leaky_is_token),
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test(test_root_values),
 		cmocka_unit_test(test_first_match_and_paths),
