@@ -177,6 +177,14 @@ static const struct {
 	{ "spoa_rl_redis_topology_changes_total",
 	  "A new master (Sentinel) or a new slot map (Cluster) put in use, per worker.",
 	  STORE(topology_changes) },
+	{ "spoa_rl_redis_split_total",
+	  "Decisions of a rule with layers whose keys live on several servers: each part taken on its own server.",
+	  STORE(split) },
+	{ "spoa_rl_redis_refunds_total",
+	  "Parts of a refused split decision given back to their server.", STORE(refunds) },
+	{ "spoa_rl_redis_refunds_lost_total",
+	  "Refunds that could not be sent or failed: tokens held until they refill.",
+	  STORE(refunds_lost) },
 };
 
 /* A counter of struct rule_counters per rule in force, labelled by its

@@ -336,7 +336,7 @@ static int result_from(const struct redis_query *r, int64_t allowed, const int64
 }
 
 static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_t allowed,
-		       int64_t decider, const int64_t *vals, size_t nvals)
+		       int64_t decider, const int64_t *vals, size_t nvals, int64_t redis_now)
 {
 	struct limit_result res[LIMIT_SET_MAX];
 	const struct redis_query *r = &b->rq[i];
@@ -356,7 +356,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	if (!allowed) /* the deciding limit refuses; no other limit was charged */
 		res[decider - 1].allowed = false;
 	STAT_INC(rn->stats->replies);
-	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent);
+	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now);
 }
 
 /* msgpack reply, decoded by redis_reply.c */
@@ -367,7 +367,7 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 	for (size_t i = 0; i < b->n; i++) {
 		const struct redis_decision *d = &rn->decoded[i];
 
-		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals);
+		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals, d->now);
 	}
 	return 0;
 }
@@ -685,6 +685,62 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	if (redisAsyncCommandArgv(rn->ac, on_batch_reply, b, (int)argc, rn->argv,
 				  rn->argvlen) != REDIS_OK)
 		return -1;
+	return 0;
+}
+
+static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+		STAT_INC(rn->stats->refunds_lost);
+		if (reply && reply->type == REDIS_REPLY_ERROR)
+			log_warn("redis: %s: refund failed: %s", rn->name, reply->str);
+	}
+}
+
+int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
+{
+	const struct decide_query *q = &r->q;
+	const char *fn = rn->cluster ? "rl4_refund_cluster" : "rl4_refund";
+	const char *argv[6 + LIMIT_SET_MAX];
+	size_t argvlen[6 + LIMIT_SET_MAX], argc = 0;
+	uint8_t req[12], rule[RULE_BYTES_MAX];
+	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
+
+	STAT_INC(rn->stats->refunds);
+	if (rn->state != NODE_READY || !rn->ac) {
+		STAT_INC(rn->stats->refunds_lost);
+		return -1;
+	}
+	argv[argc] = "FCALL";
+	argvlen[argc++] = 5;
+	argv[argc] = fn;
+	argvlen[argc++] = strlen(fn);
+	argv[argc] = "0";
+	argvlen[argc++] = 1;
+	argv[argc] = take;
+	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)redis_now);
+	put_be(req, 1, 2);
+	put_be(req + 2, 1, 4);
+	put_be(req + 6, q->cost, 4);
+	put_be(req + 10, 1, 2);
+	argv[argc] = (const char *)req;
+	argvlen[argc++] = sizeof(req);
+	argv[argc] = (const char *)rule;
+	argvlen[argc++] = rule_bytes(q, rule);
+	for (size_t j = 0; j < q->nlimits; j++) {
+		argv[argc] = key[j];
+		argvlen[argc++] = store_key_name(decide_limit_key(q, j), q->rule->lidh[j], key[j]);
+	}
+	/* hiredis copies the command out before this returns */
+	if (redisAsyncCommandArgv(rn->ac, on_refund_reply, rn, (int)argc, argv, argvlen) !=
+	    REDIS_OK) {
+		STAT_INC(rn->stats->refunds_lost);
+		return -1;
+	}
 	return 0;
 }
 

@@ -36,14 +36,20 @@ struct redis_query {
 	int64_t deadline;
 	unsigned moves;     /* Cluster: times sent again after "moved" */
 	bool asking;        /* Cluster: send after ASKING (a migrating slot) */
+	/* The owner's: a part of a decision whose limits live on several
+	 * servers (NULL otherwise), and which. */
+	void *split;
+	unsigned part;
 };
 
 struct redis_node_cb {
-	/* Redis decided r: res[0..nlimits) and the deciding limit's index.
+	/* Redis decided r: res[0..nlimits) and the deciding limit's index;
+	 * redis_now is Redis's clock then (what a refund of r names).
 	 * `sent` is when the call left (local clock), before Redis read its
 	 * own clock. */
 	void (*decided)(void *owner, const struct redis_query *r,
-			const struct limit_result *res, int decider, int64_t sent);
+			const struct limit_result *res, int decider, int64_t sent,
+			int64_t redis_now);
 	/* Redis did not decide r (deadline, error, lost connection). `sent`:
 	 * r went out in a call, which Redis may have run (r must not be sent
 	 * again); else r never left this node's queue. */
@@ -67,6 +73,12 @@ struct redis_node_cb {
 	 * be NULL: each node on its own. */
 	bool (*may_send)(void *owner, const struct redis_node *rn);
 };
+
+/* Gives back to Redis what r took at redis_now (the library's
+ * rl4_refund), without waiting for the answer: a failure is counted
+ * (refunds_lost), never retried, since a refund that ran twice would
+ * give back twice. Returns 0 when sent, -1 when the node cannot send now. */
+int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now);
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
  * the node). Counters go to *stats. NULL when out of memory. */

@@ -227,8 +227,10 @@ int redis_reply_msgpack(const char *data, size_t len, size_t n, struct redis_dec
 	if (read_array(&r, &top) < 0 || top != 2 || read_int(&r, &now) < 0 ||
 	    read_array(&r, &count) < 0 || count != n)
 		return -1;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (decode_one(&r, &out[i]) < 0)
 			return -1;
+		out[i].now = now;
+	}
 	return 0;
 }

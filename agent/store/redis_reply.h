@@ -18,6 +18,7 @@
 
 struct redis_decision {
 	int ok;                 /* this request's part was well formed */
+	int64_t now;            /* Redis's clock when it decided (the reply's) */
 	int64_t allowed;        /* 1 or 0 */
 	int64_t decider;        /* 1-based index of the deciding limit */
 	size_t nvals;           /* 3 per limit */

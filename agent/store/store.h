@@ -71,6 +71,9 @@ struct store_stats {
 	counter_t moved;          /* Cluster: sent where their key was not */
 	counter_t asked;          /* Cluster: sent after ASKING (slot migrating) */
 	counter_t topology_changes; /* a new master, slot map or shard set */
+	counter_t split;          /* decisions whose limits live on several servers */
+	counter_t refunds;        /* refunds sent: parts of refused split decisions */
+	counter_t refunds_lost;   /* refunds that could not be sent or failed */
 };
 
 /* Receives one server's counters (see store_ops.each_node). */

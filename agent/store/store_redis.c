@@ -423,10 +423,24 @@ static int hold(struct redis_worker *rw, const struct redis_query *r)
 	return 0;
 }
 
+static void split_done(struct redis_worker *rw, const struct redis_query *r,
+		       const struct limit_result *res, int decider, int64_t redis_now);
+
+/* The outcome of r (res NULL: not decided): to whoever asked, or to the
+ * decision r is a part of. */
+static void complete(struct redis_worker *rw, const struct redis_query *r,
+		     const struct limit_result *res, int decider, int64_t redis_now)
+{
+	if (r->split)
+		split_done(rw, r, res, decider, redis_now);
+	else
+		store_complete(rw->sw, &r->q, &r->ref, res, decider);
+}
+
 static void answer_unavailable(struct redis_worker *rw, const struct redis_query *r)
 {
 	STAT_INC(rw->sw->stats.unavailable);
-	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+	complete(rw, r, NULL, -1, 0);
 }
 
 /* Held past their deadline: answered by the failure policy. Held ones
@@ -442,7 +456,7 @@ static void on_held_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		rw->hhead = (rw->hhead + 1) % rw->hcap;
 		rw->hlen--;
 		STAT_INC(rw->sw->stats.timeouts);
-		store_complete(rw->sw, &r.q, &r.ref, NULL, -1);
+		complete(rw, &r, NULL, -1, 0);
 	}
 	arm_held(rw);
 }
@@ -505,13 +519,13 @@ static void resubmit_held(struct redis_worker *rw)
 /* ---- answers from the nodes -------------------------------------------------- */
 
 static void on_decided(void *owner, const struct redis_query *r, const struct limit_result *res,
-		       int decider, int64_t sent)
+		       int decider, int64_t sent, int64_t redis_now)
 {
 	struct redis_worker *rw = owner;
 
-	if (!res[decider].allowed)
+	if (!res[decider].allowed && !r->split)
 		cache_store(rw, r, decider, res, sent);
-	store_complete(rw->sw, &r->q, &r->ref, res, decider);
+	complete(rw, r, res, decider, redis_now);
 }
 
 /* Holds r for a fresh map, or answers it by the failure policy when it
@@ -520,7 +534,7 @@ static void hold_for_map(struct redis_worker *rw, struct redis_query *r)
 {
 	r->asking = false;
 	if (r->deadline <= clock_now_us() || hold(rw, r) < 0) {
-		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		complete(rw, r, NULL, -1, 0);
 		return;
 	}
 	rw->stale = true;
@@ -544,7 +558,7 @@ static void on_failed(void *owner, const struct redis_query *r, bool sent)
 		hold_for_map(rw, &again);
 		return;
 	}
-	store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+	complete(rw, r, NULL, -1, 0);
 }
 
 /* Cluster: r's key was not on the node rn the map named. The first time,
@@ -559,7 +573,7 @@ static void on_moved(void *owner, struct redis_node *rn, const struct redis_quer
 	STAT_INC(rw->sw->stats.moved);
 	if (rw->cfg->topology != REDIS_CLUSTER || ++again.moves > MOVES_MAX ||
 	    again.deadline <= clock_now_us()) {
-		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		complete(rw, r, NULL, -1, 0);
 		return;
 	}
 	if (again.moves == 1 || redis_node_where(rn, &again) < 0)
@@ -576,7 +590,7 @@ static void on_where(void *owner, const struct redis_query *r, int here,
 
 	again.asking = false;
 	if (again.deadline <= clock_now_us()) {
-		store_complete(rw->sw, &r->q, &r->ref, NULL, -1);
+		complete(rw, r, NULL, -1, 0);
 		return;
 	}
 	if (here) {
@@ -907,6 +921,185 @@ static void redis_worker_free(struct store_worker *sw)
 	sw->impl = NULL;
 }
 
+/* ---- decisions whose keys live on several servers ---------------------------------
+ *
+ * A rule with layers on a Cluster or shards: a layer's keys (one for every
+ * client, one per address) live where their own tag says, often not with
+ * the client's. When a decision's keys are not all one server's, each part
+ * (the rule's own limits, each layer's) is decided on its own server, all
+ * or nothing there, at once; the decision is allowed when every part is.
+ * When a part refuses or cannot be decided, the parts that took are given
+ * back (the library's rl4_refund, without waiting: never sent twice).
+ * So no limit ever lets through more than it allows; what this costs is
+ * a window of about one round trip in which tokens a refused decision
+ * took are not yet back, during which another request may be refused
+ * that would have passed (and a refund that is lost, counted in
+ * refunds_lost, holds its tokens until they refill). Decisions whose keys
+ * share a server are made in one call, exactly as on one server. */
+
+enum { PART_WAIT, PART_TAKEN, PART_REFUSED, PART_FAILED };
+
+struct split {
+	struct decide_query q;
+	struct store_ref ref;
+	struct limit_result res[LIMIT_SET_MAX];
+	struct redis_query sub[RULES_PARTS_MAX]; /* each part as sent */
+	int64_t take[RULES_PARTS_MAX];           /* Redis's clock of each take */
+	uint8_t first[RULES_PARTS_MAX];          /* the part's first limit in q */
+	uint8_t state[RULES_PARTS_MAX];
+	unsigned pending;
+};
+
+/* Part p of q as a query of its own: the rule's own limits (p = 0) or a
+ * layer's, under that part's key. */
+static void part_query(const struct decide_query *q, unsigned p, struct decide_query *out)
+{
+	*out = *q;
+	if (p == 0) {
+		out->nlimits = q->rule->nown;
+		return;
+	}
+	out->rule = q->rule->stack[p - 1];
+	out->limits = out->rule->limits;
+	out->nlimits = out->rule->nlimits;
+	memcpy(out->key, q->lkey[p - 1], IDENTITY_KEY_LEN);
+}
+
+/* Whether q's keys may live on several servers: a rule with layers, on a
+ * Cluster or shards, whose parts' keys the map does not put on one
+ * server (or no map yet says where). */
+static bool needs_split(struct redis_worker *rw, const struct decide_query *q)
+{
+	struct redis_node *first;
+
+	if (!q->rule->nstack ||
+	    (rw->cfg->topology != REDIS_CLUSTER && rw->cfg->topology != REDIS_SHARDS))
+		return false;
+	first = route(rw, q->key);
+	for (unsigned p = 0; p < q->rule->nstack; p++)
+		if (!first || route(rw, q->lkey[p]) != first)
+			return true;
+	return false;
+}
+
+/* The deciding limit of res[0..n), as the library picks it: the refusing
+ * one with the longest retry-after, else the one with the fewest left;
+ * ties go to the lowest index. */
+static int pick_decider(const struct limit_result *res, size_t n)
+{
+	int best = -1;
+
+	for (size_t i = 0; i < n; i++)
+		if (!res[i].allowed && (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
+			best = (int)i;
+	if (best >= 0)
+		return best;
+	best = 0;
+	for (size_t i = 1; i < n; i++)
+		if (res[i].remaining < res[best].remaining)
+			best = (int)i;
+	return best;
+}
+
+static void refund(struct redis_worker *rw, const struct redis_query *r, int64_t take)
+{
+	struct redis_node *rn = route(rw, r->q.key);
+
+	if (rn) {
+		redis_node_refund(rn, r, take);
+	} else {
+		STAT_INC(rw->sw->stats.refunds);
+		STAT_INC(rw->sw->stats.refunds_lost);
+	}
+}
+
+static void split_finish(struct redis_worker *rw, struct split *s)
+{
+	bool failed = false, refused = false;
+	unsigned nparts = 1u + s->q.rule->nstack;
+
+	for (unsigned p = 0; p < nparts; p++) {
+		failed |= s->state[p] == PART_FAILED;
+		refused |= s->state[p] == PART_REFUSED;
+	}
+	if (failed || refused)
+		for (unsigned p = 0; p < nparts; p++)
+			if (s->state[p] == PART_TAKEN)
+				refund(rw, &s->sub[p], s->take[p]);
+	if (failed)
+		store_complete(rw->sw, &s->q, &s->ref, NULL, -1);
+	else
+		store_complete(rw->sw, &s->q, &s->ref, s->res, pick_decider(s->res, s->q.nlimits));
+	xfree(s);
+}
+
+static void split_done(struct redis_worker *rw, const struct redis_query *r,
+		       const struct limit_result *res, int decider, int64_t redis_now)
+{
+	struct split *s = r->split;
+	unsigned p = r->part;
+
+	if (res) {
+		memcpy(&s->res[s->first[p]], res, r->q.nlimits * sizeof(*res));
+		s->state[p] = res[decider].allowed ? PART_TAKEN : PART_REFUSED;
+		s->take[p] = redis_now;
+		s->sub[p] = *r;
+	} else {
+		s->state[p] = PART_FAILED;
+	}
+	if (--s->pending == 0)
+		split_finish(rw, s);
+}
+
+/* Sends each part of r to its server. Returns 0, or -1 when no part
+ * could be sent (nothing taken: r is the caller's to answer). */
+static int split_start(struct redis_worker *rw, const struct redis_query *r)
+{
+	struct split *s = xcalloc(1, sizeof(*s));
+	unsigned nparts = 1u + r->q.rule->nstack, sent = 0;
+
+	if (!s)
+		return -1;
+	STAT_INC(rw->sw->stats.split);
+	s->q = r->q;
+	s->ref = r->ref;
+	for (size_t j = 0; j < r->q.nlimits; j++) {
+		unsigned p = r->q.rule->part_of[j];
+
+		if (j == 0 || p != r->q.rule->part_of[j - 1])
+			s->first[p] = (uint8_t)j;
+	}
+	/* every part is counted before any is sent: none can finish early */
+	for (unsigned p = 0; p < nparts; p++) {
+		s->state[p] = PART_WAIT;
+		s->sub[p] = *r;
+		part_query(&r->q, p, &s->sub[p].q);
+		s->sub[p].split = s;
+		s->sub[p].part = p;
+		if (s->sub[p].q.nlimits)
+			s->pending++;
+		else
+			s->state[p] = PART_TAKEN; /* no limit of its own: nothing to give back */
+	}
+	for (unsigned p = 0; p < nparts; p++) {
+		if (s->state[p] != PART_WAIT)
+			continue;
+		if (dispatch(rw, &s->sub[p]) == 0) {
+			sent++;
+			continue;
+		}
+		s->state[p] = PART_FAILED;
+		s->pending--;
+	}
+	if (!sent) {
+		xfree(s);
+		return -1;
+	}
+	if (s->pending == 0)
+		split_finish(rw, s); /* cannot happen: a sent part is pending */
+	return 0;
+}
+
 static enum store_outcome redis_check(struct store_worker *sw, const struct decide_query *q,
 				      const struct store_ref *ref, struct limit_result *res,
 				      int *decider)
@@ -925,6 +1118,10 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.moves = 0;
 	r.asking = false;
 	r.deadline = r.queued + (int64_t)(rw->cfg->timeout * 1e6);
+	r.split = NULL;
+	r.part = 0;
+	if (needs_split(rw, q))
+		return split_start(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 }
 

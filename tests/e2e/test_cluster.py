@@ -255,3 +255,21 @@ def test_migrating_slot_is_followed_with_asking(h, cluster):
     finally:
         for port in (dst, src):
             cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def test_layers_across_masters(h, cluster):
+    """A rule with layers on a Cluster: a global layer's key, an address's
+    and a client's live on different masters; each part is decided on its
+    master and a refused decision gives back what its other parts took
+    (test_stack's scenario: a lost refund fails it)."""
+    import test_stack
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_stack.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1, metrics=True)
+    s = test_stack.Spop(a.port)
+    test_stack.check_stack(s)
+    s.close()
+    assert metric(a, "spoa_rl_redis_split_total") > 0
+    assert metric(a, "spoa_rl_redis_refunds_total") > 0
+    assert metric(a, "spoa_rl_redis_refunds_lost_total") == 0

@@ -66,3 +66,27 @@ def test_a_new_shard_moves_a_quarter(h, shards):
     for i in range(3):
         assert after[i] == before[i], i
     assert all(c[0] == 1 for c in got.values())
+
+
+def test_layers_across_shards(h, shards):
+    """A rule with layers whose keys live on several shards: each part is
+    decided on its own shard and a refused decision gives back what its
+    other parts took, so the answers are those of one server (test_stack's
+    scenario, which a lost refund would fail: a client refused by its
+    address's layer keeps its own bucket)."""
+    import harness
+    import test_stack
+    from harness import http_get
+
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    mport = harness.free_port()
+    a = start(h, three, "--rules", test_stack.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), "--metrics", "127.0.0.1:%d" % mport, threads=1)
+    s = test_stack.Spop(a.port)
+    test_stack.check_stack(s)
+    s.close()
+    text = http_get(mport, "/metrics").text
+    split = int(re.search(r"^spoa_rl_redis_split_total (\d+)$", text, re.M).group(1))
+    lost = int(re.search(r"^spoa_rl_redis_refunds_lost_total (\d+)$", text, re.M).group(1))
+    assert split > 0 and lost == 0, (split, lost)

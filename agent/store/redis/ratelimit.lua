@@ -600,6 +600,30 @@ local function read_all(args, k0, nk)
 	end
 end
 
+-- Reads the keys rname[a .. b], of one slot, into sv at positions
+-- rpos[a .. b], and marks them read in this call; not read, and not here,
+-- when their slot is not this node's. Any other error is raised.
+local function read_slot(rname, rpos, a, b, g0)
+	local v = rpcall('MGET', unpack(rname, a, b))
+	local e = v.err
+	local here = true
+	if e then
+		if not (find(e, 'non local key', 1, true) or
+		    find(e, 'not stored on this node', 1, true) or
+		    find(e, 'cluster is down', 1, true)) then
+			error(v)
+		end
+		here = false
+	end
+	for i = a, b do
+		local p = rpos[i]
+		rgen[p], rhere[p] = g0, here
+		if here then
+			sv[p] = v[i - a + 1]
+		end
+	end
+end
+
 -- A Cluster request's keys a .. b: true when all of them are this node's
 -- (each read into sv on its first use in the call, so that a value this
 -- call has changed is never read again), false when any is not (its slot
@@ -619,25 +643,25 @@ local function read_client(args, k0, a, b, g0, mapped)
 			rname[n], rpos[n] = args[k0 + p], p
 		end
 	end
-	if n > 0 then
+	if n > 0 and not mapped then
 		-- (the agent names a client's keys together: they share a slot)
-		local v = rpcall('MGET', unpack(rname, 1, n))
-		local e = v.err
-		local here = true
-		if e then
-			if not (find(e, 'non local key', 1, true) or
-			    find(e, 'not stored on this node', 1, true) or
-			    find(e, 'cluster is down', 1, true)) then
-				error(v)
+		read_slot(rname, rpos, 1, n, g0)
+	elseif n > 0 then
+		-- a request's keys of several clients: one MGET per slot (its
+		-- hash tag), as Redis reads no command across slots
+		local a = 1
+		while a <= n do
+			local tag = match(rname[a], '^{[^}]*}')
+			local b = a
+			for i = a + 1, n do
+				if tag and sub(rname[i], 1, #tag) == tag then
+					b = b + 1
+					rname[b], rname[i] = rname[i], rname[b]
+					rpos[b], rpos[i] = rpos[i], rpos[b]
+				end
 			end
-			here = false
-		end
-		for i = 1, n do
-			local p = rpos[i]
-			rgen[p], rhere[p] = g0, here
-			if here then
-				sv[p] = v[i]
-			end
+			read_slot(rname, rpos, a, b, g0)
+			a = b + 1
 		end
 	end
 	for x = a, b do
