@@ -127,3 +127,106 @@ def test_stack_on_redis(h):
     s = Spop(a.port)
     check_stack(s)
     s.close()
+
+
+def test_stack_through_haproxy(h):
+    """Through the real haproxy (basic.cfg, every request from 127.0.0.1):
+    the tier's per-client limit and the address's layer, then the search
+    endpoint's global layer, refusing with 429 and Retry-After; the
+    RateLimit-Policy header lists every limit that applied, RateLimit
+    names the one that decided; a refused request reaches no backend."""
+    import harness
+
+    rules = rules_file(h, """\
+identity: [api_key, ip]
+layers:
+  search-global: { identity: global, limits: ["4/1h"] }
+  per-ip: { identity: ip, limits: ["5/1h"] }
+tiers:
+  argument: tier
+  default: free
+  free: { limits: ["3/1h"], stack: [per-ip] }
+  pro: { limits: ["100/1h"], stack: [per-ip] }
+endpoints:
+  - { name: search, match: { path: /search }, limits: ["100/1h"], stack: [search-global] }
+""")
+    a = h.agent("--rules", rules, "--threads", "2")
+    backend = h.backend()
+    hp = h.haproxy(a.port, backend.port)
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    policy = '"free";q=3;w=3600, "per-ip";q=5;w=3600'
+
+    def get(key, path="/"):
+        return http_get(hp.port, path, headers={"X-Api-Key": key})
+
+    for i in range(3):
+        r = get("k1")
+        assert r.status == 200 and r.headers["RateLimit-Policy"] == policy, r
+        assert r.headers["RateLimit"].startswith('"free";r=%d;' % (2 - i)), r
+    r = get("k1")
+    assert r.status == 429 and r.headers["RateLimit"].startswith('"free";r=0;'), r
+    assert int(r.headers["Retry-After"]) > 0, r
+    # k2 from the same address: 2 left of the address's 5
+    for left in (1, 0):
+        r = get("k2")
+        assert r.status == 200 and r.headers["RateLimit"].startswith('"per-ip";r=%d;' % left), r
+    r = get("k2")
+    assert r.status == 429 and r.headers["RateLimit"].startswith('"per-ip";r=0;'), r
+    assert r.headers["RateLimit-Policy"] == policy, r
+    # the search endpoint: 4 for everybody
+    spolicy = '"search";q=100;w=3600, "search-global";q=4;w=3600'
+    for i in range(4):
+        r = get("s%d" % i, "/search")
+        assert r.status == 200 and r.headers["RateLimit-Policy"] == spolicy, r
+    r = get("s9", "/search")
+    assert r.status == 429 and r.headers["RateLimit"].startswith('"search-global";r=0;'), r
+    assert backend.count == 3 + 2 + 4, backend.count
+
+
+def test_stack_in_shadow_mode_and_without_the_store(h):
+    """Shadow mode: a layer's refusal is computed, named and exported, and
+    the request passes. Without Redis, the local failure policy decides
+    every part in this agent's memory, all or nothing, marked degraded."""
+    import harness
+
+    shadow = rules_file(h, "shadow: true\n" + RULES)
+    a = h.agent("--rules", shadow)
+    s = Spop(a.port)
+    # p takes 3 of the address's 4 (its fourth is refused by its tier, in
+    # shadow: passed, nothing taken), q the last one, then q is refused
+    for _ in range(4):
+        s.ask("p", ip="10.9.0.1")
+    v = s.ask("q", ip="10.9.0.1")
+    assert v["status"] == 0 and v["shadow"] is False and v["remaining"] == 0, v
+    v = s.ask("q", ip="10.9.0.1")
+    assert v["status"] == 0 and v["shadow"] is True and v["reason"] == "limited", v
+    assert v["rule"] == "per-ip" and v["ratelimit"].startswith('"per-ip";r=0;'), v
+    s.close()
+
+    local = os.path.join(h.dir, "local.yaml")
+    with open(local, "w") as f:
+        f.write("on_store_failure: local\n" + RULES)
+    dead = harness.free_port()
+    b = h.agent("--rules", local, "--redis", "127.0.0.1:%d" % dead, "--redis-timeout", "50")
+    s = Spop(b.port)
+    got = [s.ask("a") for _ in range(4)]
+    assert [v["status"] for v in got] == [0, 0, 0, 429], got
+    assert all(v["degraded"] for v in got), got
+    assert got[3]["rule"] == "free", got
+    v = s.ask("b")
+    assert v["status"] == 0 and v["degraded"], v
+    v = s.ask("b")
+    assert v["status"] == 429 and v["rule"] == "per-ip" and v["degraded"], v
+    s.close()
+
+
+def test_example_rules_load():
+    """examples/rules-layers.yaml is a valid file."""
+    import subprocess
+    import harness
+
+    path = os.path.join(harness.ROOT, "examples", "rules-layers.yaml")
+    out = subprocess.run([os.path.join(harness.BUILD, "spoa-ratelimit"),
+                          "--rules", path, "--check"], capture_output=True, text=True)
+    assert out.returncode == 0 and "ok, 7 rule(s)" in out.stdout + out.stderr, out

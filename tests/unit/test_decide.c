@@ -455,6 +455,88 @@ static void test_tiers_and_endpoints(void **state)
 	rules_release(rules);
 }
 
+/* Layers: each one's key from its own identity (global: one for every
+ * client; an address: per address, whoever the client); a refusal by a
+ * layer names the layer and counts under it; allowed, the rule's name. */
+static void test_layers(void **state)
+{
+	struct rules *rules = rules_from_text(
+		"identity: [api_key]\n"
+		"layers:\n"
+		"  g: { identity: global, limits: [10/1m] }\n"
+		"  addr: { identity: ip, limits: [5/1m] }\n"
+		"  mine: { limits: [7/1m] }\n"
+		"limits: [3/1m]\n"
+		"stack: [g, addr, mine]\n");
+	struct decide_query q1, q2, q3;
+	struct decide_decision d;
+	struct limit_result res[LIMIT_SET_MAX];
+	struct args a;
+	struct spop_data ip1 = { .type = SPOP_T_IPV4, .u.ipv4 = { 10, 0, 0, 1 } };
+	struct spop_data ip2 = { .type = SPOP_T_IPV4, .u.ipv4 = { 10, 0, 0, 2 } };
+	uint8_t want[IDENTITY_KEY_LEN];
+
+	(void)state;
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k1"));
+	args_add(&a, "ip", ip1);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q1);
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k2"));
+	args_add(&a, "ip", ip1);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q2);
+	args_init(&a);
+	args_add(&a, "api_key", spop_cstr("k1"));
+	args_add(&a, "ip", ip2);
+	decide_prepare(rules, args_cursor(&a), a.n, 0, &q3);
+	assert_int_equal(q1.nlimits, 4);
+	key_of(rules, "api_key", "k1", "default", want);
+	assert_memory_equal(q1.key, want, IDENTITY_KEY_LEN);
+	key_of(rules, "global", "", "g", want);
+	assert_memory_equal(q1.lkey[0], want, IDENTITY_KEY_LEN);
+	assert_memory_equal(q2.lkey[0], want, IDENTITY_KEY_LEN);
+	key_of(rules, "ip", "10.0.0.1", "addr", want);
+	assert_memory_equal(q1.lkey[1], want, IDENTITY_KEY_LEN);
+	assert_memory_equal(q2.lkey[1], want, IDENTITY_KEY_LEN);
+	assert_memory_not_equal(q3.lkey[1], want, IDENTITY_KEY_LEN);
+	key_of(rules, "api_key", "k1", "mine", want);
+	assert_memory_equal(q1.lkey[2], want, IDENTITY_KEY_LEN);
+	assert_memory_equal(q3.lkey[2], want, IDENTITY_KEY_LEN);
+	assert_memory_not_equal(q2.lkey[2], want, IDENTITY_KEY_LEN);
+	assert_ptr_equal(decide_limit_key(&q1, 0), q1.key);
+	assert_ptr_equal(decide_limit_key(&q1, 2), q1.lkey[1]);
+	assert_string_equal(decide_limit_rule(&q1, 3)->name, "mine");
+
+	/* refused by the address's layer */
+	memset(res, 0, sizeof(res));
+	for (int i = 0; i < 4; i++) {
+		res[i].allowed = true;
+		res[i].limit = q1.limits[i].quota;
+		res[i].remaining = 1;
+	}
+	res[2].allowed = false;
+	res[2].remaining = 0;
+	res[2].retry_after_us = 12 * LIMIT_US_PER_S;
+	decide_result(&q1, res, 2, &d);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.retry_after, 12);
+	assert_int_equal(d.limit, 5);
+	assert_string_equal(d.rule, "addr");
+	assert_int_equal(d.rule_len, 4);
+	assert_int_equal(d.counters, rules_find(rules, "addr")->counters);
+	assert_string_equal(d.policy, "\"default\";q=3;w=60, \"g\";q=10;w=60, \"addr\";q=5;w=60, "
+				      "\"mine\";q=7;w=60");
+	assert_memory_equal(d.ratelimit, "\"addr\";r=0;", 11);
+	/* allowed: the rule's name, the deciding limit in RateLimit */
+	res[2].allowed = true;
+	res[2].remaining = 0;
+	res[2].retry_after_us = 0;
+	decide_result(&q1, res, 2, &d);
+	assert_int_equal(d.status, 0);
+	assert_string_equal(d.rule, "default");
+	rules_release(rules);
+}
+
 /* The actions, decoded back with the codec: names, scopes, types, values. */
 static void test_actions_encoding(void **state)
 {
@@ -617,6 +699,7 @@ int main(void)
 		cmocka_unit_test(test_shadow),
 		cmocka_unit_test(test_shedding_in_shadow_mode),
 		cmocka_unit_test(test_tiers_and_endpoints),
+		cmocka_unit_test(test_layers),
 		cmocka_unit_test(test_actions_encoding),
 		cmocka_unit_test(test_actions_near_the_end),
 		cmocka_unit_test(test_keys_follow_the_secret),
