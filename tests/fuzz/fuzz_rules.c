@@ -44,9 +44,33 @@ static void check_rules(const struct rules *r)
 			CHECK(x->limits[k].period_us >= LIMIT_PERIOD_MIN_US);
 			CHECK(x->limits[k].period_us <= LIMIT_PERIOD_MAX_US);
 			CHECK(x->limits[k].burst <= LIMIT_QUOTA_MAX);
+			/* periods differ within each part (the rule's own
+			 * limits, each layer's) */
 			for (size_t j = 0; j < k; j++)
-				CHECK(x->limits[j].period_us != x->limits[k].period_us);
+				CHECK(x->part_of[j] != x->part_of[k] ||
+				      x->limits[j].period_us != x->limits[k].period_us);
 		}
+		/* a rule's own limits, then each layer's, in stack order */
+		CHECK(x->nown <= LIMIT_RULE_MAX && x->nstack <= RULES_STACK_MAX);
+		CHECK(x->kind != RULES_KIND_LAYER || x->nstack == 0);
+		{
+			size_t k = x->nown;
+
+			for (size_t j = 0; j < x->nown; j++)
+				CHECK(x->part_of[j] == 0);
+			for (size_t p = 0; p < x->nstack; p++) {
+				const struct rule *l = x->stack[p];
+
+				CHECK(l->kind == RULES_KIND_LAYER && rules_rule_at(r, l->index) == l);
+				for (size_t j = 0; j < l->nown; j++, k++) {
+					CHECK(x->part_of[k] == p + 1);
+					CHECK(x->lidh[k] == l->lidh[j]);
+				}
+			}
+			CHECK(k == x->nlimits);
+		}
+		for (size_t j = 0; x->scope == RULES_SCOPE_ARGS && j < x->nidk; j++)
+			CHECK(x->idk[j] < rules_identity_names(r)->n);
 	}
 	CHECK(rules_rule_at(r, n) == NULL);
 	CHECK(rules_default_tier(r)->kind != RULES_KIND_ENDPOINT);
@@ -77,6 +101,13 @@ static void check_verdict(const struct rules *r, const struct rules_args *a)
 		CHECK(v.identity_val >= &a->a[0].val && v.identity_val <= &a->a[a->n - 1].val);
 	} else {
 		CHECK(v.identity == -1 && v.identity_val == NULL);
+	}
+	for (size_t p = 0; p < v.rule->nstack; p++) {
+		int k = v.layer_identity[p];
+
+		CHECK(k == RULES_ID_GLOBAL || k == -1 ||
+		      (k >= 0 && (size_t)k < rules_identity_names(r)->n));
+		CHECK((k >= 0) == (v.layer_val != NULL && v.layer_val[p] != NULL));
 	}
 	if (v.load_known)
 		(void)shed_decide(rules_shed(r), v.priority, v.in_use, v.free_conns, 0x9e3779b9u);
