@@ -42,7 +42,17 @@ START_S = 60.0
 STOP_S = 60.0
 BENCH_S = 300.0
 
-MESSAGES = (("decision", "check-rate"), ("unknown", "unknown"))
+MESSAGES = (("decision", "check-rate", None), ("unknown", "unknown", None))
+
+# A decision of three rules: the default rule and two layers stacked on it,
+# a global one (one bucket for every client) and one per address.
+STACKED_RULES = """\
+limits: ["%s"]
+layers:
+  everyone: { identity: global, limits: ["%s"] }
+  address: { identity: ip, limits: ["%s"] }
+stack: [everyone, address]
+""" % (HIGH_LIMIT, HIGH_LIMIT, HIGH_LIMIT)
 
 
 def missing_tool():
@@ -82,15 +92,23 @@ def callgrind_total(path):
     raise RuntimeError("%s holds no total" % path)
 
 
-def count(agent_bin, bench_bin, message, requests, workdir):
+def count(agent_bin, bench_bin, message, requests, workdir, rules=None):
     """Instructions the agent ran to serve `requests` answers of `message`
-    (start and stop included)."""
+    (start and stop included), under `rules` (a rules file's text) or the
+    one high limit."""
     port = free_port()
-    out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (message, requests))
-    log_path = os.path.join(workdir, "agent-%s-%d.log" % (message, requests))
+    tag = "%s%s" % (message, "-rules" if rules else "")
+    out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (tag, requests))
+    log_path = os.path.join(workdir, "agent-%s-%d.log" % (tag, requests))
+    if rules:
+        path = os.path.join(workdir, "rules.yaml")
+        with open(path, "w") as f:
+            f.write(rules)
+        limits = ["--rules", path]
+    else:
+        limits = ["--limit", HIGH_LIMIT]
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
-           agent_bin, "-t", "1", "-q", "--listen", "127.0.0.1:%d" % port,
-           "--limit", HIGH_LIMIT]
+           agent_bin, "-t", "1", "-q", "--listen", "127.0.0.1:%d" % port] + limits
     with open(log_path, "wb") as log:
         agent = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                  cwd=ROOT)
@@ -130,9 +148,9 @@ def run(agent_bin, bench_bin):
     figures = {}
     with tempfile.TemporaryDirectory(prefix="spoa-callgrind-") as workdir:
         try:
-            for key, message in MESSAGES:
-                short = count(agent_bin, bench_bin, message, SHORT, workdir)
-                long_ = count(agent_bin, bench_bin, message, LONG, workdir)
+            for key, message, rules in MESSAGES + (("stacked", "check-rate", STACKED_RULES),):
+                short = count(agent_bin, bench_bin, message, SHORT, workdir, rules)
+                long_ = count(agent_bin, bench_bin, message, LONG, workdir, rules)
                 figures[key] = round((long_ - short) / (LONG - SHORT))
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
             return None, str(e)
@@ -149,6 +167,10 @@ def report_lines(figures, why):
     L.append("|---|---:|")
     L.append("| check-rate decision, in-memory store | %d |" % figures["decision"])
     L.append("| ACK of an unknown message (protocol only) | %d |" % figures["unknown"])
+    if "stacked" in figures:
+        L.append("| check-rate decision of three rules (a rule and two layers: global, "
+                 "per address), in-memory store | %d (%.2fx the one-rule decision) |"
+                 % (figures["stacked"], figures["stacked"] / figures["decision"]))
     L.append("")
     L.append("The agent (`-t 1 --limit %s`) under `valgrind --tool=callgrind`, driven by "
              "`spop-bench --conns 1 --inflight 1 --keys %s`: (instructions for %d "
@@ -184,6 +206,7 @@ def main():
     else:
         print("instructions per in-memory decision: %d" % figures["decision"])
         print("instructions per ACK of an unknown message: %d" % figures["unknown"])
+        print("instructions per in-memory decision of three rules: %d" % figures["stacked"])
     return 0
 
 

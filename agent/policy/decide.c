@@ -25,6 +25,30 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 	decide_prepare_request(rules, &req, rnd, q);
 }
 
+/* The key of each layer stacked on the rule, under the layer's identity. */
+static __attribute__((noinline)) void layer_keys(const struct rules *rules,
+						 const struct rules_verdict *v,
+						 struct decide_query *q)
+{
+	char text[IDENTITY_RENDER_MAX];
+
+	for (size_t p = 0; p < v->rule->nstack; p++) {
+		const struct rule *l = v->rule->stack[p];
+		const struct identity_prefix *pre;
+		const char *value = text;
+		size_t vlen = 0;
+
+		if (v->layer_identity[p] == RULES_ID_GLOBAL) {
+			pre = rules_global_prefix(rules);
+		} else {
+			pre = rules_identity_prefix(rules, v->layer_identity[p]);
+			if (v->layer_identity[p] >= 0 && v->layer_val[p])
+				value = identity_value(v->layer_val[p], text, sizeof(text), &vlen);
+		}
+		identity_key_from(pre, value, vlen, l->name, l->name_len, q->lkey[p]);
+	}
+}
+
 void decide_prepare_request(struct rules *rules, const struct rules_request *req,
 			    uint32_t rnd, struct decide_query *q)
 {
@@ -62,16 +86,8 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	/* decide_key(), from the hash of "kind\0" the rules keep */
 	identity_key_from(rules_identity_prefix(rules, v.identity), value, vlen, v.rule->name,
 			  v.rule->name_len, q->key);
-	for (size_t p = 0; p < v.rule->nstack; p++) {
-		const struct rule *l = v.rule->stack[p];
-
-		vlen = 0;
-		value = text;
-		if (v.layer_identity[p] >= 0 && v.layer_val[p])
-			value = identity_value(v.layer_val[p], text, sizeof(text), &vlen);
-		identity_key_from(rules_identity_prefix(rules, v.layer_identity[p]), value, vlen,
-				  l->name, l->name_len, q->lkey[p]);
-	}
+	if (v.rule->nstack)
+		layer_keys(rules, &v, q);
 }
 
 /* A decision's common part: rule, priority, policy. */

@@ -247,10 +247,11 @@ const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
 
 /* The hash state after "kind\0" under the rules' secret, for the clients
- * identity argument k (of rules_identity_names) names (k == -1: anonymous
- * clients, k == RULES_ID_GLOBAL: the one client of a global layer), from
- * which identity_key_from() computes their keys. */
+ * identity argument k (of rules_identity_names) names (k < 0: anonymous
+ * clients), from which identity_key_from() computes their keys; and the
+ * one of the one client of global layers (kind "global"). */
 #define RULES_ID_GLOBAL (-2)
+const struct identity_prefix *rules_global_prefix(const struct rules *r);
 struct identity_prefix;
 const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k);
 
@@ -302,16 +303,17 @@ struct rules_verdict {
 	 * arguments), or -1 and NULL for an anonymous client. */
 	int identity;
 	const struct spop_data *identity_val;
-	/* The same for each layer stacked on the rule (rule->stack[p]):
-	 * an index in rules_identity_names(), -1 for anonymous, or
-	 * RULES_ID_GLOBAL. */
-	int layer_identity[RULES_STACK_MAX];
-	const struct spop_data *layer_val[RULES_STACK_MAX];
 	/* Load figures for shed_decide(); load_known false when either
 	 * argument is missing or not an integer (then never shed). */
 	bool load_known;
 	int64_t in_use;
 	int64_t free_conns;
+	/* The same as identity for each layer stacked on the rule
+	 * (rule->stack[p], p < rule->nstack; the others are not written):
+	 * an index in rules_identity_names(), -1 for anonymous, or
+	 * RULES_ID_GLOBAL. */
+	int layer_identity[RULES_STACK_MAX];
+	const struct spop_data *layer_val[RULES_STACK_MAX];
 };
 
 /* Classifies one request:
@@ -322,7 +324,8 @@ struct rules_verdict {
  *    default priority;
  *  - cost: the cost argument when it is a positive integer (or a string
  *    of decimal digits), capped at 2^32-1, else the rule's cost.
- * Never fails; *out is fully written. */
+ * Never fails; *out is fully written, but for the layers the rule does
+ * not stack. */
 void rules_classify(const struct rules *r, const struct rules_args *args,
 		    struct rules_verdict *out);
 

@@ -10,6 +10,7 @@
  */
 #include "rules_int.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -465,7 +466,8 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 	const struct spop_data *d;
 	int64_t in_use, free_conns;
 
-	memset(out, 0, sizeof(*out));
+	/* (the layers' part is written below for the layers there are) */
+	memset(out, 0, offsetof(struct rules_verdict, layer_identity));
 	q.req = req;
 	q.host_noport = 0;
 	if (is_text(slot[SLOT_HOST]))

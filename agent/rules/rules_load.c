@@ -995,8 +995,6 @@ void rules_set_counters(struct rules *r, size_t i, uint32_t slot) { r->rule[i].c
 const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
 const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k)
 {
-	if (k == RULES_ID_GLOBAL)
-		return &r->id_prefix[RULES_IDENTITY_MAX + 1];
 	/* k < 0 turns into a size_t past any idnames.n: one comparison */
 	return &r->id_prefix[(size_t)k < r->idnames.n ? (size_t)k : RULES_IDENTITY_MAX];
 }
@@ -1008,6 +1006,10 @@ const struct settings *rules_settings(const struct rules *r) { return &r->settin
 const char *rules_source(const struct rules *r) { return r->source; }
 const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }
 const struct rules_names *rules_identity_names(const struct rules *r) { return &r->idnames; }
+const struct identity_prefix *rules_global_prefix(const struct rules *r)
+{
+	return &r->id_prefix[RULES_IDENTITY_MAX + 1];
+}
 const char *rules_cost_argument(const struct rules *r) { return r->cost_arg; }
 const char *rules_tier_argument(const struct rules *r) { return r->tier_arg; }
 

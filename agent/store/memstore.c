@@ -391,16 +391,16 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res)
 {
-	struct limit_state cur[LIMIT_SET_MAX], next[LIMIT_SET_MAX];
-	long ent[LIMIT_SET_MAX];
-	uint64_t fp[LIMIT_SET_MAX];
-	uint32_t h[LIMIT_SET_MAX];
+	struct limit_state cur[LIMIT_RULE_MAX], next[LIMIT_RULE_MAX];
+	long ent[LIMIT_RULE_MAX];
+	uint64_t fp[LIMIT_RULE_MAX];
+	uint32_t h[LIMIT_RULE_MAX];
 	uint64_t kh;
 	struct ms_shard *sh;
 	int refused = 0;
 	size_t missing = 0;
 
-	if (n == 0 || n > LIMIT_SET_MAX)
+	if (n == 0 || n > LIMIT_RULE_MAX)
 		return -1;
 	kh = key_hash(key);
 	sh = shard_of(ms, kh);

@@ -36,21 +36,22 @@ struct memstore *memstore_new(size_t max_keys);
 void memstore_free(struct memstore *ms);
 
 /* Checks one request of weight `cost` for client `key` against `n` limits
- * (n <= LIMIT_SET_MAX), all or nothing: when any limit refuses, no state changes.
+ * (n <= LIMIT_RULE_MAX, a rule's own), all or nothing: when any limit refuses, no state changes.
  * res[i] receives each limit's result; when the request is refused, a
  * limit that would have allowed it reports what it holds without this
  * request (its remaining and reset), since nothing was taken from it.
  * Returns the index of the limit that decides the answer: the refusing
  * limit with the longest retry-after, or when all allow, the one with the
  * fewest remaining (ties: the lowest index). Returns -1 for n == 0 or
- * n > LIMIT_SET_MAX, MEMSTORE_NO_ROOM when a new client finds no room
+ * n > LIMIT_RULE_MAX, MEMSTORE_NO_ROOM when a new client finds no room
  * (nothing taken, res[] unspecified). */
 int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
 		   uint32_t cost, struct limit_result *res);
 
 /* The same when each limit has a key of its own: keys[i] is limit i's
- * (several limits may share one). All or nothing across the keys. */
+ * (several limits may share one), n <= LIMIT_SET_MAX (a rule with its
+ * layers). All or nothing across the keys. */
 int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
 			const struct limit_spec *limits, size_t n, int64_t now_us,
 			uint32_t cost, struct limit_result *res);

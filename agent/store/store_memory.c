@@ -10,7 +10,12 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 				    const struct store_ref *ref, struct limit_result *res,
 				    int *decider)
 {
-	*decider = store_mem_check(sw->st->mem, q, q->limits, clock_now_us(), res);
+	/* (one key: memstore_check at once, the common case) */
+	if (!q->rule->nstack)
+		*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits,
+					  clock_now_us(), q->cost, res);
+	else
+		*decider = store_mem_check(sw->st->mem, q, q->limits, clock_now_us(), res);
 	/* full of clients it refuses: the failure policy decides */
 	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }

@@ -52,7 +52,7 @@ static void test_bad_counts(void **unused)
 		keys[i] = key;
 	}
 	assert_int_equal(memstore_check(ms, key, l, 0, T0, 1, res), -1);
-	assert_int_equal(memstore_check(ms, key, l, LIMIT_SET_MAX + 1, T0, 1, res), -1);
+	assert_int_equal(memstore_check(ms, key, l, LIMIT_RULE_MAX + 1, T0, 1, res), -1);
 	assert_int_equal(memstore_check_keys(ms, keys, l, 0, T0, 1, res), -1);
 	assert_int_equal(memstore_check_keys(ms, keys, l, LIMIT_SET_MAX + 1, T0, 1, res), -1);
 	/* Sixteen is fine; the decider is the one with the fewest left. */
