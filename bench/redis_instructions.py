@@ -17,7 +17,9 @@ reading the commands, the Lua, the commands Lua calls, the replies.
 Configurations: the naive script, one EVALSHA per decision (the baseline
 of `make bench`'s R1); the library, one FCALL per decision and in calls of
 40; each with a limit whose interval is a whole number of microseconds
-(1000000/1m) and one whose interval carries a remainder (1000000000/1h).
+(1000000/1m) and one whose interval carries a remainder (1000000000/1h);
+and, with the first, decisions of three rules (a client's limit and two
+layers: one key shared by every decision, one per address of 50).
 A pool of 200 clients, so that clients come back while their keys live
 (under valgrind time runs slower, so fewer writes keep their expiry than
 at full speed: the counts are a little above what Redis does at speed).
@@ -142,6 +144,27 @@ def fcalls(rng, pool, limit, batch, ncalls):
     return out
 
 
+def fcalls_stacked(rng, pool, addrs, glob, limit, batch, ncalls):
+    """Decisions of three rules (the client's limit, a global one, one per
+    address, each a key of its own): the agent's layout for a rule with
+    two layers, the keys of the call named once through the keymap."""
+    rule = mpack.packb([list(limit)] * 3)
+    out = []
+    for _ in range(ncalls):
+        keys, index, posmap = [], {}, []
+        for k in rng.sample(pool, batch):
+            for key in (k, glob, rng.choice(addrs)):
+                if key not in index:
+                    keys.append(key)
+                    index[key] = len(keys)
+                posmap.append(index[key])
+        req = struct.pack(">H", 0x8001) + b"".join(struct.pack(">IIH", 3 * j + 1, 1, 1)
+                                                   for j in range(batch))
+        keymap = b"".join(struct.pack(">I", x) for x in posmap)
+        out.append(("FCALL", "rl4_decide", 0, req, rule, keymap) + tuple(keys))
+    return out
+
+
 def measure():
     rng = random.Random(1)
     workdir = tempfile.mkdtemp(prefix="rl-redis-instr-")
@@ -162,6 +185,15 @@ def measure():
                 fcalls(rng, pool, lim, 1, CALLS_ONE), CALLS_ONE)
             out["%d per call, %s" % (BATCH, name)] = srv.per_decision(
                 fcalls(rng, pool, lim, BATCH, CALLS_BATCH), BATCH * CALLS_BATCH)
+            if name != "whole":
+                continue
+            addrs = ["{%s}a%07x" % (("%06x" % rng.getrandbits(24))[:4], i) for i in range(50)]
+            glob = "{glob}everyone"
+            out["three rules, one per call, " + name] = srv.per_decision(
+                fcalls_stacked(rng, pool, addrs, glob, lim, 1, CALLS_ONE), CALLS_ONE)
+            out["three rules, %d per call, %s" % (BATCH, name)] = srv.per_decision(
+                fcalls_stacked(rng, pool, addrs, glob, lim, BATCH, CALLS_BATCH),
+                BATCH * CALLS_BATCH)
         return out
     finally:
         srv.stop()
@@ -187,7 +219,7 @@ def main():
     base = res["naive"]
     print("Redis instructions per decision (callgrind), against the naive script")
     for k, v in res.items():
-        print("  %-26s %8.0f  %.2fx" % (k, v, v / base))
+        print("  %-36s %8.0f  %.2fx" % (k, v, v / base))
     return 0
 
 
