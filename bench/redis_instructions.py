@@ -200,6 +200,33 @@ def measure():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def report_lines():
+    """The Markdown section of BENCHMARKS.md (bench/run.py): every
+    configuration against the naive script, or why it was not measured."""
+    L = ["## Redis instructions per decision (callgrind)", ""]
+    for tool in ("valgrind", "callgrind_control", "redis-server"):
+        if shutil.which(tool) is None:
+            return L + ["Not measured: %s is missing." % tool, ""], None
+    try:
+        res = measure()
+    except (RespError, RuntimeError, OSError) as e:
+        return L + ["Not measured: %s." % e, ""], str(e)
+    base = res["naive"]
+    L += ["| configuration | instructions | vs naive |", "|---|---:|---:|"]
+    for k, v in res.items():
+        L.append("| %s | %.0f | %.2fx |" % (k, v, v / base))
+    one, three = res["one per call, whole"], res["three rules, one per call, whole"]
+    b1, b3 = res["%d per call, whole" % BATCH], res["three rules, %d per call, whole" % BATCH]
+    L += ["", "A decision of three rules (a client's limit, a global layer, a layer per "
+          "address: three keys, the global one shared by every decision of a call) costs "
+          "Redis %.2fx a one-rule decision one per call, %.2fx in calls of %d. "
+          "redis-server under `valgrind --tool=callgrind`, the counters zeroed after a "
+          "warm-up of the same calls, %d calls in flight, a pool of %d clients; "
+          "measured by `python3 bench/redis_instructions.py`."
+          % (three / one, b3 / b1, BATCH, DEPTH, POOL), ""]
+    return L, None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -41,6 +41,7 @@ import figures
 import haproxy_bench
 import instructions
 import redis_bench
+import redis_instructions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -546,6 +547,11 @@ def main():
             rel=rel, fmt_us=fmt_us, memory=done)
         if a.only in (None, "redis"):
             redis_rows = redis_bench.run(ctx)
+            # after the timed runs, as the agent's counts above
+            rlines, why = redis_instructions.report_lines()
+            if why:
+                problems.append("Redis instructions per decision: %s" % why)
+            insn_lines += rlines
         haproxy_rows = None
         if a.only in (None, "haproxy"):
             haproxy_rows = haproxy_bench.run(ctx)
