@@ -178,11 +178,15 @@ class Agent(Proc):
 
 class Backend:
     """A threaded HTTP server answering 200 "ok\\n" to everything; counts
-    requests per path."""
+    requests per path. A path with a segment "slow-MS" answers after MS
+    milliseconds; one with "status-NNN" answers with that status. Counts
+    the requests it serves at once (inflight, most_inflight)."""
 
     def __init__(self):
         self.count = 0
         self.paths = []
+        self.inflight = 0
+        self.most_inflight = 0
         self.lock = threading.Lock()
         backend = self
 
@@ -193,8 +197,20 @@ class Backend:
                 with backend.lock:
                     backend.count += 1
                     backend.paths.append(self.path)
+                    backend.inflight += 1
+                    backend.most_inflight = max(backend.most_inflight, backend.inflight)
+                status = 200
+                try:
+                    for seg in self.path.split("?")[0].split("/"):
+                        if seg.startswith("slow-"):
+                            time.sleep(int(seg[5:]) / 1000.0)
+                        elif seg.startswith("status-"):
+                            status = int(seg[7:])
+                finally:
+                    with backend.lock:
+                        backend.inflight -= 1
                 body = b"ok\n"
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
