@@ -156,9 +156,18 @@ static void delete_entry(struct ms_shard *sh, uint32_t ent)
 		delete_slot(sh, (uint32_t)s);
 }
 
-/* Deletes the shard's entries that are fresh again at now; recomputes the
+static bool kept(long ent, const long *keep, size_t nkeep)
+{
+	for (size_t j = 0; j < nkeep; j++)
+		if (keep[j] == ent)
+			return true;
+	return false;
+}
+
+/* Deletes the shard's entries that are fresh again at now, but those of
+ * `keep` (entries a decision holds: they are written next); recomputes the
  * lower bound of expiries. Returns how many went. */
-static size_t sweep_shard(struct ms_shard *sh, int64_t now)
+static size_t sweep_shard(struct ms_shard *sh, int64_t now, const long *keep, size_t nkeep)
 {
 	int64_t min = INT64_MAX;
 	size_t n = 0;
@@ -170,7 +179,7 @@ static size_t sweep_shard(struct ms_shard *sh, int64_t now)
 
 		if (e->idx == MS_FREE)
 			continue;
-		if (now >= e->expire_us) {
+		if (now >= e->expire_us && !kept((long)k, keep, nkeep)) {
 			delete_entry(sh, k);
 			n++;
 		} else if (e->expire_us < min) {
@@ -198,7 +207,6 @@ static int evict_one(struct ms_shard *sh, int64_t now, const long *keep, size_t 
 	for (int k = 0; k < MS_EVICT_SAMPLE; k++) {
 		uint32_t x = sh->rnd, ent;
 		const struct ms_entry *e;
-		size_t j;
 
 		x ^= x << 13;
 		x ^= x >> 17;
@@ -206,11 +214,7 @@ static int evict_one(struct ms_shard *sh, int64_t now, const long *keep, size_t 
 		sh->rnd = x;
 		ent = x % sh->cap;
 		e = &sh->entries[ent];
-		if (e->idx == MS_FREE || e->refused_until > now)
-			continue;
-		for (j = 0; j < nkeep && keep[j] != (long)ent; j++)
-			;
-		if (j < nkeep)
+		if (e->idx == MS_FREE || e->refused_until > now || kept((long)ent, keep, nkeep))
 			continue;
 		if (best < 0 || e->expire_us < sh->entries[best].expire_us)
 			best = (long)ent;
@@ -232,7 +236,7 @@ static int make_room(struct ms_shard *sh, size_t need, int64_t now, const long *
 
 	if (free_count(sh) >= need)
 		return 0;
-	sweep_shard(sh, now);
+	sweep_shard(sh, now, keep, nkeep);
 	while (free_count(sh) < need) {
 		if (evict_one(sh, now, keep, nkeep)) {
 			misses = 0;
@@ -483,7 +487,7 @@ size_t memstore_sweep(struct memstore *ms, int64_t now_us)
 
 	for (unsigned i = 0; i < ms->nshards; i++) {
 		pthread_mutex_lock(&ms->shards[i].lock);
-		n += sweep_shard(&ms->shards[i], now_us);
+		n += sweep_shard(&ms->shards[i], now_us, NULL, 0);
 		pthread_mutex_unlock(&ms->shards[i].lock);
 	}
 	return n;

@@ -207,6 +207,40 @@ static void test_full(void **unused)
 	memstore_free(ms);
 }
 
+/* Room made for a client's new entry sweeps what is back to fresh, but
+ * never the client's own entries the decision is about to write: an
+ * expired one of them would be freed under the decision, its new state
+ * lost (and the next request let through). One shard of 20 entries: 18
+ * clients refused for an hour, B's entry expired, A's first limit
+ * expired; A comes back with a second limit. */
+static void test_room_spares_the_deciding_client(void **unused)
+{
+	struct memstore *ms = memstore_new(20);
+	struct limit_spec l[2] = {bucket(1, 100 * MS), bucket(10, 3600 * S)};
+	struct limit_spec hour = bucket(1, 3600 * S);
+	struct limit_result res[2];
+	uint8_t a[IDENTITY_KEY_LEN], b[IDENTITY_KEY_LEN], k[IDENTITY_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(500, a);
+	make_key(501, b);
+	assert_int_equal(memstore_check(ms, a, l, 1, T0, 1, res), 0);
+	assert_int_equal(memstore_check(ms, b, l, 1, T0, 1, res), 0);
+	for (uint64_t i = 0; i < 18; i++) {
+		make_key(600 + i, k);
+		memstore_check(ms, k, &hour, 1, T0, 1, res);
+		memstore_check(ms, k, &hour, 1, T0, 1, res);
+		assert_false(res[0].allowed);
+	}
+	assert_int_equal(memstore_check(ms, a, l, 2, T0 + 200 * MS, 1, res), 0);
+	assert_true(res[0].allowed && res[1].allowed);
+	/* the first limit's token is taken until T0 + 300 ms */
+	assert_int_equal(memstore_check(ms, a, l, 2, T0 + 210 * MS, 1, res), 0);
+	assert_false(res[0].allowed);
+	assert_int_equal(res[0].retry_after_us, 90 * MS);
+	memstore_free(ms);
+}
+
 /* The probe that found a full store letting every new client through: a
  * client refused now stays refused while new identities keep arriving,
  * and a newcomer is limited like anyone. */
@@ -451,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_spec_change_and_expiry),
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_full_of_new_identities),
+		cmocka_unit_test(test_room_spares_the_deciding_client),
 		cmocka_unit_test(test_sweep_and_reset),
 		cmocka_unit_test(test_many_keys),
 		cmocka_unit_test(test_no_allocation),
