@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Measures what a sliding log (algorithm: log) costs Redis: memory per
-client and time per decision, as the log fills.
+client and time per decision, as the log fills (a token bucket's first,
+for comparison).
 
     python3 bench/log_memory.py [--batch N] [--json]
 
@@ -44,9 +45,11 @@ from resp import Client  # noqa: E402
 
 LOG = 3
 HOUR_US = 3600 * 1000000
-# (quota, requests per client, clients)
-CONFIGS = ((10, 1, 20000), (10, 10, 20000), (100, 100, 5000), (1000, 100, 5000),
-           (1000, 1000, 1000))
+TOKEN = 0
+# (algorithm, quota, requests per client, clients); a token bucket first,
+# for comparison
+CONFIGS = ((TOKEN, 10, 10, 20000), (LOG, 10, 1, 20000), (LOG, 10, 10, 20000),
+           (LOG, 100, 100, 5000), (LOG, 1000, 100, 5000), (LOG, 1000, 1000, 1000))
 
 
 def start_redis(tmp):
@@ -81,8 +84,8 @@ def rounds(c, calls, n):
     return fcall_usec(c) - before
 
 
-def measure(c, quota, requests, clients, batch, tag):
-    rule = mpack.packb([[LOG, quota, HOUR_US, 0]])
+def measure(c, algo, quota, requests, clients, batch, tag):
+    rule = mpack.packb([[algo, quota, HOUR_US, 0]])
     keys = ["{%04x}%08x" % (tag, i) for i in range(clients)]
     calls = []
     for a in range(0, clients, batch):
@@ -97,6 +100,7 @@ def measure(c, quota, requests, clients, batch, tag):
     mem1 = used_memory(c)
     sample = keys[clients // 2]
     out = {
+        "algorithm": "log" if algo == LOG else "token",
         "quota": quota, "requests": requests, "clients": clients,
         "bytes_per_client": (mem1 - mem0) / clients,
         "value_bytes": c.command("STRLEN", sample),
@@ -124,7 +128,7 @@ def main():
     proc, c = start_redis(tmp)
     try:
         c.command("FUNCTION", "LOAD", "REPLACE", lua_scripts.library())
-        rows = [measure(c, q, k, n, a.batch, i) for i, (q, k, n) in enumerate(CONFIGS)]
+        rows = [measure(c, al, q, k, n, a.batch, i) for i, (al, q, k, n) in enumerate(CONFIGS)]
         version = c.command("INFO", "server").decode().split("redis_version:")[1].split()[0]
     finally:
         c.close()
@@ -134,14 +138,13 @@ def main():
     if a.json:
         print(json.dumps({"redis": version, "rows": rows}, indent=1))
         return 0
-    print("Redis %s, limit QUOTA/1h (algorithm: log), %d requests per call"
-          % (version, a.batch))
-    print("| quota | requests in the log | clients | bytes per client (used_memory) "
+    print("Redis %s, limits QUOTA/1h, %d requests per call" % (version, a.batch))
+    print("| algorithm | quota | requests per client | clients | bytes per client (used_memory) "
           "| value bytes | MEMORY USAGE | Redis us per allowed decision | per refused decision |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %d | %d | %d | %.0f | %d | %d | %.1f | %s |" % (
-            r["quota"], r["requests"], r["clients"], r["bytes_per_client"], r["value_bytes"],
+        print("| %s | %d | %d | %d | %.0f | %d | %d | %.1f | %s |" % (
+            r["algorithm"], r["quota"], r["requests"], r["clients"], r["bytes_per_client"], r["value_bytes"],
             r["memory_usage"], r["allowed_us"],
             "%.1f" % r["refused_us"] if "refused_us" in r else "-"))
     return 0
