@@ -509,16 +509,22 @@ int main(int argc, char **argv)
 			cli.algos[cli.nlimits] = "token";
 			if (colon) {
 				*colon++ = '\0';
-				if (strcmp(colon, "token") != 0 && strcmp(colon, "sliding") != 0 &&
-				    strcmp(colon, "fixed") != 0)
-					BAD("--limit '%s': unknown algorithm '%s' (token, sliding, fixed)",
+				static const char *const names[] = { "token", "sliding", "fixed", "log" };
+				size_t k = 0;
+
+				while (k < 4 && strcmp(colon, names[k]) != 0)
+					k++;
+				if (k == 4)
+					BAD("--limit '%s': unknown algorithm '%s' (token, sliding, fixed, log)",
 					    optarg, colon);
-				cli.algos[cli.nlimits] = strcmp(colon, "token") == 0 ? "token"
-							 : strcmp(colon, "sliding") == 0 ? "sliding"
-											 : "fixed";
+				cli.algos[cli.nlimits] = names[k];
 			}
 			if (limit_parse(cli.limits[cli.nlimits], &spec, err, sizeof(err)) < 0)
 				BAD("--limit '%s': %s", optarg, err);
+			if (strcmp(cli.algos[cli.nlimits], "log") == 0 &&
+			    spec.quota > LIMIT_LOG_QUOTA_MAX)
+				BAD("--limit '%s': a log's quota is at most %d (it keeps every request "
+				    "of its period; sliding above)", optarg, LIMIT_LOG_QUOTA_MAX);
 			cli.nlimits++;
 			break;
 		}

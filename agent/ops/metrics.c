@@ -319,6 +319,9 @@ static void render(struct server *srv, struct out *o)
 			ms.full);
 		counter(o, "spoa_rl_memory_evicted_total",
 			"In-memory entries forgotten to make room for new clients.", ms.evicted);
+		gauge(o, "spoa_rl_memory_log_chunks",
+		      "Chunks of 128 bytes (12 requests) that log limits hold in memory.",
+		      ms.log_chunks);
 	}
 }
 

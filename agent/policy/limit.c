@@ -102,6 +102,8 @@ static int64_t ttl_norm(const struct norm *v, enum limit_algo algo,
 	i128 ttl;
 
 	switch (algo) {
+	case LIMIT_LOG:
+		return 1; /* its state is its entries (limit_log_eval) */
 	case LIMIT_SLIDING_WINDOW:
 		if (st->b <= 0 && st->c <= 0)
 			return 1;
@@ -389,15 +391,93 @@ static void eval_sliding(const struct norm *v, const struct limit_state *st, int
 		set_window_state(next, w, cur, prev);
 }
 
+/* ---- sliding log ----------------------------------------------------------------
+ * Exact by construction: the weight in the window is the sum of the entries'
+ * costs, and a time until something happens is the moment an entry leaves,
+ * e[i].t + P, minus now. */
+
+/* The time until the entries e[from..n), of weight `used` now, weigh at
+ * most `target` (0 <= target < used), the oldest leaving first. Entries
+ * of one time leave together, so the first entry whose leaving is enough
+ * gives the moment, and none earlier is. */
+static i128 log_wait(const struct limit_log_entry *e, size_t from, size_t n, i128 used,
+		     i128 target, i128 p, int64_t now)
+{
+	for (size_t i = from; i < n; i++) {
+		used -= e[i].cost;
+		if (used <= target)
+			return (i128)e[i].t + p - now;
+	}
+	return 0; /* unreachable: the weights of e[from..n) are `used` */
+}
+
+void limit_log_eval(const struct limit_spec *spec, const struct limit_log_entry *e, size_t n,
+		    int64_t now_us, uint32_t cost, struct limit_log_step *step,
+		    struct limit_result *res)
+{
+	struct norm v = normalize(spec);
+	i128 q = v.n < LIMIT_LOG_QUOTA_MAX ? v.n : LIMIT_LOG_QUOTA_MAX;
+	i128 used = 0, reset = 0, more = 0;
+	size_t lo = 0, hi = n;
+
+	memset(res, 0, sizeof(*res));
+	res->limit = (uint64_t)q;
+	/* the first entry still in the window: e[i].t > now - P */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if ((i128)e[mid].t + v.p > now_us)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	step->keep = lo;
+	step->at = n > 0 && e[n - 1].t > now_us ? e[n - 1].t : now_us;
+	for (size_t i = lo; i < n; i++)
+		used += e[i].cost;
+	if (lo < n)
+		reset = (i128)e[n - 1].t + v.p - now_us;
+	if ((i128)cost <= q && used + cost <= q) {
+		res->allowed = true;
+		res->remaining = (uint64_t)(q - used - cost);
+		if (cost > 0) {
+			/* the request is the newest entry now; more comes when the
+			 * oldest leaves, which it is when the log was empty */
+			reset = (i128)step->at + v.p - now_us;
+			more = (lo < n ? (i128)e[lo].t : (i128)step->at) + v.p - now_us;
+		} else if (lo < n) {
+			more = (i128)e[lo].t + v.p - now_us;
+		}
+	} else {
+		/* A cost over the quota never passes: one period, as the other
+		 * algorithms say. A request of cost 1 may pass now (a heavier
+		 * one was refused) or once the weight drops below the quota. */
+		res->retry_after_us = sat64((i128)cost > q ? v.p
+							    : log_wait(e, lo, n, used, q - cost, v.p, now_us));
+		more = used < q ? 0 : log_wait(e, lo, n, used, q - 1, v.p, now_us);
+	}
+	res->reset_us = reset > 0 ? sat64(reset) : 0;
+	res->more_us = more > 0 ? sat64(more) : 0;
+	res->next_ttl_us = res->reset_us < 1 ? 1 : res->reset_us;
+	if (!res->allowed && res->retry_after_us < 1)
+		res->retry_after_us = 1;
+}
+
 void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		int64_t now_us, uint32_t cost, struct limit_state *next,
 		struct limit_result *res)
 {
 	struct norm v = normalize(spec);
+	struct limit_log_step step;
 
 	memset(res, 0, sizeof(*res));
 	res->limit = (uint64_t)v.n;
 	switch (spec->algo) {
+	case LIMIT_LOG:
+		/* no entries in a limit_state: an empty log */
+		*next = *st;
+		limit_log_eval(spec, NULL, 0, now_us, cost, &step, res);
+		return;
 	case LIMIT_SLIDING_WINDOW:
 		eval_sliding(&v, st, now_us, cost, next, res);
 		break;

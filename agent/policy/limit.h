@@ -11,6 +11,9 @@
  * is exact and fractional refill is never lost, whatever the spacing of
  * requests (the classic "last_refill = now on every call" starvation bug
  * cannot happen: there is no last_refill).
+ *
+ * A sliding log keeps the admitted requests themselves (limit_log_eval):
+ * exact, at the price of an entry per request in the window.
  */
 #ifndef RL_LIMIT_H
 #define RL_LIMIT_H
@@ -36,7 +39,14 @@ enum limit_algo {
 	LIMIT_TOKEN_BUCKET = 0,
 	LIMIT_SLIDING_WINDOW = 1,
 	LIMIT_FIXED_WINDOW = 2,
+	LIMIT_LOG = 3,
 };
+
+/* A log holds every request it admitted in the last period, up to its
+ * quota of them (each weighs at least 1): its quota is bounded so that a
+ * client's log is too. limit_log_eval() clamps a log's quota to it, and
+ * the rules refuse more at load. */
+#define LIMIT_LOG_QUOTA_MAX 1000
 
 struct limit_spec {
 	uint64_t quota;      /* N: requests per period, >= 1 */
@@ -77,6 +87,7 @@ struct limit_result {
  *   fixed window    until the window ends (more quota comes only then)
  *   sliding window  until the estimate has faded enough to let one more
  *                   request in
+ *   log             until the oldest entry in the window leaves it
  * 0 when that never happens because the limit is full (remaining is its
  * capacity: nothing counted), and 0 when refused while a request of cost
  * 1 would pass now (a heavier request was refused). When the refused
@@ -104,7 +115,9 @@ void limit_format_period(int64_t period_us, char *buf, size_t len);
 /* Evaluates one request of weight `cost` (>= 1) against `spec` at `now_us`.
  * Reads *st and writes the state that would follow into *next (the same
  * as *st when refused) without touching *st, so several limits can be
- * checked and committed all or nothing. Fills *res. cost 0 is a peek: the
+ * checked and committed all or nothing. Fills *res. A log keeps entries,
+ * not a limit_state (limit_log_eval()): here it is taken as an empty log,
+ * a fresh client, and *next is *st. cost 0 is a peek: the
  * result describes the key as it stands (remaining, reset) and consumes
  * nothing. A cost over the capacity can never pass: it is refused with
  * retry_after_us = the period. Windows use the quota as capacity (burst
@@ -123,10 +136,47 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64_t remaining,
 			     int64_t reset_us);
 
+/* ---- sliding log ----------------------------------------------------------
+ * The requests a log admitted, oldest first, each with its weight. An entry
+ * counts while it is in the window, for P after its time; a request of
+ * cost c at now passes when the entries of (now - P, now] weigh at most
+ * quota - c. The times of a log never decrease: a request is recorded at
+ * now, or at the newest entry's time when the clock went back (it then
+ * counts a little longer than P, never less), so an entry still in the
+ * future counts as in the window. What has left the window when a request
+ * is admitted is dropped, and never counts again though the clock go
+ * back. */
+struct limit_log_entry {
+	int64_t t;
+	uint32_t cost;
+};
+
+/* What a store does with a request the log admitted: entries before `keep`
+ * have left the window for good (drop them); the request is recorded at
+ * `at` (an entry at that time already may take its weight). */
+struct limit_log_step {
+	size_t keep;
+	int64_t at;
+};
+
+/* Evaluates one request of weight `cost` against the log e[0..n) (times in
+ * order) at now_us; fills *res as limit_eval() does, and *step for a store
+ * that commits the request. Reads e only. remaining: the quota less the
+ * weight in the window, this request's included; retry_after_us: until
+ * enough of the oldest entries have left for this request to pass (a cost
+ * over the quota: the period); reset_us: until the newest entry leaves;
+ * more_us: until the oldest leaves (limit.h's more_us); next_ttl_us: the
+ * log's reset once committed, >= 1. cost 0 is a look, as for limit_eval().
+ * The quota is clamped to LIMIT_LOG_QUOTA_MAX. Never more than n + log2(n)
+ * steps. */
+void limit_log_eval(const struct limit_spec *spec, const struct limit_log_entry *e, size_t n,
+		    int64_t now_us, uint32_t cost, struct limit_log_step *step,
+		    struct limit_result *res);
+
 /* Time after which a key in state *st at now_us is indistinguishable from a
  * fresh one (its TTL), in microseconds, >= 1: token bucket TAT - now; fixed
  * window the end of the state's window; sliding window the end of the
- * window after it. */
+ * window after it; a log, which has no limit_state, 1. */
 int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st,
 		     int64_t now_us);
 

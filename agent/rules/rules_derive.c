@@ -31,7 +31,9 @@ static uint64_t lid_hash(const char *lid)
  * within a rule, so names are unique within the field. */
 static void derive_rule(struct rule *r, int agents)
 {
-	static const char algo[] = { 't', 's', 'f' };
+	/* by enum limit_algo: the algorithm is part of a limit's name, so a
+	 * limit that changes algorithm starts fresh */
+	static const char algo[] = { 't', 's', 'f', 'l' };
 	char period[32];
 
 	r->policy[0] = '\0';
@@ -55,7 +57,7 @@ static void derive_rule(struct rule *r, int agents)
 			/* keeps the items that fit */
 		}
 		snprintf(r->lid[i], sizeof(r->lid[i]), "%c%llu/%lld/%llu",
-			 algo[r->limits[i].algo <= 2 ? r->limits[i].algo : 0],
+			 algo[r->limits[i].algo <= LIMIT_LOG ? r->limits[i].algo : 0],
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
 		r->lidh[i] = lid_hash(r->lid[i]);

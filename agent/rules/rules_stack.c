@@ -18,7 +18,11 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 	struct ys *y = &c->y;
 	enum { K_RATE, K_BURST, K_ALGO, K_N };
 	static const char *const keys[K_N] = {"rate", "burst", "algorithm"};
-	static const char *const algos[] = {"token", "sliding", "fixed", "leaky"};
+	static const char *const algos[] = {"token", "sliding", "fixed", "log", "leaky"};
+	/* leaky: a leaky bucket as a meter is the token bucket */
+	static const enum limit_algo algo_of[] = {LIMIT_TOKEN_BUCKET, LIMIT_SLIDING_WINDOW,
+						  LIMIT_FIXED_WINDOW, LIMIT_LOG,
+						  LIMIT_TOKEN_BUCKET};
 	yaml_node_t *k[K_N], *v[K_N];
 	char sub[YS_PATH_MAX], msg[256];
 	const char *s;
@@ -37,10 +41,18 @@ static int parse_limit_long(struct ctx *c, yaml_node_t *map, const char *where,
 		return ys_fail(y, v[K_RATE]->start_mark, sub, "%s", msg);
 	if (v[K_ALGO]) {
 		ys_path_key(sub, where, "algorithm");
-		if (ys_word(y, v[K_ALGO], sub, algos, 4, "token, leaky, sliding or fixed", &algo) < 0)
+		if (ys_word(y, v[K_ALGO], sub, algos, 5, "token, leaky, sliding, fixed or log",
+			    &algo) < 0)
 			return -1;
-		out->algo = algo == 0 || algo == 3 /* leaky: the same bucket */ ? LIMIT_TOKEN_BUCKET
-			  : algo == 1 ? LIMIT_SLIDING_WINDOW : LIMIT_FIXED_WINDOW;
+		out->algo = algo_of[algo];
+		/* a log keeps an entry per request in its window */
+		if (out->algo == LIMIT_LOG && out->quota > LIMIT_LOG_QUOTA_MAX) {
+			ys_path_key(sub, where, "rate");
+			return ys_fail(y, v[K_RATE]->start_mark, sub,
+				       "'%s': a log's quota is at most %d (it keeps every request "
+				       "of its period; algorithm: sliding above)", s,
+				       LIMIT_LOG_QUOTA_MAX);
+		}
 	}
 	if (v[K_BURST]) {
 		ys_path_key(sub, where, "burst");

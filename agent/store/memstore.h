@@ -3,7 +3,9 @@
  * shard so that workers rarely contend. A decision over several limits of
  * one client is all or nothing under one shard lock.
  *
- * Memory is bounded: at most `max_keys` entries. When a shard is full, a
+ * Memory is bounded: at most `max_keys` entries, and as many chunks for
+ * the requests of log limits (a log of N/P holds at most N requests: see
+ * memstore.c). When a shard is full, a
  * new client's entries take the place, in this order, of entries back to
  * "fresh" (past their TTL: nothing is lost), then of the least valuable
  * among a sample: the soonest back to full, never one that refused a
@@ -29,7 +31,12 @@ struct memstore_stats {
 	uint64_t full;     /* decisions made without room for state */
 	uint64_t reclaimed;
 	uint64_t evicted;  /* entries forgotten to make room */
+	uint64_t log_chunks; /* chunks of logs in use (MEMSTORE_LOG_CHUNK_BYTES each) */
 };
+
+/* A log limit's requests are kept in chunks of this many bytes, 12 requests
+ * each, from a pool of one chunk per entry of the store (memstore.c). */
+#define MEMSTORE_LOG_CHUNK_BYTES 128
 
 /* Returns NULL on allocation failure. */
 struct memstore *memstore_new(size_t max_keys);

@@ -213,3 +213,21 @@ def test_passes_again_after_retry_after(h):
     assert r.status == 200, r
     assert r.headers.get("RateLimit") == '"default";r=0;t=1', r
     assert backend.count == 3, backend.count
+
+
+def test_log_in_memory(h):
+    """A sliding log in the in-memory store (two workers share it): 5/10s
+    takes five, refuses the sixth until the first is 10 s old, and says so:
+    t and Retry-After are the first request's age subtracted from 10 s."""
+    agent, backend, hp = stack(h, "--limit", "5/10s:log")
+    t0 = time.monotonic()
+    for i in range(1, 6):
+        # more quota only when the first leaves: t is 10 s, rounded up
+        assert_passed(get(hp, key="lg"), POLICY_5_10, 5 - i, 10)
+    r = get(hp, key="lg")
+    assert_limited(r, POLICY_5_10, 10, 10)
+    assert time.monotonic() - t0 < 1.0, "too slow for the exact values above"
+    assert backend.count == 5, backend.count
+    # another client has a log of its own
+    assert_passed(get(hp, key="other"), POLICY_5_10, 4, 10)
+    assert_log_clean(agent)

@@ -400,6 +400,80 @@ def test_fixed_window_sequence_and_recovery(h):
     assert_log_clean(a)
 
 
+def test_log_refuses_at_n_through_haproxy(h):
+    """5/2s as a log and as a fixed window, each an endpoint of the rules,
+    through haproxy and the agent on Redis: one request 0.6 s before a
+    window boundary (of Redis's clock, which aligns the fixed window), four
+    0.2 s before, five just after. The fixed window lets all ten through in
+    under a second; the log lets five, refuses the next five until its
+    first request is 2 s old, then lets exactly one more. Its key holds
+    the five requests at the times Redis admitted them."""
+    redis = RedisServer(h)
+    rules = os.path.join(h.dir, "log.yaml")
+    with open(rules, "w") as f:
+        f.write("endpoints:\n"
+                "  - { name: fixed, match: { path: /fixed }, "
+                "limits: [{ rate: 5/2s, algorithm: fixed }] }\n"
+                "  - { name: log, match: { path: /log }, "
+                "limits: [{ rate: 5/2s, algorithm: log }] }\n")
+    a = start_agent(h, redis, "-f", rules)
+    hp = start_haproxy(h, a, h.backend())
+    P = 2 * S
+
+    def ask(path):
+        r = http_get(hp.port, path, headers={"X-Api-Key": "edge"})
+        assert r.status in (200, 429), r
+        assert r.headers.get("X-RL-Degraded") in ("0", None), r
+        return r
+
+    ws = wait_window_phase(redis, P, 1400000, 1450000)
+    passed = {"/fixed": 0, "/log": 0}
+    t0 = redis.now_us()
+    for path in passed:
+        passed[path] += ask(path).status == 200
+    redis_sleep_until(redis, ws + 1800000)
+    for _ in range(4):
+        for path in passed:
+            passed[path] += ask(path).status == 200
+    assert redis.now_us() < ws + P, "too slow: the window ended"
+    assert passed == {"/fixed": 5, "/log": 5}, passed
+    redis_sleep_until(redis, ws + P + 50000)
+    refused = []
+    for _ in range(5):
+        passed["/fixed"] += ask("/fixed").status == 200
+        r = ask("/log")
+        passed["/log"] += r.status == 200
+        if r.status == 429:
+            refused.append(r)
+    t_end = redis.now_us()
+    assert t_end < ws + P + 500000, "too slow for the figures below"
+    assert passed == {"/fixed": 10, "/log": 5}, passed
+    # the first request leaves at about ws + 3.4 s: Retry-After and t say
+    # 2 s (1.3 s, up)
+    for r in refused:
+        assert r.headers.get("Retry-After") == "2", r
+        assert ratelimit_of(r.headers.get("RateLimit")) == ("log", 0, 2), r
+    # the log's key: five requests, the first at t0 and four 0.4 s on
+    logs = [v for v in (redis.command("GET", k) for k in redis.rl_keys())
+            if v and len(v) == 9 + 8 * 5 and not v.isdigit() and b":" not in v]
+    assert len(logs) == 1, logs
+    v = logs[0]
+    base = int.from_bytes(v[:7], "big")
+    times = [base + int.from_bytes(v[i:i + 6], "big") for i in range(9, len(v), 8)]
+    totals = [int.from_bytes(v[i + 6:i + 8], "big") for i in range(9, len(v), 8)]
+    assert totals == [1, 2, 3, 4, 5] and int.from_bytes(v[7:9], "big") == 0, v
+    assert t0 <= times[0] < ws + 1500000 and ws + 1800000 <= times[1] < ws + P, (ws, times)
+    assert times == sorted(times), times
+    # once the first has left its window, exactly one more
+    redis_sleep_until(redis, times[0] + P)
+    r = ask("/log")
+    assert r.status == 200, r
+    assert ratelimit_of(r.headers.get("RateLimit"))[:2] == ("log", 0), r
+    assert ask("/log").status == 429
+    assert redis.now_us() < times[1] + P, "too slow: the second left too"
+    assert_log_clean(a)
+
+
 # --------------------------------------------- 4: several limits, all or none
 
 

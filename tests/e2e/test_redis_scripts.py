@@ -23,7 +23,7 @@ import lua_scripts
 import mpack
 from resp import Client, RespError, encode
 
-TB, SW, FW = 0, 1, 2
+TB, SW, FW, LG = 0, 1, 2, 3
 MS = 1000
 S = 1000000
 
@@ -227,9 +227,10 @@ class Model:
     Token bucket: tokens refill continuously at quota/period up to the
     capacity (burst or quota); a fresh client has a full bucket. Sliding
     window: estimate = prev * (1 - elapsed/P) + cur over aligned windows.
-    Fixed window: a count per aligned window. A request is all or nothing.
-    A request heavier than a limit's capacity is refused with one period.
-    State is kept per key, as the library keeps it.
+    Fixed window: a count per aligned window. Sliding log: the requests
+    admitted less than P ago weigh at most the quota (see _log). A request
+    is all or nothing. A request heavier than a limit's capacity is refused
+    with one period. State is kept per key, as the library keeps it.
     """
 
     def __init__(self):
@@ -263,6 +264,8 @@ class Model:
         state = st[1] if st else None
         if algo == TB:
             return self._token(state, now, cost, quota, period, burst)
+        if algo == LG:
+            return self._log(state, now, cost, quota, period)
         return self._window(state, now, cost, quota, period, algo == SW)
 
     def refund(self, now, take, reqs):
@@ -307,6 +310,8 @@ class Model:
             r = (tat - a) * n
             assert r.denominator == 1, (key, tat)
             return tb_value((algo, quota, period, burst), a, int(r)), math.ceil(tat)
+        if algo == LG:
+            return log_value(s), s.entries[-1][0] + period
         ws = t // period * period
         if algo == SW:
             u = ws + 2 * period
@@ -329,6 +334,69 @@ class Model:
             left = tokens - cost
             return (True, math.floor(left), 0, until_full(left), (left, now))
         return (False, 0, math.ceil((cost - tokens) / rate), until_full(tokens), None)
+
+    @staticmethod
+    def _log(st, now, cost, quota, period):
+        """A sliding log by its definition: the weight at time x is that of
+        the requests recorded at t with t + P > x; a request passes when the
+        weight now plus its cost is at most the quota. It is recorded at
+        now, or at the newest's time when the clock went back; what has
+        left the window then is dropped (and never counts again). Each
+        time is found by bisection over moments, as for the windows."""
+        st = st or LogState(0, 0, [])
+
+        def weight(x, entries):
+            return sum(c for t, c in entries if t + period > x)
+
+        def first(pred, lo, hi):
+            assert pred(hi)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if pred(mid):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
+
+        ents = st.entries
+        # every moment that matters lies before the newest leaves
+        hi = max([t + period - now for t, _ in ents] + [period]) + 1
+        used = weight(now, ents)
+        at = max([now] + [t for t, _ in ents])
+
+        def until(k, entries):
+            # until a request of cost k passes; 0 when it never can
+            if k > quota:
+                return 0
+            return first(lambda d: weight(now + d, entries) + k <= quota, 0, hi)
+
+        def reset(entries):
+            return first(lambda d: weight(now + d, entries) == 0, 0, hi)
+
+        if cost <= quota and used + cost <= quota:
+            gone = [(t, c) for t, c in ents if t + period <= now]
+            kept = [(t, c) for t, c in ents if t + period > now]
+            assert ents[:len(gone)] == gone, "a log in order"
+            if not kept:
+                # nothing kept: the log starts over from this request
+                new = LogState(at, 0, [(at, cost)])
+            else:
+                r0 = (st.r0 + sum(c for _, c in gone)) % 2 ** 16
+                base = st.base
+                if kept[-1][0] == at:
+                    kept[-1] = (at, kept[-1][1] + cost)
+                else:
+                    if at - base >= 2 ** 48:
+                        base = kept[0][0]
+                    kept.append((at, cost))
+                new = LogState(base, r0, kept)
+            left = quota - used - cost
+            return (True, left, -until(left + 1, new.entries), reset(new.entries), new)
+        more = until(1, ents)
+        if cost > quota:
+            return (False, -more, period, reset(ents), None)
+        return (False, -more, first(lambda d: weight(now + d, ents) + cost <= quota, 1, hi),
+                reset(ents), None)
 
     @staticmethod
     def _window(st, now, cost, quota, period, sliding):
@@ -376,6 +444,40 @@ class Model:
         return (False, -more(counts, 1), retry, reset(counts), None)
 
 
+class LogState:
+    """A sliding log as the library stores it: base (B), the running total
+    before the first entry (R0), and the entries [(time, cost)]."""
+
+    def __init__(self, base, r0, entries):
+        self.base, self.r0, self.entries = base, r0, list(entries)
+
+    def __repr__(self):
+        return "LogState(%d, %d, %r)" % (self.base, self.r0, self.entries)
+
+
+def log_value(st):
+    """A log's bytes: B in 7 bytes and R0 in 2, then per entry its offset
+    from B in 6 bytes and the running total (mod 2^16) in 2, big-endian."""
+    out, total = [struct.pack(">Q", st.base)[1:], struct.pack(">H", st.r0)], st.r0
+    for t, c in st.entries:
+        total = (total + c) % 2 ** 16
+        assert 0 <= t - st.base < 2 ** 48
+        out += [struct.pack(">Q", t - st.base)[2:], struct.pack(">H", total)]
+    return b"".join(out)
+
+
+def log_state(v):
+    """A log's value read back (no check of its shape)."""
+    base = int.from_bytes(v[:7], "big")
+    r0 = prev = int.from_bytes(v[7:9], "big")
+    entries = []
+    for i in range(9, len(v), 8):
+        off, tot = int.from_bytes(v[i:i + 6], "big"), int.from_bytes(v[i + 6:i + 8], "big")
+        entries.append((base + off, (tot - prev) % 2 ** 16))
+        prev = tot
+    return LogState(base, r0, entries)
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -396,7 +498,8 @@ def check_stored(model, keys):
         if v is None or exp == -2:
             assert want_exp <= now_ms, ("key gone before its expiry", k, want, want_exp, now_ms)
             continue
-        assert v.decode() == want, ("stored value", k, v, want)
+        got = v if isinstance(want, bytes) else v.decode()
+        assert got == want, ("stored value", k, v, want)
         assert exp == want_exp, ("expiry", k, want, exp, want_exp)
 
 
@@ -480,15 +583,20 @@ while i <= #ARGV do
 		    limit_record(algo, quota, period, burst))
 	elseif algo == 1 then
 		ok, rem, ret, res, val, old = eval_sliding(v[id], now, cost, quota, period)
+	elseif algo == 3 then
+		ok, rem, ret, res, val, old = eval_log(v[id], now, cost, quota, period)
 	else
 		ok, rem, ret, res, val, old = eval_fixed(v[id], now, cost, quota, period)
 	end
 	if ok then
 		v[id] = val
 	end
-	-- (a value may come as a number, which the library writes as digits)
+	-- (a value may come as a number, which the library writes as digits;
+	-- a log's bytes, in hex)
 	if type(val) == 'number' then
 		val = string.format('%d', val)
+	elseif val and algo == 3 then
+		val = val:gsub('.', function(c) return string.format('%02x', c:byte()) end)
 	end
 	out[#out + 1] = string.format('%d %d %d %d %s %d', ok and 1 or 0, rem, ret, res,
 	    val or '-', old or 0)
@@ -519,6 +627,8 @@ def test_core_math_at_chosen_times_matches_model():
         (SW, 2 ** 40, 366 * day, 0), (SW, 3000000007, day + 1, 0), (SW, 5, 1000, 0),
         (SW, 2 ** 47, 2 ** 47, 0),
         (FW, 2 ** 40, 366 * day, 0), (FW, 7, 1000, 0), (FW, 2 ** 47, 2 ** 47 - 1, 0),
+        (LG, 65535, 2 ** 47, 0), (LG, 1000, 366 * day, 0), (LG, 7, 1000, 0), (LG, 3, 1, 0),
+        (LG, 1, 2 ** 47, 0),
     ]
     argv, steps = [], []
     for si, (algo, quota, period, burst) in enumerate(specs):
@@ -546,6 +656,54 @@ def test_core_math_at_chosen_times_matches_model():
             old = need.get(key, 0)
             model.st[key] = (l, new, now)
             val, need[key] = model.stored(key)
+            if isinstance(val, bytes):
+                val = val.hex()
+        tally[ok] += 1
+        want = "%d %d %d %d %s %d" % (1 if ok else 0, rem, ret, res, val, old)
+        assert g.decode() == want, ((key, l, now, cost), g, want)
+    assert min(tally) > len(steps) // 5, tally
+
+
+def test_log_math_at_the_edges_of_the_window():
+    """A log's requests made at the moments its entries leave the window,
+    a microsecond before and after (with Redis's clock no test could aim
+    there): each reply and value as the model says."""
+    rng = random.Random(808)
+    argv, steps = [], []
+    middle = 0  # moments an entry leaves with older ones gone, newer ones in
+    for si, (quota, period) in enumerate([(5, 1000), (3, 7), (40, 100000), (12, 50)]):
+        l = (LG, quota, period, 0)
+        model = Model()
+        key = "e%d" % si
+        now = 1795000000000000 + rng.randrange(10 ** 6)
+        for _ in range(150):
+            st = model.st.get(key)
+            ents = st[1].entries if st else []
+            ends = [t + period + d for t, _ in ents for d in (-1, 0, 1)]
+            ends = [t for t in ends if t >= now]
+            if ends and rng.random() < 0.5:
+                now = rng.choice(ends)
+            else:
+                now += rng.choice([0, 1, 1 + rng.randrange(period // 8 + 1)])
+            middle += any(t + period == now for t, _ in ents[1:-1]) and \
+                ents[0][0] + period < now
+            cost = rng.choice([1, 1, 1, 2, quota, quota + 1])
+            argv += [key, LG, now, cost, quota, period, 0]
+            steps.append((key, l, now, cost))
+            ok, _, _, _, new = model.eval(key, l, now, cost)
+            if ok:
+                model.st[key] = (l, new, now)
+    assert middle > 10, middle
+    got = redis().c.command("EVAL", _driver(_DRIVER), 0, *argv)
+    model, need, tally = Model(), {}, [0, 0]
+    for (key, l, now, cost), g in zip(steps, got):
+        ok, rem, ret, res, new = model.eval(key, l, now, cost)
+        val, old = "-", 0
+        if ok:
+            old = need.get(key, 0)
+            model.st[key] = (l, new, now)
+            val, need[key] = model.stored(key)
+            val = val.hex()
         tally[ok] += 1
         want = "%d %d %d %d %s %d" % (1 if ok else 0, rem, ret, res, val, old)
         assert g.decode() == want, ((key, l, now, cost), g, want)
@@ -614,11 +772,27 @@ _MIXED_LANES = [
     ([(FW, 2, 250 * MS, 0), (TB, 9, 1 * S, 3)], [1, 2], 0.7, 2),
     # the first lane's token bucket, on another client
     ([(TB, 10, 2 * S, 0)], [1], 0.5, 1),
+    ([(LG, 4, 300 * MS, 0), (TB, 10, 2 * S, 0)], [1, 2], 0.7, 2),
 ]
 
 
 def test_mixed_limits_all_or_nothing_match_model():
     run_timeline(_MIXED_LANES, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
+
+
+def test_logs_match_model():
+    """Sliding logs through random timelines: two requests of a client in
+    one call (one microsecond: one entry), weights, a cost over the quota,
+    a log with a window, logs of 1000 and of 65535 (the library's bound),
+    each reply and each value and expiry written as the model says."""
+    lanes = [
+        ([(LG, 5, 400 * MS, 0)], [1, 1, 2], 0.8, 2),
+        ([(LG, 3, 200 * MS, 0)], [1, 4], 0.7, 1),
+        ([(LG, 12, 600 * MS, 0), (FW, 8, 300 * MS, 0)], [1, 3], 0.7, 2),
+        ([(LG, 1000, 1 * S, 0)], [1, 300, 700], 0.6, 2),
+        ([(LG, 65535, 3600 * S, 0)], [1, 30000, 65535], 0.5, 1),
+    ]
+    run_timeline(lanes, 40, 707, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2], "logs")
 
 
 def test_cluster_function_on_a_standalone_server_decides_like_rl4_decide():
@@ -1187,7 +1361,7 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: need [algo"),  # a lid
         ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
     ]
-    for algo in (3, -1, 1.5, "0", None, True):
+    for algo in (4, -1, 1.5, "0", None, True):
         cases.append(([one, rule(algo, 10, S, 0), k1], "rule 1: limit 1: algo must be"))
     for q in (0, -1, 2 ** 47 + 1, 1.5, float("nan"), float("inf"), "10", None, False):
         cases.append(([one, rule(TB, q, S, 0), k1], "rule 1: limit 1: quota must be"))
@@ -1197,6 +1371,8 @@ def test_bad_arguments_write_nothing():
         cases.append(([one, rule(FW, 10, S, b), k1], "rule 1: limit 1: "))
     for b in (-1, 0.5, 2 ** 47 + 1, "0"):
         cases.append(([one, rule(TB, 10, S, b), k1], "rule 1: limit 1: burst must be"))
+    for q in (65536, 2 ** 47):
+        cases.append(([one, rule(LG, q, S, 0), k1], "rule 1: limit 1: a log's quota must be"))
     cases += [
         # buckets deeper than 2^52 us
         ([one, rule(TB, 1, 2 ** 46, 2 ** 20), k1], "rule 1: limit 1: burst * period_us"),
@@ -1236,12 +1412,13 @@ def test_bad_arguments_write_nothing():
 
 def test_edges_of_the_ranges_are_accepted():
     """The largest values the arguments may carry decide as the model says:
-    quota, period and burst 2^47, a bucket exactly 2^52 us deep, a rule of
-    64 limits, 4096 rules in one call."""
+    quota, period and burst 2^47, a bucket exactly 2^52 us deep, a log of
+    65535, a rule of 64 limits, 4096 rules in one call."""
     m = Model()
     c = new_client()
     edge = [(TB, 2 ** 47, 2 ** 47, 2 ** 47), (TB, 1, 2 ** 47, 32), (SW, 2 ** 47, 2 ** 47, 2 ** 47),
-            (FW, 1, 2 ** 47, 0), (TB, 2 ** 47, 1, 0), (FW, 2 ** 47, 1, 0)]
+            (FW, 1, 2 ** 47, 0), (TB, 2 ** 47, 1, 0), (FW, 2 ** 47, 1, 0),
+            (LG, 65535, 2 ** 47, 0), (LG, 1, 1, 0)]
     for _ in range(3):
         check(m, [(c, 1, edge), (c, 1, edge)], "edges")
     c = new_client()
@@ -1304,6 +1481,107 @@ def test_foreign_values_count_as_fresh():
         # a string now, with an expiry (none of these values gave one)
         assert r.c.command("TYPE", key_of(c, ls[0])) == b"string"
         assert pexpiretime(key_of(c, ls[0])) > 0
+
+
+def _log_bytes(base, r0, entries):
+    """A log's value from [(time, cost)], as the library writes it."""
+    return log_value(LogState(base, r0, entries))
+
+
+def test_log_values_of_another_shape_count_as_absent():
+    """A value that is not a log of its limit (wrong length, more entries
+    than the quota, a weight below its entries or over the quota, a time
+    past 2^53, another algorithm's text, a key of another type) is a fresh
+    client: the request passes with quota - 1 left, and the value becomes a
+    log of this request alone. A value of the shape is read: one ahead of
+    now (a clock that went back) takes the request at its newest time."""
+    r = redis()
+    t = r.c.command("TIME")
+    now = int(t[0]) * S + int(t[1])
+    fut = now + 5 * S
+    lg = (LG, 3, 10 * S, 0)
+    good = _log_bytes(fut - S, 0, [(fut - S, 1), (fut, 1)])
+    values = [
+        b"junk", b"", good[:9], good + b"\x00", good[:-1], good[:16],
+        # four entries for a quota of 3
+        _log_bytes(fut, 0, [(fut, 1), (fut + 1, 1), (fut + 2, 1), (fut + 3, 0)]),
+        # two entries that weigh 1, or 4
+        good[:-2] + good[15:17], good[:-2] + struct.pack(">H", 4),
+        # a total that wraps: 2 entries weighing 65535
+        good[:-2] + struct.pack(">H", 65535),
+        # the newest time past 2^53
+        _log_bytes(2 ** 53 - 10, 0, [(2 ** 53 - 10, 1), (2 ** 53 + 1, 1)]),
+        b"\xff" * 17, b"%d" % now, b"%d:3:0" % (fut + 20 * S), b"%d:3" % fut,
+    ]
+    reqs = []
+    for v in values:
+        c = new_client()
+        r.c.command("SET", key_of(c, lg), v)
+        reqs.append((c, 1, [lg]))
+    for cmd in (("HSET", "f", "1"), ("RPUSH", good), ("SADD", "1")):
+        c = new_client()
+        r.c.command(cmd[0], key_of(c, lg), *cmd[1:])
+        reqs.append((c, 1, [lg]))
+    # and the one readable value: 2 + 1 left 0; recorded at its newest, fut
+    cg = new_client()
+    r.c.command("SET", key_of(cg, lg), good, "PXAT", expiry_ms(fut + 10 * S, 10 * S))
+    reqs.append((cg, 1, [lg]))
+    now2, got = decide(reqs)
+    assert now2 - now < 4 * S, "too slow to tell"
+    for (c, _, _), g, v in zip(reqs[:-1], got, values + [None] * 3):
+        assert g[0] == 1 and g[2][0][:2] == (2, -(10 * S)), (v, g)
+        assert r.c.command("TYPE", key_of(c, lg)) == b"string"
+        assert r.c.command("GET", key_of(c, lg)) == _log_bytes(now2, 0, [(now2, 1)]), v
+        assert pexpiretime(key_of(c, lg)) == expiry_ms(now2 + 10 * S, 10 * S)
+    # the readable one: allowed, 0 left; more when its first leaves; full
+    # again when its newest (now this request too) leaves, so its key
+    # keeps the expiry it had
+    assert got[-1] == (1, 1, [(0, -(fut - S + 10 * S - now2), fut + 10 * S - now2)]), got[-1]
+    assert r.c.command("GET", key_of(cg, lg)) == _log_bytes(fut - S, 0, [(fut - S, 1), (fut, 2)])
+    assert pexpiretime(key_of(cg, lg)) == expiry_ms(fut + 10 * S, 10 * S)
+    _, got = decide([(cg, 1, [lg])])
+    assert got[0][0] == 0, got
+
+
+def test_log_rebase_merge_and_expiry():
+    """A log whose next offset would reach 2^48 takes its oldest kept time
+    as its base; requests of one call are one entry; a log's key expires
+    when its newest request leaves the window, on its grid; what left the
+    window is dropped, and the running total before the first entry kept
+    moves with it."""
+    r = redis()
+    t = r.c.command("TIME")
+    now = int(t[0]) * S + int(t[1])
+    lg = (LG, 5, 10 * S, 0)
+    c = new_client()
+    base = now - 2 ** 48 - S // 2
+    # one entry gone (12 s ago), two kept (2 s and 1 s ago): offsets below
+    # 2^48, this request's not
+    st = LogState(base, 65534, [(now - 12 * S, 2), (now - 2 * S, 1), (now - S, 1)])
+    r.c.command("SET", key_of(c, lg), log_value(st))
+    m = Model()
+    m.st[key_of(c, lg)] = (lg, st, now)
+    now2, got = check(m, [(c, 1, [lg])], "rebase")
+    assert got[0][:2] == (1, 1) and got[0][2][0][0] == 2, got
+    v = log_state(r.c.command("GET", key_of(c, lg)))
+    assert v.base == now - 2 * S and v.r0 == 0, v  # (65534 + 2) mod 2^16
+    assert v.entries == [(now - 2 * S, 1), (now - S, 1), (now2, 1)], v
+    # three requests of one call: one entry of 3, with what they left
+    c = new_client()
+    now3, got = check(Model(), [(c, 1, [lg])] * 3, "one call")
+    assert [g[2][0][0] for g in got] == [4, 3, 2], got
+    assert r.c.command("GET", key_of(c, lg)) == _log_bytes(now3, 0, [(now3, 3)])
+    # expiry: the newest request's time + P, on the grid; gone after
+    short = (LG, 2, 100 * MS, 0)
+    c = new_client()
+    now4, got = decide([(c, 1, [short])])
+    assert pexpiretime(key_of(c, short)) == expiry_ms(now4 + 100 * MS, 100 * MS)
+    time.sleep(0.06)
+    now5, got = decide([(c, 1, [short])])
+    assert got[0][2][0][:2] == (0, -(now4 + 100 * MS - now5)), (now4, now5, got)
+    assert pexpiretime(key_of(c, short)) == expiry_ms(now5 + 100 * MS, 100 * MS)
+    time.sleep(0.25)
+    assert r.c.command("EXISTS", key_of(c, short)) == 0
 
 
 def test_window_from_a_clock_that_stepped_back_keeps_its_counts():

@@ -1262,6 +1262,333 @@ static void test_more_definition(void **unused)
 	}
 }
 
+/* ---- sliding log ------------------------------------------------------------------ */
+
+/* A log as a store keeps it: what limit_log_eval() says to drop goes, the
+ * request is recorded (an entry of the same time takes its weight). */
+struct tlog {
+	struct limit_log_entry e[LIMIT_LOG_QUOTA_MAX];
+	size_t n;
+};
+
+static struct limit_result log_hit(const struct limit_spec *sp, struct tlog *l, int64_t now,
+				   uint32_t cost)
+{
+	struct limit_log_step step;
+	struct limit_result r;
+	uint64_t total = 0;
+
+	limit_log_eval(sp, l->e, l->n, now, cost, &step, &r);
+	assert_true(step.keep <= l->n);
+	if (!r.allowed || cost == 0)
+		return r;
+	memmove(l->e, l->e + step.keep, (l->n - step.keep) * sizeof(l->e[0]));
+	l->n -= step.keep;
+	assert_true(l->n == 0 || step.at >= l->e[l->n - 1].t);
+	if (l->n > 0 && l->e[l->n - 1].t == step.at) {
+		l->e[l->n - 1].cost += cost;
+	} else {
+		/* the bound: what is kept weighs at most the quota, so it
+		 * never holds more entries than LIMIT_LOG_QUOTA_MAX */
+		assert_true(l->n < LIMIT_LOG_QUOTA_MAX);
+		l->e[l->n].t = step.at;
+		l->e[l->n].cost = cost;
+		l->n++;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		total += l->e[i].cost;
+	assert_true(total <= r.limit);
+	return r;
+}
+
+static void test_log_sequence(void **unused)
+{
+	struct limit_spec sp = spec(3, 60 * S, 0, LIMIT_LOG);
+	struct tlog l = { .n = 0 };
+	struct limit_result r;
+
+	/* A fresh log: full, nothing to come. */
+	r = log_hit(&sp, &l, T0, 0);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 3);
+	assert_int_equal(r.reset_us, 0);
+	assert_int_equal(r.more_us, 0);
+	assert_int_equal(r.limit, 3);
+	/* Spread over 40 s: each leaves 60 s after it came. */
+	r = log_hit(&sp, &l, T0, 1);
+	assert_int_equal(r.remaining, 2);
+	assert_int_equal(r.reset_us, 60 * S);
+	assert_int_equal(r.more_us, 60 * S);
+	assert_int_equal(r.next_ttl_us, 60 * S);
+	r = log_hit(&sp, &l, T0 + 20 * S, 1);
+	assert_int_equal(r.remaining, 1);
+	assert_int_equal(r.more_us, 40 * S);
+	r = log_hit(&sp, &l, T0 + 40 * S, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.reset_us, 60 * S);
+	assert_int_equal(r.more_us, 20 * S);
+	/* Refused until the first leaves, exactly. */
+	r = log_hit(&sp, &l, T0 + 50 * S, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 10 * S);
+	assert_int_equal(r.more_us, 10 * S);
+	assert_int_equal(r.reset_us, 50 * S);
+	assert_int_equal(r.next_ttl_us, 50 * S);
+	assert_false(log_hit(&sp, &l, T0 + 60 * S - 1, 1).allowed);
+	r = log_hit(&sp, &l, T0 + 60 * S, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	assert_int_equal(r.more_us, 20 * S);
+	assert_int_equal(l.n, 3);
+	/* A request of 2 waits for two to leave; more quota (1) comes with
+	 * the first. */
+	r = log_hit(&sp, &l, T0 + 61 * S, 2);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 39 * S);
+	assert_int_equal(r.more_us, 19 * S);
+	/* More than the quota: never, so the period. */
+	r = log_hit(&sp, &l, T0 + 61 * S, 4);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 60 * S);
+	/* Everything gone: full again, and its entries drop at the next
+	 * request. */
+	r = log_hit(&sp, &l, T0 + 200 * S, 0);
+	assert_int_equal(r.remaining, 3);
+	assert_int_equal(r.reset_us, 0);
+	assert_int_equal(r.next_ttl_us, 1);
+	r = log_hit(&sp, &l, T0 + 200 * S, 1);
+	assert_int_equal(l.n, 1);
+	assert_int_equal(r.remaining, 2);
+}
+
+/* What a fixed window lets through across its boundary, a log does not:
+ * 5/10s, five requests just before a boundary of 10 s, five just after. */
+static void test_log_against_fixed_window_edge(void **unused)
+{
+	struct limit_spec lg = spec(5, 10 * S, 0, LIMIT_LOG);
+	struct limit_spec fw = spec(5, 10 * S, 0, LIMIT_FIXED_WINDOW);
+	struct limit_state st = {0, 0, 0};
+	struct tlog l = { .n = 0 };
+	int through_log = 0, through_fixed = 0;
+	struct limit_result r;
+
+	assert_int_equal(T0 % (10 * S), 0);
+	for (int i = 0; i < 10; i++) {
+		/* 9.8 s to 9.88 s, then 10 s to 10.08 s */
+		int64_t now = T0 + 9800 * MS + (i >= 5) * 120 * MS + i * 20 * MS;
+
+		through_fixed += hit(&fw, &st, now, 1).allowed;
+		r = log_hit(&lg, &l, now, 1);
+		through_log += r.allowed;
+		if (i == 5) /* the first leaves at 19.8 s */
+			assert_int_equal(r.retry_after_us, T0 + 19800 * MS - now);
+	}
+	assert_int_equal(through_fixed, 10);
+	assert_int_equal(through_log, 5);
+}
+
+/* Weighted requests, a clock that goes back, the quota's bound. */
+static void test_log_weights_clock_bound(void **unused)
+{
+	struct limit_spec sp = spec(10, 60 * S, 0, LIMIT_LOG);
+	struct tlog l = { .n = 0 };
+	struct limit_result r;
+	struct limit_log_step step;
+
+	assert_int_equal(log_hit(&sp, &l, T0, 4).remaining, 6);
+	assert_int_equal(log_hit(&sp, &l, T0 + 10 * S, 4).remaining, 2);
+	r = log_hit(&sp, &l, T0 + 20 * S, 4);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 40 * S);
+	assert_int_equal(r.more_us, 0); /* a request of 1 passes now */
+	assert_int_equal(r.reset_us, 50 * S);
+	r = log_hit(&sp, &l, T0 + 20 * S, 2);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	/* a request of 1 passes once the first 4 leave */
+	assert_int_equal(r.more_us, 40 * S);
+	/* The clock goes back 5 s: the request is recorded at the newest
+	 * entry's time, so the log stays in order; the entries ahead of now
+	 * count. */
+	l.n = 0;
+	log_hit(&sp, &l, T0 + 5 * S, 3);
+	limit_log_eval(&sp, l.e, l.n, T0, 2, &step, &r);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 5);
+	assert_int_equal(step.at, T0 + 5 * S);
+	assert_int_equal(r.reset_us, 65 * S);
+	log_hit(&sp, &l, T0, 2);
+	assert_int_equal(l.n, 1);
+	assert_int_equal(l.e[0].cost, 5);
+	/* The quota is clamped to the bound: 2000 holds 1000. */
+	sp.quota = 2000;
+	l.n = 0;
+	r = log_hit(&sp, &l, T0, 1);
+	assert_int_equal(r.limit, LIMIT_LOG_QUOTA_MAX);
+	assert_int_equal(r.remaining, LIMIT_LOG_QUOTA_MAX - 1);
+	for (int i = 1; i < LIMIT_LOG_QUOTA_MAX; i++)
+		assert_true(log_hit(&sp, &l, T0 + i, 1).allowed);
+	assert_false(log_hit(&sp, &l, T0 + 2000, 1).allowed);
+	assert_int_equal(l.n, LIMIT_LOG_QUOTA_MAX);
+	/* limit_eval() on a log: an empty one, and *next is *st. */
+	{
+		struct limit_state st = {7, 8, 9}, next;
+
+		sp.quota = 10;
+		limit_eval(&sp, &st, T0, 3, &next, &r);
+		assert_true(r.allowed);
+		assert_int_equal(r.remaining, 7);
+		assert_memory_equal(&next, &st, sizeof(st));
+		assert_int_equal(limit_ttl_us(&sp, &st, T0), 1);
+	}
+	/* Extreme times and periods stay defined (UBSan runs this). */
+	{
+		static const int64_t times[] = {INT64_MIN, -1, 0, T0, INT64_MAX};
+		struct limit_log_entry e[3];
+
+		sp = spec(3, LIMIT_PERIOD_MAX_US, 0, LIMIT_LOG);
+		for (size_t a = 0; a < 5; a++)
+			for (size_t b = a; b < 5; b++)
+				for (size_t t = 0; t < 5; t++) {
+					e[0] = (struct limit_log_entry){times[a], 1};
+					e[1] = (struct limit_log_entry){times[b], 1};
+					e[2] = (struct limit_log_entry){times[b], 1};
+					for (uint32_t c = 0; c < 5; c++) {
+						limit_log_eval(&sp, e, 3, times[t], c, &step, &r);
+						assert_true(r.allowed || r.retry_after_us >= 1);
+						assert_true(r.reset_us >= 0 && r.more_us >= 0);
+						assert_true(r.next_ttl_us >= 1);
+					}
+				}
+	}
+}
+
+/* The log from its definition: the weight at time x is that of the
+ * requests admitted at t with t + P > x, times made non-decreasing as the
+ * log records them, and a request that has left the window when another is
+ * admitted never counts again (which matters only to a clock that goes
+ * back). Each time is found by trying every microsecond, on small
+ * periods. */
+struct adm {
+	int64_t t;
+	uint32_t c;
+};
+
+static uint64_t weight_at(const struct adm *a, size_t na, int64_t p, int64_t x)
+{
+	uint64_t w = 0;
+
+	for (size_t i = 0; i < na; i++)
+		if (a[i].t + p > x)
+			w += a[i].c;
+	return w;
+}
+
+/* The first d >= from with weight_at(now + d) + k <= q, or -1. */
+static int64_t first_fit(const struct adm *a, size_t na, int64_t p, int64_t now, int64_t from,
+			 uint64_t k, uint64_t q)
+{
+	for (int64_t d = from; d <= 4 * p + 16; d++)
+		if (weight_at(a, na, p, now + d) + k <= q)
+			return d;
+	return -1;
+}
+
+static void test_log_against_definition(void **unused)
+{
+	uint64_t x = 0x853c49e6748fea9bULL;
+	static struct adm adm[4096];
+
+	for (int run = 0; run < 2000; run++) {
+		struct limit_spec sp;
+		struct tlog l = { .n = 0 };
+		size_t na = 0;
+		int64_t now, top;
+		uint64_t q;
+		int tally[2] = {0, 0};
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		q = 1 + x % 12;
+		sp = spec(q, 1 + (int64_t)((x >> 8) % 60), 0, LIMIT_LOG);
+		now = top = T0 + (int64_t)((x >> 20) % 1000);
+		for (int step = 0; step < 80; step++) {
+			struct limit_result r;
+			uint32_t cost;
+			uint64_t w, k;
+			int64_t want;
+
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			switch (x % 8) {
+			case 0:
+				break; /* the same microsecond */
+			case 1:
+				now = top - (int64_t)((x >> 8) % 6); /* the clock went back */
+				break;
+			case 2:
+				now = top += 2 * sp.period_us + (int64_t)((x >> 8) % 7);
+				break;
+			default:
+				now = top += (int64_t)((x >> 8) % (uint64_t)(sp.period_us / 3 + 2));
+				break;
+			}
+			cost = x % 9 == 0 ? 0 : x % 3 ? 1 : (uint32_t)((x >> 30) % (q + 2));
+			w = weight_at(adm, na, sp.period_us, now);
+			r = log_hit(&sp, &l, now, cost);
+			assert_int_equal(r.limit, q);
+			assert_int_equal(r.allowed, cost <= q && w + cost <= q);
+			tally[r.allowed]++;
+			if (r.allowed && cost > 0) {
+				int64_t at = na > 0 && adm[na - 1].t > now ? adm[na - 1].t : now;
+				size_t kept = 0;
+
+				/* what has left the window never counts again,
+				 * though the clock go back */
+				for (size_t i = 0; i < na; i++)
+					if (adm[i].t + sp.period_us > now)
+						adm[kept++] = adm[i];
+				na = kept;
+				assert_true(na < sizeof(adm) / sizeof(adm[0]));
+				adm[na++] = (struct adm){at, cost};
+				w += cost;
+			}
+			if (r.allowed) {
+				assert_int_equal(r.remaining, q - w);
+				assert_int_equal(r.retry_after_us, 0);
+			} else {
+				assert_int_equal(r.remaining, 0);
+				want = cost > q ? sp.period_us
+						: first_fit(adm, na, sp.period_us, now, 1, cost, q);
+				assert_int_equal(r.retry_after_us, want);
+			}
+			/* reset: until the weight is 0; more: until a request of
+			 * remaining + 1 passes, 0 when it never can */
+			assert_int_equal(r.reset_us, first_fit(adm, na, sp.period_us, now, 0, q, q));
+			k = r.remaining + 1;
+			assert_int_equal(r.more_us,
+					 k > q ? 0 : first_fit(adm, na, sp.period_us, now, 0, k, q));
+			assert_int_equal(r.next_ttl_us, r.reset_us < 1 ? 1 : r.reset_us);
+			if (!r.allowed && cost <= q)
+				assert_true(r.more_us <= r.retry_after_us);
+			/* what the log keeps weighs what is in the window */
+			{
+				struct adm kept[LIMIT_LOG_QUOTA_MAX];
+
+				for (size_t i = 0; i < l.n; i++)
+					kept[i] = (struct adm){l.e[i].t, l.e[i].cost};
+				for (int64_t d = 0; d <= sp.period_us + 6; d += 3)
+					assert_int_equal(weight_at(kept, l.n, sp.period_us, now + d),
+							 weight_at(adm, na, sp.period_us, now + d));
+			}
+		}
+		assert_true(tally[0] + tally[1] == 80);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1287,6 +1614,10 @@ int main(void)
 		cmocka_unit_test(test_more_fixed),
 		cmocka_unit_test(test_more_sliding),
 		cmocka_unit_test(test_more_definition),
+		cmocka_unit_test(test_log_sequence),
+		cmocka_unit_test(test_log_against_fixed_window_edge),
+		cmocka_unit_test(test_log_weights_clock_bound),
+		cmocka_unit_test(test_log_against_definition),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

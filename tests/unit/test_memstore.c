@@ -26,6 +26,22 @@ static struct limit_spec bucket(uint64_t quota, int64_t period)
 	return s;
 }
 
+static struct limit_spec log_limit(uint64_t quota, int64_t period)
+{
+	struct limit_spec s = bucket(quota, period);
+
+	s.algo = LIMIT_LOG;
+	return s;
+}
+
+static uint64_t chunks_in_use(struct memstore *ms)
+{
+	struct memstore_stats st;
+
+	memstore_get_stats(ms, &st);
+	return st.log_chunks;
+}
+
 /* Distinct, well spread test keys (real keys are SipHash outputs). */
 static void make_key(uint64_t i, uint8_t key[IDENTITY_KEY_LEN])
 {
@@ -146,6 +162,28 @@ static void test_keys(void **unused)
 	assert_false(res[0].allowed);
 	assert_int_equal(memstore_reset(ms, a), 1);
 	assert_int_equal(memstore_reset(ms, g), 1);
+
+	/* a log under a shared key: exact, all or nothing with the others */
+	{
+		struct limit_spec lg[2] = {bucket(2, S), bucket(3, S)};
+
+		lg[1].algo = LIMIT_LOG;
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(memstore_check_keys(ms, ka, lg, 2, T0 + i, 1, res), 0);
+		/* a's bucket refuses: the log records nothing */
+		assert_int_equal(memstore_check_keys(ms, ka, lg, 2, T0 + 2, 1, res), 0);
+		assert_false(res[0].allowed);
+		assert_int_equal(res[1].remaining, 1);
+		assert_int_equal(memstore_check_keys(ms, kb, lg, 2, T0 + 3, 1, res), 1);
+		assert_true(res[1].allowed);
+		assert_int_equal(res[1].remaining, 0);
+		/* the log is full until its first request is a second old */
+		assert_int_equal(memstore_check_keys(ms, kb, lg, 2, T0 + 4, 1, res), 1);
+		assert_false(res[1].allowed);
+		assert_int_equal(res[1].retry_after_us, S - 4);
+		assert_int_equal(memstore_check_keys(ms, kb, lg, 2, T0 + S, 1, res), 1);
+		assert_true(res[1].allowed);
+	}
 	memstore_free(ms);
 }
 
@@ -254,6 +292,40 @@ static void test_full(void **unused)
 	assert_int_equal(st.evicted, 2);
 	/* A client with two limits and room for one entry: not decided. */
 	assert_int_equal(memstore_check(ms, a, two, 2, T0 + 800 * MS, 1, res), MEMSTORE_NO_ROOM);
+	memstore_free(ms);
+}
+
+/* Room made for a client's new entry sweeps what is back to fresh, but
+ * never the client's own entries the decision is about to write: an
+ * expired one of them would be freed under the decision, its new state
+ * lost (and the next request let through). One shard of 20 entries: 18
+ * clients refused for an hour, B's entry expired, A's first limit
+ * expired; A comes back with a second limit. */
+static void test_room_spares_the_deciding_client(void **unused)
+{
+	struct memstore *ms = memstore_new(20);
+	struct limit_spec l[2] = {bucket(1, 100 * MS), bucket(10, 3600 * S)};
+	struct limit_spec hour = bucket(1, 3600 * S);
+	struct limit_result res[2];
+	uint8_t a[IDENTITY_KEY_LEN], b[IDENTITY_KEY_LEN], k[IDENTITY_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(500, a);
+	make_key(501, b);
+	assert_int_equal(memstore_check(ms, a, l, 1, T0, 1, res), 0);
+	assert_int_equal(memstore_check(ms, b, l, 1, T0, 1, res), 0);
+	for (uint64_t i = 0; i < 18; i++) {
+		make_key(600 + i, k);
+		memstore_check(ms, k, &hour, 1, T0, 1, res);
+		memstore_check(ms, k, &hour, 1, T0, 1, res);
+		assert_false(res[0].allowed);
+	}
+	assert_int_equal(memstore_check(ms, a, l, 2, T0 + 200 * MS, 1, res), 0);
+	assert_true(res[0].allowed && res[1].allowed);
+	/* the first limit's token is taken until T0 + 300 ms */
+	assert_int_equal(memstore_check(ms, a, l, 2, T0 + 210 * MS, 1, res), 0);
+	assert_false(res[0].allowed);
+	assert_int_equal(res[0].retry_after_us, 90 * MS);
 	memstore_free(ms);
 }
 
@@ -382,7 +454,8 @@ static void test_many_keys(void **unused)
 }
 
 /* Once created, the store never allocates: it keeps working with every
- * allocation failing. And creation cleans up after any failed step. */
+ * allocation failing, logs included. And creation cleans up after any
+ * failed step. */
 static void test_no_allocation(void **unused)
 {
 	struct limit_spec l = bucket(3, S);
@@ -399,7 +472,7 @@ static void test_no_allocation(void **unused)
 			break;
 	}
 	assert_non_null(ms);
-	assert_int_equal(k, 2 + 2 * 64);
+	assert_int_equal(k, 2 + 3 * 64);
 	xalloc_fail_after(0);
 	for (uint64_t i = 0; i < 2000; i++) {
 		make_key(i, key);
@@ -408,7 +481,18 @@ static void test_no_allocation(void **unused)
 			assert_int_equal(res.allowed, j < 3);
 		}
 	}
-	memstore_sweep(ms, T0 + S);
+	/* logs too: their chunks come from the pool */
+	for (uint64_t i = 0; i < 200; i++) {
+		struct limit_spec lg = log_limit(40, S);
+
+		make_key(10000 + i, key);
+		for (int j = 0; j < 41; j++) {
+			memstore_check(ms, key, &lg, 1, T0 + j, 1, &res);
+			assert_int_equal(res.allowed, j < 40);
+		}
+	}
+	memstore_sweep(ms, T0 + 2 * S);
+	assert_int_equal(chunks_in_use(ms), 0);
 	xalloc_fail_after(-1);
 	memstore_free(ms);
 }
@@ -492,6 +576,206 @@ static void test_next_ttl(void **unused)
 	}
 }
 
+/* ---- logs ------------------------------------------------------------------------ */
+
+/* A log with a token bucket, all or nothing; refused requests take nothing
+ * from the log. */
+static void test_log_basic(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec l[2] = {log_limit(3, 60 * S), bucket(2, S)};
+	struct limit_result res[2];
+	uint8_t key[IDENTITY_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(11, key);
+	assert_int_equal(memstore_check(ms, key, l, 1, T0, 1, res), 0);
+	assert_int_equal(res[0].remaining, 2);
+	assert_int_equal(res[0].reset_us, 60 * S);
+	assert_int_equal(res[0].more_us, 60 * S);
+	assert_int_equal(chunks_in_use(ms), 1);
+	memstore_check(ms, key, l, 1, T0 + 20 * S, 1, res);
+	memstore_check(ms, key, l, 1, T0 + 40 * S, 1, res);
+	assert_int_equal(res[0].remaining, 0);
+	memstore_check(ms, key, l, 1, T0 + 50 * S, 1, res);
+	assert_false(res[0].allowed);
+	assert_int_equal(res[0].retry_after_us, 10 * S);
+	memstore_check(ms, key, l, 1, T0 + 60 * S, 1, res);
+	assert_true(res[0].allowed);
+	assert_int_equal(res[0].more_us, 20 * S);
+	/* With the bucket: its third request in a second is refused, and the
+	 * log, which would allow it, keeps what it had. */
+	make_key(12, key);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(memstore_check(ms, key, l, 2, T0 + i, 1, res), 1);
+	assert_int_equal(memstore_check(ms, key, l, 2, T0 + 2, 1, res), 1);
+	assert_false(res[1].allowed);
+	assert_true(res[0].allowed);
+	assert_int_equal(res[0].remaining, 1);
+	assert_int_equal(memstore_check(ms, key, l, 1, T0 + 3, 1, res), 0);
+	assert_int_equal(res[0].remaining, 0);
+	/* A look takes nothing. */
+	assert_int_equal(memstore_check(ms, key, l, 1, T0 + 4, 0, res), 0);
+	assert_int_equal(res[0].remaining, 0);
+	assert_int_equal(res[0].more_us, 60 * S - 4);
+	memstore_free(ms);
+}
+
+/* The memstore's log against a log kept by hand from limit_log_eval(),
+ * over random timelines of many clients: chunk boundaries, drops, requests
+ * of one microsecond merged, weights, long logs, the clock standing
+ * still. Then every chunk goes back to the pool. */
+static void test_log_matches_the_math(void **unused)
+{
+	enum { CLIENTS = 24 };
+	static struct limit_log_entry logs[CLIENTS][LIMIT_LOG_QUOTA_MAX];
+	size_t n[CLIENTS] = {0};
+	struct memstore *ms = memstore_new(4096);
+	struct limit_spec specs[3] = {log_limit(7, 300 * MS), log_limit(40, 2 * S), log_limit(1000, 5 * S)};
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+	int64_t now = T0;
+	int tally[2] = {0, 0};
+
+	assert_non_null(ms);
+	for (int step = 0; step < 60000; step++) {
+		struct limit_result res, want;
+		struct limit_log_step ls;
+		uint8_t key[IDENTITY_KEY_LEN];
+		int c;
+		const struct limit_spec *sp;
+		uint32_t cost;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		c = (int)(x % CLIENTS);
+		sp = &specs[c % 3];
+		now += x % 4 == 0 ? 0 : (int64_t)((x >> 8) % (uint64_t)(sp->period_us / 200 + 1));
+		if (x % 997 == 0)
+			now += 3 * S;
+		cost = x % 5 == 0 ? (uint32_t)((x >> 20) % (sp->quota + 2)) : 1;
+		make_key((uint64_t)c, key);
+		assert_int_equal(memstore_check(ms, key, sp, 1, now, cost, &res), 0);
+		limit_log_eval(sp, logs[c], n[c], now, cost, &ls, &want);
+		assert_int_equal(res.allowed, want.allowed);
+		assert_int_equal(res.remaining, want.remaining);
+		assert_int_equal(res.retry_after_us, want.retry_after_us);
+		assert_int_equal(res.reset_us, want.reset_us);
+		assert_int_equal(res.more_us, want.more_us);
+		tally[res.allowed]++;
+		if (want.allowed && cost > 0) {
+			memmove(logs[c], logs[c] + ls.keep, (n[c] - ls.keep) * sizeof(logs[c][0]));
+			n[c] -= ls.keep;
+			if (n[c] > 0 && logs[c][n[c] - 1].t == ls.at) {
+				logs[c][n[c] - 1].cost += cost;
+			} else {
+				logs[c][n[c]].t = ls.at;
+				logs[c][n[c]].cost = cost;
+				n[c]++;
+			}
+		}
+	}
+	assert_true(tally[0] > 1000 && tally[1] > 1000);
+	assert_true(chunks_in_use(ms) > 0);
+	memstore_sweep(ms, now + 6 * S);
+	assert_int_equal(chunks_in_use(ms), 0);
+	memstore_free(ms);
+}
+
+/* A limit that changes algorithm, a log past its TTL, an admin reset: each
+ * gives its chunks back, and a changed limit starts fresh. */
+static void test_log_chunks_come_back(void **unused)
+{
+	struct memstore *ms = memstore_new(1000);
+	struct limit_spec lg = log_limit(100, 60 * S), tb = bucket(100, 60 * S);
+	struct limit_result res;
+	uint8_t key[IDENTITY_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(21, key);
+	for (int i = 0; i < 30; i++)
+		memstore_check(ms, key, &lg, 1, T0 + i, 1, &res);
+	assert_int_equal(res.remaining, 70);
+	assert_int_equal(chunks_in_use(ms), 3);
+	/* the same figures as a token bucket: fresh, the log's chunks go */
+	memstore_check(ms, key, &tb, 1, T0 + 100, 1, &res);
+	assert_int_equal(res.remaining, 99);
+	assert_int_equal(chunks_in_use(ms), 0);
+	/* and back: fresh again */
+	memstore_check(ms, key, &lg, 1, T0 + 200, 1, &res);
+	assert_int_equal(res.remaining, 99);
+	assert_int_equal(chunks_in_use(ms), 1);
+	/* the quota changed: fresh, one chunk */
+	lg.quota = 50;
+	memstore_check(ms, key, &lg, 1, T0 + 300, 1, &res);
+	assert_int_equal(res.remaining, 49);
+	assert_int_equal(chunks_in_use(ms), 1);
+	/* past its TTL (its newest request + P): fresh, and a request then
+	 * reuses the entry with a new chunk */
+	memstore_check(ms, key, &lg, 1, T0 + 300 + 60 * S, 1, &res);
+	assert_int_equal(res.remaining, 49);
+	assert_int_equal(chunks_in_use(ms), 1);
+	/* 41 requests in 4 chunks; the 22 oldest leave, and the first chunk
+	 * with them (the next, with one of those left, is kept) */
+	for (int i = 0; i < 40; i++)
+		memstore_check(ms, key, &lg, 1, T0 + 61 * S + i, 1, &res);
+	assert_int_equal(chunks_in_use(ms), 4);
+	memstore_check(ms, key, &lg, 1, T0 + 121 * S + 20, 1, &res);
+	assert_int_equal(res.remaining, 30);
+	assert_int_equal(chunks_in_use(ms), 3);
+	assert_int_equal(memstore_reset(ms, key), 1);
+	assert_int_equal(chunks_in_use(ms), 0);
+	/* swept once back to fresh */
+	memstore_check(ms, key, &lg, 1, T0, 1, &res);
+	assert_int_equal(memstore_sweep(ms, T0 + 60 * S - 1), 0);
+	assert_int_equal(memstore_sweep(ms, T0 + 60 * S), 1);
+	assert_int_equal(chunks_in_use(ms), 0);
+	memstore_free(ms);
+}
+
+/* A shard's pool holds as many chunks as it has entries, and at least a
+ * full log's worth: 85 chunks for a store of 31 entries (one shard). A log
+ * of 1000 requests takes 84; another log takes the last chunk, then may
+ * evict the first, unless that one refuses its client now: then nothing
+ * is decided (MEMSTORE_NO_ROOM) and nothing is taken. */
+static void test_log_pool_full(void **unused)
+{
+	struct memstore *ms = memstore_new(31);
+	struct limit_spec lg = log_limit(1000, 10 * S);
+	struct limit_result res;
+	struct memstore_stats st;
+	uint8_t a[IDENTITY_KEY_LEN], b[IDENTITY_KEY_LEN];
+
+	assert_non_null(ms);
+	make_key(1, a);
+	make_key(2, b);
+	for (int i = 0; i < 1000; i++)
+		assert_int_equal(memstore_check(ms, a, &lg, 1, T0 + i, 1, &res), 0);
+	assert_int_equal(chunks_in_use(ms), 84);
+	memstore_check(ms, a, &lg, 1, T0 + 1000, 1, &res);
+	assert_false(res.allowed);
+	assert_int_equal(res.retry_after_us, 10 * S - 1000);
+	for (int i = 0; i < 12; i++)
+		assert_int_equal(memstore_check(ms, b, &lg, 1, T0 + 1000 + i, 1, &res), 0);
+	assert_int_equal(chunks_in_use(ms), 85);
+	assert_int_equal(memstore_check(ms, b, &lg, 1, T0 + 2000, 1, &res), MEMSTORE_NO_ROOM);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.full, 1);
+	assert_int_equal(st.evicted, 0);
+	assert_int_equal(memstore_check(ms, b, &lg, 1, T0 + 2000, 0, &res), 0);
+	assert_int_equal(res.remaining, 988);
+	/* a's refusal over, a may go */
+	assert_int_equal(memstore_check(ms, b, &lg, 1, T0 + 10 * S, 1, &res), 0);
+	assert_true(res.allowed);
+	assert_int_equal(res.remaining, 987);
+	memstore_get_stats(ms, &st);
+	assert_int_equal(st.evicted, 1);
+	assert_int_equal(chunks_in_use(ms), 2);
+	assert_int_equal(memstore_check(ms, a, &lg, 1, T0 + 10 * S, 0, &res), 0);
+	assert_int_equal(res.remaining, 1000);
+	memstore_free(ms);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -502,11 +786,16 @@ int main(void)
 		cmocka_unit_test(test_spec_change_and_expiry),
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_full_of_new_identities),
+		cmocka_unit_test(test_room_spares_the_deciding_client),
 		cmocka_unit_test(test_sweep_and_reset),
 		cmocka_unit_test(test_many_keys),
 		cmocka_unit_test(test_no_allocation),
 		cmocka_unit_test(test_concurrency),
 		cmocka_unit_test(test_next_ttl),
+		cmocka_unit_test(test_log_basic),
+		cmocka_unit_test(test_log_matches_the_math),
+		cmocka_unit_test(test_log_chunks_come_back),
+		cmocka_unit_test(test_log_pool_full),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -39,6 +39,7 @@ void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
 	out->full = 17;
 	out->reclaimed = 99;
 	out->evicted = 5;
+	out->log_chunks = 31;
 }
 
 /* Both structs hold nothing but counters: number them all, distinctly per

@@ -31,7 +31,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 129
+#define ERR_FIXTURES 130
 
 static char err[1024];
 
@@ -1028,7 +1028,7 @@ static void test_leaky_is_token(void **unused)
 		   "t.yaml:1:26: limits[0].burst: burst applies to the token bucket only "
 		   "(algorithm: token)");
 	load_fails("limits: [{ rate: \"5/1s\", algorithm: Leaky }]",
-		   "t.yaml:1:37: limits[0].algorithm: expected token, leaky, sliding or fixed, "
+		   "t.yaml:1:37: limits[0].algorithm: expected token, leaky, sliding, fixed or log, "
 		   "got \"Leaky\"");
 }
 
@@ -1055,6 +1055,17 @@ static void test_top_level_limits(void **unused)
 	r = load("limits: []");
 	assert_int_equal(rules_default_tier(r)->nlimits, 0);
 	rules_release(r);
+	/* A log, named apart from a sliding window of the same figures: a
+	 * limit that changes algorithm starts fresh (its keys change). */
+	r = load("limits: [{ rate: \"1000/1m\", algorithm: log }, "
+		 "{ rate: \"5/1s\", algorithm: sliding }]\n");
+	check_limit(rules_default_tier(r), 0, 1000, 60 * S, 0, LIMIT_LOG);
+	assert_string_equal(rules_default_tier(r)->lid[0], "l1000/60000000/0");
+	assert_string_equal(rules_default_tier(r)->lid[1], "s5/1000000/0");
+	rules_release(r);
+	load_fails("limits: [{ rate: \"1001/1m\", algorithm: log }]",
+		   "t.yaml:1:18: limits[0].rate: '1001/1m': a log's quota is at most 1000 (it "
+		   "keeps every request of its period; algorithm: sliding above)");
 	load_fails("limits: 5/1s", "t.yaml:1:9: limits: expected a list of limits, got \"5/1s\"");
 	load_fails("limits: [\"5/1s\", \"6/1s\"]",
 		   "t.yaml:1:18: limits[1]: a limit of period 1s is already in this rule (limits[0])");

@@ -179,6 +179,25 @@ static void test_failure_policies(void **state)
 	assert_int_equal(d.status, 429);
 	store_free(st);
 	rules_release(rules);
+
+	/* a log too: 9 per minute shared by 4 agents, 2 here; the third
+	 * waits for the first to leave the window, a minute */
+	rules = rules_from_text("limits: [{rate: 9/1m, algorithm: log}]\n"
+				"on_store_failure: local\nstore: {type: redis, agents: 4}");
+	st = fake_store();
+	prepare(rules, "k", &q);
+	passed = 0;
+	for (int i = 0; i < 3; i++) {
+		store_without(st, &q, &d);
+		assert_true(d.degraded);
+		passed += d.status == 0;
+	}
+	assert_int_equal(passed, 2);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.limit, 2);
+	assert_true(d.retry_after >= 59 && d.retry_after <= 60);
+	store_free(st);
+	rules_release(rules);
 }
 
 static int admin_finished;

@@ -22,8 +22,10 @@ and call their own library, and none replaces another's.
     rule       2 bytes: 1-based index of its rule among the R rules
   rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
             burst]
-    algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window
-    quota      N requests per period, 1 .. 2^47
+    algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window,
+               3 sliding log
+    quota      N requests per period, 1 .. 2^47 (a log: 1 .. 65535, see
+               "Storage"; the agent keeps it to 1000)
     period_us  P in microseconds, 1 .. 2^47
     burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
                burst * period_us / quota <= 2^52 (windows ignore it:
@@ -64,11 +66,12 @@ the numbers now_us, remaining, retry_after_us and reset_us as float64
                     request would pass (a request heavier than the capacity
                     never passes: it gets one period)
     reset_us        time until this limit is full again
-  A window (sliding or fixed) also tells the time until more quota comes
-  (the RateLimit field's t: until a request of cost remaining + 1 would
-  pass, see window_more), which the agent cannot work out from the rest,
-  negated in the slot its result leaves unused: retry_after_us when it
-  allows, remaining when it refuses. So a window's retry_after_us <= 0 and
+  A window (sliding or fixed) or a log also tells the time until more
+  quota comes (the RateLimit field's t: until a request of cost
+  remaining + 1 would pass, see window_more; for a log, until its oldest
+  entry leaves), which the agent cannot work out from the rest, negated in
+  the slot its result leaves unused: retry_after_us when it allows,
+  remaining when it refuses. So such a limit's retry_after_us <= 0 and
   remaining <= 0 read as 0 (allowing; refused) and minus them is that time.
   A token bucket's slots hold only what they say: the agent derives its t
   from remaining and reset_us.
@@ -109,6 +112,21 @@ window:
                   window before; needed until U (the end of the next window,
                   where C still weighs as the previous count)
   fixed window    "U:C": window start U - P, C requests in it; needed until U
+  sliding log     the requests admitted in the last period, oldest first, in
+                  binary: a header of 9 bytes, B (7 bytes: a time, the
+                  log's base) and R0 (2 bytes), then 8 bytes per request,
+                  its time as an offset from B (6 bytes) and the running
+                  total of the costs up to it included (2 bytes), both
+                  big-endian; totals are mod 2^16 and R0 is the total
+                  before the first request, so the weight of any run of
+                  requests is one subtraction (a log weighs at most its
+                  quota, < 2^16). Requests of one microsecond are one
+                  entry. B stays while the log has requests, unless an
+                  offset would reach 2^48 (then B becomes the oldest's
+                  time). Needed until its newest request leaves the window,
+                  at its time + P. A log of k requests is 9 + 8k bytes, k
+                  at most its quota; of its shape: k >= 1 whole, its
+                  weight from k to the quota, its newest time below 2^53
 A value past its need, or that does not have its limit's shape, is
 equivalent to an absent one (a fresh client with a full bucket).
 
@@ -124,6 +142,10 @@ Cost, per call: the keys are read with one MGET (on a Cluster, one per
 client, which may be another node's), each key written once at the end:
 INCRBY when an integer state stays one and keeps its expiry (no text to
 make, and Redis's cheapest write here), else SET with PXAT or KEEPTTL.
+A log reads a few of its entries (bisections: its oldest in the window,
+and when it refuses, the moment enough have left) and writes its value
+anew: string.sub and one struct.pack, copies in C of at most 8 bytes per
+request of its quota.
 A command called from Lua costs Redis some 6,000 instructions whatever it
 does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
@@ -141,7 +163,7 @@ them where the keys live. Any other error is raised as Redis gave it.
 -- the libraries it uses are bound on the first call (bind()).
 local floor, find, sub, match, fmt, byte, concat
 local type, tonumber, unpack, maxn, pcall, error
-local rcall, rpcall, mp_unpack, spack, error_reply
+local rcall, rpcall, mp_unpack, spack, sunpack, error_reply
 
 local function bind()
 	floor = math.floor
@@ -151,7 +173,7 @@ local function bind()
 	-- (these names are the upvalues here: the globals come through _G)
 	unpack, type, tonumber, pcall, error = _G.unpack, _G.type, _G.tonumber, _G.pcall, _G.error
 	rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
-	mp_unpack, spack = cmsgpack.unpack, struct.pack
+	mp_unpack, spack, sunpack = cmsgpack.unpack, struct.pack, struct.unpack
 end
 
 local MAX_REQS = 4096
@@ -161,6 +183,10 @@ local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
 local TWO52 = 4503599627370496
 local TWO53 = 9007199254740992
 local TWO54 = 18014398509481984
+local TWO16 = 65536
+local TWO48 = 281474976710656
+-- a log's quota: its running totals are mod 2^16
+local LOG_QUOTA_MAX = 65535
 -- 2024-01-01T00:00:00Z in microseconds: a token bucket's state counts from it
 local EPOCH = 1704067200000000
 -- keys per MGET: unpack() puts them all on Lua's stack
@@ -505,14 +531,128 @@ local function eval_fixed(v, now, cost, quota, period)
 	return false, 0 - more, left, reset
 end
 
+-- Sliding log (see "Storage"): entry i (1-based) is at byte 2 + 8i of the
+-- value. A request of cost c passes when the entries admitted less than P
+-- ago weigh at most quota - c; each time it reports is when an entry
+-- leaves, its time + P. Bisections read only a few entries.
+
+-- The time until the entries lo .. k (hi = k) of the log v weigh at most
+-- target, the oldest leaving first: the first entry whose leaving is
+-- enough, found by bisection on the running totals (ck: the newest's).
+local function log_wait(v, base, ck, lo, hi, target, period, now)
+	while lo < hi do
+		local mid = floor((lo + hi) / 2)
+		local _, c = sunpack('>I6I2', v, 2 + 8 * mid)
+		if (ck - c) % TWO16 <= target then
+			hi = mid
+		else
+			lo = mid + 1
+		end
+	end
+	return base + sunpack('>I6', v, 2 + 8 * lo) + period - now
+end
+
+-- Keeps entries f .. k of the log v (8 bytes each from byte 2 + 8f) as
+-- offsets from nb rather than from base: the rare write whose offset
+-- would reach 2^48. Returns them as a string.
+local function log_rebase(v, f, k, base, nb)
+	local t = {}
+	for i = f, k do
+		local o, c = sunpack('>I6I2', v, 2 + 8 * i)
+		t[#t + 1] = spack('>I6I2', o + base - nb, c)
+	end
+	return concat(t)
+end
+
+local function eval_log(v, now, cost, quota, period)
+	local k, base, c0, tk, ck, old = 0, 0, 0, 0, 0, 0
+	if v then
+		local len = #v
+		local n = (len - 9) / 8
+		if n >= 1 and n <= quota and n % 1 == 0 then
+			local b, z = sunpack('>I7I2', v)
+			local o, c = sunpack('>I6I2', v, len - 7)
+			local w = (c - z) % TWO16
+			if w >= n and w <= quota and b + o < TWO53 then
+				k, base, c0, tk, ck = n, b, z, b + o, c
+				old = tk + period
+			end
+		end
+	end
+	-- f: the oldest entry in the window (k + 1: none), whose time t has
+	-- t + P > now; cf: the running total before it
+	local f, cf, used, reset = k + 1, c0, 0, 0
+	if k > 0 then
+		local x = now - period - base
+		if sunpack('>I6', v, 10) > x then
+			f = 1
+		elseif tk - base > x then
+			local lo, hi = 2, k
+			while lo < hi do
+				local mid = floor((lo + hi) / 2)
+				if sunpack('>I6', v, 2 + 8 * mid) > x then
+					hi = mid
+				else
+					lo = mid + 1
+				end
+			end
+			f = lo
+		end
+		if f <= k then
+			if f > 1 then
+				local _
+				_, cf = sunpack('>I6I2', v, 2 + 8 * (f - 1))
+			end
+			used = (ck - cf) % TWO16
+			reset = tk + period - now
+		end
+	end
+	-- a clock that went back records the request at the newest's time (it
+	-- counts a little longer than P, never less), so the log stays in order
+	local at = now
+	if k > 0 and tk > now then
+		at = tk
+	end
+	if cost <= quota and used + cost <= quota then
+		local val
+		if f > k then
+			val = spack('>I7I2I6I2', at, 0, 0, cost)
+		elseif at == tk then
+			val = spack('>I7I2', base, cf) .. sub(v, 2 + 8 * f, -3) ..
+			    spack('>I2', (ck + cost) % TWO16)
+		elseif at - base < TWO48 then
+			val = spack('>I7I2', base, cf) .. sub(v, 2 + 8 * f) ..
+			    spack('>I6I2', at - base, (ck + cost) % TWO16)
+		else
+			local nb = base + sunpack('>I6', v, 2 + 8 * f)
+			val = spack('>I7I2', nb, cf) .. log_rebase(v, f, k, base, nb) ..
+			    spack('>I6I2', at - nb, (ck + cost) % TWO16)
+		end
+		-- more quota when the oldest leaves: this request, if alone
+		local first = at
+		if f <= k then
+			first = base + sunpack('>I6', v, 2 + 8 * f)
+		end
+		return true, quota - used - cost, now - first - period, at + period - now, val, old
+	end
+	local more = 0
+	if used >= quota then
+		more = log_wait(v, base, ck, f, k, quota - 1, period, now)
+	end
+	if cost > quota then
+		return false, 0 - more, period, reset
+	end
+	return false, 0 - more, log_wait(v, base, ck, f, k, quota - cost, period, now), reset
+end
+
 -- Returns nil when l is a valid limit, else what is wrong with it.
 local function limit_error(l)
 	if type(l) ~= 'table' or l[4] == nil or l[5] ~= nil then
 		return 'need [algo, quota, period_us, burst]'
 	end
 	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
-	if algo ~= 0 and algo ~= 1 and algo ~= 2 then
-		return 'algo must be 0, 1 or 2'
+	if algo ~= 0 and algo ~= 1 and algo ~= 2 and algo ~= 3 then
+		return 'algo must be 0, 1, 2 or 3'
 	end
 	-- x % 1 ~= 0 for fractions, and for NaN and infinities too
 	if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then
@@ -523,6 +663,9 @@ local function limit_error(l)
 	end
 	if type(burst) ~= 'number' or burst < 0 or burst > MAX_VALUE or burst % 1 ~= 0 then
 		return 'burst must be an integer in 0..2^47'
+	end
+	if algo == 3 and quota > LOG_QUOTA_MAX then
+		return 'a log\'s quota must be at most 65535'
 	end
 	-- the bucket's depth in time, burst * period / quota, must stay below
 	-- 2^53 once added to the clock
@@ -870,6 +1013,9 @@ local function run(args, cluster)
 				elseif algo == 1 then
 					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_sliding(v, now, cost, l[2], l[3])
+				elseif algo == 3 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_log(v, now, cost, l[2], l[3])
 				else
 					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_fixed(v, now, cost, l[2], l[3])
