@@ -6,7 +6,10 @@ without the registration for EVAL scripts that drive its local functions.
 import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
+# its parts, loaded as one text in this order (the Makefile's LUA_LIBRARY)
+PARTS = [os.path.join(ROOT, "agent", "store", "redis", name)
+         for name in ("ratelimit.lua", "ratelimit_calls.lua")]
+LIBRARY = PARTS[0]
 LIBRARY_NAME = "spoa_ratelimit_v4"
 FUNCTIONS = ("rl4_decide", "rl4_decide_cluster")
 REFUNDS = ("rl4_refund", "rl4_refund_cluster")
@@ -19,9 +22,13 @@ _REGISTRATION = "\nlocal function register("
 
 
 def library():
-    """The text of ratelimit.lua, for FUNCTION LOAD REPLACE."""
-    with open(LIBRARY) as f:
-        return f.read()
+    """The text of the library (its parts, one after the other), for
+    FUNCTION LOAD REPLACE."""
+    text = ""
+    for path in PARTS:
+        with open(path) as f:
+            text += f.read()
+    return text
 
 
 def library_code():

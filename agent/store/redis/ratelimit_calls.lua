@@ -1,0 +1,536 @@
+--[[ ratelimit_calls.lua: the second part of the decision library (the
+first is ratelimit.lua, whose header describes the functions, their
+arguments and replies): reading the call, deciding its requests in turn
+with the evaluations of the first part, writing what they took, and the
+refund. The build and the tests load the two parts as one text, this one
+after the first, so it uses the first part's locals. ]]
+
+local function now_us()
+	local t = rcall('TIME')
+	return t[1] * 1000000 + t[2]
+end
+
+-- Arrays kept from call to call, so that a call makes no table of its own
+-- (a table that grows to a batch's size costs Redis more than deciding
+-- the batch): entries past what a call uses are ignored, and the entries
+-- of key positions are valid when their generation is the call's.
+local gen = 0
+local rbuf, out, valv, oldv, oldn, parts = {}, {}, {}, {}, {}, {}
+local sv = {}            -- by key position: its value, false when absent
+local wgen, wneed, wbefore, wnum, wlim, wpos = {}, {}, {}, {}, {}, {}
+local rgen, rhere, rname, rpos = {}, {}, {}, {} -- Cluster: see read_client()
+local kmap = {}          -- by position: its key's index (with a keymap)
+
+-- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
+local function read_all(args, k0, nk)
+	if nk <= MGET_MAX then
+		sv = rcall('MGET', unpack(args, k0 + 1, k0 + nk))
+		return
+	end
+	for a = 1, nk, MGET_MAX do
+		local b = a + MGET_MAX - 1
+		if b > nk then
+			b = nk
+		end
+		local v = rcall('MGET', unpack(args, k0 + a, k0 + b))
+		for i = a, b do
+			sv[i] = v[i - a + 1]
+		end
+	end
+end
+
+-- Reads the keys rname[a .. b], of one slot, into sv at positions
+-- rpos[a .. b], and marks them read in this call; not read, and not here,
+-- when their slot is not this node's. Any other error is raised.
+local function read_slot(rname, rpos, a, b, g0)
+	local v = rpcall('MGET', unpack(rname, a, b))
+	local e = v.err
+	local here = true
+	if e then
+		if not (find(e, 'non local key', 1, true) or
+		    find(e, 'not stored on this node', 1, true) or
+		    find(e, 'cluster is down', 1, true)) then
+			error(v)
+		end
+		here = false
+	end
+	for i = a, b do
+		local p = rpos[i]
+		rgen[p], rhere[p] = g0, here
+		if here then
+			sv[p] = v[i - a + 1]
+		end
+	end
+end
+
+-- A Cluster request's keys a .. b: true when all of them are this node's
+-- (each read into sv on its first use in the call, so that a value this
+-- call has changed is never read again), false when any is not (its slot
+-- is served elsewhere, moving, or the cluster is down: then it is neither
+-- read nor written here). Any other error is raised as Redis gave it.
+local function read_client(args, k0, a, b, g0, mapped)
+	local n = 0
+	for x = a, b do
+		local p = x
+		if mapped then
+			p = kmap[x]
+		end
+		if rgen[p] ~= g0 then
+			-- (a key named twice in the request: read once)
+			rgen[p], rhere[p] = g0, false
+			n = n + 1
+			rname[n], rpos[n] = args[k0 + p], p
+		end
+	end
+	if n > 0 and not mapped then
+		-- (the agent names a client's keys together: they share a slot)
+		read_slot(rname, rpos, 1, n, g0)
+	elseif n > 0 then
+		-- a request's keys of several clients: one MGET per slot (its
+		-- hash tag), as Redis reads no command across slots
+		local a = 1
+		while a <= n do
+			local tag = match(rname[a], '^{[^}]*}')
+			local b = a
+			for i = a + 1, n do
+				if tag and sub(rname[i], 1, #tag) == tag then
+					b = b + 1
+					rname[b], rname[i] = rname[i], rname[b]
+					rpos[b], rpos[i] = rpos[i], rpos[b]
+				end
+			end
+			read_slot(rname, rpos, a, b, g0)
+			a = b + 1
+		end
+	end
+	for x = a, b do
+		local p = x
+		if mapped then
+			p = kmap[x]
+		end
+		if not rhere[p] then
+			return false
+		end
+	end
+	return true
+end
+
+local function fail(msg)
+	return error_reply('ERR rl decide: ' .. msg)
+end
+
+-- The reply is msgpack made with struct.pack, one string per request: its
+-- numbers as float64 (0xcb and 8 bytes, exact below 2^53), the rest
+-- fixints and array headers. One C call per request costs Redis less than
+-- choosing each integer's shortest form in Lua.
+local fmts = {} -- fmts[nl]: the format of a request of nl limits
+local pa = {}   -- the values of one request, for unpack()
+
+local function request_format(nl)
+	local f = fmts[nl]
+	if not f then
+		f = nl < 16 and '>BBBB' or '>BBBBH'
+		for _ = 1, nl do
+			f = f .. 'BBdBdBd'
+		end
+		fmts[nl] = f
+	end
+	return f
+end
+
+-- One request's reply, [allowed, decider, [[remaining, retry_after_us,
+-- reset_us], ...]], from vals (out: 3 per limit), or zeros without vals.
+local function request_reply(allowed, best, nl, vals)
+	if nl == 1 and vals then
+		-- (fewer, wider items: 0x93 allowed decider 0x91 as one integer,
+		-- then 0x93 0xcb)
+		return spack('>I4HdBdBd', 2466250897 + allowed * 65536 + best * 256, 37835, vals[1],
+		    0xcb, vals[2], 0xcb, vals[3])
+	end
+	local n = 4
+	pa[1], pa[2], pa[3] = 0x93, allowed, best
+	if nl < 16 then
+		pa[4] = 0x90 + nl
+	else
+		pa[4], pa[5], n = 0xdc, nl, 5
+	end
+	for j = 1, nl do
+		local x, y, z = 0, 0, 0
+		if vals then
+			x, y, z = vals[3 * j - 2], vals[3 * j - 1], vals[3 * j]
+		end
+		pa[n + 1], pa[n + 2], pa[n + 3], pa[n + 4] = 0x93, 0xcb, x, 0xcb
+		pa[n + 5], pa[n + 6], pa[n + 7] = y, 0xcb, z
+		n = n + 7
+	end
+	return spack(request_format(nl), unpack(pa, 1, n))
+end
+
+-- The requests of args (from argument a0 + 1 on) and their rules (in
+-- rbuf), and the keymap (in kmap): the requests' bytes, their count, the
+-- number of rules, the index k0 of the argument before the first key, the
+-- number of key positions and whether they are mapped; or nil and a
+-- message. The requests themselves are checked as they are decided.
+local function parse(args, a0)
+	local req = args[a0 + 1]
+	local len = req and #req
+	if not len or len < 12 or len > 2 + 10 * MAX_REQS or len % 10 ~= 2 then
+		return nil, fmt('requests: need 2 + 10 * n bytes, 1 <= n <= %d', MAX_REQS)
+	end
+	local h, l = byte(req, 1, 2)
+	local mapped = h >= 128
+	if mapped then
+		h = h - 128
+	end
+	local nr = h * 256 + l
+	local k0 = a0 + 1 + nr
+	if mapped then
+		k0 = k0 + 1
+	end
+	if nr < 1 or nr > MAX_RULES or #args < k0 then
+		return nil, fmt('requests: nrules must be in 1..%d with a rule for each', MAX_RULES)
+	end
+	for r = 1, nr do
+		local rule, e = rule_of(args[a0 + 1 + r])
+		if not rule then
+			return nil, fmt('rule %d: %s', r, e)
+		end
+		rbuf[r] = rule
+	end
+	local nk = #args - k0
+	if not mapped then
+		return req, (len - 2) / 10, nr, k0, nk, false
+	end
+	local map = args[k0]
+	local np = #map / 4
+	if np < 1 or np % 1 ~= 0 or np > MAX_REQS * MAX_LIMITS then
+		return nil, 'keymap: need 4 bytes per key position'
+	end
+	for p = 1, np do
+		local b1, b2, b3, b4 = byte(map, 4 * p - 3, 4 * p)
+		local ki = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+		if ki < 1 or ki > nk then
+			return nil, fmt('keymap: position %d must name a key in 1..%d', p, nk)
+		end
+		kmap[p] = ki
+	end
+	return req, (len - 2) / 10, nr, k0, np, true
+end
+
+-- Request i of req: its first key position, cost and rule; or nil and
+-- what is wrong with it.
+local function request_at(req, i, nr, nk)
+	local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+	local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+	local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+	local ri = r1 * 256 + r2
+	-- (rbuf holds rules of earlier calls past nr)
+	local rule = rbuf[ri]
+	if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
+		if not rule or ri > nr then
+			return nil, fmt('request %d: rule must be in 1..%d', i, nr)
+		elseif cost < 1 then
+			return nil, fmt('request %d: cost must be at least 1', i)
+		end
+		return nil, fmt('request %d: first_key must leave a key per limit among the %d keys',
+		    i, nk)
+	end
+	return ki, cost, rule
+end
+
+-- The expiry, in milliseconds, of a key needed until need_us whose limit
+-- has grid g (see "Expiry").
+local function expiry_ms(need, g)
+	local r = need % 1000
+	local u = (need - r) / 1000 + (r > 0 and 1 or 0)
+	r = u % g
+	if r > 0 then
+		u = u + g - r
+	end
+	return u
+end
+
+-- Decides every request of args in order and writes what they took.
+local function run(args, cluster)
+	local req, m, nr, k0, nk, mapped = parse(args, 0)
+	if not req then
+		return fail(m)
+	end
+	local now = now_us()
+	gen = gen + 1
+	local g0 = gen
+	if not cluster and nk > 0 then
+		-- (mapped: every key, each once, whatever the positions)
+		read_all(args, k0, mapped and #args - k0 or nk)
+	end
+	if m < 16 then
+		parts[1] = spack('>BBdB', 0x92, 0xcb, now, 0x90 + m)
+	else
+		parts[1] = spack('>BBdBH', 0x92, 0xcb, now, 0xdc, m)
+	end
+	local nw = 0
+	local _
+	for i = 1, m do
+		-- (request_at(), inline: a Lua call per request costs Redis more
+		-- than the lines it saves)
+		local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+		local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
+		local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
+		local ri = r1 * 256 + r2
+		local rule = rbuf[ri]
+		if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
+			-- nothing is written before the last request is checked
+			local _, e = request_at(req, i, nr, nk)
+			return fail(e)
+		end
+		local nl = #rule
+		local here = true
+		if cluster then
+			here = read_client(args, k0, ki, ki + nl - 1, g0, mapped)
+		end
+		if not here then
+			-- not this node's keys: nothing taken, nothing computed
+			parts[i + 1] = request_reply(2, 0, nl, nil)
+		else
+			local all = true
+			local k = ki - 1
+			for j = 1, nl do
+				local l = rule[j]
+				local p = k + j
+				if mapped then
+					p = kmap[p]
+				end
+				local algo, v = l[1], sv[p]
+				local at = 3 * j
+				local val
+				if algo == 0 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j], oldn[j] =
+					    eval_token(v, now, cost, l)
+				elseif algo == 1 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_sliding(v, now, cost, l[2], l[3])
+				elseif algo == 3 then
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_log(v, now, cost, l[2], l[3])
+				else
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_fixed(v, now, cost, l[2], l[3])
+				end
+				if algo ~= 0 then
+					oldn[j] = nil
+				end
+				-- (a limit that allows, and only such a limit, has a new value)
+				valv[j] = val
+				if not val then
+					all = false
+				end
+			end
+			local best = 1
+			if all then
+				local low = out[1]
+				for j = 1, nl do
+					local p = k + j
+					if mapped then
+						p = kmap[p]
+					end
+					if wgen[p] ~= g0 then
+						wgen[p] = g0
+						nw = nw + 1
+						wpos[nw] = p
+						wbefore[p], wnum[p], wlim[p] = oldv[j], oldn[j], rule[j]
+					end
+					sv[p] = valv[j]
+					wneed[p] = now + out[3 * j]
+					if out[3 * j - 2] < low then
+						best, low = j, out[3 * j - 2]
+					end
+				end
+			else
+				local most = -1
+				for j = 1, nl do
+					if not valv[j] and out[3 * j - 1] > most then
+						best, most = j, out[3 * j - 1]
+					end
+				end
+			end
+			parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
+		end
+	end
+	-- Expiry: each key written once, with its last value. It expires at
+	-- its need rounded up to the millisecond, then up to a multiple of its
+	-- limit's grid; when that is the expiry it already has (the value it
+	-- held, read as its shape says, gives it), the key keeps it (KEEPTTL
+	-- costs Redis half of setting an expiry).
+	for w = 1, nw do
+		local p = wpos[w]
+		local g = wlim[p][5]
+		-- (expiry_ms(), inline, twice)
+		local u = wneed[p]
+		local r = u % 1000
+		u = (u - r) / 1000 + (r > 0 and 1 or 0)
+		r = u % g
+		if r > 0 then
+			u = u + g - r
+		end
+		local o = wbefore[p]
+		r = o % 1000
+		o = (o - r) / 1000 + (r > 0 and 1 or 0)
+		r = o % g
+		if r > 0 then
+			o = o + g - r
+		end
+		local val, name = sv[p], args[k0 + p]
+		local num = type(val) == 'number'
+		if o ~= u then
+			-- (a whole number of milliseconds below 10^14 converts to
+			-- its digits exactly)
+			rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', u)
+		else
+			-- An integer state over an integer state: INCRBY keeps the
+			-- expiry, costs Redis less than SET and needs no text. Its
+			-- reply is the new value, unless the old one was not an
+			-- integer as Redis reads them ("1e3", " 7": an error) or the
+			-- sum is not exact: then SET.
+			local d = num and wnum[p] and val - wnum[p]
+			if not d or d >= 1e14 or rpcall('INCRBY', name, d) ~= val then
+				rcall('SET', name, num and fmt('%d', val) or val, 'KEEPTTL')
+			end
+		end
+	end
+	return concat(parts, '', 1, m + 1)
+end
+
+-- Gives back `cost` to the key `name` of limit l, holding v, that a
+-- request took at `take` (see "Refund"). Returns 1 when it changed the
+-- key, else 0.
+local function refund_key(name, v, l, cost, take, now)
+	local algo, period = l[1], l[3]
+	if algo == 0 then
+		local p, n = l[7], l[8]
+		local a, r
+		local x = tonumber(v)
+		if x then
+			if x >= 0 and x < TWO53 and x % 1 == 0 then
+				local q
+				q, r = divmod(x, n)
+				a = EPOCH + q
+			end
+		else
+			local plus = find(v, '+', 1, true)
+			if plus then
+				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
+			end
+		end
+		if not (a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and r % 1 == 0) then
+			return 0
+		end
+		local iq, ir = muldiv(cost, p, n)
+		a, r = a - iq, r - ir
+		if r < 0 then
+			a, r = a - 1, r + n
+		end
+		if a < now or (a == now and r == 0) then
+			-- full: as good as absent
+			rcall('DEL', name)
+			return 1
+		end
+		local t0 = a - EPOCH
+		local val
+		if t0 >= 0 and t0 * n + r < TWO53 then
+			val = fmt('%d', t0 * n + r)
+		else
+			val = fmt('%d+%d', a, r)
+		end
+		rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
+		return 1
+	end
+	-- the window the take counted the request in
+	local e = take % period
+	local ws = take - e
+	if algo == 1 then
+		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
+		if not u then
+			return 0
+		end
+		u, c, pv = u + 0, c + 0, pv + 0
+		if u == ws + 2 * period then
+			c = c - cost
+		elseif u == ws + 3 * period then
+			pv = pv - cost
+		else
+			return 0
+		end
+		rcall('SET', name, fmt('%d:%d:%d', u, c > 0 and c or 0, pv > 0 and pv or 0), 'KEEPTTL')
+		return 1
+	end
+	local u, c = match(v, '^(%d+):(%d+)$')
+	if not u or u + 0 ~= ws + period then
+		return 0
+	end
+	c = c - cost
+	rcall('SET', name, fmt('%d:%d', u + 0, c > 0 and c or 0), 'KEEPTTL')
+	return 1
+end
+
+-- Gives back what the requests of args took (see "Refund").
+local function refund(args, cluster)
+	local take = tonumber(args[1])
+	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
+		return fail('take_us must be an integer in 0..2^53')
+	end
+	local req, m, nr, k0, nk, mapped = parse(args, 1)
+	if not req then
+		return fail(m)
+	end
+	for i = 1, m do
+		local ki, e = request_at(req, i, nr, nk)
+		if not ki then
+			return fail(e)
+		end
+	end
+	local now = now_us()
+	local changed = 0
+	for i = 1, m do
+		local ki, cost, rule = request_at(req, i, nr, nk)
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local name = args[k0 + p]
+			local v = rpcall('GET', name)
+			if type(v) == 'table' and v.err then
+				-- not this node's key (a Cluster that moved it): nothing to give
+				if not cluster then
+					error(v)
+				end
+				v = false
+			end
+			if v then
+				changed = changed + refund_key(name, v, rule[j], cost, take, now)
+			end
+		end
+	end
+	return changed
+end
+
+local function register(name, fn, cluster)
+	local f = {
+		function_name = name,
+		callback = function(_, args)
+			if not rcall then
+				bind()
+			end
+			return fn(args, cluster)
+		end,
+	}
+	if cluster then
+		f.flags = { 'allow-cross-slot-keys' }
+	end
+	redis.register_function(f)
+end
+
+register('rl4_decide', run, false)
+register('rl4_decide_cluster', run, true)
+register('rl4_refund', refund, false)
+register('rl4_refund_cluster', refund, true)
