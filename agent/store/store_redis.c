@@ -37,6 +37,7 @@
 #include "redis_node.h"
 #include "redis_sentinel.h"
 #include "redis_slots.h"
+#include "redis_split.h"
 #include "store.h"
 
 #define CACHE_SIZE 4096            /* refused-until entries per worker */
@@ -423,16 +424,13 @@ static int hold(struct redis_worker *rw, const struct redis_query *r)
 	return 0;
 }
 
-static void split_done(struct redis_worker *rw, const struct redis_query *r,
-		       const struct limit_result *res, int decider, int64_t redis_now);
-
 /* The outcome of r (res NULL: not decided): to whoever asked, or to the
  * decision r is a part of. */
 static void complete(struct redis_worker *rw, const struct redis_query *r,
 		     const struct limit_result *res, int decider, int64_t redis_now)
 {
 	if (r->split)
-		split_done(rw, r, res, decider, redis_now);
+		redis_split_part(r, res, decider, redis_now);
 	else
 		store_complete(rw->sw, &r->q, &r->ref, res, decider);
 }
@@ -921,49 +919,7 @@ static void redis_worker_free(struct store_worker *sw)
 	sw->impl = NULL;
 }
 
-/* ---- decisions whose keys live on several servers ---------------------------------
- *
- * A rule with layers on a Cluster or shards: a layer's keys (one for every
- * client, one per address) live where their own tag says, often not with
- * the client's. When a decision's keys are not all one server's, each part
- * (the rule's own limits, each layer's) is decided on its own server, all
- * or nothing there, at once; the decision is allowed when every part is.
- * When a part refuses or cannot be decided, the parts that took are given
- * back (the library's rl4_refund, without waiting: never sent twice).
- * So no limit ever lets through more than it allows; what this costs is
- * a window of about one round trip in which tokens a refused decision
- * took are not yet back, during which another request may be refused
- * that would have passed (and a refund that is lost, counted in
- * refunds_lost, holds its tokens until they refill). Decisions whose keys
- * share a server are made in one call, exactly as on one server. */
-
-enum { PART_WAIT, PART_TAKEN, PART_REFUSED, PART_FAILED };
-
-struct split {
-	struct decide_query q;
-	struct store_ref ref;
-	struct limit_result res[LIMIT_SET_MAX];
-	struct redis_query sub[RULES_PARTS_MAX]; /* each part as sent */
-	int64_t take[RULES_PARTS_MAX];           /* Redis's clock of each take */
-	uint8_t first[RULES_PARTS_MAX];          /* the part's first limit in q */
-	uint8_t state[RULES_PARTS_MAX];
-	unsigned pending;
-};
-
-/* Part p of q as a query of its own: the rule's own limits (p = 0) or a
- * layer's, under that part's key. */
-static void part_query(const struct decide_query *q, unsigned p, struct decide_query *out)
-{
-	*out = *q;
-	if (p == 0) {
-		out->nlimits = q->rule->nown;
-		return;
-	}
-	out->rule = q->rule->stack[p - 1];
-	out->limits = out->rule->limits;
-	out->nlimits = out->rule->nlimits;
-	memcpy(out->key, q->lkey[p - 1], IDENTITY_KEY_LEN);
-}
+/* ---- decisions whose keys live on several servers (redis_split.h) ---------------- */
 
 /* Whether q's keys may live on several servers: a rule with layers, on a
  * Cluster or shards, whose parts' keys the map does not put on one
@@ -982,27 +938,9 @@ static bool needs_split(struct redis_worker *rw, const struct decide_query *q)
 	return false;
 }
 
-/* The deciding limit of res[0..n), as the library picks it: the refusing
- * one with the longest retry-after, else the one with the fewest left;
- * ties go to the lowest index. */
-static int pick_decider(const struct limit_result *res, size_t n)
+static void split_refund(void *owner, const struct redis_query *r, int64_t take)
 {
-	int best = -1;
-
-	for (size_t i = 0; i < n; i++)
-		if (!res[i].allowed && (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
-			best = (int)i;
-	if (best >= 0)
-		return best;
-	best = 0;
-	for (size_t i = 1; i < n; i++)
-		if (res[i].remaining < res[best].remaining)
-			best = (int)i;
-	return best;
-}
-
-static void refund(struct redis_worker *rw, const struct redis_query *r, int64_t take)
-{
+	struct redis_worker *rw = owner;
 	struct redis_node *rn = route(rw, r->q.key);
 
 	if (rn) {
@@ -1013,92 +951,20 @@ static void refund(struct redis_worker *rw, const struct redis_query *r, int64_t
 	}
 }
 
-static void split_finish(struct redis_worker *rw, struct split *s)
+static int split_send(void *owner, const struct redis_query *r)
 {
-	bool failed = false, refused = false;
-	unsigned nparts = 1u + s->q.rule->nstack;
-
-	for (unsigned p = 0; p < nparts; p++) {
-		failed |= s->state[p] == PART_FAILED;
-		refused |= s->state[p] == PART_REFUSED;
-	}
-	if (failed || refused)
-		for (unsigned p = 0; p < nparts; p++)
-			if (s->state[p] == PART_TAKEN)
-				refund(rw, &s->sub[p], s->take[p]);
-	if (failed)
-		store_complete(rw->sw, &s->q, &s->ref, NULL, -1);
-	else
-		store_complete(rw->sw, &s->q, &s->ref, s->res, pick_decider(s->res, s->q.nlimits));
-	xfree(s);
+	return dispatch(owner, r);
 }
 
-static void split_done(struct redis_worker *rw, const struct redis_query *r,
-		       const struct limit_result *res, int decider, int64_t redis_now)
+static void split_answer(void *owner, const struct decide_query *q, const struct store_ref *ref,
+			 const struct limit_result *res, int decider)
 {
-	struct split *s = r->split;
-	unsigned p = r->part;
+	struct redis_worker *rw = owner;
 
-	if (res) {
-		memcpy(&s->res[s->first[p]], res, r->q.nlimits * sizeof(*res));
-		s->state[p] = res[decider].allowed ? PART_TAKEN : PART_REFUSED;
-		s->take[p] = redis_now;
-		s->sub[p] = *r;
-	} else {
-		s->state[p] = PART_FAILED;
-	}
-	if (--s->pending == 0)
-		split_finish(rw, s);
+	store_complete(rw->sw, q, ref, res, decider);
 }
 
-/* Sends each part of r to its server. Returns 0, or -1 when no part
- * could be sent (nothing taken: r is the caller's to answer). */
-static int split_start(struct redis_worker *rw, const struct redis_query *r)
-{
-	struct split *s = xcalloc(1, sizeof(*s));
-	unsigned nparts = 1u + r->q.rule->nstack, sent = 0;
-
-	if (!s)
-		return -1;
-	STAT_INC(rw->sw->stats.split);
-	s->q = r->q;
-	s->ref = r->ref;
-	for (size_t j = 0; j < r->q.nlimits; j++) {
-		unsigned p = r->q.rule->part_of[j];
-
-		if (j == 0 || p != r->q.rule->part_of[j - 1])
-			s->first[p] = (uint8_t)j;
-	}
-	/* every part is counted before any is sent: none can finish early */
-	for (unsigned p = 0; p < nparts; p++) {
-		s->state[p] = PART_WAIT;
-		s->sub[p] = *r;
-		part_query(&r->q, p, &s->sub[p].q);
-		s->sub[p].split = s;
-		s->sub[p].part = p;
-		if (s->sub[p].q.nlimits)
-			s->pending++;
-		else
-			s->state[p] = PART_TAKEN; /* no limit of its own: nothing to give back */
-	}
-	for (unsigned p = 0; p < nparts; p++) {
-		if (s->state[p] != PART_WAIT)
-			continue;
-		if (dispatch(rw, &s->sub[p]) == 0) {
-			sent++;
-			continue;
-		}
-		s->state[p] = PART_FAILED;
-		s->pending--;
-	}
-	if (!sent) {
-		xfree(s);
-		return -1;
-	}
-	if (s->pending == 0)
-		split_finish(rw, s); /* cannot happen: a sent part is pending */
-	return 0;
-}
+static const struct redis_split_cb split_cb = { split_send, split_refund, split_answer };
 
 static enum store_outcome redis_check(struct store_worker *sw, const struct decide_query *q,
 				      const struct store_ref *ref, struct limit_result *res,
@@ -1120,8 +986,11 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.deadline = r.queued + (int64_t)(rw->cfg->timeout * 1e6);
 	r.split = NULL;
 	r.part = 0;
-	if (needs_split(rw, q))
-		return split_start(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
+	if (needs_split(rw, q)) {
+		STAT_INC(sw->stats.split);
+		return redis_split_start(&r, &split_cb, rw) == 0 ? STORE_PENDING
+								  : STORE_UNAVAILABLE;
+	}
 	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 }
 
