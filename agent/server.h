@@ -44,6 +44,8 @@ struct worker_stats {
 	counter_t notifies;
 	counter_t degraded;
 	counter_t store_down;
+	counter_t releases;     /* release messages */
+	counter_t releases_bad; /* without a slot or request_id, or a malformed slot */
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 };
 

@@ -182,6 +182,9 @@ static const struct {
 	  STORE(split) },
 	{ "spoa_rl_redis_refunds_total",
 	  "Parts of a refused split decision given back to their server.", STORE(refunds) },
+	{ "spoa_rl_redis_releases_lost_total",
+	  "Concurrency places a release could not give back (no connection): they end at their max_duration.",
+	  STORE(releases_lost) },
 	{ "spoa_rl_redis_refunds_lost_total",
 	  "Refunds that could not be sent or failed: tokens held until they refill.",
 	  STORE(refunds_lost) },
@@ -274,6 +277,12 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_store_down_total",
 		"Requests refused with 503 because the store failed (fail-closed).",
 		worker_sum(srv, WORKER(store_down)));
+	counter(o, "spoa_rl_releases_total",
+		"Release messages: responses giving back a concurrency place.",
+		worker_sum(srv, WORKER(releases)));
+	counter(o, "spoa_rl_releases_invalid_total",
+		"Release messages without a slot or request_id, or with a malformed slot.",
+		worker_sum(srv, WORKER(releases_bad)));
 	shed_series(o, srv, rules);
 	{
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",

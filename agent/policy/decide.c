@@ -25,6 +25,18 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 	decide_prepare_request(rules, &req, rnd, q);
 }
 
+__attribute__((noinline)) uint64_t decide_request_id(const struct spop_data *d)
+{
+	char text[IDENTITY_RENDER_MAX];
+	size_t len = 0;
+	const char *s = identity_value(d, text, sizeof(text), &len);
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)s[i]) * 0x100000001b3ULL;
+	return h ? h : 1;
+}
+
 /* The key of each layer stacked on the rule, under the layer's identity. */
 static __attribute__((noinline)) void layer_keys(const struct rules *rules,
 						 const struct rules_verdict *v,
@@ -88,6 +100,7 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 			  v.rule->name_len, q->key);
 	if (v.rule->nstack)
 		layer_keys(rules, &v, q);
+	q->request_id = v.request_id ? decide_request_id(v.request_id) : 0;
 }
 
 /* A decision's common part: rule, priority, policy. */
@@ -111,6 +124,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->counted = false;
 	d->near_limit = false;
 	d->counters = q->rule->counters;
+	d->slot_len = 0;
 }
 
 void decide_shed(const struct decide_query *q, struct decide_decision *d)
@@ -139,6 +153,59 @@ static void shadow_shed(const struct decide_query *q, struct decide_decision *d)
 	}
 }
 
+/* "<rule>/<client key in hex>": the place an admitted request took. */
+static void put_slot(const struct decide_query *q, struct decide_decision *d)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = q->rule->name_len;
+
+	memcpy(d->slot, q->rule->name, n);
+	d->slot[n++] = '/';
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		d->slot[n++] = hex[q->key[i] >> 4];
+		d->slot[n++] = hex[q->key[i] & 15];
+	}
+	d->slot_len = (uint8_t)n;
+}
+
+/* The limit that speaks for an allowed request whose fewest remaining
+ * are the concurrency limit's: the rate limit with the fewest left (the
+ * RateLimit fields describe rates), or the concurrency limit when the rule
+ * has no other. */
+static int rate_decider(const struct decide_query *q, const struct limit_result *res, int decider)
+{
+	int best = -1;
+
+	for (size_t i = 0; i < q->nlimits; i++)
+		if (q->limits[i].algo != LIMIT_CONCURRENCY &&
+		    (best < 0 || res[i].remaining < res[best].remaining))
+			best = (int)i;
+	return best < 0 ? decider : best;
+}
+
+/* Refused by the concurrency limit: 429 (reason concurrency), as many
+ * places as the limit has, none left; retry after a place may have freed.
+ * No RateLimit field: it describes rates, and the policy lists none for
+ * this limit. */
+static void concurrency_refused(const struct decide_query *q, const struct limit_result *r,
+				struct decide_decision *d)
+{
+	d->counted = true;
+	d->limit = (int64_t)r->limit;
+	d->remaining = 0;
+	d->reset = limit_ceil_s(r->reset_us);
+	d->reason = DECIDE_CONCURRENCY;
+	if (q->shadow) {
+		d->shadow = true;
+	} else {
+		d->status = 429;
+		d->retry_after = limit_ceil_s(r->retry_after_us);
+		if (d->retry_after < 1)
+			d->retry_after = 1;
+	}
+	shadow_shed(q, d);
+}
+
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
@@ -149,6 +216,18 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 	if (q->nlimits == 0 || decider < 0 || (size_t)decider >= q->nlimits) {
 		shadow_shed(q, d);
 		return;
+	}
+	if (q->rule->conc && q->limits[decider].algo == LIMIT_CONCURRENCY) {
+		if (!res[decider].allowed) {
+			concurrency_refused(q, &res[decider], d);
+			return;
+		}
+		/* allowed: the answer speaks of a rate limit, when there is one */
+		decider = rate_decider(q, res, decider);
+		if (res[decider].allowed && q->request_id)
+			put_slot(q, d);
+	} else if (q->rule->conc && q->request_id && res[decider].allowed) {
+		put_slot(q, d);
 	}
 	r = &res[decider];
 	d->counted = true;
@@ -224,7 +303,7 @@ void decide_closed(const struct decide_query *q, struct decide_decision *d)
 /* Each reason and its text, written once for both users below. */
 #define REASONS(X) \
 	X(DECIDE_OK, "ok") X(DECIDE_LIMITED, "limited") X(DECIDE_SHED, "shed") \
-	X(DECIDE_STORE_DOWN, "store_down")
+	X(DECIDE_STORE_DOWN, "store_down") X(DECIDE_CONCURRENCY, "concurrency")
 
 const char *decide_reason_str(enum decide_reason r)
 {
@@ -258,12 +337,13 @@ static inline __attribute__((always_inline)) uint8_t *put_reason(uint8_t *p,
 	return spop_var_str_at(p, VAR("reason"), "ok", 2);
 }
 
-/* The most bytes the actions take, with these strings: six integers, four
- * strings (the reason at most 10 bytes), two booleans. */
+/* The most bytes the actions take, with these strings: six integers, five
+ * strings (the reason at most 11 bytes), two booleans. */
 #define ACTIONS_MAX(strings) \
-	(6 * SPOP_VAR_INT64_MAX + 4 * SPOP_VAR_STR_MAX(0) + 10 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
+	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
 #define ACTIONS_MAX_ALL \
-	ACTIONS_MAX(RULES_NAME_MAX + RULES_POLICY_MAX + sizeof(((struct decide_decision *)0)->ratelimit))
+	ACTIONS_MAX(RULES_NAME_MAX + RULES_POLICY_MAX + \
+		    sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
 
 /* Writes the actions at p, which has room for ACTIONS_MAX() of the
  * strings; returns their end. */
@@ -284,6 +364,8 @@ static uint8_t *put_actions_at(uint8_t *p, const struct decide_decision *d, cons
 		p = spop_var_str_at(p, VAR("policy"), policy, policy_len);
 	if (d->ratelimit_len)
 		p = spop_var_str_at(p, VAR("ratelimit"), d->ratelimit, d->ratelimit_len);
+	if (d->slot_len)
+		p = spop_var_str_at(p, VAR("slot"), d->slot, d->slot_len);
 	p = spop_var_bool_at(p, VAR("shadow"), d->shadow);
 	return spop_var_bool_at(p, VAR("degraded"), d->degraded);
 }
@@ -293,7 +375,7 @@ void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 	const char *rule = d->rule ? d->rule : "";
 	const char *policy = d->policy ? d->policy : "";
 	size_t rule_len = d->rule ? d->rule_len : 0, policy_len = d->policy ? d->policy_len : 0;
-	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len);
+	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len + d->slot_len);
 	uint8_t tmp[ACTIONS_MAX_ALL];
 
 	if (w->err)

@@ -27,8 +27,13 @@
 #include "rules.h"
 #include "spop.h"
 
-/* The message the agent understands (part of the contract with HAProxy). */
+/* The messages the agent understands (part of the contract with HAProxy):
+ * a request to decide; a response whose request took a concurrency
+ * place, which it gives back. */
 #define DECIDE_MESSAGE "check-rate"
+#define DECIDE_RELEASE "release"
+/* A place's name: "<rule>/<client key in hex>" */
+#define DECIDE_SLOT_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1)
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
@@ -49,6 +54,10 @@ struct decide_query {
 	enum rules_failure on_failure;
 	int64_t in_use;             /* the backend's load figures (shed.h) */
 	int64_t free_conns;
+	/* The request's id (a hash of its request_id argument, never 0) when
+	 * its rule has a concurrency limit and it sent one, else 0: the
+	 * concurrency limit is then not checked. */
+	uint64_t request_id;
 };
 
 enum decide_reason {
@@ -56,6 +65,7 @@ enum decide_reason {
 	DECIDE_LIMITED,
 	DECIDE_SHED,
 	DECIDE_STORE_DOWN,
+	DECIDE_CONCURRENCY,     /* refused: too many requests in flight */
 };
 
 struct decide_decision {
@@ -77,6 +87,10 @@ struct decide_decision {
 	bool counted;          /* remaining and reset are known */
 	bool near_limit;       /* allowed, leaving under a tenth of the quota */
 	uint32_t counters;     /* the rule's counters slot (rulestats.h) */
+	/* Allowed by a rule with a concurrency limit: "<rule>/<key in hex>",
+	 * the place it took, for the release message (slot_len 0: none). */
+	char slot[DECIDE_SLOT_MAX];
+	uint8_t slot_len;
 };
 
 /* The key limit j of q is kept under: the client's under the rule (key),
@@ -95,6 +109,10 @@ static inline const struct rule *decide_limit_rule(const struct decide_query *q,
 
 	return p ? q->rule->stack[p - 1] : q->rule;
 }
+
+/* A request's id from its request_id argument (check-rate's and release's
+ * alike): FNV-1a of its text, never 0 (0 is "no id"). */
+uint64_t decide_request_id(const struct spop_data *d);
 
 /* The key of one rule of a client (identity_key under the rules' secret). */
 void decide_key(const struct rules *rules, const char *kind, const char *value, size_t vlen,

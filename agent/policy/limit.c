@@ -103,7 +103,8 @@ static int64_t ttl_norm(const struct norm *v, enum limit_algo algo,
 
 	switch (algo) {
 	case LIMIT_LOG:
-		return 1; /* its state is its entries (limit_log_eval) */
+	case LIMIT_CONCURRENCY:
+		return 1; /* its state is its entries (limit_log_eval, inflight.h) */
 	case LIMIT_SLIDING_WINDOW:
 		if (st->b <= 0 && st->c <= 0)
 			return 1;
@@ -473,6 +474,13 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 	memset(res, 0, sizeof(*res));
 	res->limit = (uint64_t)v.n;
 	switch (spec->algo) {
+	case LIMIT_CONCURRENCY:
+		/* the stores decide it (inflight.h): here, nothing in flight */
+		*next = *st;
+		res->allowed = true;
+		res->remaining = spec->quota;
+		res->next_ttl_us = 1;
+		return;
 	case LIMIT_LOG:
 		/* no entries in a limit_state: an empty log */
 		*next = *st;

@@ -40,7 +40,12 @@ enum limit_algo {
 	LIMIT_SLIDING_WINDOW = 1,
 	LIMIT_FIXED_WINDOW = 2,
 	LIMIT_LOG = 3,
+	/* At most quota requests in flight; a place is kept for at most
+	 * period (inflight.h). Decided by the stores, not by limit_eval(),
+	 * which reads it as always allowing. */
+	LIMIT_CONCURRENCY = 4,
 };
+#define LIMIT_CONCURRENCY_MAX 1000
 
 /* A log holds every request it admitted in the last period, up to its
  * quota of them (each weighs at least 1): its quota is bounded so that a

@@ -644,13 +644,32 @@ static int check_rate(struct conn *c, const struct spop_frame *f,
 	return 0;
 }
 
+/* A release message (checked already): gives back the concurrency place
+ * its slot argument names for its request_id. */
+static __attribute__((noinline)) void release(struct worker *w, struct spop_cursor kv,
+					      unsigned nargs)
+{
+	struct rules_args args;
+	const struct spop_data *slot, *id;
+
+	rules_args_from_kv(&args, kv, nargs);
+	slot = rules_args_get(&args, "slot");
+	id = rules_args_get(&args, RULES_REQUEST_ID);
+	STAT_INC(w->stats.releases);
+	if (!slot || !id || (slot->type != SPOP_T_STR && slot->type != SPOP_T_BIN) ||
+	    store_release(w->store, w->rules, slot->u.str.ptr, slot->u.str.len,
+			  decide_request_id(id)) < 0)
+		STAT_INC(w->stats.releases_bad);
+}
+
 static void handle_notify(struct conn *c, const struct spop_frame *f)
 {
 	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
 	struct spop_str name;
 	struct rules_request req;
 	struct decide_decision d;
-	unsigned nargs;
+	struct spop_cursor rel = { NULL, NULL };
+	unsigned nargs, nrel = 0;
 	int rc, found = 0;
 
 	STAT_INC(c->w->stats.notifies);
@@ -663,6 +682,11 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 			found = 1;
 			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
 		} else {
+			if (!rel.p && name.len == sizeof(DECIDE_RELEASE) - 1 &&
+			    memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) {
+				rel = cur;
+				nrel = nargs;
+			}
 			rc = spop_kv_skip(&cur, nargs);
 		}
 		if (rc < 0)
@@ -672,6 +696,8 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		disconnect(c, SPOP_ST_INVALID);
 		return;
 	}
+	if (rel.p)
+		release(c->w, rel, nrel);
 	/* Unknown messages, or none, are acknowledged, not refused. */
 	if (!found) {
 		queue_ack(c, f->stream_id, f->frame_id, NULL);

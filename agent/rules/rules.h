@@ -58,6 +58,9 @@
 #define RULES_FILE_MAX (4u << 20) /* bytes of a rules file */
 #define RULES_DEFAULT_PRIORITY 2
 #define RULES_DEFAULT_RULE "default"
+/* The argument that names a request (HAProxy's unique-id), read for
+ * concurrency limits. */
+#define RULES_REQUEST_ID "request_id"
 
 /* ---- message arguments ---------------------------------------------------- */
 
@@ -97,7 +100,7 @@ const struct spop_data *rules_args_get(const struct rules_args *args,
  * match condition names arguments (`args`). A request holds the value of
  * each slot (the first argument of that name among the first
  * RULES_ARGS_MAX) and, only when the rules need them, all the arguments. */
-#define RULES_SLOTS_MAX (7 + RULES_IDENTITY_MAX)
+#define RULES_SLOTS_MAX (8 + RULES_IDENTITY_MAX)
 
 struct rules;
 
@@ -170,6 +173,9 @@ struct rule {
 	enum rules_scope scope;
 	uint8_t idk[RULES_IDENTITY_MAX];
 	uint8_t nidk;
+	/* `concurrency`: its limit's index + 1 among the rule's own (the
+	 * last of them), 0 when none. */
+	uint8_t conc;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
@@ -308,6 +314,9 @@ struct rules_verdict {
 	bool load_known;
 	int64_t in_use;
 	int64_t free_conns;
+	/* The request_id argument, when the rule has a concurrency limit and
+	 * it was sent (not empty), else NULL. */
+	const struct spop_data *request_id;
 	/* The same as identity for each layer stacked on the rule
 	 * (rule->stack[p], p < rule->nstack; the others are not written):
 	 * an index in rules_identity_names(), -1 for anonymous, or

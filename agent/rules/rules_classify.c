@@ -531,6 +531,8 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 		}
 	}
 
+	if (rule->conc && slot[SLOT_REQUEST_ID] && !data_is_empty(slot[SLOT_REQUEST_ID]))
+		out->request_id = slot[SLOT_REQUEST_ID];
 	if (data_int(slot[SLOT_IN_USE], &in_use) && data_int(slot[SLOT_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;

@@ -33,15 +33,20 @@ static void derive_rule(struct rule *r, int agents)
 {
 	/* by enum limit_algo: the algorithm is part of a limit's name, so a
 	 * limit that changes algorithm starts fresh */
-	static const char algo[] = { 't', 's', 'f', 'l' };
+	static const char algo[] = { 't', 's', 'f', 'l', 'c' };
 	char period[32];
+	/* the rate limits, named after the rule alone when there is one */
+	size_t nrate = r->nlimits - (r->conc ? 1 : 0);
 
 	r->policy[0] = '\0';
 	r->nown = r->nlimits;
 	for (size_t i = 0; i < r->nlimits; i++) {
 		struct limit_spec *l = &r->local[i];
 
-		if (r->nlimits == 1) {
+		if (r->limits[i].algo == LIMIT_CONCURRENCY) {
+			/* no rate: not in RateLimit-Policy */
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-concurrency", r->name);
+		} else if (nrate == 1) {
 			snprintf(r->pname[i], sizeof(r->pname[i]), "%s", r->name);
 		} else {
 			limit_format_period(r->limits[i].period_us, period, sizeof(period));
@@ -51,13 +56,14 @@ static void derive_rule(struct rule *r, int agents)
 			       RULES_PNAME_SF_MAX <= UINT8_MAX + 1, "a quoted policy name fits");
 		r->pname_sf_len[i] = (uint8_t)rlheader_name(r->pname_sf[i], sizeof(r->pname_sf[i]),
 							    r->pname[i]);
-		if (rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
+		if (r->limits[i].algo != LIMIT_CONCURRENCY &&
+		    rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
 					   r->limits[i].quota,
 					   limit_ceil_s(r->limits[i].period_us)) < 0) {
 			/* keeps the items that fit */
 		}
 		snprintf(r->lid[i], sizeof(r->lid[i]), "%c%llu/%lld/%llu",
-			 algo[r->limits[i].algo <= LIMIT_LOG ? r->limits[i].algo : 0],
+			 algo[r->limits[i].algo <= LIMIT_CONCURRENCY ? r->limits[i].algo : 0],
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
 		r->lidh[i] = lid_hash(r->lid[i]);
@@ -101,6 +107,9 @@ static void derive_lookup(struct rules *r)
 		if (m->nargs)
 			r->match_args = true;
 	}
+	for (size_t i = 0; i < r->nrules; i++)
+		if (r->rule[i].conc)
+			names[SLOT_REQUEST_ID] = RULES_REQUEST_ID;
 	names[SLOT_TIER] = r->tier_arg;
 	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
 	names[SLOT_IN_USE] = r->shed.in_use_arg;

@@ -67,6 +67,7 @@ enum arg_slot {
 	SLOT_COST,
 	SLOT_IN_USE,
 	SLOT_FREE,
+	SLOT_REQUEST_ID, /* read when some rule has a concurrency limit */
 	SLOT_IDENTITY, /* + k for the identity argument k */
 	SLOT_N = SLOT_IDENTITY + RULES_IDENTITY_MAX,
 };

@@ -548,6 +548,20 @@ static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
 	return n;
 }
 
+/* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
+static int put_ids(struct redis_node *rn, const struct rbatch *b, size_t *argc, size_t *used)
+{
+	uint8_t *p = arena_take(rn, used, 8 * b->n);
+
+	if (!p)
+		return -1;
+	for (size_t i = 0; i < b->n; i++)
+		put_be(p + 8 * i, b->rq[i].q.request_id, 8);
+	rn->argv[*argc] = (const char *)p;
+	rn->argvlen[(*argc)++] = 8 * b->n;
+	return 0;
+}
+
 /* The keys of a batch with a rule with layers, whose queries may share
  * keys (a global limit, a limit per address): each query's limits get
  * positions of their own, first[i] the first, and the keymap (the next
@@ -555,7 +569,7 @@ static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
  * once, after it, so the library decides the queries in turn on the same
  * state. */
 static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32_t *first,
-			   size_t *argc, size_t *used)
+			   size_t *argc, size_t *used, bool ids)
 {
 	size_t npos = 0, nkeys = 0, k0;
 	uint8_t *map;
@@ -566,6 +580,8 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 		return -1;
 	rn->argv[*argc] = (const char *)map;
 	rn->argvlen[(*argc)++] = 4 * npos;
+	if (ids && put_ids(rn, b, argc, used) < 0)
+		return -1;
 	k0 = *argc;
 	npos = 0;
 	for (size_t i = 0; i < b->n; i++) {
@@ -608,7 +624,7 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
 	size_t argc = 0, nrules = 0, nkeys = 0, used = 0;
-	bool stacked = false;
+	bool stacked = false, ids = false;
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
@@ -632,6 +648,7 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		size_t k;
 
 		stacked |= q->rule->nstack > 0;
+		ids |= q->request_id != 0;
 		for (k = 0; k < nrules; k++)
 			if (rule_q[k]->limits == q->limits && rule_q[k]->nlimits == q->nlimits)
 				break;
@@ -645,10 +662,14 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		ruleidx[i] = (uint16_t)(k + 1);
 	}
 	if (stacked) {
-		if (put_keys_mapped(rn, b, first, &argc, &used) < 0)
+		if (put_keys_mapped(rn, b, first, &argc, &used, ids) < 0)
 			return -1;
 		nrules |= 0x8000; /* a keymap follows the rules */
+	} else if (ids && put_ids(rn, b, &argc, &used) < 0) {
+		return -1;
 	}
+	if (ids)
+		nrules |= 0x4000; /* then the requests' ids */
 	for (size_t i = 0; i < b->n && !stacked; i++) {
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
@@ -742,6 +763,45 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 		return -1;
 	}
 	return 0;
+}
+
+static void on_release_reply(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
+		STAT_INC(rn->stats->errors);
+		log_warn("redis: %s: release failed: %s", rn->name, reply->str);
+	}
+}
+
+int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
+		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
+{
+	const char *fn = rn->cluster ? "rl4_release_cluster" : "rl4_release";
+	const char *argv[5];
+	size_t argvlen[5];
+	uint8_t idb[8];
+	char name[STORE_KEY_NAME_LEN + 1];
+
+	if (rn->state != NODE_READY || !rn->ac)
+		return -1;
+	put_be(idb, id, 8);
+	argv[0] = "FCALL";
+	argvlen[0] = 5;
+	argv[1] = fn;
+	argvlen[1] = strlen(fn);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	argv[3] = (const char *)idb;
+	argvlen[3] = sizeof(idb);
+	argv[4] = name;
+	argvlen[4] = store_key_name(key, rule->lidh[j], name);
+	/* hiredis copies the command out before this returns */
+	return redisAsyncCommandArgv(rn->ac, on_release_reply, rn, 5, argv, argvlen) == REDIS_OK
+		       ? 0 : -1;
 }
 
 /* Whether two queries' rules share a limit (and so, for one client, a
@@ -1077,12 +1137,12 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->backoff = RECONNECT_MIN;
 	/* FCALL, its name, 0 and the requests; a rule and a key per limit
 	 * per query, at most */
-	max_argc = 5 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
+	max_argc = 6 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
-	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + RULE_BYTES_MAX +
+	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + 8 + RULE_BYTES_MAX +
 						      LIMIT_SET_MAX * (STORE_KEY_NAME_LEN + 1 + 4));
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {

@@ -80,6 +80,13 @@ struct redis_node_cb {
  * give back twice. Returns 0 when sent, -1 when the node cannot send now. */
 int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now);
 
+/* Gives back the concurrency place of request id under limit j of rule
+ * for client key (the library's rl4_release), without waiting for the
+ * answer. Returns 0 when sent, -1 when the node cannot send now (the
+ * place then ends at its deadline). */
+int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
+		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id);
+
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,

@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "inflight.h"
 #include "memstore.h"
 
 int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_keys)
@@ -15,7 +16,8 @@ int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_key
 	st->ops = ops;
 	atomic_init(&st->reset_epoch, 0);
 	st->mem = memstore_new(mem_max_keys);
-	return st->mem ? 0 : -1;
+	st->flights = inflight_new(mem_max_keys);
+	return st->mem && st->flights ? 0 : -1;
 }
 
 void store_free(struct store *st)
@@ -25,6 +27,7 @@ void store_free(struct store *st)
 	if (st->ops->free)
 		st->ops->free(st);
 	memstore_free(st->mem);
+	inflight_free(st->flights);
 	xfree(st);
 }
 
@@ -59,16 +62,79 @@ void store_worker_free(struct store_worker *sw)
 	xfree(sw);
 }
 
-int store_mem_check(struct memstore *mem, const struct decide_query *q,
-		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res)
+/* limits[i] for i in [0, n) but `skip` (-1: none), each under its key, in
+ * the memory store; results in res at the limits' own indexes. */
+static int mem_limits(struct memstore *mem, const struct decide_query *q,
+		      const struct limit_spec *limits, int skip, int64_t now_us,
+		      struct limit_result *res)
 {
 	const uint8_t *keys[LIMIT_SET_MAX];
+	struct limit_spec ls[LIMIT_SET_MAX];
+	struct limit_result rs[LIMIT_SET_MAX];
+	size_t n = 0;
+	int d;
 
-	if (!q->rule->nstack)
+	if (skip < 0 && !q->rule->nstack)
 		return memstore_check(mem, q->key, limits, q->nlimits, now_us, q->cost, res);
-	for (size_t j = 0; j < q->nlimits; j++)
-		keys[j] = decide_limit_key(q, j);
-	return memstore_check_keys(mem, keys, limits, q->nlimits, now_us, q->cost, res);
+	for (size_t j = 0; j < q->nlimits; j++) {
+		if ((int)j == skip)
+			continue;
+		keys[n] = decide_limit_key(q, j);
+		ls[n++] = limits[j];
+	}
+	if (n == 0)
+		return -1;
+	d = memstore_check_keys(mem, keys, ls, n, now_us, q->cost, rs);
+	if (d < 0)
+		return d;
+	/* back to the limits' own indexes */
+	for (size_t j = 0, k = 0; j < q->nlimits; j++)
+		if ((int)j != skip)
+			res[j] = rs[k++];
+	return skip >= 0 && d >= skip ? d + 1 : d;
+}
+
+int store_mem_check(struct store *st, const struct decide_query *q,
+		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res)
+{
+	struct inflight_hold h;
+	int j, d;
+
+	if (!q->rule->conc)
+		return mem_limits(st->mem, q, limits, -1, now_us, res);
+	/* A concurrency limit: its client's places locked while the other
+	 * limits decide, all or nothing (inflight.h). */
+	j = q->rule->conc - 1;
+	if (!q->request_id) {
+		/* no id: no place can be given back; not counted */
+		limit_eval(&limits[j], &(struct limit_state){0}, now_us, 0, &(struct limit_state){0},
+			   &res[j]);
+		d = mem_limits(st->mem, q, limits, j, now_us, res);
+		return d == -1 ? j : d;
+	}
+	if (inflight_begin(st->flights, q->key, q->rule->lidh[j], q->request_id, &limits[j],
+			   now_us, &res[j], &h) < 0)
+		return MEMSTORE_NO_ROOM;
+	if (!res[j].allowed) {
+		/* nothing taken from the others: they report nothing */
+		for (size_t i = 0; i < q->nlimits; i++)
+			if ((int)i != j)
+				limit_eval(&limits[i], &(struct limit_state){0}, now_us, 0,
+					   &(struct limit_state){0}, &res[i]);
+		inflight_end(&h, false);
+		return j;
+	}
+	d = mem_limits(st->mem, q, limits, j, now_us, res);
+	if (d == MEMSTORE_NO_ROOM) {
+		inflight_end(&h, false);
+		return d;
+	}
+	if (d == -1) { /* the concurrency limit alone */
+		inflight_end(&h, true);
+		return j;
+	}
+	inflight_end(&h, res[d].allowed);
+	return d;
 }
 
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
@@ -79,7 +145,7 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 	switch (q->on_failure) {
 	case RULES_FAIL_LOCAL:
 		if (q->nlimits > 0) {
-			decider = store_mem_check(st->mem, q, q->rule->local, clock_now_us(), res);
+			decider = store_mem_check(st, q, q->rule->local, clock_now_us(), res);
 			if (decider == MEMSTORE_NO_ROOM)
 				break; /* no room to count it: forwarded */
 			decide_result(q, res, decider, d);
@@ -134,6 +200,47 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 		store_without(sw->st, q, &d);
 	sw->answer(sw->priv, ref, &d);
 	rules_release(rules);
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	return -1;
+}
+
+int store_release(struct store_worker *sw, const struct rules *rules, const char *slot,
+		  size_t len, uint64_t id)
+{
+	uint8_t key[IDENTITY_KEY_LEN];
+	char name[RULES_NAME_MAX];
+	const char *sep = memchr(slot, '/', len);
+	const struct rule *rule;
+	size_t n;
+
+	if (!sep || (size_t)(sep - slot) >= sizeof(name) || len - (size_t)(sep - slot) - 1 !=
+	    2 * IDENTITY_KEY_LEN || !id)
+		return -1;
+	n = (size_t)(sep - slot);
+	memcpy(name, slot, n);
+	name[n] = '\0';
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		int hi = hexval(sep[1 + 2 * i]), lo = hexval(sep[2 + 2 * i]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		key[i] = (uint8_t)(hi << 4 | lo);
+	}
+	rule = rules_find(rules, name);
+	if (!rule || !rule->conc)
+		return 0;
+	/* the local policy's places, then the store's own */
+	inflight_release(sw->st->flights, key, rule->lidh[rule->conc - 1], id);
+	if (sw->st->ops->release)
+		sw->st->ops->release(sw, rule, rule->conc - 1, key, id);
+	return 0;
 }
 
 void store_rules_changed(struct store_worker *sw)

@@ -74,6 +74,7 @@ struct store_stats {
 	counter_t split;          /* decisions whose limits live on several servers */
 	counter_t refunds;        /* refunds sent: parts of refused split decisions */
 	counter_t refunds_lost;   /* refunds that could not be sent or failed */
+	counter_t releases_lost;  /* concurrency places not given back: no connection */
 };
 
 /* Receives one server's counters (see store_ops.each_node). */
@@ -125,6 +126,11 @@ struct store_ops {
 	/* Calls fn for the counters of each server the store talks to
 	 * (NULL: none apart from the workers' own). Any thread. */
 	void (*each_node)(struct store *st, store_node_fn *fn, void *arg);
+	/* Gives back the concurrency place of request id (decide.h), which
+	 * took it under limit j of rule for client key: at once, answering
+	 * nothing (NULL: the local places only, see store_release). */
+	void (*release)(struct store_worker *sw, const struct rule *rule, size_t j,
+			const uint8_t key[IDENTITY_KEY_LEN], uint64_t id);
 	/* Frees st->impl. */
 	void (*free)(struct store *st);
 };
@@ -133,6 +139,7 @@ struct store {
 	const struct store_ops *ops;
 	void *impl;
 	struct memstore *mem;             /* memory store; the local policy */
+	struct inflight *flights;         /* their concurrency places */
 	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
 };
 
@@ -183,8 +190,16 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 /* Checks q's limits (or another spec of each: the local policy's) in an
  * in-memory store, each under its key (decide_limit_key): memstore_check's
  * answer. */
-int store_mem_check(struct memstore *mem, const struct decide_query *q,
+int store_mem_check(struct store *st, const struct decide_query *q,
 		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res);
+
+/* A release message: gives back the place that slot ("<rule>/<key in
+ * hex>", decide.h) names for request id, under the rules in force. A slot
+ * that names no rule with a concurrency limit (changed by a reload, say)
+ * or is malformed gives nothing back: the place ends by itself. Returns 0,
+ * or -1 for a malformed slot. */
+int store_release(struct store_worker *sw, const struct rules *rules, const char *slot,
+		  size_t len, uint64_t id);
 
 void store_rules_changed(struct store_worker *sw);
 

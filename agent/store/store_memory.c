@@ -4,6 +4,7 @@
 
 #include "alloc.h"
 #include "clock.h"
+#include "inflight.h"
 #include "memstore.h"
 
 static enum store_outcome mem_check(struct store_worker *sw, const struct decide_query *q,
@@ -11,11 +12,11 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 				    int *decider)
 {
 	/* (one key: memstore_check at once, the common case) */
-	if (!q->rule->nstack)
+	if (!q->rule->nstack && !q->rule->conc)
 		*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits,
 					  clock_now_us(), q->cost, res);
 	else
-		*decider = store_mem_check(sw->st->mem, q, q->limits, clock_now_us(), res);
+		*decider = store_mem_check(sw->st, q, q->limits, clock_now_us(), res);
 	/* full of clients it refuses: the failure policy decides */
 	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }
@@ -31,7 +32,8 @@ static void mem_admin(struct store *st, struct store_admin *a)
 		char period[32];
 
 		if (a->reset) {
-			outf(o, ", \"deleted\": %zu", memstore_reset(st->mem, a->item[i].key));
+			outf(o, ", \"deleted\": %zu", memstore_reset(st->mem, a->item[i].key) +
+							 inflight_reset(st->flights, a->item[i].key));
 			continue;
 		}
 		if (rule->nown == 0) {
@@ -44,6 +46,14 @@ static void mem_admin(struct store *st, struct store_admin *a)
 		outf(o, ", \"limits\": [");
 		for (size_t k = 0; k < rule->nown; k++) {
 			limit_format_period(rule->limits[k].period_us, period, sizeof(period));
+			if (rule->limits[k].algo == LIMIT_CONCURRENCY) {
+				outf(o, "%s{\"concurrency\": %llu, \"max_duration\": \"%s\", "
+				     "\"in_flight\": %u}", k ? ", " : "",
+				     (unsigned long long)rule->limits[k].quota, period,
+				     inflight_look(st->flights, a->item[i].key, rule->lidh[k],
+						   clock_now_us()));
+				continue;
+			}
 			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
 			     k ? ", " : "", (unsigned long long)rule->limits[k].quota, period,
 			     (unsigned long long)res[k].remaining,

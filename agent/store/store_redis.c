@@ -287,8 +287,9 @@ static void cache_store(struct redis_worker *rw, const struct redis_query *r, in
 {
 	struct refusal *e;
 
-	if (!rw->cfg->local_cache || res[decider].retry_after_us <= 0)
-		return;
+	if (!rw->cfg->local_cache || res[decider].retry_after_us <= 0 ||
+	    r->q.limits[decider].algo == LIMIT_CONCURRENCY)
+		return; /* (a place frees when a response comes, not at a time) */
 	/* A request heavier than a bucket never passes, however long it
 	 * waits, while lighter ones do: nothing worth remembering. */
 	{
@@ -994,6 +995,16 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
 }
 
+static void redis_release(struct store_worker *sw, const struct rule *rule, size_t j,
+			  const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
+{
+	struct redis_worker *rw = sw->impl;
+	struct redis_node *rn = route(rw, key);
+
+	if (!rn || redis_node_release(rn, rule, j, key, id) < 0)
+		STAT_INC(sw->stats.releases_lost);
+}
+
 static void redis_free(struct store *st)
 {
 	struct redis_store *rst = st->impl;
@@ -1015,6 +1026,7 @@ static const struct store_ops redis_ops = {
 	.rules_changed = redis_rules_changed,
 	.admin = redis_admin_op,
 	.each_node = redis_each_node,
+	.release = redis_release,
 	.free = redis_free,
 };
 

@@ -13,6 +13,7 @@ LIBRARY = PARTS[0]
 LIBRARY_NAME = "spoa_ratelimit_v4"
 FUNCTIONS = ("rl4_decide", "rl4_decide_cluster")
 REFUNDS = ("rl4_refund", "rl4_refund_cluster")
+RELEASES = ("rl4_release", "rl4_release_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"
 # line and the header comment) and where the registration starts: Redis

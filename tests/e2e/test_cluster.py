@@ -273,3 +273,17 @@ def test_layers_across_masters(h, cluster):
     assert metric(a, "spoa_rl_redis_split_total") > 0
     assert metric(a, "spoa_rl_redis_refunds_total") > 0
     assert metric(a, "spoa_rl_redis_refunds_lost_total") == 0
+
+
+def test_concurrency_on_a_cluster(h, cluster):
+    """Concurrency places on a Cluster: taken where the client's keys live,
+    given back there by the release, ended at max_duration
+    (test_concurrency's scenario)."""
+    import test_concurrency
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_concurrency.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1)
+    s = test_concurrency.Spop(a.port)
+    test_concurrency.check_places(s)
+    s.c.close()

@@ -566,7 +566,8 @@ def test_library_registers_both_functions():
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
     assert fns == {"rl4_decide": [], "rl4_decide_cluster": ["allow-cross-slot-keys"],
-                   "rl4_refund": [], "rl4_refund_cluster": ["allow-cross-slot-keys"]}, fns
+                   "rl4_refund": [], "rl4_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl4_release": [], "rl4_release_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
@@ -982,6 +983,91 @@ def wait_phase(period_us, lo, hi):
     raise AssertionError("phase not reached")
 
 
+CC = 4  # concurrency: places in flight
+
+
+def with_ids(args, ids):
+    """layout()'s arguments with request ids (8 bytes each, one per
+    request): the flag in the requests' header, the ids after the rules."""
+    head = args[0]
+    nrules = struct.unpack(">H", head[:2])[0]
+    head = struct.pack(">H", nrules | 0x4000) + head[2:]
+    return [head] + args[1:1 + nrules] + [b"".join(ids)] + args[1 + nrules:]
+
+
+def decide_ids(reqs, ids, fn="rl4_decide"):
+    return fcall(with_ids(layout(reqs)[0], ids), fn)
+
+
+def rid(n):
+    return struct.pack(">Q", n)
+
+
+def test_concurrency_places():
+    """Places in flight: taken while fewer than the quota are, the same
+    request again holds its own, refused with a second to wait, given back
+    by rl4_release (exactly its own, once), ended at their deadline; all
+    or nothing with a token bucket of the same rule; a request without an
+    id is not counted. Each value is the places left, 16 bytes each, and
+    expires on the grid when the last ends."""
+    for fn, rel in (("rl4_decide", "rl4_release"), ("rl4_decide_cluster", "rl4_release_cluster")):
+        c = new_client()
+        conc = (CC, 2, 400 * MS, 0)
+        tb = (TB, 3, 3600 * S, 0)
+        lim = [conc, tb]
+        k = key_of(c, conc)
+        now, got = decide_ids([(c, 1, lim)], [rid(1)], fn)
+        assert got[0][0] == 1 and got[0][2][0] == (1, 0, 400 * MS), got
+        assert len(redis().c.command("GET", k)) == 16
+        assert pexpiretime(k) == expiry_ms(now + 400 * MS, 400 * MS)
+        _, got = decide_ids([(c, 1, lim)], [rid(2)], fn)
+        assert got[0][0] == 1 and got[0][2][0][0] == 0 and got[0][2][1][0] == 1, got
+        # full: refused, a second to wait; the bucket not charged
+        _, got = decide_ids([(c, 1, lim)], [rid(3)], fn)
+        assert got[0][0] == 0 and got[0][1] == 1 and got[0][2][0][1] == S, got
+        assert got[0][2][1][0] == 0 or got[0][2][1][0] == 1, got
+        # the same request again: its place is held
+        _, got = decide_ids([(c, 1, lim)], [rid(2)], fn)
+        assert got[0][0] == 1, got
+        # no id: not counted (and the bucket refuses now: 3 taken)
+        _, got = decide_ids([(c, 1, [conc])], [b"\0" * 8], fn)
+        assert got[0][0] == 1 and got[0][2][0][0] == 0, got
+        # release: its own place, once
+        assert redis().c.command("FCALL", rel, 0, rid(1), k) == 1
+        assert redis().c.command("FCALL", rel, 0, rid(1), k) == 0
+        assert redis().c.command("FCALL", rel, 0, rid(9), k) == 0
+        assert len(redis().c.command("GET", k)) == 16
+        _, got = decide_ids([(c, 1, [conc])], [rid(3)], fn)
+        assert got[0][0] == 1 and got[0][2][0][0] == 0, got
+        # a bucket that refuses takes no place
+        _, got = decide_ids([(c, 1, lim)], [rid(4)], fn)
+        assert got[0][0] == 0 and got[0][1] in (1, 2), got
+        assert len(redis().c.command("GET", k)) == 32
+        # every place ends at its deadline
+        time.sleep(0.45)
+        _, got = decide_ids([(c, 1, [conc])], [rid(5)], fn)
+        assert got[0][0] == 1 and got[0][2][0][0] == 1, got
+        assert len(redis().c.command("GET", k)) == 16
+        # the last release leaves no key
+        assert redis().c.command("FCALL", rel, 0, rid(5), k) == 1
+        assert redis().c.command("EXISTS", k) == 0
+    for fn in lua_scripts.FUNCTIONS:
+        args = layout([(new_client(), 1, [(CC, 2, S, 0)])])[0]
+        try:
+            fcall(with_ids(args, [b"short"]), fn)
+        except RespError as e:
+            assert "ids: need 8 bytes per request" in str(e), e
+        else:
+            raise AssertionError("short ids accepted")
+    for fn in lua_scripts.RELEASES:
+        try:
+            redis().c.command("FCALL", fn, 0, b"1234567", "k")
+        except RespError as e:
+            assert "release: need 8 bytes of ids per key" in str(e), e
+        else:
+            raise AssertionError("short release ids accepted")
+
+
 def test_refund_with_bad_arguments_writes_nothing():
     c = new_client()
     lim = (TB, 5, 1 * S, 0)
@@ -1361,7 +1447,7 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: need [algo"),  # a lid
         ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
     ]
-    for algo in (4, -1, 1.5, "0", None, True):
+    for algo in (5, -1, 1.5, "0", None, True):
         cases.append(([one, rule(algo, 10, S, 0), k1], "rule 1: limit 1: algo must be"))
     for q in (0, -1, 2 ** 47 + 1, 1.5, float("nan"), float("inf"), "10", None, False):
         cases.append(([one, rule(TB, q, S, 0), k1], "rule 1: limit 1: quota must be"))

@@ -90,3 +90,16 @@ def test_layers_across_shards(h, shards):
     split = int(re.search(r"^spoa_rl_redis_split_total (\d+)$", text, re.M).group(1))
     lost = int(re.search(r"^spoa_rl_redis_refunds_lost_total (\d+)$", text, re.M).group(1))
     assert split > 0 and lost == 0, (split, lost)
+
+
+def test_concurrency_on_shards(h, shards):
+    """Concurrency places on shards (test_concurrency's scenario)."""
+    import test_concurrency
+
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    a = start(h, three, "--rules", test_concurrency.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1)
+    s = test_concurrency.Spop(a.port)
+    test_concurrency.check_places(s)
+    s.c.close()

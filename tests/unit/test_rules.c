@@ -1743,6 +1743,61 @@ static void test_layers(void **unused)
 	}
 }
 
+/* concurrency: one more limit, the last of the rule's own, out of the
+ * policy; max_duration its period (30 s by default); the request_id
+ * argument read only then. */
+static void test_concurrency(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	const struct rule *t, *e;
+	struct rules *r = load("tiers:\n  default: t\n"
+			       "  t: { limits: [\"10/1m\"], concurrency: 3 }\n"
+			       "  u: { limits: [\"10/1m\", \"100/1h\"] }\n"
+			       "endpoints:\n"
+			       "  - { name: e, match: { path: /x }, limits: [], concurrency: 1,\n"
+			       "      max_duration: 2m }\n");
+
+	t = rules_find(r, "t");
+	e = rules_find(r, "e");
+	assert_int_equal(t->nlimits, 2);
+	assert_int_equal(t->conc, 2);
+	assert_int_equal(t->limits[1].algo, LIMIT_CONCURRENCY);
+	assert_int_equal(t->limits[1].quota, 3);
+	assert_int_equal(t->limits[1].period_us, 30 * LIMIT_US_PER_S);
+	/* the rate limit keeps its name; the policy lists rates only */
+	assert_string_equal(t->pname[0], "t");
+	assert_string_equal(t->pname[1], "t-concurrency");
+	assert_string_equal(t->policy, "\"t\";q=10;w=60");
+	assert_string_equal(t->lid[1], "c3/30000000/0");
+	assert_int_equal(e->conc, 1);
+	assert_int_equal(e->limits[0].period_us, 120 * LIMIT_US_PER_S);
+	assert_string_equal(e->policy, "");
+	assert_int_equal(rules_find(r, "u")->conc, 0);
+	/* request_id is read for a rule with a concurrency limit */
+	req(&a, "GET", "/y", NULL, "request_id", "abc", NULL);
+	v = classify(r, &a);
+	assert_ptr_equal(v.rule, t);
+	assert_non_null(v.request_id);
+	req(&a, "GET", "/y", NULL, "tier", "u", "request_id", "abc", NULL);
+	v = classify(r, &a);
+	assert_null(v.request_id);
+	req(&a, "GET", "/y", NULL, "request_id", "", NULL);
+	v = classify(r, &a);
+	assert_null(v.request_id);
+	rules_release(r);
+
+	load_fails("tiers: { t: { limits: [], concurrency: 0 } }",
+		   "t.yaml:1:40: tiers.t.concurrency: expected an integer from 1 to 1000, got \"0\"");
+	load_fails("tiers: { t: { limits: [], max_duration: 5s } }",
+		   "t.yaml:1:41: tiers.t: max_duration goes with concurrency");
+	load_fails("tiers: { t: { limits: [], concurrency: 2, max_duration: 500ms } }",
+		   "t.yaml:1:57: tiers.t.max_duration: expected a duration from 1s to 1h such as 30s, "
+		   "got \"500ms\"");
+	load_fails("layers: { l: { limits: [\"1/1s\"], concurrency: 2 } }",
+		   "t.yaml:1:34: layers.l: unknown key \"concurrency\" (expected one of: identity, limits)");
+}
+
 static void test_load_figures(void **unused)
 {
 	struct rules_args a;
@@ -1814,6 +1869,7 @@ int main(void)
 		cmocka_unit_test(test_cost),
 		cmocka_unit_test(test_identity),
 		cmocka_unit_test(test_layers),
+		cmocka_unit_test(test_concurrency),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};

@@ -12,6 +12,7 @@
 #include "rules_text.h"
 
 #include "alloc.h"
+#include "inflight.h"
 #include "memstore.h"
 #include "store.h"
 
@@ -315,6 +316,103 @@ static void test_memory_store(void **state)
 	rules_release(rules);
 }
 
+static void prepare_rid(struct rules *rules, const char *api_key, const char *rid,
+			struct decide_query *q)
+{
+	uint8_t buf[256];
+	struct spop_wbuf w;
+	struct spop_cursor c;
+
+	spop_wbuf_init(&w, buf, sizeof(buf));
+	spop_put_name(&w, "api_key", 7);
+	spop_put_data(&w, &(struct spop_data){ .type = SPOP_T_STR,
+					       .u.str = { api_key, strlen(api_key) } });
+	spop_put_name(&w, "request_id", 10);
+	spop_put_data(&w, &(struct spop_data){ .type = SPOP_T_STR, .u.str = { rid, strlen(rid) } });
+	assert_int_equal(w.err, 0);
+	c.p = buf;
+	c.end = buf + w.len;
+	decide_prepare(rules, c, 2, 0, q);
+}
+
+/* A concurrency limit in memory: all or nothing with the rule's rate limit
+ * (a request the rate refuses takes no place, one the places refuse takes
+ * no token), the slot that names the place, the release through it, and
+ * the admin's look and reset. */
+static void test_memory_concurrency(void **state)
+{
+	struct rules *rules = rules_from_text(
+		"tiers: { t: { limits: [3/1h], concurrency: 2 } }");
+	struct store *st = store_memory_new(1000);
+	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
+	struct store_ref ref = { 0, 0, 0, 0 };
+	struct decide_query q;
+	struct decide_decision d;
+	struct store_admin_item it = { 0 };
+	struct store_admin a = { .n = 1, .item = &it, .done = admin_done };
+	char slot[DECIDE_SLOT_MAX];
+	size_t slot_len;
+
+	(void)state;
+	prepare_rid(rules, "k", "a", &q);
+	assert_int_not_equal(q.request_id, 0);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.limit, 3);
+	assert_int_equal(d.remaining, 2);
+	assert_true(d.slot_len > 2 && memcmp(d.slot, "t/", 2) == 0);
+	memcpy(slot, d.slot, d.slot_len);
+	slot_len = d.slot_len;
+	prepare_rid(rules, "k", "b", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	/* full: refused by the places, no token taken */
+	prepare_rid(rules, "k", "c", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.reason, DECIDE_CONCURRENCY);
+	assert_int_equal(d.retry_after, 1);
+	assert_int_equal(d.limit, 2);
+	assert_int_equal(d.ratelimit_len, 0);
+	assert_int_equal(d.slot_len, 0);
+	it.rule = q.rule;
+	memcpy(it.key, q.key, sizeof(it.key));
+	it.out = (struct out){ NULL, 0, 0, 0, 1 };
+	store_admin(st, &a);
+	assert_string_equal(it.out.buf,
+			    ", \"limits\": [{\"limit\": \"3/1h\", \"remaining\": 1, \"reset\": 2400}, "
+			    "{\"concurrency\": 2, \"max_duration\": \"30s\", \"in_flight\": 2}]");
+	xfree(it.out.buf);
+	/* a release gives its place back: c passes, taking the last token */
+	assert_int_equal(store_release(sw, rules, slot, slot_len,
+				       decide_request_id(&(struct spop_data){
+					       .type = SPOP_T_STR, .u.str = { "a", 1 } })), 0);
+	assert_int_equal(store_release(sw, rules, "t/zz", 4, 1), -1);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.remaining, 0);
+	/* the rate refuses: no place taken (one left after b and c? none:
+	 * a third would find 2 in flight); release b, then d is refused by
+	 * the rate and takes no place, so e still finds one */
+	assert_int_equal(store_release(sw, rules, slot, slot_len,
+				       decide_request_id(&(struct spop_data){
+					       .type = SPOP_T_STR, .u.str = { "b", 1 } })), 0);
+	prepare_rid(rules, "k", "d", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.reason, DECIDE_LIMITED);
+	assert_int_equal(inflight_look(st->flights, q.key, q.rule->lidh[1], 0), 1);
+	/* reset: the buckets and the places */
+	a.reset = true;
+	it.out = (struct out){ NULL, 0, 0, 0, 1 };
+	store_admin(st, &a);
+	assert_string_equal(it.out.buf, ", \"deleted\": 2");
+	xfree(it.out.buf);
+	store_worker_free(sw);
+	store_free(st);
+	rules_release(rules);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -322,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_failure_policies),
 		cmocka_unit_test(test_reset_epoch),
 		cmocka_unit_test(test_memory_store),
+		cmocka_unit_test(test_memory_concurrency),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

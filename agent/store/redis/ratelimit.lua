@@ -647,14 +647,75 @@ local function eval_log(v, now, cost, quota, period)
 	return false, 0 - more, log_wait(v, base, ck, f, k, quota - cost, period, now), reset
 end
 
+-- Requests in flight (algo 4): at most quota at once, each keeping its
+-- place until its release (rl4_release) or for period at the latest. The
+-- value: 16 bytes per request in flight, its id (8 bytes, as the agent
+-- sends it) and when its place ends (microseconds, a float64); needed
+-- until the last ends. A request without an id (nil) is not counted (its
+-- place could never be given back); a request whose id holds a place
+-- already passes without another. A refused request may retry when a
+-- place frees, a response away: its retry_after is a second.
+local NO_ID = '\0\0\0\0\0\0\0\0'
+local cbuf = {}
+
+local function eval_concurrency(v, now, id, quota, period)
+	local n, live, last, old, has = 0, 0, 0, 0, false
+	if v and #v % 16 == 0 then
+		for pos = 1, #v, 16 do
+			local dl = sunpack('>d', v, pos + 8)
+			if dl > old then
+				old = dl
+			end
+			if dl > now then
+				n = n + 1
+				cbuf[n] = sub(v, pos, pos + 15)
+				if dl > last then
+					last = dl
+				end
+				if id and sub(v, pos, pos + 7) == id then
+					has = true
+				end
+			end
+		end
+	end
+	live = n
+	if id and not has then
+		if live >= quota then
+			return false, 0, 1000000, last > now and last - now or 0
+		end
+		n = n + 1
+		cbuf[n] = id .. spack('>d', now + period)
+		last = now + period
+		live = live + 1
+	end
+	local left = quota - live
+	if left < 0 then
+		left = 0
+	end
+	return true, left, 0, last > now and last - now or 0, concat(cbuf, '', 1, n), old
+end
+
+-- v without the place of request id: the value left and whether it held one.
+local function concurrency_without(v, id)
+	if #v % 16 ~= 0 then
+		return v, false
+	end
+	for pos = 1, #v, 16 do
+		if sub(v, pos, pos + 7) == id then
+			return sub(v, 1, pos - 1) .. sub(v, pos + 16), true
+		end
+	end
+	return v, false
+end
+
 -- Returns nil when l is a valid limit, else what is wrong with it.
 local function limit_error(l)
 	if type(l) ~= 'table' or l[4] == nil or l[5] ~= nil then
 		return 'need [algo, quota, period_us, burst]'
 	end
 	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
-	if algo ~= 0 and algo ~= 1 and algo ~= 2 and algo ~= 3 then
-		return 'algo must be 0, 1, 2 or 3'
+	if algo ~= 0 and algo ~= 1 and algo ~= 2 and algo ~= 3 and algo ~= 4 then
+		return 'algo must be 0, 1, 2, 3 or 4'
 	end
 	-- x % 1 ~= 0 for fractions, and for NaN and infinities too
 	if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then

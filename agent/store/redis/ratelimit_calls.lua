@@ -182,10 +182,22 @@ local function parse(args, a0)
 	if mapped then
 		h = h - 128
 	end
+	local with_ids = h >= 64
+	if with_ids then
+		h = h - 64
+	end
 	local nr = h * 256 + l
 	local k0 = a0 + 1 + nr
 	if mapped then
 		k0 = k0 + 1
+	end
+	local ids
+	if with_ids then
+		k0 = k0 + 1
+		ids = args[k0]
+		if not ids or #ids ~= 8 * (len - 2) / 10 then
+			return nil, 'ids: need 8 bytes per request'
+		end
 	end
 	if nr < 1 or nr > MAX_RULES or #args < k0 then
 		return nil, fmt('requests: nrules must be in 1..%d with a rule for each', MAX_RULES)
@@ -199,9 +211,9 @@ local function parse(args, a0)
 	end
 	local nk = #args - k0
 	if not mapped then
-		return req, (len - 2) / 10, nr, k0, nk, false
+		return req, (len - 2) / 10, nr, k0, nk, false, ids
 	end
-	local map = args[k0]
+	local map = args[a0 + 2 + nr]
 	local np = #map / 4
 	if np < 1 or np % 1 ~= 0 or np > MAX_REQS * MAX_LIMITS then
 		return nil, 'keymap: need 4 bytes per key position'
@@ -214,7 +226,7 @@ local function parse(args, a0)
 		end
 		kmap[p] = ki
 	end
-	return req, (len - 2) / 10, nr, k0, np, true
+	return req, (len - 2) / 10, nr, k0, np, true, ids
 end
 
 -- Request i of req: its first key position, cost and rule; or nil and
@@ -252,7 +264,7 @@ end
 
 -- Decides every request of args in order and writes what they took.
 local function run(args, cluster)
-	local req, m, nr, k0, nk, mapped = parse(args, 0)
+	local req, m, nr, k0, nk, mapped, ids = parse(args, 0)
 	if not req then
 		return fail(m)
 	end
@@ -312,6 +324,13 @@ local function run(args, cluster)
 				elseif algo == 3 then
 					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_log(v, now, cost, l[2], l[3])
+				elseif algo == 4 then
+					local rid = ids and sub(ids, 8 * i - 7, 8 * i)
+					if rid == NO_ID then
+						rid = nil
+					end
+					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					    eval_concurrency(v, now, rid, l[2], l[3])
 				else
 					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_fixed(v, now, cost, l[2], l[3])
@@ -514,6 +533,39 @@ local function refund(args, cluster)
 	return changed
 end
 
+-- Gives back the places of requests (see "Concurrency"): ids holds 8
+-- bytes per key, the request whose place key i holds.
+local function release(args, cluster)
+	local ids = args[1]
+	local n = #args - 1
+	if not ids or n < 1 or #ids ~= 8 * n then
+		return fail('release: need 8 bytes of ids per key')
+	end
+	local freed = 0
+	for i = 1, n do
+		local name = args[1 + i]
+		local v = rpcall('GET', name)
+		if type(v) == 'table' and v.err then
+			if not cluster then
+				error(v)
+			end
+			v = false
+		end
+		if v then
+			local left, gone = concurrency_without(v, sub(ids, 8 * i - 7, 8 * i))
+			if gone then
+				freed = freed + 1
+				if left == '' then
+					rcall('DEL', name)
+				else
+					rcall('SET', name, left, 'KEEPTTL')
+				end
+			end
+		end
+	end
+	return freed
+end
+
 local function register(name, fn, cluster)
 	local f = {
 		function_name = name,
@@ -534,3 +586,5 @@ register('rl4_decide', run, false)
 register('rl4_decide_cluster', run, true)
 register('rl4_refund', refund, false)
 register('rl4_refund_cluster', refund, true)
+register('rl4_release', release, false)
+register('rl4_release_cluster', release, true)

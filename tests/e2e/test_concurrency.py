@@ -1,0 +1,197 @@
+"""Concurrency limits (docs/rules.md, "Concurrency"): at most N requests of
+a client in flight, counted from check-rate (with request_id) to the
+release message, or to the rule's max_duration when none comes. Raw SPOP
+in memory and on Redis; then through the real haproxy with a slow backend
+(haproxy-examples/concurrency.cfg): parallel requests, a response that
+frees a place, a server timeout whose release never comes.
+"""
+
+import os
+import re
+import threading
+import time
+
+import harness
+import spop
+from harness import http_get, wait_for
+from redis_helper import RedisServer
+from spop import ACK, Conn
+
+RULES = """\
+identity: [api_key, ip]
+tiers:
+  argument: tier
+  default: free
+  free: { limits: ["100/1h"], concurrency: 2, max_duration: 2s }
+"""
+SLOT_RE = re.compile(r"^free/[0-9a-f]{32}$")
+
+
+def rules_file(h, text=RULES):
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class Spop:
+    def __init__(self, port):
+        self.c = Conn(port, timeout=5.0)
+        self.c.handshake()
+        self.sid = 0
+
+    def notify(self, messages):
+        self.sid += 1
+        self.c.send(spop.notify(self.sid, 1, messages))
+        f = self.c.expect(ACK)
+        assert (f.sid, f.fid) == (self.sid, 1), f
+        return f.vars()
+
+    def ask(self, key, rid):
+        args = spop.check_rate_args(api_key=key)
+        if rid is not None:
+            args.append(("request_id", rid))
+        return self.notify([("check-rate", args)])
+
+    def release(self, slot, rid):
+        return self.notify([("release", [("slot", slot), ("request_id", rid)])])
+
+
+def check_places(s):
+    v = s.ask("c1", "r1")
+    # allowed: the rate limit speaks; the place is named for the release
+    assert v["status"] == 0 and v["limit"] == 100 and v["remaining"] == 99, v
+    assert SLOT_RE.match(v["slot"]) and v["rule"] == "free", v
+    assert v["policy"] == '"free";q=100;w=3600', v
+    slot = v["slot"]
+    v = s.ask("c1", "r2")
+    assert v["status"] == 0 and v["slot"] == slot, v
+    # two in flight: the third is refused, reason concurrency, no RateLimit
+    v = s.ask("c1", "r3")
+    assert v["status"] == 429 and v["reason"] == "concurrency", v
+    assert v["retry_after"] == 1 and v["limit"] == 2 and v["remaining"] == 0, v
+    assert "ratelimit" not in v and "slot" not in v, v
+    # another client has its own places
+    assert s.ask("c2", "r3")["status"] == 0
+    # a release gives back its own place (an ACK without variables)
+    assert s.release(slot, "r1") == {}
+    v = s.ask("c1", "r3")
+    assert v["status"] == 0 and v["remaining"] == 97, v  # r3 refused took nothing
+    assert s.ask("c1", "r4")["reason"] == "concurrency"
+    # a release that names nothing, twice, or is malformed changes nothing
+    assert s.release(slot, "r1") == {}
+    assert s.release("free/zz", "r2") == {}
+    assert s.release("gone/" + "0" * 32, "r2") == {}
+    assert s.ask("c1", "r4")["reason"] == "concurrency"
+    # without request_id the limit cannot be kept: not counted
+    v = s.ask("c1", None)
+    assert v["status"] == 0 and "slot" not in v, v
+    # r2 and r3 never released: their places end 2 s after they were taken
+    time.sleep(2.1)
+    v = s.ask("c1", "r5")
+    assert v["status"] == 0 and v["slot"] == slot, v
+    assert s.ask("c1", "r6")["status"] == 0
+    assert s.ask("c1", "r7")["reason"] == "concurrency"
+
+
+def test_concurrency_in_memory(h):
+    a = h.agent("--rules", rules_file(h), "--threads", "2")
+    s = Spop(a.port)
+    check_places(s)
+    s.c.close()
+
+
+def test_concurrency_on_redis(h):
+    redis = RedisServer(h)
+    a = h.agent("--rules", rules_file(h), "--threads", "2", "--redis", redis.addr,
+                "--hash-key-file", h.hash_key_file())
+    wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    s = Spop(a.port)
+    check_places(s)
+    s.c.close()
+    # one key per client's places, none left once every place ended
+    time.sleep(2.1)
+    s = Spop(a.port)
+    v = s.ask("c9", "x")
+    assert s.release(v["slot"], "x") == {}
+    # left: the rate limits' keys (token buckets: digits), no place
+    wait_for(lambda: all((redis.command("GET", k) or b"0").isdigit() for k in redis.rl_keys()),
+             3, "the places to be given back")
+    s.c.close()
+
+
+def test_concurrency_through_haproxy(h):
+    """Three requests of one client at once to a slow backend (concurrency
+    2): two reach it, one gets 429 concurrency with Retry-After 1; once
+    they are answered, the client may send two again. A response that
+    never comes (the server too slow for `timeout server`: 504 from HAProxy,
+    no release) keeps its place until max_duration (2 s)."""
+    mport = harness.free_port()
+    a = h.agent("--rules", rules_file(h), "--threads", "2", "--metrics", "127.0.0.1:%d" % mport)
+    a.mport = mport
+    backend = h.backend()
+    cfg = os.path.join(harness.ROOT, "haproxy-examples", "concurrency.cfg")
+    spoe = os.path.join(harness.ROOT, "spoe-conf", "ratelimit-concurrency.conf")
+    hp = h.haproxy(a.port, backend.port, cfg=cfg,
+                   env={"RL_SPOE_CONF": spoe, "RL_SERVER_TIMEOUT": "700ms"})
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    key = {"X-Api-Key": "slowpoke"}
+    out = []
+
+    def get(path):
+        out.append(http_get(hp.port, path, headers=key, timeout=10))
+
+    threads = [threading.Thread(target=get, args=("/slow-500",)) for _ in range(3)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(10)
+    statuses = sorted(r.status for r in out)
+    assert statuses == [200, 200, 429], [(r.status, r.body) for r in out]
+    refused = [r for r in out if r.status == 429][0]
+    assert refused.headers["Retry-After"] == "1", refused
+    assert b'"error":"concurrency"' in refused.body, refused
+    assert backend.most_inflight == 2, backend.most_inflight
+    # both answered: their releases gave the places back
+    wait_for(lambda: metric(a, "spoa_rl_releases_total") >= 2, 3, "two releases")
+    out.clear()
+    threads = [threading.Thread(target=get, args=("/slow-200",)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert [r.status for r in out] == [200, 200], out
+    wait_for(lambda: metric(a, "spoa_rl_releases_total") >= 4, 3, "four releases")
+    # A response too slow: 504 from HAProxy, and no release; with the
+    # second place taken too, a third request is refused until the lost
+    # place ends, 2 s after it was taken.
+    t0 = time.monotonic()
+    r = http_get(hp.port, "/slow-1500", headers=key, timeout=10)
+    assert r.status == 504, r
+    out.clear()
+    holder = threading.Thread(target=get, args=("/slow-500",))
+    holder.start()
+    time.sleep(0.2)
+    r = http_get(hp.port, "/", headers=key)
+    assert r.status == 429 and time.monotonic() - t0 < 1.9, r
+    holder.join(10)
+    assert out[0].status == 200, out
+    # the 504's place is still taken, the other given back: one left
+    r = http_get(hp.port, "/", headers=key)
+    assert r.status == 200, r
+    while time.monotonic() - t0 < 2.1:
+        time.sleep(0.05)
+    out.clear()
+    threads = [threading.Thread(target=get, args=("/slow-300",)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert [r.status for r in out] == [200, 200], out
+
+
+def metric(a, name):
+    m = re.search(r"^%s (\d+)$" % name, http_get(a.mport, "/metrics").text, re.M)
+    return int(m.group(1)) if m else -1

@@ -1,0 +1,2 @@
+UNIT_TESTS += inflight
+test_inflight_SRCS := tests/unit/test_inflight.c agent/store/inflight.c agent/alloc.c
