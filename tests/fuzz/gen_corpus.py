@@ -142,6 +142,9 @@ def seeds():
     yield "notify_zero_args", frame(NOTIFY, message("ping", []), 5, 1)
     yield "notify_two_msgs", frame(NOTIFY, message("a", []) + message(
         "check-rate", [("ip", T_IPV4, [1, 2, 3, 4])]), 11, 1)
+    yield "notify_release", frame(NOTIFY, message("release", [
+        ("slot", T_STR, "free/" + "0f" * 16), ("request_id", T_STR, "7F000001:C350_7F000001")]),
+        13, 1)
     yield "ack", ack
     yield "disconnect", disconnect(HAPROXY_DISCONNECT, 0, "normal")
     yield "agent_disconnect", disconnect(AGENT_DISCONNECT, 3,
