@@ -182,6 +182,9 @@ static const struct {
 	  STORE(split) },
 	{ "spoa_rl_redis_refunds_total",
 	  "Parts of a refused split decision given back to their server.", STORE(refunds) },
+	{ "spoa_rl_redis_penalty_events_lost_total",
+	  "Penalty events Redis could not be told of (no connection): not counted.",
+	  STORE(penalty_lost) },
 	{ "spoa_rl_redis_releases_lost_total",
 	  "Concurrency places a release could not give back (no connection): they end at their max_duration.",
 	  STORE(releases_lost) },
@@ -283,6 +286,9 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_releases_invalid_total",
 		"Release messages without a slot or request_id, or with a malformed slot.",
 		worker_sum(srv, WORKER(releases_bad)));
+	counter(o, "spoa_rl_penalty_events_total",
+		"Responses and refusals counted for a rule's penalty (the penalty box).",
+		store_sum(srv, STORE(penalty_events)));
 	shed_series(o, srv, rules);
 	{
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",

@@ -177,7 +177,7 @@ static int rate_decider(const struct decide_query *q, const struct limit_result 
 	int best = -1;
 
 	for (size_t i = 0; i < q->nlimits; i++)
-		if (q->limits[i].algo != LIMIT_CONCURRENCY &&
+		if (q->limits[i].algo < LIMIT_CONCURRENCY &&
 		    (best < 0 || res[i].remaining < res[best].remaining))
 			best = (int)i;
 	return best < 0 ? decider : best;
@@ -185,20 +185,22 @@ static int rate_decider(const struct decide_query *q, const struct limit_result 
 
 /* Refused by the concurrency limit: 429 (reason concurrency), as many
  * places as the limit has, none left; retry after a place may have freed.
- * No RateLimit field: it describes rates, and the policy lists none for
- * this limit. */
-static void concurrency_refused(const struct decide_query *q, const struct limit_result *r,
-				struct decide_decision *d)
+ * Refused by the penalty box: the rule's penalty status (429 or 403,
+ * reason banned), the penalty's count as the limit, retry when the ban
+ * ends. No RateLimit field: it describes rates, and the policy lists
+ * neither. */
+static void other_refused(const struct decide_query *q, const struct limit_result *r, bool ban,
+			  struct decide_decision *d)
 {
 	d->counted = true;
-	d->limit = (int64_t)r->limit;
+	d->limit = ban ? (int64_t)q->rule->penalty.count.quota : (int64_t)r->limit;
 	d->remaining = 0;
 	d->reset = limit_ceil_s(r->reset_us);
-	d->reason = DECIDE_CONCURRENCY;
+	d->reason = ban ? DECIDE_BANNED : DECIDE_CONCURRENCY;
 	if (q->shadow) {
 		d->shadow = true;
 	} else {
-		d->status = 429;
+		d->status = ban ? q->rule->penalty.status : 429;
 		d->retry_after = limit_ceil_s(r->retry_after_us);
 		if (d->retry_after < 1)
 			d->retry_after = 1;
@@ -217,18 +219,21 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		shadow_shed(q, d);
 		return;
 	}
-	if (q->rule->conc && q->limits[decider].algo == LIMIT_CONCURRENCY) {
+	/* in the penalty box: the ban speaks, whatever else refuses */
+	if (q->rule->penalty.ban && !res[q->rule->penalty.ban - 1].allowed)
+		decider = q->rule->penalty.ban - 1;
+	if (q->limits[decider].algo >= LIMIT_CONCURRENCY) {
+		/* a place or a ban (neither is a rate) */
 		if (!res[decider].allowed) {
-			concurrency_refused(q, &res[decider], d);
+			other_refused(q, &res[decider], q->limits[decider].algo == LIMIT_BAN, d);
 			return;
 		}
 		/* allowed: the answer speaks of a rate limit, when there is one */
 		decider = rate_decider(q, res, decider);
-		if (res[decider].allowed && q->request_id)
-			put_slot(q, d);
-	} else if (q->rule->conc && q->request_id && res[decider].allowed) {
-		put_slot(q, d);
 	}
+	if (res[decider].allowed && ((q->rule->conc && q->request_id) ||
+				     (q->rule->penalty.kind & RULES_PENALTY_RESPONSES)))
+		put_slot(q, d);
 	r = &res[decider];
 	d->counted = true;
 	d->limit = (int64_t)r->limit;
@@ -303,7 +308,8 @@ void decide_closed(const struct decide_query *q, struct decide_decision *d)
 /* Each reason and its text, written once for both users below. */
 #define REASONS(X) \
 	X(DECIDE_OK, "ok") X(DECIDE_LIMITED, "limited") X(DECIDE_SHED, "shed") \
-	X(DECIDE_STORE_DOWN, "store_down") X(DECIDE_CONCURRENCY, "concurrency")
+	X(DECIDE_STORE_DOWN, "store_down") X(DECIDE_CONCURRENCY, "concurrency") \
+	X(DECIDE_BANNED, "banned")
 
 const char *decide_reason_str(enum decide_reason r)
 {

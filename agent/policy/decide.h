@@ -32,6 +32,7 @@
  * place, which it gives back. */
 #define DECIDE_MESSAGE "check-rate"
 #define DECIDE_RELEASE "release"
+#define DECIDE_RESPONSE "response"
 /* A place's name: "<rule>/<client key in hex>" */
 #define DECIDE_SLOT_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1)
 
@@ -66,6 +67,7 @@ enum decide_reason {
 	DECIDE_SHED,
 	DECIDE_STORE_DOWN,
 	DECIDE_CONCURRENCY,     /* refused: too many requests in flight */
+	DECIDE_BANNED,          /* refused: in the rule's penalty box */
 };
 
 struct decide_decision {

@@ -105,6 +105,9 @@ static int64_t ttl_norm(const struct norm *v, enum limit_algo algo,
 	case LIMIT_LOG:
 	case LIMIT_CONCURRENCY:
 		return 1; /* its state is its entries (limit_log_eval, inflight.h) */
+	case LIMIT_BAN:
+		ttl = (i128)st->a - now_us; /* banned until a */
+		break;
 	case LIMIT_SLIDING_WINDOW:
 		if (st->b <= 0 && st->c <= 0)
 			return 1;
@@ -474,6 +477,20 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 	memset(res, 0, sizeof(*res));
 	res->limit = (uint64_t)v.n;
 	switch (spec->algo) {
+	case LIMIT_BAN:
+		/* banned until st->a, else nothing to count */
+		*next = *st;
+		if (st->a > now_us) {
+			res->allowed = false;
+			res->retry_after_us = st->a - now_us;
+			res->reset_us = st->a - now_us;
+			res->next_ttl_us = st->a - now_us;
+		} else {
+			res->allowed = true;
+			res->remaining = 1;
+			res->next_ttl_us = 1;
+		}
+		return;
 	case LIMIT_CONCURRENCY:
 		/* the stores decide it (inflight.h): here, nothing in flight */
 		*next = *st;

@@ -44,6 +44,11 @@ enum limit_algo {
 	 * period (inflight.h). Decided by the stores, not by limit_eval(),
 	 * which reads it as always allowing. */
 	LIMIT_CONCURRENCY = 4,
+	/* A penalty box: refuses while the client is banned (its state a:
+	 * until when), else allows without counting; the ban is put by
+	 * the stores when the rule's penalty counts enough events. quota is
+	 * 1, period the ban's length. */
+	LIMIT_BAN = 5,
 };
 #define LIMIT_CONCURRENCY_MAX 1000
 

@@ -644,21 +644,26 @@ static int check_rate(struct conn *c, const struct spop_frame *f,
 	return 0;
 }
 
-/* A release message (checked already): gives back the concurrency place
- * its slot argument names for its request_id. */
+/* A release or response message (checked already): for the request its
+ * slot argument names, gives back the concurrency place of its
+ * request_id, and counts its status for the rule's penalty. */
 static __attribute__((noinline)) void release(struct worker *w, struct spop_cursor kv,
 					      unsigned nargs)
 {
 	struct rules_args args;
-	const struct spop_data *slot, *id;
+	const struct spop_data *slot, *id, *status;
+	int64_t st = 0;
 
 	rules_args_from_kv(&args, kv, nargs);
 	slot = rules_args_get(&args, "slot");
 	id = rules_args_get(&args, RULES_REQUEST_ID);
+	status = rules_args_get(&args, "status");
 	STAT_INC(w->stats.releases);
-	if (!slot || !id || (slot->type != SPOP_T_STR && slot->type != SPOP_T_BIN) ||
-	    store_release(w->store, w->rules, slot->u.str.ptr, slot->u.str.len,
-			  decide_request_id(id)) < 0)
+	if (status && !spop_data_int(status, &st))
+		st = 0;
+	if (!slot || (!id && !st) || (slot->type != SPOP_T_STR && slot->type != SPOP_T_BIN) ||
+	    store_response(w->store, w->rules, slot->u.str.ptr, slot->u.str.len,
+			   id ? decide_request_id(id) : 0, st > 0 && st < 1000 ? (int)st : 0) < 0)
 		STAT_INC(w->stats.releases_bad);
 }
 
@@ -682,8 +687,10 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 			found = 1;
 			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
 		} else {
-			if (!rel.p && name.len == sizeof(DECIDE_RELEASE) - 1 &&
-			    memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) {
+			if (!rel.p && ((name.len == sizeof(DECIDE_RELEASE) - 1 &&
+					 memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) ||
+				       (name.len == sizeof(DECIDE_RESPONSE) - 1 &&
+					memcmp(name.ptr, DECIDE_RESPONSE, name.len) == 0))) {
 				rel = cur;
 				nrel = nargs;
 			}

@@ -21,6 +21,7 @@
 #ifndef RL_SPOP_H
 #define RL_SPOP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -600,5 +601,34 @@ struct spop_data spop_cstr(const char *s);
 /* Human-readable name of a DISCONNECT status, for logs and DISCONNECT
  * messages. Never NULL. */
 const char *spop_status_str(int status);
+
+/* An integer argument as int64 (UINT64 saturated). False for other types. */
+static inline bool spop_data_int(const struct spop_data *d, int64_t *out)
+{
+	if (!d)
+		return false;
+	switch ((enum spop_type)d->type) {
+	case SPOP_T_INT32:
+		*out = d->u.i32;
+		return true;
+	case SPOP_T_UINT32:
+		*out = d->u.u32;
+		return true;
+	case SPOP_T_INT64:
+		*out = d->u.i64;
+		return true;
+	case SPOP_T_UINT64:
+		*out = d->u.u64 > INT64_MAX ? INT64_MAX : (int64_t)d->u.u64;
+		return true;
+	case SPOP_T_NULL:
+	case SPOP_T_BOOL:
+	case SPOP_T_IPV4:
+	case SPOP_T_IPV6:
+	case SPOP_T_STR:
+	case SPOP_T_BIN:
+		break;
+	}
+	return false;
+}
 
 #endif

@@ -145,6 +145,22 @@ enum rules_scope {
 	RULES_SCOPE_GLOBAL = 2, /* one bucket shared by every client */
 };
 
+#define RULES_STATUSES_MAX 8
+#define RULES_PENALTY_RESPONSES 1 /* responses of the statuses listed */
+#define RULES_PENALTY_REFUSALS 2  /* the rule's own refusals (429) */
+
+struct rule_penalty {
+	uint8_t kind;              /* RULES_PENALTY_* bits, 0: no penalty */
+	uint8_t nstatuses;
+	uint16_t statuses[RULES_STATUSES_MAX];
+	uint16_t status;           /* what a banned client gets: 429 or 403 */
+	uint8_t ban;               /* the ban limit's index + 1 */
+	/* N events in P (a sliding window) put the client in the box */
+	struct limit_spec count;
+	struct limit_spec count_local; /* divided by the fleet (local policy) */
+	uint64_t count_lidh;       /* its keys' part of their names */
+};
+
 /* One rule: a tier, an endpoint, the built-in default, or a layer. Its
  * name is what the agent exports as txn.rl.rule. The periods of its limits
  * are distinct (policy names are "<rule>-<period>").
@@ -173,9 +189,13 @@ struct rule {
 	enum rules_scope scope;
 	uint8_t idk[RULES_IDENTITY_MAX];
 	uint8_t nidk;
-	/* `concurrency`: its limit's index + 1 among the rule's own (the
-	 * last of them), 0 when none. */
+	/* `concurrency`: its limit's index + 1 among the rule's own, 0 when
+	 * none. */
 	uint8_t conc;
+	/* `penalty`: what puts a client in the penalty box (kind 0: nothing),
+	 * and for how long (the LIMIT_BAN limit, penalty.ban its index + 1
+	 * among the rule's own). */
+	struct rule_penalty penalty;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */

@@ -373,34 +373,6 @@ static bool data_is_empty(const struct spop_data *d)
 	return true;
 }
 
-/* An integer argument as int64 (UINT64 saturated). False for other types. */
-static inline bool data_int(const struct spop_data *d, int64_t *out)
-{
-	if (!d)
-		return false;
-	switch ((enum spop_type)d->type) {
-	case SPOP_T_INT32:
-		*out = d->u.i32;
-		return true;
-	case SPOP_T_UINT32:
-		*out = d->u.u32;
-		return true;
-	case SPOP_T_INT64:
-		*out = d->u.i64;
-		return true;
-	case SPOP_T_UINT64:
-		*out = d->u.u64 > INT64_MAX ? INT64_MAX : (int64_t)d->u.u64;
-		return true;
-	case SPOP_T_NULL:
-	case SPOP_T_BOOL:
-	case SPOP_T_IPV4:
-	case SPOP_T_IPV6:
-	case SPOP_T_STR:
-	case SPOP_T_BIN:
-		break;
-	}
-	return false;
-}
 
 /* A request's weight: a positive integer, or a string of 1 to 20 decimal
  * digits, capped at 2^32-1; anything else gives `dflt`. */
@@ -429,7 +401,7 @@ static uint32_t cost_of(const struct spop_data *d, uint32_t dflt)
 			return dflt;
 		return u > UINT32_MAX ? UINT32_MAX : (uint32_t)u;
 	}
-	if (!data_int(d, &v) || v <= 0)
+	if (!spop_data_int(d, &v) || v <= 0)
 		return dflt;
 	return v > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
@@ -533,7 +505,7 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 
 	if (rule->conc && slot[SLOT_REQUEST_ID] && !data_is_empty(slot[SLOT_REQUEST_ID]))
 		out->request_id = slot[SLOT_REQUEST_ID];
-	if (data_int(slot[SLOT_IN_USE], &in_use) && data_int(slot[SLOT_FREE], &free_conns)) {
+	if (spop_data_int(slot[SLOT_IN_USE], &in_use) && spop_data_int(slot[SLOT_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;
 		out->free_conns = free_conns;

@@ -33,10 +33,10 @@ static void derive_rule(struct rule *r, int agents)
 {
 	/* by enum limit_algo: the algorithm is part of a limit's name, so a
 	 * limit that changes algorithm starts fresh */
-	static const char algo[] = { 't', 's', 'f', 'l', 'c' };
+	static const char algo[] = { 't', 's', 'f', 'l', 'c', 'b' };
 	char period[32];
 	/* the rate limits, named after the rule alone when there is one */
-	size_t nrate = r->nlimits - (r->conc ? 1 : 0);
+	size_t nrate = r->nlimits - (r->conc ? 1 : 0) - (r->penalty.ban ? 1 : 0);
 
 	r->policy[0] = '\0';
 	r->nown = r->nlimits;
@@ -46,6 +46,8 @@ static void derive_rule(struct rule *r, int agents)
 		if (r->limits[i].algo == LIMIT_CONCURRENCY) {
 			/* no rate: not in RateLimit-Policy */
 			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-concurrency", r->name);
+		} else if (r->limits[i].algo == LIMIT_BAN) {
+			snprintf(r->pname[i], sizeof(r->pname[i]), "%s-ban", r->name);
 		} else if (nrate == 1) {
 			snprintf(r->pname[i], sizeof(r->pname[i]), "%s", r->name);
 		} else {
@@ -56,14 +58,14 @@ static void derive_rule(struct rule *r, int agents)
 			       RULES_PNAME_SF_MAX <= UINT8_MAX + 1, "a quoted policy name fits");
 		r->pname_sf_len[i] = (uint8_t)rlheader_name(r->pname_sf[i], sizeof(r->pname_sf[i]),
 							    r->pname[i]);
-		if (r->limits[i].algo != LIMIT_CONCURRENCY &&
+		if (r->limits[i].algo != LIMIT_CONCURRENCY && r->limits[i].algo != LIMIT_BAN &&
 		    rlheader_policy_append(r->policy, sizeof(r->policy), r->pname[i],
 					   r->limits[i].quota,
 					   limit_ceil_s(r->limits[i].period_us)) < 0) {
 			/* keeps the items that fit */
 		}
 		snprintf(r->lid[i], sizeof(r->lid[i]), "%c%llu/%lld/%llu",
-			 algo[r->limits[i].algo <= LIMIT_CONCURRENCY ? r->limits[i].algo : 0],
+			 algo[r->limits[i].algo <= LIMIT_BAN ? r->limits[i].algo : 0],
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
 		r->lidh[i] = lid_hash(r->lid[i]);
@@ -188,12 +190,32 @@ static void derive_stack(struct rule *r)
 	r->nlimits = n;
 }
 
+/* A penalty's counter: its keys' name and its share for the local
+ * policy. */
+static void derive_penalty(struct rule *r, int agents)
+{
+	struct rule_penalty *p = &r->penalty;
+	char lid[RULES_LID_MAX];
+
+	if (!p->kind)
+		return;
+	snprintf(lid, sizeof(lid), "p%llu/%lld", (unsigned long long)p->count.quota,
+		 (long long)p->count.period_us);
+	p->count_lidh = lid_hash(lid);
+	p->count_local = p->count;
+	p->count_local.quota = p->count.quota / (uint64_t)agents;
+	if (p->count_local.quota == 0)
+		p->count_local.quota = 1;
+}
+
 void rules_derive(struct rules *r)
 {
 	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
 
-	for (size_t i = 0; i < r->nrules; i++)
+	for (size_t i = 0; i < r->nrules; i++) {
 		derive_rule(&r->rule[i], agents);
+		derive_penalty(&r->rule[i], agents);
+	}
 	for (size_t i = 0; i < r->nrules; i++)
 		derive_stack(&r->rule[i]);
 	derive_lookup(r);

@@ -100,47 +100,10 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* The keys a tier and an endpoint share. */
 enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_CONC, R_MAXDUR,
-       R_N };
+       R_PENALTY, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits", "shadow",
 					   "on_store_failure", "cost", "stack", "concurrency",
-					   "max_duration"};
-
-/* `concurrency` (and `max_duration`): one more limit, the last of the
- * rule's own (limit.h, LIMIT_CONCURRENCY). */
-static int parse_concurrency(struct ctx *c, const char *where, yaml_node_t **v,
-			     struct rule *rule)
-{
-	struct ys *y = &c->y;
-	char sub[YS_PATH_MAX];
-	long long n;
-	int64_t dur = 30 * LIMIT_US_PER_S;
-	struct limit_spec *l;
-
-	if (v[R_MAXDUR] && !v[R_CONC])
-		return ys_fail(y, v[R_MAXDUR]->start_mark, where,
-			       "max_duration goes with concurrency");
-	if (!v[R_CONC])
-		return 0;
-	ys_path_key(sub, where, "concurrency");
-	if (ys_int(y, v[R_CONC], sub, 1, LIMIT_CONCURRENCY_MAX, &n) < 0)
-		return -1;
-	if (rule->nlimits == LIMIT_RULE_MAX)
-		return ys_fail(y, v[R_CONC]->start_mark, sub,
-			       "no room for it: %d limits already", LIMIT_RULE_MAX);
-	if (v[R_MAXDUR]) {
-		ys_path_key(sub, where, "max_duration");
-		if (ys_duration(y, v[R_MAXDUR], sub, LIMIT_US_PER_S, 3600 * LIMIT_US_PER_S,
-				"1s to 1h such as 30s", &dur) < 0)
-			return -1;
-	}
-	l = &rule->limits[rule->nlimits++];
-	memset(l, 0, sizeof(*l));
-	l->quota = (uint64_t)n;
-	l->period_us = dur;
-	l->algo = LIMIT_CONCURRENCY;
-	rule->conc = (uint8_t)rule->nlimits;
-	return 0;
-}
+					   "max_duration", "penalty"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -173,7 +136,11 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 		rule->cost = (uint32_t)cost;
 	}
 	c->stack[rule->index] = v[R_STACK];
-	return parse_concurrency(c, where, v, rule);
+	/* the ban before the concurrency limit: the latter is the last of the
+	 * rule's own (the memory store decides it apart, inflight.h) */
+	if (v[R_PENALTY] && rules_parse_penalty(c, where, v[R_PENALTY], rule) < 0)
+		return -1;
+	return rules_parse_concurrency(c, where, v[R_CONC], v[R_MAXDUR], rule);
 }
 
 int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)

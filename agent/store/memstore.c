@@ -872,6 +872,31 @@ out:
 	return rc;
 }
 
+int memstore_put(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsigned idx,
+		 const struct limit_spec *spec, const struct limit_state *st, int64_t now_us,
+		 int64_t ttl_us)
+{
+	uint64_t kh = key_hash(key);
+	struct ms_shard *sh = shard_of(ms, kh);
+	uint32_t h = slot_hash(kh, idx);
+	long s, ent;
+
+	pthread_mutex_lock(&sh->lock);
+	s = find_slot(sh, key, idx, h);
+	ent = s < 0 ? -1 : (long)sh->slots[s] - 1;
+	if (ent < 0) {
+		if (make_room(sh, 1, now_us, NULL, 0) < 0) {
+			sh->full++;
+			pthread_mutex_unlock(&sh->lock);
+			return -1;
+		}
+		ent = insert(sh, key, idx, h);
+	}
+	store_state(sh, &sh->entries[ent], spec_fp(spec), st, ttl_us, now_us);
+	pthread_mutex_unlock(&sh->lock);
+	return 0;
+}
+
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t kh = key_hash(key);

@@ -63,6 +63,13 @@ int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
 			const struct limit_spec *limits, size_t n, int64_t now_us,
 			uint32_t cost, struct limit_result *res);
 
+/* Sets the state of limit idx of key (counted under spec) to *st, good
+ * for ttl_us from now_us: a penalty box's ban, say. Returns 0, or -1 when
+ * there is no room. */
+int memstore_put(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsigned idx,
+		 const struct limit_spec *spec, const struct limit_state *st, int64_t now_us,
+		 int64_t ttl_us);
+
 /* Drops every entry of `key` (admin reset). Returns how many were dropped. */
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 

@@ -525,19 +525,19 @@ static size_t mp_uint(uint8_t *p, uint64_t v)
  * burst], ...], at most RULE_BYTES_MAX bytes. The same limits always make
  * the same bytes (the library keeps each rule by its bytes). */
 #define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9))
-static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
+static size_t limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p)
 {
 	size_t n = 0;
 
-	if (q->nlimits < 16) {
-		p[n++] = (uint8_t)(0x90 + q->nlimits);
+	if (nl < 16) {
+		p[n++] = (uint8_t)(0x90 + nl);
 	} else {
 		p[n++] = 0xdc;
-		put_be(p + n, q->nlimits, 2);
+		put_be(p + n, nl, 2);
 		n += 2;
 	}
-	for (size_t j = 0; j < q->nlimits; j++) {
-		const struct limit_spec *l = &q->limits[j];
+	for (size_t j = 0; j < nl; j++) {
+		const struct limit_spec *l = &limits[j];
 
 		p[n++] = 0x94;
 		n += mp_uint(p + n, (uint64_t)l->algo);
@@ -546,6 +546,11 @@ static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
 		n += mp_uint(p + n, l->burst);
 	}
 	return n;
+}
+
+static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
+{
+	return limits_bytes(q->limits, q->nlimits, p);
 }
 
 /* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
@@ -801,6 +806,37 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	argvlen[4] = store_key_name(key, rule->lidh[j], name);
 	/* hiredis copies the command out before this returns */
 	return redisAsyncCommandArgv(rn->ac, on_release_reply, rn, 5, argv, argvlen) == REDIS_OK
+		       ? 0 : -1;
+}
+
+int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
+			const uint8_t key[IDENTITY_KEY_LEN])
+{
+	const char *fn = rn->cluster ? "rl4_penalize_cluster" : "rl4_penalize";
+	const struct rule_penalty *p = &rule->penalty;
+	const char *argv[7];
+	size_t argvlen[7];
+	uint8_t rb[RULE_BYTES_MAX];
+	char ban[24], ck[STORE_KEY_NAME_LEN + 1], bk[STORE_KEY_NAME_LEN + 1];
+
+	if (rn->state != NODE_READY || !rn->ac)
+		return -1;
+	argv[0] = "FCALL";
+	argvlen[0] = 5;
+	argv[1] = fn;
+	argvlen[1] = strlen(fn);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	argv[3] = (const char *)rb;
+	argvlen[3] = limits_bytes(&p->count, 1, rb);
+	argv[4] = ban;
+	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
+				      (long long)rule->limits[p->ban - 1].period_us);
+	argv[5] = ck;
+	argvlen[5] = store_key_name(key, p->count_lidh, ck);
+	argv[6] = bk;
+	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], bk);
+	return redisAsyncCommandArgv(rn->ac, on_release_reply, rn, 7, argv, argvlen) == REDIS_OK
 		       ? 0 : -1;
 }
 

@@ -87,6 +87,13 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id);
 
+/* Counts one event of rule's penalty for client key, and bans it when
+ * they reach the penalty's limit (the library's rl4_penalize), without
+ * waiting for the answer. Returns 0 when sent, -1 when the node cannot
+ * send now (the event is not counted). */
+int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
+			const uint8_t key[IDENTITY_KEY_LEN]);
+
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,

@@ -137,6 +137,53 @@ int store_mem_check(struct store *st, const struct decide_query *q,
 	return d;
 }
 
+/* The memory store's penalty: the events in a sliding window under a
+ * key of their own (the client's, turned by the counter's name), the ban
+ * in the rule's ban limit. */
+static void mem_penalize(struct store *st, const struct rule *rule,
+			 const uint8_t key[IDENTITY_KEY_LEN], bool local)
+{
+	const struct rule_penalty *p = &rule->penalty;
+	const struct limit_spec *ban = local ? &rule->local[p->ban - 1] : &rule->limits[p->ban - 1];
+	uint8_t ckey[IDENTITY_KEY_LEN];
+	struct limit_result res;
+	struct limit_state banned = { 0, 0, 0 };
+	int64_t now = clock_now_us();
+
+	memcpy(ckey, key, IDENTITY_KEY_LEN);
+	for (int i = 0; i < 8; i++)
+		ckey[8 + i] ^= (uint8_t)(p->count_lidh >> (8 * i));
+	if (memstore_check(st->mem, ckey, local ? &p->count_local : &p->count, 1, now, 1, &res) ==
+	    MEMSTORE_NO_ROOM)
+		return;
+	if (res.allowed && res.remaining > 0)
+		return;
+	banned.a = now + ban->period_us;
+	memstore_put(st->mem, key, p->ban - 1u, ban, &banned, now, ban->period_us);
+}
+
+void store_penalize(struct store_worker *sw, const struct rule *rule,
+		    const uint8_t key[IDENTITY_KEY_LEN])
+{
+	if (!rule->penalty.kind)
+		return;
+	STAT_INC(sw->stats.penalty_events);
+	if (sw->st->ops->penalize)
+		sw->st->ops->penalize(sw, rule, key);
+	else
+		mem_penalize(sw->st, rule, key, false);
+}
+
+/* A refusal by the rule's own rates or places counts for a penalty on
+ * refusals (a refusal in the box does not lengthen it). */
+static void count_refusal(struct store_worker *sw, const struct decide_query *q,
+			  const struct decide_decision *d)
+{
+	if ((q->rule->penalty.kind & RULES_PENALTY_REFUSALS) && d->status && !d->degraded &&
+	    (d->reason == DECIDE_LIMITED || d->reason == DECIDE_CONCURRENCY))
+		store_penalize(sw, q->rule, q->key);
+}
+
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
 {
 	struct limit_result res[LIMIT_SET_MAX];
@@ -175,6 +222,7 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
 	case STORE_DECIDED:
 		decide_result(q, res, decider, d);
+		count_refusal(sw, q, d);
 		return 1;
 	case STORE_PENDING:
 		/* The backend keeps a copy of q, which points into the rules:
@@ -194,10 +242,12 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 	struct decide_decision d;
 	struct rules *rules = q->rules;
 
-	if (res)
+	if (res) {
 		decide_result(q, res, decider, &d);
-	else
+		count_refusal(sw, q, &d);
+	} else {
 		store_without(sw->st, q, &d);
+	}
 	sw->answer(sw->priv, ref, &d);
 	rules_release(rules);
 }
@@ -211,8 +261,8 @@ static int hexval(char ch)
 	return -1;
 }
 
-int store_release(struct store_worker *sw, const struct rules *rules, const char *slot,
-		  size_t len, uint64_t id)
+int store_response(struct store_worker *sw, const struct rules *rules, const char *slot,
+		   size_t len, uint64_t id, int status)
 {
 	uint8_t key[IDENTITY_KEY_LEN];
 	char name[RULES_NAME_MAX];
@@ -221,7 +271,7 @@ int store_release(struct store_worker *sw, const struct rules *rules, const char
 	size_t n;
 
 	if (!sep || (size_t)(sep - slot) >= sizeof(name) || len - (size_t)(sep - slot) - 1 !=
-	    2 * IDENTITY_KEY_LEN || !id)
+	    2 * IDENTITY_KEY_LEN)
 		return -1;
 	n = (size_t)(sep - slot);
 	memcpy(name, slot, n);
@@ -234,12 +284,19 @@ int store_release(struct store_worker *sw, const struct rules *rules, const char
 		key[i] = (uint8_t)(hi << 4 | lo);
 	}
 	rule = rules_find(rules, name);
-	if (!rule || !rule->conc)
+	if (!rule)
 		return 0;
-	/* the local policy's places, then the store's own */
-	inflight_release(sw->st->flights, key, rule->lidh[rule->conc - 1], id);
-	if (sw->st->ops->release)
-		sw->st->ops->release(sw, rule, rule->conc - 1, key, id);
+	if (rule->conc && id) {
+		/* the local policy's places, then the store's own */
+		inflight_release(sw->st->flights, key, rule->lidh[rule->conc - 1], id);
+		if (sw->st->ops->release)
+			sw->st->ops->release(sw, rule, rule->conc - 1, key, id);
+	}
+	if (status && (rule->penalty.kind & RULES_PENALTY_RESPONSES)) {
+		for (size_t i = 0; i < rule->penalty.nstatuses; i++)
+			if (rule->penalty.statuses[i] == status)
+				store_penalize(sw, rule, key);
+	}
 	return 0;
 }
 

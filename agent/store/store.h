@@ -75,6 +75,8 @@ struct store_stats {
 	counter_t refunds;        /* refunds sent: parts of refused split decisions */
 	counter_t refunds_lost;   /* refunds that could not be sent or failed */
 	counter_t releases_lost;  /* concurrency places not given back: no connection */
+	counter_t penalty_events; /* responses and refusals counted for a penalty */
+	counter_t penalty_lost;   /* such events Redis could not be told of */
 };
 
 /* Receives one server's counters (see store_ops.each_node). */
@@ -128,9 +130,15 @@ struct store_ops {
 	void (*each_node)(struct store *st, store_node_fn *fn, void *arg);
 	/* Gives back the concurrency place of request id (decide.h), which
 	 * took it under limit j of rule for client key: at once, answering
-	 * nothing (NULL: the local places only, see store_release). */
+	 * nothing (NULL: the local places only, see store_response). */
 	void (*release)(struct store_worker *sw, const struct rule *rule, size_t j,
 			const uint8_t key[IDENTITY_KEY_LEN], uint64_t id);
+	/* Counts one event of rule's penalty for client key (a response of
+	 * a listed status, a refusal) and, when they reach its limit, bans
+	 * the client for the penalty's length: at once, answering nothing
+	 * (NULL: in the memory store). */
+	void (*penalize)(struct store_worker *sw, const struct rule *rule,
+			 const uint8_t key[IDENTITY_KEY_LEN]);
 	/* Frees st->impl. */
 	void (*free)(struct store *st);
 };
@@ -193,13 +201,18 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 int store_mem_check(struct store *st, const struct decide_query *q,
 		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res);
 
-/* A release message: gives back the place that slot ("<rule>/<key in
- * hex>", decide.h) names for request id, under the rules in force. A slot
- * that names no rule with a concurrency limit (changed by a reload, say)
- * or is malformed gives nothing back: the place ends by itself. Returns 0,
- * or -1 for a malformed slot. */
-int store_release(struct store_worker *sw, const struct rules *rules, const char *slot,
-		  size_t len, uint64_t id);
+/* A response (the release or response message): for the request that
+ * slot ("<rule>/<key in hex>", decide.h) names under the rules in force,
+ * gives back the concurrency place of request id (0: none), and counts
+ * status (0: none) for the rule's penalty when it lists it. A slot that
+ * names no such rule (changed by a reload, say) does nothing: a place
+ * then ends by itself. Returns 0, or -1 for a malformed slot. */
+int store_response(struct store_worker *sw, const struct rules *rules, const char *slot,
+		   size_t len, uint64_t id, int status);
+
+/* Counts one event of rule's penalty for client key (store_ops.penalize). */
+void store_penalize(struct store_worker *sw, const struct rule *rule,
+		    const uint8_t key[IDENTITY_KEY_LEN]);
 
 void store_rules_changed(struct store_worker *sw);
 

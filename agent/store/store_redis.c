@@ -268,7 +268,12 @@ static int cache_answer(struct redis_worker *rw, const struct decide_query *q, i
 	    (q->rule->nstack &&
 	     memcmp(e->lkey, decide_limit_key(q, (size_t)e->decider), IDENTITY_KEY_LEN) != 0))
 		return 0;
-	memset(&res[e->decider], 0, sizeof(res[0]));
+	/* the others as allowing: only the refusing one is known */
+	for (size_t i = 0; i < q->nlimits; i++) {
+		memset(&res[i], 0, sizeof(res[0]));
+		res[i].allowed = true;
+		res[i].limit = q->limits[i].quota;
+	}
 	res[e->decider].allowed = false;
 	res[e->decider].limit = q->limits[e->decider].quota;
 	res[e->decider].remaining = 0;
@@ -290,6 +295,10 @@ static void cache_store(struct redis_worker *rw, const struct redis_query *r, in
 	if (!rw->cfg->local_cache || res[decider].retry_after_us <= 0 ||
 	    r->q.limits[decider].algo == LIMIT_CONCURRENCY)
 		return; /* (a place frees when a response comes, not at a time) */
+	/* A rule with a penalty box: only a ban is remembered. A refusal by
+	 * its rates must reach Redis, where a ban put since would speak. */
+	if (r->q.rule->penalty.ban && r->q.limits[decider].algo != LIMIT_BAN)
+		return;
 	/* A request heavier than a bucket never passes, however long it
 	 * waits, while lighter ones do: nothing worth remembering. */
 	{
@@ -1005,6 +1014,16 @@ static void redis_release(struct store_worker *sw, const struct rule *rule, size
 		STAT_INC(sw->stats.releases_lost);
 }
 
+static void redis_penalize(struct store_worker *sw, const struct rule *rule,
+			   const uint8_t key[IDENTITY_KEY_LEN])
+{
+	struct redis_worker *rw = sw->impl;
+	struct redis_node *rn = route(rw, key);
+
+	if (!rn || redis_node_penalize(rn, rule, key) < 0)
+		STAT_INC(sw->stats.penalty_lost);
+}
+
 static void redis_free(struct store *st)
 {
 	struct redis_store *rst = st->impl;
@@ -1027,6 +1046,7 @@ static const struct store_ops redis_ops = {
 	.admin = redis_admin_op,
 	.each_node = redis_each_node,
 	.release = redis_release,
+	.penalize = redis_penalize,
 	.free = redis_free,
 };
 

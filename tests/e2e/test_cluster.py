@@ -287,3 +287,16 @@ def test_concurrency_on_a_cluster(h, cluster):
     s = test_concurrency.Spop(a.port)
     test_concurrency.check_places(s)
     s.c.close()
+
+
+def test_penalty_on_a_cluster(h, cluster):
+    """The penalty box on a Cluster: the count and the ban of a client live
+    with its keys (test_penalty's scenario)."""
+    import test_penalty
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_penalty.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1)
+    s = test_penalty.Spop(a.port)
+    test_penalty.check_penalties(s)
+    s.c.close()

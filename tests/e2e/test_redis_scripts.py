@@ -567,7 +567,8 @@ def test_library_registers_both_functions():
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
     assert fns == {"rl4_decide": [], "rl4_decide_cluster": ["allow-cross-slot-keys"],
                    "rl4_refund": [], "rl4_refund_cluster": ["allow-cross-slot-keys"],
-                   "rl4_release": [], "rl4_release_cluster": ["allow-cross-slot-keys"]}, fns
+                   "rl4_release": [], "rl4_release_cluster": ["allow-cross-slot-keys"],
+                   "rl4_penalize": [], "rl4_penalize_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
@@ -1068,6 +1069,46 @@ def test_concurrency_places():
             raise AssertionError("short release ids accepted")
 
 
+BAN = 5  # a penalty box
+
+
+def test_penalty_box():
+    """rl4_penalize counts events in a sliding window and, at its quota,
+    bans (the ban key: when it ends, expiring then); a ban limit refuses
+    until then, with that long to wait, and allows after without writing;
+    all or nothing with the rule's other limits."""
+    for fn, pen in (("rl4_decide", "rl4_penalize"), ("rl4_decide_cluster", "rl4_penalize_cluster")):
+        c = new_client()
+        ban = (BAN, 1, 300 * MS, 0)
+        tb = (TB, 5, 3600 * S, 0)
+        count = rule_bytes([(SW, 3, 60 * S, 0)])
+        ck, bk = "{%s}count" % c, key_of(c, ban)
+        _, got = decide([(c, 1, [tb, ban])], fn)
+        assert got[0][0] == 1 and redis().c.command("EXISTS", bk) == 0, got
+        assert redis().c.command("FCALL", pen, 0, count, 300 * MS, ck, bk) == 0
+        assert redis().c.command("FCALL", pen, 0, count, 300 * MS, ck, bk) == 0
+        assert redis().c.command("FCALL", pen, 0, count, 300 * MS, ck, bk) == 1
+        till = int(redis().c.command("GET", bk))
+        assert pexpiretime(bk) == -(-till // 1000), (till, pexpiretime(bk))
+        now, got = decide([(c, 1, [tb, ban])], fn)
+        assert got[0][0] == 0 and got[0][1] == 2 and got[0][2][1][1] == till - now, got
+        # the bucket was not charged: 4 left of 5 after the first request
+        time.sleep(0.32)
+        _, got = decide([(c, 1, [tb, ban])], fn)
+        assert got[0][0] == 1 and got[0][2][0][0] == 3, got
+        # past the quota, every event bans again
+        assert redis().c.command("FCALL", pen, 0, count, 300 * MS, ck, bk) == 1
+    for bad, err in (([rule_bytes([(TB, 3, S, 0)]), 5, "a", "b"], "one sliding window"),
+                     ([count, 0, "a", "b"], "need <rule> <ban_us>"),
+                     ([count, 5, "a"], "need <rule> <ban_us>")):
+        try:
+            redis().c.command("FCALL", "rl4_penalize", 0, *bad)
+        except RespError as e:
+            assert err in str(e), e
+        else:
+            raise AssertionError(bad)
+
+
 def test_refund_with_bad_arguments_writes_nothing():
     c = new_client()
     lim = (TB, 5, 1 * S, 0)
@@ -1447,7 +1488,7 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: need [algo"),  # a lid
         ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
     ]
-    for algo in (5, -1, 1.5, "0", None, True):
+    for algo in (6, -1, 1.5, "0", None, True):
         cases.append(([one, rule(algo, 10, S, 0), k1], "rule 1: limit 1: algo must be"))
     for q in (0, -1, 2 ** 47 + 1, 1.5, float("nan"), float("inf"), "10", None, False):
         cases.append(([one, rule(TB, q, S, 0), k1], "rule 1: limit 1: quota must be"))

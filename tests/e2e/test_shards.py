@@ -103,3 +103,16 @@ def test_concurrency_on_shards(h, shards):
     s = test_concurrency.Spop(a.port)
     test_concurrency.check_places(s)
     s.c.close()
+
+
+def test_penalty_on_shards(h, shards):
+    """The penalty box on shards (test_penalty's scenario)."""
+    import test_penalty
+
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    a = start(h, three, "--rules", test_penalty.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1)
+    s = test_penalty.Spop(a.port)
+    test_penalty.check_penalties(s)
+    s.c.close()

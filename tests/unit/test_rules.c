@@ -1798,6 +1798,56 @@ static void test_concurrency(void **unused)
 		   "t.yaml:1:34: layers.l: unknown key \"concurrency\" (expected one of: identity, limits)");
 }
 
+/* penalty: a ban limit among the rule's own (before a concurrency limit),
+ * its count apart, and every error. */
+static void test_penalty(void **unused)
+{
+	const struct rule *t;
+	struct rules *r = load("tiers:\n  t:\n    limits: [\"10/1m\"]\n    concurrency: 2\n"
+			       "    penalty: { responses: [401, 403], refusals: true, limit: 5/10m,\n"
+			       "               ban: 15m, status: 403 }\n");
+
+	t = rules_find(r, "t");
+	assert_int_equal(t->nlimits, 3);
+	assert_int_equal(t->penalty.ban, 2);
+	assert_int_equal(t->conc, 3);
+	assert_int_equal(t->limits[1].algo, LIMIT_BAN);
+	assert_int_equal(t->limits[1].period_us, 900 * LIMIT_US_PER_S);
+	assert_int_equal(t->penalty.kind, RULES_PENALTY_RESPONSES | RULES_PENALTY_REFUSALS);
+	assert_int_equal(t->penalty.nstatuses, 2);
+	assert_int_equal(t->penalty.statuses[1], 403);
+	assert_int_equal(t->penalty.status, 403);
+	assert_int_equal(t->penalty.count.quota, 5);
+	assert_int_equal(t->penalty.count.algo, LIMIT_SLIDING_WINDOW);
+	assert_int_not_equal(t->penalty.count_lidh, 0);
+	assert_string_equal(t->pname[0], "t");
+	assert_string_equal(t->pname[1], "t-ban");
+	assert_string_equal(t->policy, "\"t\";q=10;w=60");
+	rules_release(r);
+
+	r = load("tiers: { t: { limits: [], penalty: { responses: 429, limit: 1/1s, ban: 1s } } }");
+	t = rules_find(r, "t");
+	assert_int_equal(t->penalty.status, 429);
+	assert_int_equal(t->penalty.kind, RULES_PENALTY_RESPONSES);
+	rules_release(r);
+
+	load_fails("tiers: { t: { limits: [], penalty: { limit: 1/1s, ban: 1s } } }",
+		   "t.yaml:1:36: tiers.t.penalty: count responses (responses: [401, 403]) or refusals "
+		   "(refusals: true)");
+	load_fails("tiers: { t: { limits: [], penalty: { refusals: true, ban: 1s } } }",
+		   "t.yaml:1:36: tiers.t.penalty: missing key \"limit\" (such as limit: 5/10m)");
+	load_fails("tiers: { t: { limits: [], penalty: { refusals: true, limit: 1/1s } } }",
+		   "t.yaml:1:36: tiers.t.penalty: missing key \"ban\" (such as ban: 15m)");
+	load_fails("tiers: { t: { limits: [], penalty: { responses: [401, 401], limit: 1/1s, "
+		   "ban: 1s } } }",
+		   "t.yaml:1:55: tiers.t.penalty.responses[1]: 401 is listed twice");
+	load_fails("tiers: { t: { limits: [], penalty: { responses: 99, limit: 1/1s, ban: 1s } } }",
+		   "t.yaml:1:49: tiers.t.penalty.responses: expected an integer from 100 to 599, got \"99\"");
+	load_fails("tiers: { t: { limits: [], penalty: { refusals: true, limit: 1/1s, ban: 1s, "
+		   "status: 404 } } }",
+		   "t.yaml:1:84: tiers.t.penalty.status: expected 429 or 403, got \"404\"");
+}
+
 static void test_load_figures(void **unused)
 {
 	struct rules_args a;
@@ -1870,6 +1920,7 @@ int main(void)
 		cmocka_unit_test(test_identity),
 		cmocka_unit_test(test_layers),
 		cmocka_unit_test(test_concurrency),
+		cmocka_unit_test(test_penalty),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};

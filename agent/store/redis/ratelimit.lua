@@ -695,6 +695,19 @@ local function eval_concurrency(v, now, id, quota, period)
 	return true, left, 0, last > now and last - now or 0, concat(cbuf, '', 1, n), old
 end
 
+-- A penalty box (algo 5): the value is when the ban ends (microseconds);
+-- refused until then, allowed after with nothing to write (NOWRITE). The
+-- ban is put by rl4_penalize.
+local NOWRITE = {}
+
+local function eval_ban(v, now)
+	local till = v and tonumber(v)
+	if till and till > now then
+		return false, 0, till - now, till - now
+	end
+	return true, 1, 0, 0, NOWRITE
+end
+
 -- v without the place of request id: the value left and whether it held one.
 local function concurrency_without(v, id)
 	if #v % 16 ~= 0 then
@@ -714,8 +727,8 @@ local function limit_error(l)
 		return 'need [algo, quota, period_us, burst]'
 	end
 	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
-	if algo ~= 0 and algo ~= 1 and algo ~= 2 and algo ~= 3 and algo ~= 4 then
-		return 'algo must be 0, 1, 2, 3 or 4'
+	if type(algo) ~= 'number' or algo < 0 or algo > 5 or algo % 1 ~= 0 then
+		return 'algo must be 0, 1, 2, 3, 4 or 5'
 	end
 	-- x % 1 ~= 0 for fractions, and for NaN and infinities too
 	if type(quota) ~= 'number' or quota < 1 or quota > MAX_VALUE or quota % 1 ~= 0 then

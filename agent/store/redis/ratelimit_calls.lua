@@ -324,6 +324,9 @@ local function run(args, cluster)
 				elseif algo == 3 then
 					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_log(v, now, cost, l[2], l[3])
+				elseif algo == 5 then
+					_, out[at - 2], out[at - 1], out[at], val = eval_ban(v, now)
+					oldv[j] = 0
 				elseif algo == 4 then
 					local rid = ids and sub(ids, 8 * i - 7, 8 * i)
 					if rid == NO_ID then
@@ -352,14 +355,17 @@ local function run(args, cluster)
 					if mapped then
 						p = kmap[p]
 					end
-					if wgen[p] ~= g0 then
+					-- (a ban that allows has nothing to write)
+					if valv[j] ~= NOWRITE and wgen[p] ~= g0 then
 						wgen[p] = g0
 						nw = nw + 1
 						wpos[nw] = p
 						wbefore[p], wnum[p], wlim[p] = oldv[j], oldn[j], rule[j]
 					end
-					sv[p] = valv[j]
-					wneed[p] = now + out[3 * j]
+					if valv[j] ~= NOWRITE then
+						sv[p] = valv[j]
+						wneed[p] = now + out[3 * j]
+					end
 					if out[3 * j - 2] < low then
 						best, low = j, out[3 * j - 2]
 					end
@@ -566,6 +572,41 @@ local function release(args, cluster)
 	return freed
 end
 
+-- Counts one event of a penalty (see "Penalties"): args are the count's
+-- rule (one sliding window), the ban's length in microseconds, the
+-- count's key and the ban's key (one client's: one slot). Replies 1 when
+-- the event put the client in the box, else 0.
+local function penalize(args, cluster)
+	local rule, e = rule_of(args[1] or '')
+	local ban = tonumber(args[2])
+	if not rule or #rule ~= 1 or rule[1][1] ~= 1 then
+		return fail('penalize: need a rule of one sliding window' ..
+		    (e and (': ' .. e) or ''))
+	end
+	if not ban or ban < 1 or ban > MAX_VALUE or ban % 1 ~= 0 or #args ~= 4 then
+		return fail('penalize: need <rule> <ban_us> <count key> <ban key>')
+	end
+	local l = rule[1]
+	local v = rpcall('GET', args[3])
+	if type(v) == 'table' and v.err then
+		if not cluster then
+			error(v)
+		end
+		return 0 -- not this node's client
+	end
+	local now = now_us()
+	local ok, left, _, reset, val = eval_sliding(v, now, 1, l[2], l[3])
+	if ok then
+		rcall('SET', args[3], val, 'PXAT', expiry_ms(now + reset, l[5]))
+	end
+	if ok and left > 0 then
+		return 0
+	end
+	local till = now + ban
+	rcall('SET', args[4], fmt('%d', till), 'PXAT', expiry_ms(till, 1))
+	return 1
+end
+
 local function register(name, fn, cluster)
 	local f = {
 		function_name = name,
@@ -586,5 +627,7 @@ register('rl4_decide', run, false)
 register('rl4_decide_cluster', run, true)
 register('rl4_refund', refund, false)
 register('rl4_refund_cluster', refund, true)
+register('rl4_penalize', penalize, false)
+register('rl4_penalize_cluster', penalize, true)
 register('rl4_release', release, false)
 register('rl4_release_cluster', release, true)
