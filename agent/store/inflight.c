@@ -35,7 +35,10 @@ struct inflight_shard {
 	struct if_client *client;
 	struct if_place *place;
 	uint32_t cap;         /* clients and places, each */
-	uint32_t free_client, free_place;
+	uint32_t free_client, free_place; /* + 1, 0: the list is empty */
+	/* from here on, never used: handed out after the free lists, so the
+	 * pools' memory is touched only as they are used */
+	uint32_t fresh_client, fresh_place;
 	uint64_t used;
 };
 
@@ -75,11 +78,6 @@ struct inflight *inflight_new(size_t max_flights)
 		}
 		sh->mask = nb - 1;
 		sh->cap = cap;
-		for (uint32_t i = 0; i < cap; i++) {
-			sh->client[i].next = i + 1 < cap ? i + 2 : 0;
-			sh->place[i].next = i + 1 < cap ? i + 2 : 0;
-		}
-		sh->free_client = sh->free_place = 1;
 	}
 	return in;
 }
@@ -120,6 +118,29 @@ static uint32_t find(const struct inflight_shard *sh, uint64_t h, const uint8_t 
 		}
 	}
 	return 0;
+}
+
+/* A client and a place + 1, 0 when the pool is used up. */
+static uint32_t take_client(struct inflight_shard *sh)
+{
+	uint32_t c = sh->free_client;
+
+	if (c) {
+		sh->free_client = sh->client[c - 1].next;
+		return c;
+	}
+	return sh->fresh_client < sh->cap ? ++sh->fresh_client : 0;
+}
+
+static uint32_t take_place(struct inflight_shard *sh)
+{
+	uint32_t p = sh->free_place;
+
+	if (p) {
+		sh->free_place = sh->place[p - 1].next;
+		return p;
+	}
+	return sh->fresh_place < sh->cap ? ++sh->fresh_place : 0;
 }
 
 static void free_place(struct inflight_shard *sh, uint32_t p)
@@ -219,7 +240,8 @@ int inflight_begin(struct inflight *in, const uint8_t key[IDENTITY_KEY_LEN], uin
 		res->reset_us = last - now_us;
 		return 0;
 	}
-	if ((!c && !sh->free_client) || !sh->free_place) {
+	if ((!c && !sh->free_client && sh->fresh_client == sh->cap) ||
+	    (!sh->free_place && sh->fresh_place == sh->cap)) {
 		pthread_mutex_unlock(&sh->lock);
 		return -1;
 	}
@@ -240,8 +262,7 @@ void inflight_end(struct inflight_hold *h, bool take)
 		c = find(sh, h->h, h->key, h->lidh, NULL);
 		if (!c) {
 			/* inflight_begin() saw a free client */
-			c = sh->free_client;
-			sh->free_client = sh->client[c - 1].next;
+			c = take_client(sh);
 			memcpy(sh->client[c - 1].key, h->key, IDENTITY_KEY_LEN);
 			sh->client[c - 1].lidh = h->lidh;
 			sh->client[c - 1].places = 0;
@@ -249,8 +270,7 @@ void inflight_end(struct inflight_hold *h, bool take)
 			sh->client[c - 1].next = sh->bucket[h->h & sh->mask];
 			sh->bucket[h->h & sh->mask] = c;
 		}
-		p = sh->free_place;
-		sh->free_place = sh->place[p - 1].next;
+		p = take_place(sh);
 		sh->place[p - 1].id = h->id;
 		sh->place[p - 1].deadline = h->deadline;
 		sh->place[p - 1].next = sh->client[c - 1].places;

@@ -384,19 +384,19 @@ static void test_memory_concurrency(void **state)
 			    "{\"concurrency\": 2, \"max_duration\": \"30s\", \"in_flight\": 2}]");
 	xfree(it.out.buf);
 	/* a release gives its place back: c passes, taking the last token */
-	assert_int_equal(store_release(sw, rules, slot, slot_len,
-				       decide_request_id(&(struct spop_data){
-					       .type = SPOP_T_STR, .u.str = { "a", 1 } })), 0);
-	assert_int_equal(store_release(sw, rules, "t/zz", 4, 1), -1);
+	assert_int_equal(store_response(sw, rules, slot, slot_len,
+					decide_request_id(&(struct spop_data){
+						.type = SPOP_T_STR, .u.str = { "a", 1 } }), 0), 0);
+	assert_int_equal(store_response(sw, rules, "t/zz", 4, 1, 0), -1);
 	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.remaining, 0);
 	/* the rate refuses: no place taken (one left after b and c? none:
 	 * a third would find 2 in flight); release b, then d is refused by
 	 * the rate and takes no place, so e still finds one */
-	assert_int_equal(store_release(sw, rules, slot, slot_len,
-				       decide_request_id(&(struct spop_data){
-					       .type = SPOP_T_STR, .u.str = { "b", 1 } })), 0);
+	assert_int_equal(store_response(sw, rules, slot, slot_len,
+					decide_request_id(&(struct spop_data){
+						.type = SPOP_T_STR, .u.str = { "b", 1 } }), 0), 0);
 	prepare_rid(rules, "k", "d", &q);
 	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
 	assert_int_equal(d.status, 429);
