@@ -37,6 +37,24 @@ __attribute__((noinline)) uint64_t decide_request_id(const struct spop_data *d)
 	return h ? h : 1;
 }
 
+/* The rule with the client's own limit that v's override argument gives,
+ * bounded by the rule's max_override; v's rule when the argument is not
+ * a limit (or too many distinct overrides are in use). */
+static __attribute__((noinline)) const struct rule *override_rule(struct rules *rules,
+								   const struct rules_verdict *v)
+{
+	char text[IDENTITY_RENDER_MAX];
+	size_t len = 0;
+	const char *s = identity_value(v->override, text, sizeof(text), &len);
+	struct limit_spec ov;
+	const struct rule *r;
+
+	if (rules_override_spec(v->rule, s, len, &ov) < 0)
+		return v->rule;
+	r = rules_override(rules, v->rule, &ov);
+	return r ? r : v->rule;
+}
+
 /* The key of each layer stacked on the rule, under the layer's identity. */
 static __attribute__((noinline)) void layer_keys(const struct rules *rules,
 						 const struct rules_verdict *v,
@@ -72,6 +90,8 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	const char *kind;
 
 	rules_classify_request(rules, req, &v);
+	if (v.override)
+		v.rule = override_rule(rules, &v);
 
 	q->rules = rules;
 	q->rule = v.rule;

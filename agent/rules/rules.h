@@ -51,6 +51,7 @@
 #define RULES_ENDPOINTS_MAX 1024
 #define RULES_CLASSES_MAX 256
 #define RULES_LAYERS_MAX 64
+#define RULES_OVERRIDES_MAX 256  /* distinct overridden limits per rules */
 #define RULES_STACK_MAX 3        /* layers stacked on one rule */
 #define RULES_PARTS_MAX (1 + RULES_STACK_MAX)
 #define RULES_VALUES_MAX 32      /* values of one match condition */
@@ -100,7 +101,7 @@ const struct spop_data *rules_args_get(const struct rules_args *args,
  * match condition names arguments (`args`). A request holds the value of
  * each slot (the first argument of that name among the first
  * RULES_ARGS_MAX) and, only when the rules need them, all the arguments. */
-#define RULES_SLOTS_MAX (8 + RULES_IDENTITY_MAX)
+#define RULES_SLOTS_MAX (9 + RULES_IDENTITY_MAX)
 
 struct rules;
 
@@ -196,6 +197,10 @@ struct rule {
 	 * and for how long (the LIMIT_BAN limit, penalty.ban its index + 1
 	 * among the rule's own). */
 	struct rule_penalty penalty;
+	/* `max_override`: the most an override may give the client (its
+	 * own rate limits then give way to the override's one). */
+	struct limit_spec max_override;
+	bool has_max_override;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
@@ -243,6 +248,22 @@ struct rules *rules_load(const char *path, char *err, size_t errlen);
  * for the file name in messages. */
 struct rules *rules_load_buffer(const char *buf, size_t len, const char *name,
 				char *err, size_t errlen);
+
+/* A client's own limit instead of the rule's rates: the override `s`
+ * ("N/P", len bytes), bounded by rule's max_override: an override above
+ * it in rate or in burst gives the max_override. Into *out (a token
+ * bucket). Returns 0, or -1 when s is not a limit or the rule takes no
+ * override. */
+int rules_override_spec(const struct rule *rule, const char *s, size_t len,
+			struct limit_spec *out);
+
+/* The rule base with its rates replaced by the one limit *ov (its other
+ * limits, layers, name and counters kept): made once per distinct
+ * (rule, limit) and kept with the rules, so it may be used as any rule of
+ * r. NULL when RULES_OVERRIDES_MAX are made already, or out of memory.
+ * Any thread. */
+const struct rule *rules_override(struct rules *r, const struct rule *base,
+				  const struct limit_spec *ov);
 
 /* The embedded defaults, the same as a file holding "{}": one rule
  * "default" of 100/1m, identity api_key, user, ip, priority 2 for all,
@@ -337,6 +358,9 @@ struct rules_verdict {
 	/* The request_id argument, when the rule has a concurrency limit and
 	 * it was sent (not empty), else NULL. */
 	const struct spop_data *request_id;
+	/* The override argument, when the rule has a max_override and it was
+	 * sent (not empty), else NULL. */
+	const struct spop_data *override;
 	/* The same as identity for each layer stacked on the rule
 	 * (rule->stack[p], p < rule->nstack; the others are not written):
 	 * an index in rules_identity_names(), -1 for anonymous, or

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "alloc.h"
 #include "rlheader.h"
 
 /* FNV-1a, 64 bits, of "rl3:" and a limit's name. The prefix names the
@@ -109,9 +110,12 @@ static void derive_lookup(struct rules *r)
 		if (m->nargs)
 			r->match_args = true;
 	}
-	for (size_t i = 0; i < r->nrules; i++)
+	for (size_t i = 0; i < r->nrules; i++) {
 		if (r->rule[i].conc)
 			names[SLOT_REQUEST_ID] = RULES_REQUEST_ID;
+		if (r->rule[i].has_max_override && r->override_arg[0])
+			names[SLOT_OVERRIDE] = r->override_arg;
+	}
 	names[SLOT_TIER] = r->tier_arg;
 	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
 	names[SLOT_IN_USE] = r->shed.in_use_arg;
@@ -130,7 +134,7 @@ static void derive_lookup(struct rules *r)
 			if (r->lookup[j - 1].len == len && memcmp(r->lookup[j - 1].name, names[s], len) == 0)
 				break;
 		if (j) {
-			r->lookup[j - 1].also |= (uint16_t)(1u << s);
+			r->lookup[j - 1].also |= (uint32_t)(1u << s);
 			continue;
 		}
 		r->lookup[n].name = names[s];
@@ -220,6 +224,87 @@ void rules_derive(struct rules *r)
 		derive_stack(&r->rule[i]);
 	derive_lookup(r);
 	derive_prefixes(r);
+}
+
+int rules_override_spec(const struct rule *rule, const char *s, size_t len,
+			struct limit_spec *out)
+{
+	const struct limit_spec *m = &rule->max_override;
+	char buf[64], err[128];
+
+	if (!rule->has_max_override || len >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (limit_parse(buf, out, err, sizeof(err)) < 0)
+		return -1;
+	/* above the max in rate (quota / period) or in burst: the max */
+	if (out->quota > m->quota ||
+	    (unsigned __int128)out->quota * (uint64_t)m->period_us >
+		    (unsigned __int128)m->quota * (uint64_t)out->period_us)
+		*out = *m;
+	out->algo = LIMIT_TOKEN_BUCKET;
+	out->burst = 0;
+	return 0;
+}
+
+static unsigned ov_hash(unsigned index, const struct limit_spec *l)
+{
+	uint64_t h = (index + 1) * 0x9e3779b97f4a7c15ULL ^ l->quota * 0xbf58476d1ce4e5b9ULL ^
+		     (uint64_t)l->period_us * 0x94d049bb133111ebULL;
+
+	return (unsigned)((h ^ (h >> 31)) & (2 * RULES_OVERRIDES_MAX - 1));
+}
+
+static bool ov_same(const struct rule *c, unsigned index, const struct limit_spec *l)
+{
+	return c->index == index && c->limits[0].quota == l->quota &&
+	       c->limits[0].period_us == l->period_us;
+}
+
+const struct rule *rules_override(struct rules *r, const struct rule *base,
+				  const struct limit_spec *ov)
+{
+	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
+	struct rule *c = NULL;
+	unsigned i;
+	size_t n = 0;
+
+	pthread_mutex_lock(&r->ov_lock);
+	for (i = ov_hash(base->index, ov); r->ov_slot[i];
+	     i = (i + 1) & (2 * RULES_OVERRIDES_MAX - 1)) {
+		if (ov_same(r->ov[r->ov_slot[i] - 1], base->index, ov)) {
+			c = r->ov[r->ov_slot[i] - 1];
+			goto out;
+		}
+	}
+	if (r->nov == RULES_OVERRIDES_MAX || !(c = xmalloc(sizeof(*c))))
+		goto out;
+	*c = *base;
+	/* the override, then the rule's own limits that are not rates (a
+	 * ban, then a concurrency limit, in their order), then the layers */
+	c->limits[n++] = *ov;
+	c->conc = 0;
+	c->penalty.ban = 0;
+	for (size_t j = 0; j < base->nown; j++) {
+		if (base->limits[j].algo < LIMIT_CONCURRENCY)
+			continue;
+		c->limits[n++] = base->limits[j];
+		if (base->limits[j].algo == LIMIT_CONCURRENCY)
+			c->conc = (uint8_t)n;
+		else
+			c->penalty.ban = (uint8_t)n;
+	}
+	c->nlimits = n;
+	derive_rule(c, agents);
+	derive_penalty(c, agents);
+	derive_stack(c);
+	c->policy_len = (uint16_t)strlen(c->policy);
+	r->ov[r->nov++] = c;
+	r->ov_slot[i] = (uint16_t)r->nov;
+out:
+	pthread_mutex_unlock(&r->ov_lock);
+	return c;
 }
 
 void rules_set_secret(struct rules *r, const uint8_t key[16])

@@ -12,6 +12,7 @@
 #ifndef RL_RULES_INT_H
 #define RL_RULES_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -68,11 +69,12 @@ enum arg_slot {
 	SLOT_IN_USE,
 	SLOT_FREE,
 	SLOT_REQUEST_ID, /* read when some rule has a concurrency limit */
+	SLOT_OVERRIDE,   /* read when some rule has a max_override */
 	SLOT_IDENTITY, /* + k for the identity argument k */
 	SLOT_N = SLOT_IDENTITY + RULES_IDENTITY_MAX,
 };
 _Static_assert(SLOT_N == RULES_SLOTS_MAX, "one slot per name classification reads");
-_Static_assert(SLOT_N <= 16, "struct arg_lookup keeps its other slots in 16 bits");
+_Static_assert(SLOT_N <= 32, "struct arg_lookup keeps its other slots in 32 bits");
 
 /* A name classification looks for (pointing into the rules), the slots it
  * fills (one name may serve several: an identity argument may also be the
@@ -82,7 +84,7 @@ struct arg_lookup {
 	uint8_t len;
 	uint8_t next;
 	uint8_t slot;   /* enum arg_slot: the first it fills */
-	uint16_t also;  /* bit s for each other slot s it fills */
+	uint32_t also;  /* bit s for each other slot s it fills */
 };
 
 /* The hash chain of a name (first byte, last byte and length): the names
@@ -106,6 +108,13 @@ struct rules {
 	struct settings settings;
 	struct rules_names identity;
 	char cost_arg[RULES_NAME_MAX];
+	char override_arg[RULES_NAME_MAX]; /* "" when none */
+	/* Rules made for overridden limits (rules_override): made on demand,
+	 * under the lock, freed with the rules. ov_slot[] indexes them. */
+	pthread_mutex_t ov_lock;
+	struct rule *ov[RULES_OVERRIDES_MAX];
+	uint16_t ov_slot[2 * RULES_OVERRIDES_MAX]; /* index + 1, 0 empty */
+	size_t nov;
 	char tier_arg[RULES_NAME_MAX];
 	bool shadow;
 	enum rules_failure on_failure;

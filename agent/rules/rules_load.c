@@ -100,10 +100,10 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* The keys a tier and an endpoint share. */
 enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_CONC, R_MAXDUR,
-       R_PENALTY, R_N };
+       R_PENALTY, R_MAXOV, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits", "shadow",
 					   "on_store_failure", "cost", "stack", "concurrency",
-					   "max_duration", "penalty"};
+					   "max_duration", "penalty", "max_override"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -136,6 +136,8 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 		rule->cost = (uint32_t)cost;
 	}
 	c->stack[rule->index] = v[R_STACK];
+	if (v[R_MAXOV] && rules_parse_max_override(c, where, v[R_MAXOV], rule) < 0)
+		return -1;
 	/* the ban before the concurrency limit: the latter is the last of the
 	 * rule's own (the memory store decides it apart, inflight.h) */
 	if (v[R_PENALTY] && rules_parse_penalty(c, where, v[R_PENALTY], rule) < 0)
@@ -747,6 +749,7 @@ static const uint8_t default_secret[16] = {
 static void rules_init_defaults(struct rules *r, const char *name)
 {
 	atomic_init(&r->refs, 1);
+	pthread_mutex_init(&r->ov_lock, NULL);
 	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
@@ -766,10 +769,10 @@ static void rules_init_defaults(struct rules *r, const char *name)
 static int parse_root(struct ctx *c, yaml_node_t *root)
 {
 	struct ys *y = &c->y;
-	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_LIMITS, K_TIERS, K_ENDPOINTS,
+	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_OVERRIDE, K_LIMITS, K_TIERS, K_ENDPOINTS,
 	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_N };
 	static const char *const rules_keys[K_N] = {
-		"on_store_failure", "identity", "shadow", "cost_argument", "limits",
+		"on_store_failure", "identity", "shadow", "cost_argument", "override_argument", "limits",
 		"tiers", "endpoints", "layers", "stack", "priorities", "shedding",
 	};
 	const char *keys[SETTINGS_NKEYS + K_N];
@@ -797,6 +800,9 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
 	if (v[K_COST] && rules_get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
+		return -1;
+	if (v[K_OVERRIDE] &&
+	    rules_get_name(y, v[K_OVERRIDE], "override_argument", r->override_arg) < 0)
 		return -1;
 	if (v[K_LIMITS] && v[K_TIERS])
 		return ys_fail(y, k[K_LIMITS]->start_mark, "limits",
@@ -836,6 +842,9 @@ static void free_parts(struct rules *r)
 		xfree(b);
 		b = next;
 	}
+	for (size_t i = 0; i < r->nov; i++)
+		xfree(r->ov[i]);
+	pthread_mutex_destroy(&r->ov_lock);
 	xfree(r->rule);
 	xfree(r->ep);
 	xfree(r->classes);

@@ -35,6 +35,7 @@ int rules_parse_limits(struct ctx *c, yaml_node_t *seq, const char *where, struc
 int rules_parse_concurrency(struct ctx *c, const char *where, yaml_node_t *vconc,
 			    yaml_node_t *vmax, struct rule *rule);
 int rules_parse_penalty(struct ctx *c, const char *where, yaml_node_t *map, struct rule *rule);
+int rules_parse_max_override(struct ctx *c, const char *where, yaml_node_t *n, struct rule *rule);
 
 /* The top-level `layers` mapping, after the tiers and endpoints. */
 int rules_parse_layers(struct ctx *c, yaml_node_t *map);

@@ -1,5 +1,6 @@
 /* rules_policy.c: what a rule may say besides its rates: `concurrency`
- * (requests in flight) and `penalty` (the penalty box). Each adds a limit
+ * (requests in flight), `penalty` (the penalty box) and `max_override`
+ * (how far a client's own limit may go). Each adds a limit
  * to the rule's own, after its rates, that the stores decide with them
  * (limit.h: LIMIT_CONCURRENCY, LIMIT_BAN). Part of the loader
  * (rules_load.h); docs/rules.md is the reference. */
@@ -129,5 +130,21 @@ int rules_parse_penalty(struct ctx *c, const char *where, yaml_node_t *map, stru
 	l->period_us = ban;
 	l->algo = LIMIT_BAN;
 	p->ban = (uint8_t)rule->nlimits;
+	return 0;
+}
+
+int rules_parse_max_override(struct ctx *c, const char *where, yaml_node_t *n, struct rule *rule)
+{
+	struct ys *y = &c->y;
+	char sub[YS_PATH_MAX], msg[256];
+	const char *s;
+	size_t len;
+
+	ys_path_key(sub, where, "max_override");
+	if (ys_text(y, n, sub, &s, &len) < 0)
+		return -1;
+	if (limit_parse(s, &rule->max_override, msg, sizeof(msg)) < 0)
+		return ys_fail(y, n->start_mark, sub, "%s", msg);
+	rule->has_max_override = true;
 	return 0;
 }

@@ -832,7 +832,7 @@ static void test_buffer_errors(void **unused)
 	assert_null(rules_load_buffer("x: [", 4, NULL, NULL, 0));
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
 	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
-				 "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
+				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 				 "layers, stack, priorities, shedding)");
 	/* A short buffer truncates the message, NUL-terminated. */
 	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
@@ -940,7 +940,7 @@ static void test_prescan_caps(void **unused)
 	for (int i = 0; i < 31; i++)
 		strcat(y, "]");
 	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
-		   "on_store_failure, identity, shadow, cost_argument, limits, tiers, endpoints, "
+		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 		   "layers, stack, priorities, shedding)");
 	free(y);
 	y = times("x: ", "{a: ", 32);
@@ -1848,6 +1848,74 @@ static void test_penalty(void **unused)
 		   "t.yaml:1:84: tiers.t.penalty.status: expected 429 or 403, got \"404\"");
 }
 
+/* max_override and override_argument: the spec of an override, bounded;
+ * the rule made for it, once per distinct limit, with the base's other
+ * limits and layers. */
+static void test_overrides(void **unused)
+{
+	struct rules_args a;
+	struct rules_verdict v;
+	struct limit_spec ov;
+	const struct rule *t, *o, *o2;
+	struct rules *r = load("override_argument: rl_limit\n"
+			       "layers: { g: { identity: global, limits: [\"100/1s\"] } }\n"
+			       "tiers:\n  default: t\n  t:\n    limits: [\"3/1h\", \"1/1s\"]\n"
+			       "    max_override: 10/1h\n    concurrency: 2\n"
+			       "    penalty: { refusals: true, limit: 5/1m, ban: 1m }\n"
+			       "    stack: [g]\n"
+			       "  u: { limits: [\"3/1h\"] }\n");
+
+	t = rules_find(r, "t");
+	assert_true(t->has_max_override);
+	assert_int_equal(rules_override_spec(t, "5/1h", 4, &ov), 0);
+	assert_int_equal(ov.quota, 5);
+	assert_int_equal(rules_override_spec(t, "100/1s", 6, &ov), 0);
+	assert_int_equal(ov.quota, 10); /* over in rate: the max */
+	assert_int_equal(ov.period_us, 3600 * LIMIT_US_PER_S);
+	assert_int_equal(rules_override_spec(t, "20/2h", 5, &ov), 0);
+	assert_int_equal(ov.quota, 10); /* over in burst */
+	assert_int_equal(rules_override_spec(t, "10/1h", 5, &ov), 0);
+	assert_int_equal(ov.quota, 10);
+	assert_int_equal(rules_override_spec(t, "x", 1, &ov), -1);
+	assert_int_equal(rules_override_spec(rules_find(r, "u"), "5/1h", 4, &ov), -1);
+	assert_int_equal(rules_override_spec(t, "5/1h", 4, &ov), 0);
+	o = rules_override(r, t, &ov);
+	assert_non_null(o);
+	assert_ptr_equal(rules_override(r, t, &ov), o);
+	assert_string_equal(o->name, "t");
+	assert_int_equal(o->index, t->index);
+	assert_int_equal(o->nown, 3); /* 5/1h, the ban, the concurrency */
+	assert_int_equal(o->limits[0].quota, 5);
+	assert_int_equal(o->penalty.ban, 2);
+	assert_int_equal(o->conc, 3);
+	assert_int_equal(o->nlimits, 4);
+	assert_int_equal(o->part_of[3], 1);
+	assert_string_equal(o->policy, "\"t\";q=5;w=3600, \"g\";q=100;w=1");
+	assert_int_not_equal(o->lidh[0], t->lidh[0]);
+	assert_int_equal(o->lidh[3], t->lidh[4]);
+	rules_override_spec(t, "6/1h", 4, &ov);
+	o2 = rules_override(r, t, &ov);
+	assert_non_null(o2);
+	assert_ptr_not_equal(o2, o);
+	/* the argument is read for a rule with max_override only */
+	req(&a, "GET", "/", NULL, "rl_limit", "5/1h", NULL);
+	v = classify(r, &a);
+	assert_non_null(v.override);
+	req(&a, "GET", "/", NULL, "rl_limit", "5/1h", "tier", "u", NULL);
+	v = classify(r, &a);
+	assert_null(v.override);
+	/* the cache is bounded */
+	for (int i = 0; i < RULES_OVERRIDES_MAX + 2; i++) {
+		ov.quota = 1;
+		ov.period_us = (i + 1) * LIMIT_US_PER_S;
+		o = rules_override(r, t, &ov);
+		assert_true(o != NULL || i >= RULES_OVERRIDES_MAX - 3);
+	}
+	rules_release(r);
+	load_fails("tiers: { t: { limits: [], max_override: 0/1m } }",
+		   "t.yaml:1:41: tiers.t.max_override: '0/1m': quota must be at least 1");
+}
+
 static void test_load_figures(void **unused)
 {
 	struct rules_args a;
@@ -1921,6 +1989,7 @@ int main(void)
 		cmocka_unit_test(test_layers),
 		cmocka_unit_test(test_concurrency),
 		cmocka_unit_test(test_penalty),
+		cmocka_unit_test(test_overrides),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};

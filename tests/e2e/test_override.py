@@ -1,0 +1,117 @@
+"""Per-client limits (docs/rules.md, "Overrides"): a message argument
+gives a client its own limit instead of its rule's rates, bounded by the
+rule's max_override; raw SPOP in memory and on Redis, then through the
+real haproxy with a map (haproxy-examples/overrides.cfg), changed at run
+time on HAProxy's CLI.
+"""
+
+import os
+import socket
+
+import harness
+import spop
+from harness import http_get, wait_for
+from redis_helper import RedisServer
+from spop import ACK, Conn
+
+RULES = """\
+identity: [api_key, ip]
+override_argument: rl_limit
+tiers:
+  t: { limits: ["3/1h"], max_override: "10/1h" }
+endpoints:
+  - { name: fixed, match: { path: /fixed }, limits: ["2/1h"] }
+"""
+
+
+def rules_file(h):
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write(RULES)
+    return path
+
+
+class Spop:
+    def __init__(self, port):
+        self.c = Conn(port, timeout=5.0)
+        self.c.handshake()
+        self.sid = 0
+
+    def ask(self, key, limit=None, path="/"):
+        self.sid += 1
+        args = spop.check_rate_args(api_key=key, path=path)
+        if limit is not None:
+            args.append(("rl_limit", limit))
+        self.c.send(spop.notify(self.sid, 1, [("check-rate", args)]))
+        f = self.c.expect(ACK)
+        return f.vars()
+
+
+def check_overrides(s):
+    # the rule's own limit without an override, or with one that is no limit
+    assert [s.ask("plain")["limit"] for _ in range(2)] == [3, 3]
+    v = s.ask("bad", "lots")
+    assert v["limit"] == 3 and v["policy"] == '"t";q=3;w=3600', v
+    # an override: the client's own bucket, its own policy
+    v = s.ask("own", "5/1h")
+    assert v["status"] == 0 and v["limit"] == 5 and v["remaining"] == 4, v
+    assert v["policy"] == '"t";q=5;w=3600' and v["rule"] == "t", v
+    for left in (3, 2, 1, 0):
+        assert s.ask("own", "5/1h")["remaining"] == left
+    assert s.ask("own", "5/1h")["status"] == 429
+    # above max_override, in rate or in burst: the max
+    v = s.ask("greedy", "1000/1s")
+    assert v["limit"] == 10 and v["policy"] == '"t";q=10;w=3600', v
+    v = s.ask("greedy2", "20/2h")
+    assert v["limit"] == 10, v
+    # a changed override is a fresh bucket; a rule without max_override
+    # takes none
+    assert s.ask("own", "6/1h")["remaining"] == 5
+    v = s.ask("own", "9/1h", path="/fixed")
+    assert v["limit"] == 2 and v["rule"] == "fixed", v
+
+
+def test_override_in_memory(h):
+    a = h.agent("--rules", rules_file(h))
+    s = Spop(a.port)
+    check_overrides(s)
+    s.c.close()
+
+
+def test_override_on_redis(h):
+    redis = RedisServer(h)
+    a = h.agent("--rules", rules_file(h), "--redis", redis.addr, "--hash-key-file",
+                h.hash_key_file())
+    wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    s = Spop(a.port)
+    check_overrides(s)
+    s.c.close()
+
+
+def test_override_from_a_map_through_haproxy(h):
+    """haproxy-examples/overrides.cfg with a map: a key in it gets its own
+    limit, another the rule's; `set map` on HAProxy's CLI changes a
+    client's limit at once, without a reload."""
+    mapf = os.path.join(h.dir, "limits.map")
+    with open(mapf, "w") as f:
+        f.write("k-big 5/1h\n")
+    rules = rules_file(h)
+    a = h.agent("--rules", rules)
+    backend = h.backend()
+    cfg = os.path.join(harness.ROOT, "haproxy-examples", "overrides.cfg")
+    spoe = os.path.join(harness.ROOT, "spoe-conf", "ratelimit-overrides.conf")
+    hp = h.haproxy(a.port, backend.port, cfg=cfg,
+                   env={"RL_SPOE_CONF": spoe, "RL_LIMITS_MAP": mapf})
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+
+    def policy(key):
+        r = http_get(hp.port, "/", headers={"X-Api-Key": key})
+        assert r.status == 200, r
+        return r.headers["RateLimit-Policy"]
+
+    assert policy("k-big") == '"t";q=5;w=3600'
+    assert policy("k-small") == '"t";q=3;w=3600'
+    out = hp.master_cli("@1 set map %s k-big 8/1h" % mapf)
+    assert "Unknown" not in out, out
+    assert policy("k-big") == '"t";q=8;w=3600'
