@@ -15,4 +15,14 @@ static inline int64_t clock_now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Wall-clock milliseconds since 1970, for what a fleet shares with a date
+ * (an override's expiry), never for a bucket. */
+static inline int64_t clock_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 #endif

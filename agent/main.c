@@ -314,7 +314,9 @@ static struct http_server *ops_start(void)
 	if (!h || http_route(h, "GET", "/metrics", serve_metrics, NULL) < 0 ||
 	    http_route(h, "GET", "/healthz", serve_healthz, NULL) < 0 ||
 	    (srv.admin && (http_route(h, "GET", "/admin/", serve_admin, NULL) < 0 ||
-			   http_route(h, "POST", "/admin/", serve_admin, NULL) < 0))) {
+			   http_route(h, "POST", "/admin/", serve_admin, NULL) < 0 ||
+			   http_route(h, "PUT", "/admin/", serve_admin, NULL) < 0 ||
+			   http_route(h, "DELETE", "/admin/", serve_admin, NULL) < 0))) {
 		log_err("metrics: out of memory");
 		http_free(h);
 		return NULL;

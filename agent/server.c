@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "log.h"
+#include "overrides.h"
 #include "store.h"
 
 static int server_bind(struct server *srv);
@@ -187,9 +188,56 @@ static void worker_refresh_rules(struct worker *w)
 	rules_release(old);
 }
 
+static void worker_refresh_overrides(struct worker *w)
+{
+	struct overrides *old = w->ovt, *cur;
+
+	pthread_mutex_lock(&w->srv->ov_lock);
+	cur = w->srv->ovt;
+	if (cur != old && cur)
+		overrides_acquire(cur);
+	pthread_mutex_unlock(&w->srv->ov_lock);
+	if (cur == old)
+		return;
+	w->ovt = cur;
+	overrides_release(old);
+}
+
 static void on_wake(struct ev_loop *loop, ev_async *a, int revents)
 {
 	worker_refresh_rules(a->data);
+	worker_refresh_overrides(a->data);
+}
+
+void server_set_overrides(struct server *srv, struct overrides *o)
+{
+	struct overrides *old;
+
+	pthread_mutex_lock(&srv->ov_lock);
+	old = srv->ovt;
+	srv->ovt = o;
+	pthread_mutex_unlock(&srv->ov_lock);
+	overrides_release(old);
+	for (int i = 0; i < srv->nworkers; i++)
+		ev_async_send(srv->workers[i].loop, &srv->workers[i].wake_w);
+}
+
+struct overrides *server_overrides(struct server *srv)
+{
+	struct overrides *o;
+
+	pthread_mutex_lock(&srv->ov_lock);
+	o = srv->ovt;
+	if (o)
+		overrides_acquire(o);
+	pthread_mutex_unlock(&srv->ov_lock);
+	return o;
+}
+
+/* The store learned a new set of overrides (store.h: on_overrides). */
+static void on_store_overrides(void *priv, struct overrides *o)
+{
+	server_set_overrides(priv, o);
 }
 
 /* Runs before the loop blocks, but only while there is work for it: the
@@ -232,6 +280,8 @@ static void worker_fini(struct worker *w)
 	}
 	rules_release(w->rules);
 	w->rules = NULL;
+	overrides_release(w->ovt);
+	w->ovt = NULL;
 }
 
 /* Sets up worker i, its thread not started. Returns 0, or -1 after logging
@@ -283,6 +333,8 @@ int server_start(struct server *srv)
 	int rc = 0;
 
 	srv->nworkers = 0;
+	pthread_mutex_init(&srv->ov_lock, NULL);
+	srv->ovt = NULL;
 	srv->workers = xcalloc((size_t)srv->cfg.threads, sizeof(*srv->workers));
 	srv->rulestats = rulestats_new(srv->cfg.threads);
 	if (!srv->workers || !srv->rulestats) {
@@ -290,6 +342,8 @@ int server_start(struct server *srv)
 		return -1;
 	}
 	rulestats_assign(srv->rulestats, atomic_load(&srv->rules));
+	srv->store->on_overrides = on_store_overrides;
+	srv->store->on_overrides_priv = srv;
 	/* Workers never take signals: the main thread handles them. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -326,6 +380,9 @@ void server_stop(struct server *srv)
 	srv->nworkers = 0;
 	rulestats_free(srv->rulestats);
 	srv->rulestats = NULL;
+	overrides_release(srv->ovt);
+	srv->ovt = NULL;
+	pthread_mutex_destroy(&srv->ov_lock);
 	while (srv->retired) {
 		struct retired *r = srv->retired;
 

@@ -72,6 +72,7 @@ struct worker {
 	ev_prepare reap_w;
 	struct store_worker *store;
 	struct rules *rules;    /* this worker's reference to the rules */
+	struct overrides *ovt;  /* and to the overrides (NULL: none) */
 	atomic_uint_fast64_t seen_gen; /* generation of `rules` */
 	ev_async wake_w;          /* new rules to pick up */
 	uint32_t rnd;
@@ -96,6 +97,10 @@ struct server {
 	int admin;                        /* /admin/ endpoints served */
 	counter_t reload_failures;        /* SIGHUP with an invalid file */
 	struct store *store;              /* the caller's; workers attach to it */
+	/* Clients' own limits (overrides.h): the current set, swapped under
+	 * ov_lock; each worker holds a reference to the one it uses. */
+	pthread_mutex_t ov_lock;
+	struct overrides *ovt;
 	struct rulestats *rulestats;      /* made by server_start */
 	int lfd;
 	struct worker *workers;
@@ -129,6 +134,13 @@ void server_stop(struct server *srv);
  * next loop iteration; the old rules go when every worker has. Main
  * thread only, after server_start. */
 void server_swap_rules(struct server *srv, struct rules *rules);
+
+/* Installs a new set of overrides (taking the caller's reference; NULL:
+ * none): workers switch at their next loop iteration. Any thread. */
+void server_set_overrides(struct server *srv, struct overrides *o);
+
+/* A reference to the overrides in force (NULL: none). Any thread. */
+struct overrides *server_overrides(struct server *srv);
 
 /* Releases retired rules that no worker uses any more. Main thread only. */
 void server_collect_rules(struct server *srv);

@@ -5,12 +5,14 @@
 
 #include "alloc.h"
 #include "auth.h"
+#include "clock.h"
 #include "decide.h"
 #include "http.h"
 #include "identity.h"
 #include "log.h"
 #include "logtext.h"
 #include "out.h"
+#include "overrides.h"
 #include "query.h"
 #include "server.h"
 #include "store.h"
@@ -27,6 +29,7 @@ struct admin_req {
 	const char *kind;          /* identity argument's name, in rules */
 	char text[ADMIN_TEXT_MAX]; /* its value, whole */
 	size_t tlen;
+	struct override_entry *ov; /* an override: one entry per rule */
 };
 
 static void respond_json(struct http_req *req, int status, struct out *o)
@@ -49,6 +52,29 @@ static void admin_done(struct store_admin *a)
 		outf(&o, "{\"error\": ");
 		out_json_str(&o, a->error, strlen(a->error));
 		outf(&o, "}\n");
+	} else if (a->override) {
+		char period[32];
+
+		outf(&o, "{\"identity\": ");
+		out_json_str(&o, ar->kind, strlen(ar->kind));
+		outf(&o, ", \"value\": ");
+		out_json_str(&o, ar->text, ar->tlen);
+		if (a->ov_remove) {
+			outf(&o, ", \"override\": null");
+		} else {
+			limit_format_period(a->ov[0].spec.period_us, period, sizeof(period));
+			outf(&o, ", \"override\": \"%llu/%s\", \"expires_ms\": %lld",
+			     (unsigned long long)a->ov[0].spec.quota, period,
+			     (long long)a->ov[0].expires_ms);
+		}
+		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
+		for (size_t i = 0; i < a->n; i++) {
+			outf(&o, "%s", i ? ", " : "");
+			out_json_str(&o, a->item[i].rule->name, strlen(a->item[i].rule->name));
+		}
+		outf(&o, "]}\n");
+		log_info("admin: %s the override of %s=%.*s", a->ov_remove ? "removed" : "set",
+			 ar->kind, (int)(ar->tlen < 64 ? ar->tlen : 64), ar->text);
 	} else {
 		outf(&o, "{\"identity\": ");
 		out_json_str(&o, ar->kind, strlen(ar->kind));
@@ -82,6 +108,7 @@ static void admin_done(struct store_admin *a)
 	for (size_t i = 0; i < a->n; i++)
 		xfree(a->item[i].out.buf);
 	xfree(a->item);
+	xfree(ar->ov);
 	rules_release(ar->rules);
 	xfree(ar);
 }
@@ -118,6 +145,45 @@ static bool admitted(const struct auth_token *token, struct http_req *req)
 	return true;
 }
 
+/* An override's limit and its ttl from the query: into *e (its key
+ * aside). Returns 0, or -1 with the error in *o. */
+static int override_args(const struct rules_args *args, struct override_entry *e,
+			 struct out *o)
+{
+	const struct spop_data *limit = rules_args_get(args, "limit");
+	const struct spop_data *ttl = rules_args_get(args, "ttl");
+	char buf[64], err[128];
+	int64_t us = 0;
+
+	if (!limit || limit->type != SPOP_T_STR || limit->u.str.len >= sizeof(buf)) {
+		outf(o, "{\"error\": \"limit=N/P is required, such as limit=5000/1m\"}\n");
+		return -1;
+	}
+	memcpy(buf, limit->u.str.ptr, limit->u.str.len);
+	buf[limit->u.str.len] = '\0';
+	if (limit_parse(buf, &e->spec, err, sizeof(err)) < 0) {
+		outf(o, "{\"error\": ");
+		out_json_str(o, err, strlen(err));
+		outf(o, "}\n");
+		return -1;
+	}
+	e->expires_ms = 0;
+	if (ttl) {
+		if (ttl->type != SPOP_T_STR || ttl->u.str.len >= sizeof(buf)) {
+			outf(o, "{\"error\": \"ttl: a duration such as 1h\"}\n");
+			return -1;
+		}
+		memcpy(buf, ttl->u.str.ptr, ttl->u.str.len);
+		buf[ttl->u.str.len] = '\0';
+		if (limit_parse_duration(buf, &us) < 0 || us < 1000) {
+			outf(o, "{\"error\": \"ttl: a duration such as 1h\"}\n");
+			return -1;
+		}
+		e->expires_ms = clock_wall_ms() + us / 1000;
+	}
+	return 0;
+}
+
 /* Whether a client named by argument `kind` has buckets under rule. */
 static bool admin_applies(const struct rules *rules, const struct rule *rule, const char *kind)
 {
@@ -142,8 +208,9 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	const struct rules_names *ids;
 	struct admin_req *ar;
 	struct rules *rules;
+	struct override_entry ov = { 0 };
 	size_t nrules;
-	bool reset;
+	bool reset = false, override = false, remove = false;
 
 	if (!admitted(token, req))
 		return;
@@ -151,8 +218,14 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 		reset = false;
 	} else if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
 		reset = true;
+	} else if (strcmp(path, "/admin/override") == 0 &&
+		   (strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0)) {
+		override = true;
+		remove = strcmp(method, "DELETE") == 0;
 	} else {
-		outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE... or POST /admin/reset?ARG=VALUE...\"}\n");
+		outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
+			 "PUT /admin/override?ARG=VALUE&limit=N/P[&ttl=DURATION] or "
+			 "DELETE /admin/override?ARG=VALUE\"}\n");
 		respond_json(req, 404, &o);
 		xfree(o.buf);
 		return;
@@ -161,6 +234,11 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	/* query_parse() decodes in place */
 	snprintf(qbuf, sizeof(qbuf), "%s", http_req_query(req));
 	query_parse(qbuf, &args);
+	if (override && !remove && override_args(&args, &ov, &o) < 0) {
+		respond_json(req, 400, &o);
+		xfree(o.buf);
+		return;
+	}
 	rules_classify(rules, &args, &v);
 	ids = rules_identity(rules);
 	if (v.identity < 0 || !v.identity_val) {
@@ -201,20 +279,46 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	ar->a.reset = reset;
 	ar->a.done = admin_done;
 	ar->a.priv = ar;
+	ar->a.override = override;
+	ar->a.ov_remove = remove;
+	if (override && !(ar->ov = xcalloc(nrules ? nrules : 1, sizeof(*ar->ov)))) {
+		xfree(ar->a.item);
+		xfree(ar);
+		rules_release(rules);
+		http_respond(req, 500, "text/plain", "", 0);
+		return;
+	}
 	/* Every rule of the client, each with its own key: tiers, endpoints,
 	 * and the layers that count this client by the argument that named
-	 * it (not the global ones, nor those keyed by another argument). */
+	 * it (not the global ones, nor those keyed by another argument); for
+	 * an override, the rules that take one (max_override). */
 	ar->a.n = 0;
 	for (size_t i = 0; i < nrules; i++) {
 		const struct rule *rule = rules_rule_at(rules, i);
 		struct store_admin_item *it = &ar->a.item[ar->a.n];
 
-		if (!admin_applies(rules, rule, ar->kind))
+		if (override ? !rule->has_max_override : !admin_applies(rules, rule, ar->kind))
 			continue;
 		it->rule = rule;
 		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
+		if (override) {
+			ar->ov[ar->a.n] = ov;
+			memcpy(ar->ov[ar->a.n].key, it->key, IDENTITY_KEY_LEN);
+		}
 		ar->a.n++;
+	}
+	ar->a.ov = ar->ov;
+	ar->a.nov = override ? ar->a.n : 0;
+	if (override && ar->a.n == 0) {
+		outf(&o, "{\"error\": \"no rule takes an override (max_override)\"}\n");
+		respond_json(req, 409, &o);
+		xfree(o.buf);
+		xfree(ar->ov);
+		xfree(ar->a.item);
+		xfree(ar);
+		rules_release(rules);
+		return;
 	}
 	store_admin(srv->store, &ar->a);
 }

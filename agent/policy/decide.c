@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "overrides.h"
 #include "rlheader.h"
 #include "settings.h"
 
@@ -121,6 +122,27 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	if (v.rule->nstack)
 		layer_keys(rules, &v, q);
 	q->request_id = v.request_id ? decide_request_id(v.request_id) : 0;
+}
+
+void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
+		     struct decide_query *q)
+{
+	const struct override_entry *e = overrides_find(o, q->key, now_ms);
+	const struct rule *base, *r;
+	struct limit_spec ov;
+
+	if (!e)
+		return;
+	/* the rule as the file has it (q's may be an argument's override) */
+	base = rules_rule_at(rules, q->rule->index);
+	if (!base || rules_override_clamp(base, &e->spec, &ov) < 0)
+		return;
+	r = rules_override(rules, base, &ov);
+	if (!r)
+		return;
+	q->rule = r;
+	q->limits = r->limits;
+	q->nlimits = r->nlimits;
 }
 
 /* A decision's common part: rule, priority, policy. */

@@ -132,6 +132,15 @@ void decide_prepare(struct rules *rules, struct spop_cursor args, unsigned nargs
 void decide_prepare_request(struct rules *rules, const struct rules_request *req,
 			    uint32_t rnd, struct decide_query *q);
 
+/* Applies the operator's override of q's client, if o has one in force
+ * at now_ms (wall clock): q's rule becomes its rule with that limit
+ * instead of its rates, bounded by its max_override (a rule without
+ * max_override takes none). It takes precedence over an override from a
+ * message argument. */
+struct overrides;
+void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
+		     struct decide_query *q);
+
 /* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */
 void decide_shed(const struct decide_query *q, struct decide_decision *d);
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "decide.h"
 #include "log.h"
 #include "server.h"
@@ -618,6 +619,8 @@ static int check_rate(struct conn *c, const struct spop_frame *f,
 	struct store_ref ref;
 
 	decide_prepare_request(w->rules, req, worker_rand(w), &q);
+	if (w->ovt)
+		decide_override(w->rules, w->ovt, clock_wall_ms(), &q);
 	if (q.load_known) {
 		/* for the load gauge; c->last_active is when this was read */
 		STAT_SET(w->load.in_use, q.in_use);

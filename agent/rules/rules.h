@@ -256,6 +256,9 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name,
  * override. */
 int rules_override_spec(const struct rule *rule, const char *s, size_t len,
 			struct limit_spec *out);
+/* The same from a limit already read. */
+int rules_override_clamp(const struct rule *rule, const struct limit_spec *in,
+			 struct limit_spec *out);
 
 /* The rule base with its rates replaced by the one limit *ov (its other
  * limits, layers, name and counters kept): made once per distinct

@@ -229,7 +229,6 @@ void rules_derive(struct rules *r)
 int rules_override_spec(const struct rule *rule, const char *s, size_t len,
 			struct limit_spec *out)
 {
-	const struct limit_spec *m = &rule->max_override;
 	char buf[64], err[128];
 
 	if (!rule->has_max_override || len >= sizeof(buf))
@@ -238,6 +237,17 @@ int rules_override_spec(const struct rule *rule, const char *s, size_t len,
 	buf[len] = '\0';
 	if (limit_parse(buf, out, err, sizeof(err)) < 0)
 		return -1;
+	return rules_override_clamp(rule, out, out);
+}
+
+int rules_override_clamp(const struct rule *rule, const struct limit_spec *in,
+			 struct limit_spec *out)
+{
+	const struct limit_spec *m = &rule->max_override;
+
+	if (!rule->has_max_override)
+		return -1;
+	*out = *in;
 	/* above the max in rate (quota / period) or in burst: the max */
 	if (out->quota > m->quota ||
 	    (unsigned __int128)out->quota * (uint64_t)m->period_us >

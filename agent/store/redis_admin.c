@@ -13,6 +13,7 @@
 
 #include "alloc.h"
 #include "out.h"
+#include "overrides.h"
 #include "redis_node.h"
 
 /* An admin look or reset under way, on the caller's loop: one
@@ -200,6 +201,80 @@ static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_con
 	return ac;
 }
 
+/* An override set or removed: HSET (HDEL) in the fleet's hash, then the
+ * version +1 (store_overrides_key), for every agent's poll to see. */
+static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct admin_op *op = priv;
+	redisReply *reply = r;
+	char why[256];
+
+	if (op->finished)
+		return;
+	if (!reply) {
+		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		return;
+	}
+	if (reply->type == REDIS_REPLY_ERROR) {
+		snprintf(why, sizeof(why), "Redis: %s", reply->str);
+		admin_reply(op, why);
+		return;
+	}
+	admin_reply(op, NULL);
+}
+
+static void override_op(struct admin_op *op, const struct redis_config *cfg,
+			redis_admin_locate_fn *locate)
+{
+	struct store_admin *a = op->a;
+	size_t argc = 0, nv = a->ov_remove ? 1 : 2;
+	const char **argv = xcalloc(2 + nv * a->nov, sizeof(*argv));
+	size_t *argvlen = xcalloc(2 + nv * a->nov, sizeof(*argvlen));
+	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(a->nov + 1, sizeof(*field));
+	char (*value)[OVERRIDE_VALUE_MAX] = xcalloc(a->nov + 1, sizeof(*value));
+	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX];
+	const char *incr[2] = { "INCR", ver };
+	size_t incrlen[2] = { 4, 0 };
+	redisAsyncContext *ac = NULL;
+	struct addr to;
+
+	if (!argv || !argvlen || !field || !value) {
+		snprintf(a->error, sizeof(a->error), "out of memory");
+		goto out;
+	}
+	if (locate(op->st, store_overrides_at, &to) < 0) {
+		snprintf(a->error, sizeof(a->error), "no Redis node known yet");
+		goto out;
+	}
+	if (!(ac = admin_conn(op, cfg, &to))) {
+		snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
+		goto out;
+	}
+	argv[argc] = a->ov_remove ? "HDEL" : "HSET";
+	argvlen[argc++] = 4;
+	argv[argc] = hash;
+	argvlen[argc++] = store_overrides_key(false, hash);
+	for (size_t i = 0; i < a->nov; i++) {
+		overrides_field(a->ov[i].key, field[i]);
+		argv[argc] = field[i];
+		argvlen[argc++] = 2 * IDENTITY_KEY_LEN;
+		if (!a->ov_remove) {
+			argv[argc] = value[i];
+			argvlen[argc++] = overrides_value(&a->ov[i], value[i]);
+		}
+	}
+	incrlen[1] = store_overrides_key(true, ver);
+	if (redisAsyncCommandArgv(ac, on_override_reply, op, (int)argc, argv, argvlen) == REDIS_OK)
+		op->pending++;
+	if (redisAsyncCommandArgv(ac, on_override_reply, op, 2, incr, incrlen) == REDIS_OK)
+		op->pending++;
+out:
+	xfree(argv);
+	xfree(argvlen);
+	xfree(field);
+	xfree(value);
+}
+
 void redis_admin(struct store *st, struct store_admin *a, const struct redis_config *cfg,
 		 redis_admin_locate_fn *locate)
 {
@@ -217,7 +292,9 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 	op->timer.data = op;
 	/* each item's replies count before any can arrive */
 	op->pending = 1;
-	for (size_t i = 0; i < a->n; i++) {
+	if (a->override)
+		override_op(op, cfg, locate);
+	for (size_t i = 0; !a->override && i < a->n; i++) {
 		const struct rule *rule = a->item[i].rule;
 		char key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
 		const char *argv[1 + LIMIT_SET_MAX];

@@ -840,6 +840,14 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 		       ? 0 : -1;
 }
 
+int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,
+		       const char **argv, const size_t *argvlen)
+{
+	if (rn->state != NODE_READY || !rn->ac)
+		return -1;
+	return redisAsyncCommandArgv(rn->ac, cb, priv, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+}
+
 /* Whether two queries' rules share a limit (and so, for one client, a
  * key). */
 static bool share_limit(const struct redis_query *a, const struct redis_query *b)

@@ -94,6 +94,11 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN]);
 
+/* Any command, when the node is ready (else -1): cb gets the reply, or
+ * NULL when the connection goes first. */
+int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,
+		       const char **argv, const size_t *argvlen);
+
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "inflight.h"
 #include "memstore.h"
+#include "overrides.h"
 
 int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_keys)
 {
@@ -28,6 +29,7 @@ void store_free(struct store *st)
 		st->ops->free(st);
 	memstore_free(st->mem);
 	inflight_free(st->flights);
+	overrides_release(st->ov);
 	xfree(st);
 }
 
@@ -314,7 +316,9 @@ void store_admin(struct store *st, struct store_admin *a)
 
 void store_admin_done(struct store *st, struct store_admin *a)
 {
-	if (a->reset && !a->error[0])
+	/* a reset, or an override (a refusal cached before may no longer
+	 * hold): every worker forgets the refusals it cached */
+	if ((a->reset || a->override) && !a->error[0])
 		atomic_fetch_add(&st->reset_epoch, 1);
 	a->done(a);
 }
@@ -338,6 +342,17 @@ size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
 	buf[5] = '}';
 	buf[6] = '\0';
 	return STORE_KEY_TAG_LEN;
+}
+
+const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
+
+size_t store_overrides_key(bool version, char *buf)
+{
+	size_t n = store_key_tag(store_overrides_at, buf);
+	const char *name = version ? "overrides:version" : "overrides";
+
+	memcpy(buf + n, name, strlen(name) + 1);
+	return n + strlen(name);
 }
 
 size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh, char *buf)

@@ -37,6 +37,7 @@
 #include "stats.h"
 
 struct memstore;
+struct overrides;
 struct store;
 struct store_worker;
 
@@ -102,6 +103,12 @@ struct store_admin_item {
 struct store_admin {
 	struct ev_loop *loop;   /* the caller's: an asynchronous store answers on it */
 	bool reset;
+	/* Or an override (overrides.h) set (ov_remove false) or removed, for
+	 * the clients of ov[0..nov): the items are then not looked at. */
+	bool override;
+	bool ov_remove;
+	const struct override_entry *ov;
+	size_t nov;
 	size_t n;
 	struct store_admin_item *item;
 	char error[256];
@@ -148,6 +155,12 @@ struct store {
 	void *impl;
 	struct memstore *mem;             /* memory store; the local policy */
 	struct inflight *flights;         /* their concurrency places */
+	struct overrides *ov;             /* memory store: its overrides (main thread) */
+	/* The holder of the overrides in force (server.c): told of each set
+	 * the store learns (a Redis store reads the fleet's), from any
+	 * thread, taking a reference. */
+	void (*on_overrides)(void *priv, struct overrides *o);
+	void *on_overrides_priv;
 	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
 };
 
@@ -234,6 +247,13 @@ uint64_t store_reset_epoch(const struct store *st);
  * writes "{TTTT}" (STORE_KEY_TAG_LEN bytes and a NUL), store_key_name()
  * the whole name (STORE_KEY_NAME_LEN bytes and a NUL); both return the
  * length. */
+/* The overrides (overrides.h) of a fleet on Redis: a hash of them and its
+ * version, +1 at each change, in the slot of the tag of the all-zero key
+ * (store_overrides_key: STORE_OVERRIDES_KEY_MAX bytes at most). */
+#define STORE_OVERRIDES_KEY_MAX 24
+extern const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
+size_t store_overrides_key(bool version, char *buf);
+
 #define STORE_KEY_TAG_LEN 6
 #define STORE_KEY_NAME_LEN 14
 size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);

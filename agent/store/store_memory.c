@@ -2,10 +2,14 @@
  * holds them, shared by the workers). Every decision is made at once. */
 #include "store.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "alloc.h"
 #include "clock.h"
 #include "inflight.h"
 #include "memstore.h"
+#include "overrides.h"
 
 static enum store_outcome mem_check(struct store_worker *sw, const struct decide_query *q,
 				    const struct store_ref *ref, struct limit_result *res,
@@ -23,8 +27,51 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 
 /* For each rule: its limits with what they hold now, or with reset, how
  * many entries were dropped. */
+/* An override set or removed: the store's set with these clients'
+ * entries replaced or gone, handed to the holder. */
+static void mem_override(struct store *st, struct store_admin *a)
+{
+	size_t n = overrides_count(st->ov), m = 0;
+	struct override_entry *e = xcalloc(n + a->nov + 1, sizeof(*e));
+	struct overrides *o;
+
+	if (!e) {
+		snprintf(a->error, sizeof(a->error), "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct override_entry *x = overrides_at(st->ov, i);
+		size_t k;
+
+		for (k = 0; k < a->nov; k++)
+			if (memcmp(a->ov[k].key, x->key, IDENTITY_KEY_LEN) == 0)
+				break;
+		if (k == a->nov)
+			e[m++] = *x;
+	}
+	for (size_t k = 0; !a->ov_remove && k < a->nov; k++)
+		e[m++] = a->ov[k];
+	o = overrides_new(e, m);
+	xfree(e);
+	if (!o) {
+		snprintf(a->error, sizeof(a->error), "too many overrides, or out of memory");
+		return;
+	}
+	overrides_release(st->ov);
+	st->ov = o;
+	if (st->on_overrides) {
+		overrides_acquire(o);
+		st->on_overrides(st->on_overrides_priv, o);
+	}
+}
+
 static void mem_admin(struct store *st, struct store_admin *a)
 {
+	if (a->override) {
+		mem_override(st, a);
+		store_admin_done(st, a);
+		return;
+	}
 	for (size_t i = 0; i < a->n; i++) {
 		const struct rule *rule = a->item[i].rule;
 		struct out *o = &a->item[i].out;

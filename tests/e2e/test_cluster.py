@@ -300,3 +300,19 @@ def test_penalty_on_a_cluster(h, cluster):
     s = test_penalty.Spop(a.port)
     test_penalty.check_penalties(s)
     s.c.close()
+
+
+def test_admin_override_on_a_cluster(h, cluster):
+    """An operator's override on a Cluster: the fleet's overrides live in
+    one slot, wherever the map puts it; every agent polls them there."""
+    import test_override
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_override.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=2, metrics=True)
+    s = test_override.Spop(a.port)
+    assert s.ask("co1")["limit"] == 3
+    r = http_get(a.mport, "/admin/override?api_key=co1&limit=7/1h", method="PUT")
+    assert r.status == 200, r
+    wait_for(lambda: s.ask("co1")["limit"] == 7, 1.5, "the override to apply")
+    s.c.close()

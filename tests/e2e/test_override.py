@@ -5,8 +5,9 @@ real haproxy with a map (haproxy-examples/overrides.cfg), changed at run
 time on HAProxy's CLI.
 """
 
+import json
 import os
-import socket
+import time
 
 import harness
 import spop
@@ -115,3 +116,70 @@ def test_override_from_a_map_through_haproxy(h):
     out = hp.master_cli("@1 set map %s k-big 8/1h" % mapf)
     assert "Unknown" not in out, out
     assert policy("k-big") == '"t";q=8;w=3600'
+
+
+def start_admin(h, *args):
+    mport = harness.free_port()
+    a = h.agent("--rules", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin",
+                *args)
+    a.mport = mport
+    return a
+
+
+def admin(a, method, query):
+    r = http_get(a.mport, "/admin/override?" + query, method=method)
+    return r.status, json.loads(r.body)
+
+
+def test_admin_override_in_memory(h):
+    """PUT /admin/override gives a client its own limit (bounded by
+    max_override, on every rule that takes one), at once and without a
+    reload; DELETE takes it back; a ttl ends it by itself. It outranks an
+    override from the message."""
+    a = start_admin(h)
+    s = Spop(a.port)
+    assert s.ask("k2")["limit"] == 3
+    st, body = admin(a, "PUT", "api_key=k2&limit=6/1h")
+    assert st == 200 and body["override"] == "6/1h" and body["rules"] == ["t"], body
+    v = s.ask("k2")
+    assert v["limit"] == 6 and v["policy"] == '"t";q=6;w=3600', v
+    assert s.ask("k2", "9/1h")["limit"] == 6  # the operator's wins
+    assert s.ask("k3")["limit"] == 3          # another client: the rule's
+    # above max_override: the max
+    admin(a, "PUT", "api_key=k2&limit=1000/1s")
+    assert s.ask("k2")["limit"] == 10
+    st, body = admin(a, "DELETE", "api_key=k2")
+    assert st == 200 and body["override"] is None, body
+    assert s.ask("k2")["limit"] == 3
+    # a ttl
+    admin(a, "PUT", "api_key=k4&limit=7/1h&ttl=1s")
+    assert s.ask("k4")["limit"] == 7
+    time.sleep(1.1)
+    assert s.ask("k4")["limit"] == 3
+    # errors: no limit, a bad one, a bad ttl, no client named
+    assert admin(a, "PUT", "api_key=k2")[0] == 400
+    assert admin(a, "PUT", "api_key=k2&limit=7")[0] == 400
+    assert admin(a, "PUT", "api_key=k2&limit=7/1h&ttl=x")[0] == 400
+    assert admin(a, "PUT", "limit=7/1h")[0] == 400
+    s.c.close()
+
+
+def test_admin_override_across_a_fleet_on_redis(h):
+    """Two agents on one Redis: an override set through one agent applies
+    on the other within a second (it polls the fleet's overrides every
+    half second); removed, likewise."""
+    redis = RedisServer(h)
+    args = ("--redis", redis.addr, "--hash-key-file", h.hash_key_file())
+    a = start_admin(h, *args)
+    b = h.agent("--rules", rules_file(h), *args, name="agent-b")
+    wait_for(lambda: "ready" in a.log() and "ready" in b.log(), 5, "both agents' workers")
+    sb = Spop(b.port)
+    assert sb.ask("f1")["limit"] == 3
+    t0 = time.monotonic()
+    st, body = admin(a, "PUT", "api_key=f1&limit=8/1h")
+    assert st == 200 and body["store"] == "redis", body
+    wait_for(lambda: sb.ask("f1")["limit"] == 8, 1.5, "agent b to apply the override")
+    print("  applied by the other agent after %.2f s" % (time.monotonic() - t0))
+    admin(a, "DELETE", "api_key=f1")
+    wait_for(lambda: sb.ask("f1")["limit"] == 3, 1.5, "agent b to drop the override")
+    sb.c.close()

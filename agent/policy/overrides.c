@@ -1,0 +1,162 @@
+/* overrides.c: clients' own limits set by the operator (see overrides.h).
+ * A snapshot is an array and an open-addressing index over it, at most
+ * half full. */
+#include "overrides.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+
+struct overrides {
+	atomic_uint refs;
+	size_t n;
+	uint32_t mask;
+	uint32_t *slot;           /* entry + 1, 0 empty */
+	struct override_entry e[];
+};
+
+static uint32_t key_hash(const uint8_t *key)
+{
+	uint32_t h;
+
+	memcpy(&h, key, sizeof(h)); /* a SipHash output: uniform */
+	return h;
+}
+
+struct overrides *overrides_new(const struct override_entry *e, size_t n)
+{
+	struct overrides *o;
+	uint32_t nslots = 2;
+
+	if (n > OVERRIDES_MAX)
+		return NULL;
+	while (nslots < 2 * n)
+		nslots <<= 1;
+	o = xmalloc(sizeof(*o) + n * sizeof(o->e[0]));
+	if (!o)
+		return NULL;
+	o->slot = xcalloc(nslots, sizeof(*o->slot));
+	if (!o->slot) {
+		xfree(o);
+		return NULL;
+	}
+	atomic_init(&o->refs, 1);
+	o->mask = nslots - 1;
+	o->n = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = key_hash(e[i].key) & o->mask;
+
+		for (; o->slot[s]; s = (s + 1) & o->mask)
+			if (memcmp(o->e[o->slot[s] - 1].key, e[i].key, IDENTITY_KEY_LEN) == 0)
+				break;
+		if (o->slot[s]) {
+			o->e[o->slot[s] - 1] = e[i]; /* a key twice: the last */
+			continue;
+		}
+		o->e[o->n] = e[i];
+		o->slot[s] = (uint32_t)++o->n;
+	}
+	return o;
+}
+
+void overrides_acquire(struct overrides *o)
+{
+	atomic_fetch_add_explicit(&o->refs, 1, memory_order_relaxed);
+}
+
+void overrides_release(struct overrides *o)
+{
+	if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	xfree(o->slot);
+	xfree(o);
+}
+
+size_t overrides_count(const struct overrides *o)
+{
+	return o ? o->n : 0;
+}
+
+const struct override_entry *overrides_at(const struct overrides *o, size_t i)
+{
+	return i < o->n ? &o->e[i] : NULL;
+}
+
+const struct override_entry *overrides_find(const struct overrides *o,
+					    const uint8_t key[IDENTITY_KEY_LEN], int64_t now_ms)
+{
+	if (!o || !o->n)
+		return NULL;
+	for (uint32_t s = key_hash(key) & o->mask; o->slot[s]; s = (s + 1) & o->mask) {
+		const struct override_entry *x = &o->e[o->slot[s] - 1];
+
+		if (memcmp(x->key, key, IDENTITY_KEY_LEN) == 0)
+			return x->expires_ms && x->expires_ms <= now_ms ? NULL : x;
+	}
+	return NULL;
+}
+
+void overrides_field(const uint8_t key[IDENTITY_KEY_LEN], char out[2 * IDENTITY_KEY_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		out[2 * i] = hex[key[i] >> 4];
+		out[2 * i + 1] = hex[key[i] & 15];
+	}
+	out[2 * IDENTITY_KEY_LEN] = '\0';
+}
+
+size_t overrides_value(const struct override_entry *e, char out[OVERRIDE_VALUE_MAX])
+{
+	char period[32];
+	int n;
+
+	limit_format_period(e->spec.period_us, period, sizeof(period));
+	n = snprintf(out, OVERRIDE_VALUE_MAX, "%llu/%s %lld", (unsigned long long)e->spec.quota,
+		     period, (long long)e->expires_ms);
+	return n > 0 && n < OVERRIDE_VALUE_MAX ? (size_t)n : 0;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int overrides_read(const char *field, size_t flen, const char *value, size_t vlen,
+		   struct override_entry *e)
+{
+	char buf[OVERRIDE_VALUE_MAX], err[128];
+	char *sp, *end;
+	long long exp;
+
+	if (flen != 2 * IDENTITY_KEY_LEN || vlen >= sizeof(buf))
+		return -1;
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		int hi = hexval(field[2 * i]), lo = hexval(field[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		e->key[i] = (uint8_t)(hi << 4 | lo);
+	}
+	memcpy(buf, value, vlen);
+	buf[vlen] = '\0';
+	sp = strchr(buf, ' ');
+	if (!sp)
+		return -1;
+	*sp = '\0';
+	if (limit_parse(buf, &e->spec, err, sizeof(err)) < 0)
+		return -1;
+	exp = strtoll(sp + 1, &end, 10);
+	if (end == sp + 1 || *end || exp < 0)
+		return -1;
+	e->expires_ms = exp;
+	return 0;
+}
