@@ -198,16 +198,14 @@ static void shadow_shed(const struct decide_query *q, struct decide_decision *d)
 /* "<rule>/<client key in hex>": the place an admitted request took. */
 static void put_slot(const struct decide_query *q, struct decide_decision *d)
 {
-	static const char hex[] = "0123456789abcdef";
+	char hex[IDENTITY_HEX_LEN + 1];
 	size_t n = q->rule->name_len;
 
 	memcpy(d->slot, q->rule->name, n);
 	d->slot[n++] = '/';
-	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
-		d->slot[n++] = hex[q->key[i] >> 4];
-		d->slot[n++] = hex[q->key[i] & 15];
-	}
-	d->slot_len = (uint8_t)n;
+	identity_hex(q->key, hex);
+	memcpy(d->slot + n, hex, IDENTITY_HEX_LEN);
+	d->slot_len = (uint8_t)(n + IDENTITY_HEX_LEN);
 }
 
 /* The limit that speaks for an allowed request whose fewest remaining
@@ -250,6 +248,31 @@ static void other_refused(const struct decide_query *q, const struct limit_resul
 	shadow_shed(q, d);
 }
 
+/* decide_result() for a rule with a concurrency limit or a penalty: the
+ * ban speaks when the client is in the box, whatever else refuses; a place
+ * or a ban that refuses answers by itself (returns -1); an allowed request
+ * names its place (slot) and is answered by its rate limit (the deciding
+ * limit returned). */
+static __attribute__((noinline)) int extras_decider(const struct decide_query *q,
+						    const struct limit_result *res, int decider,
+						    struct decide_decision *d)
+{
+	if (q->rule->penalty.ban && !res[q->rule->penalty.ban - 1].allowed)
+		decider = q->rule->penalty.ban - 1;
+	if (q->limits[decider].algo >= LIMIT_CONCURRENCY) {
+		/* a place or a ban (neither is a rate) */
+		if (!res[decider].allowed) {
+			other_refused(q, &res[decider], q->limits[decider].algo == LIMIT_BAN, d);
+			return -1;
+		}
+		decider = rate_decider(q, res, decider);
+	}
+	if (res[decider].allowed && ((q->rule->conc && q->request_id) ||
+				     (q->rule->penalty.kind & RULES_PENALTY_RESPONSES)))
+		put_slot(q, d);
+	return decider;
+}
+
 void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d)
 {
@@ -261,21 +284,9 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		shadow_shed(q, d);
 		return;
 	}
-	/* in the penalty box: the ban speaks, whatever else refuses */
-	if (q->rule->penalty.ban && !res[q->rule->penalty.ban - 1].allowed)
-		decider = q->rule->penalty.ban - 1;
-	if (q->limits[decider].algo >= LIMIT_CONCURRENCY) {
-		/* a place or a ban (neither is a rate) */
-		if (!res[decider].allowed) {
-			other_refused(q, &res[decider], q->limits[decider].algo == LIMIT_BAN, d);
-			return;
-		}
-		/* allowed: the answer speaks of a rate limit, when there is one */
-		decider = rate_decider(q, res, decider);
-	}
-	if (res[decider].allowed && ((q->rule->conc && q->request_id) ||
-				     (q->rule->penalty.kind & RULES_PENALTY_RESPONSES)))
-		put_slot(q, d);
+	/* a rule with places or a penalty box (most have neither) */
+	if (q->rule->extras && (decider = extras_decider(q, res, decider, d)) < 0)
+		return;
 	r = &res[decider];
 	d->counted = true;
 	d->limit = (int64_t)r->limit;

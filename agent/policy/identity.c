@@ -253,6 +253,29 @@ void identity_key(const uint8_t secret[16], const char *kind, size_t kind_len,
 	identity_key_from(&p, value, value_len, rule, rule_len, out);
 }
 
+static int hex_digit(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int identity_from_hex(const char *hex, size_t len, uint8_t key[IDENTITY_KEY_LEN])
+{
+	if (len != IDENTITY_HEX_LEN)
+		return -1;
+	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -1;
+		key[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
 void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex)
 {
 	static const char digits[] = "0123456789abcdef";

@@ -64,5 +64,8 @@ const char *identity_value(const struct spop_data *d, char *buf, size_t cap, siz
 
 /* Lowercase hex of a key; hex holds IDENTITY_HEX_LEN + 1 bytes. */
 void identity_hex(const uint8_t key[IDENTITY_KEY_LEN], char *hex);
+/* The key from its lowercase hex (len must be IDENTITY_HEX_LEN). Returns
+ * 0, or -1 for anything else. */
+int identity_from_hex(const char *hex, size_t len, uint8_t key[IDENTITY_KEY_LEN]);
 
 #endif

@@ -190,6 +190,29 @@ void limit_log_eval(const struct limit_spec *spec, const struct limit_log_entry 
 int64_t limit_ttl_us(const struct limit_spec *spec, const struct limit_state *st,
 		     int64_t now_us);
 
+/* The limit that decides a request checked against res[0..n): the
+ * refusing one with the longest retry-after, else the allowing one with
+ * the fewest remaining; ties go to the lowest index. (The Redis library
+ * picks the same.) */
+static inline int limit_decider(const struct limit_result *res, size_t n)
+{
+	int best = -1;
+
+	if (n == 1)
+		return 0; /* one limit decides alone (most rules have one) */
+	for (size_t i = 0; i < n; i++)
+		if (!res[i].allowed &&
+		    (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
+			best = (int)i;
+	if (best >= 0)
+		return best;
+	best = 0;
+	for (size_t i = 1; i < n; i++)
+		if (res[i].remaining < res[best].remaining)
+			best = (int)i;
+	return best;
+}
+
 /* Microseconds rounded up to whole seconds, at least 1 when us > 0, 0 when
  * us <= 0. Inline: every decision rounds its reset time and the RateLimit
  * field's t. Unsigned, us + 999999 cannot overflow and the division by a

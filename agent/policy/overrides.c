@@ -101,13 +101,7 @@ const struct override_entry *overrides_find(const struct overrides *o,
 
 void overrides_field(const uint8_t key[IDENTITY_KEY_LEN], char out[2 * IDENTITY_KEY_LEN + 1])
 {
-	static const char hex[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
-		out[2 * i] = hex[key[i] >> 4];
-		out[2 * i + 1] = hex[key[i] & 15];
-	}
-	out[2 * IDENTITY_KEY_LEN] = '\0';
+	identity_hex(key, out);
 }
 
 size_t overrides_value(const struct override_entry *e, char out[OVERRIDE_VALUE_MAX])
@@ -121,15 +115,6 @@ size_t overrides_value(const struct override_entry *e, char out[OVERRIDE_VALUE_M
 	return n > 0 && n < OVERRIDE_VALUE_MAX ? (size_t)n : 0;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
-
 int overrides_read(const char *field, size_t flen, const char *value, size_t vlen,
 		   struct override_entry *e)
 {
@@ -137,15 +122,8 @@ int overrides_read(const char *field, size_t flen, const char *value, size_t vle
 	char *sp, *end;
 	long long exp;
 
-	if (flen != 2 * IDENTITY_KEY_LEN || vlen >= sizeof(buf))
+	if (vlen >= sizeof(buf) || identity_from_hex(field, flen, e->key) < 0)
 		return -1;
-	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
-		int hi = hexval(field[2 * i]), lo = hexval(field[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -1;
-		e->key[i] = (uint8_t)(hi << 4 | lo);
-	}
 	memcpy(buf, value, vlen);
 	buf[vlen] = '\0';
 	sp = strchr(buf, ' ');

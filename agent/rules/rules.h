@@ -201,6 +201,12 @@ struct rule {
 	 * own rate limits then give way to the override's one). */
 	struct limit_spec max_override;
 	bool has_max_override;
+	/* Derived: conc, penalty.kind or has_max_override, or a layer with
+	 * either: what the common path tests once. */
+	bool extras;
+	/* Derived: no layer and no concurrency limit: one key, all in the
+	 * memory store's hands. */
+	bool simple;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */

@@ -503,10 +503,13 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 		}
 	}
 
-	if (rule->conc && slot[SLOT_REQUEST_ID] && !data_is_empty(slot[SLOT_REQUEST_ID]))
-		out->request_id = slot[SLOT_REQUEST_ID];
-	if (rule->has_max_override && slot[SLOT_OVERRIDE] && !data_is_empty(slot[SLOT_OVERRIDE]))
-		out->override = slot[SLOT_OVERRIDE];
+	if (rule->extras) {
+		if (rule->conc && slot[SLOT_REQUEST_ID] && !data_is_empty(slot[SLOT_REQUEST_ID]))
+			out->request_id = slot[SLOT_REQUEST_ID];
+		if (rule->has_max_override && slot[SLOT_OVERRIDE] &&
+		    !data_is_empty(slot[SLOT_OVERRIDE]))
+			out->override = slot[SLOT_OVERRIDE];
+	}
 	if (spop_data_int(slot[SLOT_IN_USE], &in_use) && spop_data_int(slot[SLOT_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;

@@ -220,8 +220,13 @@ void rules_derive(struct rules *r)
 		derive_rule(&r->rule[i], agents);
 		derive_penalty(&r->rule[i], agents);
 	}
-	for (size_t i = 0; i < r->nrules; i++)
-		derive_stack(&r->rule[i]);
+	for (size_t i = 0; i < r->nrules; i++) {
+		struct rule *x = &r->rule[i];
+
+		derive_stack(x);
+		x->extras = x->conc || x->penalty.kind || x->has_max_override;
+		x->simple = !x->nstack && !x->conc;
+	}
 	derive_lookup(r);
 	derive_prefixes(r);
 }
@@ -309,6 +314,7 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 	derive_rule(c, agents);
 	derive_penalty(c, agents);
 	derive_stack(c);
+	c->simple = !c->nstack && !c->conc;
 	c->policy_len = (uint16_t)strlen(c->policy);
 	r->ov[r->nov++] = c;
 	r->ov_slot[i] = (uint16_t)r->nov;

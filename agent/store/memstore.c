@@ -659,27 +659,6 @@ static void eval_one(const struct ms_shard *sh, long ent, const struct limit_spe
 	next->c = 0;
 }
 
-/* The refusing limit with the longest retry-after, else the allowing one
- * with the fewest remaining; ties go to the lowest index. */
-static int decider(const struct limit_result *res, size_t n)
-{
-	int best = -1;
-
-	if (n == 1)
-		return 0; /* one limit decides alone (most rules have one) */
-
-	for (size_t i = 0; i < n; i++)
-		if (!res[i].allowed &&
-		    (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
-			best = (int)i;
-	if (best >= 0)
-		return best;
-	best = 0;
-	for (size_t i = 1; i < n; i++)
-		if (res[i].remaining < res[best].remaining)
-			best = (int)i;
-	return best;
-}
 
 int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		   const struct limit_spec *limits, size_t n, int64_t now_us,
@@ -691,7 +670,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 	uint32_t h[LIMIT_RULE_MAX];
 	uint64_t kh;
 	struct ms_shard *sh;
-	int refused = 0;
+	int refused = 0, logs = 0;
 	size_t missing = 0;
 
 	if (n == 0 || n > LIMIT_RULE_MAX)
@@ -714,7 +693,12 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 			if (e->fp == fp[i] && now_us < e->expire_us)
 				cur[i] = e->st;
 		}
-		eval_one(sh, ent[i], &limits[i], &cur[i], now_us, cost, &next[i], &res[i]);
+		if (limits[i].algo == LIMIT_LOG) {
+			logs = 1;
+			eval_one(sh, ent[i], &limits[i], &cur[i], now_us, cost, &next[i], &res[i]);
+		} else {
+			limit_eval(&limits[i], &cur[i], now_us, cost, &next[i], &res[i]);
+		}
 		if (!res[i].allowed)
 			refused = 1;
 	}
@@ -732,7 +716,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 				sh->entries[ent[i]].refused_until = now_us + res[i].retry_after_us;
 		}
 		pthread_mutex_unlock(&sh->lock);
-		return decider(res, n);
+		return limit_decider(res, n);
 	}
 	for (size_t i = 0; i < n; i++)
 		missing += ent[i] < 0;
@@ -744,7 +728,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		return MEMSTORE_NO_ROOM;
 	}
 	/* a log needs a chunk as a new client needs an entry */
-	if (log_room(sh, limits, n, ent, next, now_us) < 0) {
+	if (logs && log_room(sh, limits, n, ent, next, now_us) < 0) {
 		sh->full++;
 		pthread_mutex_unlock(&sh->lock);
 		return MEMSTORE_NO_ROOM;
@@ -760,7 +744,7 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 				    res[i].next_ttl_us, now_us);
 	}
 	pthread_mutex_unlock(&sh->lock);
-	return decider(res, n);
+	return limit_decider(res, n);
 }
 
 /* memstore_check() when the limits' keys differ (a rule with layers):
@@ -818,7 +802,7 @@ int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
 		if (!res[i].allowed)
 			refused = 1;
 	}
-	rc = decider(res, n);
+	rc = limit_decider(res, n);
 	if (refused || cost == 0) {
 		/* as memstore_check: nothing taken, what each holds reported */
 		for (size_t i = 0; i < n && cost > 0; i++) {

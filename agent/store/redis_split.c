@@ -36,24 +36,6 @@ static void part_query(const struct decide_query *q, unsigned p, struct decide_q
 	memcpy(out->key, q->lkey[p - 1], IDENTITY_KEY_LEN);
 }
 
-/* The deciding limit of res[0..n), as the library picks it: the refusing
- * one with the longest retry-after, else the one with the fewest left;
- * ties go to the lowest index. */
-static int pick_decider(const struct limit_result *res, size_t n)
-{
-	int best = -1;
-
-	for (size_t i = 0; i < n; i++)
-		if (!res[i].allowed && (best < 0 || res[i].retry_after_us > res[best].retry_after_us))
-			best = (int)i;
-	if (best >= 0)
-		return best;
-	best = 0;
-	for (size_t i = 1; i < n; i++)
-		if (res[i].remaining < res[best].remaining)
-			best = (int)i;
-	return best;
-}
 
 static void split_finish(struct split *s)
 {
@@ -71,7 +53,7 @@ static void split_finish(struct split *s)
 	if (failed)
 		s->cb->done(s->owner, &s->q, &s->ref, NULL, -1);
 	else
-		s->cb->done(s->owner, &s->q, &s->ref, s->res, pick_decider(s->res, s->q.nlimits));
+		s->cb->done(s->owner, &s->q, &s->ref, s->res, limit_decider(s->res, s->q.nlimits));
 	xfree(s);
 }
 

@@ -178,12 +178,20 @@ void store_penalize(struct store_worker *sw, const struct rule *rule,
 
 /* A refusal by the rule's own rates or places counts for a penalty on
  * refusals (a refusal in the box does not lengthen it). */
-static void count_refusal(struct store_worker *sw, const struct decide_query *q,
-			  const struct decide_decision *d)
+static __attribute__((noinline)) void count_refusal_of(struct store_worker *sw,
+							 const struct decide_query *q,
+							 const struct decide_decision *d)
 {
 	if ((q->rule->penalty.kind & RULES_PENALTY_REFUSALS) && d->status && !d->degraded &&
 	    (d->reason == DECIDE_LIMITED || d->reason == DECIDE_CONCURRENCY))
 		store_penalize(sw, q->rule, q->key);
+}
+
+static inline void count_refusal(struct store_worker *sw, const struct decide_query *q,
+				 const struct decide_decision *d)
+{
+	if (q->rule->extras)
+		count_refusal_of(sw, q, d);
 }
 
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
@@ -254,15 +262,6 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 	rules_release(rules);
 }
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	return -1;
-}
-
 int store_response(struct store_worker *sw, const struct rules *rules, const char *slot,
 		   size_t len, uint64_t id, int status)
 {
@@ -278,13 +277,8 @@ int store_response(struct store_worker *sw, const struct rules *rules, const cha
 	n = (size_t)(sep - slot);
 	memcpy(name, slot, n);
 	name[n] = '\0';
-	for (size_t i = 0; i < IDENTITY_KEY_LEN; i++) {
-		int hi = hexval(sep[1 + 2 * i]), lo = hexval(sep[2 + 2 * i]);
-
-		if (hi < 0 || lo < 0)
-			return -1;
-		key[i] = (uint8_t)(hi << 4 | lo);
-	}
+	if (identity_from_hex(sep + 1, IDENTITY_HEX_LEN, key) < 0)
+		return -1;
 	rule = rules_find(rules, name);
 	if (!rule)
 		return 0;

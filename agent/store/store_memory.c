@@ -16,7 +16,7 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 				    int *decider)
 {
 	/* (one key: memstore_check at once, the common case) */
-	if (!q->rule->nstack && !q->rule->conc)
+	if (q->rule->simple)
 		*decider = memstore_check(sw->st->mem, q->key, q->limits, q->nlimits,
 					  clock_now_us(), q->cost, res);
 	else

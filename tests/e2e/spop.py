@@ -529,3 +529,28 @@ def self_test():
 if __name__ == "__main__":
     self_test()
     print("spop.py self-test ok")
+
+
+class Session:
+    """A connection after the handshake that sends one NOTIFY at a time
+    and returns the variables of its ACK."""
+
+    def __init__(self, port, timeout=5.0):
+        self.c = Conn(port, timeout=timeout)
+        self.c.handshake()
+        self.sid = 0
+
+    def notify(self, messages):
+        """The ACK's variables for one NOTIFY of messages [(name, args)]."""
+        self.sid += 1
+        self.c.send(notify(self.sid, 1, messages))
+        f = self.c.expect(ACK)
+        assert (f.sid, f.fid) == (self.sid, 1), f
+        return f.vars()
+
+    def check_rate(self, extra=(), **args):
+        """check-rate with check_rate_args(**args) and more arguments."""
+        return self.notify([("check-rate", check_rate_args(**args) + list(extra))])
+
+    def close(self):
+        self.c.close()

@@ -316,3 +316,27 @@ def test_admin_override_on_a_cluster(h, cluster):
     assert r.status == 200, r
     wait_for(lambda: s.ask("co1")["limit"] == 7, 1.5, "the override to apply")
     s.c.close()
+
+
+def test_override_and_log_on_a_cluster(h, cluster):
+    """A client's own limit from the message (test_override's scenario),
+    and an exact sliding log, on a Cluster."""
+    import test_override
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_override.rules_file(h), "--hash-key-file",
+              h.hash_key_file(), threads=1)
+    s = test_override.Spop(a.port)
+    test_override.check_overrides(s)
+    s.close()
+    path = os.path.join(h.dir, "log.yaml")
+    with open(path, "w") as f:
+        f.write('limits: [{ rate: "3/1h", algorithm: log }]\n')
+    b = start(h, cluster, "--rules", path, "--hash-key-file", h.hash_key_file(), threads=1,
+              name="log-agent")
+    s = test_override.Spop(b.port)
+    got = [s.check_rate(api_key="logged")["status"] for _ in range(4)]
+    assert got == [0, 0, 0, 429], got
+    v = s.check_rate(api_key="logged")
+    assert 3599 <= v["retry_after"] <= 3600 and v["policy"] == '"default";q=3;w=3600', v
+    s.close()

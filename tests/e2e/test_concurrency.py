@@ -15,7 +15,6 @@ import harness
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer
-from spop import ACK, Conn
 
 RULES = """\
 identity: [api_key, ip]
@@ -34,24 +33,9 @@ def rules_file(h, text=RULES):
     return path
 
 
-class Spop:
-    def __init__(self, port):
-        self.c = Conn(port, timeout=5.0)
-        self.c.handshake()
-        self.sid = 0
-
-    def notify(self, messages):
-        self.sid += 1
-        self.c.send(spop.notify(self.sid, 1, messages))
-        f = self.c.expect(ACK)
-        assert (f.sid, f.fid) == (self.sid, 1), f
-        return f.vars()
-
+class Spop(spop.Session):
     def ask(self, key, rid):
-        args = spop.check_rate_args(api_key=key)
-        if rid is not None:
-            args.append(("request_id", rid))
-        return self.notify([("check-rate", args)])
+        return self.check_rate([("request_id", rid)] if rid is not None else (), api_key=key)
 
     def release(self, slot, rid):
         return self.notify([("release", [("slot", slot), ("request_id", rid)])])

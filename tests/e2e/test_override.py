@@ -13,7 +13,6 @@ import harness
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer
-from spop import ACK, Conn
 
 RULES = """\
 identity: [api_key, ip]
@@ -32,20 +31,10 @@ def rules_file(h):
     return path
 
 
-class Spop:
-    def __init__(self, port):
-        self.c = Conn(port, timeout=5.0)
-        self.c.handshake()
-        self.sid = 0
-
+class Spop(spop.Session):
     def ask(self, key, limit=None, path="/"):
-        self.sid += 1
-        args = spop.check_rate_args(api_key=key, path=path)
-        if limit is not None:
-            args.append(("rl_limit", limit))
-        self.c.send(spop.notify(self.sid, 1, [("check-rate", args)]))
-        f = self.c.expect(ACK)
-        return f.vars()
+        return self.check_rate([("rl_limit", limit)] if limit is not None else (),
+                               api_key=key, path=path)
 
 
 def check_overrides(s):

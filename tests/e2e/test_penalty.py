@@ -13,7 +13,6 @@ import harness
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer
-from spop import ACK, Conn
 
 RULES = """\
 identity: [api_key, ip]
@@ -36,21 +35,9 @@ def rules_file(h, text=RULES):
     return path
 
 
-class Spop:
-    def __init__(self, port):
-        self.c = Conn(port, timeout=5.0)
-        self.c.handshake()
-        self.sid = 0
-
-    def notify(self, messages):
-        self.sid += 1
-        self.c.send(spop.notify(self.sid, 1, messages))
-        f = self.c.expect(ACK)
-        assert (f.sid, f.fid) == (self.sid, 1), f
-        return f.vars()
-
+class Spop(spop.Session):
     def ask(self, key, path):
-        return self.notify([("check-rate", spop.check_rate_args(api_key=key, path=path))])
+        return self.check_rate(api_key=key, path=path)
 
     def response(self, slot, status):
         return self.notify([("response", [("slot", slot), ("status", status)])])

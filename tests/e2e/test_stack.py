@@ -9,7 +9,6 @@ import os
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer
-from spop import ACK, Conn
 
 RULES = """\
 identity: [api_key, ip]
@@ -33,22 +32,9 @@ FREE_POLICY = '"free";q=3;w=3600, "per-ip";q=4;w=3600'
 SEARCH_POLICY = '"search";q=100;w=3600, "search-global";q=5;w=3600'
 
 
-class Spop:
-    def __init__(self, port):
-        self.c = Conn(port, timeout=5.0)
-        self.c.handshake()
-        self.sid = 0
-
+class Spop(spop.Session):
     def ask(self, key, ip="10.0.0.1", path="/"):
-        self.sid += 1
-        args = spop.check_rate_args(api_key=key, ip=ip, path=path)
-        self.c.send(spop.notify(self.sid, 1, [("check-rate", args)]))
-        f = self.c.expect(ACK)
-        assert (f.sid, f.fid) == (self.sid, 1), f
-        return f.vars()
-
-    def close(self):
-        self.c.close()
+        return self.check_rate(api_key=key, ip=ip, path=path)
 
 
 def rules_file(h, text=RULES):
