@@ -266,7 +266,7 @@ def test_layers_across_masters(h, cluster):
 
     cluster.reset()
     a = start(h, cluster, "--rules", test_stack.rules_file(h), "--hash-key-file",
-              h.hash_key_file(), threads=1, metrics=True)
+              test_stack.fixed_key_file(h), threads=1, metrics=True)
     s = test_stack.Spop(a.port)
     test_stack.check_stack(s)
     s.close()

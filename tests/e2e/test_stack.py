@@ -37,6 +37,17 @@ class Spop(spop.Session):
         return self.check_rate(api_key=key, ip=ip, path=path)
 
 
+def fixed_key_file(h):
+    """A hash key the same in every run: the Cluster and shards tests place
+    their clients' keys the same way each time, so the decisions made in
+    parts (and refunded) are the same ones in every run."""
+    path = os.path.join(h.dir, "fixed.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("a fixed key for the stacked-limit tests, 0123456789\n")
+    return path
+
+
 def rules_file(h, text=RULES):
     path = os.path.join(h.dir, "rules.yaml")
     with open(path, "w") as f:
