@@ -1,4 +1,5 @@
 #include "redis_node.h"
+#include "redis_encode.h"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -484,73 +485,9 @@ static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
 	return p;
 }
 
-/* v in n bytes, most significant first */
-static void put_be(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = n - 1; i >= 0; i--) {
-		p[i] = (uint8_t)v;
-		v >>= 8;
-	}
-}
-
-/* v in msgpack's shortest form for a non-negative integer; returns the
- * length (at most 9) */
-static size_t mp_uint(uint8_t *p, uint64_t v)
-{
-	if (v < 128) {
-		p[0] = (uint8_t)v;
-		return 1;
-	}
-	if (v < 256) {
-		p[0] = 0xcc;
-		p[1] = (uint8_t)v;
-		return 2;
-	}
-	if (v < 65536) {
-		p[0] = 0xcd;
-		put_be(p + 1, v, 2);
-		return 3;
-	}
-	if (v < 4294967296ULL) {
-		p[0] = 0xce;
-		put_be(p + 1, v, 4);
-		return 5;
-	}
-	p[0] = 0xcf;
-	put_be(p + 1, v, 8);
-	return 9;
-}
-
-/* A rule as the library takes it: msgpack [[algo, quota, period_us,
- * burst], ...], at most RULE_BYTES_MAX bytes. The same limits always make
- * the same bytes (the library keeps each rule by its bytes). */
-#define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9))
-static size_t limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p)
-{
-	size_t n = 0;
-
-	if (nl < 16) {
-		p[n++] = (uint8_t)(0x90 + nl);
-	} else {
-		p[n++] = 0xdc;
-		put_be(p + n, nl, 2);
-		n += 2;
-	}
-	for (size_t j = 0; j < nl; j++) {
-		const struct limit_spec *l = &limits[j];
-
-		p[n++] = 0x94;
-		n += mp_uint(p + n, (uint64_t)l->algo);
-		n += mp_uint(p + n, l->quota);
-		n += mp_uint(p + n, (uint64_t)l->period_us);
-		n += mp_uint(p + n, l->burst);
-	}
-	return n;
-}
-
 static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
 {
-	return limits_bytes(q->limits, q->nlimits, p);
+	return redis_limits_bytes(q->limits, q->nlimits, p);
 }
 
 /* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
@@ -561,7 +498,7 @@ static int put_ids(struct redis_node *rn, const struct rbatch *b, size_t *argc, 
 	if (!p)
 		return -1;
 	for (size_t i = 0; i < b->n; i++)
-		put_be(p + 8 * i, b->rq[i].q.request_id, 8);
+		redis_put_be(p + 8 * i, b->rq[i].q.request_id, 8);
 	rn->argv[*argc] = (const char *)p;
 	rn->argvlen[(*argc)++] = 8 * b->n;
 	return 0;
@@ -610,7 +547,7 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 				rn->argvlen[k0 + nkeys] = STORE_KEY_NAME_LEN;
 				nkeys++;
 			}
-			put_be(map + 4 * npos++, k + 1, 4);
+			redis_put_be(map + 4 * npos++, k + 1, 4);
 		}
 	}
 	*argc += nkeys;
@@ -699,11 +636,11 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		}
 		nkeys += q->nlimits;
 	}
-	put_be(req, nrules, 2);
+	redis_put_be(req, nrules, 2);
 	for (size_t i = 0; i < b->n; i++) {
-		put_be(req + 2 + 10 * i, first[i], 4);
-		put_be(req + 6 + 10 * i, b->rq[i].q.cost, 4);
-		put_be(req + 10 + 10 * i, ruleidx[i], 2);
+		redis_put_be(req + 2 + 10 * i, first[i], 4);
+		redis_put_be(req + 6 + 10 * i, b->rq[i].q.cost, 4);
+		redis_put_be(req + 10 + 10 * i, ruleidx[i], 2);
 	}
 	if (b->n == 1 && b->rq[0].asking &&
 	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
@@ -714,130 +651,19 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	return 0;
 }
 
-static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
+const char *redis_node_name(const struct redis_node *rn)
 {
-	struct redis_node *rn = priv;
-	const redisReply *reply = reply_;
-
-	(void)ac;
-	if (!reply || reply->type != REDIS_REPLY_INTEGER) {
-		STAT_INC(rn->stats->refunds_lost);
-		if (reply && reply->type == REDIS_REPLY_ERROR)
-			log_warn("redis: %s: refund failed: %s", rn->name, reply->str);
-	}
+	return rn->name;
 }
 
-int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
+struct store_stats *redis_node_stats(struct redis_node *rn)
 {
-	const struct decide_query *q = &r->q;
-	const char *fn = rn->cluster ? "rl4_refund_cluster" : "rl4_refund";
-	const char *argv[6 + LIMIT_SET_MAX];
-	size_t argvlen[6 + LIMIT_SET_MAX], argc = 0;
-	uint8_t req[12], rule[RULE_BYTES_MAX];
-	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
-
-	STAT_INC(rn->stats->refunds);
-	if (rn->state != NODE_READY || !rn->ac) {
-		STAT_INC(rn->stats->refunds_lost);
-		return -1;
-	}
-	argv[argc] = "FCALL";
-	argvlen[argc++] = 5;
-	argv[argc] = fn;
-	argvlen[argc++] = strlen(fn);
-	argv[argc] = "0";
-	argvlen[argc++] = 1;
-	argv[argc] = take;
-	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)redis_now);
-	put_be(req, 1, 2);
-	put_be(req + 2, 1, 4);
-	put_be(req + 6, q->cost, 4);
-	put_be(req + 10, 1, 2);
-	argv[argc] = (const char *)req;
-	argvlen[argc++] = sizeof(req);
-	argv[argc] = (const char *)rule;
-	argvlen[argc++] = rule_bytes(q, rule);
-	for (size_t j = 0; j < q->nlimits; j++) {
-		argv[argc] = key[j];
-		argvlen[argc++] = store_key_name(decide_limit_key(q, j), q->rule->lidh[j], key[j]);
-	}
-	/* hiredis copies the command out before this returns */
-	if (redisAsyncCommandArgv(rn->ac, on_refund_reply, rn, (int)argc, argv, argvlen) !=
-	    REDIS_OK) {
-		STAT_INC(rn->stats->refunds_lost);
-		return -1;
-	}
-	return 0;
+	return rn->stats;
 }
 
-static void on_release_reply(redisAsyncContext *ac, void *reply_, void *priv)
+bool redis_node_is_cluster(const struct redis_node *rn)
 {
-	struct redis_node *rn = priv;
-	const redisReply *reply = reply_;
-
-	(void)ac;
-	if (reply && reply->type == REDIS_REPLY_ERROR) {
-		STAT_INC(rn->stats->errors);
-		log_warn("redis: %s: release failed: %s", rn->name, reply->str);
-	}
-}
-
-int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
-		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
-{
-	const char *fn = rn->cluster ? "rl4_release_cluster" : "rl4_release";
-	const char *argv[5];
-	size_t argvlen[5];
-	uint8_t idb[8];
-	char name[STORE_KEY_NAME_LEN + 1];
-
-	if (rn->state != NODE_READY || !rn->ac)
-		return -1;
-	put_be(idb, id, 8);
-	argv[0] = "FCALL";
-	argvlen[0] = 5;
-	argv[1] = fn;
-	argvlen[1] = strlen(fn);
-	argv[2] = "0";
-	argvlen[2] = 1;
-	argv[3] = (const char *)idb;
-	argvlen[3] = sizeof(idb);
-	argv[4] = name;
-	argvlen[4] = store_key_name(key, rule->lidh[j], name);
-	/* hiredis copies the command out before this returns */
-	return redisAsyncCommandArgv(rn->ac, on_release_reply, rn, 5, argv, argvlen) == REDIS_OK
-		       ? 0 : -1;
-}
-
-int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
-			const uint8_t key[IDENTITY_KEY_LEN])
-{
-	const char *fn = rn->cluster ? "rl4_penalize_cluster" : "rl4_penalize";
-	const struct rule_penalty *p = &rule->penalty;
-	const char *argv[7];
-	size_t argvlen[7];
-	uint8_t rb[RULE_BYTES_MAX];
-	char ban[24], ck[STORE_KEY_NAME_LEN + 1], bk[STORE_KEY_NAME_LEN + 1];
-
-	if (rn->state != NODE_READY || !rn->ac)
-		return -1;
-	argv[0] = "FCALL";
-	argvlen[0] = 5;
-	argv[1] = fn;
-	argvlen[1] = strlen(fn);
-	argv[2] = "0";
-	argvlen[2] = 1;
-	argv[3] = (const char *)rb;
-	argvlen[3] = limits_bytes(&p->count, 1, rb);
-	argv[4] = ban;
-	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
-				      (long long)rule->limits[p->ban - 1].period_us);
-	argv[5] = ck;
-	argvlen[5] = store_key_name(key, p->count_lidh, ck);
-	argv[6] = bk;
-	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], bk);
-	return redisAsyncCommandArgv(rn->ac, on_release_reply, rn, 7, argv, argvlen) == REDIS_OK
-		       ? 0 : -1;
+	return rn->cluster;
 }
 
 int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,

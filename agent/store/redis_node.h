@@ -94,6 +94,11 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN]);
 
+/* The node's name (its address), counters, and whether it is a Cluster's. */
+const char *redis_node_name(const struct redis_node *rn);
+struct store_stats *redis_node_stats(struct redis_node *rn);
+bool redis_node_is_cluster(const struct redis_node *rn);
+
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */
 int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,

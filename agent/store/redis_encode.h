@@ -1,0 +1,25 @@
+/* redis_encode.h: the bytes the decision library takes
+ * (agent/store/redis/ratelimit.lua): big-endian integers and rules as
+ * msgpack. Pure. */
+#ifndef RL_REDIS_ENCODE_H
+#define RL_REDIS_ENCODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limit.h"
+
+/* v in n bytes, most significant first. */
+void redis_put_be(uint8_t *p, uint64_t v, int n);
+
+/* v in msgpack's shortest form for a non-negative integer; returns the
+ * length (at most 9). */
+size_t redis_mp_uint(uint8_t *p, uint64_t v);
+
+/* A rule as the library takes it: msgpack [[algo, quota, period_us,
+ * burst], ...], at most RULE_BYTES_MAX bytes. The same limits always make
+ * the same bytes (the library keeps each rule by its bytes). */
+#define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9))
+size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p);
+
+#endif

@@ -1,0 +1,134 @@
+/* redis_oneway.c: the calls a node sends without waiting for their
+ * answer (redis_node.h): a refund of a decision made in parts, a
+ * concurrency place given back, a penalty's event. Each is sent once and
+ * never again, whatever comes back: sent twice, a refund would give back
+ * twice. hiredis copies a command out before redis_node_command()
+ * returns, so the arguments live on the stack. */
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "redis_encode.h"
+#include "redis_node.h"
+
+static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+		STAT_INC(redis_node_stats(rn)->refunds_lost);
+		if (reply && reply->type == REDIS_REPLY_ERROR)
+			log_warn("redis: %s: refund failed: %s", redis_node_name(rn), reply->str);
+	}
+}
+
+int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
+{
+	const struct decide_query *q = &r->q;
+	const char *fn = redis_node_is_cluster(rn) ? "rl4_refund_cluster" : "rl4_refund";
+	const char *argv[6 + LIMIT_SET_MAX];
+	size_t argvlen[6 + LIMIT_SET_MAX], argc = 0;
+	uint8_t req[12], rule[RULE_BYTES_MAX];
+	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
+
+	STAT_INC(redis_node_stats(rn)->refunds);
+	if (!redis_node_ready(rn)) {
+		STAT_INC(redis_node_stats(rn)->refunds_lost);
+		return -1;
+	}
+	argv[argc] = "FCALL";
+	argvlen[argc++] = 5;
+	argv[argc] = fn;
+	argvlen[argc++] = strlen(fn);
+	argv[argc] = "0";
+	argvlen[argc++] = 1;
+	argv[argc] = take;
+	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)redis_now);
+	redis_put_be(req, 1, 2);
+	redis_put_be(req + 2, 1, 4);
+	redis_put_be(req + 6, q->cost, 4);
+	redis_put_be(req + 10, 1, 2);
+	argv[argc] = (const char *)req;
+	argvlen[argc++] = sizeof(req);
+	argv[argc] = (const char *)rule;
+	argvlen[argc++] = redis_limits_bytes(q->limits, q->nlimits, rule);
+	for (size_t j = 0; j < q->nlimits; j++) {
+		argv[argc] = key[j];
+		argvlen[argc++] = store_key_name(decide_limit_key(q, j), q->rule->lidh[j], key[j]);
+	}
+	if (redis_node_command(rn, on_refund_reply, rn, (int)argc, argv, argvlen) < 0) {
+		STAT_INC(redis_node_stats(rn)->refunds_lost);
+		return -1;
+	}
+	return 0;
+}
+
+static void on_release_reply(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
+		STAT_INC(redis_node_stats(rn)->errors);
+		log_warn("redis: %s: release failed: %s", redis_node_name(rn), reply->str);
+	}
+}
+
+int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
+		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
+{
+	const char *fn = redis_node_is_cluster(rn) ? "rl4_release_cluster" : "rl4_release";
+	const char *argv[5];
+	size_t argvlen[5];
+	uint8_t idb[8];
+	char name[STORE_KEY_NAME_LEN + 1];
+
+	if (!redis_node_ready(rn))
+		return -1;
+	redis_put_be(idb, id, 8);
+	argv[0] = "FCALL";
+	argvlen[0] = 5;
+	argv[1] = fn;
+	argvlen[1] = strlen(fn);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	argv[3] = (const char *)idb;
+	argvlen[3] = sizeof(idb);
+	argv[4] = name;
+	argvlen[4] = store_key_name(key, rule->lidh[j], name);
+	return redis_node_command(rn, on_release_reply, rn, 5, argv, argvlen);
+}
+
+int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
+			const uint8_t key[IDENTITY_KEY_LEN])
+{
+	const char *fn = redis_node_is_cluster(rn) ? "rl4_penalize_cluster" : "rl4_penalize";
+	const struct rule_penalty *p = &rule->penalty;
+	const char *argv[7];
+	size_t argvlen[7];
+	uint8_t rb[RULE_BYTES_MAX];
+	char ban[24], ck[STORE_KEY_NAME_LEN + 1], bk[STORE_KEY_NAME_LEN + 1];
+
+	if (!redis_node_ready(rn))
+		return -1;
+	argv[0] = "FCALL";
+	argvlen[0] = 5;
+	argv[1] = fn;
+	argvlen[1] = strlen(fn);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	argv[3] = (const char *)rb;
+	argvlen[3] = redis_limits_bytes(&p->count, 1, rb);
+	argv[4] = ban;
+	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
+				      (long long)rule->limits[p->ban - 1].period_us);
+	argv[5] = ck;
+	argvlen[5] = store_key_name(key, p->count_lidh, ck);
+	argv[6] = bk;
+	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], bk);
+	return redis_node_command(rn, on_release_reply, rn, 7, argv, argvlen);
+}
+
