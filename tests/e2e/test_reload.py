@@ -139,7 +139,7 @@ def test_reload_under_traffic_loses_no_request(h):
         line = sighup_and_wait(agent, "the agent to refuse the file", r"^.*reload failed.*$")
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
                              '"endpointz" (expected one of: listen, threads, store, '
-                             'on_store_failure, identity, shadow, cost_argument, limits, '
+                             'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
                              'tiers, endpoints, layers, stack, priorities, shedding)' % rules), line
         time.sleep(0.7)
     finally:
