@@ -179,3 +179,30 @@ def test_concurrency_through_haproxy(h):
 def metric(a, name):
     m = re.search(r"^%s (\d+)$" % name, http_get(a.mport, "/metrics").text, re.M)
     return int(m.group(1)) if m else -1
+
+
+def test_concurrency_in_shadow_mode_and_without_the_store(h):
+    """Shadow mode: a request over the places is answered as refused
+    (reason concurrency, shadow) and passes. Without Redis, the local
+    failure policy keeps the places in the agent's memory."""
+    shadow = rules_file(h, "shadow: true\n" + RULES)
+    a = h.agent("--rules", shadow)
+    s = Spop(a.port)
+    assert s.ask("c1", "r1")["status"] == 0
+    assert s.ask("c1", "r2")["status"] == 0
+    v = s.ask("c1", "r3")
+    assert v["status"] == 0 and v["shadow"] is True and v["reason"] == "concurrency", v
+    s.close()
+
+    local = os.path.join(h.dir, "local.yaml")
+    with open(local, "w") as f:
+        f.write("on_store_failure: local\n" + RULES)
+    dead = harness.free_port()
+    b = h.agent("--rules", local, "--redis", "127.0.0.1:%d" % dead, "--redis-timeout", "50")
+    s = Spop(b.port)
+    got = [s.ask("c1", "r%d" % i) for i in range(3)]
+    assert [v["status"] for v in got] == [0, 0, 429], got
+    assert all(v["degraded"] for v in got) and got[2]["reason"] == "concurrency", got
+    assert s.release(got[0]["slot"], "r0") == {}
+    assert s.ask("c1", "r9")["status"] == 0
+    s.close()

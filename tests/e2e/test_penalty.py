@@ -116,3 +116,16 @@ def test_login_bruteforce_through_haproxy(h):
     # the rest of the site, and other keys, are not banned
     assert http_get(hp.port, "/", headers=key).status == 200
     assert http_get(hp.port, "/login/status-200", headers={"X-Api-Key": "other"}).status == 200
+
+
+def test_penalty_in_shadow_mode(h):
+    """Shadow mode: a banned request is answered as banned, marked shadow,
+    and passes."""
+    a = h.agent("--rules", rules_file(h, "shadow: true\n" + RULES))
+    s = Spop(a.port)
+    v = s.ask("c1", "/login")
+    for _ in range(3):
+        s.response(v["slot"], 401)
+    v = s.ask("c1", "/login")
+    assert v["status"] == 0 and v["shadow"] is True and v["reason"] == "banned", v
+    s.c.close()
