@@ -158,7 +158,6 @@ struct rule_penalty {
 	uint8_t ban;               /* the ban limit's index + 1 */
 	/* N events in P (a sliding window) put the client in the box */
 	struct limit_spec count;
-	struct limit_spec count_local; /* divided by the fleet (local policy) */
 	uint64_t count_lidh;       /* its keys' part of their names */
 };
 

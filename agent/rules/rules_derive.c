@@ -194,9 +194,9 @@ static void derive_stack(struct rule *r)
 	r->nlimits = n;
 }
 
-/* A penalty's counter: its keys' name and its share for the local
- * policy. */
-static void derive_penalty(struct rule *r, int agents)
+/* A penalty's counter: its keys' name. (Counted only when the store
+ * decides: a decision made without it counts nothing.) */
+static void derive_penalty(struct rule *r)
 {
 	struct rule_penalty *p = &r->penalty;
 	char lid[RULES_LID_MAX];
@@ -206,10 +206,6 @@ static void derive_penalty(struct rule *r, int agents)
 	snprintf(lid, sizeof(lid), "p%llu/%lld", (unsigned long long)p->count.quota,
 		 (long long)p->count.period_us);
 	p->count_lidh = lid_hash(lid);
-	p->count_local = p->count;
-	p->count_local.quota = p->count.quota / (uint64_t)agents;
-	if (p->count_local.quota == 0)
-		p->count_local.quota = 1;
 }
 
 void rules_derive(struct rules *r)
@@ -218,7 +214,7 @@ void rules_derive(struct rules *r)
 
 	for (size_t i = 0; i < r->nrules; i++) {
 		derive_rule(&r->rule[i], agents);
-		derive_penalty(&r->rule[i], agents);
+		derive_penalty(&r->rule[i]);
 	}
 	for (size_t i = 0; i < r->nrules; i++) {
 		struct rule *x = &r->rule[i];
@@ -312,7 +308,7 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 	}
 	c->nlimits = n;
 	derive_rule(c, agents);
-	derive_penalty(c, agents);
+	derive_penalty(c);
 	derive_stack(c);
 	c->simple = !c->nstack && !c->conc;
 	c->policy_len = (uint16_t)strlen(c->policy);

@@ -143,10 +143,10 @@ int store_mem_check(struct store *st, const struct decide_query *q,
  * key of their own (the client's, turned by the counter's name), the ban
  * in the rule's ban limit. */
 static void mem_penalize(struct store *st, const struct rule *rule,
-			 const uint8_t key[IDENTITY_KEY_LEN], bool local)
+			 const uint8_t key[IDENTITY_KEY_LEN])
 {
 	const struct rule_penalty *p = &rule->penalty;
-	const struct limit_spec *ban = local ? &rule->local[p->ban - 1] : &rule->limits[p->ban - 1];
+	const struct limit_spec *ban = &rule->limits[p->ban - 1];
 	uint8_t ckey[IDENTITY_KEY_LEN];
 	struct limit_result res;
 	struct limit_state banned = { 0, 0, 0 };
@@ -155,8 +155,7 @@ static void mem_penalize(struct store *st, const struct rule *rule,
 	memcpy(ckey, key, IDENTITY_KEY_LEN);
 	for (int i = 0; i < 8; i++)
 		ckey[8 + i] ^= (uint8_t)(p->count_lidh >> (8 * i));
-	if (memstore_check(st->mem, ckey, local ? &p->count_local : &p->count, 1, now, 1, &res) ==
-	    MEMSTORE_NO_ROOM)
+	if (memstore_check(st->mem, ckey, &p->count, 1, now, 1, &res) == MEMSTORE_NO_ROOM)
 		return;
 	if (res.allowed && res.remaining > 0)
 		return;
@@ -173,7 +172,7 @@ void store_penalize(struct store_worker *sw, const struct rule *rule,
 	if (sw->st->ops->penalize)
 		sw->st->ops->penalize(sw, rule, key);
 	else
-		mem_penalize(sw->st, rule, key, false);
+		mem_penalize(sw->st, rule, key);
 }
 
 /* A refusal by the rule's own rates or places counts for a penalty on
