@@ -39,6 +39,20 @@ local function read_all(args, k0, nk)
 	end
 end
 
+-- One key's value (false when absent), or nil when it cannot be read: on one
+-- server an error is raised; in a Cluster it is taken for a key this node no
+-- longer serves (moved), which has nothing to give back.
+local function get_here(name, cluster)
+	local v = rpcall('GET', name)
+	if type(v) == 'table' and v.err then
+		if not cluster then
+			error(v)
+		end
+		return nil
+	end
+	return v
+end
+
 -- Reads the keys rname[a .. b], of one slot, into sv at positions
 -- rpos[a .. b], and marks them read in this call; not read, and not here,
 -- when their slot is not this node's. Any other error is raised.
@@ -523,14 +537,7 @@ local function refund(args, cluster)
 				p = kmap[p]
 			end
 			local name = args[k0 + p]
-			local v = rpcall('GET', name)
-			if type(v) == 'table' and v.err then
-				-- not this node's key (a Cluster that moved it): nothing to give
-				if not cluster then
-					error(v)
-				end
-				v = false
-			end
+			local v = get_here(name, cluster)
 			if v then
 				changed = changed + refund_key(name, v, rule[j], cost, take, now)
 			end
@@ -550,13 +557,7 @@ local function release(args, cluster)
 	local freed = 0
 	for i = 1, n do
 		local name = args[1 + i]
-		local v = rpcall('GET', name)
-		if type(v) == 'table' and v.err then
-			if not cluster then
-				error(v)
-			end
-			v = false
-		end
+		local v = get_here(name, cluster)
 		if v then
 			local left, gone = concurrency_without(v, sub(ids, 8 * i - 7, 8 * i))
 			if gone then
@@ -587,11 +588,8 @@ local function penalize(args, cluster)
 		return fail('penalize: need <rule> <ban_us> <count key> <ban key>')
 	end
 	local l = rule[1]
-	local v = rpcall('GET', args[3])
-	if type(v) == 'table' and v.err then
-		if not cluster then
-			error(v)
-		end
+	local v = get_here(args[3], cluster)
+	if v == nil then
 		return 0 -- not this node's client
 	end
 	local now = now_us()
