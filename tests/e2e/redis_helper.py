@@ -180,3 +180,11 @@ class RedisServer:
     def resume(self):
         if self.proc.alive():
             self.proc.signal(signal.SIGCONT)
+
+
+def redis_agent(h, redis, *args, **kw):
+    """An agent on redis, with the run's hash key, once its Redis workers say
+    they are ready."""
+    a = h.agent(*args, "--redis", redis.addr, "--hash-key-file", h.hash_key_file(), **kw)
+    harness.wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    return a

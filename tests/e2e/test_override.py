@@ -12,7 +12,7 @@ import time
 import harness
 import spop
 from harness import http_get, wait_for
-from redis_helper import RedisServer
+from redis_helper import RedisServer, redis_agent
 
 RULES = """\
 identity: [api_key, ip]
@@ -70,9 +70,7 @@ def test_override_in_memory(h):
 
 def test_override_on_redis(h):
     redis = RedisServer(h)
-    a = h.agent("--rules", rules_file(h), "--redis", redis.addr, "--hash-key-file",
-                h.hash_key_file())
-    wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    a = redis_agent(h, redis, "--rules", rules_file(h))
     s = Spop(a.port)
     check_overrides(s)
     s.c.close()

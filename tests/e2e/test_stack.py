@@ -8,7 +8,7 @@ import os
 
 import spop
 from harness import http_get, wait_for
-from redis_helper import RedisServer
+from redis_helper import RedisServer, redis_agent
 
 RULES = """\
 identity: [api_key, ip]
@@ -118,9 +118,7 @@ def test_stack_in_memory(h):
 
 def test_stack_on_redis(h):
     redis = RedisServer(h)
-    a = h.agent("--rules", rules_file(h), "--threads", "2", "--redis", redis.addr,
-                "--hash-key-file", h.hash_key_file())
-    wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    a = redis_agent(h, redis, "--rules", rules_file(h), "--threads", "2")
     s = Spop(a.port)
     check_stack(s)
     s.close()
