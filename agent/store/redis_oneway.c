@@ -27,7 +27,7 @@ static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
 int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
 {
 	const struct decide_query *q = &r->q;
-	const char *fn = redis_node_is_cluster(rn) ? "rl4_refund_cluster" : "rl4_refund";
+	const char *fn = redis_node_is_cluster(rn) ? "rl5_refund_cluster" : "rl5_refund";
 	const char *argv[6 + LIMIT_SET_MAX];
 	size_t argvlen[6 + LIMIT_SET_MAX], argc = 0;
 	uint8_t req[12], rule[RULE_BYTES_MAX];
@@ -80,7 +80,7 @@ static void on_release_reply(redisAsyncContext *ac, void *reply_, void *priv)
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl4_release_cluster" : "rl4_release";
+	const char *fn = redis_node_is_cluster(rn) ? "rl5_release_cluster" : "rl5_release";
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
@@ -105,7 +105,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN])
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl4_penalize_cluster" : "rl4_penalize";
+	const char *fn = redis_node_is_cluster(rn) ? "rl5_penalize_cluster" : "rl5_penalize";
 	const struct rule_penalty *p = &rule->penalty;
 	const char *argv[7];
 	size_t argvlen[7];

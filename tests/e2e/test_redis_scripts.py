@@ -182,12 +182,12 @@ def parse_reply(raw):
                          for a, d, per in results]
 
 
-def fcall(args, fn="rl4_decide", c=None):
+def fcall(args, fn="rl5_decide", c=None):
     """FCALL fn 0 *args, its reply parsed."""
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
 
-def decide(reqs, fn="rl4_decide"):
+def decide(reqs, fn="rl5_decide"):
     if reqs and isinstance(reqs[0][0], tuple):
         return fcall(layout_mapped(reqs)[0], fn)
     return fcall(layout(reqs)[0], fn)
@@ -508,7 +508,7 @@ def check_absent(keys):
         assert redis().c.command("GET", k) is None, ("a full bucket is no key", k)
 
 
-def check(model, reqs, what="", fn="rl4_decide", stored=True):
+def check(model, reqs, what="", fn="rl5_decide", stored=True):
     """Calls the library with reqs, compares the reply with the model at
     the reply's now_us and, with stored, the keys it wrote."""
     now, got = decide(reqs, fn)
@@ -524,7 +524,7 @@ def check(model, reqs, what="", fn="rl4_decide", stored=True):
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what, fn="rl4_decide"):
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl5_decide"):
     """Drives the library through a random timeline and checks every reply,
     and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
@@ -565,10 +565,10 @@ def test_library_registers_both_functions():
     for f in info[b"functions"]:
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
-    assert fns == {"rl4_decide": [], "rl4_decide_cluster": ["allow-cross-slot-keys"],
-                   "rl4_refund": [], "rl4_refund_cluster": ["allow-cross-slot-keys"],
-                   "rl4_release": [], "rl4_release_cluster": ["allow-cross-slot-keys"],
-                   "rl4_penalize": [], "rl4_penalize_cluster": ["allow-cross-slot-keys"]}, fns
+    assert fns == {"rl5_decide": [], "rl5_decide_cluster": ["allow-cross-slot-keys"],
+                   "rl5_refund": [], "rl5_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl5_release": [], "rl5_release_cluster": ["allow-cross-slot-keys"],
+                   "rl5_penalize": [], "rl5_penalize_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
@@ -797,11 +797,11 @@ def test_logs_match_model():
     run_timeline(lanes, 40, 707, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2], "logs")
 
 
-def test_cluster_function_on_a_standalone_server_decides_like_rl4_decide():
-    """rl4_decide_cluster reads each client's keys on its own (pcall): on a
-    server that serves every slot it must decide exactly as rl4_decide."""
+def test_cluster_function_on_a_standalone_server_decides_like_rl5_decide():
+    """rl5_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl5_decide."""
     tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
-                         fn="rl4_decide_cluster")
+                         fn="rl5_decide_cluster")
     assert tally[0] + tally[1] > 30
     # the same batches through both, on twin clients: periods long enough
     # that the moments between the two calls change no decision
@@ -811,8 +811,8 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl4_decide():
     cb = [new_client() for _ in range(3)]
     for step in range(12):
         plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
-        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl4_decide")
-        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl4_decide_cluster")
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl5_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl5_decide_cluster")
 
         def strip(res):
             # remaining as the agent reads it: a refusing window's slot
@@ -823,7 +823,7 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl4_decide():
 
 
 def test_cluster_function_reads_each_key_once_per_call():
-    """rl4_decide_cluster reads a key on its first use in a call, whatever
+    """rl5_decide_cluster reads a key on its first use in a call, whatever
     the request that names it: requests whose keys overlap (first_key 1
     over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
     from the same first_key see what the call took before, never a value
@@ -855,7 +855,7 @@ def test_keymap_shared_keys_match_model():
     shared by every client or by an address), keys named once through the
     keymap: each request sees what earlier ones of the call took from a
     shared key, all or nothing, exactly as the model, in both functions."""
-    for fn, seed in (("rl4_decide", 505), ("rl4_decide_cluster", 506)):
+    for fn, seed in (("rl5_decide", 505), ("rl5_decide_cluster", 506)):
         rng = random.Random(seed)
         glob, addr = new_client(), [new_client() for _ in range(2)]
         clients = [new_client() for _ in range(4)]
@@ -880,7 +880,7 @@ def test_keymap_shared_keys_match_model():
 
 
 def test_refund_gives_back_what_was_taken():
-    """rl4_refund gives back what a call took, as the model does: a token
+    """rl5_refund gives back what a call took, as the model does: a token
     bucket's tokens up to its capacity (a full bucket's key deleted), a
     window's count in the window of the take while the value holds it;
     whatever time has passed since the take, on every algorithm, through
@@ -892,8 +892,8 @@ def test_refund_gives_back_what_was_taken():
     lims = [(TB, 7, 1 * S, 3), (TB, 9, 4 * S, 0), (SW, 4, 250 * MS, 0), (SW, 9, 3 * S, 0),
             (FW, 3, 200 * MS, 0), (FW, 8, 3 * S, 0)]
     shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0)]
-    for fn, refund_fn, seed in (("rl4_decide", "rl4_refund", 707),
-                                ("rl4_decide_cluster", "rl4_refund_cluster", 708)):
+    for fn, refund_fn, seed in (("rl5_decide", "rl5_refund", 707),
+                                ("rl5_decide_cluster", "rl5_refund_cluster", 708)):
         rng = random.Random(seed)
         glob = new_client()
         clients = [new_client() for _ in range(3)]
@@ -945,7 +945,7 @@ def test_refund_cases():
             # a write in the next window, so the value moves on
             check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
         args = layout_mapped([((c,), 2, (lim,))] * back)[0]
-        changed = redis().c.command("FCALL", "rl4_refund", 0, str(take), *args)
+        changed = redis().c.command("FCALL", "rl5_refund", 0, str(take), *args)
         t = redis().c.command("TIME")
         model.refund(int(t[0]) * S + int(t[1]), take, [((c,), 2, (lim,))] * back)
         k = key_of(c, lim)
@@ -996,7 +996,7 @@ def with_ids(args, ids):
     return [head] + args[1:1 + nrules] + [b"".join(ids)] + args[1 + nrules:]
 
 
-def decide_ids(reqs, ids, fn="rl4_decide"):
+def decide_ids(reqs, ids, fn="rl5_decide"):
     return fcall(with_ids(layout(reqs)[0], ids), fn)
 
 
@@ -1007,11 +1007,11 @@ def rid(n):
 def test_concurrency_places():
     """Places in flight: taken while fewer than the quota are, the same
     request again holds its own, refused with a second to wait, given back
-    by rl4_release (exactly its own, once), ended at their deadline; all
+    by rl5_release (exactly its own, once), ended at their deadline; all
     or nothing with a token bucket of the same rule; a request without an
     id is not counted. Each value is the places left, 16 bytes each, and
     expires on the grid when the last ends."""
-    for fn, rel in (("rl4_decide", "rl4_release"), ("rl4_decide_cluster", "rl4_release_cluster")):
+    for fn, rel in (("rl5_decide", "rl5_release"), ("rl5_decide_cluster", "rl5_release_cluster")):
         c = new_client()
         conc = (CC, 2, 400 * MS, 0)
         tb = (TB, 3, 3600 * S, 0)
@@ -1073,11 +1073,11 @@ BAN = 5  # a penalty box
 
 
 def test_penalty_box():
-    """rl4_penalize counts events in a sliding window and, at its quota,
+    """rl5_penalize counts events in a sliding window and, at its quota,
     bans (the ban key: when it ends, expiring then); a ban limit refuses
     until then, with that long to wait, and allows after without writing;
     all or nothing with the rule's other limits."""
-    for fn, pen in (("rl4_decide", "rl4_penalize"), ("rl4_decide_cluster", "rl4_penalize_cluster")):
+    for fn, pen in (("rl5_decide", "rl5_penalize"), ("rl5_decide_cluster", "rl5_penalize_cluster")):
         c = new_client()
         ban = (BAN, 1, 300 * MS, 0)
         tb = (TB, 5, 3600 * S, 0)
@@ -1102,7 +1102,7 @@ def test_penalty_box():
                      ([count, 0, "a", "b"], "need <rule> <ban_us>"),
                      ([count, 5, "a"], "need <rule> <ban_us>")):
         try:
-            redis().c.command("FCALL", "rl4_penalize", 0, *bad)
+            redis().c.command("FCALL", "rl5_penalize", 0, *bad)
         except RespError as e:
             assert err in str(e), e
         else:
@@ -1754,8 +1754,8 @@ def _wide_replies():
     # requests of one limit, with numbers beyond 2^32
     reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
     long_reqs = [(clients[4], 1, _WIDTHS)] * 400
-    return [(reqs, redis().c.command("FCALL", "rl4_decide", 0, *layout(reqs)[0])),
-            (long_reqs, redis().c.command("FCALL", "rl4_decide", 0, *layout(long_reqs)[0]))]
+    return [(reqs, redis().c.command("FCALL", "rl5_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl5_decide", 0, *layout(long_reqs)[0]))]
 
 
 def test_reply_of_every_shape_matches_model():
@@ -1862,7 +1862,7 @@ def _measure(batch, seconds=None, depth=16):
     cmds = []
     for i in range(64):
         reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
-        cmds.append(("FCALL", "rl4_decide", 0, *layout(reqs)[0]))
+        cmds.append(("FCALL", "rl5_decide", 0, *layout(reqs)[0]))
     wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
     c = Client("127.0.0.1", r.port)
     try:

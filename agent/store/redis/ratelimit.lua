@@ -1,15 +1,15 @@
-#!lua name=spoa_ratelimit_v4
+#!lua name=spoa_ratelimit_v5
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically (this file: the functions'
 contract, the state and the limits' math; ratelimit_calls.lua, loaded
 after it as one text, reads the calls, decides and writes). The agent loads it on every server
 it uses (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl4_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
+    FCALL rl5_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
 
-(rl4_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl5_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
 The library's name and its functions' carry the version of the layout of
-their arguments (4); the values' layout has its own (3, as the agent's
+their arguments (5); the values' layout has its own (3, as the agent's
 key names say, "rl3:"). Agents of another layout on the same server load
 and call their own library, and none replaces another's.
 
@@ -78,11 +78,11 @@ the numbers now_us, remaining, retry_after_us and reset_us as float64
   A token bucket's slots hold only what they say: the agent derives its t
   from remaining and reset_us.
 
-Refund: rl4_refund (rl4_refund_cluster) gives back what requests took,
+Refund: rl5_refund (rl5_refund_cluster) gives back what requests took,
 for the agent to undo a decision that another server refused (a rule
 whose limits live on several servers):
 
-    FCALL rl4_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl5_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
 taken. A token bucket's TAT goes back by cost * T, never below now (a
@@ -153,7 +153,7 @@ does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack.
 
-Cluster: rl4_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl5_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -648,7 +648,7 @@ local function eval_log(v, now, cost, quota, period)
 end
 
 -- Requests in flight (algo 4): at most quota at once, each keeping its
--- place until its release (rl4_release) or for period at the latest. The
+-- place until its release (rl5_release) or for period at the latest. The
 -- value: 16 bytes per request in flight, its id (8 bytes, as the agent
 -- sends it) and when its place ends (microseconds, a float64); needed
 -- until the last ends. A request without an id (nil) is not counted (its
@@ -697,7 +697,7 @@ end
 
 -- A penalty box (algo 5): the value is when the ban ends (microseconds);
 -- refused until then, allowed after with nothing to write (NOWRITE). The
--- ban is put by rl4_penalize.
+-- ban is put by rl5_penalize.
 local NOWRITE = {}
 
 local function eval_ban(v, now)
