@@ -429,9 +429,7 @@ size_t spop_frame_begin(struct spop_wbuf *w, uint8_t type, uint32_t flags,
 
 	if (!w->err && 9 + 2 * SPOP_VARINT_MAX <= w->cap - w->len) {
 		p = w->buf + w->len;
-		n = 9 + spop_varint_put(stream_id, p + 9);
-		n += spop_varint_put(frame_id, p + n);
-		w->len += n;
+		w->len += (size_t)(spop_varint_at(spop_varint_at(p + 9, stream_id), frame_id) - p);
 	} else {
 		n = spop_varint_len(stream_id);
 		p = wbuf_room(w, 9 + n + spop_varint_len(frame_id));

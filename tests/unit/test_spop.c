@@ -176,6 +176,75 @@ static void test_varint_random(void **state)
 	}
 }
 
+/* The encoder as it was written first, a count and a loop: the inline
+ * writer must give the very same bytes (HAProxy reads them). */
+static size_t varint_put_loop(uint64_t v, uint8_t *out)
+{
+	size_t n = 0;
+
+	if (v < 240) {
+		out[n++] = (uint8_t)v;
+		return n;
+	}
+	out[n++] = (uint8_t)((v | 0xF0) & 0xFF);
+	v = (v - 240) >> 4;
+	while (v >= 128) {
+		out[n++] = (uint8_t)((v | 0x80) & 0xFF);
+		v = (v - 128) >> 7;
+	}
+	out[n++] = (uint8_t)v;
+	return n;
+}
+
+static void check_same_as_loop(uint64_t v)
+{
+	static const struct spop_var var = SPOP_VAR(SPOP_SCOPE_TXN, "remaining");
+	uint8_t want[SPOP_VARINT_MAX + 4], got[SPOP_VARINT_MAX + 4];
+	uint8_t act[SPOP_VAR_INT64_MAX + 4], ref[SPOP_VAR_INT64_MAX + 4];
+	size_t n, head = SPOP_VAR_HEAD_FIXED + sizeof("remaining") - 1;
+
+	memset(want, 0xAA, sizeof(want));
+	memset(got, 0xAA, sizeof(got));
+	n = varint_put_loop(v, want);
+	assert_ptr_equal(spop_varint_at(got, v), got + n);
+	assert_memory_equal(got, want, sizeof(got));
+	/* and as the value of an answer's variable */
+	memset(act, 0xAA, sizeof(act));
+	memset(ref, 0xAA, sizeof(ref));
+	memcpy(ref, &var, head);
+	ref[head] = SPOP_T_INT64;
+	varint_put_loop(v, ref + head + 1);
+	assert_ptr_equal(spop_var_int64_at(act, &var, (int64_t)v), act + head + 1 + n);
+	assert_memory_equal(act, ref, sizeof(act));
+}
+
+static void test_varint_same_as_loop(void **state)
+{
+	int k, d, i;
+
+	(void)state;
+	for (i = 0; i < 70000; i++)
+		check_same_as_loop((uint64_t)i);
+	for (k = 2; k <= SPOP_VARINT_MAX; k++)
+		for (d = -3; d <= 3; d++)
+			check_same_as_loop(varint_min_len[k] + (uint64_t)(int64_t)d);
+	for (k = 0; k < 64; k++)
+		for (d = -2; d <= 2; d++)
+			check_same_as_loop(((uint64_t)1 << k) + (uint64_t)(int64_t)d);
+	for (d = 0; d < 8; d++)
+		check_same_as_loop(UINT64_MAX - (uint64_t)d);
+	check_same_as_loop(999999999);
+	check_same_as_loop(1000000000);
+	for (i = 0; i < 200000; i++) {
+		uint64_t v = rng();
+		unsigned bits = (unsigned)(rng() % 65);
+
+		if (bits < 64)
+			v &= ((uint64_t)1 << bits) - 1;
+		check_same_as_loop(v);
+	}
+}
+
 static void test_varint_errors(void **state)
 {
 	static const uint8_t eleven[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
@@ -1354,6 +1423,7 @@ int main(void)
 		cmocka_unit_test(test_varint_exhaustive),
 		cmocka_unit_test(test_varint_boundaries),
 		cmocka_unit_test(test_varint_random),
+		cmocka_unit_test(test_varint_same_as_loop),
 		cmocka_unit_test(test_varint_errors),
 		cmocka_unit_test(test_data_exact_bytes),
 		cmocka_unit_test(test_data_roundtrip),
