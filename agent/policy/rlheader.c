@@ -122,11 +122,17 @@ static char *param_at(char *p, char name, uint64_t v)
 		"8081828384858687888990919293949596979899";
 	char *end;
 
-	if (v > SF_INT_MAX)
-		v = SF_INT_MAX;
 	p[0] = ';';
 	p[1] = name;
 	p[2] = '=';
+	/* One digit, without measuring it: the seconds until more quota
+	 * (t) of a decision that is not limited are 0. */
+	if (v < 10) {
+		p[3] = (char)('0' + v);
+		return p + 4;
+	}
+	if (v > SF_INT_MAX)
+		v = SF_INT_MAX;
 	end = p + 3 + digits(v);
 	/* four digits per division, then split in two pairs (r / 100 as a
 	 * multiplication, exact for r < 10000) */

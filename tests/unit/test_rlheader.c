@@ -208,6 +208,46 @@ static void test_digits(void **unused)
 	}
 }
 
+/* Every small number (one digit has a path of its own) and random ones
+ * of every length, as printf writes them, through both writers. */
+static void check_rt(uint64_t r, int64_t t)
+{
+	char got[96], want[96];
+	uint64_t c = r > 999999999999999ULL ? 999999999999999ULL : r;
+	int64_t ct = t > 999999999999999LL ? 999999999999999LL : t;
+
+	if (t >= 0)
+		snprintf(want, sizeof(want), "\"n\";r=%" PRIu64 ";t=%" PRId64, c, ct);
+	else
+		snprintf(want, sizeof(want), "\"n\";r=%" PRIu64, c);
+	assert_int_equal(rlheader_ratelimit_named(got, sizeof(got), "\"n\"", 3, r, t),
+			 (int)strlen(want));
+	assert_string_equal(got, want);
+	assert_int_equal(rlheader_ratelimit(got, sizeof(got), "n", r, t), (int)strlen(want));
+	assert_string_equal(got, want);
+}
+
+static void test_digits_all(void **unused)
+{
+	uint64_t x = 0x9E3779B97F4A7C15ULL;
+
+	for (uint64_t v = 0; v <= 20000; v++) {
+		check_rt(v, (int64_t)v);
+		check_rt(v, -1);
+	}
+	check_rt(UINT64_MAX, INT64_MAX);
+	for (int i = 0; i < 100000; i++) {
+		uint64_t v;
+
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		v = x * 0x2545F4914F6CDD1DULL;
+		v >>= (unsigned)(x % 64);
+		check_rt(v, (int64_t)(v >> 1));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -219,6 +259,7 @@ int main(void)
 		cmocka_unit_test(test_append),
 		cmocka_unit_test(test_named),
 		cmocka_unit_test(test_digits),
+		cmocka_unit_test(test_digits_all),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
