@@ -245,6 +245,34 @@ static void test_varint_same_as_loop(void **state)
 	}
 }
 
+/* A string variable as spop_put_set_var() writes it, for every length
+ * around the inline copy's steps: the same bytes, nothing past them. */
+static void test_var_str_at(void **state)
+{
+	static const struct spop_var var = SPOP_VAR(SPOP_SCOPE_TXN, "ratelimit");
+	char src[300];
+	uint8_t got[SPOP_VAR_STR_MAX(300) + 8], want[SPOP_VAR_STR_MAX(300) + 8];
+	size_t len;
+
+	(void)state;
+	for (len = 0; len < sizeof(src); len++)
+		src[len] = (char)('a' + len % 26);
+	for (len = 0; len <= 300; len++) {
+		struct spop_wbuf w;
+		struct spop_data d = spop_strn(src + 300 - len, len);
+		uint8_t *end;
+
+		memset(got, 0xAA, sizeof(got));
+		memset(want, 0xAA, sizeof(want));
+		spop_wbuf_init(&w, want, sizeof(want));
+		spop_put_set_var(&w, SPOP_SCOPE_TXN, "ratelimit", 9, &d);
+		assert_int_equal(w.err, 0);
+		end = spop_var_str_at(got, &var, src + 300 - len, len);
+		assert_int_equal((size_t)(end - got), w.len);
+		assert_memory_equal(got, want, sizeof(got));
+	}
+}
+
 static void test_varint_errors(void **state)
 {
 	static const uint8_t eleven[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
@@ -1424,6 +1452,7 @@ int main(void)
 		cmocka_unit_test(test_varint_boundaries),
 		cmocka_unit_test(test_varint_random),
 		cmocka_unit_test(test_varint_same_as_loop),
+		cmocka_unit_test(test_var_str_at),
 		cmocka_unit_test(test_varint_errors),
 		cmocka_unit_test(test_data_exact_bytes),
 		cmocka_unit_test(test_data_roundtrip),
