@@ -13,6 +13,7 @@ LIBRARY = PARTS[0]
 LIBRARY_NAME = "spoa_ratelimit_v5"
 FUNCTIONS = ("rl5_decide", "rl5_decide_cluster")
 REFUNDS = ("rl5_refund", "rl5_refund_cluster")
+RETURNS = ("rl5_return", "rl5_return_cluster")
 RELEASES = ("rl5_release", "rl5_release_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"

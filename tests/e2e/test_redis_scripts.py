@@ -567,6 +567,7 @@ def test_library_registers_both_functions():
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
     assert fns == {"rl5_decide": [], "rl5_decide_cluster": ["allow-cross-slot-keys"],
                    "rl5_refund": [], "rl5_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl5_return": [], "rl5_return_cluster": ["allow-cross-slot-keys"],
                    "rl5_release": [], "rl5_release_cluster": ["allow-cross-slot-keys"],
                    "rl5_penalize": [], "rl5_penalize_cluster": ["allow-cross-slot-keys"]}, fns
 

@@ -13,15 +13,21 @@ their arguments (5); the values' layout has its own (3, as the agent's
 key names say, "rl3:"). Agents of another layout on the same server load
 and call their own library, and none replaces another's.
 
-  requests  bytes, big-endian: R, the number of rules (2 bytes, 1 .. 4096;
-            plus 32768 when a keymap follows the rules), then 10 bytes per
-            request (1 .. 4096 requests):
+  requests  bytes, big-endian: 2 bytes, R (the number of rules, 1 .. 4096)
+            plus its flags: 32768 when a keymap follows the rules; 16384
+            when request ids follow the rules (and the keymap), 8 bytes
+            per request, for limits of requests in flight; 8192 when the
+            requests carry leases. Then 10 bytes per request (14 with
+            leases; 1 .. 4096 requests):
     first_key  4 bytes: the 1-based position of the request's first key:
                limit j of its rule is kept under the key at position
                first_key + j - 1. Without a keymap, position i is key i;
                with one, the key the keymap names there
     cost       4 bytes: weight of the request, 1 .. 2^32-1
     rule       2 bytes: 1-based index of its rule among the R rules
+    lease      4 bytes, only with leases: k, the most tokens the request
+               takes beyond its cost for its agent to spend later, 0 .. 2^32-1
+               (0: none), see "Leases"
   rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
             burst]
     algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window,
@@ -51,8 +57,10 @@ computed once, then kept by the library (up to 256 distinct rules; the
 agent sends each rule as the same bytes every time).
 
 Reply: msgpack [now_us, results], results[i] = [allowed, decider, per_limit],
-the numbers now_us, remaining, retry_after_us and reset_us as float64
-(exact: all are integers below 2^53), allowed and decider as fixints
+and [allowed, decider, per_limit, lease] for a request whose k > 0 (see
+"Leases"), the numbers now_us, remaining, retry_after_us, reset_us and a
+lease's extra as float64 (exact: all are integers below 2^53), allowed and
+decider as fixints
   allowed    1 or 0; a request is all or nothing: when any of its limits
              refuses, none of its limits is charged. 2: not decided, its
              keys live on another Cluster node (decider and per_limit 0)
@@ -77,6 +85,29 @@ the numbers now_us, remaining, retry_after_us and reset_us as float64
   remaining <= 0 read as 0 (allowing; refused) and minus them is that time.
   A token bucket's slots hold only what they say: the agent derives its t
   from remaining and reset_us.
+  lease      [extra, v_1 .. v_nl]: the tokens taken beyond the cost, and
+             per limit of the rule, in its order, the value this request
+             left in the limit's key when extra > 0 and the limit is a
+             token bucket, as GET reads it (an integer as its digits, or
+             the text "A+R", see "Storage"; a msgpack str: fixstr, or str 8
+             from 32 bytes), else nil. The key holds it after the call
+             unless a later request of the call changed it. A request with
+             k = 0 has no lease element: its reply is the bytes of a call
+             without leases.
+
+Leases: an agent takes k more tokens for a busy client in the call that
+decides one of its requests, spends them itself, and gives back those it
+has not spent (rl5_return, below). A request allowed at its cost c takes
+extra = min(k, the remaining of each of its limits after it): so many more
+requests of cost 1 pass all of them. It takes none (extra 0) when refused,
+when any limit of its rule is not a token bucket or a window (a log, a
+limit of requests in flight or a penalty box: their state holds no
+tokens to give back), or when a limit has nothing left. With extra > 0
+every limit is evaluated again at c + extra from the value the
+evaluation at c read, and it is that evaluation's value (and need, and
+expiry) that is written; a later request of the call sees it. The reply's per_limit, decider and
+'more' slots stay those of the evaluation at c: the extra tokens are the
+client's own, and the agent reports what this request leaves to it.
 
 Refund: rl5_refund (rl5_refund_cluster) gives back what requests took,
 for the agent to undo a decision that another server refused (a rule
@@ -89,10 +120,36 @@ taken. A token bucket's TAT goes back by cost * T, never below now (a
 bucket is never lifted above its capacity: at full, the key is deleted);
 a window's count goes down by cost in the window the take counted it in,
 while that window still counts, never below 0. What time has given back
-since is not given twice. Replies the number of keys it changed.
+since is not given twice. Replies the number of keys it changed. Its
+meaning does not change with leases: it undoes a decision split over
+servers, and a lease's tokens go back through rl5_return.
 
-Bad arguments give an error reply ("ERR rl decide: ...") and write nothing:
-everything is checked before the first write.
+Return: rl5_return (rl5_return_cluster) gives back a lease's unspent
+tokens:
+
+    FCALL rl5_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
+
+take_us the `now_us` of the reply that granted the lease, requests,
+rules, keymap and keys as rl5_refund takes them (10 bytes per request, no
+lease; cost: the tokens given back), and expect a msgpack array with one
+entry per key position (1 .. K, or per position of the keymap): nil or
+the string v_j of the grant's lease element. A token bucket's key is given
+back only when its value is expect's exactly (nothing has written it since
+the grant), then as rl5_refund does: TAT back by cost * T, never below now
+(at full, the key is deleted). Any other value is left as it is: between
+the grant and the return another agent's request may have found the
+bucket full and absorbed the lease's reservation (time fills a bucket, it
+cannot overfill it), so a plain refund would lift the bucket over what
+the limit allows; only an untouched key is known to still hold the
+reservation. A window's count is given back as rl5_refund does (expect
+ignored): the count of the window the grant counted the tokens in, while
+that window counts, is exact to lower whatever else it has counted since. The keys are
+compared one position at a time with their values then: a key named at
+two positions is given back once. Replies the number of keys changed; on
+a Cluster, a key of another node is skipped.
+
+Bad arguments give an error reply ("ERR rl decide: ...") and write nothing,
+in every function: everything is checked before the first write.
 
 Time is Redis's clock, read once per call (TIME), in integer microseconds.
 Every quantity is an integer below 2^53, so Lua's doubles hold it exactly

@@ -183,15 +183,17 @@ end
 -- The requests of args (from argument a0 + 1 on) and their rules (in
 -- rbuf), and the keymap (in kmap): the requests' bytes, their count, the
 -- number of rules, the index k0 of the argument before the first key, the
--- number of key positions and whether they are mapped; or nil and a
--- message. The requests themselves are checked as they are decided.
-local function parse(args, a0)
+-- number of key positions, whether they are mapped, the ids and the size
+-- of a request's record (14 with leases, else 10); or nil and a message.
+-- Leases are taken only where `leases` allows them. The requests
+-- themselves are checked as they are decided.
+local function parse(args, a0, leases)
 	local req = args[a0 + 1]
 	local len = req and #req
-	if not len or len < 12 or len > 2 + 10 * MAX_REQS or len % 10 ~= 2 then
-		return nil, fmt('requests: need 2 + 10 * n bytes, 1 <= n <= %d', MAX_REQS)
+	local h, l = 0, 0
+	if len and len >= 2 then
+		h, l = byte(req, 1, 2)
 	end
-	local h, l = byte(req, 1, 2)
 	local mapped = h >= 128
 	if mapped then
 		h = h - 128
@@ -200,6 +202,17 @@ local function parse(args, a0)
 	if with_ids then
 		h = h - 64
 	end
+	local rs = 10
+	if h >= 32 then
+		if not leases then
+			return nil, 'requests: leases are taken only by a decide'
+		end
+		h, rs = h - 32, 14
+	end
+	if not len or len < 2 + rs or len > 2 + rs * MAX_REQS or len % rs ~= 2 then
+		return nil, fmt('requests: need 2 + %d * n bytes, 1 <= n <= %d', rs, MAX_REQS)
+	end
+	local m = (len - 2) / rs
 	local nr = h * 256 + l
 	local k0 = a0 + 1 + nr
 	if mapped then
@@ -209,7 +222,7 @@ local function parse(args, a0)
 	if with_ids then
 		k0 = k0 + 1
 		ids = args[k0]
-		if not ids or #ids ~= 8 * (len - 2) / 10 then
+		if not ids or #ids ~= 8 * m then
 			return nil, 'ids: need 8 bytes per request'
 		end
 	end
@@ -225,7 +238,7 @@ local function parse(args, a0)
 	end
 	local nk = #args - k0
 	if not mapped then
-		return req, (len - 2) / 10, nr, k0, nk, false, ids
+		return req, m, nr, k0, nk, false, ids, rs
 	end
 	local map = args[a0 + 2 + nr]
 	local np = #map / 4
@@ -240,13 +253,14 @@ local function parse(args, a0)
 		end
 		kmap[p] = ki
 	end
-	return req, (len - 2) / 10, nr, k0, np, true, ids
+	return req, m, nr, k0, np, true, ids, rs
 end
 
--- Request i of req: its first key position, cost and rule; or nil and
--- what is wrong with it.
-local function request_at(req, i, nr, nk)
-	local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+-- Request i of req (records of rs bytes): its first key position, cost
+-- and rule; or nil and what is wrong with it.
+local function request_at(req, i, nr, nk, rs)
+	local o = rs * (i - 1)
+	local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, o + 3, o + 12)
 	local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
 	local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
 	local ri = r1 * 256 + r2
@@ -276,9 +290,88 @@ local function expiry_ms(need, g)
 	return u
 end
 
+-- A lease's values: by limit of the request being decided, its value at
+-- cost + extra and until when that value is needed (see lease_take()).
+local lval, lneed, lp = {}, {}, {}
+
+-- The extra tokens that a request allowed at `cost` (its results in out)
+-- takes for a lease of at most k (see "Leases"): 0 when a limit of its
+-- rule is not a token bucket or a window, or none is left; else the
+-- extra, with the values of its limits evaluated at cost + extra (from
+-- the values the cost evaluation read) in lval and their needs in lneed.
+local function lease_take(rule, nl, k, cost, now, k1, mapped)
+	local extra = k
+	for j = 1, nl do
+		if rule[j][1] > 2 then
+			return 0
+		end
+		local left = out[3 * j - 2]
+		if left < extra then
+			extra = left
+		end
+	end
+	if extra <= 0 then
+		return 0
+	end
+	local c = cost + extra
+	local _
+	for j = 1, nl do
+		local l = rule[j]
+		local p = k1 + j
+		if mapped then
+			p = kmap[p]
+		end
+		local algo, v = l[1], sv[p]
+		local ok, reset, val
+		if algo == 0 then
+			ok, _, _, reset, val = eval_token(v, now, c, l)
+		elseif algo == 1 then
+			ok, _, _, reset, val = eval_sliding(v, now, c, l[2], l[3])
+		else
+			ok, _, _, reset, val = eval_fixed(v, now, c, l[2], l[3])
+		end
+		-- (every limit has that many left: this cannot refuse)
+		if not ok then
+			return 0
+		end
+		lval[j], lneed[j] = val, now + reset
+	end
+	return extra
+end
+
+-- The reply r of a request that asked for a lease, with its fourth element
+-- [extra, v_1 .. v_nl]: v_j what this request left in limit j's key when
+-- it took an extra and the limit is a token bucket, as GET reads it (an
+-- integer as its digits), else nil.
+local function lease_reply(r, extra, rule, nl)
+	lp[1], lp[2] = '\148', sub(r, 2)
+	if nl < 15 then
+		lp[3] = spack('>BBd', 0x91 + nl, 0xcb, extra)
+	else
+		lp[3] = spack('>BHBd', 0xdc, nl + 1, 0xcb, extra)
+	end
+	for j = 1, nl do
+		local v = extra > 0 and rule[j][1] == 0 and lval[j]
+		if not v then
+			lp[3 + j] = '\192'
+		else
+			if type(v) == 'number' then
+				v = fmt('%d', v)
+			end
+			-- (fixstr below 32 bytes, else str 8: a value is at most 33)
+			if #v < 32 then
+				lp[3 + j] = spack('>B', 0xa0 + #v) .. v
+			else
+				lp[3 + j] = spack('>BB', 0xd9, #v) .. v
+			end
+		end
+	end
+	return concat(lp, '', 1, 3 + nl)
+end
+
 -- Decides every request of args in order and writes what they took.
 local function run(args, cluster)
-	local req, m, nr, k0, nk, mapped, ids = parse(args, 0)
+	local req, m, nr, k0, nk, mapped, ids, rs = parse(args, 0, true)
 	if not req then
 		return fail(m)
 	end
@@ -299,15 +392,21 @@ local function run(args, cluster)
 	for i = 1, m do
 		-- (request_at(), inline: a Lua call per request costs Redis more
 		-- than the lines it saves)
-		local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, 10 * i - 7, 10 * i + 2)
+		local o = rs * (i - 1)
+		local k1, k2, k3, k4, c1, c2, c3, c4, r1, r2 = byte(req, o + 3, o + 12)
 		local ki = ((k1 * 256 + k2) * 256 + k3) * 256 + k4
 		local cost = ((c1 * 256 + c2) * 256 + c3) * 256 + c4
 		local ri = r1 * 256 + r2
 		local rule = rbuf[ri]
 		if not rule or ri > nr or cost < 1 or ki < 1 or ki + #rule - 1 > nk then
 			-- nothing is written before the last request is checked
-			local _, e = request_at(req, i, nr, nk)
+			local _, e = request_at(req, i, nr, nk, rs)
 			return fail(e)
+		end
+		local lease, extra = 0, 0
+		if rs == 14 then
+			local e1, e2, e3, e4 = byte(req, o + 13, o + 16)
+			lease = ((e1 * 256 + e2) * 256 + e3) * 256 + e4
 		end
 		local nl = #rule
 		local here = true
@@ -362,6 +461,9 @@ local function run(args, cluster)
 				end
 			end
 			local best = 1
+			if all and lease > 0 then
+				extra = lease_take(rule, nl, lease, cost, now, k, mapped)
+			end
 			if all then
 				local low = out[1]
 				for j = 1, nl do
@@ -384,6 +486,17 @@ local function run(args, cluster)
 						best, low = j, out[3 * j - 2]
 					end
 				end
+				if extra > 0 then
+					-- the key keeps the lease's value; the reply is the
+					-- request's own (see "Leases")
+					for j = 1, nl do
+						local p = k + j
+						if mapped then
+							p = kmap[p]
+						end
+						sv[p], wneed[p] = lval[j], lneed[j]
+					end
+				end
 			else
 				local most = -1
 				for j = 1, nl do
@@ -393,6 +506,9 @@ local function run(args, cluster)
 				end
 			end
 			parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
+		end
+		if lease > 0 then
+			parts[i + 1] = lease_reply(parts[i + 1], extra, rule, nl)
 		end
 	end
 	-- Expiry: each key written once, with its last value. It expires at
@@ -517,12 +633,12 @@ local function refund(args, cluster)
 	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
 		return fail('take_us must be an integer in 0..2^53')
 	end
-	local req, m, nr, k0, nk, mapped = parse(args, 1)
+	local req, m, nr, k0, nk, mapped = parse(args, 1, false)
 	if not req then
 		return fail(m)
 	end
 	for i = 1, m do
-		local ki, e = request_at(req, i, nr, nk)
+		local ki, e = request_at(req, i, nr, nk, 10)
 		if not ki then
 			return fail(e)
 		end
@@ -530,7 +646,7 @@ local function refund(args, cluster)
 	local now = now_us()
 	local changed = 0
 	for i = 1, m do
-		local ki, cost, rule = request_at(req, i, nr, nk)
+		local ki, cost, rule = request_at(req, i, nr, nk, 10)
 		for j = 1, #rule do
 			local p = ki + j - 1
 			if mapped then
@@ -540,6 +656,73 @@ local function refund(args, cluster)
 			local v = get_here(name, cluster)
 			if v then
 				changed = changed + refund_key(name, v, rule[j], cost, take, now)
+			end
+		end
+	end
+	return changed
+end
+
+-- The number of entries of the msgpack array whose bytes are s, from its
+-- header; nil when s does not start as an array.
+local function array_count(s)
+	local b, x1, x2, x3, x4 = byte(s, 1, 5)
+	if not b then
+		return nil
+	elseif b >= 0x90 and b <= 0x9f then
+		return b - 0x90
+	elseif b == 0xdc and x2 then
+		return x1 * 256 + x2
+	elseif b == 0xdd and x4 then
+		return ((x1 * 256 + x2) * 256 + x3) * 256 + x4
+	end
+	return nil
+end
+
+-- Gives back a lease's unspent tokens (see "Return"): as refund(), but a
+-- token bucket's key only when it holds the value expected at its
+-- position, as the grant left it.
+local function give_back(args, cluster)
+	local take = tonumber(args[1])
+	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
+		return fail('take_us must be an integer in 0..2^53')
+	end
+	local req, m, nr, k0, np, mapped = parse(args, 2, false)
+	if not req then
+		return fail(m)
+	end
+	local ex = args[2]
+	local ok, want, more = pcall(mp_unpack, ex)
+	if not ok or more ~= nil or type(want) ~= 'table' or array_count(ex) ~= np then
+		return fail(fmt('expect: need a msgpack array of %d entries, one per key position', np))
+	end
+	for x = 1, np do
+		local w = want[x]
+		if w ~= nil and type(w) ~= 'string' then
+			return fail(fmt('expect: entry %d must be nil or a string', x))
+		end
+	end
+	for i = 1, m do
+		local ki, e = request_at(req, i, nr, np, 10)
+		if not ki then
+			return fail(e)
+		end
+	end
+	local now = now_us()
+	local changed = 0
+	for i = 1, m do
+		local ki, cost, rule = request_at(req, i, nr, np, 10)
+		for j = 1, #rule do
+			local x = ki + j - 1
+			local p = x
+			if mapped then
+				p = kmap[x]
+			end
+			local name, l = args[k0 + p], rule[j]
+			local v = get_here(name, cluster)
+			-- (a window's count is given back in the window of the take
+			-- whatever touched it since; a bucket's only when untouched)
+			if v and (l[1] ~= 0 or v == want[x]) then
+				changed = changed + refund_key(name, v, l, cost, take, now)
 			end
 		end
 	end
@@ -625,6 +808,8 @@ register('rl5_decide', run, false)
 register('rl5_decide_cluster', run, true)
 register('rl5_refund', refund, false)
 register('rl5_refund_cluster', refund, true)
+register('rl5_return', give_back, false)
+register('rl5_return_cluster', give_back, true)
 register('rl5_penalize', penalize, false)
 register('rl5_penalize_cluster', penalize, true)
 register('rl5_release', release, false)
