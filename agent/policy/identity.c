@@ -9,10 +9,11 @@
 
 /* ---- SipHash-2-4, 128-bit output -------------------------------------------
  * Streaming form, so that identity_key() can feed "kind", the value and the
- * rule with 0 bytes between them, without copying them into one buffer or
- * clipping any of them. It runs for every decision: the helpers are inline
- * and the state is a local of the caller, so that it stays in registers;
- * bytes that do not make a whole block gather in a 64-bit word. */
+ * rule with 0 bytes between them, however long, without clipping any of
+ * them (identity_key_from() lays short ones out in one buffer instead).
+ * It runs for every decision: the helpers are inline and the state is a
+ * local of the caller, so that it stays in registers; bytes that do not
+ * make a whole block gather in a 64-bit word. */
 
 /* The state is struct identity_prefix (identity.h): callers keep one to
  * resume a hash. */
@@ -228,18 +229,51 @@ void identity_prefix_init(struct identity_prefix *p, const uint8_t secret[16],
 	sip_update(p, &sep, 1);
 }
 
+/* The value and the rule that identity_key_from() lays out in one buffer
+ * (longer ones are streamed): identity values are addresses and keys,
+ * rule names are under RULES_NAME_MAX. The buffer holds the prefix's
+ * pending bytes, both parts and their 0, and 8 bytes of zeros. */
+#define ONE_PASS_PART 32
+#define ONE_PASS_BUF (8 + ONE_PASS_PART + 1 + ONE_PASS_PART + 8)
+
 void identity_key_from(const struct identity_prefix *p, const char *value,
 		       size_t value_len, const char *rule, size_t rule_len,
 		       uint8_t out[IDENTITY_KEY_LEN])
 {
 	static const uint8_t sep = 0;
 	struct identity_prefix s = *p;
+	uint8_t buf[ONE_PASS_BUF];
+	size_t n, off;
 
-	if (value && value_len > 0)
+	if (!value)
+		value_len = 0;
+	if (!rule)
+		rule_len = 0;
+	if (value_len > ONE_PASS_PART || rule_len > ONE_PASS_PART) {
 		sip_update(&s, value, value_len);
-	sip_update(&s, &sep, 1);
-	if (rule && rule_len > 0)
+		sip_update(&s, &sep, 1);
 		sip_update(&s, rule, rule_len);
+		goto final;
+	}
+	/* The same blocks as sip_update() makes of the three parts, without
+	 * its bookkeeping of a partial block for each (a decision makes a
+	 * key per rule): the pending bytes (the tail word is zero above
+	 * them), then each part copied in line over the zeros written after
+	 * the one before. */
+	store_le64(buf, s.tail);
+	n = s.ntail;
+	spop_copy_short(buf + n, value, value_len);
+	n += value_len;
+	store_le64(buf + n, 0); /* the separator */
+	n++;
+	spop_copy_short(buf + n, rule, rule_len);
+	n += rule_len;
+	store_le64(buf + n, 0);
+	for (off = 0; n - off >= 8; off += 8)
+		sip_block(&s, load_le64(buf + off));
+	s.tail = load_le64(buf + off); /* the n - off < 8 bytes left */
+	s.total += value_len + 1 + rule_len;
+final:
 	sip_final(&s, out);
 }
 

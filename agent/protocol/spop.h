@@ -507,10 +507,11 @@ spop_var_int64_at(uint8_t *p, const struct spop_var *var, int64_t v)
 	return spop_varint_at(p, (uint64_t)v);
 }
 
-/* memcpy() of the few bytes of an answer's string (the rule, its policy,
- * the RateLimit value), inline: a call to the library costs more than
- * the copy. Two copies of a fixed size that overlap cover every byte, and
- * none reads past s + n or writes past p + n. */
+/* memcpy() of a few bytes, inline: a call to the library costs more than
+ * the copy of an answer's strings (the rule, its policy, the RateLimit
+ * value) or of the parts of an identity key. Two copies of a fixed size
+ * that overlap cover every byte, and none reads past s + n or writes past
+ * p + n. */
 static inline __attribute__((always_inline)) void spop_copy_short(uint8_t *p, const char *s,
 								  size_t n)
 {

@@ -277,12 +277,140 @@ static void test_identity_prefix(void **unused)
 	}
 }
 
+/* SipHash-2-4-128 as the paper writes it, one byte at a time: a second,
+ * independent statement of the hash that identity keys must keep. */
+#define REF_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define REF_ROUND(v0, v1, v2, v3)                                                       \
+	do {                                                                            \
+		v0 += v1; v1 = REF_ROTL(v1, 13); v1 ^= v0; v0 = REF_ROTL(v0, 32);       \
+		v2 += v3; v3 = REF_ROTL(v3, 16); v3 ^= v2;                              \
+		v0 += v3; v3 = REF_ROTL(v3, 21); v3 ^= v0;                              \
+		v2 += v1; v1 = REF_ROTL(v1, 17); v1 ^= v2; v2 = REF_ROTL(v2, 32);       \
+	} while (0)
+
+static void ref_siphash128(const uint8_t key[16], const uint8_t *in, size_t len,
+			   uint8_t out[16])
+{
+	uint64_t k0 = 0, k1 = 0, v0, v1, v2, v3, m = 0, r;
+	size_t i;
+
+	for (i = 0; i < 8; i++) {
+		k0 |= (uint64_t)key[i] << (8 * i);
+		k1 |= (uint64_t)key[8 + i] << (8 * i);
+	}
+	v0 = 0x736f6d6570736575ULL ^ k0;
+	v1 = 0x646f72616e646f6dULL ^ k1 ^ 0xee;
+	v2 = 0x6c7967656e657261ULL ^ k0;
+	v3 = 0x7465646279746573ULL ^ k1;
+	for (i = 0; i < len; i++) {
+		m |= (uint64_t)in[i] << (8 * (i % 8));
+		if (i % 8 == 7) {
+			v3 ^= m;
+			REF_ROUND(v0, v1, v2, v3);
+			REF_ROUND(v0, v1, v2, v3);
+			v0 ^= m;
+			m = 0;
+		}
+	}
+	m |= (uint64_t)(len & 0xff) << 56;
+	v3 ^= m;
+	REF_ROUND(v0, v1, v2, v3);
+	REF_ROUND(v0, v1, v2, v3);
+	v0 ^= m;
+	v2 ^= 0xee;
+	for (i = 0; i < 4; i++)
+		REF_ROUND(v0, v1, v2, v3);
+	r = v0 ^ v1 ^ v2 ^ v3;
+	for (i = 0; i < 8; i++)
+		out[i] = (uint8_t)(r >> (8 * i));
+	v1 ^= 0xdd;
+	for (i = 0; i < 4; i++)
+		REF_ROUND(v0, v1, v2, v3);
+	r = v0 ^ v1 ^ v2 ^ v3;
+	for (i = 0; i < 8; i++)
+		out[8 + i] = (uint8_t)(r >> (8 * i));
+}
+
+/* Fixed-seed xorshift64*, so failures reproduce. */
+static uint64_t rng(void)
+{
+	static uint64_t x = 0x9E3779B97F4A7C15ULL;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* One key from a prefix against the reference over "kind\0value\0rule"
+ * laid out whole, and against the streaming hash. value and rule end
+ * their buffers, so that a sanitizer sees any read past them. */
+static void check_key_from(const char *kind, size_t klen, size_t vlen, size_t rlen)
+{
+	static uint8_t vbuf[300], rbuf[300], all[700];
+	const char *value = (const char *)vbuf + sizeof(vbuf) - vlen;
+	const char *rule = (const char *)rbuf + sizeof(rbuf) - rlen;
+	struct identity_prefix p;
+	uint8_t got[16], want[16], stream[16];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(vbuf); i++) {
+		vbuf[i] = (uint8_t)rng();
+		rbuf[i] = (uint8_t)rng();
+	}
+	memcpy(all + n, kind, klen);
+	n += klen;
+	all[n++] = 0;
+	memcpy(all + n, value, vlen);
+	n += vlen;
+	all[n++] = 0;
+	memcpy(all + n, rule, rlen);
+	n += rlen;
+	ref_siphash128(key00_0f, all, n, want);
+	identity_siphash128(key00_0f, all, n, stream);
+	assert_memory_equal(stream, want, 16);
+	identity_prefix_init(&p, key00_0f, kind, klen);
+	identity_key_from(&p, value, vlen, rule, rlen, got);
+	assert_memory_equal(got, want, 16);
+}
+
+/* identity_key_from() hashes short parts in one pass and streams long
+ * ones: both give the key of the reference, bit for bit, for every
+ * number of bytes the prefix leaves pending and lengths 0..300. */
+static void test_identity_key_one_pass(void **unused)
+{
+	static const char kind[] = "a-kind-of-sixteen-bytes";
+	static const size_t rl[] = { 0, 1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 40, 300 };
+
+	for (size_t k = 0; k <= 16; k++) {
+		for (size_t v = 0; v <= 41; v++)
+			for (size_t r = 0; r < sizeof(rl) / sizeof(rl[0]); r++)
+				check_key_from(kind, k, v, rl[r]);
+		for (int i = 0; i < 300; i++)
+			check_key_from(kind, k, (size_t)(rng() % 301), (size_t)(rng() % 301));
+	}
+	/* A NULL part is an empty one, as before. */
+	{
+		struct identity_prefix p;
+		uint8_t a[16], b[16];
+
+		identity_prefix_init(&p, key00_0f, "ip", 2);
+		identity_key_from(&p, NULL, 5, "r", 1, a);
+		identity_key_from(&p, "", 0, "r", 1, b);
+		assert_memory_equal(a, b, 16);
+		identity_key_from(&p, "x", 1, NULL, 3, a);
+		identity_key_from(&p, "x", 1, "", 0, b);
+		assert_memory_equal(a, b, 16);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_siphash128_vectors),
 		cmocka_unit_test(test_identity_key),
 		cmocka_unit_test(test_identity_prefix),
+		cmocka_unit_test(test_identity_key_one_pass),
 		cmocka_unit_test(test_identity_text),
 		cmocka_unit_test(test_identity_value),
 		cmocka_unit_test(test_identity_text_truncation),
