@@ -60,6 +60,10 @@ static void usage(FILE *out)
 		"      --redis-pipeline N    Redis calls in flight per worker (default 2)\n"
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
+		"      --lease D             lease tokens to busy clients for D (10ms to\n"
+		"                            1s, e.g. 100ms): see the README; default off\n"
+		"      --lease-share PCT     a lease's most, in percent of a limit's\n"
+		"                            capacity (1 to 50, default 10)\n"
 		"  Other:\n"
 		"      --max-frame-size N    own max SPOP frame size (default 16384,\n"
 		"                            at least 16380)\n"
@@ -148,6 +152,8 @@ enum {
 	OPT_REDIS_PIPELINE,
 	OPT_REDIS_PENDING,
 	OPT_NO_CACHE,
+	OPT_LEASE,
+	OPT_LEASE_SHARE,
 	OPT_METRICS,
 	OPT_ADMIN,
 	OPT_ADMIN_TOKEN_FILE,
@@ -434,6 +440,8 @@ int main(int argc, char **argv)
 		{ "redis-pipeline", required_argument, NULL, OPT_REDIS_PIPELINE },
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
+		{ "lease", required_argument, NULL, OPT_LEASE },
+		{ "lease-share", required_argument, NULL, OPT_LEASE_SHARE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "admin", no_argument, NULL, OPT_ADMIN },
 		{ "admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE },
@@ -634,6 +642,20 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;
 			break;
+		case OPT_LEASE: {
+			double d;
+
+			if (parse_seconds(optarg, LEASE_INTERVAL_MIN_US / 1e6,
+					  LEASE_INTERVAL_MAX_US / 1e6, &d) < 0)
+				BAD("--lease: expected a duration from 10ms to 1s, got '%s'", optarg);
+			rcfg.lease_us = (int64_t)(d * 1e6 + 0.5);
+			break;
+		}
+		case OPT_LEASE_SHARE:
+			if (parse_num(optarg, 1, 50, &num) < 0)
+				BAD("--lease-share: expected 1 to 50 (percent), got '%s'", optarg);
+			rcfg.lease_share = (unsigned)num;
+			break;
 		case OPT_METRICS:
 			if (addr_parse(optarg, 0, &cli.metrics) < 0)
 				BAD("--metrics: expected ADDR:PORT, got '%s'", optarg);
@@ -692,6 +714,11 @@ int main(int argc, char **argv)
 		return cli.check ? 1 : 2;
 	}
 	if (apply_settings(rules_settings(rules), &rcfg, &use_redis) < 0) {
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
+	if (!use_redis && rcfg.lease_us) {
+		fprintf(stderr, "spoa-ratelimit: --lease: leases are taken from Redis: give a Redis store\n");
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}

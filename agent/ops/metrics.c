@@ -191,6 +191,21 @@ static const struct {
 	{ "spoa_rl_redis_refunds_lost_total",
 	  "Refunds that could not be sent or failed: tokens held until they refill.",
 	  STORE(refunds_lost) },
+	{ "spoa_rl_lease_grants_total",
+	  "Leases received from Redis (--lease): tokens taken for a busy client, spent here.",
+	  STORE(lease.grants) },
+	{ "spoa_rl_lease_tokens_total", "Tokens received in leases.", STORE(lease.tokens) },
+	{ "spoa_rl_lease_decisions_total",
+	  "Requests allowed from a lease, without a Redis call.", STORE(lease.decisions) },
+	{ "spoa_rl_lease_waits_total",
+	  "Requests refused here while a leased client waited for its tokens to come back after Redis refused it.",
+	  STORE(lease.waits) },
+	{ "spoa_rl_lease_returned_tokens_total",
+	  "Unspent leased tokens sent back to Redis (given back where nothing else touched the bucket since).",
+	  STORE(lease.returned) },
+	{ "spoa_rl_lease_dropped_tokens_total",
+	  "Unspent leased tokens that could not be sent back: held until they refill.",
+	  STORE(lease.dropped) },
 };
 
 /* A counter of struct rule_counters per rule in force, labelled by its

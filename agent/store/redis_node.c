@@ -337,7 +337,8 @@ static int result_from(const struct redis_query *r, int64_t allowed, const int64
 }
 
 static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_t allowed,
-		       int64_t decider, const int64_t *vals, size_t nvals, int64_t redis_now)
+		       int64_t decider, const int64_t *vals, size_t nvals, int64_t redis_now,
+		       const struct redis_decision *d)
 {
 	struct limit_result res[LIMIT_SET_MAX];
 	const struct redis_query *r = &b->rq[i];
@@ -357,7 +358,18 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	if (!allowed) /* the deciding limit refuses; no other limit was charged */
 		res[decider - 1].allowed = false;
 	STAT_INC(rn->stats->replies);
-	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now);
+	if (r->lease && d && d->has_lease) {
+		struct lease_grant g;
+
+		g.extra = d->lease_extra;
+		for (size_t j = 0; j < r->q.nlimits; j++) {
+			g.value[j] = d->lval[j];
+			g.value_len[j] = d->llen[j];
+		}
+		rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now, &g);
+		return;
+	}
+	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now, NULL);
 }
 
 /* msgpack reply, decoded by redis_reply.c */
@@ -368,7 +380,8 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 	for (size_t i = 0; i < b->n; i++) {
 		const struct redis_decision *d = &rn->decoded[i];
 
-		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals, d->now);
+		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals, d->now,
+			   d);
 	}
 	return 0;
 }
@@ -562,11 +575,12 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
  * distinct rules of the batch go once each; then each distinct client's
  * keys, one per limit of its rule; <requests> is the number of rules
  * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
- * big-endian. No key is named twice (see batch_len()). */
+ * and, when any query of the call asks for a lease, the tokens it asks for
+ * (4), big-endian. No key is named twice (see batch_len()). */
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
-	size_t argc = 0, nrules = 0, nkeys = 0, used = 0;
-	bool stacked = false, ids = false;
+	size_t argc = 0, nrules = 0, nkeys = 0, used = 0, rec = 10;
+	bool stacked = false, ids = false, leases = false;
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
@@ -581,10 +595,14 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	rn->argvlen[argc++] = strlen(fn);
 	rn->argv[argc] = "0";
 	rn->argvlen[argc++] = 1;
-	if (!(req = arena_take(rn, &used, 2 + 10 * b->n)))
+	for (size_t i = 0; i < b->n; i++)
+		leases |= b->rq[i].lease != 0;
+	if (leases)
+		rec = 14; /* each request names the tokens it would lease */
+	if (!(req = arena_take(rn, &used, 2 + rec * b->n)))
 		return -1;
 	rn->argv[argc] = (const char *)req;
-	rn->argvlen[argc++] = 2 + 10 * b->n;
+	rn->argvlen[argc++] = 2 + rec * b->n;
 	for (size_t i = 0; i < b->n; i++) {
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
@@ -612,6 +630,8 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	}
 	if (ids)
 		nrules |= 0x4000; /* then the requests' ids */
+	if (leases)
+		nrules |= 0x2000; /* records of 14 bytes */
 	for (size_t i = 0; i < b->n && !stacked; i++) {
 		const struct decide_query *q = &b->rq[i].q;
 		size_t k;
@@ -638,9 +658,13 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	}
 	redis_put_be(req, nrules, 2);
 	for (size_t i = 0; i < b->n; i++) {
-		redis_put_be(req + 2 + 10 * i, first[i], 4);
-		redis_put_be(req + 6 + 10 * i, b->rq[i].q.cost, 4);
-		redis_put_be(req + 10 + 10 * i, ruleidx[i], 2);
+		uint8_t *at = req + 2 + rec * i;
+
+		redis_put_be(at, first[i], 4);
+		redis_put_be(at + 4, b->rq[i].q.cost, 4);
+		redis_put_be(at + 8, ruleidx[i], 2);
+		if (leases)
+			redis_put_be(at + 10, b->rq[i].lease, 4);
 	}
 	if (b->n == 1 && b->rq[0].asking &&
 	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
@@ -649,6 +673,17 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 				  rn->argvlen) != REDIS_OK)
 		return -1;
 	return 0;
+}
+
+void redis_node_flush(struct redis_node *rn)
+{
+	int done = 0;
+
+	if (!rn->ac || rn->state != NODE_READY)
+		return;
+	for (int i = 0; i < 64 && !done; i++)
+		if (redisBufferWrite(&rn->ac->c, &done) != REDIS_OK)
+			break;
 }
 
 const char *redis_node_name(const struct redis_node *rn)

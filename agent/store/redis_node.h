@@ -22,6 +22,7 @@
 
 #include "addr.h"
 #include "decide.h"
+#include "lease.h"
 #include "redis_cluster.h"
 #include "store.h"
 
@@ -40,16 +41,17 @@ struct redis_query {
 	 * servers (NULL otherwise), and which. */
 	void *split;
 	unsigned part;
+	uint32_t lease;     /* tokens asked for with it, 0: none (lease.h) */
 };
 
 struct redis_node_cb {
 	/* Redis decided r: res[0..nlimits) and the deciding limit's index;
 	 * redis_now is Redis's clock then (what a refund of r names).
 	 * `sent` is when the call left (local clock), before Redis read its
-	 * own clock. */
+	 * own clock. `grant`: the lease r asked for (r->lease), or NULL. */
 	void (*decided)(void *owner, const struct redis_query *r,
 			const struct limit_result *res, int decider, int64_t sent,
-			int64_t redis_now);
+			int64_t redis_now, const struct lease_grant *grant);
 	/* Redis did not decide r (deadline, error, lost connection). `sent`:
 	 * r went out in a call, which Redis may have run (r must not be sent
 	 * again); else r never left this node's queue. */
@@ -93,6 +95,15 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
  * send now (the event is not counted). */
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN]);
+
+/* Gives back a lease's unspent tokens (the library's rl5_return), without
+ * waiting for the answer: sent once, never again. Returns 0 when sent, -1
+ * when the node cannot send now (the tokens then refill in time). */
+int redis_node_lease_return(struct redis_node *rn, const struct lease_return *ret);
+
+/* Writes what the node has queued to its socket now, as far as it takes
+ * it without waiting: before the node is freed at a stop. */
+void redis_node_flush(struct redis_node *rn);
 
 /* The node's name (its address), counters, and whether it is a Cluster's. */
 const char *redis_node_name(const struct redis_node *rn);

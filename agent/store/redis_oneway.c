@@ -1,8 +1,8 @@
 /* redis_oneway.c: the calls a node sends without waiting for their
  * answer (redis_node.h): a refund of a decision made in parts, a
- * concurrency place given back, a penalty's event. Each is sent once and
- * never again, whatever comes back: sent twice, a refund would give back
- * twice. hiredis copies a command out before redis_node_command()
+ * concurrency place given back, a penalty's event, a lease's unspent
+ * tokens. Each is sent once and never again, whatever comes back: sent
+ * twice, a refund would give back twice. hiredis copies a command out before redis_node_command()
  * returns, so the arguments live on the stack. */
 #include <stdio.h>
 #include <string.h>
@@ -132,3 +132,72 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	return redis_node_command(rn, on_release_reply, rn, 7, argv, argvlen);
 }
 
+
+static void on_return_reply(redisAsyncContext *ac, void *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
+		STAT_INC(redis_node_stats(rn)->errors);
+		log_warn("redis: %s: lease return failed: %s", redis_node_name(rn), reply->str);
+	}
+}
+
+/* The values a return compares, as the library takes them: a msgpack
+ * array of one string (a token bucket's value at the grant) or nil per
+ * limit. Returns its length. */
+static size_t return_values(const struct lease_return *ret, uint8_t *p)
+{
+	size_t n = 0;
+
+	p[n++] = (uint8_t)(0x90 + ret->nlimits);
+	for (size_t j = 0; j < ret->nlimits; j++) {
+		if (!ret->value_len[j]) {
+			p[n++] = 0xc0;
+			continue;
+		}
+		p[n++] = 0xd9;
+		p[n++] = ret->value_len[j];
+		memcpy(p + n, ret->value[j], ret->value_len[j]);
+		n += ret->value_len[j];
+	}
+	return n;
+}
+
+int redis_node_lease_return(struct redis_node *rn, const struct lease_return *ret)
+{
+	const char *fn = redis_node_is_cluster(rn) ? "rl5_return_cluster" : "rl5_return";
+	const char *argv[7 + LEASE_LIMITS_MAX];
+	size_t argvlen[7 + LEASE_LIMITS_MAX], argc = 0;
+	uint8_t req[12], rule[RULE_BYTES_MAX], values[1 + LEASE_LIMITS_MAX * (2 + LEASE_VALUE_MAX)];
+	char take[24], key[LEASE_LIMITS_MAX][STORE_KEY_NAME_LEN + 1];
+
+	if (!redis_node_ready(rn) || ret->nlimits == 0 || ret->nlimits > LEASE_LIMITS_MAX ||
+	    ret->tokens == 0 || ret->tokens > UINT32_MAX)
+		return -1;
+	argv[argc] = "FCALL";
+	argvlen[argc++] = 5;
+	argv[argc] = fn;
+	argvlen[argc++] = strlen(fn);
+	argv[argc] = "0";
+	argvlen[argc++] = 1;
+	argv[argc] = take;
+	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)ret->take_us);
+	argv[argc] = (const char *)values;
+	argvlen[argc++] = return_values(ret, values);
+	redis_put_be(req, 1, 2);
+	redis_put_be(req + 2, 1, 4);
+	redis_put_be(req + 6, ret->tokens, 4);
+	redis_put_be(req + 10, 1, 2);
+	argv[argc] = (const char *)req;
+	argvlen[argc++] = sizeof(req);
+	argv[argc] = (const char *)rule;
+	argvlen[argc++] = redis_limits_bytes(ret->limits, ret->nlimits, rule);
+	for (size_t j = 0; j < ret->nlimits; j++) {
+		argv[argc] = key[j];
+		argvlen[argc++] = store_key_name(ret->key, ret->lidh[j], key[j]);
+	}
+	return redis_node_command(rn, on_return_reply, rn, (int)argc, argv, argvlen);
+}

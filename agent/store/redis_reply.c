@@ -188,9 +188,56 @@ static int skip(struct rd *r, int depth)
 	return 0;
 }
 
-/* One request's part: [allowed, decider, [[rem, retry, reset]...]]. A part
- * of another shape is skipped and marked not ok. Returns -1 only when the
- * data ends inside it. */
+/* A string (fixstr, str 8), or nil: *s NULL and *len 0. Returns 0 or -1. */
+static int read_str_or_nil(struct rd *r, const char **s, uint32_t *len)
+{
+	uint8_t b;
+	size_t hdr = 1, n;
+
+	if (!need(r, 1))
+		return -1;
+	b = *r->p;
+	if (b == 0xc0) {
+		*s = NULL;
+		*len = 0;
+		r->p++;
+		return 0;
+	}
+	if ((b & 0xe0) == 0xa0) {
+		n = b & 0x1f;
+	} else if (b == 0xd9 && need(r, 2)) {
+		n = r->p[1];
+		hdr = 2;
+	} else {
+		return -1;
+	}
+	if (n == 0 || !need(r, hdr + n))
+		return -1;
+	*s = (const char *)r->p + hdr;
+	*len = (uint32_t)n;
+	r->p += hdr + n;
+	return 0;
+}
+
+/* A lease: [extra, v_1 .. v_nl], one value per limit. Returns 0 or -1. */
+static int decode_lease(struct rd *r, struct redis_decision *d, uint32_t nl)
+{
+	uint32_t m;
+
+	if (read_array(r, &m) < 0 || m != 1 + nl || read_int(r, &d->lease_extra) < 0 ||
+	    d->lease_extra < 0)
+		return -1;
+	for (uint32_t j = 0; j < nl; j++)
+		if (read_str_or_nil(r, &d->lval[j], &d->llen[j]) < 0)
+			return -1;
+	d->has_lease = 1;
+	return 0;
+}
+
+/* One request's part: [allowed, decider, [[rem, retry, reset]...]] and,
+ * when it asked for a lease, the lease. A part of another shape is
+ * skipped and marked not ok. Returns -1 only when the data ends inside
+ * it. */
 static int decode_one(struct rd *r, struct redis_decision *d)
 {
 	struct rd save = *r;
@@ -198,7 +245,9 @@ static int decode_one(struct rd *r, struct redis_decision *d)
 
 	d->ok = 0;
 	d->nvals = 0;
-	if (read_array(r, &n) < 0 || n != 3 || read_int(r, &d->allowed) < 0 ||
+	d->has_lease = 0;
+	d->lease_extra = 0;
+	if (read_array(r, &n) < 0 || (n != 3 && n != 4) || read_int(r, &d->allowed) < 0 ||
 	    read_int(r, &d->decider) < 0 || read_array(r, &nl) < 0 || nl > LIMIT_SET_MAX)
 		goto bad;
 	for (uint32_t j = 0; j < nl; j++) {
@@ -210,10 +259,13 @@ static int decode_one(struct rd *r, struct redis_decision *d)
 			if (read_int(r, &d->vals[d->nvals++]) < 0)
 				goto bad;
 	}
+	if (n == 4 && decode_lease(r, d, nl) < 0)
+		goto bad;
 	d->ok = 1;
 	return 0;
 bad:
 	d->nvals = 0;
+	d->has_lease = 0;
 	*r = save;
 	return skip(r, 1);
 }

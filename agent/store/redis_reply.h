@@ -5,6 +5,10 @@
  * failure policy) without spoiling the others.
  *
  *   [now_us, [[allowed, decider, [[remaining, retry_after_us, reset_us]...]]...]]
+ *
+ * A request that asked for a lease has a fourth item, [extra, v_1 .. v_n]:
+ * the tokens leased and, per limit, the value the library stored (a token
+ * bucket's, a string) or nil.
  */
 #ifndef RL_REDIS_REPLY_H
 #define RL_REDIS_REPLY_H
@@ -23,6 +27,12 @@ struct redis_decision {
 	int64_t decider;        /* 1-based index of the deciding limit */
 	size_t nvals;           /* 3 per limit */
 	int64_t vals[3 * LIMIT_SET_MAX];
+	/* the lease, when the request asked for one (has_lease): values
+	 * point into the reply's data (lval[j] NULL, llen[j] 0: nil) */
+	int has_lease;
+	int64_t lease_extra;
+	const char *lval[LIMIT_SET_MAX];
+	uint32_t llen[LIMIT_SET_MAX];
 };
 
 /* Decodes the reply of a batch of n requests into out[0..n). Returns 0, or

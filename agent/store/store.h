@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "decide.h"
+#include "lease.h"
 #include "out.h"
 #include "stats.h"
 
@@ -78,6 +79,7 @@ struct store_stats {
 	counter_t releases_lost;  /* concurrency places not given back: no connection */
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
 	counter_t penalty_lost;   /* such events Redis could not be told of */
+	struct lease_stats lease; /* leased tokens (lease.h) */
 };
 
 /* Receives one server's counters (see store_ops.each_node). */

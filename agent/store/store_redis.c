@@ -42,6 +42,7 @@
 #include "store.h"
 
 #define CACHE_SIZE 4096            /* refused-until entries per worker */
+#define LEASE_CLIENTS 1024         /* clients followed for leases, per worker */
 #define ENTRIES_MAX 512            /* node addresses with counters */
 #define WORKER_NODES_MAX REDIS_CLUSTER_MASTERS_MAX
 #define MOVES_MAX 3                /* a query follows its key this often */
@@ -92,6 +93,9 @@ struct redis_worker {
 	struct redis_store *rst;
 	const struct redis_config *cfg;
 	struct refusal *cache;
+	struct lease_table *leases;    /* NULL: no leases */
+	struct lease_config lease;
+	ev_timer lease_w;              /* gives back the leases whose time is over */
 	struct redis_node *node[WORKER_NODES_MAX];
 	size_t nnodes;
 	/* queries no node can take now, oldest first (a ring) */
@@ -134,6 +138,8 @@ void store_redis_defaults(struct redis_config *cfg)
 	cfg->batch_max = 64;
 	cfg->pipeline = 2;
 	cfg->local_cache = 1;
+	cfg->lease_us = 0;
+	cfg->lease_share = 10;
 }
 
 int store_redis_set_addr(struct redis_config *cfg, const char *addr)
@@ -251,6 +257,7 @@ static void redis_rules_changed(struct store_worker *sw)
 	struct redis_worker *rw = sw->impl;
 
 	memset(rw->cache, 0, CACHE_SIZE * sizeof(*rw->cache));
+	lease_table_clear(rw->leases);
 }
 
 static struct refusal *cache_slot(struct redis_worker *rw, const uint8_t *key)
@@ -445,6 +452,8 @@ static int hold(struct redis_worker *rw, const struct redis_query *r)
 static void complete(struct redis_worker *rw, const struct redis_query *r,
 		     const struct limit_result *res, int decider, int64_t redis_now)
 {
+	if (!res && r->lease)
+		lease_failed(rw->leases, &r->q);
 	if (r->split)
 		redis_split_part(r, res, decider, redis_now);
 	else
@@ -533,10 +542,13 @@ static void resubmit_held(struct redis_worker *rw)
 /* ---- answers from the nodes -------------------------------------------------- */
 
 static void on_decided(void *owner, const struct redis_query *r, const struct limit_result *res,
-		       int decider, int64_t sent, int64_t redis_now)
+		       int decider, int64_t sent, int64_t redis_now, const struct lease_grant *grant)
 {
 	struct redis_worker *rw = owner;
 
+	if (r->lease)
+		lease_granted(rw->leases, &rw->lease, &r->q, r->lease,
+			      store_reset_epoch(rw->sw->st), res, decider, grant, sent, redis_now);
 	if (!res[decider].allowed && !r->split)
 		cache_store(rw, r, decider, res, sent);
 	complete(rw, r, res, decider, redis_now);
@@ -926,6 +938,57 @@ static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 		rw->ov_busy = true;
 }
 
+/* ---- leases (lease.h) ------------------------------------------------------------ */
+
+/* A lease's unspent tokens, back to the server of its client. */
+static int lease_send_back(void *priv, const struct lease_return *ret)
+{
+	struct redis_worker *rw = priv;
+	struct redis_node *rn = route(rw, ret->key);
+
+	return rn ? redis_node_lease_return(rn, ret) : -1;
+}
+
+static void on_lease_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct redis_worker *rw = t->data;
+
+	lease_expire(rw->leases, clock_now_us(), false);
+}
+
+static int leases_init(struct redis_worker *rw)
+{
+	double every;
+
+	if (rw->cfg->lease_us <= 0)
+		return 0;
+	rw->lease.interval_us = rw->cfg->lease_us;
+	rw->lease.share_pct = rw->cfg->lease_share;
+	rw->leases = lease_table_new(LEASE_CLIENTS, lease_send_back, rw, &rw->sw->stats.lease);
+	if (!rw->leases)
+		return -1;
+	/* a lease goes back at most half an interval after its end */
+	every = (double)rw->cfg->lease_us / 2e6;
+	ev_timer_init(&rw->lease_w, on_lease_timer, every, every);
+	rw->lease_w.data = rw;
+	ev_timer_start(rw->sw->loop, &rw->lease_w);
+	return 0;
+}
+
+/* At a stop: every lease goes back, written out before the nodes go. */
+static void leases_fini(struct redis_worker *rw)
+{
+	if (!rw->leases)
+		return;
+	lease_table_clear(rw->leases);
+	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
+		if (rw->node[i])
+			redis_node_flush(rw->node[i]);
+	ev_timer_stop(rw->sw->loop, &rw->lease_w);
+	lease_table_free(rw->leases);
+	rw->leases = NULL;
+}
+
 static void redis_worker_free(struct store_worker *sw);
 
 static int redis_worker_init(struct store_worker *sw)
@@ -955,7 +1018,7 @@ static int redis_worker_init(struct store_worker *sw)
 	rw->ov_w.data = rw;
 	if (sw->idx == 0)
 		ev_timer_start(sw->loop, &rw->ov_w);
-	if (!rw->cache || !rw->held) {
+	if (!rw->cache || !rw->held || leases_init(rw) < 0) {
 		redis_worker_free(sw);
 		return -1;
 	}
@@ -999,6 +1062,7 @@ static void redis_worker_free(struct store_worker *sw)
 
 	if (!rw)
 		return;
+	leases_fini(rw);
 	redis_sentinel_free(rw->sentinel);
 	redis_slots_cancel(rw->asking);
 	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
@@ -1079,6 +1143,10 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 
 	r.queued = clock_now_us();
 	STAT_INC(sw->stats.queries);
+	r.lease = 0;
+	if (rw->leases && lease_check(rw->leases, &rw->lease, q, store_reset_epoch(sw->st),
+				      r.queued, res, decider, &r.lease))
+		return STORE_DECIDED;
 	if (rw->cfg->local_cache && cache_answer(rw, q, r.queued, res, decider)) {
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
@@ -1095,7 +1163,11 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 		return redis_split_start(&r, &split_cb, rw) == 0 ? STORE_PENDING
 								  : STORE_UNAVAILABLE;
 	}
-	return dispatch(rw, &r) == 0 ? STORE_PENDING : STORE_UNAVAILABLE;
+	if (dispatch(rw, &r) == 0)
+		return STORE_PENDING;
+	if (r.lease)
+		lease_failed(rw->leases, q);
+	return STORE_UNAVAILABLE;
 }
 
 static void redis_release(struct store_worker *sw, const struct rule *rule, size_t j,

@@ -13,6 +13,7 @@
 #define RL_STORE_REDIS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "addr.h"
 
@@ -43,6 +44,8 @@ struct redis_config {
 	int batch_max;           /* queries per call */
 	int pipeline;            /* calls in flight per worker */
 	int local_cache;         /* answer known-refused clients locally */
+	int64_t lease_us;        /* leases (lease.h) of this interval; 0: none */
+	unsigned lease_share;    /* a lease's most, in percent of a capacity */
 };
 
 void store_redis_defaults(struct redis_config *cfg);

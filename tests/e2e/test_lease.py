@@ -1,0 +1,264 @@
+"""Leased tokens (--lease) against a real redis-server: a hot client's
+requests decided from leases, never over its limit across agents (one with
+its clock hours off), refused early by at most a lease per holder, unspent
+tokens given back when a lease ends and when the agent stops, an admin
+reset, and cold clients decided in Redis as without leases.
+
+Load comes from build/spop-bench (closed or open loop, one client:
+--keys 1 names it key-000000), several at once, one per agent."""
+
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+import harness
+from harness import http_get
+from redis_helper import RedisServer, redis_agent
+from spop import ACK, Conn
+import spop
+from test_cluster import skewed
+
+CLIENT = "key-000000"  # spop-bench's client with --keys 1
+
+
+def start(h, redis, *args, name=None, prefix=()):
+    """An agent on redis with metrics on a free port (a.mport)."""
+    mport = harness.free_port()
+    a = redis_agent(h, redis, "--metrics", "127.0.0.1:%d" % mport, "--redis-timeout", "1000",
+                    *args, name=name, prefix=prefix)
+    a.mport = mport
+    return a
+
+
+def metric(a, name):
+    m = re.search(r"^%s (\d+)$" % re.escape(name), http_get(a.mport, "/metrics").text, re.M)
+    assert m, "no metric %s" % name
+    return int(m.group(1))
+
+
+def bench(port, *args):
+    """spop-bench on one agent; its JSON summary."""
+    r = subprocess.run([os.path.join(harness.BUILD, "spop-bench"), "--addr",
+                        "127.0.0.1:%d" % port, "--keys", "1", "--threads", "1", "--json"] +
+                       [str(x) for x in args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def benches(agents, *args):
+    """spop-bench on every agent at once; their summaries and the wall time
+    from before the first started to after the last ended."""
+    out = [None] * len(agents)
+
+    def run(i):
+        out[i] = bench(agents[i].port, *args)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(agents))]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    wall = time.monotonic() - t0
+    assert all(o is not None for o in out), out
+    return out, wall
+
+
+def fcalls(redis, fn):
+    text = redis.client().command("INFO", "commandstats").decode()
+    m = re.search(r"cmdstat_fcall:calls=(\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def ask(port, key=CLIENT):
+    with Conn(port, timeout=5.0) as c:
+        c.handshake()
+        c.send(spop.check_rate(1, 1, api_key=key))
+        return c.expect(ACK).vars()
+
+
+def test_hot_client_never_over_its_limit_across_agents_one_skewed(h):
+    """Three agents (one 5 hours ahead), one client far above 200/s from
+    all of them for about 3 s: it gets at most what the bucket allows over
+    the run (200 at first, 200 per second after) and at least that less a
+    lease per holder, the wait for a lease's tokens, and the run's edges;
+    most answers come from the agents, not from Redis."""
+    redis = RedisServer(h)
+    # one worker each: a holder per agent (leases are each worker's)
+    lease = ("--limit", "200/1s", "--lease", "100ms", "-t", "1")
+    agents = [start(h, redis, *lease, name="agent1"),
+              start(h, redis, *lease, name="agent2"),
+              start(h, redis, *lease, name="skewed", prefix=skewed("+5h"))]
+    calls0 = fcalls(redis, "rl5_decide")
+    out, wall = benches(agents, "--conns", "2", "--inflight", "4", "--requests", "100000000",
+                        "--duration", "3")
+    calls = fcalls(redis, "rl5_decide") - calls0
+    passed = sum(o["passed"] for o in out)
+    decided = sum(o["passed"] + o["limited"] for o in out)
+    assert all(o["errors"] == 0 and o["lost"] == 0 for o in out), out
+    # never over: the bucket's 200 and its refill over the whole run
+    assert passed <= 200 + 200 * wall, (passed, wall)
+    # at most a lease (10% of 200) and the wait for one per holder early,
+    # and what refills in the last interval, over the shortest run
+    shortest = min(o["seconds"] for o in out)
+    holders, k = 3, 20
+    assert passed >= 200 + 200 * (shortest - 0.1) - 2 * holders * k, (passed, shortest)
+    assert decided > 20 * passed, (decided, passed)
+    # the payoff: far fewer Redis calls than decisions, and leases spent
+    assert calls * 20 <= decided, (calls, decided)
+    # leases were taken and spent (which agent wins a race for the tokens
+    # that refill is chance: not every agent needs to)
+    assert sum(metric(a, "spoa_rl_lease_grants_total") for a in agents) > 0
+    assert sum(metric(a, "spoa_rl_lease_decisions_total") for a in agents) > 0
+    # the tokens in the leases count: none was spent twice or lost
+    granted = sum(metric(a, "spoa_rl_lease_tokens_total") for a in agents)
+    spent = sum(metric(a, "spoa_rl_lease_decisions_total") for a in agents)
+    assert spent <= granted, (spent, granted)
+
+
+def test_a_client_under_its_limit_is_decided_from_leases(h):
+    """2000 requests/s of one client under a large limit: most decisions
+    come from leases, one Redis call brings many; the answers count down
+    as Redis's would."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "100000/1h", "--lease", "100ms")
+    calls0 = fcalls(redis, "rl5_decide")
+    (o,), _ = benches([a], "--conns", "1", "--inflight", "1", "--rate", "2000",
+                      "--requests", "4000")
+    calls = fcalls(redis, "rl5_decide") - calls0
+    assert o["passed"] == 4000 and o["limited"] == 0, o
+    from_leases = metric(a, "spoa_rl_lease_decisions_total")
+    assert from_leases >= 0.8 * 4000, from_leases
+    assert calls * 20 <= 4000, calls
+
+
+class Client:
+    """One SPOP connection, one check-rate at a time: requests in a known
+    order, so a client's leases are known too. With an interval much longer
+    than the requests take, a client asking n times gets no lease for its
+    first 3 requests (under LEASE_MIN tokens), then leases of 4, 9, 19, ...
+    tokens (its demand so far), each asked when the last one is spent."""
+
+    def __init__(self, port, key=CLIENT):
+        self.c = Conn(port, timeout=5.0)
+        self.c.handshake()
+        self.key = key
+        self.sid = 0
+
+    def ask(self):
+        self.sid += 1
+        self.c.send(spop.check_rate(self.sid, 1, api_key=self.key))
+        f = self.c.expect(ACK)
+        assert f.sid == self.sid, f
+        return f.vars()
+
+    def close(self):
+        self.c.close()
+
+
+def leased_25(port, c=None):
+    """25 requests on one connection (so one worker: leases are each
+    worker's): leases of 4 (requests 5-8), 9 (10-18) and 19 (20-38), 13
+    tokens of it left. Returns the answers."""
+    own = c is None
+    c = c or Client(port)
+    try:
+        got = [c.ask() for _ in range(25)]
+    finally:
+        if own:
+            c.close()
+    assert all(v["status"] == 0 for v in got), got
+    return got
+
+
+def test_leases_follow_the_client_s_demand(h):
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s")
+    calls0 = fcalls(redis, "rl5_decide")
+    got = leased_25(a.port)
+    # requests 1-4, 9 and 19 went to Redis; the rest came from leases
+    assert fcalls(redis, "rl5_decide") - calls0 == 6
+    assert metric(a, "spoa_rl_lease_grants_total") == 3
+    assert metric(a, "spoa_rl_lease_tokens_total") == 4 + 9 + 19
+    assert metric(a, "spoa_rl_lease_decisions_total") == 25 - 6
+    # the answers count down as Redis's would (refill: under a token here)
+    assert [v["remaining"] for v in got] == list(range(999, 974, -1)), got
+
+
+def test_unspent_tokens_go_back_when_a_lease_ends(h):
+    """The 13 tokens left go back when the lease's interval is over: a
+    plain agent then finds the bucket holding what 25 requests took."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s")
+    leased_25(a.port)
+    harness.wait_for(lambda: metric(a, "spoa_rl_lease_returned_tokens_total") == 13, 3,
+                     "the unspent tokens to go back")
+    plain = start(h, redis, "--limit", "1000/1h", name="plain")
+    # 25 taken, and this one (the refill since: under a token)
+    assert ask(plain.port)["remaining"] in (974, 975)
+    assert metric(a, "spoa_rl_lease_dropped_tokens_total") == 0
+
+
+def test_unspent_tokens_go_back_when_the_agent_stops(h):
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s")
+    leased_25(a.port)
+    assert h.stop(a) == 0
+    plain = start(h, redis, "--limit", "1000/1h", name="plain")
+    assert ask(plain.port)["remaining"] in (974, 975)
+
+
+def test_tokens_do_not_go_back_to_a_bucket_touched_since(h):
+    """Another agent's request since the lease: the tokens stay taken (they
+    may have been absorbed while the bucket was full), so the bucket shows
+    the lease as spent: under-admission, never over."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s")
+    plain = start(h, redis, "--limit", "1000/1h", name="plain")
+    leased_25(a.port)
+    assert ask(plain.port)["remaining"] in (961, 962)
+    harness.wait_for(lambda: metric(a, "spoa_rl_lease_returned_tokens_total") == 13, 3,
+                     "the return to be sent")
+    assert ask(plain.port)["remaining"] in (960, 961)
+
+
+def test_an_admin_reset_voids_the_leases(h):
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s", "--admin")
+    c = Client(a.port)
+    leased_25(a.port, c)
+    r = http_get(a.mport, "/admin/reset?api_key=%s" % CLIENT, method="POST")
+    assert r.status == 200, r
+    # the next request (same worker) is Redis's, on a fresh bucket: not
+    # the lease's 974
+    v = c.ask()
+    c.close()
+    assert v["remaining"] == 999 and v["status"] == 0, v
+    dropped = metric(a, "spoa_rl_lease_dropped_tokens_total")
+    assert dropped == 13, (dropped, metric(a, "spoa_rl_lease_returned_tokens_total"))
+
+
+def test_cold_clients_are_decided_in_redis(h):
+    """A client asking less than a few tokens per interval gets no lease:
+    every decision is Redis's, exactly as without --lease."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "5/1h", "--lease", "100ms")
+    c = Client(a.port, "cold")
+    got = [c.ask()["status"] for _ in range(7)]
+    c.close()
+    assert got == [0] * 5 + [429] * 2, got
+    assert metric(a, "spoa_rl_lease_grants_total") == 0
+    assert metric(a, "spoa_rl_lease_decisions_total") == 0
+
+
+def test_lease_needs_redis(h):
+    binary = os.path.join(harness.BUILD, "spoa-ratelimit")
+    r = subprocess.run([binary, "--check", "--limit", "5/1h", "--lease", "100ms"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "--lease" in r.stderr, r
+    r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis", "127.0.0.1:1",
+                        "--lease", "5s"], capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "--lease" in r.stderr, r
