@@ -9,6 +9,13 @@
  * answer then shows up in the requests queued behind it instead of quietly
  * delaying them (coordinated omission).
  *
+ * Keys: request number t names client t mod --keys ("key-000000", ...), so
+ * every client is asked equally often. With --hot-keys N --hot-share PCT,
+ * PCT percent of the requests, spread evenly through the run, go to N hot
+ * clients ("hot-000000", ...) in turn and the rest to the --keys clients as
+ * before: a few busy clients among many quiet ones, without randomness, so
+ * that two runs send the same requests.
+ *
  * Only loopback addresses are accepted, so the tool cannot load someone
  * else's server by mistake.
  */
@@ -151,6 +158,8 @@ struct bench_opts {
 	unsigned threads;
 	unsigned inflight;
 	unsigned keys;
+	unsigned hot_keys;  /* 0: none */
+	unsigned hot_share; /* percent of the requests for the hot keys */
 	uint64_t requests;
 	double duration;
 	double rate;
@@ -165,6 +174,8 @@ static struct bench_opts opt = {
 	.threads = 1,
 	.inflight = 20,
 	.keys = 10000,
+	.hot_keys = 0,
+	.hot_share = 0,
 	.requests = 200000,
 	.duration = 10.0,
 	.rate = 0.0,
@@ -577,20 +588,42 @@ static void put_arg(struct spop_wbuf *wb, const char *name, struct spop_data d)
 	spop_put_data(wb, &d);
 }
 
+/* The client of request number `ticket`: its index among the hot keys
+ * (*hot set) or among --keys. Request t is hot when the hot requests'
+ * running total, floor(t * PCT / 100), steps up at t + 1: PCT in every 100,
+ * evenly spaced; the hot and the cold ones each go round their keys. */
+static uint32_t ticket_key(uint64_t ticket, int *hot)
+{
+	uint64_t before, upto;
+
+	*hot = 0;
+	if (!opt.hot_keys)
+		return (uint32_t)(ticket % opt.keys);
+	/* floor(t * PCT / 100) without the product, which could overflow */
+	before = ticket / 100 * opt.hot_share + ticket % 100 * opt.hot_share / 100;
+	upto = (ticket + 1) / 100 * opt.hot_share + (ticket + 1) % 100 * opt.hot_share / 100;
+	if (upto > before) {
+		*hot = 1;
+		return (uint32_t)(before % opt.hot_keys);
+	}
+	return (uint32_t)((ticket - before) % opt.keys);
+}
+
 /* Appends one NOTIFY carrying request number `ticket`. 0 or -1. */
 static int conn_put_notify(struct conn *c, uint64_t ticket, uint64_t sid)
 {
-	uint32_t k = (uint32_t)(ticket % opt.keys);
+	int hot;
+	uint32_t k = ticket_key(ticket, &hot);
 	struct spop_wbuf wb;
 	struct spop_data ip;
 	char key[32];
 	int klen;
 	size_t start;
 
-	klen = snprintf(key, sizeof(key), "key-%06" PRIu32, k);
+	klen = snprintf(key, sizeof(key), "%s-%06" PRIu32, hot ? "hot" : "key", k);
 	memset(&ip, 0, sizeof(ip));
 	ip.type = SPOP_T_IPV4;
-	ip.u.ipv4[0] = 10;
+	ip.u.ipv4[0] = hot ? 11 : 10;
 	ip.u.ipv4[1] = (uint8_t)(k >> 16);
 	ip.u.ipv4[2] = (uint8_t)(k >> 8);
 	ip.u.ipv4[3] = (uint8_t)k;
@@ -976,6 +1009,11 @@ static void usage(FILE *out)
 		"  --duration S       stop after S seconds (default 10)\n"
 		"  --rate R           open loop at R requests/s (default 0: closed loop)\n"
 		"  --keys K           distinct api_key values, round-robin (default 10000)\n"
+		"  --hot-keys N       N more clients (\"hot-000000\", ...) that take\n"
+		"                     --hot-share of the requests, round-robin; the rest go\n"
+		"                     to the --keys clients (default 0: none)\n"
+		"  --hot-share PCT    percent of the requests for the hot clients, evenly\n"
+		"                     spread through the run (1..100; needs --hot-keys)\n"
 		"  --message NAME     SPOE message name (default check-rate)\n"
 		"  --json             print one JSON line on stdout (summary on stderr)\n"
 		"  --histogram        with --json, add \"hist_ns\": the latency histogram as\n"
@@ -1082,7 +1120,7 @@ static int parse_addr(const char *s, struct sockaddr_storage *sa, socklen_t *len
 static int parse_opts(int argc, char **argv)
 {
 	enum { O_ADDR = 256, O_CONNS, O_THREADS, O_INFLIGHT, O_REQUESTS, O_DURATION,
-	       O_RATE, O_KEYS, O_MESSAGE, O_JSON, O_HISTOGRAM };
+	       O_RATE, O_KEYS, O_HOT_KEYS, O_HOT_SHARE, O_MESSAGE, O_JSON, O_HISTOGRAM };
 	static const struct option longopts[] = {
 		{ "addr", required_argument, NULL, O_ADDR },
 		{ "conns", required_argument, NULL, O_CONNS },
@@ -1092,6 +1130,8 @@ static int parse_opts(int argc, char **argv)
 		{ "duration", required_argument, NULL, O_DURATION },
 		{ "rate", required_argument, NULL, O_RATE },
 		{ "keys", required_argument, NULL, O_KEYS },
+		{ "hot-keys", required_argument, NULL, O_HOT_KEYS },
+		{ "hot-share", required_argument, NULL, O_HOT_SHARE },
 		{ "message", required_argument, NULL, O_MESSAGE },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "histogram", no_argument, NULL, O_HISTOGRAM },
@@ -1135,6 +1175,14 @@ static int parse_opts(int argc, char **argv)
 			if (parse_uint(optarg, 1, 1000000, &opt.keys) < 0)
 				what = "--keys wants 1..1000000";
 			break;
+		case O_HOT_KEYS:
+			if (parse_uint(optarg, 1, 1000000, &opt.hot_keys) < 0)
+				what = "--hot-keys wants 1..1000000";
+			break;
+		case O_HOT_SHARE:
+			if (parse_uint(optarg, 1, 100, &opt.hot_share) < 0)
+				what = "--hot-share wants a percent in 1..100";
+			break;
 		case O_MESSAGE:
 			opt.message = optarg;
 			if (!*optarg || strlen(optarg) > BENCH_MAX_NAME)
@@ -1164,6 +1212,10 @@ static int parse_opts(int argc, char **argv)
 	}
 	if (opt.histogram && !opt.json) {
 		fprintf(stderr, "spop-bench: --histogram goes into the --json line; add --json\n");
+		bad = 1;
+	}
+	if (!bad && !opt.hot_keys != !opt.hot_share) {
+		fprintf(stderr, "spop-bench: --hot-keys and --hot-share go together\n");
 		bad = 1;
 	}
 	if (bad) {
@@ -1298,6 +1350,9 @@ int main(int argc, char **argv)
 		"message \"%s\", %u keys, ",
 		opt.addr, opt.conns, opt.inflight, opt.threads, opt.threads > 1 ? "s" : "",
 		opt.message, opt.keys);
+	if (opt.hot_keys)
+		fprintf(out, "%u hot keys taking %u%% of the requests, ", opt.hot_keys,
+			opt.hot_share);
 	if (opt.rate > 0)
 		fprintf(out, "open loop at %.0f/s\n", opt.rate);
 	else
