@@ -717,8 +717,9 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
-	if (!use_redis && rcfg.lease_us) {
-		fprintf(stderr, "spoa-ratelimit: --lease: leases are taken from Redis: give a Redis store\n");
+	if (!use_redis && (rcfg.lease_us || rules_any_lease(rules))) {
+		fprintf(stderr, "spoa-ratelimit: %s: leases are taken from Redis: give a Redis store\n",
+			rcfg.lease_us ? "--lease" : "lease (rules file)");
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}

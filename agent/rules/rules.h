@@ -208,6 +208,11 @@ struct rule {
 	bool simple;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
+	/* `lease` (its own, or the file's): the interval of its leases
+	 * (store/lease.h), 0 for the agent's --lease, -1 for none; their
+	 * most, in percent of a capacity, 0 for the agent's --lease-share */
+	int64_t lease_us;
+	uint8_t lease_share;
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
 	/* Derived at load: */
 	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */
@@ -330,6 +335,8 @@ const char *rules_tier_argument(const struct rules *r);
 const struct rule *rules_default_tier(const struct rules *r);
 
 bool rules_shadow(const struct rules *r);               /* global shadow */
+/* Whether some rule asks for leases of its own (`lease`, store/lease.h). */
+bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */
 int rules_default_priority(const struct rules *r);
 const struct shed_config *rules_shed(const struct rules *r);

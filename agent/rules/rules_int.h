@@ -118,6 +118,8 @@ struct rules {
 	char tier_arg[RULES_NAME_MAX];
 	bool shadow;
 	enum rules_failure on_failure;
+	int64_t lease_us;          /* the top-level `lease` (struct rule's) */
+	uint8_t lease_share;
 	int default_priority;
 	struct shed_config shed;
 	struct rule *rule;   /* tiers, then endpoints, then layers */

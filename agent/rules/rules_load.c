@@ -100,10 +100,10 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* The keys a tier and an endpoint share. */
 enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_CONC, R_MAXDUR,
-       R_PENALTY, R_MAXOV, R_N };
+       R_PENALTY, R_MAXOV, R_LEASE, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits", "shadow",
 					   "on_store_failure", "cost", "stack", "concurrency",
-					   "max_duration", "penalty", "max_override"};
+					   "max_duration", "penalty", "max_override", "lease"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -113,6 +113,8 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 	long long cost;
 
 	rule->on_failure = c->r->on_failure;
+	rule->lease_us = c->r->lease_us;
+	rule->lease_share = c->r->lease_share;
 	rule->cost = 1;
 	if (!v[R_LIMITS])
 		return ys_fail_missing(y, body, where, "limits", " (write limits: [] for no limit)");
@@ -135,6 +137,9 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 			return -1;
 		rule->cost = (uint32_t)cost;
 	}
+	if (v[R_LEASE] &&
+	    rules_parse_lease(c, where, v[R_LEASE], &rule->lease_us, &rule->lease_share) < 0)
+		return -1;
 	c->stack[rule->index] = v[R_STACK];
 	if (v[R_MAXOV] && rules_parse_max_override(c, where, v[R_MAXOV], rule) < 0)
 		return -1;
@@ -770,10 +775,10 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 {
 	struct ys *y = &c->y;
 	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_OVERRIDE, K_LIMITS, K_TIERS, K_ENDPOINTS,
-	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_N };
+	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_LEASE, K_N };
 	static const char *const rules_keys[K_N] = {
 		"on_store_failure", "identity", "shadow", "cost_argument", "override_argument", "limits",
-		"tiers", "endpoints", "layers", "stack", "priorities", "shedding",
+		"tiers", "endpoints", "layers", "stack", "priorities", "shedding", "lease",
 	};
 	const char *keys[SETTINGS_NKEYS + K_N];
 	yaml_node_t *all_k[SETTINGS_NKEYS + K_N], *all_v[SETTINGS_NKEYS + K_N];
@@ -798,6 +803,8 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 		r->idnames = ids;
 	}
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
+		return -1;
+	if (v[K_LEASE] && rules_parse_lease(c, "", v[K_LEASE], &r->lease_us, &r->lease_share) < 0)
 		return -1;
 	if (v[K_COST] && rules_get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
 		return -1;
@@ -1034,6 +1041,14 @@ const struct rule *rules_default_tier(const struct rules *r)
 }
 
 bool rules_shadow(const struct rules *r) { return r->shadow; }
+
+bool rules_any_lease(const struct rules *r)
+{
+	for (size_t i = 0; i < r->nrules; i++)
+		if (r->rule[i].lease_us > 0)
+			return true;
+	return false;
+}
 enum rules_failure rules_on_failure(const struct rules *r) { return r->on_failure; }
 int rules_default_priority(const struct rules *r) { return r->default_priority; }
 const struct shed_config *rules_shed(const struct rules *r) { return &r->shed; }

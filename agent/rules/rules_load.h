@@ -36,6 +36,9 @@ int rules_parse_concurrency(struct ctx *c, const char *where, yaml_node_t *vconc
 			    yaml_node_t *vmax, struct rule *rule);
 int rules_parse_penalty(struct ctx *c, const char *where, yaml_node_t *map, struct rule *rule);
 int rules_parse_max_override(struct ctx *c, const char *where, yaml_node_t *n, struct rule *rule);
+/* `lease`: off, an interval, or { interval, share } (at `where`). */
+int rules_parse_lease(struct ctx *c, const char *where, yaml_node_t *n, int64_t *us,
+		      uint8_t *share);
 
 /* The top-level `layers` mapping, after the tiers and endpoints. */
 int rules_parse_layers(struct ctx *c, yaml_node_t *map);

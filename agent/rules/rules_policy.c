@@ -1,9 +1,10 @@
 /* rules_policy.c: what a rule may say besides its rates: `concurrency`
- * (requests in flight), `penalty` (the penalty box) and `max_override`
- * (how far a client's own limit may go). Each adds a limit
- * to the rule's own, after its rates, that the stores decide with them
- * (limit.h: LIMIT_CONCURRENCY, LIMIT_BAN). Part of the loader
- * (rules_load.h); docs/rules.md is the reference. */
+ * (requests in flight), `penalty` (the penalty box), `max_override`
+ * (how far a client's own limit may go) and `lease` (tokens leased to busy
+ * clients, store/lease.h). The first two add a limit to the rule's own,
+ * after its rates, that the stores decide with them (limit.h:
+ * LIMIT_CONCURRENCY, LIMIT_BAN). Part of the loader (rules_load.h);
+ * docs/rules.md is the reference. */
 #include "rules_load.h"
 
 #include <string.h>
@@ -146,5 +147,49 @@ int rules_parse_max_override(struct ctx *c, const char *where, yaml_node_t *n, s
 	if (limit_parse(s, &rule->max_override, msg, sizeof(msg)) < 0)
 		return ys_fail(y, n->start_mark, sub, "%s", msg);
 	rule->has_max_override = true;
+	return 0;
+}
+
+/* `lease: off`, `lease: 100ms` or `lease: { interval: 100ms, share: 10 }`:
+ * *us -1 for off, else the interval (10ms to 1s); *share the percent of
+ * a capacity a lease may hold (1 to 50), 0 when not given. */
+int rules_parse_lease(struct ctx *c, const char *where, yaml_node_t *n, int64_t *us,
+		      uint8_t *share)
+{
+	struct ys *y = &c->y;
+	enum { L_INTERVAL, L_SHARE, L_N };
+	static const char *const keys[L_N] = {"interval", "share"};
+	static const char *const off[] = {"off"};
+	yaml_node_t *k[L_N], *v[L_N];
+	char at[YS_PATH_MAX], sub[YS_PATH_MAX];
+	const char *expect = "10ms to 1s such as 100ms";
+	long long pct;
+	int i;
+
+	ys_path_key(at, where, "lease");
+	if (n->type == YAML_SCALAR_NODE && n->data.scalar.length == 3 &&
+	    memcmp(n->data.scalar.value, "off", 3) == 0) {
+		*us = -1;
+		*share = 0;
+		return ys_word(y, n, at, off, 1, "off", &i);
+	}
+	*share = 0;
+	if (n->type != YAML_MAPPING_NODE)
+		return ys_duration(y, n, at, 10 * LIMIT_US_PER_S / 1000, LIMIT_US_PER_S,
+				   "10ms to 1s such as 100ms, or off", us);
+	if (ys_map_fields(y, n, at, keys, L_N, k, v) < 0)
+		return -1;
+	if (!v[L_INTERVAL])
+		return ys_fail_missing(y, n, at, "interval", " (such as interval: 100ms)");
+	ys_path_key(sub, at, "interval");
+	if (ys_duration(y, v[L_INTERVAL], sub, 10 * LIMIT_US_PER_S / 1000, LIMIT_US_PER_S, expect,
+			us) < 0)
+		return -1;
+	if (v[L_SHARE]) {
+		ys_path_key(sub, at, "share");
+		if (ys_int(y, v[L_SHARE], sub, 1, 50, &pct) < 0)
+			return -1;
+		*share = (uint8_t)pct;
+	}
 	return 0;
 }

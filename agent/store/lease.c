@@ -283,14 +283,27 @@ static void answer_wait(const struct lease *e, const struct decide_query *q, int
 	*decider = d;
 }
 
-int lease_check(struct lease_table *t, const struct lease_config *cfg,
+/* The leases of q's rule: its own `lease` or the agent's. Returns false
+ * when it has none. */
+static bool config_of(const struct lease_config *agent, const struct decide_query *q,
+		      struct lease_config *out)
+{
+	const struct rule *r = q->rule;
+
+	out->interval_us = r->lease_us ? r->lease_us : agent->interval_us;
+	out->share_pct = r->lease_share ? r->lease_share : agent->share_pct;
+	return out->interval_us > 0 && lease_rule_ok(q);
+}
+
+int lease_check(struct lease_table *t, const struct lease_config *agent,
 		const struct decide_query *q, uint64_t epoch, int64_t now,
 		struct limit_result *res, int *decider, uint32_t *want)
 {
+	struct lease_config own, *cfg = &own;
 	struct lease *e;
 
 	*want = 0;
-	if (!t || !lease_rule_ok(q) || !(e = lookup_or_make(t, q, epoch, now)))
+	if (!t || !config_of(agent, q, &own) || !(e = lookup_or_make(t, q, epoch, now)))
 		return 0;
 	if (e->epoch != epoch) {
 		/* an admin reset since: Redis forgot the client, so do we (its
@@ -366,16 +379,19 @@ static bool keep_return(struct lease_return *ret, const struct decide_query *q,
 	return true;
 }
 
-void lease_granted(struct lease_table *t, const struct lease_config *cfg,
+void lease_granted(struct lease_table *t, const struct lease_config *agent,
 		   const struct decide_query *q, uint32_t want, uint64_t epoch,
 		   const struct limit_result *res, int decider, const struct lease_grant *g,
 		   int64_t sent, int64_t redis_now)
 {
+	struct lease_config own, *cfg = &own;
 	struct lease *e;
 	int64_t extra = g ? g->extra : 0;
 
 	if (!t || !lease_rule_ok(q))
 		return;
+	if (!config_of(agent, q, &own))
+		own.interval_us = LEASE_INTERVAL_MIN_US; /* the rules changed since it asked */
 	e = lookup(t, q);
 	if (e)
 		e->pending = false;
@@ -452,16 +468,20 @@ void lease_granted(struct lease_table *t, const struct lease_config *cfg,
 	}
 }
 
-void lease_expire(struct lease_table *t, int64_t now, bool all)
+size_t lease_expire(struct lease_table *t, int64_t now, bool all)
 {
+	size_t left = 0;
+
 	if (!t)
-		return;
+		return 0;
 	for (size_t i = 0; i < t->cap; i++) {
 		struct lease *e = &t->e[i];
 
 		if (e->limits && e->tokens && (all || now >= e->until))
 			give_back(t, e);
+		left += e->tokens > 0;
 	}
+	return left;
 }
 
 void lease_table_clear(struct lease_table *t)

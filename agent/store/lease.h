@@ -39,8 +39,11 @@
 #define LEASE_INTERVAL_MIN_US 10000
 #define LEASE_INTERVAL_MAX_US 1000000
 
+/* The agent's (--lease, --lease-share); a rule's own `lease` overrides
+ * it (struct rule: lease_us, lease_share). */
 struct lease_config {
-	int64_t interval_us;       /* a lease's life and the demand's window */
+	int64_t interval_us;       /* a lease's life and the demand's window;
+				    * <= 0: none */
 	unsigned share_pct;        /* of a limit's capacity, per lease: 1 .. 50 */
 };
 
@@ -85,7 +88,7 @@ struct lease_table *lease_table_new(size_t cap, lease_return_fn *fn, void *priv,
 				    struct lease_stats *stats);
 void lease_table_free(struct lease_table *t);
 
-/* Whether q's rule may have leases (see above). */
+/* Whether q's rule may have leases (see above), whatever its config. */
 bool lease_rule_ok(const struct decide_query *q);
 
 /* Before q goes to Redis: returns 1 when the table decides it (res[] and
@@ -109,8 +112,9 @@ void lease_granted(struct lease_table *t, const struct lease_config *cfg,
 void lease_failed(struct lease_table *t, const struct decide_query *q);
 
 /* Sends back (through the table's fn) the tokens of every lease whose
- * interval is over at `now`, or of every lease when `all`. */
-void lease_expire(struct lease_table *t, int64_t now, bool all);
+ * interval is over at `now`, or of every lease when `all`. Returns how
+ * many leases still hold tokens. */
+size_t lease_expire(struct lease_table *t, int64_t now, bool all);
 
 /* Gives back every lease and forgets every client (the rules changed). */
 void lease_table_clear(struct lease_table *t);

@@ -43,6 +43,7 @@
 
 #define CACHE_SIZE 4096            /* refused-until entries per worker */
 #define LEASE_CLIENTS 1024         /* clients followed for leases, per worker */
+#define LEASE_SWEEP 0.05           /* leases over go back this often (s) */
 #define ENTRIES_MAX 512            /* node addresses with counters */
 #define WORKER_NODES_MAX REDIS_CLUSTER_MASTERS_MAX
 #define MOVES_MAX 3                /* a query follows its key this often */
@@ -546,9 +547,12 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 {
 	struct redis_worker *rw = owner;
 
-	if (r->lease)
+	if (r->lease) {
 		lease_granted(rw->leases, &rw->lease, &r->q, r->lease,
 			      store_reset_epoch(rw->sw->st), res, decider, grant, sent, redis_now);
+		if (grant && grant->extra > 0 && !ev_is_active(&rw->lease_w))
+			ev_timer_start(rw->sw->loop, &rw->lease_w);
+	}
 	if (!res[decider].allowed && !r->split)
 		cache_store(rw, r, decider, res, sent);
 	complete(rw, r, res, decider, redis_now);
@@ -949,29 +953,28 @@ static int lease_send_back(void *priv, const struct lease_return *ret)
 	return rn ? redis_node_lease_return(rn, ret) : -1;
 }
 
+/* While leases are held: what is over goes back (LEASE_SWEEP after its
+ * end at most; a client that asks again finds it over at once). */
 static void on_lease_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_worker *rw = t->data;
 
-	lease_expire(rw->leases, clock_now_us(), false);
+	if (lease_expire(rw->leases, clock_now_us(), false) == 0)
+		ev_timer_stop(loop, t);
 }
 
+/* The table always (a rule of the file may ask for leases even when the
+ * agent's --lease does not, and a reload may bring one); its pages are
+ * touched only as clients use them. */
 static int leases_init(struct redis_worker *rw)
 {
-	double every;
-
-	if (rw->cfg->lease_us <= 0)
-		return 0;
 	rw->lease.interval_us = rw->cfg->lease_us;
 	rw->lease.share_pct = rw->cfg->lease_share;
 	rw->leases = lease_table_new(LEASE_CLIENTS, lease_send_back, rw, &rw->sw->stats.lease);
 	if (!rw->leases)
 		return -1;
-	/* a lease goes back at most half an interval after its end */
-	every = (double)rw->cfg->lease_us / 2e6;
-	ev_timer_init(&rw->lease_w, on_lease_timer, every, every);
+	ev_timer_init(&rw->lease_w, on_lease_timer, LEASE_SWEEP, LEASE_SWEEP);
 	rw->lease_w.data = rw;
-	ev_timer_start(rw->sw->loop, &rw->lease_w);
 	return 0;
 }
 

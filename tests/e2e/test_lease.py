@@ -142,15 +142,16 @@ class Client:
     first 3 requests (under LEASE_MIN tokens), then leases of 4, 9, 19, ...
     tokens (its demand so far), each asked when the last one is spent."""
 
-    def __init__(self, port, key=CLIENT):
+    def __init__(self, port, key=CLIENT, **args):
         self.c = Conn(port, timeout=5.0)
         self.c.handshake()
         self.key = key
+        self.args = args
         self.sid = 0
 
     def ask(self):
         self.sid += 1
-        self.c.send(spop.check_rate(self.sid, 1, api_key=self.key))
+        self.c.send(spop.check_rate(self.sid, 1, api_key=self.key, **self.args))
         f = self.c.expect(ACK)
         assert f.sid == self.sid, f
         return f.vars()
@@ -241,6 +242,33 @@ def test_an_admin_reset_voids_the_leases(h):
     assert dropped == 13, (dropped, metric(a, "spoa_rl_lease_returned_tokens_total"))
 
 
+def test_rules_file_lease_per_rule(h):
+    """`lease` in the rules file: the file's interval for its rules, a
+    tier's own `off`; without --lease on the command line."""
+    redis = RedisServer(h)
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write("lease: 1s\n"
+                "tiers:\n"
+                "  default: leased\n"
+                "  leased: { limits: [\"1000/1h\"] }\n"
+                "  plain: { limits: [\"1000/1h\"], lease: off }\n")
+    a = start(h, redis, "-f", path)
+    calls0 = fcalls(redis, "rl5_decide")
+    c = Client(a.port, "p1", tier="plain")
+    got = [c.ask()["remaining"] for _ in range(25)]
+    c.close()
+    assert got == list(range(999, 974, -1)), got
+    assert fcalls(redis, "rl5_decide") - calls0 == 25
+    assert metric(a, "spoa_rl_lease_grants_total") == 0
+    c = Client(a.port, "p2", tier="leased")
+    got = [c.ask()["remaining"] for _ in range(25)]
+    c.close()
+    assert got == list(range(999, 974, -1)), got
+    assert fcalls(redis, "rl5_decide") - calls0 == 25 + 6
+    assert metric(a, "spoa_rl_lease_grants_total") == 3
+
+
 def test_cold_clients_are_decided_in_redis(h):
     """A client asking less than a few tokens per interval gets no lease:
     every decision is Redis's, exactly as without --lease."""
@@ -262,3 +290,9 @@ def test_lease_needs_redis(h):
     r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis", "127.0.0.1:1",
                         "--lease", "5s"], capture_output=True, text=True, timeout=10)
     assert r.returncode != 0 and "--lease" in r.stderr, r
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write("limits: [\"10/1s\"]\nlease: 100ms\n")
+    r = subprocess.run([binary, "--check", "-f", path], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode != 0 and "lease (rules file)" in r.stderr, r

@@ -833,7 +833,7 @@ static void test_buffer_errors(void **unused)
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
 	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-				 "layers, stack, priorities, shedding)");
+				 "layers, stack, priorities, shedding, lease)");
 	/* A short buffer truncates the message, NUL-terminated. */
 	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
 	assert_string_equal(small, "t.yaml:1:1: unk");
@@ -941,7 +941,7 @@ static void test_prescan_caps(void **unused)
 		strcat(y, "]");
 	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-		   "layers, stack, priorities, shedding)");
+		   "layers, stack, priorities, shedding, lease)");
 	free(y);
 	y = times("x: ", "{a: ", 32);
 	load_fails(y, "t.yaml:1:128: nested deeper than 32 levels");
@@ -1916,6 +1916,48 @@ static void test_overrides(void **unused)
 		   "t.yaml:1:41: tiers.t.max_override: '0/1m': quota must be at least 1");
 }
 
+/* lease: the file's default for its rules, a rule's own, off, and the
+ * bounds of each form. */
+static void test_lease(void **unused)
+{
+	struct rules *r = load("lease: 200ms\n"
+			       "tiers:\n"
+			       "  default: a\n"
+			       "  a: { limits: [100/1s] }\n"
+			       "  b: { limits: [100/1s], lease: off }\n"
+			       "  c: { limits: [100/1s], lease: { interval: 50ms, share: 25 } }\n"
+			       "endpoints: [ { name: e, match: { path: /e }, limits: [10/1s],"
+			       " lease: 1s } ]\n");
+
+	assert_int_equal(rules_find(r, "a")->lease_us, 200000);
+	assert_int_equal(rules_find(r, "a")->lease_share, 0);
+	assert_int_equal(rules_find(r, "b")->lease_us, -1);
+	assert_int_equal(rules_find(r, "c")->lease_us, 50000);
+	assert_int_equal(rules_find(r, "c")->lease_share, 25);
+	assert_int_equal(rules_find(r, "e")->lease_us, 1000000);
+	assert_true(rules_any_lease(r));
+	rules_release(r);
+	/* none in the file: the agent's --lease decides (0) */
+	r = load("tiers: { t: { limits: [100/1s] } }");
+	assert_int_equal(rules_find(r, "t")->lease_us, 0);
+	assert_false(rules_any_lease(r));
+	rules_release(r);
+	r = load("lease: off\ntiers: { t: { limits: [100/1s] } }");
+	assert_int_equal(rules_find(r, "t")->lease_us, -1);
+	assert_false(rules_any_lease(r));
+	rules_release(r);
+	load_fails("lease: 5ms\ntiers: { t: { limits: [] } }",
+		   "t.yaml:1:8: lease: expected a duration from 10ms to 1s such as 100ms, or off, got \"5ms\"");
+	load_fails("tiers: { t: { limits: [], lease: 2s } }",
+		   "t.yaml:1:34: tiers.t.lease: expected a duration from 10ms to 1s such as 100ms, or off, got \"2s\"");
+	load_fails("tiers: { t: { limits: [], lease: { share: 5 } } }",
+		   "t.yaml:1:34: tiers.t.lease: missing key \"interval\" (such as interval: 100ms)");
+	load_fails("tiers: { t: { limits: [], lease: { interval: 1s, share: 60 } } }",
+		   "t.yaml:1:57: tiers.t.lease.share: expected an integer from 1 to 50, got \"60\"");
+	load_fails("tiers: { t: { limits: [], lease: { interval: 1s, size: 6 } } }",
+		   "t.yaml:1:50: tiers.t.lease: unknown key \"size\" (expected one of: interval, share)");
+}
+
 static void test_load_figures(void **unused)
 {
 	struct rules_args a;
@@ -1990,6 +2032,7 @@ int main(void)
 		cmocka_unit_test(test_concurrency),
 		cmocka_unit_test(test_penalty),
 		cmocka_unit_test(test_overrides),
+		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};
