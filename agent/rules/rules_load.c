@@ -817,6 +817,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 			       "exclude each other: put the limits in a tier");
 	if (parse_tiers(c, v[K_TIERS]) < 0)
 		return -1;
+	if (!v[K_TIERS]) {
+		/* the built-in rule "default" takes the file's lease too */
+		r->rule[0].lease_us = r->lease_us;
+		r->rule[0].lease_share = r->lease_share;
+	}
 	/* Without tiers, top-level limits replace those of the built-in
 	 * rule "default" (the command line's --limit comes this way). */
 	if (v[K_LIMITS]) {

@@ -1942,6 +1942,10 @@ static void test_lease(void **unused)
 	assert_int_equal(rules_find(r, "t")->lease_us, 0);
 	assert_false(rules_any_lease(r));
 	rules_release(r);
+	/* the built-in rule "default" (top-level limits, --limit) too */
+	r = load("lease: 100ms\nlimits: [10/1s]");
+	assert_int_equal(rules_find(r, "default")->lease_us, 100000);
+	rules_release(r);
 	r = load("lease: off\ntiers: { t: { limits: [100/1s] } }");
 	assert_int_equal(rules_find(r, "t")->lease_us, -1);
 	assert_false(rules_any_lease(r));
