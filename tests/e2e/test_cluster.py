@@ -343,3 +343,24 @@ def test_override_and_log_on_a_cluster(h, cluster):
     v = s.check_rate(api_key="logged")
     assert 3599 <= v["retry_after"] <= 3600 and v["policy"] == '"default";q=3;w=3600', v
     s.close()
+
+
+def test_leases_on_a_cluster(h, cluster):
+    """--lease on a Cluster: the leases of a client grow with its demand
+    (rl5_decide_cluster), the answers count down as Redis's would, and the
+    unspent tokens go back to its master when the agent stops
+    (rl5_return_cluster)."""
+    from test_lease import Client, leased_25
+
+    cluster.reset()
+    a = start(h, cluster, "-f", rules(h, "1000/1h"), "--lease", "1s", metrics=True)
+    calls0 = decision_calls(cluster)
+    got = leased_25(a.port)
+    assert [v["remaining"] for v in got] == list(range(999, 974, -1)), got
+    assert decision_calls(cluster) - calls0 == 6
+    assert metric(a, "spoa_rl_lease_grants_total") == 3
+    assert h.stop(a) == 0
+    plain = start(h, cluster, "-f", rules(h, "1000/1h"), name="plain")
+    c = Client(plain.port)
+    assert c.ask()["remaining"] in (974, 975)
+    c.close()

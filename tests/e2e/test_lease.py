@@ -296,3 +296,39 @@ def test_lease_needs_redis(h):
     r = subprocess.run([binary, "--check", "-f", path], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode != 0 and "lease (rules file)" in r.stderr, r
+
+
+def test_a_lease_answers_while_redis_is_paused(h):
+    """Leased tokens are the agent's: while Redis does not answer, they
+    still decide (allowed, not degraded) until spent; then the rule's
+    failure policy answers (open: forwarded, degraded)."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "1000/1h", "--lease", "1s", "--redis-timeout", "100")
+    c = Client(a.port)
+    leased_25(a.port, c)
+    redis.pause()
+    try:
+        got = [c.ask() for _ in range(14)]
+    finally:
+        redis.resume()
+    c.close()
+    assert all(v["status"] == 0 and not v["degraded"] for v in got[:13]), got
+    assert [v["remaining"] for v in got[:13]] == list(range(974, 961, -1)), got
+    assert got[13]["status"] == 0 and got[13]["degraded"], got[13]
+
+
+def test_shadow_mode_with_leases(h):
+    """A rule in shadow mode with leases: exactly its quota is admitted by
+    the limit (from Redis and from leases), the rest passes marked as
+    refused in shadow mode."""
+    redis = RedisServer(h)
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write("limits: [\"100/1h\"]\nshadow: true\nlease: 1s\n")
+    a = start(h, redis, "-f", path)
+    c = Client(a.port)
+    got = [c.ask() for _ in range(150)]
+    c.close()
+    assert all(v["status"] == 0 for v in got), got
+    assert [v["shadow"] for v in got] == [False] * 100 + [True] * 50, got
+    assert metric(a, "spoa_rl_lease_decisions_total") > 50
