@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
-    python3 bench/run.py --build build [--quick] [--only memory|redis|haproxy] [--output FILE]
+    python3 bench/run.py --build build [--quick] [--only memory|redis|lease|haproxy]
+                         [--output FILE]
 
 Every configuration runs in the same invocation, so the ratios between them
 hold even on a noisy shared machine. Each run starts a fresh agent on a free
@@ -9,7 +10,8 @@ loopback port (fresh buckets, so the 429 counts can be checked exactly), runs
 build/spop-bench against it and stops the agent whatever happens. The median
 run of each configuration is reported. The Redis store's configurations
 (bench/redis_bench.py) follow the in-memory ones, each run with a fresh
-redis-server as well. After the in-memory runs, bench/instructions.py counts
+redis-server as well; then bench/lease_bench.py measures what leased tokens
+(--lease) save. After the in-memory runs, bench/instructions.py counts
 the agent's instructions per decision and per protocol-only answer under
 callgrind (skipped without valgrind). Last, bench/haproxy_bench.py measures
 the whole path through a real HAProxy with wrk (skipped without wrk).
@@ -40,6 +42,7 @@ import types
 import figures
 import haproxy_bench
 import instructions
+import lease_bench
 import redis_bench
 import redis_instructions
 
@@ -362,7 +365,7 @@ def command(meta):
 
 
 def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_lines,
-                 ctx=None, figs=None):
+                 ctx=None, figs=None, lease_lines=()):
     ncpu, model = meta["machine"]
     L = []
     L.append("# Benchmarks")
@@ -389,6 +392,7 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_li
     L.extend(in_memory_section(rows, ncpu, meta["only"], figs))
     L.extend(insn_lines)
     L.extend(redis_lines)
+    L.extend(lease_lines)
     L.extend(haproxy_lines)
     L.append("## Checks")
     L.append("")
@@ -437,8 +441,9 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--quick", action="store_true",
                     help="2 runs of 2 s each: a smoke check")
-    ap.add_argument("--only", choices=("memory", "redis", "haproxy"),
-                    help="run only the in-memory, the Redis or the HAProxy configurations")
+    ap.add_argument("--only", choices=("memory", "redis", "lease", "haproxy"),
+                    help="run only the in-memory, the Redis, the leased tokens' or the "
+                    "HAProxy configurations")
     ap.add_argument("--output", help="report path (default BENCHMARKS.md at the "
                     "repository root; BUILD/BENCHMARKS-quick.md with --quick, "
                     "BUILD/BENCHMARKS-ONLY.md with --only)")
@@ -552,6 +557,7 @@ def main():
             if why:
                 problems.append("Redis instructions per decision: %s" % why)
             insn_lines += rlines
+        lease_rows = lease_bench.run(ctx) if a.only in (None, "lease") else None
         haproxy_rows = None
         if a.only in (None, "haproxy"):
             haproxy_rows = haproxy_bench.run(ctx)
@@ -575,10 +581,11 @@ def main():
         problems.append("figures: not drawn: %s: %s" % (type(e).__name__, e))
         ctx.figures = {}
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
+    lease_lines = lease_bench.report(ctx, lease_rows) if lease_rows is not None else []
     haproxy_lines = (haproxy_bench.report(ctx, haproxy_rows)
                      if haproxy_rows is not None else [])
     write_report(out, meta, rows, problems, redis_lines, insn_lines, haproxy_lines, ctx,
-                 ctx.figures)
+                 ctx.figures, lease_lines)
     print("bench: wrote %s" % rel(out))
     if ctx.figures:
         print("bench: drew %s" % ", ".join(
