@@ -160,12 +160,12 @@ class Client:
         self.c.close()
 
 
-def leased_25(port, c=None):
+def leased_25(port, c=None, key=CLIENT):
     """25 requests on one connection (so one worker: leases are each
     worker's): leases of 4 (requests 5-8), 9 (10-18) and 19 (20-38), 13
     tokens of it left. Returns the answers."""
     own = c is None
-    c = c or Client(port)
+    c = c or Client(port, key)
     try:
         got = [c.ask() for _ in range(25)]
     finally:
@@ -332,3 +332,17 @@ def test_shadow_mode_with_leases(h):
     assert all(v["status"] == 0 for v in got), got
     assert [v["shadow"] for v in got] == [False] * 100 + [True] * 50, got
     assert metric(a, "spoa_rl_lease_decisions_total") > 50
+
+
+def check_topology(h, start_agent, key):
+    """Leases on a topology, for its own test module: start_agent(*args,
+    name=...) starts an agent on it. A client's leases grow with its
+    demand, its answers count down as Redis's would, and its unspent
+    tokens go back when the agent stops (a plain agent then finds the
+    bucket holding what 25 requests took)."""
+    a = start_agent("--limit", "1000/1h", "--lease", "1s", name="leasing")
+    got = leased_25(a.port, key=key)
+    assert [v["remaining"] for v in got] == list(range(999, 974, -1)), got
+    assert h.stop(a) == 0
+    plain = start_agent("--limit", "1000/1h", name="plain")
+    assert ask(plain.port, key)["remaining"] in (974, 975)

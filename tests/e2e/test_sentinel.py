@@ -82,3 +82,11 @@ def test_passwords(h, sentinel_auth):
               "--redis-sentinel-password", "watch3r")
     got = fleet.counts(fleet.burst([a.port], keys(10, "p"), per_key=4, conns=2))
     assert all(c == (3, 1, 0) for c in got.values()), got
+
+
+def test_leases_through_sentinel(h, sentinel):
+    from test_lease import check_topology
+
+    sentinel.reset()
+    check_topology(h, lambda *args, name: start(h, sentinel, *args, name=name),
+                   "lease-sentinel")

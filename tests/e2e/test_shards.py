@@ -119,3 +119,11 @@ def test_penalty_on_shards(h, shards):
     s = test_penalty.Spop(a.port)
     test_penalty.check_penalties(s)
     s.c.close()
+
+
+def test_leases_on_shards(h, shards):
+    from test_lease import check_topology
+
+    shards.reset()
+    addrs = shards.addrs()
+    check_topology(h, lambda *args, name: start(h, addrs, *args, name=name), "lease-shards")
