@@ -176,10 +176,22 @@ def _whole(x):
 
 
 def parse_reply(raw):
-    """(now_us, [(allowed, decider, [(rem, retry, reset)])]) from the reply's bytes."""
+    """(now_us, [(allowed, decider, [(rem, retry, reset)])]) from the reply's bytes;
+    a request with a lease has a fourth element, (extra, (v_1, .. v_nl))."""
     now, results = mpack.unpackb(raw)
-    return _whole(now), [(_whole(a), _whole(d), [tuple(_whole(x) for x in p) for p in per])
-                         for a, d, per in results]
+    out = []
+    for res in results:
+        a, d, per = res[:3]
+        x = (_whole(a), _whole(d), [tuple(_whole(v) for v in p) for p in per])
+        if len(res) == 4:
+            extra, *vals = res[3]
+            assert len(vals) == len(per) and all(v is None or isinstance(v, str)
+                                                 for v in vals), res
+            x += ((_whole(extra), tuple(vals)),)
+        else:
+            assert len(res) == 3, res
+        out.append(x)
+    return _whole(now), out
 
 
 def fcall(args, fn="rl5_decide", c=None):
@@ -187,10 +199,34 @@ def fcall(args, fn="rl5_decide", c=None):
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
 
+def with_leases(args, ks):
+    """The arguments of layout() or layout_mapped() with a lease per
+    request: the flag 8192 in the requests' header, 4 bytes more per
+    request (k, big-endian)."""
+    head = args[0]
+    assert (len(head) - 2) // 10 == len(ks) and (len(head) - 2) % 10 == 0
+    out = struct.pack(">H", struct.unpack(">H", head[:2])[0] | 0x2000)
+    for i, k in enumerate(ks):
+        out += head[2 + 10 * i:12 + 10 * i] + struct.pack(">I", k)
+    return [out] + args[1:]
+
+
+def decide_args(reqs):
+    """The arguments of a call deciding reqs: (client or owners, cost,
+    limits) each, or (.., k) with a lease of at most k (then the call
+    carries leases, 0 for a request without)."""
+    base = [q[:3] for q in reqs]
+    if base and isinstance(base[0][0], tuple):
+        args = layout_mapped(base)[0]
+    else:
+        args = layout(base)[0]
+    if any(len(q) > 3 for q in reqs):
+        args = with_leases(args, [q[3] if len(q) > 3 else 0 for q in reqs])
+    return args
+
+
 def decide(reqs, fn="rl5_decide"):
-    if reqs and isinstance(reqs[0][0], tuple):
-        return fcall(layout_mapped(reqs)[0], fn)
-    return fcall(layout(reqs)[0], fn)
+    return fcall(decide_args(reqs), fn)
 
 
 def get(key):
@@ -238,23 +274,43 @@ class Model:
         self.written = []  # the keys the last decide() charged
 
     def decide(self, now, reqs):
+        """The replies to reqs, (client or owners, cost, limits[, k]) each.
+        A request with k > 0 that is allowed leases extra = min(k, the
+        remaining of each limit) when its limits are all token buckets or
+        windows: the keys take cost + extra, its reply is that of cost,
+        and the lease element holds extra and each token bucket's value."""
         out = []
         self.written = []
-        for client, cost, limits in reqs:
+        for q in reqs:
+            client, cost, limits = q[:3]
+            k = q[3] if len(q) > 3 else 0
             owners = client if isinstance(client, tuple) else (client,) * len(limits)
             keys = [key_of(o, l) for o, l in zip(owners, limits)]
-            ev = [self.eval(k, tuple(l), now, cost) for k, l in zip(keys, limits)]
+            ev = [self.eval(key, tuple(l), now, cost) for key, l in zip(keys, limits)]
             ok = all(e[0] for e in ev)
+            extra = 0
             if ok:
-                for k, l, e in zip(keys, limits, ev):
-                    self.st[k] = (tuple(l), e[4], now)
-                    if k not in self.written:
-                        self.written.append(k)
+                took = ev
+                if k and all(l[0] in (TB, SW, FW) for l in limits):
+                    extra = min([k] + [e[1] for e in ev])
+                if extra > 0:
+                    took = [self.eval(key, tuple(l), now, cost + extra)
+                            for key, l in zip(keys, limits)]
+                    assert all(e[0] for e in took), (q, took)
+                for key, l, e in zip(keys, limits, took):
+                    self.st[key] = (tuple(l), e[4], now)
+                    if key not in self.written:
+                        self.written.append(key)
                 dec = min(range(len(ev)), key=lambda j: (ev[j][1], j))
             else:
                 dec = min((j for j in range(len(ev)) if not ev[j][0]),
                           key=lambda j: (-ev[j][2], j))
-            out.append((1 if ok else 0, dec + 1, [(e[1], e[2], e[3]) for e in ev]))
+            res = (1 if ok else 0, dec + 1, [(e[1], e[2], e[3]) for e in ev])
+            if k:
+                vals = tuple(self.stored(key)[0] if extra and l[0] == TB else None
+                             for key, l in zip(keys, limits))
+                res += ((extra, vals),)
+            out.append(res)
         return out
 
     def eval(self, key, l, now, cost):
@@ -276,26 +332,46 @@ class Model:
         for client, cost, limits in reqs:
             owners = client if isinstance(client, tuple) else (client,) * len(limits)
             for o, l in zip(owners, limits):
+                self._refund_key(now, take, key_of(o, l), cost)
+
+    def give_back(self, now, take, reqs, expect):
+        """rl5_return: as refund(), but a token bucket's key only while its
+        value is expect[key] (what the grant left there), compared at its
+        turn. Returns the number of keys changed."""
+        changed = 0
+        for client, cost, limits in reqs:
+            owners = client if isinstance(client, tuple) else (client,) * len(limits)
+            for o, l in zip(owners, limits):
                 k = key_of(o, l)
                 if k not in self.st:
                     continue
-                lim, st, t = self.st[k]
-                algo, quota, period, burst = lim
-                if algo == TB:
-                    cap = burst or quota
-                    left, at = st
-                    tokens = min(cap, left + (now - at) * Fraction(quota, period)) + cost
-                    if tokens >= cap:
-                        del self.st[k]
-                    else:
-                        self.st[k] = (lim, (tokens, now), now)
+                if l[0] == TB and self.stored(k)[0] != expect.get(k):
                     continue
-                ws, wt = take // period * period, t // period * period
-                held = (wt, wt - period) if algo == SW else (wt,)
-                if ws in held and ws in st:
-                    st = dict(st)
-                    st[ws] = max(0, st[ws] - cost)
-                    self.st[k] = (lim, st, t)
+                changed += self._refund_key(now, take, k, cost)
+        return changed
+
+    def _refund_key(self, now, take, k, cost):
+        if k not in self.st:
+            return 0
+        lim, st, t = self.st[k]
+        algo, quota, period, burst = lim
+        if algo == TB:
+            cap = burst or quota
+            left, at = st
+            tokens = min(cap, left + (now - at) * Fraction(quota, period)) + cost
+            if tokens >= cap:
+                del self.st[k]
+            else:
+                self.st[k] = (lim, (tokens, now), now)
+            return 1
+        ws, wt = take // period * period, t // period * period
+        held = (wt, wt - period) if algo == SW else (wt,)
+        if ws in held and ws in st:
+            st = dict(st)
+            st[ws] = max(0, st[ws] - cost)
+            self.st[k] = (lim, st, t)
+            return 1
+        return 0
 
     def stored(self, key):
         """The value the library must keep under key, and until when (in
@@ -1784,12 +1860,24 @@ def _reply_bytes(now, results):
     their shortest form, allowed and decider fixints, and every other
     number (now_us, remaining, retry_after_us, reset_us) a float64."""
     out = bytearray(b"\x92\xcb" + struct.pack(">d", now)) + _array_header(len(results))
-    for a, d, per in results:
-        out += bytes([0x93, a, d]) + _array_header(len(per))
+    for res in results:
+        a, d, per = res[:3]
+        out += bytes([0x90 + len(res), a, d]) + _array_header(len(per))
         for p in per:
             out.append(0x93)
             for x in p:
                 out += b"\xcb" + struct.pack(">d", x)
+        if len(res) == 4:
+            # the lease: [extra, v_1 .. v_nl], each v a str (fixstr, or
+            # str 8 from 32 bytes) or nil
+            extra, vals = res[3]
+            out += _array_header(1 + len(vals)) + b"\xcb" + struct.pack(">d", extra)
+            for v in vals:
+                if v is None:
+                    out.append(0xc0)
+                else:
+                    v = v.encode()
+                    out += (bytes([0xa0 + len(v)]) if len(v) < 32 else bytes([0xd9, len(v)])) + v
     return bytes(out)
 
 
@@ -1845,6 +1933,376 @@ def test_rule_cache():
     for rule, want in ((wide, 2), (rule_bytes([l]), 1), (wide, 0)):
         _, got = fcall([request_bytes(1, [(1, 1, 1)]), rule, key_of(c, l)])
         assert got[0][:2] == (1, 1) and got[0][2][0][0] == want, got
+
+
+# ---------------------------------------------------------------- leases
+
+
+def now_of_redis():
+    t = redis().c.command("TIME")
+    return int(t[0]) * S + int(t[1])
+
+
+def return_lease(take, back, vals, fn="rl5_return", mapped=True):
+    """FCALL fn for one lease: back [(client or owners, unspent, limits)]
+    (one request), vals the v_j of the grant's lease element. Returns the
+    keys changed, the moment just after, and the expect by key (for
+    Model.give_back)."""
+    (owners, _, limits), = back
+    if mapped:
+        args = layout_mapped(back)[0]
+    else:
+        args = layout(back)[0]
+    owners = owners if isinstance(owners, tuple) else (owners,) * len(limits)
+    expect = {key_of(o, l): v for o, l, v in zip(owners, limits, vals)}
+    n = redis().c.command("FCALL", fn, 0, str(take), mpack.packb(list(vals)), *args)
+    return n, now_of_redis(), expect
+
+
+def lease_timeline(fn, ret_fn, seed, mapped, steps=40):
+    """Random calls mixing requests with a lease (k of every size) and
+    without, over token buckets (emission intervals of whole and of
+    fractional microseconds), windows and a log, several rules in a call;
+    each reply and each value written checked against the model, and some
+    leases given back (a part of the extra, a call or a few later, while
+    other requests may have touched their keys), the keys then as the
+    model says. mapped: a shared bucket and window of every client,
+    through the keymap."""
+    rng = random.Random(seed)
+    rules = [
+        [(TB, 40, 1 * S, 0)],
+        [(TB, 21, 1 * S, 8), (FW, 12, 400 * MS, 0)],
+        [(SW, 16, 500 * MS, 0), (TB, 50, 2 * S, 0)],
+        [(FW, 10, 300 * MS, 0)],
+        # a log: never leases
+        [(LG, 5, 400 * MS, 0), (TB, 10, 1 * S, 0)],
+    ]
+    shared = ((TB, 90, 1 * S, 0), (SW, 100, 600 * MS, 0))
+    glob = new_client()
+    clients = [new_client() for _ in rules]
+    model = Model()
+    pending = []  # (due step, take, request as returned, vals)
+    tally = {"leased": 0, "refused": 0, "back": 0, "kept": 0, "bucket kept": 0, "log": 0}
+    for step in range(steps):
+        reqs = []
+        for _ in range(rng.randint(1, 6)):
+            c = rng.randrange(len(rules))
+            limits = tuple(rules[c])
+            who = clients[c]
+            if mapped:
+                limits += shared
+                who = (clients[c],) * len(rules[c]) + (glob, glob)
+            q = (who, rng.choice([1, 1, 2]), limits)
+            if rng.random() < 0.6:
+                q += (rng.choice([0, 1, 2, 3, 5, 8] * 4 + [100, 2 ** 32 - 1]),)
+            reqs.append(q)
+        what = "leases %s seed %d step %d" % (fn, seed, step)
+        take, got = check(model, reqs, what, fn)
+        for q, x in zip(reqs, got):
+            if len(x) < 4:
+                continue
+            extra, vals = x[3]
+            if x[0] != 1:
+                assert extra == 0 and set(vals) == {None}, x
+                tally["refused"] += 1
+            elif q[2][0][0] == LG:
+                assert extra == 0, x
+                tally["log"] += 1
+            elif extra > 0:
+                tally["leased"] += 1
+                if rng.random() < 0.7:
+                    back = (q[0], rng.randint(1, extra), q[2])
+                    pending.append((step + rng.choice([0, 0, 1, 3]), take, back, vals))
+        for due in [p for p in pending if p[0] <= step]:
+            pending.remove(due)
+            _, t, back, vals = due
+            n, now, expect = return_lease(t, [back], vals, ret_fn, mapped)
+            # (a bucket another request wrote since: kept as it is)
+            tally["bucket kept"] += sum(1 for k, v in expect.items()
+                                        if v is not None and k in model.st and
+                                        model.stored(k)[0] != v)
+            model.give_back(now, t, [back], expect)
+            keys = sorted(expect)
+            tally["back" if n else "kept"] += 1
+            check_stored(model, [k for k in keys if k in model.st])
+            check_absent([k for k in keys if k not in model.st])
+        time.sleep(rng.choice([0, 0.005, 0.02, 0.05, 0.1]))
+    print("  %s %s seed %d: %r" % (fn, "mapped" if mapped else "plain", seed, tally))
+    assert tally["leased"] > 5 and tally["refused"] > 0 and tally["back"] > 0, tally
+    assert tally["bucket kept"] > 0, tally
+    return tally
+
+
+def test_leases_match_model():
+    """Leases through random timelines, in both functions, with and
+    without the keymap: every reply (a lease's extra and values too) and
+    every value written, and what rl5_return gives back, as the model."""
+    for fn, ret_fn, seed, mapped in (("rl5_decide", "rl5_return", 901, False),
+                                      ("rl5_decide_cluster", "rl5_return_cluster", 902, False),
+                                      ("rl5_decide", "rl5_return", 903, True),
+                                      ("rl5_decide_cluster", "rl5_return_cluster", 904, True)):
+        lease_timeline(fn, ret_fn, seed, mapped)
+
+
+def test_lease_takes_what_the_tightest_limit_leaves():
+    """extra is min(k, each limit's remaining after the request): the
+    reply is the request's own (its remaining and times at its cost),
+    the keys hold cost + extra, and a later request of the call sees
+    them; every key's value and expiry as the model."""
+    for fn in lua_scripts.FUNCTIONS:
+        lim = [(TB, 10, 3600 * S, 0), (FW, 5, 3600 * S, 0), (SW, 7, 3600 * S, 0)]
+        m = Model()
+        c = new_client()
+        _, got = check(m, [(c, 1, lim, 100)], "tightest", fn)
+        (a, d, per, (extra, vals)), = got
+        assert a == 1 and d == 2 and [p[0] for p in per] == [9, 4, 6], got
+        assert extra == 4 and vals[0] is not None and vals[1:] == (None, None), got
+        assert vals[0] == get(key_of(c, lim[0]))
+        assert get(key_of(c, lim[1])).endswith(":5") and get(key_of(c, lim[2])).endswith(":5:0")
+        # the window is spent: the next request is refused, and leases nothing
+        _, got = check(m, [(c, 1, lim, 100)], "spent", fn)
+        assert got[0][0] == 0 and got[0][3] == (0, (None, None, None)), got
+        # k below every remaining: extra is k; a later request of the call
+        # sees the lease's tokens taken
+        c = new_client()
+        roomy = [(TB, 10, 3600 * S, 0), (FW, 8, 3600 * S, 0), (SW, 9, 3600 * S, 0)]
+        _, got = check(m, [(c, 2, roomy, 3), (c, 1, roomy)], "k", fn)
+        assert got[0][3][0] == 3 and [p[0] for p in got[0][2]] == [8, 6, 7], got
+        assert len(got[1]) == 3 and [p[0] for p in got[1][2]] == [4, 2, 3], got
+        # the lease's value of a bucket of fractional T (1s/7) and one
+        # written as the text "A+R" (n = 2^47 - 1: beyond 2^53)
+        c = new_client()
+        t7, big = (TB, 7, 1 * S, 0), (TB, 2 ** 47 - 1, 3, 0)
+        now, got = check(m, [(c, 1, [t7, big], 2)], "values", fn)
+        extra, vals = got[0][3]
+        assert extra == 2 and vals == (get(key_of(c, t7)), get(key_of(c, big))), got
+        assert "+" in vals[1] and "+" not in vals[0], vals
+
+
+def test_lease_is_zero_for_other_limits_and_refusals():
+    """A rule with a log, a limit of requests in flight or a penalty box
+    leases nothing (extra 0, every value nil) and takes its cost alone; a
+    refused request leases nothing and writes nothing."""
+    lg = (LG, 5, 3600 * S, 0)
+    tb = (TB, 10, 3600 * S, 0)
+    for fn in lua_scripts.FUNCTIONS:
+        m = Model()
+        c = new_client()
+        _, got = check(m, [(c, 1, [tb, lg], 50)], "log", fn)
+        assert got[0][0] == 1 and got[0][3] == (0, (None, None)), got
+        assert [p[0] for p in got[0][2]] == [9, 4]
+        # a limit of requests in flight (with ids) and a ban
+        for other in ((CC, 3, 60 * S, 0), (BAN, 1, 60 * S, 0)):
+            c = new_client()
+            args = with_leases(with_ids(layout([(c, 1, [tb, other])])[0], [rid(1)]), [50])
+            now, got = fcall(args, fn)
+            assert got[0][0] == 1 and got[0][3] == (0, (None, None)), got
+            assert got[0][2][0][0] == 9, got
+            assert get(key_of(c, tb)) == tb_value(tb, now + 360 * S), get(key_of(c, tb))
+        # refused: no lease, nothing written
+        c = new_client()
+        one = (FW, 1, 3600 * S, 0)
+        check(m, [(c, 1, [one, tb])], "take", fn)
+        before = [get(key_of(c, l)) for l in (one, tb)]
+        _, got = check(m, [(c, 1, [one, tb], 5)] * 2, "refused", fn)
+        assert [x[0] for x in got] == [0, 0] and got[0][3] == (0, (None, None)), got
+        assert [get(key_of(c, l)) for l in (one, tb)] == before
+
+
+def test_lease_of_zero_replies_as_before():
+    """A request whose k is 0 in a call with leases replies the 3 elements
+    of a call without them, byte for byte; the values written are the same
+    too (twin clients, a bucket: its reply does not depend on the time)."""
+    lim = [(TB, 10, 3600 * S, 0), (TB, 7, 60 * S, 3)]
+    for fn in lua_scripts.FUNCTIONS:
+        a, b = new_client(), new_client()
+        plain = [(a, 1, lim), (a, 2, lim)]
+        leased = [(b, 1, lim, 0), (b, 2, lim, 0)]
+        raw_a = redis().c.command("FCALL", fn, 0, *decide_args(plain))
+        raw_b = redis().c.command("FCALL", fn, 0, *decide_args(leased))
+        assert decide_args(leased)[0][:2] == b"\x20\x01"
+        assert raw_a[10:] == raw_b[10:], (raw_a, raw_b)
+        assert [len(x) for x in parse_reply(raw_b)[1]] == [3, 3]
+        # (a and b decided moments apart: the same TAT relative to each now)
+        na, nb = parse_reply(raw_a)[0], parse_reply(raw_b)[0]
+        for l in lim:
+            va, vb = get(key_of(a, l)), get(key_of(b, l))
+            n = l[1] // math.gcd(l[1], l[2])
+            assert int(vb) - int(va) == (nb - na) * n, (l, va, vb)
+
+
+def test_lease_reply_bytes_are_the_documented_msgpack():
+    """A reply with leases, byte for byte as documented: 4 elements for a
+    request with k > 0, 3 for k = 0, extra a float64, the values fixstr or
+    str 8 (a text "A+R" of 32 bytes and more) or nil, a lease array of 16
+    entries and more (array 16)."""
+    c, d, e = new_client(), new_client(), new_client()
+    # T = 2^47 / q, 9 taken (the window leaves 8): the remainder R of TAT
+    # is 9 * 2^47 mod q, 15 digits, and the text 32 bytes
+    q = 2 ** 47 - 12000000000001
+    big = (TB, q, 2 ** 47, 0)
+    wide = [(TB, 50 + j, 3600 * S, 0) for j in range(14)] + [(FW, 90, 3600 * S, 0)]
+    reqs = [(c, 1, [big, (SW, 9, 60 * S, 0)], 33015), (d, 1, wide, 7), (c, 2, [big,
+            (SW, 9, 60 * S, 0)], 0), (e, 1, [(FW, 3, 60 * S, 0)], 2 ** 32 - 1)]
+    raw = redis().c.command("FCALL", "rl5_decide", 0, *decide_args(reqs))
+    now, results = parse_reply(raw)
+    assert [len(x) for x in results] == [4, 4, 3, 4], results
+    assert len(results[1][3][1]) == 15 and results[1][3][0] == 7, results[1]
+    assert len(results[0][3][1][0]) >= 32 and "+" in results[0][3][1][0], results[0]
+    assert results[3][3] == (2, (None,)), results[3]
+    assert raw == _reply_bytes(now, results)
+    assert Model().decide(now, reqs) == results
+
+
+def test_return_gives_back_an_untouched_lease():
+    """An untouched key takes the unspent tokens back exactly (TAT back by
+    them: a following request sees them), the windows their count; the
+    cluster function the same on a standalone server."""
+    lim = [(TB, 10, 3600 * S, 0), (FW, 20, 3600 * S, 0), (SW, 20, 3600 * S, 0)]
+    for fn, ret in zip(lua_scripts.FUNCTIONS, lua_scripts.RETURNS):
+        m = Model()
+        c = new_client()
+        take, got = check(m, [(c, 1, lim, 6)], "grant", fn)
+        extra, vals = got[0][3]
+        assert extra == 6, got
+        n, now, expect = return_lease(take, [(c, 4, lim)], vals, ret, mapped=False)
+        assert n == 3, n
+        assert m.give_back(now, take, [(c, 4, lim)], expect) == 3
+        check_stored(m, [key_of(c, l) for l in lim])
+        # 1 + 6 taken, 4 back: the next request leaves 10 - 3 - 1 = 6
+        _, got = check(m, [(c, 1, lim)], "after", fn)
+        assert [p[0] for p in got[0][2]] == [6, 16, 16], got
+        # given back once: the value moved on, the bucket keeps its tokens
+        before = get(key_of(c, lim[0]))
+        n, _, _ = return_lease(take, [(c, 1, [lim[0]])], vals[:1], ret, mapped=False)
+        assert n == 0 and get(key_of(c, lim[0])) == before
+
+
+def test_return_after_another_request_keeps_a_bucket():
+    """Once another request has written the key, a token bucket's tokens
+    are not given back (its value unchanged), a fixed window's count in
+    the grant's window is; a refused request in between writes nothing,
+    so the return still finds its value."""
+    tb, fw = (TB, 10, 3600 * S, 0), (FW, 20, 3600 * S, 0)
+    for fn, ret in zip(lua_scripts.FUNCTIONS, lua_scripts.RETURNS):
+        m = Model()
+        c = new_client()
+        take, got = check(m, [((c, c), 1, (tb, fw), 5)], "grant", fn)
+        vals = got[0][3][1]
+        check(m, [((c, c), 1, (tb, fw))], "touch", fn)
+        before = get(key_of(c, tb))
+        n, now, expect = return_lease(take, [((c, c), 3, (tb, fw))], vals, ret)
+        assert n == 1 and get(key_of(c, tb)) == before, (n, before)
+        assert m.give_back(now, take, [((c, c), 3, (tb, fw))], expect) == 1
+        assert get(key_of(c, fw)).endswith(":4"), get(key_of(c, fw))
+        check_stored(m, [key_of(c, tb), key_of(c, fw)])
+        # a refusal in between: the bucket's value stays the grant's
+        d = new_client()
+        one = (FW, 1, 3600 * S, 0)
+        check(m, [((d, d), 1, (one,))], "fill", fn)
+        take, got = check(m, [((d, d), 1, (tb,), 5)], "grant 2", fn)
+        vals = got[0][3][1]
+        _, got = check(m, [((d, d, d), 1, (tb, one, fw))], "refused", fn)
+        assert got[0][0] == 0, got
+        n, now, expect = return_lease(take, [((d,), 5, (tb,))], vals, ret)
+        assert n == 1 and m.give_back(now, take, [((d,), 5, (tb,))], expect) == 1
+        check_stored(m, [key_of(d, tb)])
+
+
+def test_return_never_lifts_a_bucket_over_its_capacity():
+    """Tokens refilled since the grant are not given twice: back at full,
+    the key is deleted; and a bucket refilled to full and taken again by
+    another agent keeps what it holds (the lease's reservation was
+    absorbed), where a plain refund would lift it."""
+    for fn, ret in zip(lua_scripts.FUNCTIONS, lua_scripts.RETURNS):
+        lim = (TB, 5, 500 * MS, 0)  # T = 100 ms
+        c = new_client()
+        take, got = decide([(c, 1, [lim], 4)], fn)
+        assert got[0][3][0] == 4, got
+        time.sleep(0.15)
+        n, _, _ = return_lease(take, [(c, 4, [lim])], got[0][3][1], ret, mapped=False)
+        assert n == 1 and redis().c.command("EXISTS", key_of(c, lim)) == 0
+        # full again at 500 ms; another request then; the return keeps it
+        c = new_client()
+        take, got = decide([(c, 1, [lim], 4)], fn)
+        time.sleep(0.55)
+        _, after = decide([(c, 1, [lim])], fn)
+        assert after[0][2][0][0] == 4, after
+        v = get(key_of(c, lim))
+        n, _, _ = return_lease(take, [(c, 4, [lim])], got[0][3][1], ret, mapped=False)
+        assert n == 0 and get(key_of(c, lim)) == v
+
+
+def test_lease_and_return_with_bad_arguments_write_nothing():
+    """Leases badly laid out, and a return with bad arguments: an error
+    reply, nothing written. rl5_refund and rl5_return take no leases."""
+    r = redis()
+    tb = (TB, 10, S, 0)
+    c = new_client()
+    k = key_of(c, tb)
+    good = decide_args([(c, 1, [tb], 5)])
+    assert len(good[0]) == 16
+    decide_cases = [
+        ([good[0][:-4]] + good[1:], "requests: need 2 + 14 * n bytes"),
+        ([good[0] + b"\x00" * 10] + good[1:], "requests: need 2 + 14 * n bytes"),
+        # ids for the leased requests: 8 bytes per request, not per record
+        ([struct.pack(">H", 0x6001) + good[0][2:], good[1], b"\x00" * 14, k],
+         "ids: need 8 bytes per request"),
+        ([good[0][:2] + struct.pack(">IIHI", 1, 0, 1, 5)] + good[1:],
+         "request 1: cost must be at least 1"),
+        ([good[0] + struct.pack(">IIHI", 2, 1, 1, 5)] + good[1:], "request 2: first_key"),
+    ]
+    for fn in lua_scripts.FUNCTIONS:
+        for args, want in decide_cases:
+            try:
+                fcall(args, fn)
+            except RespError as e:
+                assert want is None or str(e).startswith("ERR rl decide: " + want), (fn, e)
+            else:
+                raise AssertionError((fn, args))
+            assert r.c.command("EXISTS", k) == 0, (fn, args)
+    _, got = decide([(c, 1, [tb], 2)])
+    before = get(k)
+    vals = got[0][3][1]
+    plain = layout([(c, 1, [tb])])[0]
+    exp = mpack.packb(list(vals))
+    return_cases = [
+        (["x", exp] + plain, "take_us must be an integer"),
+        (["-1", exp] + plain, "take_us must be an integer"),
+        (["1"], "requests: need"),
+        (["1", exp, good[0]] + plain[1:], "requests: leases are taken only by a decide"),
+        (["1", exp, b"\x00"] + plain[1:], "requests: need 2 + 10 * n bytes"),
+        (["1", b"\xc1"] + plain, "expect: need a msgpack array of 1 entries"),
+        (["1", mpack.packb(vals[0])] + plain, "expect: need a msgpack array"),
+        (["1", mpack.packb([])] + plain, "expect: need a msgpack array of 1"),
+        (["1", mpack.packb([vals[0], None])] + plain, "expect: need a msgpack array of 1"),
+        (["1", exp + b"\xc0"] + plain, "expect: need"),
+        (["1", mpack.packb({"a": 1})] + plain, "expect: need"),
+        (["1", mpack.packb([7])] + plain, "expect: entry 1 must be nil or a string"),
+        (["1", mpack.packb([[vals[0]]])] + plain, "expect: entry 1 must be nil"),
+        (["1", exp, struct.pack(">HIIH", 1, 2, 1, 1)] + plain[1:], "request 1: first_key"),
+        (["1", exp, struct.pack(">HIIH", 0x8001, 1, 1, 1)] + plain[1:2] +
+         [b"\x00\x00\x00\x09"] + plain[2:], "keymap: position 1 must name a key"),
+    ]
+    for fn in lua_scripts.RETURNS:
+        for args, want in return_cases:
+            try:
+                r.c.command("FCALL", fn, 0, *args)
+            except RespError as e:
+                assert str(e).startswith("ERR rl decide: " + want), (fn, want, e)
+            else:
+                raise AssertionError((fn, args))
+            assert get(k) == before, (fn, args)
+    for fn in lua_scripts.REFUNDS:
+        try:
+            r.c.command("FCALL", fn, 0, "1", good[0], *plain[1:])
+        except RespError as e:
+            assert "requests: leases are taken only by a decide" in str(e), e
+        else:
+            raise AssertionError(fn)
+    assert get(k) == before
+    # and a good return still gives back
+    assert r.c.command("FCALL", "rl5_return", 0, "1", exp, *plain) == 1
 
 
 # ------------------------------------------------------------- measure
