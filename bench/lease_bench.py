@@ -429,6 +429,11 @@ def _calls_target(m):
     return "%s (target <= 1/%d: %s)" % (_per_call(m), CALLS_TARGET, "met" if ok else "NOT met")
 
 
+def _saved(x):
+    """A ratio of Redis CPU against M0's, in words."""
+    return "%.0f%% saved" % (100 * (1 - x)) if x <= 1 else "%.0f%% more" % (100 * (x - 1))
+
+
 def _from_leases(m):
     ls = m.get("lease")
     if not ls or not m["requests"]:
@@ -493,7 +498,7 @@ def report(ctx, rows):
             vs_n = "%.2fx%s" % (x, "" if key != "HL" else " (target <= %gx: %s)" % (
                 P99_TARGET, "met" if x <= P99_TARGET else "NOT met"))
         ls = m.get("lease")
-        L.append("| %s | %s | %.0f | %d of %.0f (%.0f%%) | %s | %s | %s | %s | %s | %s | %s "
+        L.append("| %s | %s | %.0f | %d of %.0f (%.1f%%) | %s | %s | %s | %s | %s | %s | %s "
                  "| %s / %s / %s | %s |" % (
                      key, rw["title"], m["rps"], m["passed"], allowed,
                      100.0 * m["passed"] / allowed,
@@ -508,8 +513,8 @@ def report(ctx, rows):
     if hl:
         v = ("HL: %d FCALL calls for %d decisions, one per %.0f (%d decision calls, %d "
              "lease returns): the target of at most one per %d is %s. %s of the decisions "
-             "(%d of the %d that passed) came from %d leases of %d tokens in all; %d requests were refused by the "
-             "agents while they waited for a lease's tokens, %d by the local refusal cache, "
+             "(%d of the %d that passed) came from %d leases of %d tokens in all; %d "
+             "requests were refused by the agents while they waited for a lease's tokens, %d by the local refusal cache, "
              "%d were decided in Redis." % (
                  hl["fcall"], hl["requests"],
                  hl["requests"] / hl["fcall"] if hl["fcall"] else float("inf"),
@@ -535,11 +540,11 @@ def report(ctx, rows):
                       " (H0, without leases: %s us, %.2fx)" % (
                           _f(h0["p99_us"]), h0["p99_us"] / n["p99_us"])))
         allowed = hot_allowance(hl, 1)
-        v += (" The client got %d of the %.0f the bucket allowed (%.0f%%)%s: leased "
+        v += (" The client got %d of the %.0f the bucket allowed (%.1f%%)%s: leased "
               "tokens are taken, so a lease held by the other agent or being given back "
               "shows as an early refusal, never as an admission over the limit." % (
                   hl["passed"], allowed, 100.0 * hl["passed"] / allowed,
-                  "" if not h0 else ", against %d of %.0f (%.0f%%) without leases" % (
+                  "" if not h0 else ", against %d of %.0f (%.1f%%) without leases" % (
                       h0["passed"], hot_allowance(h0, 1),
                       100.0 * h0["passed"] / hot_allowance(h0, 1))))
         L.append("- " + v)
@@ -562,10 +567,11 @@ def report(ctx, rows):
                  MIX_LIMIT, MIX_QUOTA / 60.0, MIX_QUOTA))
     L.append("")
     L.append("| # | configuration | decisions/s | Redis CPU us per decision | vs M0 "
-             "| Redis CPU (% of one CPU) | FCALL calls per decision | p50 us | p99 us "
+             "| Redis CPU (% of one CPU) | Redis waiting for a CPU | FCALL calls per decision "
+             "| p50 us | p99 us "
              "| from leases | leases (tokens) | CPU agent / generator "
              "| all runs (Redis CPU us per decision; p99 us) |")
-    L.append("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     m0 = med("M0")
     for key in ("M0", "ML"):
         rw = rows.get(key)
@@ -573,20 +579,22 @@ def report(ctx, rows):
             continue
         m = rw.get("median")
         if not m:
-            L.append("| %s | %s | failed | | | | | | | | | | |" % (key, rw["title"]))
+            L.append("| %s | %s | failed | | | | | | | | | | | |" % (key, rw["title"]))
             continue
         vs = "-"
         if key == "ML" and m0 and m0.get("cpu_per_decision") and m.get("cpu_per_decision"):
             x = m["cpu_per_decision"] / m0["cpu_per_decision"]
-            vs = "%.2fx (%.0f%% saved)" % (x, 100 * (1 - x))
+            vs = "%.2fx (%s)" % (x, _saved(x))
         ls = m.get("lease")
-        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s |" % (
-            key, rw["title"], m["rps"], _f(m["cpu_per_decision"], "%.2f"), vs,
-            _cpu(m["redis_cpu"]), _per_call(m), _f(m["p50_us"]), _f(m["p99_us"]),
-            _from_leases(m), "-" if not ls else "%d (%d)" % (ls["grants"], ls["tokens"]),
-            _cpu(m["agent_cpu"]), _cpu(m["gen_cpu"]),
-            ", ".join("%s; %s" % (_f(r["cpu_per_decision"], "%.2f"), _f(r["p99_us"]))
-                      for r in rw["runs"])))
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s "
+                 "| %s |" % (
+                     key, rw["title"], m["rps"], _f(m["cpu_per_decision"], "%.2f"), vs,
+                     _cpu(m["redis_cpu"]), _cpu(m.get("redis_wait")), _per_call(m),
+                     _f(m["p50_us"]), _f(m["p99_us"]), _from_leases(m),
+                     "-" if not ls else "%d (%d)" % (ls["grants"], ls["tokens"]),
+                     _cpu(m["agent_cpu"]), _cpu(m["gen_cpu"]),
+                     ", ".join("%s; %s" % (_f(r["cpu_per_decision"], "%.2f"), _f(r["p99_us"]))
+                               for r in rw["runs"])))
     L.append("")
     ml = med("ML")
     if m0 and ml and m0.get("cpu_per_decision") and ml.get("cpu_per_decision"):
@@ -596,13 +604,13 @@ def report(ctx, rows):
                  if s.get("cpu_per_decision") and r.get("cpu_per_decision")]
         hot_share = MIX_HOT_SHARE / 100.0
         L.append("- ML: Redis used %.2f us of CPU per decision against M0's %.2f: %.2fx, "
-                 "%.0f%% of Redis's CPU saved (round by round: %s). %s of ML's decisions "
+                 "%s of Redis's CPU (round by round: %s). %s of ML's decisions "
                  "came from leases, of the %.0f%% the hot clients asked; Redis ran one FCALL "
                  "per %.1f decisions against one per %.1f in M0 (the calls that decide carried "
                  "%.1f decisions each against %.1f: with the hot clients' requests answered "
                  "from leases, the cold ones leave in smaller batches, and each call has a "
                  "cost of its own), and used %s%% of one CPU against %s%%." % (
-                     ml["cpu_per_decision"], m0["cpu_per_decision"], x, 100 * (1 - x),
+                     ml["cpu_per_decision"], m0["cpu_per_decision"], x, _saved(x),
                      ", ".join("%.2fx" % p for p in pairs), _from_leases(ml),
                      100 * hot_share,
                      ml["requests"] / ml["fcall"] if ml["fcall"] else float("inf"),
@@ -635,7 +643,12 @@ def report(ctx, rows):
              "request passed." % redis_bench.LIBRARY)
     L.append("- The machine's CPUs are shared by Redis, the agents and the generators (five "
              "processes in H0 and HL); CPU columns are percent of one CPU during the run "
-             "(Redis: INFO cpu; agents: /proc, summed; generators: rusage, summed).")
+             "(Redis: INFO cpu; agents: /proc, summed; generators: rusage, summed). \"Redis "
+             "waiting for a CPU\" is the time its threads were runnable but not running "
+             "(/proc/PID/task/*/schedstat). Redis's CPU per decision depends on how many "
+             "decisions a call carries, and that on how long the previous call took: on a "
+             "busy machine calls come back later and carry more, so the round-by-round "
+             "ratios say more than one run's figure.")
     L.append("")
 
     L.append("### Commands")
