@@ -514,8 +514,8 @@ def report(ctx, rows):
         v = ("HL: %d FCALL calls for %d decisions, one per %.0f (%d decision calls, %d "
              "lease returns): the target of at most one per %d is %s. %s of the decisions "
              "(%d of the %d that passed) came from %d leases of %d tokens in all; %d "
-             "requests were refused by the agents while they waited for a lease's tokens, %d by the local refusal cache, "
-             "%d were decided in Redis." % (
+             "requests were refused by the agents while they waited for a lease's tokens, "
+             "%d by the local refusal cache, %d were decided in Redis." % (
                  hl["fcall"], hl["requests"],
                  hl["requests"] / hl["fcall"] if hl["fcall"] else float("inf"),
                  hl["calls"], hl["fcall"] - hl["calls"], CALLS_TARGET,
