@@ -298,7 +298,8 @@ local lval, lneed, lp = {}, {}, {}
 -- takes for a lease of at most k (see "Leases"): 0 when a limit of its
 -- rule is not a token bucket or a window, or none is left; else the
 -- extra, with the values of its limits evaluated at cost + extra (from
--- the values the cost evaluation read) in lval and their needs in lneed.
+-- the values in sv, those the evaluation at cost read) in lval and their
+-- needs in lneed.
 local function lease_take(rule, nl, k, cost, now, k1, mapped)
 	local extra = k
 	for j = 1, nl do
@@ -461,10 +462,11 @@ local function run(args, cluster)
 				end
 			end
 			local best = 1
-			if all and lease > 0 then
-				extra = lease_take(rule, nl, lease, cost, now, k, mapped)
-			end
 			if all then
+				if lease > 0 then
+					-- (before the writes below: from the values read)
+					extra = lease_take(rule, nl, lease, cost, now, k, mapped)
+				end
 				local low = out[1]
 				for j = 1, nl do
 					local p = k + j
@@ -486,17 +488,6 @@ local function run(args, cluster)
 						best, low = j, out[3 * j - 2]
 					end
 				end
-				if extra > 0 then
-					-- the key keeps the lease's value; the reply is the
-					-- request's own (see "Leases")
-					for j = 1, nl do
-						local p = k + j
-						if mapped then
-							p = kmap[p]
-						end
-						sv[p], wneed[p] = lval[j], lneed[j]
-					end
-				end
 			else
 				local most = -1
 				for j = 1, nl do
@@ -508,6 +499,18 @@ local function run(args, cluster)
 			parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
 		end
 		if lease > 0 then
+			if extra > 0 then
+				-- the keys keep the lease's values (the reply is the
+				-- request's own, see "Leases")
+				local k = ki - 1
+				for j = 1, nl do
+					local p = k + j
+					if mapped then
+						p = kmap[p]
+					end
+					sv[p], wneed[p] = lval[j], lneed[j]
+				end
+			end
 			parts[i + 1] = lease_reply(parts[i + 1], extra, rule, nl)
 		end
 	end
@@ -691,8 +694,9 @@ local function give_back(args, cluster)
 		return fail(m)
 	end
 	local ex = args[2]
-	local ok, want, more = pcall(mp_unpack, ex)
-	if not ok or more ~= nil or type(want) ~= 'table' or array_count(ex) ~= np then
+	-- (one value and nothing after it: the next offset is -1)
+	local ok, next, want = pcall(mp_unpack_one, ex)
+	if not ok or next ~= -1 or type(want) ~= 'table' or array_count(ex) ~= np then
 		return fail(fmt('expect: need a msgpack array of %d entries, one per key position', np))
 	end
 	for x = 1, np do
