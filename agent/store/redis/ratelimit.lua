@@ -222,7 +222,7 @@ them where the keys live. Any other error is raised as Redis gave it.
 -- the libraries it uses are bound on the first call (bind()).
 local floor, find, sub, match, fmt, byte, concat
 local type, tonumber, unpack, maxn, pcall, error
-local rcall, rpcall, mp_unpack, spack, sunpack, error_reply
+local rcall, rpcall, mp_unpack, mp_unpack_one, spack, sunpack, error_reply
 
 local function bind()
 	floor = math.floor
@@ -232,7 +232,8 @@ local function bind()
 	-- (these names are the upvalues here: the globals come through _G)
 	unpack, type, tonumber, pcall, error = _G.unpack, _G.type, _G.tonumber, _G.pcall, _G.error
 	rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
-	mp_unpack, spack, sunpack = cmsgpack.unpack, struct.pack, struct.unpack
+	mp_unpack, mp_unpack_one = cmsgpack.unpack, cmsgpack.unpack_one
+	spack, sunpack = struct.pack, struct.unpack
 end
 
 local MAX_REQS = 4096
