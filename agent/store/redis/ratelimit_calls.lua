@@ -630,41 +630,6 @@ local function refund_key(name, v, l, cost, take, now)
 	return 1
 end
 
--- Gives back what the requests of args took (see "Refund").
-local function refund(args, cluster)
-	local take = tonumber(args[1])
-	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
-		return fail('take_us must be an integer in 0..2^53')
-	end
-	local req, m, nr, k0, nk, mapped = parse(args, 1, false)
-	if not req then
-		return fail(m)
-	end
-	for i = 1, m do
-		local ki, e = request_at(req, i, nr, nk, 10)
-		if not ki then
-			return fail(e)
-		end
-	end
-	local now = now_us()
-	local changed = 0
-	for i = 1, m do
-		local ki, cost, rule = request_at(req, i, nr, nk, 10)
-		for j = 1, #rule do
-			local p = ki + j - 1
-			if mapped then
-				p = kmap[p]
-			end
-			local name = args[k0 + p]
-			local v = get_here(name, cluster)
-			if v then
-				changed = changed + refund_key(name, v, rule[j], cost, take, now)
-			end
-		end
-	end
-	return changed
-end
-
 -- The number of entries of the msgpack array whose bytes are s, from its
 -- header; nil when s does not start as an array.
 local function array_count(s)
@@ -681,28 +646,34 @@ local function array_count(s)
 	return nil
 end
 
--- Gives back a lease's unspent tokens (see "Return"): as refund(), but a
--- token bucket's key only when it holds the value expected at its
--- position, as the grant left it.
-local function give_back(args, cluster)
+-- Gives back what the requests of args took (see "Refund"), or, with
+-- cas, a lease's unspent tokens (see "Return"): then a token bucket's key
+-- only when it holds the value expected at its position, as the grant
+-- left it.
+local function give(args, cluster, cas)
 	local take = tonumber(args[1])
 	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
 		return fail('take_us must be an integer in 0..2^53')
 	end
-	local req, m, nr, k0, np, mapped = parse(args, 2, false)
+	local req, m, nr, k0, np, mapped = parse(args, cas and 2 or 1, false)
 	if not req then
 		return fail(m)
 	end
-	local ex = args[2]
-	-- (one value and nothing after it: the next offset is -1)
-	local ok, next, want = pcall(mp_unpack_one, ex)
-	if not ok or next ~= -1 or type(want) ~= 'table' or array_count(ex) ~= np then
-		return fail(fmt('expect: need a msgpack array of %d entries, one per key position', np))
-	end
-	for x = 1, np do
-		local w = want[x]
-		if w ~= nil and type(w) ~= 'string' then
-			return fail(fmt('expect: entry %d must be nil or a string', x))
+	local want
+	if cas then
+		local ex = args[2]
+		-- (one value and nothing after it: the next offset is -1)
+		local ok, next
+		ok, next, want = pcall(mp_unpack_one, ex)
+		if not ok or next ~= -1 or type(want) ~= 'table' or array_count(ex) ~= np then
+			return fail(fmt('expect: need a msgpack array of %d entries, one per key position',
+			    np))
+		end
+		for x = 1, np do
+			local w = want[x]
+			if w ~= nil and type(w) ~= 'string' then
+				return fail(fmt('expect: entry %d must be nil or a string', x))
+			end
 		end
 	end
 	for i = 1, m do
@@ -724,13 +695,22 @@ local function give_back(args, cluster)
 			local name, l = args[k0 + p], rule[j]
 			local v = get_here(name, cluster)
 			-- (a window's count is given back in the window of the take
-			-- whatever touched it since; a bucket's only when untouched)
-			if v and (l[1] ~= 0 or v == want[x]) then
+			-- whatever touched it since; a lease's bucket only when
+			-- untouched)
+			if v and (not cas or l[1] ~= 0 or v == want[x]) then
 				changed = changed + refund_key(name, v, l, cost, take, now)
 			end
 		end
 	end
 	return changed
+end
+
+local function refund(args, cluster)
+	return give(args, cluster, false)
+end
+
+local function give_back(args, cluster)
+	return give(args, cluster, true)
 end
 
 -- Gives back the places of requests (see "Concurrency"): ids holds 8
