@@ -24,41 +24,73 @@ static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
 	}
 }
 
-int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
+/* One request given back (rl5_refund, rl5_return): what took it, its cost,
+ * its rule's limits and each limit's key. */
+struct give {
+	const char *fn;
+	int64_t take_us;
+	const uint8_t *expect;       /* rl5_return: the values compared */
+	size_t expect_len;
+	uint64_t cost;
+	const struct limit_spec *limits;
+	size_t nl;
+	const uint8_t *key[LIMIT_SET_MAX];
+	uint64_t lidh[LIMIT_SET_MAX];
+};
+
+/* FCALL fn 0 <take_us> [<expect>] <requests> <rule> <key>...: one request
+ * of g's cost whose keys are 1 .. nl. Returns 0 when sent, else -1. */
+static int send_give(struct redis_node *rn, const struct give *g, redisCallbackFn *cb)
 {
-	const struct decide_query *q = &r->q;
-	const char *fn = redis_node_is_cluster(rn) ? "rl5_refund_cluster" : "rl5_refund";
-	const char *argv[6 + LIMIT_SET_MAX];
-	size_t argvlen[6 + LIMIT_SET_MAX], argc = 0;
+	const char *argv[7 + LIMIT_SET_MAX];
+	size_t argvlen[7 + LIMIT_SET_MAX], argc = 0;
 	uint8_t req[12], rule[RULE_BYTES_MAX];
 	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
 
-	STAT_INC(redis_node_stats(rn)->refunds);
-	if (!redis_node_ready(rn)) {
-		STAT_INC(redis_node_stats(rn)->refunds_lost);
-		return -1;
-	}
 	argv[argc] = "FCALL";
 	argvlen[argc++] = 5;
-	argv[argc] = fn;
-	argvlen[argc++] = strlen(fn);
+	argv[argc] = g->fn;
+	argvlen[argc++] = strlen(g->fn);
 	argv[argc] = "0";
 	argvlen[argc++] = 1;
 	argv[argc] = take;
-	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)redis_now);
+	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)g->take_us);
+	if (g->expect) {
+		argv[argc] = (const char *)g->expect;
+		argvlen[argc++] = g->expect_len;
+	}
 	redis_put_be(req, 1, 2);
 	redis_put_be(req + 2, 1, 4);
-	redis_put_be(req + 6, q->cost, 4);
+	redis_put_be(req + 6, g->cost, 4);
 	redis_put_be(req + 10, 1, 2);
 	argv[argc] = (const char *)req;
 	argvlen[argc++] = sizeof(req);
 	argv[argc] = (const char *)rule;
-	argvlen[argc++] = redis_limits_bytes(q->limits, q->nlimits, rule);
-	for (size_t j = 0; j < q->nlimits; j++) {
+	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, rule);
+	for (size_t j = 0; j < g->nl; j++) {
 		argv[argc] = key[j];
-		argvlen[argc++] = store_key_name(decide_limit_key(q, j), q->rule->lidh[j], key[j]);
+		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], key[j]);
 	}
-	if (redis_node_command(rn, on_refund_reply, rn, (int)argc, argv, argvlen) < 0) {
+	return redis_node_command(rn, cb, rn, (int)argc, argv, argvlen);
+}
+
+int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now)
+{
+	const struct decide_query *q = &r->q;
+	struct give g;
+
+	STAT_INC(redis_node_stats(rn)->refunds);
+	memset(&g, 0, sizeof(g));
+	g.fn = redis_node_is_cluster(rn) ? "rl5_refund_cluster" : "rl5_refund";
+	g.take_us = redis_now;
+	g.cost = q->cost;
+	g.limits = q->limits;
+	g.nl = q->nlimits;
+	for (size_t j = 0; j < q->nlimits; j++) {
+		g.key[j] = decide_limit_key(q, j);
+		g.lidh[j] = q->rule->lidh[j];
+	}
+	if (!redis_node_ready(rn) || send_give(rn, &g, on_refund_reply) < 0) {
 		STAT_INC(redis_node_stats(rn)->refunds_lost);
 		return -1;
 	}
@@ -168,36 +200,23 @@ static size_t return_values(const struct lease_return *ret, uint8_t *p)
 
 int redis_node_lease_return(struct redis_node *rn, const struct lease_return *ret)
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl5_return_cluster" : "rl5_return";
-	const char *argv[7 + LEASE_LIMITS_MAX];
-	size_t argvlen[7 + LEASE_LIMITS_MAX], argc = 0;
-	uint8_t req[12], rule[RULE_BYTES_MAX], values[1 + LEASE_LIMITS_MAX * (2 + LEASE_VALUE_MAX)];
-	char take[24], key[LEASE_LIMITS_MAX][STORE_KEY_NAME_LEN + 1];
+	uint8_t values[1 + LEASE_LIMITS_MAX * (2 + LEASE_VALUE_MAX)];
+	struct give g;
 
 	if (!redis_node_ready(rn) || ret->nlimits == 0 || ret->nlimits > LEASE_LIMITS_MAX ||
 	    ret->tokens == 0 || ret->tokens > UINT32_MAX)
 		return -1;
-	argv[argc] = "FCALL";
-	argvlen[argc++] = 5;
-	argv[argc] = fn;
-	argvlen[argc++] = strlen(fn);
-	argv[argc] = "0";
-	argvlen[argc++] = 1;
-	argv[argc] = take;
-	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)ret->take_us);
-	argv[argc] = (const char *)values;
-	argvlen[argc++] = return_values(ret, values);
-	redis_put_be(req, 1, 2);
-	redis_put_be(req + 2, 1, 4);
-	redis_put_be(req + 6, ret->tokens, 4);
-	redis_put_be(req + 10, 1, 2);
-	argv[argc] = (const char *)req;
-	argvlen[argc++] = sizeof(req);
-	argv[argc] = (const char *)rule;
-	argvlen[argc++] = redis_limits_bytes(ret->limits, ret->nlimits, rule);
+	memset(&g, 0, sizeof(g));
+	g.fn = redis_node_is_cluster(rn) ? "rl5_return_cluster" : "rl5_return";
+	g.take_us = ret->take_us;
+	g.expect = values;
+	g.expect_len = return_values(ret, values);
+	g.cost = ret->tokens;
+	g.limits = ret->limits;
+	g.nl = ret->nlimits;
 	for (size_t j = 0; j < ret->nlimits; j++) {
-		argv[argc] = key[j];
-		argvlen[argc++] = store_key_name(ret->key, ret->lidh[j], key[j]);
+		g.key[j] = ret->key;
+		g.lidh[j] = ret->lidh[j];
 	}
-	return redis_node_command(rn, on_return_reply, rn, (int)argc, argv, argvlen);
+	return send_give(rn, &g, on_return_reply);
 }
