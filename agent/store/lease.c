@@ -462,9 +462,22 @@ void lease_granted(struct lease_table *t, const struct lease_config *agent,
 	e->wait_until = 0;
 	e->returnable = keep_return(&e->ret, q, g, redis_now);
 	for (size_t j = 0; j < q->nlimits; j++) {
+		const struct limit_spec *l = &q->limits[j];
+
 		e->g[j].remaining = res[j].remaining;
 		e->g[j].reset_at = sent + res[j].reset_us;
 		e->g[j].more_at = sent + res[j].more_us;
+		/* A window's tokens count in the window that took them: spent
+		 * in the next one, they would come on top of its quota. So a
+		 * lease ends with the window (windows are aligned to multiples
+		 * of their period on Redis's clock; `sent` is before Redis read
+		 * it, so this ends no later than the window). */
+		if (l->algo != LIMIT_TOKEN_BUCKET && redis_now >= 0) {
+			int64_t left = l->period_us - redis_now % l->period_us;
+
+			if (sent + left < e->until)
+				e->until = sent + left;
+		}
 	}
 }
 

@@ -262,6 +262,33 @@ static void test_a_heavier_request_than_the_lease_holds(void **unused)
 	lease_table_free(t);
 }
 
+static void test_a_window_s_lease_ends_with_the_window(void **unused)
+{
+	struct lease_table *t = setup(1);
+	struct decide_query q = query(11, 1, 1);
+	struct limit_result res[LIMIT_SET_MAX];
+	uint32_t want;
+	int d;
+
+	/* Redis's clock at the grant: 50 ms before the window of 1 s ends;
+	 * spent after it, the tokens would come on top of the next window's
+	 * quota */
+	limits[0] = spec(LIMIT_FIXED_WINDOW, 1000, S, 0);
+	want = warm(t, &q, 10, T0);
+	grant(t, &q, want, 4, 500, T0, 9 * S + 950 * MS);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + 49 * MS, res, &d, &want), 1);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + 50 * MS, res, &d, &want), 0);
+	assert_int_equal(nsent, 1);
+	assert_int_equal(sent_back[0].tokens, 3);
+	/* a token bucket's lease lasts its interval */
+	limits[0] = spec(LIMIT_TOKEN_BUCKET, 1000, S, 0);
+	q = query(12, 1, 1);
+	want = warm(t, &q, 10, T0);
+	grant(t, &q, want, 4, 500, T0, 9 * S + 950 * MS);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + IV - 1, res, &d, &want), 1);
+	lease_table_free(t);
+}
+
 static void test_after_a_refusal_it_waits_for_the_tokens_it_wants(void **unused)
 {
 	struct lease_table *t = setup(1);
@@ -404,6 +431,7 @@ int main(void)
 		cmocka_unit_test(test_a_lease_is_spent_locally_then_asked_again),
 		cmocka_unit_test(test_unspent_tokens_go_back_when_the_interval_ends),
 		cmocka_unit_test(test_a_heavier_request_than_the_lease_holds),
+		cmocka_unit_test(test_a_window_s_lease_ends_with_the_window),
 		cmocka_unit_test(test_after_a_refusal_it_waits_for_the_tokens_it_wants),
 		cmocka_unit_test(test_an_admin_reset_voids_leases),
 		cmocka_unit_test(test_rules_without_leases),
