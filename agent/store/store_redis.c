@@ -1151,6 +1151,10 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
 	if (rw->cfg->local_cache && cache_answer(rw, q, r.queued, res, decider)) {
+		/* known refused: no call, so no lease asked for after all (else
+		 * the client would wait for an answer that never comes) */
+		if (r.lease)
+			lease_failed(rw->leases, q);
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
 	}

@@ -371,3 +371,54 @@ def test_a_reset_through_another_agent_voids_leases_within_an_interval(h):
     assert fresh is not None and fresh <= 1.2, fresh
     # the fresh bucket counts only what A asked of it since
     assert v["remaining"] == 999, v
+
+
+
+def test_a_lease_asked_with_a_request_answered_locally_is_not_awaited(h):
+    """A request that asks for a lease and is then refused by the local
+    refusal cache sends no call: the client must not wait for a grant
+    (it used to, 4 s long, every request going to Redis one by one
+    meanwhile). Limit 9/1h, leases of at most 4 (--lease-share 50)."""
+    redis = RedisServer(h)
+    a = start(h, redis, "--limit", "9/1h", "--lease", "1s", "--lease-share", "50", "--admin",
+              "-t", "1")
+    c = Client(a.port)
+    # 1-3 in Redis, 4 with a lease of 4 (1 token left), 5-8 from it
+    assert [c.ask()["status"] for _ in range(8)] == [0] * 8
+    # 9 asks for a lease and takes the last token (a lease of 0: the
+    # holder waits at most an interval), 10 (in the same call) is refused
+    # and its refusal is cached for the bucket's 400 s
+    c.sid += 2
+    c.c.send(spop.check_rate(c.sid - 1, 1, api_key=CLIENT) +
+             spop.check_rate(c.sid, 1, api_key=CLIENT))
+    got = sorted((f.sid, f.vars()["status"]) for f in (c.c.expect(ACK), c.c.expect(ACK)))
+    assert [st for _, st in got] == [0, 429], got
+    time.sleep(1.1)
+    # 11 would ask for a lease; the cache refuses it first
+    assert c.ask()["status"] == 429
+    assert http_get(a.mport, "/admin/reset?api_key=%s" % CLIENT, method="POST").status == 200
+    calls0 = fcalls(redis, "rl5_decide")
+    assert [c.ask()["status"] for _ in range(9)] == [0] * 9
+    c.close()
+    # on the fresh bucket: leases again (4 + 4 from two calls), not a call
+    # per request
+    assert fcalls(redis, "rl5_decide") - calls0 <= 3
+
+
+def test_a_hot_client_s_calls_stay_few_at_a_steady_rate(h):
+    """One client at 20x its limit from two agents on a timetable (the
+    bench's H0/HL, shorter): with leases Redis sees a call per hundreds of
+    decisions. A lease asked for with a request that the local refusal
+    cache then answered used to leave the client waiting for a grant that
+    never came, all its requests going to Redis one by one."""
+    redis = RedisServer(h)
+    lease = ("--limit", "1000/1s", "--lease", "100ms", "-t", "1")
+    agents = [start(h, redis, *lease, name="agent1"), start(h, redis, *lease, name="agent2")]
+    calls0 = fcalls(redis, "rl5_decide")
+    out, wall = benches(agents, "--conns", "8", "--inflight", "20", "--rate", "10000",
+                        "--requests", "30000")
+    calls = fcalls(redis, "rl5_decide") - calls0
+    decided = sum(o["passed"] + o["limited"] for o in out)
+    assert decided == 60000 and all(o["errors"] == 0 for o in out), out
+    assert sum(o["passed"] for o in out) <= 1000 + 1000 * wall
+    assert calls * 50 <= decided, (calls, decided)
