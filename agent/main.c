@@ -269,6 +269,9 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
+	if (rules_any_lease(r) && !srv.store->ops->shared)
+		log_warn("reload: lease in the rules is ignored: leases are taken from Redis, and "
+			 "this agent keeps its buckets in memory");
 	rules_set_gen(r, ++generation);
 	rules_set_secret(r, hash_key);
 	server_swap_rules(&srv, r);

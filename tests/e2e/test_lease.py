@@ -10,6 +10,7 @@ Load comes from build/spop-bench (closed or open loop, one client:
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -422,3 +423,22 @@ def test_a_hot_client_s_calls_stay_few_at_a_steady_rate(h):
     assert decided == 60000 and all(o["errors"] == 0 for o in out), out
     assert sum(o["passed"] for o in out) <= 1000 + 1000 * wall
     assert calls * 50 <= decided, (calls, decided)
+
+
+def test_a_reload_bringing_lease_to_a_memory_store_warns(h):
+    """At start a file with lease on a memory store is refused; a reload
+    that brings one is taken (the rest of the file may be wanted) with a
+    warning that leases are ignored, and decisions go on in memory."""
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write("limits: [\"3/1h\"]\n")
+    a = h.agent("-f", path)
+    with open(path, "w") as f:
+        f.write("limits: [\"5/1h\"]\nlease: 100ms\n")
+    a.signal(signal.SIGHUP)
+    harness.wait_for(lambda: "reloaded" in a.log(), 5, "the reload")
+    assert "lease in the rules is ignored" in a.log()
+    c = Client(a.port, "memory")
+    got = [c.ask()["status"] for _ in range(6)]
+    c.close()
+    assert got == [0] * 5 + [429], got
