@@ -12,8 +12,10 @@
  * Leased tokens are taken, so the fleet never admits more than Redis
  * counted: what a lease costs is refusals that come early, while tokens
  * sit in another holder's lease (at most k per holder), and, after Redis
- * refused a client, a wait until k tokens are back before its next call
- * (at most k - 1 more). k follows the tokens the client asked this worker
+ * refused a client or gave it less than asked, a wait for some of the
+ * missing tokens (a random part of the time k - 1 take, at most an
+ * interval) before its next call. A window's lease also ends with the
+ * window that counted it. k follows the tokens the client asked this worker
  * for in the last interval, at most `share_pct` percent of the tightest
  * limit's capacity, and a client asking fewer than LEASE_MIN tokens per
  * interval gets none: it is decided in Redis as before.
