@@ -16,7 +16,6 @@ struct lease {
 	/* a call asking for a lease is out (since then) */
 	bool pending;
 	int64_t pending_since;
-	uint32_t want;
 	/* the lease: tokens left, spent since the grant, over at `until` */
 	uint64_t tokens, spent;
 	int64_t until;
@@ -342,12 +341,17 @@ int lease_check(struct lease_table *t, const struct lease_config *agent,
 		return 0;
 	e->pending = false;
 	*want = want_of(e, q, cfg);
-	if (*want) {
+	return 0;
+}
+
+void lease_asked(struct lease_table *t, const struct decide_query *q, int64_t now)
+{
+	struct lease *e = t ? lookup(t, q) : NULL;
+
+	if (e) {
 		e->pending = true;
 		e->pending_since = now;
-		e->want = *want;
 	}
-	return 0;
 }
 
 void lease_failed(struct lease_table *t, const struct decide_query *q)
@@ -388,10 +392,10 @@ void lease_granted(struct lease_table *t, const struct lease_config *agent,
 	struct lease *e;
 	int64_t extra = g ? g->extra : 0;
 
-	if (!t || !lease_rule_ok(q))
+	/* (a query that asked has a rule with leases: its rule, and so its
+	 * config, cannot have changed since) */
+	if (!t || !config_of(agent, q, &own))
 		return;
-	if (!config_of(agent, q, &own))
-		own.interval_us = LEASE_INTERVAL_MIN_US; /* the rules changed since it asked */
 	e = lookup(t, q);
 	if (e)
 		e->pending = false;

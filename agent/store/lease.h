@@ -96,8 +96,8 @@ bool lease_rule_ok(const struct decide_query *q);
 /* Before q goes to Redis: returns 1 when the table decides it (res[] and
  * *decider filled: allowed from the client's lease, or refused while it
  * waits for tokens after Redis refused it), else 0, with *want the tokens
- * to ask for with q (0: none). `epoch` is the store's admin-reset count:
- * a reset since a lease voids it. */
+ * to ask for with q (0: none; none while a call that asked is out). `epoch`
+ * is the store's admin-reset count: a reset since a lease voids it. */
 int lease_check(struct lease_table *t, const struct lease_config *cfg,
 		const struct decide_query *q, uint64_t epoch, int64_t now,
 		struct limit_result *res, int *decider, uint32_t *want);
@@ -109,6 +109,11 @@ void lease_granted(struct lease_table *t, const struct lease_config *cfg,
 		   const struct decide_query *q, uint32_t want, uint64_t epoch,
 		   const struct limit_result *res, int decider, const struct lease_grant *g,
 		   int64_t sent, int64_t redis_now);
+
+/* q, asking for the tokens lease_check() named, went out to Redis at
+ * `now`: until its answer (lease_granted) or its failure (lease_failed),
+ * the client's other requests do not ask. */
+void lease_asked(struct lease_table *t, const struct decide_query *q, int64_t now);
 
 /* q asked for a lease and was not decided by Redis. */
 void lease_failed(struct lease_table *t, const struct decide_query *q);

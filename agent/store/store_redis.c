@@ -94,7 +94,7 @@ struct redis_worker {
 	struct redis_store *rst;
 	const struct redis_config *cfg;
 	struct refusal *cache;
-	struct lease_table *leases;    /* NULL: no leases */
+	struct lease_table *leases;    /* leased tokens (lease.h) */
 	struct lease_config lease;
 	ev_timer lease_w;              /* gives back the leases whose time is over */
 	struct redis_node *node[WORKER_NODES_MAX];
@@ -1151,10 +1151,6 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
 	if (rw->cfg->local_cache && cache_answer(rw, q, r.queued, res, decider)) {
-		/* known refused: no call, so no lease asked for after all (else
-		 * the client would wait for an answer that never comes) */
-		if (r.lease)
-			lease_failed(rw->leases, q);
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
 	}
@@ -1170,11 +1166,13 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 		return redis_split_start(&r, &split_cb, rw) == 0 ? STORE_PENDING
 								  : STORE_UNAVAILABLE;
 	}
-	if (dispatch(rw, &r) == 0)
-		return STORE_PENDING;
+	if (dispatch(rw, &r) < 0)
+		return STORE_UNAVAILABLE;
+	/* asked for only now that the call is on its way (a request the
+	 * refusal cache answered, or that found no server, asked nothing) */
 	if (r.lease)
-		lease_failed(rw->leases, q);
-	return STORE_UNAVAILABLE;
+		lease_asked(rw->leases, q, r.queued);
+	return STORE_PENDING;
 }
 
 static void redis_release(struct store_worker *sw, const struct rule *rule, size_t j,

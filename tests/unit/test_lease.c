@@ -84,8 +84,11 @@ static uint32_t warm(struct lease_table *t, const struct decide_query *q, int n,
 
 	for (int i = 0; i < n; i++) {
 		assert_int_equal(lease_check(t, &cfg, q, 0, now, res, &d, &want), 0);
-		if (want)
+		if (want) {
+			/* the call that asks goes out, as the store sends it */
+			lease_asked(t, q, now);
 			return want;
+		}
 	}
 	return want;
 }
@@ -423,6 +426,29 @@ static void test_clients_holding_leases_keep_their_places(void **unused)
 	lease_table_free(t);
 }
 
+/* A request that would ask for a lease but never went out (the store
+ * answered it itself) leaves nothing pending: the next one asks again. */
+static void test_only_a_call_that_went_out_is_awaited(void **unused)
+{
+	struct lease_table *t = setup(1);
+	struct decide_query q = query(13, 1, 1);
+	struct limit_result res[LIMIT_SET_MAX];
+	uint32_t want;
+	int d;
+
+	limits[0] = spec(LIMIT_TOKEN_BUCKET, 1000, S, 0);
+	assert_int_equal(feed(t, &q, 4, T0), LEASE_MIN);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + MS, res, &d, &want), 0);
+	assert_int_equal(want, 5);
+	lease_asked(t, &q, T0 + MS);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + 2 * MS, res, &d, &want), 0);
+	assert_int_equal(want, 0);
+	lease_failed(t, &q);
+	assert_int_equal(lease_check(t, &cfg, &q, 0, T0 + 3 * MS, res, &d, &want), 0);
+	assert_int_equal(want, 7);
+	lease_table_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -432,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_unspent_tokens_go_back_when_the_interval_ends),
 		cmocka_unit_test(test_a_heavier_request_than_the_lease_holds),
 		cmocka_unit_test(test_a_window_s_lease_ends_with_the_window),
+		cmocka_unit_test(test_only_a_call_that_went_out_is_awaited),
 		cmocka_unit_test(test_after_a_refusal_it_waits_for_the_tokens_it_wants),
 		cmocka_unit_test(test_an_admin_reset_voids_leases),
 		cmocka_unit_test(test_rules_without_leases),
