@@ -336,12 +336,14 @@ static int result_from(const struct redis_query *r, int64_t allowed, const int64
 	return 0;
 }
 
-static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_t allowed,
-		       int64_t decider, const int64_t *vals, size_t nvals, int64_t redis_now,
+/* Query i of b, answered by its part d of the reply. */
+static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i,
 		       const struct redis_decision *d)
 {
 	struct limit_result res[LIMIT_SET_MAX];
 	const struct redis_query *r = &b->rq[i];
+	int64_t allowed = d->ok ? d->allowed : -1, decider = d->decider;
+	struct lease_grant g, *grant = NULL;
 
 	if (allowed == 2) {
 		/* Cluster: the key lives on another node now */
@@ -350,7 +352,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 		return;
 	}
 	if ((allowed != 0 && allowed != 1) || decider < 1 || (size_t)decider > r->q.nlimits ||
-	    result_from(r, allowed, vals, nvals, res) < 0) {
+	    result_from(r, allowed, d->vals, d->nvals, res) < 0) {
 		STAT_INC(rn->stats->errors);
 		answer_degraded(rn, r, true);
 		return;
@@ -358,18 +360,15 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i, int64_
 	if (!allowed) /* the deciding limit refuses; no other limit was charged */
 		res[decider - 1].allowed = false;
 	STAT_INC(rn->stats->replies);
-	if (r->lease && d && d->has_lease) {
-		struct lease_grant g;
-
+	if (r->lease && d->has_lease) {
 		g.extra = d->lease_extra;
 		for (size_t j = 0; j < r->q.nlimits; j++) {
 			g.value[j] = d->lval[j];
 			g.value_len[j] = d->llen[j];
 		}
-		rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now, &g);
-		return;
+		grant = &g;
 	}
-	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, redis_now, NULL);
+	rn->cb->decided(rn->owner, r, res, (int)decider - 1, b->sent, d->now, grant);
 }
 
 /* msgpack reply, decoded by redis_reply.c */
@@ -377,12 +376,8 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 {
 	if (redis_reply_msgpack(data, len, b->n, rn->decoded) < 0)
 		return -1;
-	for (size_t i = 0; i < b->n; i++) {
-		const struct redis_decision *d = &rn->decoded[i];
-
-		answer_one(rn, b, i, d->ok ? d->allowed : -1, d->decider, d->vals, d->nvals, d->now,
-			   d);
-	}
+	for (size_t i = 0; i < b->n; i++)
+		answer_one(rn, b, i, &rn->decoded[i]);
 	return 0;
 }
 
