@@ -97,16 +97,29 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 	return 0;
 }
 
-static void on_release_reply(redisAsyncContext *ac, void *reply_, void *priv)
+/* An error reply to a call that waits for nothing but its failure: counted
+ * and logged (`what` names the call). No reply: the connection went. */
+static void oneway_error(void *priv, void *reply_, const char *what)
 {
 	struct redis_node *rn = priv;
 	const redisReply *reply = reply_;
 
-	(void)ac;
 	if (reply && reply->type == REDIS_REPLY_ERROR) {
 		STAT_INC(redis_node_stats(rn)->errors);
-		log_warn("redis: %s: release failed: %s", redis_node_name(rn), reply->str);
+		log_warn("redis: %s: %s failed: %s", redis_node_name(rn), what, reply->str);
 	}
+}
+
+static void on_release_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	(void)ac;
+	oneway_error(priv, reply, "release");
+}
+
+static void on_penalize_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	(void)ac;
+	oneway_error(priv, reply, "penalty event");
 }
 
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
@@ -161,20 +174,13 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	argvlen[5] = store_key_name(key, p->count_lidh, ck);
 	argv[6] = bk;
 	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], bk);
-	return redis_node_command(rn, on_release_reply, rn, 7, argv, argvlen);
+	return redis_node_command(rn, on_penalize_reply, rn, 7, argv, argvlen);
 }
 
-
-static void on_return_reply(redisAsyncContext *ac, void *reply_, void *priv)
+static void on_return_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
-	struct redis_node *rn = priv;
-	const redisReply *reply = reply_;
-
 	(void)ac;
-	if (reply && reply->type == REDIS_REPLY_ERROR) {
-		STAT_INC(redis_node_stats(rn)->errors);
-		log_warn("redis: %s: lease return failed: %s", redis_node_name(rn), reply->str);
-	}
+	oneway_error(priv, reply, "lease return");
 }
 
 /* The values a return compares, as the library takes them: a msgpack
