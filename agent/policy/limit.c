@@ -525,6 +525,20 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		res->reset_us = 0;
 }
 
+void limit_refused_by(struct limit_result *res, const struct limit_spec *limits, size_t n,
+		      size_t d, int64_t retry_us, int64_t reset_us, int64_t more_us)
+{
+	for (size_t i = 0; i < n; i++) {
+		memset(&res[i], 0, sizeof(res[i]));
+		res[i].allowed = true;
+		res[i].limit = limits[i].quota;
+	}
+	res[d].allowed = false;
+	res[d].retry_after_us = retry_us;
+	res[d].reset_us = reset_us > 0 ? reset_us : 0;
+	res[d].more_us = more_us > 0 ? more_us : 0;
+}
+
 int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64_t remaining,
 			     int64_t reset_us)
 {

@@ -146,6 +146,14 @@ void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64_t remaining,
 			     int64_t reset_us);
 
+/* The results of a request known to be refused by limit d of limits[0..n)
+ * until now + retry_us (> 0), without asking the store: d refuses, with
+ * reset_us and more_us as given (negative: 0); the others read as allowing
+ * (only the refusing one is known). For the answers a store gives from
+ * what it remembers of an earlier refusal. */
+void limit_refused_by(struct limit_result *res, const struct limit_spec *limits, size_t n,
+		      size_t d, int64_t retry_us, int64_t reset_us, int64_t more_us);
+
 /* ---- sliding log ----------------------------------------------------------
  * The requests a log admitted, oldest first, each with its weight. An entry
  * counts while it is in the window, for P after its time; a request of

@@ -112,15 +112,22 @@ static void give_back(struct lease_table *t, struct lease *e)
 	e->tokens = 0;
 }
 
-/* The client's two possible entries: its own, or NULL. */
-static struct lease *lookup(struct lease_table *t, const struct decide_query *q)
+/* The two places a client's entry may be in. */
+static void places(struct lease_table *t, const uint8_t *key, struct lease **a, struct lease **b)
 {
 	uint32_t h;
+
+	memcpy(&h, key, sizeof(h)); /* the key is a hash already */
+	*a = &t->e[h & (t->cap - 1)];
+	*b = &t->e[(h ^ 1) & (t->cap - 1)];
+}
+
+/* The client's entry, or NULL. */
+static struct lease *lookup(struct lease_table *t, const struct decide_query *q)
+{
 	struct lease *a, *b;
 
-	memcpy(&h, q->key, sizeof(h)); /* the key is a hash already */
-	a = &t->e[h & (t->cap - 1)];
-	b = &t->e[(h ^ 1) & (t->cap - 1)];
+	places(t, q->key, &a, &b);
 	if (a->limits && same(a, q))
 		return a;
 	if (b->limits && same(b, q))
@@ -136,13 +143,10 @@ static struct lease *lookup_or_make(struct lease_table *t, const struct decide_q
 				    uint64_t epoch, int64_t now)
 {
 	struct lease *e = lookup(t, q), *a, *b;
-	uint32_t h;
 
 	if (e)
 		return e;
-	memcpy(&h, q->key, sizeof(h));
-	a = &t->e[h & (t->cap - 1)];
-	b = &t->e[(h ^ 1) & (t->cap - 1)];
+	places(t, q->key, &a, &b);
 	if (!a->limits)
 		e = a;
 	else if (!b->limits)
@@ -229,14 +233,11 @@ static void wait_after_lease(struct lease *e, const struct decide_query *q, int6
 }
 
 /* An allowed answer from e's lease, after this request's tokens were
- * taken from it: what the grant said, less what was spent since (the
- * refill since is not counted, so remaining is at most Redis's). */
+ * taken from it: what the grant said, less what this worker spent of it
+ * since (neither the refill since nor other agents' takes are counted). */
 static void answer_lease(const struct lease *e, const struct decide_query *q, int64_t now,
 			 struct limit_result *res, int *decider)
 {
-	uint64_t low = UINT64_MAX;
-
-	*decider = 0;
 	for (size_t j = 0; j < q->nlimits; j++) {
 		const struct limit_spec *l = &q->limits[j];
 		uint64_t rem = e->g[j].remaining > e->spent ? e->g[j].remaining - e->spent : 0;
@@ -256,30 +257,17 @@ static void answer_lease(const struct lease *e, const struct decide_query *q, in
 		res[j].remaining = rem;
 		res[j].reset_us = reset;
 		res[j].more_us = more > 0 ? more : 0;
-		if (rem < low) {
-			low = rem;
-			*decider = (int)j;
-		}
 	}
+	*decider = limit_decider(res, q->nlimits);
 }
 
-/* A refusal while e waits for tokens: the refusing limit as Redis said,
- * the others as allowing (only the refusing one is known). */
+/* A refusal while e waits for tokens: the refusing limit as Redis said. */
 static void answer_wait(const struct lease *e, const struct decide_query *q, int64_t now,
 			struct limit_result *res, int *decider)
 {
-	int d = e->wait_decider;
-
-	for (size_t j = 0; j < q->nlimits; j++) {
-		memset(&res[j], 0, sizeof(res[j]));
-		res[j].allowed = true;
-		res[j].limit = q->limits[j].quota;
-	}
-	res[d].allowed = false;
-	res[d].retry_after_us = e->wait_until - now;
-	res[d].reset_us = e->wait_full_at > now ? e->wait_full_at - now : 0;
-	res[d].more_us = e->wait_more_at > now ? e->wait_more_at - now : 0;
-	*decider = d;
+	limit_refused_by(res, q->limits, q->nlimits, (size_t)e->wait_decider, e->wait_until - now,
+			 e->wait_full_at - now, e->wait_more_at - now);
+	*decider = e->wait_decider;
 }
 
 /* The leases of q's rule: its own `lease` or the agent's. Returns false

@@ -282,18 +282,8 @@ static int cache_answer(struct redis_worker *rw, const struct decide_query *q, i
 	    (q->rule->nstack &&
 	     memcmp(e->lkey, decide_limit_key(q, (size_t)e->decider), IDENTITY_KEY_LEN) != 0))
 		return 0;
-	/* the others as allowing: only the refusing one is known */
-	for (size_t i = 0; i < q->nlimits; i++) {
-		memset(&res[i], 0, sizeof(res[0]));
-		res[i].allowed = true;
-		res[i].limit = q->limits[i].quota;
-	}
-	res[e->decider].allowed = false;
-	res[e->decider].limit = q->limits[e->decider].quota;
-	res[e->decider].remaining = 0;
-	res[e->decider].retry_after_us = e->until - now;
-	res[e->decider].reset_us = e->full_at > now ? e->full_at - now : 0;
-	res[e->decider].more_us = e->more_at > now ? e->more_at - now : 0;
+	limit_refused_by(res, q->limits, q->nlimits, (size_t)e->decider, e->until - now,
+			 e->full_at - now, e->more_at - now);
 	*decider = e->decider;
 	return 1;
 }

@@ -1589,6 +1589,37 @@ static void test_log_against_definition(void **unused)
 	}
 }
 
+/* limit_refused_by: the refusing limit as given, negative times as 0, the
+ * others allowing with their quota and nothing else known. */
+static void test_refused_by(void **unused)
+{
+	struct limit_spec l[3];
+	struct limit_result res[3];
+
+	memset(l, 0, sizeof(l));
+	l[0].quota = 10;
+	l[1].quota = 20;
+	l[2].quota = 30;
+	memset(res, 0x5a, sizeof(res));
+	limit_refused_by(res, l, 3, 1, 700, 900, -5);
+	assert_true(res[0].allowed && res[2].allowed);
+	assert_false(res[1].allowed);
+	assert_int_equal(res[0].limit, 10);
+	assert_int_equal(res[1].limit, 20);
+	assert_int_equal(res[2].limit, 30);
+	assert_int_equal(res[1].remaining, 0);
+	assert_int_equal(res[1].retry_after_us, 700);
+	assert_int_equal(res[1].reset_us, 900);
+	assert_int_equal(res[1].more_us, 0);
+	assert_int_equal(res[0].remaining, 0);
+	assert_int_equal(res[2].retry_after_us, 0);
+	assert_int_equal(res[2].reset_us, 0);
+	limit_refused_by(res, l, 1, 0, 1, -1, 3);
+	assert_false(res[0].allowed);
+	assert_int_equal(res[0].reset_us, 0);
+	assert_int_equal(res[0].more_us, 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1597,6 +1628,7 @@ int main(void)
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_format_period),
 		cmocka_unit_test(test_ceil_s),
+		cmocka_unit_test(test_refused_by),
 		cmocka_unit_test(test_bucket_fresh),
 		cmocka_unit_test(test_bucket_refill),
 		cmocka_unit_test(test_bucket_burst),
