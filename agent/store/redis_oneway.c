@@ -11,6 +11,18 @@
 #include "redis_encode.h"
 #include "redis_node.h"
 
+/* FCALL <fn> 0, the head of every call here: argv[0..3). Returns 3. */
+static size_t fcall_head(const char **argv, size_t *argvlen, const char *fn)
+{
+	argv[0] = "FCALL";
+	argvlen[0] = 5;
+	argv[1] = fn;
+	argvlen[1] = strlen(fn);
+	argv[2] = "0";
+	argvlen[2] = 1;
+	return 3;
+}
+
 static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
 {
 	struct redis_node *rn = priv;
@@ -43,16 +55,10 @@ struct give {
 static int send_give(struct redis_node *rn, const struct give *g, redisCallbackFn *cb)
 {
 	const char *argv[7 + LIMIT_SET_MAX];
-	size_t argvlen[7 + LIMIT_SET_MAX], argc = 0;
+	size_t argvlen[7 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
 	uint8_t req[12], rule[RULE_BYTES_MAX];
 	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
 
-	argv[argc] = "FCALL";
-	argvlen[argc++] = 5;
-	argv[argc] = g->fn;
-	argvlen[argc++] = strlen(g->fn);
-	argv[argc] = "0";
-	argvlen[argc++] = 1;
 	argv[argc] = take;
 	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)g->take_us);
 	if (g->expect) {
@@ -134,12 +140,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	if (!redis_node_ready(rn))
 		return -1;
 	redis_put_be(idb, id, 8);
-	argv[0] = "FCALL";
-	argvlen[0] = 5;
-	argv[1] = fn;
-	argvlen[1] = strlen(fn);
-	argv[2] = "0";
-	argvlen[2] = 1;
+	fcall_head(argv, argvlen, fn);
 	argv[3] = (const char *)idb;
 	argvlen[3] = sizeof(idb);
 	argv[4] = name;
@@ -159,12 +160,7 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 
 	if (!redis_node_ready(rn))
 		return -1;
-	argv[0] = "FCALL";
-	argvlen[0] = 5;
-	argv[1] = fn;
-	argvlen[1] = strlen(fn);
-	argv[2] = "0";
-	argvlen[2] = 1;
+	fcall_head(argv, argvlen, fn);
 	argv[3] = (const char *)rb;
 	argvlen[3] = redis_limits_bytes(&p->count, 1, rb);
 	argv[4] = ban;
