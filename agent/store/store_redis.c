@@ -39,9 +39,9 @@
 #include "redis_sentinel.h"
 #include "redis_slots.h"
 #include "redis_split.h"
+#include "refusals.h"
 #include "store.h"
 
-#define CACHE_SIZE 4096            /* refused-until entries per worker */
 #define LEASE_CLIENTS 1024         /* clients followed for leases, per worker */
 #define LEASE_SWEEP 0.05           /* leases over go back this often (s) */
 #define ENTRIES_MAX 512            /* node addresses with counters */
@@ -51,23 +51,6 @@
 #define REFRESH_TIMEOUT 1.0
 #define RECHECK 1.0                /* while something is wrong, look again */
 #define RECHECK_DOWN 0.25          /* cluster: a master is down: read the map */
-
-/* A client refused until `until` (local clock), by limit `decider` of the
- * limits at `limits`, for a request of weight `cost`: only requests at
- * least as heavy are refused from the cache (a lighter one may pass). */
-struct refusal {
-	uint8_t key[IDENTITY_KEY_LEN];
-	/* the refusing limit's key: the client's, or a layer's (an address,
-	 * every client), which another request of the client may not share */
-	uint8_t lkey[IDENTITY_KEY_LEN];
-	const struct limit_spec *limits;
-	uint64_t epoch;      /* admin resets so far; a later reset voids it */
-	uint32_t cost;
-	int64_t until;
-	int64_t full_at;
-	int64_t more_at;     /* when more quota comes (limit.h: more_us) */
-	int decider;
-};
 
 /* Counters of one server address, shared by the workers' nodes to it. */
 struct node_entry {
@@ -93,7 +76,7 @@ struct redis_worker {
 	struct store_worker *sw;
 	struct redis_store *rst;
 	const struct redis_config *cfg;
-	struct refusal *cache;
+	struct refusals *cache;        /* refused-until (refusals.h) */
 	struct lease_table *leases;    /* leased tokens (lease.h) */
 	struct lease_config lease;
 	ev_timer lease_w;              /* gives back the leases whose time is over */
@@ -251,79 +234,15 @@ static void redis_each_node(struct store *st, store_node_fn *fn, void *arg)
 		fn(arg, "other", &rst->overflow.stats);
 }
 
-/* ---- the refused-until cache ------------------------------------------------- */
+/* ---- the refused-until cache (refusals.h), leases (lease.h) ------------------ */
 
 static void redis_rules_changed(struct store_worker *sw)
 {
 	struct redis_worker *rw = sw->impl;
 
-	memset(rw->cache, 0, CACHE_SIZE * sizeof(*rw->cache));
+	refusals_clear(rw->cache);
 	lease_table_clear(rw->leases);
 }
-
-static struct refusal *cache_slot(struct redis_worker *rw, const uint8_t *key)
-{
-	uint32_t h;
-
-	memcpy(&h, key, sizeof(h)); /* the key is a hash already */
-	return &rw->cache[h & (CACHE_SIZE - 1)];
-}
-
-/* Fills res[] and *decider when the client is known to be refused now.
- * Returns 1 then, else 0. */
-static int cache_answer(struct redis_worker *rw, const struct decide_query *q, int64_t now,
-			struct limit_result *res, int *decider)
-{
-	struct refusal *e = cache_slot(rw, q->key);
-
-	if (e->until <= now || e->limits != q->limits || q->cost < e->cost ||
-	    e->epoch != store_reset_epoch(rw->sw->st) ||
-	    memcmp(e->key, q->key, IDENTITY_KEY_LEN) != 0 || (size_t)e->decider >= q->nlimits ||
-	    (q->rule->nstack &&
-	     memcmp(e->lkey, decide_limit_key(q, (size_t)e->decider), IDENTITY_KEY_LEN) != 0))
-		return 0;
-	limit_refused_by(res, q->limits, q->nlimits, (size_t)e->decider, e->until - now,
-			 e->full_at - now, e->more_at - now);
-	*decider = e->decider;
-	return 1;
-}
-
-/* Remembers a refusal. Times are taken from when the batch was sent, which
- * is before Redis read its clock: the cached refusal ends no later than
- * Redis's, so the cache never refuses a request that Redis would allow. */
-static void cache_store(struct redis_worker *rw, const struct redis_query *r, int decider,
-			const struct limit_result *res, int64_t sent)
-{
-	struct refusal *e;
-
-	if (!rw->cfg->local_cache || res[decider].retry_after_us <= 0 ||
-	    r->q.limits[decider].algo == LIMIT_CONCURRENCY)
-		return; /* (a place frees when a response comes, not at a time) */
-	/* A rule with a penalty box: only a ban is remembered. A refusal by
-	 * its rates must reach Redis, where a ban put since would speak. */
-	if (r->q.rule->penalty.ban && r->q.limits[decider].algo != LIMIT_BAN)
-		return;
-	/* A request heavier than a bucket never passes, however long it
-	 * waits, while lighter ones do: nothing worth remembering. */
-	{
-		const struct limit_spec *l = &r->q.limits[decider];
-		uint64_t cap = l->algo == LIMIT_TOKEN_BUCKET && l->burst ? l->burst : l->quota;
-
-		if (r->q.cost > cap)
-			return;
-	}
-	e = cache_slot(rw, r->q.key);
-	memcpy(e->key, r->q.key, IDENTITY_KEY_LEN);
-	memcpy(e->lkey, decide_limit_key(&r->q, (size_t)decider), IDENTITY_KEY_LEN);
-	e->limits = r->q.limits;
-	e->cost = r->q.cost;
-	e->epoch = store_reset_epoch(rw->sw->st);
-	e->decider = decider;
-	e->until = sent + res[decider].retry_after_us;
-	e->full_at = sent + res[decider].reset_us;
-	e->more_at = sent + res[decider].more_us;
-}
-
 
 /* ---- nodes ---------------------------------------------------------------------- */
 
@@ -543,8 +462,8 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 		if (grant && grant->extra > 0 && !ev_is_active(&rw->lease_w))
 			ev_timer_start(rw->sw->loop, &rw->lease_w);
 	}
-	if (!res[decider].allowed && !r->split)
-		cache_store(rw, r, decider, res, sent);
+	if (!res[decider].allowed && !r->split && rw->cfg->local_cache)
+		refusals_store(rw->cache, &r->q, store_reset_epoch(rw->sw->st), decider, res, sent);
 	complete(rw, r, res, decider, redis_now);
 }
 
@@ -997,7 +916,7 @@ static int redis_worker_init(struct store_worker *sw)
 	rw->rst = rst;
 	rw->cfg = cfg;
 	rw->hcap = (size_t)cfg->max_pending;
-	rw->cache = xcalloc(CACHE_SIZE, sizeof(*rw->cache));
+	rw->cache = refusals_new();
 	rw->held = xcalloc(rw->hcap, sizeof(*rw->held));
 	ev_timer_init(&rw->held_w, on_held_deadline, 0., 0.);
 	rw->held_w.data = rw;
@@ -1075,7 +994,7 @@ static void redis_worker_free(struct store_worker *sw)
 	ev_prepare_stop(sw->loop, &rw->reap_w);
 	xfree(rw->map);
 	xfree(rw->held);
-	xfree(rw->cache);
+	refusals_free(rw->cache);
 	xfree(rw);
 	sw->impl = NULL;
 }
@@ -1140,7 +1059,8 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	if (rw->leases && lease_check(rw->leases, &rw->lease, q, store_reset_epoch(sw->st),
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
-	if (rw->cfg->local_cache && cache_answer(rw, q, r.queued, res, decider)) {
+	if (rw->cfg->local_cache &&
+	    refusals_answer(rw->cache, q, store_reset_epoch(sw->st), r.queued, res, decider)) {
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
 	}
