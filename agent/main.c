@@ -79,6 +79,9 @@ static void usage(FILE *out)
 		"                            /admin/ requests must carry Authorization:\n"
 		"                            Bearer and the token in FILE (needed unless\n"
 		"                            --metrics is a loopback address)\n"
+		"      --fixed-answer        benchmarks only: answer every check-rate with\n"
+		"                            the first one's answer, without deciding\n"
+		"                            (in-memory store)\n"
 		"      --check               validate the options and rules, then exit\n"
 		"  -v, --verbose             more logs (repeat for debug)\n"
 		"  -q, --quiet               errors and warnings only\n"
@@ -152,6 +155,7 @@ enum {
 	OPT_REDIS_PIPELINE,
 	OPT_REDIS_PENDING,
 	OPT_NO_CACHE,
+	OPT_FIXED_ANSWER,
 	OPT_LEASE,
 	OPT_LEASE_SHARE,
 	OPT_METRICS,
@@ -448,6 +452,7 @@ int main(int argc, char **argv)
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "admin", no_argument, NULL, OPT_ADMIN },
 		{ "admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE },
+		{ "fixed-answer", no_argument, NULL, OPT_FIXED_ANSWER },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -645,6 +650,9 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;
 			break;
+		case OPT_FIXED_ANSWER:
+			srv.cfg.fixed_answer = true;
+			break;
 		case OPT_LEASE: {
 			double d;
 
@@ -723,6 +731,11 @@ int main(int argc, char **argv)
 	if (!use_redis && (rcfg.lease_us || rules_any_lease(rules))) {
 		fprintf(stderr, "spoa-ratelimit: %s: leases are taken from Redis: give a Redis store\n",
 			rcfg.lease_us ? "--lease" : "lease (rules file)");
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
+	if (use_redis && srv.cfg.fixed_answer) {
+		fprintf(stderr, "spoa-ratelimit: --fixed-answer: with the in-memory store only\n");
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}

@@ -32,6 +32,8 @@ struct server_config {
 	                           * once its first bytes have arrived */
 	double idle_timeout;      /* seconds a READY connection may stay idle */
 	size_t mem_max_keys;
+	bool fixed_answer;        /* benchmarks: answer check-rate with the
+	                           * first decision's answer, deciding no more */
 };
 
 /* Counters, written by one worker each, summed when read. Decisions are
@@ -80,6 +82,7 @@ struct worker {
 	struct rule_counters *rule_stats; /* this worker's slots (rulestats.h) */
 	struct worker_stats stats;
 	struct worker_load load;
+	struct fixed_answer *fixed; /* with cfg.fixed_answer, once made (conn.c) */
 };
 
 /* Rules replaced by a reload, released once every worker has moved on. */

@@ -9,7 +9,7 @@ BENCHMARKS.md), under names that never change, and linked from it.
   redis-cost          the same rows: Redis us per decision (in the top-level
                       command, and Redis CPU) against R1, with the targets
   redis-latency       R5, N5, R6, N6: latency by percentile
-  haproxy-throughput  H, F, M, R: requests/s against F, with the targets
+  haproxy-throughput  H, F, A, M, R: requests/s against A, with the targets
 
 A bar is the median run, as in the tables; every run is a dot beside it,
 so the spread shows. A latency curve is drawn from the run's whole
@@ -35,7 +35,8 @@ OPEN_SHARES = {"half": "50%", "quarter": "25%"}
 REDIS_LABELS = {"R1": ["redis-benchmark,", "naive script"], "R2": ["1 per call"],
                 "R2w": ["1 per call,", "whole interval"], "R3": ["batched"],
                 "R3w": ["batched,", "whole interval"], "C3": ["batched,", "cluster"]}
-HAPROXY_LABELS = {"H": ["no SPOE filter"], "F": ["SPOE floor", "(noop)"],
+HAPROXY_LABELS = {"H": ["no SPOE filter"], "F": ["SPOE, no", "variables"],
+                  "A": ["answer floor", "(no decision)"],
                   "M": ["in-memory", "store"], "R": ["Redis store"]}
 
 
@@ -193,20 +194,20 @@ def redis_latency(rows):
 def haproxy_throughput(rows, targets):
     if not rows or "skipped" in rows:
         return None
-    keys = [k for k in ("H", "F", "M", "R") if k in rows]
-    f = rows.get("F", {}).get("median")
+    keys = [k for k in ("H", "F", "A", "M", "R") if k in rows]
+    f = rows.get("A", {}).get("median")
     if not any(rows[k].get("median") for k in keys):
         return None
     rps = lambda r: r["rps"]
     return dict(
-        title="Through HAProxy: requests/s against F, the SPOE floor",
+        title="Through HAProxy: requests/s against A, the answer floor",
         y_label="HTTP requests/s (wrk)",
         categories=[(k, HAPROXY_LABELS.get(k, [])) for k in keys],
         series=[{"name": "requests/s",
-                 "bars": [_bar(rows[k], rps, f["rps"] if f and k != "F" else None,
+                 "bars": [_bar(rows[k], rps, f["rps"] if f and k != "A" else None,
                                f["rps"] * targets[k] if f and k in targets else None)
                           for k in keys]}],
-        baseline=(f["rps"], "F, the SPOE floor: %s/s" % svg.si(f["rps"])) if f else None)
+        baseline=(f["rps"], "A, the answer floor: %s/s" % svg.si(f["rps"])) if f else None)
 
 
 def render(spec, desc):

@@ -11,18 +11,26 @@ whatever happens. The rows:
      renamed `noop`, which the agent acknowledges without deciding (as it
      does every message it does not know): HAProxy's SPOE path and the
      agent's protocol and I/O, no decision
+  A  the answer floor: the shipped configuration (check-rate), the agent
+     with --fixed-answer: every request gets the answer of the first one
+     (the same variables M's answers set, for HAProxy to store and its
+     rules to read), no decision
   M  the shipped configuration (check-rate), the in-memory store deciding,
      a limit high enough that nothing is refused
   R  the same with a fresh redis-server, default batching
 
-The rows run round by round (H, F, M, R, then again), so that load from
+The targets compare M and R with A, which differs from them only by the
+decision; F, whose answer sets no variable, shows beside it what HAProxy's
+own work on the variables costs.
+
+The rows run round by round (H, F, A, M, R, then again), so that load from
 elsewhere on the machine falls on all of them alike; the median run of each
 is shown with every run listed. The backend answers inside HAProxy
 (`http-request return status 200` in backend `app`): the request takes the
 whole path a forwarded request takes up to the choice of a server, and no
 application server shares the CPUs. It is the cheapest realistic backend,
 and it makes the SPOE's share of HAProxy's work the largest it can be, so
-the ratios to F are the harshest.
+the ratios to A and F are the harshest.
 
 run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
 """
@@ -52,7 +60,7 @@ WRK_TIMEOUT = "2s"
 TARGETS = (("M", 0.95), ("R", 0.8))
 # A process at or above this share of one CPU is taken to set the pace.
 PACE_CPU = 90
-ORDER = ("H", "F", "M", "R")
+ORDER = ("H", "F", "A", "M", "R")
 
 HAPROXY_START_S = 10.0
 HAPROXY_STOP_S = 5.0
@@ -274,6 +282,8 @@ def once(ctx, row, workdir):
                                                                                 rd.addr]))
         elif key in ("F", "M"):
             ag = stack.enter_context(MemoryAgent(ctx, agent_args))
+        elif key == "A":
+            ag = stack.enter_context(MemoryAgent(ctx, agent_args + ["--fixed-answer"]))
         if ag is None:
             make = haproxy_cfg
         else:
@@ -343,7 +353,13 @@ def checks(key, res):
     n = res["requests"]
     decisions = int(d.get("spoa_rl_decisions_total", 0))
     notifies = int(d.get("spoa_rl_notify_total", 0))
-    if key == "F":
+    if key == "A":
+        # The warm-up request's decision is the answer kept; none after it.
+        if decisions or notifies < n:
+            bad.append("the agent made %d decisions and saw %d NOTIFYs for %d requests "
+                       "(expected none after the warm-up, and at least as many)"
+                       % (decisions, notifies, n))
+    elif key == "F":
         if decisions or notifies < n:
             bad.append("the agent made %d decisions and saw %d NOTIFYs for %d requests "
                        "(expected none and at least as many)" % (decisions, notifies, n))
@@ -393,6 +409,8 @@ def run(ctx):
         "H": {"title": "HAProxy alone: no SPOE filter (context)"},
         "F": {"title": "SPOE floor: message `%s`, acknowledged without a decision" % NOOP,
               "message": NOOP},
+        "A": {"title": "answer floor: `check-rate` answered with the first request's "
+                       "answer, no decision (`--fixed-answer`)", "message": MESSAGE},
         "M": {"title": "`check-rate`, in-memory store, nothing refused", "message": MESSAGE},
         "R": {"title": "`check-rate`, Redis (fresh redis-server), default batching, "
                        "nothing refused", "message": MESSAGE},
@@ -452,9 +470,9 @@ def cpu_text(res):
     return " / ".join(_pct(res["cpu"].get(k)) for k in ("haproxy", "agent", "redis", "wrk"))
 
 
-def per_round(rows, key):
-    """key's requests/s over F's, round by round (runs of the same round)."""
-    f = {r["round"]: r["rps"] for r in rows["F"]["runs"]}
+def per_round(rows, key, base="A"):
+    """key's requests/s over base's, round by round (runs of the same round)."""
+    f = {r["round"]: r["rps"] for r in rows[base]["runs"]}
     return ["%.2fx" % (r["rps"] / f[r["round"]]) for r in rows[key]["runs"]
             if f.get(r["round"])]
 
@@ -471,30 +489,33 @@ def report(ctx, rows):
     L.append("End to end: wrk sends HTTP requests to HAProxy (%s, `nbthread 1`), whose "
              "SPOE filter asks the agent (`-t 1`) about each one. Every run starts a "
              "fresh HAProxy, agent and (R) redis-server on free loopback ports; the rows "
-             "run round by round (H, F, M, R, then again), %d rounds of %g s, and the "
+             "run round by round (H, F, A, M, R, then again), %d rounds of %g s, and the "
              "median run of each row is shown. HAProxy, the agent, Redis and wrk share "
              "the machine's CPUs."
              % (getattr(ctx, "haproxy_version", None) or "haproxy", ctx.runs, ctx.duration))
     L.append("")
-    L.append("| # | configuration | requests/s | vs F | vs F, round by round | p50 us | p99 us "
+    L.append("| # | configuration | requests/s | vs A | vs A, round by round | vs F "
+             "| p50 us | p99 us "
              "| HAProxy CPU us per request | CPU HAProxy / agent / Redis / wrk "
              "| machine idle | stolen by the host | non-2xx, socket errors (all runs) "
              "| all runs (requests/s) |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     f = rows["F"].get("median")
+    a = rows["A"].get("median")
     for key in ORDER:
         row = rows[key]
         m = row.get("median")
         if not m:
-            L.append("| %s | %s | %s | | | | | | | | | | |"
+            L.append("| %s | %s | %s | | | | | | | | | | | |"
                      % (key, row["title"], "skipped: " + row["skipped"]
                         if row.get("skipped") else "failed"))
             continue
-        vs = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
-        rounds = ", ".join(per_round(rows, key)) if f and key != "F" else "-"
+        vs = "%.2fx" % (m["rps"] / a["rps"]) if a and key != "A" else "-"
+        rounds = ", ".join(per_round(rows, key)) if a and key != "A" else "-"
+        vs_f = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
         errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
-        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |" % (
-            key, row["title"], m["rps"], vs, rounds, _us(ctx, m["p50_us"]),
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
+                 % (key, row["title"], m["rps"], vs, rounds, vs_f, _us(ctx, m["p50_us"]),
             _us(ctx, m["p99_us"]),
             "-" if m["haproxy_us"] is None else "%.1f" % m["haproxy_us"], cpu_text(m),
             _pct(m["idle"]), _pct(m["steal"]),
@@ -503,13 +524,15 @@ def report(ctx, rows):
     L.append("")
     for key, target in TARGETS:
         m = rows[key].get("median")
-        if not (m and f):
-            L.append("- %s >= %.2fx of F: not measured." % (key, target))
+        if not (m and a):
+            L.append("- %s >= %.2fx of A: not measured." % (key, target))
             continue
-        x = m["rps"] / f["rps"]
-        L.append("- %s against F: %.2fx (%.0f against %.0f requests/s); the target of "
-                 "at least %.2fx is %s." % (key, x, m["rps"], f["rps"], target,
-                                            "met" if x >= target else "NOT met"))
+        x = m["rps"] / a["rps"]
+        L.append("- %s against A: %.2fx (%.0f against %.0f requests/s); the target of "
+                 "at least %.2fx is %s.%s" % (
+                     key, x, m["rps"], a["rps"], target, "met" if x >= target else "NOT met",
+                     " Against F, whose answer sets no variable: %.2fx." % (m["rps"] / f["rps"])
+                     if f else ""))
     h = rows["H"].get("median")
     if h and f:
         L.append("- The SPOE floor itself: F answers %.2fx of H's requests/s (HAProxy "
@@ -519,11 +542,13 @@ def report(ctx, rows):
                      "-" if f["haproxy_us"] is None else "%.1f" % f["haproxy_us"],
                      "-" if h["haproxy_us"] is None else "%.1f" % h["haproxy_us"]))
     mm = rows["M"].get("median")
-    if mm and f and mm["haproxy_us"] and f["haproxy_us"]:
-        L.append("- HAProxy's CPU per request is %.1f us in M against %.1f us in F, whose "
-                 "agent answers without variables: the difference is HAProxy's own work "
-                 "on an answer that sets them (and on the rules and headers that read "
-                 "them), not the agent's." % (mm["haproxy_us"], f["haproxy_us"]))
+    if mm and f and a and mm["haproxy_us"] and f["haproxy_us"] and a["haproxy_us"]:
+        L.append("- HAProxy's CPU per request is %.1f us in M, %.1f us in A (the same "
+                 "answer, no decision) and %.1f us in F, whose agent answers without "
+                 "variables: F to A is HAProxy's own work on the variables of the "
+                 "answer (and on the rules and headers that read them), A to M what "
+                 "the decision adds to HAProxy's (its answers come later)."
+                 % (mm["haproxy_us"], a["haproxy_us"], f["haproxy_us"]))
     r = rows["R"].get("median")
     if r and r["cpu"].get("haproxy") is not None and r["cpu"]["haproxy"] < PACE_CPU:
         L.append("- In R HAProxy used %.0f%% of a CPU (machine idle %s): "
@@ -548,29 +573,34 @@ def report(ctx, rows):
 
     L.append("### How to read it")
     L.append("")
-    L.append("- H is HAProxy with no SPOE filter, for context. F is the floor the agent "
-             "is measured against: the same HAProxy configuration as M and R, the shipped "
-             "SPOE file (`%s`) with its message renamed `%s` (`messages %s`, "
-             "`spoe-message %s`), which the agent acknowledges without deciding, as it "
-             "does every message it does not know: HAProxy's SPOE work and the agent's "
-             "SPOP and I/O, no decision. M sends `%s` and the agent decides with its "
-             "in-memory store; R decides with a fresh redis-server (`--redis`, default "
-             "batching). Both run `--limit %s`, so nothing is refused." % (
-                 SPOE_CONF, NOOP, NOOP, NOOP, MESSAGE, ctx.high_limit))
+    L.append("- H is HAProxy with no SPOE filter, for context. A is the floor the agent "
+             "is measured against: the same HAProxy configuration and SPOE file as M and "
+             "R, and the agent started with `--fixed-answer`, which decides the first "
+             "`%s` (the warm-up request) and answers every later one with that answer "
+             "without deciding: HAProxy's SPOE work, the variables it sets and the rules "
+             "and headers that read them, the agent's SPOP and I/O, no decision. F, for "
+             "comparison, is the shipped SPOE file (`%s`) with its message renamed `%s` "
+             "(`messages %s`, `spoe-message %s`), which the agent acknowledges with "
+             "one action and no variable, as it does every message it does not know. "
+             "M sends `%s` and the agent decides with its in-memory store; R decides "
+             "with a fresh redis-server (`--redis`, default batching). Both run "
+             "`--limit %s`, so nothing is refused." % (
+                 MESSAGE, SPOE_CONF, NOOP, NOOP, NOOP, MESSAGE, ctx.high_limit))
     L.append("- The backend answers inside HAProxy (`http-request return status 200` in "
              "backend `app`): each request goes through the frontend, the SPOE filter, "
              "the rate-limit rules and the backend, as a forwarded request does up to "
              "the choice of a server, and no application server competes for the CPUs. "
              "That is the cheapest realistic backend, and it makes the SPOE's share of "
              "HAProxy's work the largest it can be: with a real application behind "
-             "HAProxy the ratios to F would be closer to 1.")
+             "HAProxy the ratios to A and F would be closer to 1.")
     L.append("- wrk: %d thread, %d connections kept alive, %g s per run, `--latency` "
              "(p50 and p99 are wrk's, from the send of a request to its answer, in "
              "microseconds), %d clients by `X-Api-Key` in turn (a bucket each, in the "
              "agent or in Redis). It is a closed loop: latency is mostly queueing behind "
              "the %d requests in flight." % (WRK_THREADS, WRK_CONNS, ctx.duration, KEYS,
                                              WRK_CONNS))
-    L.append("- \"vs F\" compares medians; \"round by round\" divides each run by F's run "
+    L.append("- \"vs A\" and \"vs F\" compare medians; \"round by round\" divides each "
+             "run by A's run "
              "of the same round, which shows how much the machine moved between rounds. "
              "CPU is percent of one CPU during the run (/proc/PID/stat utime + stime for "
              "HAProxy, the agent and Redis; rusage of the finished child for wrk). "
@@ -583,7 +613,7 @@ def report(ctx, rows):
     L.append("- Checks, every run: wrk saw no non-2xx answer and no socket error (the "
              "configuration turns an SPOE error or timeout into a 500, so a request that "
              "went on without a decision is counted); the agent's metrics show no "
-             "decision in F and a NOTIFY per request, and in M and R a decision per "
+             "decision in F and A and a NOTIFY per request, and in M and R a decision per "
              "request (between the requests wrk counted and %d more, those in flight at "
              "the end), none refused, none degraded; every agent stopped cleanly on "
              "SIGTERM. A run that fails a check is listed under Checks and the exit "
@@ -594,8 +624,8 @@ def report(ctx, rows):
     L.append("")
     m = next((rows[k]["median"] for k in ("M", "R", "F") if rows[k].get("median")), None)
     if m:
-        L.append("haproxy.cfg of M's median run, written to a temporary directory (F's "
-                 "differs only in the SPOE file it names, H's has no `filter spoe`, "
+        L.append("haproxy.cfg of M's median run, written to a temporary directory (A's "
+                 "is the same, F's differs only in the SPOE file it names, H's has no `filter spoe`, "
                  "rate-limit rules or agents' backend):")
         L.append("")
         L.append("```")
@@ -604,7 +634,7 @@ def report(ctx, rows):
         L.append("")
     spoe = rows["M"].get("spoe_text")
     if spoe:
-        L.append("The SPOE file M and R load: `%s` as shipped, without its comments:"
+        L.append("The SPOE file A, M and R load: `%s` as shipped, without its comments:"
                  % SPOE_CONF)
         L.append("")
         L.append("```")

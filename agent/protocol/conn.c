@@ -250,6 +250,8 @@ void conn_table_free(struct worker *w)
 {
 	struct conn_table *t = &w->conns;
 
+	xfree(w->fixed);
+	w->fixed = NULL;
 	/* The last word on connections still open (the grace time is over):
 	 * a DISCONNECT if the socket takes it now, then the close. */
 	for (uint32_t i = 0; i < t->nslots; i++) {
@@ -670,6 +672,33 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 		STAT_INC(w->stats.releases_bad);
 }
 
+/* --fixed-answer (benchmarks): a decision kept with copies of its
+ * strings, so that it outlives the rules it was made with. */
+struct fixed_answer {
+	struct decide_decision d;
+	char rule[RULES_NAME_MAX];
+	char policy[RULES_POLICY_MAX];
+};
+
+static __attribute__((noinline)) void keep_answer(struct worker *w,
+						  const struct decide_decision *d)
+{
+	struct fixed_answer *fa = xmalloc(sizeof(*fa));
+
+	if (!fa)
+		return;
+	fa->d = *d;
+	fa->d.rule_len = d->rule_len < sizeof(fa->rule) ? d->rule_len : 0;
+	fa->d.policy_len = d->policy_len < sizeof(fa->policy) ? d->policy_len : 0;
+	if (fa->d.rule_len)
+		memcpy(fa->rule, d->rule, fa->d.rule_len);
+	if (fa->d.policy_len)
+		memcpy(fa->policy, d->policy, fa->d.policy_len);
+	fa->d.rule = fa->rule;
+	fa->d.policy = fa->policy;
+	w->fixed = fa;
+}
+
 static void handle_notify(struct conn *c, const struct spop_frame *f)
 {
 	struct spop_cursor cur = { f->payload, f->payload + f->payload_len };
@@ -713,8 +742,14 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
+	if (c->w->fixed) {
+		queue_ack(c, f->stream_id, f->frame_id, &c->w->fixed->d);
+		return;
+	}
 	if (check_rate(c, f, &req, &d)) {
 		count_decision(c->w, &d);
+		if (c->w->srv->cfg.fixed_answer)
+			keep_answer(c->w, &d);
 		queue_ack(c, f->stream_id, f->frame_id, &d);
 	}
 }

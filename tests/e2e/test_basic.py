@@ -231,3 +231,33 @@ def test_log_in_memory(h):
     # another client has a log of its own
     assert_passed(get(hp, key="other"), POLICY_5_10, 4, 10)
     assert_log_clean(agent)
+
+
+def test_fixed_answer_repeats_the_first_decision(h):
+    """--fixed-answer (the floor of the HAProxy benchmark): the first
+    request is decided, every later one, whoever sends it, gets the same
+    answer without a decision, through HAProxy too; refused with Redis."""
+    import subprocess
+
+    import harness
+    mport = harness.free_port()
+    agent, _, hp = stack(h, "--limit", "5/10s", "--fixed-answer",
+                         "--metrics", "127.0.0.1:%d" % mport)
+    # Ten requests of one client: without the option the sixth is refused.
+    for _ in range(10):
+        assert_passed(get(hp, key="one"), POLICY_5_10, 4, 2)
+    assert_passed(get(hp, key="another"), POLICY_5_10, 4, 2)
+    text = http_get(mport, "/metrics").text
+    decisions = sum(int(v) for v in re.findall(r"^spoa_rl_decisions_total\{[^}]*\} (\d+)$",
+                                               text, re.M))
+    notifies = int(re.search(r"^spoa_rl_notify_total (\d+)$", text, re.M).group(1))
+    # One decision per worker that answered first (two workers), a NOTIFY
+    # per request.
+    assert 1 <= decisions <= 2, text
+    assert notifies >= 11, text
+    assert_log_clean(agent)
+    r = subprocess.run([os.path.join(harness.BUILD, "spoa-ratelimit"), "--fixed-answer",
+                        "--redis", "127.0.0.1:1", "--check"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1, r
+    assert "--fixed-answer: with the in-memory store only" in r.stderr, r
