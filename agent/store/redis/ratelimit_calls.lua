@@ -497,7 +497,13 @@ local function run(args, cluster)
 					end
 				end
 			end
-			parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
+			if nl == 1 then
+				-- (request_reply()'s first case, inline: see request_at())
+				parts[i + 1] = spack('>I4HdBdBd', (all and 2466316433 or 2466250897) +
+				    best * 256, 37835, out[1], 0xcb, out[2], 0xcb, out[3])
+			else
+				parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
+			end
 		end
 		if lease > 0 then
 			if extra > 0 then
