@@ -9,7 +9,8 @@ BENCHMARKS.md), under names that never change, and linked from it.
   redis-cost          the same rows: Redis us per decision (in the top-level
                       command, and Redis CPU) against R1, with the targets
   redis-latency       R5, N5, R6, N6: latency by percentile
-  haproxy-throughput  H, F, A, M, R: requests/s against A, with the targets
+  haproxy-throughput  H, F, A, M, R and A, M, R with 200 connections:
+                      requests/s against A, with the targets
 
 A bar is the median run, as in the tables; every run is a dot beside it,
 so the spread shows. A latency curve is drawn from the run's whole
@@ -37,7 +38,9 @@ REDIS_LABELS = {"R1": ["redis-benchmark,", "naive script"], "R2": ["1 per call"]
                 "R3w": ["batched,", "whole interval"], "C3": ["batched,", "cluster"]}
 HAPROXY_LABELS = {"H": ["no SPOE filter"], "F": ["SPOE, no", "variables"],
                   "A": ["answer floor", "(no decision)"],
-                  "M": ["in-memory", "store"], "R": ["Redis store"]}
+                  "M": ["in-memory", "store"], "R": ["Redis store"],
+                  "A200": ["A, 200", "connections"], "M200": ["M, 200", "connections"],
+                  "R200": ["R, 200", "connections"]}
 
 
 def figures_dir(report):
@@ -194,18 +197,25 @@ def redis_latency(rows):
 def haproxy_throughput(rows, targets):
     if not rows or "skipped" in rows:
         return None
-    keys = [k for k in ("H", "F", "A", "M", "R") if k in rows]
+    keys = [k for k in ("H", "F", "A", "M", "R", "A200", "M200", "R200") if k in rows]
     f = rows.get("A", {}).get("median")
     if not any(rows[k].get("median") for k in keys):
         return None
     rps = lambda r: r["rps"]
+
+    def floor(k):
+        # each row against A at its own number of connections
+        m = rows.get("A" + k[1:], {}).get("median")
+        return m["rps"] if m else None
+
     return dict(
         title="Through HAProxy: requests/s against A, the answer floor",
         y_label="HTTP requests/s (wrk)",
         categories=[(k, HAPROXY_LABELS.get(k, [])) for k in keys],
         series=[{"name": "requests/s",
-                 "bars": [_bar(rows[k], rps, f["rps"] if f and k != "A" else None,
-                               f["rps"] * targets[k] if f and k in targets else None)
+                 "bars": [_bar(rows[k], rps,
+                               floor(k) if k[0] != "A" else None,
+                               floor(k) * targets[k] if floor(k) and k in targets else None)
                           for k in keys]}],
         baseline=(f["rps"], "A, the answer floor: %s/s" % svg.si(f["rps"])) if f else None)
 

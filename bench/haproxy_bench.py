@@ -52,15 +52,26 @@ MESSAGE = "check-rate"
 NOOP = "noop"
 
 WRK_THREADS, WRK_CONNS = 1, 50
+# The rows A, M and R again with this many connections: enough requests in
+# flight for HAProxy's thread to set the pace with Redis too, where 50
+# leave R's rate to its latency (a closed loop runs at connections over
+# latency).
+SAT_CONNS = 200
+SAT = str(SAT_CONNS)
 # Clients by API key, in turn: the agent keeps (and Redis stores) a bucket
 # per key, as for a real population of clients.
 KEYS = 10000
 WRK_TIMEOUT = "2s"
 
-TARGETS = (("M", 0.95), ("R", 0.8))
+TARGETS = (("M", 0.95), ("R", 0.8), ("M" + SAT, 0.95), ("R" + SAT, 0.8))
 # A process at or above this share of one CPU is taken to set the pace.
 PACE_CPU = 90
-ORDER = ("H", "F", "A", "M", "R")
+ORDER = ("H", "F", "A", "M", "R", "A" + SAT, "M" + SAT, "R" + SAT)
+
+
+def floor_of(key):
+    """The row key is measured against: A at its number of connections."""
+    return "A" + key[1:]
 
 HAPROXY_START_S = 10.0
 HAPROXY_STOP_S = 5.0
@@ -272,7 +283,7 @@ def parse_wrk(out):
 def once(ctx, row, workdir):
     """One run of a row: fresh Redis (R), agent (not H), HAProxy, then wrk.
     Returns (result, None) or (None, error)."""
-    key = row["key"]
+    key = row["key"][0]
     with contextlib.ExitStack() as stack:
         rd = ag = None
         agent_args = ["-t", "1", "--limit", ctx.high_limit]
@@ -290,7 +301,7 @@ def once(ctx, row, workdir):
             spoe, aport = row["spoe_path"], ag.agent.port
             make = lambda port: haproxy_cfg(port, spoe, aport)
         hp = stack.enter_context(HAProxy(ctx, ctx.haproxy, workdir, make, ag))
-        wrk = ["wrk", "-t", str(WRK_THREADS), "-c", str(WRK_CONNS), "-d", "%gs" % ctx.duration,
+        wrk = ["wrk", "-t", str(WRK_THREADS), "-c", str(row["conns"]), "-d", "%gs" % ctx.duration,
                "--timeout", WRK_TIMEOUT, "--latency", "-s", ctx.wrk_script,
                "http://127.0.0.1:%d/" % hp.port]
         pids = {"haproxy": hp.proc.pid}
@@ -335,8 +346,9 @@ def once(ctx, row, workdir):
     return res, None
 
 
-def checks(key, res):
+def checks(row, res):
     """The problems with one run's result."""
+    key, conns = row["key"][0], row["conns"]
     bad = []
     if res["requests"] == 0:
         bad.append("no request answered")
@@ -366,9 +378,9 @@ def checks(key, res):
     elif key in ("M", "R"):
         # Every request wrk counted had its decision; requests still in flight
         # when wrk stopped may have had one too.
-        if not n <= decisions <= n + WRK_CONNS:
+        if not n <= decisions <= n + conns:
             bad.append("%d decisions for %d requests (expected %d to %d)"
-                       % (decisions, n, n, n + WRK_CONNS))
+                       % (decisions, n, n, n + conns))
         for name in ("spoa_rl_limited_total", "spoa_rl_degraded_total",
                      "spoa_rl_redis_timeouts_total", "spoa_rl_redis_unavailable_total",
                      "spoa_rl_redis_errors_total"):
@@ -415,15 +427,17 @@ def run(ctx):
         "R": {"title": "`check-rate`, Redis (fresh redis-server), default batching, "
                        "nothing refused", "message": MESSAGE},
     }
+    for key in "AMR":
+        rows[key + SAT] = dict(rows[key], title="%s with %d connections" % (key, SAT_CONNS))
     for key, row in rows.items():
-        row.update(key=key, runs=[])
+        row.update(key=key, runs=[], conns=SAT_CONNS if key.endswith(SAT) else WRK_CONNS)
         if "message" in row:
             row["spoe_text"] = spoe_conf(ctx.root, row["message"])
             row["spoe_path"] = os.path.join(workdir, "ratelimit-%s.conf" % row["message"])
             with open(row["spoe_path"], "w") as f:
                 f.write(row["spoe_text"])
     if shutil.which("redis-server") is None:
-        rows["R"]["skipped"] = "redis-server is not installed"
+        rows["R"]["skipped"] = rows["R" + SAT]["skipped"] = "redis-server is not installed"
         ctx.problems.append("HAProxy R: skipped, redis-server is not installed")
 
     for r in range(ctx.runs):
@@ -441,7 +455,7 @@ def run(ctx):
                 print("%s: %s" % (label, err), flush=True)
                 continue
             res["round"] = r
-            bad = checks(key, res)
+            bad = checks(row, res)
             for b in bad:
                 ctx.problems.append("%s: %s" % (label, b))
             row["runs"].append(res)
@@ -470,9 +484,10 @@ def cpu_text(res):
     return " / ".join(_pct(res["cpu"].get(k)) for k in ("haproxy", "agent", "redis", "wrk"))
 
 
-def per_round(rows, key, base="A"):
-    """key's requests/s over base's, round by round (runs of the same round)."""
-    f = {r["round"]: r["rps"] for r in rows[base]["runs"]}
+def per_round(rows, key):
+    """key's requests/s over its floor's, round by round (runs of the same
+    round)."""
+    f = {r["round"]: r["rps"] for r in rows[floor_of(key)]["runs"]}
     return ["%.2fx" % (r["rps"] / f[r["round"]]) for r in rows[key]["runs"]
             if f.get(r["round"])]
 
@@ -489,10 +504,13 @@ def report(ctx, rows):
     L.append("End to end: wrk sends HTTP requests to HAProxy (%s, `nbthread 1`), whose "
              "SPOE filter asks the agent (`-t 1`) about each one. Every run starts a "
              "fresh HAProxy, agent and (R) redis-server on free loopback ports; the rows "
-             "run round by round (H, F, A, M, R, then again), %d rounds of %g s, and the "
+             "run round by round (%s, then again), %d rounds of %g s, and the "
              "median run of each row is shown. HAProxy, the agent, Redis and wrk share "
-             "the machine's CPUs."
-             % (getattr(ctx, "haproxy_version", None) or "haproxy", ctx.runs, ctx.duration))
+             "the machine's CPUs. wrk keeps %d connections busy, and %d in A%s, M%s "
+             "and R%s (the same rows with enough requests in flight for HAProxy to set "
+             "R's pace too); each row is compared with A at its number of connections."
+             % (getattr(ctx, "haproxy_version", None) or "haproxy", ", ".join(ORDER),
+                ctx.runs, ctx.duration, WRK_CONNS, SAT_CONNS, SAT, SAT, SAT))
     L.append("")
     L.append("| # | configuration | requests/s | vs A | vs A, round by round | vs F "
              "| p50 us | p99 us "
@@ -505,14 +523,16 @@ def report(ctx, rows):
     for key in ORDER:
         row = rows[key]
         m = row.get("median")
+        base = floor_of(key)
+        a = rows[base].get("median")
         if not m:
             L.append("| %s | %s | %s | | | | | | | | | | | |"
                      % (key, row["title"], "skipped: " + row["skipped"]
                         if row.get("skipped") else "failed"))
             continue
-        vs = "%.2fx" % (m["rps"] / a["rps"]) if a and key != "A" else "-"
-        rounds = ", ".join(per_round(rows, key)) if a and key != "A" else "-"
-        vs_f = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
+        vs = "%.2fx" % (m["rps"] / a["rps"]) if a and key != base else "-"
+        rounds = ", ".join(per_round(rows, key)) if a and key != base else "-"
+        vs_f = "%.2fx" % (m["rps"] / f["rps"]) if f and key[0] != "F" else "-"
         errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
         L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
                  % (key, row["title"], m["rps"], vs, rounds, vs_f, _us(ctx, m["p50_us"]),
@@ -524,15 +544,19 @@ def report(ctx, rows):
     L.append("")
     for key, target in TARGETS:
         m = rows[key].get("median")
+        base = floor_of(key)
+        a = rows[base].get("median")
         if not (m and a):
-            L.append("- %s >= %.2fx of A: not measured." % (key, target))
+            L.append("- %s >= %.2fx of %s: not measured." % (key, target, base))
             continue
         x = m["rps"] / a["rps"]
-        L.append("- %s against A: %.2fx (%.0f against %.0f requests/s); the target of "
-                 "at least %.2fx is %s.%s" % (
-                     key, x, m["rps"], a["rps"], target, "met" if x >= target else "NOT met",
+        L.append("- %s against %s (%d connections): %.2fx (%.0f against %.0f requests/s); "
+                 "the target of at least %.2fx is %s.%s" % (
+                     key, base, rows[key]["conns"], x, m["rps"], a["rps"], target,
+                     "met" if x >= target else "NOT met",
                      " Against F, whose answer sets no variable: %.2fx." % (m["rps"] / f["rps"])
-                     if f else ""))
+                     if f and key == key[0] else ""))
+    a = rows["A"].get("median")
     h = rows["H"].get("median")
     if h and f:
         L.append("- The SPOE floor itself: F answers %.2fx of H's requests/s (HAProxy "
@@ -547,7 +571,7 @@ def report(ctx, rows):
                  "answer, no decision) and %.1f us in F, whose agent answers without "
                  "variables: F to A is HAProxy's own work on the variables of the "
                  "answer (and on the rules and headers that read them), A to M what "
-                 "the decision adds to HAProxy's (its answers come later)."
+                 "the decision changes in HAProxy's work (its answers come later)."
                  % (mm["haproxy_us"], a["haproxy_us"], f["haproxy_us"]))
     r = rows["R"].get("median")
     if r and r["cpu"].get("haproxy") is not None and r["cpu"]["haproxy"] < PACE_CPU:
@@ -557,6 +581,13 @@ def report(ctx, rows):
                  "Redis and the wait for a batch." % (
                      r["cpu"]["haproxy"], _pct(r["idle"]), WRK_CONNS, WRK_CONNS,
                      _us(ctx, r["p50_us"]), 1e6 * WRK_CONNS / r["p50_us"]))
+    rs = rows["R" + SAT].get("median")
+    if r and rs and rs["cpu"].get("haproxy") is not None:
+        L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "
+                 "of a CPU, against %.0f with %d: more requests in flight cover Redis's "
+                 "round trip, at the price of queueing (p50 %s us against %s)." % (
+                     SAT_CONNS, SAT, rs["rps"], rs["cpu"]["haproxy"], r["rps"], WRK_CONNS,
+                     _us(ctx, rs["p50_us"]), _us(ctx, r["p50_us"])))
     for key in ORDER:
         m = rows[key].get("median")
         if not m:
@@ -593,31 +624,36 @@ def report(ctx, rows):
              "That is the cheapest realistic backend, and it makes the SPOE's share of "
              "HAProxy's work the largest it can be: with a real application behind "
              "HAProxy the ratios to A and F would be closer to 1.")
-    L.append("- wrk: %d thread, %d connections kept alive, %g s per run, `--latency` "
+    L.append("- wrk: %d thread, %d connections kept alive (%d in the rows marked %s), "
+             "%g s per run, `--latency` "
              "(p50 and p99 are wrk's, from the send of a request to its answer, in "
              "microseconds), %d clients by `X-Api-Key` in turn (a bucket each, in the "
-             "agent or in Redis). It is a closed loop: latency is mostly queueing behind "
-             "the %d requests in flight." % (WRK_THREADS, WRK_CONNS, ctx.duration, KEYS,
-                                             WRK_CONNS))
-    L.append("- \"vs A\" and \"vs F\" compare medians; \"round by round\" divides each "
-             "run by A's run "
+             "agent or in Redis). It is a closed loop: a row runs at its connections "
+             "over its latency, which is mostly queueing behind the requests in flight "
+             "once a process sets the pace; where none does (R with %d connections), "
+             "the latency of a decision sets the rate, and the rows with %d show what "
+             "HAProxy can do when enough requests are in flight to cover it."
+             % (WRK_THREADS, WRK_CONNS, SAT_CONNS, SAT, ctx.duration, KEYS, WRK_CONNS,
+                SAT_CONNS))
+    L.append("- \"vs A\" and \"vs F\" compare medians (A%s for the rows with %d "
+             "connections); \"round by round\" divides each run by A's run "
              "of the same round, which shows how much the machine moved between rounds. "
              "CPU is percent of one CPU during the run (/proc/PID/stat utime + stime for "
              "HAProxy, the agent and Redis; rusage of the finished child for wrk). "
-             "HAProxy near 100% means HAProxy's single thread set the pace; \"HAProxy "
+             "HAProxy near 100%% means HAProxy's single thread set the pace; \"HAProxy "
              "CPU us per request\" is its CPU time over the requests wrk counted, what "
              "the SPOE (and the variables of the agent's answer, which the rules read) "
              "costs HAProxy itself whatever the pace. \"Machine idle\" is the idle "
              "share of all CPUs and \"stolen by the host\" the share the virtual "
-             "machine's host gave to something else (/proc/stat).")
+             "machine's host gave to something else (/proc/stat)." % (SAT, SAT_CONNS))
     L.append("- Checks, every run: wrk saw no non-2xx answer and no socket error (the "
              "configuration turns an SPOE error or timeout into a 500, so a request that "
              "went on without a decision is counted); the agent's metrics show no "
              "decision in F and A and a NOTIFY per request, and in M and R a decision per "
-             "request (between the requests wrk counted and %d more, those in flight at "
-             "the end), none refused, none degraded; every agent stopped cleanly on "
-             "SIGTERM. A run that fails a check is listed under Checks and the exit "
-             "status is 1." % WRK_CONNS)
+             "request (between the requests wrk counted and as many more as it has "
+             "connections, those in flight at the end), none refused, none degraded; "
+             "every agent stopped cleanly on SIGTERM. A run that fails a check is listed "
+             "under Checks and the exit status is 1.")
     L.append("")
 
     L.append("### Configuration and commands")

@@ -64,7 +64,8 @@ def redis_rows():
 
 def haproxy_rows():
     rows = {}
-    for key, rps in (("H", 30000), ("F", 24000), ("A", 20000), ("M", 19000), ("R", 16000)):
+    for key, rps in (("H", 30000), ("F", 24000), ("A", 20000), ("M", 19000), ("R", 16000),
+                     ("A200", 10000), ("M200", 9800), ("R200", 9000)):
         runs = [{"rps": rps + d} for d in (-500, 0, 300)]
         rows[key] = {"key": key, "runs": runs, "median": runs[1]}
     return rows
@@ -173,6 +174,8 @@ def test_bars_and_runs_stand_at_their_values():
         t = texts(root)
         assert "0.95x" in t and "A, the answer floor: 20k/s" in t, t
         assert "HTTP requests/s (wrk)" in t and "1.20x" in t, t
+        # the rows with 200 connections against A200, not A
+        assert "0.98x" in t and "0.90x" in t and "A, 200" in t, t
         assert len(with_class(root, "line", "target")) == 2
 
 
