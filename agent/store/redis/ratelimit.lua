@@ -335,6 +335,10 @@ local function limit_record(algo, quota, period, burst)
 		local tq, tr = muldiv(cap, p, n)
 		local q1, r1 = divmod(p, n)
 		l[6], l[7], l[8], l[9], l[10], l[11], l[12] = cap, p, n, tq, tr, q1, r1
+		-- capacity * T in units of 1/n microsecond, for eval_token()'s
+		-- common case: an integer, when below 2^52
+		local cp = cap * p
+		l[13] = cp < TWO52 and cp
 	end
 	return l
 end
@@ -349,11 +353,65 @@ end
 -- GCRA with the emission interval T = p/n kept exact: TAT is A + R/n.
 local function eval_token(v, now, cost, l)
 	local cap, p, n = l[6], l[7], l[8]
+	local x = v and tonumber(v)
+	-- The common case, counted in 1/n microseconds, where TAT's integer
+	-- form x = (TAT - EPOCH) * n is the unit: with b = (now - EPOCH) * n,
+	-- d = max(x - b, 0) is the part of the capacity in use, cost * T is
+	-- cost * p and the capacity cp = l[13]; every quantity an integer below
+	-- 2^53 (checked: else the general case below, which splits TAT into
+	-- A + R/n). Its results are the general case's to the microsecond.
+	local cp = l[13]
+	if cp and cost <= cap and (not v or x and x >= 0 and x < TWO53 - n and x % 1 == 0) then
+		local b = (now - EPOCH) * n
+		if b >= 0 and b < TWO53 - cp then
+			local d, old = 0, 0
+			if x then
+				if n == 1 then
+					old = EPOCH + x
+				else
+					-- (x % n: exact, as x + n < 2^53, and n too much when
+					-- the division rounded up, see muldiv())
+					local r = x % n
+					if r < 0 then
+						r = r + n
+					end
+					old = EPOCH + (x - r) / n
+					if r > 0 then
+						old = old + 1
+					end
+				end
+				if x > b then
+					d = x - b
+				end
+			end
+			-- (below 2^52, each % is exact and at least 0)
+			if d <= cp then
+				local e = d + cost * p
+				if e <= cp then
+					local y, reset = cp - e, e
+					if n > 1 then
+						local r = e % n
+						reset = (e - r) / n
+						if r > 0 then
+							reset = reset + 1
+						end
+					end
+					return true, (y - y % p) / p, 0, reset, b + e, old, x
+				end
+				local y, r = e - cp, d % n
+				local used = (d - r) / n
+				if r > 0 then
+					used = used + 1
+				end
+				r = y % n
+				return false, 0, (y - r) / n + (r > 0 and 1 or 0), used
+			end
+		end
+	end
 	-- d = max(TAT - now, 0) = dq + dr/n: the part of the capacity in use
 	local dq, dr, old, whole = 0, 0, 0, nil
 	if v then
 		local a, r = nil, 0
-		local x = tonumber(v)
 		if x then
 			-- (TAT - EPOCH) * n, a whole number below 2^53
 			whole = x
@@ -389,21 +447,6 @@ local function eval_token(v, now, cost, l)
 	end
 	if cost > cap then
 		return false, 0, l[3], used
-	end
-	if n == 1 and cost == 1 then
-		-- T is p whole microseconds, capacity * T is l[9]: the same as
-		-- below without remainders (and x < 2^52: see limit_error())
-		local nq, tq = dq + p, l[9]
-		if nq <= tq then
-			local x = tq - nq
-			local r = x % p
-			local t0 = now - EPOCH + nq
-			if t0 >= 0 then
-				return true, (x - r) / p, 0, nq, t0, old, whole
-			end
-			return true, (x - r) / p, 0, nq, fmt('%d+0', now + nq), old
-		end
-		return false, 0, nq - tq, used
 	end
 	-- the request is allowed when d + cost*T <= cap*T
 	local iq, ir
