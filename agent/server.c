@@ -378,6 +378,7 @@ void server_stop(struct server *srv)
 	xfree(srv->workers);
 	srv->workers = NULL;
 	srv->nworkers = 0;
+	xfree(atomic_exchange(&srv->fixed, NULL));
 	rulestats_free(srv->rulestats);
 	srv->rulestats = NULL;
 	overrides_release(srv->ovt);

@@ -82,7 +82,7 @@ struct worker {
 	struct rule_counters *rule_stats; /* this worker's slots (rulestats.h) */
 	struct worker_stats stats;
 	struct worker_load load;
-	struct fixed_answer *fixed; /* with cfg.fixed_answer, once made (conn.c) */
+	struct fixed_answer *fixed; /* with cfg.fixed_answer: the server's, once seen */
 };
 
 /* Rules replaced by a reload, released once every worker has moved on. */
@@ -105,6 +105,9 @@ struct server {
 	pthread_mutex_t ov_lock;
 	struct overrides *ovt;
 	struct rulestats *rulestats;      /* made by server_start */
+	/* --fixed-answer: the first decision's answer, set once by the worker
+	 * that made it (conn.c), freed by server_stop */
+	_Atomic(struct fixed_answer *) fixed;
 	int lfd;
 	struct worker *workers;
 	int nworkers;                     /* workers running (threads started) */

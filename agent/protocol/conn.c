@@ -250,8 +250,7 @@ void conn_table_free(struct worker *w)
 {
 	struct conn_table *t = &w->conns;
 
-	xfree(w->fixed);
-	w->fixed = NULL;
+	w->fixed = NULL; /* the server's (server_stop) */
 	/* The last word on connections still open (the grace time is over):
 	 * a DISCONNECT if the socket takes it now, then the close. */
 	for (uint32_t i = 0; i < t->nslots; i++) {
@@ -673,17 +672,26 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 }
 
 /* --fixed-answer (benchmarks): a decision kept with copies of its
- * strings, so that it outlives the rules it was made with. */
+ * strings, so that it outlives the rules it was made with. The first one
+ * made in the process is the server's, and every worker answers with it
+ * from then on. */
 struct fixed_answer {
 	struct decide_decision d;
 	char rule[RULES_NAME_MAX];
 	char policy[RULES_POLICY_MAX];
 };
 
+/* The server's answer, once made: the worker takes it. */
+static __attribute__((noinline)) bool fixed_answer(struct worker *w)
+{
+	w->fixed = atomic_load_explicit(&w->srv->fixed, memory_order_acquire);
+	return w->fixed != NULL;
+}
+
 static __attribute__((noinline)) void keep_answer(struct worker *w,
 						  const struct decide_decision *d)
 {
-	struct fixed_answer *fa = xmalloc(sizeof(*fa));
+	struct fixed_answer *fa = xmalloc(sizeof(*fa)), *none = NULL;
 
 	if (!fa)
 		return;
@@ -696,7 +704,11 @@ static __attribute__((noinline)) void keep_answer(struct worker *w,
 		memcpy(fa->policy, d->policy, fa->d.policy_len);
 	fa->d.rule = fa->rule;
 	fa->d.policy = fa->policy;
-	w->fixed = fa;
+	/* another worker's, made at the same time, may be the first */
+	if (!atomic_compare_exchange_strong_explicit(&w->srv->fixed, &none, fa,
+						     memory_order_acq_rel, memory_order_acquire))
+		xfree(fa);
+	fixed_answer(w);
 }
 
 static void handle_notify(struct conn *c, const struct spop_frame *f)
@@ -742,7 +754,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
 		return;
 	}
-	if (c->w->fixed) {
+	if (c->w->fixed || (c->w->srv->cfg.fixed_answer && fixed_answer(c->w))) {
 		queue_ack(c, f->stream_id, f->frame_id, &c->w->fixed->d);
 		return;
 	}
