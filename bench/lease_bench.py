@@ -661,21 +661,13 @@ def report(ctx, rows):
         if not rw:
             continue
         m = rw.get("median")
-        L.append("%s. %s" % (key, rw["title"]))
-        L.append("")
-        L.append("   ```")
-        if not m:
-            L.append("   (no successful run)")
-        else:
+        lines = None
+        if m:
+            amp = " &" if len(m["bench_cmds"]) > 1 else ""
+            lines = ([m["redis_cmd"]] if m.get("redis_cmd") else []) + m["agent_cmds"] + [
+                c + amp for c in m["bench_cmds"]]
             if m.get("redis_cmd"):
-                L.append("   " + m["redis_cmd"])
-            for c in m["agent_cmds"]:
-                L.append("   " + c)
-            for c in m["bench_cmds"]:
-                L.append("   " + c + (" &" if len(m["bench_cmds"]) > 1 else ""))
-            if m.get("redis_cmd"):
-                L.append("   # FCALL calls: INFO commandstats (cmdstat_fcall) before and after; "
-                         "CPU: INFO cpu; the agents' /metrics before and after")
-        L.append("   ```")
-        L.append("")
+                lines.append("# FCALL calls: INFO commandstats (cmdstat_fcall) before and "
+                             "after; CPU: INFO cpu; the agents' /metrics before and after")
+        L += redis_bench.command_block(key, rw["title"], lines)
     return L

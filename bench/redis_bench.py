@@ -437,6 +437,15 @@ def quote(argv):
     return " ".join(shlex.quote(x) for x in argv)
 
 
+def command_block(key, title, lines):
+    """One row of a report's commands, as Markdown: "KEY. TITLE", then
+    lines (commands and # comments) in a code block indented under it;
+    lines None when the row had no successful run."""
+    L = ["%s. %s" % (key, title), "", "   ```"]
+    L += ["   " + c for c in lines] if lines is not None else ["   (no successful run)"]
+    return L + ["   ```", ""]
+
+
 
 
 # ---- R1: redis-benchmark ---------------------------------------------------
@@ -1498,45 +1507,32 @@ def report(ctx, rows):
         if not row:
             continue
         m = row.get("median")
-        L.append("%s. %s" % (key, row["title"]))
-        L.append("")
-        L.append("   ```")
+        lines = None
         if not m:
-            L.append("   (no successful run)")
+            pass
         elif key == "R1":
-            for c in m["cmds"]:
-                L.append("   " + c)
-            L.append("   # Redis time: INFO commandstats (cmdstat_evalsha) before and after; "
-                     "CPU: INFO cpu")
+            lines = m["cmds"] + ["# Redis time: INFO commandstats (cmdstat_evalsha) before "
+                                 "and after; CPU: INFO cpu"]
         elif key.startswith("C"):
-            for c in m["redis_cmds"]:
-                L.append("   " + c)
-            L.append("   # each run: FLUSHALL on every master, then")
-            L.append("   " + m["agent_cmd"])
-            L.append("   " + m["bench_cmd"])
-            L.append("   # calls per master: INFO commandstats (cmdstat_fcall) "
-                     "before and after; CPU: INFO cpu")
+            lines = m["redis_cmds"] + [
+                "# each run: FLUSHALL on every master, then", m["agent_cmd"], m["bench_cmd"],
+                "# calls per master: INFO commandstats (cmdstat_fcall) before and after; "
+                "CPU: INFO cpu"]
         elif key.startswith("N"):
-            L.append("   " + m["agent_cmd"])
-            L.append("   " + m["bench_cmd"])
+            lines = [m["agent_cmd"], m["bench_cmd"]]
+        elif key.startswith("M"):
+            cli = "redis-cli -p %d" % m["redis_port"]
+            lines = [m["redis_cmd"], "%s DEBUG SET-ACTIVE-EXPIRE 0" % cli, m["agent_cmd"],
+                     "%s INFO memory   # used_memory before" % cli, m["bench_cmd"],
+                     "%s INFO memory; %s DBSIZE; %s SCAN 0 COUNT 100   # then TYPE, "
+                     "STRLEN, MEMORY USAGE KEY SAMPLES 0 of a few keys" % (cli, cli, cli)]
         else:
             cli = "redis-cli -p %d" % m["redis_port"]
-            L.append("   " + m["redis_cmd"])
-            if key.startswith("M"):
-                L.append("   %s DEBUG SET-ACTIVE-EXPIRE 0" % cli)
-            L.append("   " + m["agent_cmd"])
-            if key.startswith("M"):
-                L.append("   %s INFO memory   # used_memory before" % cli)
-            L.append("   " + m["bench_cmd"])
-            if key.startswith("M"):
-                L.append("   %s INFO memory; %s DBSIZE; %s SCAN 0 COUNT 100   # then TYPE, "
-                         "STRLEN, MEMORY USAGE KEY SAMPLES 0 of a few keys" % (cli, cli, cli))
-            else:
-                L.append("   # Redis time: INFO commandstats (cmdstat_fcall) before and "
-                         "after; CPU: INFO cpu; %s FUNCTION LIST LIBRARYNAME %s WITHCODE "
-                         "after" % (cli, lua_scripts.LIBRARY_NAME))
-        L.append("   ```")
-        L.append("")
+            lines = [m["redis_cmd"], m["agent_cmd"], m["bench_cmd"],
+                     "# Redis time: INFO commandstats (cmdstat_fcall) before and after; "
+                     "CPU: INFO cpu; %s FUNCTION LIST LIBRARYNAME %s WITHCODE after"
+                     % (cli, lua_scripts.LIBRARY_NAME)]
+        L += command_block(key, row["title"], lines)
     if getattr(ctx, "library_note", None):
         L.append("Note: %s." % ctx.library_note)
         L.append("")

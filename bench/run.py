@@ -344,16 +344,9 @@ def in_memory_section(rows, ncpu, only, figs=None):
              "picked free at run time):")
     L.append("")
     for i, row in enumerate(rows, 1):
-        L.append("%d. %s" % (i, row["title"]))
-        L.append("")
-        L.append("   ```")
-        if row.get("median"):
-            L.append("   " + row["median"]["agent_cmd"])
-            L.append("   " + row["median"]["bench_cmd"])
-        else:
-            L.append("   (no successful run)")
-        L.append("   ```")
-        L.append("")
+        m = row.get("median")
+        L += redis_bench.command_block(i, row["title"], [m["agent_cmd"], m["bench_cmd"]]
+                                       if m else None)
     return L
 
 

@@ -215,6 +215,16 @@ def test_latency_figure_has_every_run_and_axes():
             assert all(b <= a for a, b in zip(ys, ys[1:])), ys
 
 
+def test_command_block():
+    """The commands of a report's row: its key and title, then its lines in
+    a code block indented under it, or that no run succeeded."""
+    import redis_bench
+    assert redis_bench.command_block("R3", "batched", ["redis-server", "# a note"]) == [
+        "R3. batched", "", "   ```", "   redis-server", "   # a note", "   ```", ""]
+    assert redis_bench.command_block(2, "memory", None) == [
+        "2. memory", "", "   ```", "   (no successful run)", "   ```", ""]
+
+
 def test_svg_helpers():
     assert [svg.si(v) for v in (0, 12.63, 886336, 2146188, 999700, 1e9)] == [
         "0", "12.6", "886k", "2.15M", "1M", "1G"]
