@@ -519,19 +519,18 @@ def report(ctx, rows):
              "| all runs (requests/s) |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     f = rows["F"].get("median")
-    a = rows["A"].get("median")
     for key in ORDER:
         row = rows[key]
         m = row.get("median")
         base = floor_of(key)
-        a = rows[base].get("median")
+        fm = rows[base].get("median")  # the floor at this row's connections
         if not m:
             L.append("| %s | %s | %s | | | | | | | | | | | |"
                      % (key, row["title"], "skipped: " + row["skipped"]
                         if row.get("skipped") else "failed"))
             continue
-        vs = "%.2fx" % (m["rps"] / a["rps"]) if a and key != base else "-"
-        rounds = ", ".join(per_round(rows, key)) if a and key != base else "-"
+        vs = "%.2fx" % (m["rps"] / fm["rps"]) if fm and key != base else "-"
+        rounds = ", ".join(per_round(rows, key)) if fm and key != base else "-"
         vs_f = "%.2fx" % (m["rps"] / f["rps"]) if f and key[0] != "F" else "-"
         errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
         L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
@@ -545,17 +544,18 @@ def report(ctx, rows):
     for key, target in TARGETS:
         m = rows[key].get("median")
         base = floor_of(key)
-        a = rows[base].get("median")
-        if not (m and a):
+        fm = rows[base].get("median")
+        if not (m and fm):
             L.append("- %s >= %.2fx of %s: not measured." % (key, target, base))
             continue
-        x = m["rps"] / a["rps"]
+        x = m["rps"] / fm["rps"]
+        conns = rows[key]["conns"]
         L.append("- %s against %s (%d connections): %.2fx (%.0f against %.0f requests/s); "
                  "the target of at least %.2fx is %s.%s" % (
-                     key, base, rows[key]["conns"], x, m["rps"], a["rps"], target,
+                     key, base, conns, x, m["rps"], fm["rps"], target,
                      "met" if x >= target else "NOT met",
                      " Against F, whose answer sets no variable: %.2fx." % (m["rps"] / f["rps"])
-                     if f and key == key[0] else ""))
+                     if f and conns == WRK_CONNS else ""))
     a = rows["A"].get("median")
     h = rows["H"].get("median")
     if h and f:
@@ -689,14 +689,6 @@ def report(ctx, rows):
     L.append("")
     for key in ORDER:
         row = rows[key]
-        L.append("%s. %s" % (key, row["title"]))
-        L.append("")
-        L.append("   ```")
-        if row.get("median"):
-            for c in row["median"]["cmds"]:
-                L.append("   " + c)
-        else:
-            L.append("   (no successful run)")
-        L.append("   ```")
-        L.append("")
+        L += redis_bench.command_block(key, row["title"], row["median"]["cmds"]
+                                       if row.get("median") else None)
     return L
