@@ -656,15 +656,16 @@ int main(int argc, char **argv)
 		case OPT_LEASE: {
 			double d;
 
-			if (parse_seconds(optarg, LEASE_INTERVAL_MIN_US / 1e6,
-					  LEASE_INTERVAL_MAX_US / 1e6, &d) < 0)
+			if (parse_seconds(optarg, RULES_LEASE_MIN_US / 1e6,
+					  RULES_LEASE_MAX_US / 1e6, &d) < 0)
 				BAD("--lease: expected a duration from 10ms to 1s, got '%s'", optarg);
 			rcfg.lease_us = (int64_t)(d * 1e6 + 0.5);
 			break;
 		}
 		case OPT_LEASE_SHARE:
-			if (parse_num(optarg, 1, 50, &num) < 0)
-				BAD("--lease-share: expected 1 to 50 (percent), got '%s'", optarg);
+			if (parse_num(optarg, 1, RULES_LEASE_SHARE_MAX, &num) < 0)
+				BAD("--lease-share: expected 1 to %d (percent), got '%s'",
+				    RULES_LEASE_SHARE_MAX, optarg);
 			rcfg.lease_share = (unsigned)num;
 			break;
 		case OPT_METRICS:

@@ -213,6 +213,9 @@ struct rule {
 	 * most, in percent of a capacity, 0 for the agent's --lease-share */
 	int64_t lease_us;
 	uint8_t lease_share;
+#define RULES_LEASE_MIN_US 10000     /* the interval: 10 ms to 1 s */
+#define RULES_LEASE_MAX_US 1000000
+#define RULES_LEASE_SHARE_MAX 50     /* the share: 1 to 50 percent */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
 	/* Derived at load: */
 	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */

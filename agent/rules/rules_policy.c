@@ -175,19 +175,19 @@ int rules_parse_lease(struct ctx *c, const char *where, yaml_node_t *n, int64_t 
 	}
 	*share = 0;
 	if (n->type != YAML_MAPPING_NODE)
-		return ys_duration(y, n, at, 10 * LIMIT_US_PER_S / 1000, LIMIT_US_PER_S,
+		return ys_duration(y, n, at, RULES_LEASE_MIN_US, RULES_LEASE_MAX_US,
 				   "10ms to 1s such as 100ms, or off", us);
 	if (ys_map_fields(y, n, at, keys, L_N, k, v) < 0)
 		return -1;
 	if (!v[L_INTERVAL])
 		return ys_fail_missing(y, n, at, "interval", " (such as interval: 100ms)");
 	ys_path_key(sub, at, "interval");
-	if (ys_duration(y, v[L_INTERVAL], sub, 10 * LIMIT_US_PER_S / 1000, LIMIT_US_PER_S, expect,
+	if (ys_duration(y, v[L_INTERVAL], sub, RULES_LEASE_MIN_US, RULES_LEASE_MAX_US, expect,
 			us) < 0)
 		return -1;
 	if (v[L_SHARE]) {
 		ys_path_key(sub, at, "share");
-		if (ys_int(y, v[L_SHARE], sub, 1, 50, &pct) < 0)
+		if (ys_int(y, v[L_SHARE], sub, 1, RULES_LEASE_SHARE_MAX, &pct) < 0)
 			return -1;
 		*share = (uint8_t)pct;
 	}

@@ -325,7 +325,7 @@ int lease_check(struct lease_table *t, const struct lease_config *agent,
 	}
 	/* a call that asked is out: this one is decided in Redis as it is
 	 * (a lost answer frees the place after a while) */
-	if (e->pending && now - e->pending_since < LEASE_INTERVAL_MAX_US * 4)
+	if (e->pending && now - e->pending_since < RULES_LEASE_MAX_US * 4)
 		return 0;
 	e->pending = false;
 	*want = want_of(e, q, cfg);

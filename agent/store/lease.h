@@ -38,8 +38,6 @@
 #define LEASE_LIMITS_MAX 4
 #define LEASE_MIN 4                /* tokens per interval below which: none */
 #define LEASE_VALUE_MAX 48         /* bytes of a stored value to compare */
-#define LEASE_INTERVAL_MIN_US 10000
-#define LEASE_INTERVAL_MAX_US 1000000
 
 /* The agent's (--lease, --lease-share); a rule's own `lease` overrides
  * it (struct rule: lease_us, lease_share). */
