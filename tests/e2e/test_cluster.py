@@ -347,9 +347,9 @@ def test_override_and_log_on_a_cluster(h, cluster):
 
 def test_leases_on_a_cluster(h, cluster):
     """--lease on a Cluster: the leases of a client grow with its demand
-    (rl5_decide_cluster), the answers count down as Redis's would, and the
+    (rl6_decide_cluster), the answers count down as Redis's would, and the
     unspent tokens go back to its master when the agent stops
-    (rl5_return_cluster)."""
+    (rl6_return_cluster)."""
     from test_lease import Client, leased_25
 
     cluster.reset()

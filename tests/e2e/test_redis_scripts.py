@@ -9,6 +9,7 @@ clients of its own, so keys never meet across tests.
 """
 
 import atexit
+import hashlib
 import math
 import os
 import random
@@ -99,8 +100,28 @@ def tb_value(limit, a, r=0):
 
 def key_of(client, limit):
     """The key of a client's limit, named by the limit's values, so that a
-    changed limit is another key (the agent names it by a hash of them)."""
+    changed limit is another key (the agent names it by a hash of them).
+    A packed bucket's (a limit with a fifth element, 1): its hash, 13
+    bytes, "{" 2 characters of the client "}~" and 8 of the limit's hash,
+    then its field, 10 more characters of the client."""
+    if len(limit) == 5 and limit[4] == 1:
+        h = hashlib.sha256(repr(tuple(limit[:4])).encode()).hexdigest()[:8]
+        name = "{%s}~%s%s" % (client[:2], h, client[2:12])
+        assert len(name) == PACKED_NAME_LEN, name
+        return name
     return "{%s}%d.%d.%d.%d" % ((client,) + tuple(limit))
+
+
+PACKED_HASH_LEN, PACKED_NAME_LEN = 13, 23
+
+
+def is_packed(key):
+    return len(key) == PACKED_NAME_LEN and key[3:5] == "}~"
+
+
+def packed_parts(key):
+    """A packed bucket's hash and field."""
+    return key[:PACKED_HASH_LEN], key[PACKED_HASH_LEN:]
 
 
 def rule_bytes(limits):
@@ -194,7 +215,7 @@ def parse_reply(raw):
     return _whole(now), out
 
 
-def fcall(args, fn="rl5_decide", c=None):
+def fcall(args, fn="rl6_decide", c=None):
     """FCALL fn 0 *args, its reply parsed."""
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
@@ -225,12 +246,16 @@ def decide_args(reqs):
     return args
 
 
-def decide(reqs, fn="rl5_decide"):
+def decide(reqs, fn="rl6_decide"):
     return fcall(decide_args(reqs), fn)
 
 
 def get(key):
-    v = redis().c.command("GET", key)
+    """A key's value; a packed bucket's as its hash's field holds it."""
+    if is_packed(key):
+        v = redis().c.command("ZSCORE", *packed_parts(key))
+    else:
+        v = redis().c.command("GET", key)
     return None if v is None else v.decode()
 
 
@@ -286,7 +311,7 @@ class Model:
             k = q[3] if len(q) > 3 else 0
             owners = client if isinstance(client, tuple) else (client,) * len(limits)
             keys = [key_of(o, l) for o, l in zip(owners, limits)]
-            ev = [self.eval(key, tuple(l), now, cost) for key, l in zip(keys, limits)]
+            ev = [self.eval(key, tuple(l[:4]), now, cost) for key, l in zip(keys, limits)]
             ok = all(e[0] for e in ev)
             extra = 0
             if ok:
@@ -294,11 +319,11 @@ class Model:
                 if k and all(l[0] in (TB, SW, FW) for l in limits):
                     extra = min([k] + [e[1] for e in ev])
                 if extra > 0:
-                    took = [self.eval(key, tuple(l), now, cost + extra)
+                    took = [self.eval(key, tuple(l[:4]), now, cost + extra)
                             for key, l in zip(keys, limits)]
                     assert all(e[0] for e in took), (q, took)
                 for key, l, e in zip(keys, limits, took):
-                    self.st[key] = (tuple(l), e[4], now)
+                    self.st[key] = (tuple(l[:4]), e[4], now)
                     if key not in self.written:
                         self.written.append(key)
                 dec = min(range(len(ev)), key=lambda j: (ev[j][1], j))
@@ -335,7 +360,7 @@ class Model:
                 self._refund_key(now, take, key_of(o, l), cost)
 
     def give_back(self, now, take, reqs, expect):
-        """rl5_return: as refund(), but a token bucket's key only while its
+        """rl6_return: as refund(), but a token bucket's key only while its
         value is expect[key] (what the grant left there), compared at its
         turn. Returns the number of keys changed."""
         changed = 0
@@ -562,6 +587,10 @@ def check_stored(model, keys):
     rounded to its grid, says (a KEEPTTL write keeps an expiry that is
     that already). A key may have expired since, only past that moment."""
     cmds = []
+    packed = [k for k in keys if is_packed(k)]
+    keys = [k for k in keys if not is_packed(k)]
+    if packed:
+        check_packed(model, packed)
     for k in keys:
         cmds += [("GET", k), ("PEXPIRETIME", k)]
     reps = redis().c.pipeline(cmds + [("TIME",)])
@@ -579,12 +608,39 @@ def check_stored(model, keys):
         assert exp == want_exp, ("expiry", k, want, exp, want_exp)
 
 
+def check_packed(model, keys):
+    """Each packed bucket of keys holds the model's value in its hash, or
+    is gone only once its bucket is full; its hash expires after that
+    value's need, at the moment its mark says: (expiry_ms * 1000 - EPOCH)
+    * n, in the units of the bucket's values."""
+    cmds = []
+    for k in keys:
+        h, f = packed_parts(k)
+        cmds += [("ZSCORE", h, f), ("ZSCORE", h, ""), ("PEXPIRETIME", h)]
+    reps = redis().c.pipeline(cmds + [("TIME",)])
+    t = reps[-1]
+    now = int(t[0]) * S + int(t[1])
+    for i, k in enumerate(keys):
+        v, mark, exp = reps[3 * i:3 * i + 3]
+        want, need = model.stored(k)
+        if v is None:
+            assert need <= now, ("a bucket gone before it is full", k, want, need, now)
+            continue
+        assert v.decode() == want, ("stored value", k, v, want)
+        _, quota, period, _ = model.st[k][0]
+        n = quota // math.gcd(quota, period)
+        assert exp > 0 and exp * MS >= need, ("the hash expires before its bucket's need",
+                                              k, exp, need)
+        assert mark is not None and int(mark) == (exp * MS - EPOCH) * n, (
+            "the hash's mark", k, mark, exp)
+
+
 def check_absent(keys):
     for k in keys:
-        assert redis().c.command("GET", k) is None, ("a full bucket is no key", k)
+        assert get(k) is None, ("a full bucket is no key", k)
 
 
-def check(model, reqs, what="", fn="rl5_decide", stored=True):
+def check(model, reqs, what="", fn="rl6_decide", stored=True):
     """Calls the library with reqs, compares the reply with the model at
     the reply's now_us and, with stored, the keys it wrote."""
     now, got = decide(reqs, fn)
@@ -600,7 +656,7 @@ def check(model, reqs, what="", fn="rl5_decide", stored=True):
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what, fn="rl5_decide"):
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl6_decide"):
     """Drives the library through a random timeline and checks every reply,
     and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
@@ -641,11 +697,11 @@ def test_library_registers_both_functions():
     for f in info[b"functions"]:
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
-    assert fns == {"rl5_decide": [], "rl5_decide_cluster": ["allow-cross-slot-keys"],
-                   "rl5_refund": [], "rl5_refund_cluster": ["allow-cross-slot-keys"],
-                   "rl5_return": [], "rl5_return_cluster": ["allow-cross-slot-keys"],
-                   "rl5_release": [], "rl5_release_cluster": ["allow-cross-slot-keys"],
-                   "rl5_penalize": [], "rl5_penalize_cluster": ["allow-cross-slot-keys"]}, fns
+    assert fns == {"rl6_decide": [], "rl6_decide_cluster": ["allow-cross-slot-keys"],
+                   "rl6_refund": [], "rl6_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl6_return": [], "rl6_return_cluster": ["allow-cross-slot-keys"],
+                   "rl6_release": [], "rl6_release_cluster": ["allow-cross-slot-keys"],
+                   "rl6_penalize": [], "rl6_penalize_cluster": ["allow-cross-slot-keys"]}, fns
 
 
 _DRIVER = """
@@ -873,6 +929,69 @@ def test_mixed_limits_all_or_nothing_match_model():
     run_timeline(_MIXED_LANES, 40, 303, [0, 0.005, 0.02, 0.05, 0.1], "mixed")
 
 
+def packed(limit):
+    """A token bucket kept packed (see "Packed buckets")."""
+    return tuple(limit[:4]) + (1,)
+
+
+_PACKED_LANES = [
+    ([packed((TB, 5, 500 * MS, 0))], [1, 1, 2], 0.8, 2),
+    # T = 1s/3: n = 3, the most a packed bucket takes
+    ([packed((TB, 3, 1 * S, 0))], [1, 2], 0.7, 1),
+    ([packed((TB, 3, 300 * MS, 6))], [1, 2, 4, 7], 0.7, 2),
+    ([packed((TB, 2, 250 * MS, 11))], [1, 3, 5], 0.6, 1),
+    # a deep bucket (2^51 us) with n = 3
+    ([packed((TB, 3, 2 ** 40 + 1, 6000))], [1, 2500], 0.5, 1),
+    ([packed((TB, 100000, 10 * S, 0))], [1, 7, 30000, 60000], 0.8, 2),
+    # a packed bucket beside a plain one, windows and a log: all or nothing
+    ([packed((TB, 10, 2 * S, 0)), (SW, 4, 300 * MS, 0), (FW, 6, 500 * MS, 0)], [1, 2], 0.8, 2),
+    ([(LG, 4, 300 * MS, 0), packed((TB, 12, 1 * S, 3)), (TB, 10, 2 * S, 0)], [1, 2], 0.7, 2),
+]
+
+
+def test_packed_buckets_match_model():
+    """Packed token buckets decide as plain ones do, the model says so for
+    each reply, and each bucket's value, its hash's expiry and mark are
+    checked after each call. Clients share hashes (256 tags here), so
+    fields come and go among others'."""
+    for fn in lua_scripts.FUNCTIONS:
+        run_timeline(_PACKED_LANES, 35, 404, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2],
+                     "packed", fn)
+
+
+def test_packed_hash_expiry_and_sweep():
+    """Clients of one tag share a limit's hash. Its expiry covers every
+    field's need, also when a call writes a later need before an earlier
+    one; a field whose bucket is full leaves when another field comes; the
+    hash expires by itself once no bucket in it is in use."""
+    lim = packed((TB, 10, 10 * S + 10, 0))  # T = 1000001 us, a limit of this test only
+    tag = new_client()[:2]
+    a, b, c = (tag + new_client()[2:] for _ in range(3))
+    h = packed_parts(key_of(a, lim))[0]
+    assert h == packed_parts(key_of(b, lim))[0] == packed_parts(key_of(c, lim))[0]
+    assert redis().c.command("EXISTS", h) == 0
+    m = Model()
+    # a's need 9 s away, b's 1 s: b's write comes after a's and must not
+    # bring the hash's expiry back
+    check(m, [(a, 9, [lim]), (b, 1, [lim])], "a then b")
+    exp = pexpiretime(h)
+    assert exp * MS >= m.stored(key_of(a, lim))[1], exp
+    time.sleep(1.1)
+    # b is full: c's new field sweeps it out, a stays
+    assert get(key_of(b, lim)) is not None
+    check(m, [(c, 1, [lim])], "c")
+    assert get(key_of(b, lim)) is None and get(key_of(a, lim)) is not None
+    assert redis().c.command("ZCARD", h) == 3  # a, c and the mark
+    # a short bucket's hash: gone by itself soon after its need
+    short = packed((TB, 5, 100 * MS + 5, 0))
+    d = new_client()
+    decide([(d, 1, [short])])
+    hs = packed_parts(key_of(d, short))[0]
+    assert redis().c.command("EXISTS", hs) == 1
+    time.sleep(0.2)
+    assert redis().c.command("EXISTS", hs) == 0
+
+
 def test_logs_match_model():
     """Sliding logs through random timelines: two requests of a client in
     one call (one microsecond: one entry), weights, a cost over the quota,
@@ -888,11 +1007,11 @@ def test_logs_match_model():
     run_timeline(lanes, 40, 707, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2], "logs")
 
 
-def test_cluster_function_on_a_standalone_server_decides_like_rl5_decide():
-    """rl5_decide_cluster reads each client's keys on its own (pcall): on a
-    server that serves every slot it must decide exactly as rl5_decide."""
+def test_cluster_function_on_a_standalone_server_decides_like_rl6_decide():
+    """rl6_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl6_decide."""
     tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
-                         fn="rl5_decide_cluster")
+                         fn="rl6_decide_cluster")
     assert tally[0] + tally[1] > 30
     # the same batches through both, on twin clients: periods long enough
     # that the moments between the two calls change no decision
@@ -902,8 +1021,8 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl5_decide():
     cb = [new_client() for _ in range(3)]
     for step in range(12):
         plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
-        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl5_decide")
-        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl5_decide_cluster")
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl6_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl6_decide_cluster")
 
         def strip(res):
             # remaining as the agent reads it: a refusing window's slot
@@ -914,7 +1033,7 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl5_decide():
 
 
 def test_cluster_function_reads_each_key_once_per_call():
-    """rl5_decide_cluster reads a key on its first use in a call, whatever
+    """rl6_decide_cluster reads a key on its first use in a call, whatever
     the request that names it: requests whose keys overlap (first_key 1
     over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
     from the same first_key see what the call took before, never a value
@@ -946,7 +1065,7 @@ def test_keymap_shared_keys_match_model():
     shared by every client or by an address), keys named once through the
     keymap: each request sees what earlier ones of the call took from a
     shared key, all or nothing, exactly as the model, in both functions."""
-    for fn, seed in (("rl5_decide", 505), ("rl5_decide_cluster", 506)):
+    for fn, seed in (("rl6_decide", 505), ("rl6_decide_cluster", 506)):
         rng = random.Random(seed)
         glob, addr = new_client(), [new_client() for _ in range(2)]
         clients = [new_client() for _ in range(4)]
@@ -971,7 +1090,7 @@ def test_keymap_shared_keys_match_model():
 
 
 def test_refund_gives_back_what_was_taken():
-    """rl5_refund gives back what a call took, as the model does: a token
+    """rl6_refund gives back what a call took, as the model does: a token
     bucket's tokens up to its capacity (a full bucket's key deleted), a
     window's count in the window of the take while the value holds it;
     whatever time has passed since the take, on every algorithm, through
@@ -981,10 +1100,12 @@ def test_refund_gives_back_what_was_taken():
     # enough that a refund may come a window late, and long ones whose
     # counts stay
     lims = [(TB, 7, 1 * S, 3), (TB, 9, 4 * S, 0), (SW, 4, 250 * MS, 0), (SW, 9, 3 * S, 0),
-            (FW, 3, 200 * MS, 0), (FW, 8, 3 * S, 0)]
-    shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0)]
-    for fn, refund_fn, seed in (("rl5_decide", "rl5_refund", 707),
-                                ("rl5_decide_cluster", "rl5_refund_cluster", 708)):
+            (FW, 3, 200 * MS, 0), (FW, 8, 3 * S, 0),
+            # packed buckets: T = 1s/3 (n = 3), and 400 ms
+            packed((TB, 3, 1 * S, 2)), packed((TB, 10, 4 * S, 0))]
+    shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0), packed((TB, 12, 2 * S, 0))]
+    for fn, refund_fn, seed in (("rl6_decide", "rl6_refund", 707),
+                                ("rl6_decide_cluster", "rl6_refund_cluster", 708)):
         rng = random.Random(seed)
         glob = new_client()
         clients = [new_client() for _ in range(3)]
@@ -996,7 +1117,7 @@ def test_refund_gives_back_what_was_taken():
                 c = rng.randrange(3)
                 own = lims[(c + step // 8) % len(lims)]
                 reqs.append(((clients[c], glob), rng.choice([1, 2, 3]),
-                             (own, shared[step // 20 % 2])))
+                             (own, shared[step // 20 % 3])))
             what = "refund %s seed %d step %d" % (fn, seed, step)
             take, got = check(model, reqs, what, fn)
             taken = [q for q, x in zip(reqs, got) if x[0] == 1]
@@ -1036,7 +1157,7 @@ def test_refund_cases():
             # a write in the next window, so the value moves on
             check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
         args = layout_mapped([((c,), 2, (lim,))] * back)[0]
-        changed = redis().c.command("FCALL", "rl5_refund", 0, str(take), *args)
+        changed = redis().c.command("FCALL", "rl6_refund", 0, str(take), *args)
         t = redis().c.command("TIME")
         model.refund(int(t[0]) * S + int(t[1]), take, [((c,), 2, (lim,))] * back)
         k = key_of(c, lim)
@@ -1087,7 +1208,7 @@ def with_ids(args, ids):
     return [head] + args[1:1 + nrules] + [b"".join(ids)] + args[1 + nrules:]
 
 
-def decide_ids(reqs, ids, fn="rl5_decide"):
+def decide_ids(reqs, ids, fn="rl6_decide"):
     return fcall(with_ids(layout(reqs)[0], ids), fn)
 
 
@@ -1098,11 +1219,11 @@ def rid(n):
 def test_concurrency_places():
     """Places in flight: taken while fewer than the quota are, the same
     request again holds its own, refused with a second to wait, given back
-    by rl5_release (exactly its own, once), ended at their deadline; all
+    by rl6_release (exactly its own, once), ended at their deadline; all
     or nothing with a token bucket of the same rule; a request without an
     id is not counted. Each value is the places left, 16 bytes each, and
     expires on the grid when the last ends."""
-    for fn, rel in (("rl5_decide", "rl5_release"), ("rl5_decide_cluster", "rl5_release_cluster")):
+    for fn, rel in (("rl6_decide", "rl6_release"), ("rl6_decide_cluster", "rl6_release_cluster")):
         c = new_client()
         conc = (CC, 2, 400 * MS, 0)
         tb = (TB, 3, 3600 * S, 0)
@@ -1164,11 +1285,11 @@ BAN = 5  # a penalty box
 
 
 def test_penalty_box():
-    """rl5_penalize counts events in a sliding window and, at its quota,
+    """rl6_penalize counts events in a sliding window and, at its quota,
     bans (the ban key: when it ends, expiring then); a ban limit refuses
     until then, with that long to wait, and allows after without writing;
     all or nothing with the rule's other limits."""
-    for fn, pen in (("rl5_decide", "rl5_penalize"), ("rl5_decide_cluster", "rl5_penalize_cluster")):
+    for fn, pen in (("rl6_decide", "rl6_penalize"), ("rl6_decide_cluster", "rl6_penalize_cluster")):
         c = new_client()
         ban = (BAN, 1, 300 * MS, 0)
         tb = (TB, 5, 3600 * S, 0)
@@ -1193,7 +1314,7 @@ def test_penalty_box():
                      ([count, 0, "a", "b"], "need <rule> <ban_us>"),
                      ([count, 5, "a"], "need <rule> <ban_us>")):
         try:
-            redis().c.command("FCALL", "rl5_penalize", 0, *bad)
+            redis().c.command("FCALL", "rl6_penalize", 0, *bad)
         except RespError as e:
             assert err in str(e), e
         else:
@@ -1521,6 +1642,8 @@ def test_bad_arguments_write_nothing():
     R2 = rule_bytes([good, (FW, 5, S, 0)])
     c = new_client()
     k1, k2 = "{%s}a" % c, "{%s}b" % c
+    PK = rule_bytes([packed(good)])
+    pk = key_of(c, packed(good))
 
     def rq(nrules, *flat):
         return request_bytes(nrules, flat)
@@ -1576,7 +1699,17 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([[0, 10, S]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[0, 10, S, 0, 9]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[0, 10, S, None]]), k1], "rule 1: limit 1: need [algo"),
-        ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: need [algo"),  # a lid
+        ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: algo must be"),  # a lid
+        ([one, mpack.packb([["t", 0, 10, S, 0, 1]]), k1], "rule 1: limit 1: need [algo"),
+        # packed buckets: a token bucket's, of n <= 3, named by 23 bytes
+        ([one, mpack.packb([[0, 10, S, 0, 2]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[0, 10, S, 0, True]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[SW, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
+        ([one, mpack.packb([[LG, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
+        ([one, mpack.packb([[0, 7, S, 0, 1]]), k1], "rule 1: limit 1: a packed bucket needs"),
+        ([one, PK, k1], "request 1: a packed bucket's key must be 23 bytes"),
+        ([one, PK, pk[:-1]], "request 1: a packed bucket's key must be 23 bytes"),
+        ([rq(1, (1, 1, 1), (2, 1, 1)), PK, pk, k2], "request 2: a packed bucket's key must"),
         ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
     ]
     for algo in (6, -1, 1.5, "0", None, True):
@@ -1623,6 +1756,7 @@ def test_bad_arguments_write_nothing():
                 raise AssertionError("%s: no error for %r" % (fn, args))
             # (DBSIZE would not do: keys of other tests expire meanwhile)
             assert r.c.command("EXISTS", k1, k2, "{%s}c" % c) == 0, (fn, args)
+            assert get(pk) is None, (fn, args)
     # and the library still decides
     _, got = fcall([one, R, k1])
     assert got == [(1, 1, [(9, 0, 100000)])], got
@@ -1845,8 +1979,8 @@ def _wide_replies():
     # requests of one limit, with numbers beyond 2^32
     reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
     long_reqs = [(clients[4], 1, _WIDTHS)] * 400
-    return [(reqs, redis().c.command("FCALL", "rl5_decide", 0, *layout(reqs)[0])),
-            (long_reqs, redis().c.command("FCALL", "rl5_decide", 0, *layout(long_reqs)[0]))]
+    return [(reqs, redis().c.command("FCALL", "rl6_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl6_decide", 0, *layout(long_reqs)[0]))]
 
 
 def test_reply_of_every_shape_matches_model():
@@ -1957,7 +2091,7 @@ def now_of_redis():
     return int(t[0]) * S + int(t[1])
 
 
-def return_lease(take, back, vals, fn="rl5_return", mapped=True):
+def return_lease(take, back, vals, fn="rl6_return", mapped=True):
     """FCALL fn for one lease: back [(client or owners, unspent, limits)]
     (one request), vals the v_j of the grant's lease element. Returns the
     keys changed, the moment just after, and the expect by key (for
@@ -1973,7 +2107,14 @@ def return_lease(take, back, vals, fn="rl5_return", mapped=True):
     return n, now_of_redis(), expect
 
 
-def lease_timeline(fn, ret_fn, seed, mapped, steps=40):
+def packable(limit):
+    """The limit packed when it can be (a token bucket of n <= 3)."""
+    if limit[0] == TB and limit[1] // math.gcd(limit[1], limit[2]) <= 3:
+        return packed(limit)
+    return limit
+
+
+def lease_timeline(fn, ret_fn, seed, mapped, steps=40, pack=False):
     """Random calls mixing requests with a lease (k of every size) and
     without, over token buckets (emission intervals of whole and of
     fractional microseconds), windows and a log, several rules in a call;
@@ -1992,6 +2133,9 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40):
         [(LG, 5, 400 * MS, 0), (TB, 10, 1 * S, 0)],
     ]
     shared = ((TB, 90, 1 * S, 0), (SW, 100, 600 * MS, 0))
+    if pack:
+        rules = [[packable(l) for l in r] for r in rules]
+        shared = tuple(packable(l) for l in shared) + (packed((TB, 80, 1 * S, 0)),)
     glob = new_client()
     clients = [new_client() for _ in rules]
     model = Model()
@@ -2005,7 +2149,7 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40):
             who = clients[c]
             if mapped:
                 limits += shared
-                who = (clients[c],) * len(rules[c]) + (glob, glob)
+                who = (clients[c],) * len(rules[c]) + (glob,) * len(shared)
             q = (who, rng.choice([1, 1, 2]), limits)
             if rng.random() < 0.6:
                 q += (rng.choice([0, 1, 2, 3, 5, 8] * 4 + [100, 2 ** 32 - 1]),)
@@ -2050,12 +2194,21 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40):
 def test_leases_match_model():
     """Leases through random timelines, in both functions, with and
     without the keymap: every reply (a lease's extra and values too) and
-    every value written, and what rl5_return gives back, as the model."""
-    for fn, ret_fn, seed, mapped in (("rl5_decide", "rl5_return", 901, False),
-                                      ("rl5_decide_cluster", "rl5_return_cluster", 902, False),
-                                      ("rl5_decide", "rl5_return", 903, True),
-                                      ("rl5_decide_cluster", "rl5_return_cluster", 904, True)):
+    every value written, and what rl6_return gives back, as the model."""
+    for fn, ret_fn, seed, mapped in (("rl6_decide", "rl6_return", 901, False),
+                                      ("rl6_decide_cluster", "rl6_return_cluster", 902, False),
+                                      ("rl6_decide", "rl6_return", 903, True),
+                                      ("rl6_decide_cluster", "rl6_return_cluster", 904, True)):
         lease_timeline(fn, ret_fn, seed, mapped)
+
+
+def test_packed_leases_match_model():
+    """test_leases_match_model with the token buckets that can be packed
+    packed (and a shared packed bucket): the lease's values are the hash
+    fields' as Redis prints them, and a return compares them so."""
+    for fn, ret_fn, seed, mapped in (("rl6_decide", "rl6_return", 905, False),
+                                      ("rl6_decide_cluster", "rl6_return_cluster", 906, True)):
+        lease_timeline(fn, ret_fn, seed, mapped, pack=True)
 
 
 def test_lease_takes_what_the_tightest_limit_leaves():
@@ -2158,7 +2311,7 @@ def test_lease_reply_bytes_are_the_documented_msgpack():
     wide = [(TB, 50 + j, 3600 * S, 0) for j in range(14)] + [(FW, 90, 3600 * S, 0)]
     reqs = [(c, 1, [big, (SW, 9, 60 * S, 0)], 33015), (d, 1, wide, 7), (c, 2, [big,
             (SW, 9, 60 * S, 0)], 0), (e, 1, [(FW, 3, 60 * S, 0)], 2 ** 32 - 1)]
-    raw = redis().c.command("FCALL", "rl5_decide", 0, *decide_args(reqs))
+    raw = redis().c.command("FCALL", "rl6_decide", 0, *decide_args(reqs))
     now, results = parse_reply(raw)
     assert [len(x) for x in results] == [4, 4, 3, 4], results
     assert len(results[1][3][1]) == 15 and results[1][3][0] == 7, results[1]
@@ -2249,7 +2402,7 @@ def test_return_never_lifts_a_bucket_over_its_capacity():
 
 def test_lease_and_return_with_bad_arguments_write_nothing():
     """Leases badly laid out, and a return with bad arguments: an error
-    reply, nothing written. rl5_refund and rl5_return take no leases."""
+    reply, nothing written. rl6_refund and rl6_return take no leases."""
     r = redis()
     tb = (TB, 10, S, 0)
     c = new_client()
@@ -2316,7 +2469,7 @@ def test_lease_and_return_with_bad_arguments_write_nothing():
             raise AssertionError(fn)
     assert get(k) == before
     # and a good return still gives back
-    assert r.c.command("FCALL", "rl5_return", 0, "1", exp, *plain) == 1
+    assert r.c.command("FCALL", "rl6_return", 0, "1", exp, *plain) == 1
 
 
 # ------------------------------------------------------------- measure
@@ -2335,7 +2488,7 @@ def _measure(batch, seconds=None, depth=16):
     cmds = []
     for i in range(64):
         reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
-        cmds.append(("FCALL", "rl5_decide", 0, *layout(reqs)[0]))
+        cmds.append(("FCALL", "rl6_decide", 0, *layout(reqs)[0]))
     wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
     c = Client("127.0.0.1", r.port)
     try:

@@ -1,15 +1,15 @@
-#!lua name=spoa_ratelimit_v5
+#!lua name=spoa_ratelimit_v6
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically (this file: the functions'
 contract, the state and the limits' math; ratelimit_calls.lua, loaded
 after it as one text, reads the calls, decides and writes). The agent loads it on every server
 it uses (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl5_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
+    FCALL rl6_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
 
-(rl5_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl6_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
 The library's name and its functions' carry the version of the layout of
-their arguments (5); the values' layout has its own (3, as the agent's
+their arguments (6); the values' layout has its own (3, as the agent's
 key names say, "rl3:"). Agents of another layout on the same server load
 and call their own library, and none replaces another's.
 
@@ -29,7 +29,7 @@ and call their own library, and none replaces another's.
                takes beyond its cost for its agent to spend later, 0 .. 2^32-1
                (0: none), see "Leases"
   rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
-            burst]
+            burst] or [algo, quota, period_us, burst, packed]
     algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window,
                3 sliding log
     quota      N requests per period, 1 .. 2^47 (a log: 1 .. 65535, see
@@ -38,6 +38,9 @@ and call their own library, and none replaces another's.
     burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
                burst * period_us / quota <= 2^52 (windows ignore it:
                their capacity is the quota)
+    packed     0 or 1: 1 keeps a token bucket (algo 0 only) packed, with
+               the buckets of other clients, in a sorted set (see "Packed
+               buckets"); its n (T = p/n below) must be at most 3
   keymap    (only when R has 32768 added) 4 bytes per position, big-endian:
             the 1-based index of the key at that position. It lets requests
             whose limits are not all one client's (a rule with layers: a
@@ -49,7 +52,9 @@ and call their own library, and none replaces another's.
             starts fresh instead of misreading old state. A key is one
             limit of one client: the agent names each key once in a call,
             and two requests of a client under one rule share their keys
-            (the same first_key).
+            (the same first_key). A packed bucket's key is 23 bytes: the
+            name of its sorted set (13 bytes, a Cluster hash tag in it),
+            then its member (10 bytes).
 
 Requests are decided in order: a later request sees what an earlier one
 took from any key they share. A rule's bytes are checked and its constants
@@ -97,7 +102,7 @@ decider as fixints
 
 Leases: an agent takes k more tokens for a busy client in the call that
 decides one of its requests, spends them itself, and gives back those it
-has not spent (rl5_return, below). A request allowed at its cost c takes
+has not spent (rl6_return, below). A request allowed at its cost c takes
 extra = min(k, the remaining of each of its limits after it): so many more
 requests of cost 1 pass all of them. It takes none (extra 0) when refused,
 when any limit of its rule is not a token bucket or a window (a log, a
@@ -109,11 +114,11 @@ expiry) that is written; a later request of the call sees it. The reply's per_li
 'more' slots stay those of the evaluation at c: the extra tokens are the
 client's own, and the agent reports what this request leaves to it.
 
-Refund: rl5_refund (rl5_refund_cluster) gives back what requests took,
+Refund: rl6_refund (rl6_refund_cluster) gives back what requests took,
 for the agent to undo a decision that another server refused (a rule
 whose limits live on several servers):
 
-    FCALL rl5_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl6_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
 taken. A token bucket's TAT goes back by cost * T, never below now (a
@@ -122,26 +127,26 @@ a window's count goes down by cost in the window the take counted it in,
 while that window still counts, never below 0. What time has given back
 since is not given twice. Replies the number of keys it changed. Its
 meaning does not change with leases: it undoes a decision split over
-servers, and a lease's tokens go back through rl5_return.
+servers, and a lease's tokens go back through rl6_return.
 
-Return: rl5_return (rl5_return_cluster) gives back a lease's unspent
+Return: rl6_return (rl6_return_cluster) gives back a lease's unspent
 tokens:
 
-    FCALL rl5_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl6_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
 
 take_us the `now_us` of the reply that granted the lease, requests,
-rules, keymap and keys as rl5_refund takes them (10 bytes per request, no
+rules, keymap and keys as rl6_refund takes them (10 bytes per request, no
 lease; cost: the tokens given back), and expect a msgpack array with one
 entry per key position (1 .. K, or per position of the keymap): nil or
 the string v_j of the grant's lease element. A token bucket's key is given
 back only when its value is expect's exactly (nothing has written it since
-the grant), then as rl5_refund does: TAT back by cost * T, never below now
+the grant), then as rl6_refund does: TAT back by cost * T, never below now
 (at full, the key is deleted). Any other value is left as it is: between
 the grant and the return another agent's request may have found the
 bucket full and absorbed the lease's reservation (time fills a bucket, it
 cannot overfill it), so a plain refund would lift the bucket over what
 the limit allows; only an untouched key is known to still hold the
-reservation. A window's count is given back as rl5_refund does (expect
+reservation. A window's count is given back as rl6_refund does (expect
 ignored): the count of the window the grant counted the tokens in, while
 that window counts, is exact to lower whatever else it has counted since. The keys are
 compared one position at a time with their values then: a key named at
@@ -197,6 +202,26 @@ its shape says), which costs Redis half of setting one. The agent's key
 names carry the layout's version (see store_key_name): a layout whose
 values or expiries mean something else must change them.
 
+Packed buckets: a key of 116 bytes or so per client (Redis 7.0: the key
+and its value, and an entry in each of the keyspace's and the expiries'
+tables) is the most memory a client costs. A packed bucket is a member of
+a sorted set that holds the buckets of all the clients of a tag under
+one limit, its score the bucket's integer state (see "Storage", always an
+integer: n <= 3 keeps it below 2^53 until 2119), some 20 bytes per client
+in a small set. The set's member "" is its mark: the state (in the
+same units) of the moment the set expires, which is always at or past
+the need of every member. A write whose state passes the mark moves it,
+and the set's expiry (PEXPIREAT), to its need rounded up to the
+millisecond plus the limit's step, an eighth of the bucket's depth in
+time (1 ms to 60 s); a write that adds a member, or moves the mark, also
+removes the members whose bucket is full (ZREMRANGEBYSCORE up to now):
+a set holds the buckets in use and the few that filled up since its last
+new member, and expires by itself once none is in use. Reading one costs
+a ZMSCORE (the member and the mark), writing one a ZADD: a command more
+per decision than a plain key, which shares the call's MGET. A refund or
+a return gives back to a packed bucket as to a key (its score goes back,
+or the member leaves at full); the set's expiry stays.
+
 Cost, per call: the keys are read with one MGET (on a Cluster, one per
 client, which may be another node's), each key written once at the end:
 INCRBY when an integer state stays one and keeps its expiry (no text to
@@ -210,7 +235,7 @@ does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack.
 
-Cluster: rl5_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl6_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -251,6 +276,11 @@ local LOG_QUOTA_MAX = 65535
 local EPOCH = 1704067200000000
 -- keys per MGET: unpack() puts them all on Lua's stack
 local MGET_MAX = 4000
+-- a packed bucket's n (T = p/n): its states are integers below 2^53
+local PACKED_N_MAX = 3
+-- a packed bucket's name: its hash's name (this many bytes), then its field
+local PACKED_HASH_LEN = 13
+local PACKED_NAME_LEN = 23
 
 -- floor(a / d) and a mod d for integers 0 <= a < 2^53, 1 <= d: the
 -- division is rounded, so the quotient is corrected by one when needed.
@@ -749,7 +779,7 @@ local function eval_log(v, now, cost, quota, period)
 end
 
 -- Requests in flight (algo 4): at most quota at once, each keeping its
--- place until its release (rl5_release) or for period at the latest. The
+-- place until its release (rl6_release) or for period at the latest. The
 -- value: 16 bytes per request in flight, its id (8 bytes, as the agent
 -- sends it) and when its place ends (microseconds, a float64); needed
 -- until the last ends. A request without an id (nil) is not counted (its
@@ -798,7 +828,7 @@ end
 
 -- A penalty box (algo 5): the value is when the ban ends (microseconds);
 -- refused until then, allowed after with nothing to write (NOWRITE). The
--- ban is put by rl5_penalize.
+-- ban is put by rl6_penalize.
 local NOWRITE = {}
 
 local function eval_ban(v, now)
@@ -824,10 +854,14 @@ end
 
 -- Returns nil when l is a valid limit, else what is wrong with it.
 local function limit_error(l)
-	if type(l) ~= 'table' or l[4] == nil or l[5] ~= nil then
-		return 'need [algo, quota, period_us, burst]'
+	if type(l) ~= 'table' or l[4] == nil or l[6] ~= nil or
+	    (l[5] ~= nil and l[5] ~= 0 and l[5] ~= 1) then
+		return 'need [algo, quota, period_us, burst] or [algo, quota, period_us, burst, packed]'
 	end
 	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
+	if l[5] == 1 and algo ~= 0 then
+		return 'only a token bucket is packed'
+	end
 	if type(algo) ~= 'number' or algo < 0 or algo > 5 or algo % 1 ~= 0 then
 		return 'algo must be 0, 1, 2, 3, 4 or 5'
 	end
@@ -850,6 +884,19 @@ local function limit_error(l)
 		return 'burst * period_us / quota exceeds 2^52'
 	end
 	return nil
+end
+
+-- A packed bucket's hash moves its expiry this many milliseconds past the
+-- need that moves it (see "Packed buckets"): an eighth of the bucket's
+-- depth in time, 1 ms to 60 s.
+local function packed_step(l)
+	local s = floor(l[6] * l[7] / l[8] / 8000)
+	if s < 1 then
+		return 1
+	elseif s > 60000 then
+		return 60000
+	end
+	return s
 end
 
 -- Rules by their bytes: checked and their constants computed once.
@@ -876,7 +923,18 @@ local function rule_of(bytes)
 		if e then
 			return nil, fmt('limit %d: %s', j, e)
 		end
-		rule[j] = limit_record(l[1], l[2], l[3], l[4])
+		local r = limit_record(l[1], l[2], l[3], l[4])
+		if l[5] == 1 then
+			-- (TAT's integer form stays below 2^53 until 2119 for n <= 3)
+			if r[8] > PACKED_N_MAX then
+				return nil, fmt('limit %d: a packed bucket needs quota / gcd(quota, period_us) <= %d',
+				    j, PACKED_N_MAX)
+			end
+			r[14] = packed_step(r)
+		else
+			rule.plain = true
+		end
+		rule[j] = r
 	end
 	if rule_count >= 256 then
 		rule_cache, rule_count = {}, 0

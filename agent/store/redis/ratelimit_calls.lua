@@ -20,6 +20,11 @@ local sv = {}            -- by key position: its value, false when absent
 local wgen, wneed, wbefore, wnum, wlim, wpos = {}, {}, {}, {}, {}, {}
 local rgen, rhere, rname, rpos = {}, {}, {}, {} -- Cluster: see read_client()
 local kmap = {}          -- by position: its key's index (with a keymap)
+-- Packed buckets, by position: the call that read it, its hash, its field
+-- and the hash's mark (see "Packed buckets"); marks a call has moved, by
+-- hash, in pmoved when pmgen is the call's.
+local pgen, phash, pfield, pmark = {}, {}, {}, {}
+local pmoved, pmgen = {}, 0
 local last_u, last_us = -1, '' -- the last expiry written, and its digits
 
 -- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
@@ -128,6 +133,51 @@ local function read_client(args, k0, a, b, g0, mapped)
 		end
 	end
 	return true
+end
+
+-- Reads the packed bucket at position p, named `name`, into sv[p] (its
+-- field's value as Redis prints it, false when absent) and its hash's mark
+-- into pmark[p] (-1 when absent). On a Cluster the node serves its slot
+-- (read_client() has read its name).
+local function read_packed(name, p, g0)
+	if #name ~= PACKED_NAME_LEN then
+		return false
+	end
+	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+	local r = rcall('ZMSCORE', h, '', f)
+	pgen[p], phash[p], pfield[p] = g0, h, f
+	sv[p], pmark[p] = r[2], tonumber(r[1]) or -1
+	return true
+end
+
+-- Writes x, the integer state of the packed bucket at position p of limit
+-- l, into its hash: when x is past the hash's mark, the mark and the
+-- hash's expiry move to the bucket's need plus the limit's step; a new
+-- field, or a moved mark, also removes the fields whose bucket is full
+-- (see "Packed buckets").
+local function write_packed(p, x, l, now, g0)
+	local h = phash[p]
+	if pmgen ~= g0 then
+		pmoved, pmgen = {}, g0
+	end
+	local mark = pmoved[h] or pmark[p]
+	local n = l[8]
+	local added
+	if x <= mark then
+		added = rcall('ZADD', h, fmt('%d', x), pfield[p])
+	else
+		-- ceil(TAT) in milliseconds, rounded up, plus the step
+		local q, r = divmod(x, n * 1000)
+		local e = (EPOCH / 1000) + q + (r > 0 and 1 or 0) + l[14]
+		mark = (e * 1000 - EPOCH) * n
+		pmoved[h] = mark
+		added = rcall('ZADD', h, fmt('%d', x), pfield[p], fmt('%d', mark), '')
+		rcall('PEXPIREAT', h, fmt('%d', e))
+		added = 1
+	end
+	if added > 0 then
+		rcall('ZREMRANGEBYSCORE', h, '-inf', fmt('%d', (now - EPOCH) * n))
+	end
 end
 
 local function fail(msg)
@@ -333,7 +383,7 @@ local function lease_take(rule, nl, k, cost, now, k1, mapped)
 			ok, _, _, reset, val = eval_fixed(v, now, c, l[2], l[3])
 		end
 		-- (every limit has that many left: this cannot refuse)
-		if not ok then
+		if not ok or l[14] and type(val) ~= 'number' then
 			return 0
 		end
 		lval[j], lneed[j] = val, now + reset
@@ -380,8 +430,15 @@ local function run(args, cluster)
 	local now = now_us()
 	gen = gen + 1
 	local g0 = gen
-	if not cluster and nk > 0 then
-		-- (mapped: every key, each once, whatever the positions)
+	local plain = false
+	for r = 1, nr do
+		if rbuf[r].plain then
+			plain = true
+		end
+	end
+	if not cluster and nk > 0 and plain then
+		-- (mapped: every key, each once, whatever the positions; a packed
+		-- bucket's name reads as absent, and it is read on its first use)
 		read_all(args, k0, mapped and #args - k0 or nk)
 	end
 	if m < 16 then
@@ -427,6 +484,10 @@ local function run(args, cluster)
 				if mapped then
 					p = kmap[p]
 				end
+				if l[14] and pgen[p] ~= g0 and not read_packed(args[k0 + p], p, g0) then
+					return fail(fmt('request %d: a packed bucket\'s key must be %d bytes', i,
+					    PACKED_NAME_LEN))
+				end
 				local algo, v = l[1], sv[p]
 				local at = 3 * j
 				local val
@@ -455,6 +516,9 @@ local function run(args, cluster)
 				end
 				if algo ~= 0 then
 					oldn[j] = nil
+				end
+				if l[14] and val and type(val) ~= 'number' then
+					return fail('a packed bucket\'s state must be an integer below 2^53')
 				end
 				-- (a limit that allows, and only such a limit, has a new value)
 				valv[j] = val
@@ -528,52 +592,72 @@ local function run(args, cluster)
 	-- costs Redis half of setting an expiry).
 	for w = 1, nw do
 		local p = wpos[w]
-		local g = wlim[p][5]
-		-- (expiry_ms(), inline, twice)
-		local u = wneed[p]
-		local r = u % 1000
-		u = (u - r) / 1000 + (r > 0 and 1 or 0)
-		r = u % g
-		if r > 0 then
-			u = u + g - r
-		end
-		local o = wbefore[p]
-		r = o % 1000
-		o = (o - r) / 1000 + (r > 0 and 1 or 0)
-		r = o % g
-		if r > 0 then
-			o = o + g - r
-		end
-		local val, name = sv[p], args[k0 + p]
-		local num = type(val) == 'number'
-		-- Numbers go to Redis as text made here: given a number, Redis
-		-- prints it with "%.17g", which costs it several times more.
-		if o ~= u then
-			-- (a whole number of milliseconds below 10^14 converts to
-			-- its digits exactly; keys of a call often share one)
-			if u ~= last_u then
-				last_u, last_us = u, fmt('%d', u)
-			end
-			rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', last_us)
+		local l = wlim[p]
+		if l[14] then
+			write_packed(p, sv[p], l, now, g0)
 		else
-			-- An integer state over an integer state: INCRBY keeps the
-			-- expiry, costs Redis less than SET and needs no text. Its
-			-- reply is the new value, unless the old one was not an
-			-- integer as Redis reads them ("1e3", " 7": an error) or the
-			-- sum is not exact: then SET.
-			local d = num and wnum[p] and val - wnum[p]
-			if not d or d >= 1e14 or rpcall('INCRBY', name, fmt('%d', d)) ~= val then
-				rcall('SET', name, num and fmt('%d', val) or val, 'KEEPTTL')
+			local g = l[5]
+			-- (expiry_ms(), inline, twice)
+			local u = wneed[p]
+			local r = u % 1000
+			u = (u - r) / 1000 + (r > 0 and 1 or 0)
+			r = u % g
+			if r > 0 then
+				u = u + g - r
+			end
+			local o = wbefore[p]
+			r = o % 1000
+			o = (o - r) / 1000 + (r > 0 and 1 or 0)
+			r = o % g
+			if r > 0 then
+				o = o + g - r
+			end
+			local val, name = sv[p], args[k0 + p]
+			local num = type(val) == 'number'
+			-- Numbers go to Redis as text made here: given a number, Redis
+			-- prints it with "%.17g", which costs it several times more.
+			if o ~= u then
+				-- (a whole number of milliseconds below 10^14 converts to
+				-- its digits exactly; keys of a call often share one)
+				if u ~= last_u then
+					last_u, last_us = u, fmt('%d', u)
+				end
+				rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', last_us)
+			else
+				-- An integer state over an integer state: INCRBY keeps the
+				-- expiry, costs Redis less than SET and needs no text. Its
+				-- reply is the new value, unless the old one was not an
+				-- integer as Redis reads them ("1e3", " 7": an error) or the
+				-- sum is not exact: then SET.
+				local d = num and wnum[p] and val - wnum[p]
+				if not d or d >= 1e14 or rpcall('INCRBY', name, fmt('%d', d)) ~= val then
+					rcall('SET', name, num and fmt('%d', val) or val, 'KEEPTTL')
+				end
 			end
 		end
 	end
 	return concat(parts, '', 1, m + 1)
 end
 
+-- The value of the packed bucket named `name` (false when absent), its
+-- hash and field kept at position p; nil as get_here() gives it.
+local function get_packed(name, p, cluster)
+	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+	phash[p], pfield[p] = h, f
+	local v = rpcall('ZSCORE', h, f)
+	if type(v) == 'table' and v.err then
+		if not cluster then
+			error(v)
+		end
+		return nil
+	end
+	return v
+end
+
 -- Gives back `cost` to the key `name` of limit l, holding v, that a
--- request took at `take` (see "Refund"). Returns 1 when it changed the
--- key, else 0.
-local function refund_key(name, v, l, cost, take, now)
+-- request took at `take` (see "Refund"); a packed bucket's at position pos
+-- (see get_packed()). Returns 1 when it changed the key, else 0.
+local function refund_key(name, v, l, cost, take, now, pos)
 	local algo, period = l[1], l[3]
 	if algo == 0 then
 		local p, n = l[7], l[8]
@@ -599,19 +683,31 @@ local function refund_key(name, v, l, cost, take, now)
 		if r < 0 then
 			a, r = a - 1, r + n
 		end
+		local packed = l[14]
 		if a < now or (a == now and r == 0) then
 			-- full: as good as absent
-			rcall('DEL', name)
+			if packed then
+				rcall('ZREM', phash[pos], pfield[pos])
+			else
+				rcall('DEL', name)
+			end
 			return 1
 		end
 		local t0 = a - EPOCH
 		local val
 		if t0 >= 0 and t0 * n + r < TWO53 then
 			val = fmt('%d', t0 * n + r)
+		elseif packed then
+			return 0
 		else
 			val = fmt('%d+%d', a, r)
 		end
-		rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
+		if packed then
+			-- (an earlier TAT: the hash's expiry still covers it)
+			rcall('ZADD', phash[pos], val, pfield[pos])
+		else
+			rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
+		end
 		return 1
 	end
 	-- the window the take counted the request in
@@ -689,9 +785,19 @@ local function give(args, cluster, cas)
 		end
 	end
 	for i = 1, m do
-		local ki, e = request_at(req, i, nr, np, 10)
+		local ki, e, rule = request_at(req, i, nr, np, 10)
 		if not ki then
 			return fail(e)
+		end
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			if rule[j][14] and #args[k0 + p] ~= PACKED_NAME_LEN then
+				return fail(fmt('request %d: a packed bucket\'s key must be %d bytes', i,
+				    PACKED_NAME_LEN))
+			end
 		end
 	end
 	local now = now_us()
@@ -705,12 +811,17 @@ local function give(args, cluster, cas)
 				p = kmap[x]
 			end
 			local name, l = args[k0 + p], rule[j]
-			local v = get_here(name, cluster)
+			local v
+			if l[14] then
+				v = get_packed(name, p, cluster)
+			else
+				v = get_here(name, cluster)
+			end
 			-- (a window's count is given back in the window of the take
 			-- whatever touched it since; a lease's bucket only when
 			-- untouched)
 			if v and (not cas or l[1] ~= 0 or v == want[x]) then
-				changed = changed + refund_key(name, v, l, cost, take, now)
+				changed = changed + refund_key(name, v, l, cost, take, now, p)
 			end
 		end
 	end
@@ -800,13 +911,13 @@ local function register(name, fn, cluster)
 	redis.register_function(f)
 end
 
-register('rl5_decide', run, false)
-register('rl5_decide_cluster', run, true)
-register('rl5_refund', refund, false)
-register('rl5_refund_cluster', refund, true)
-register('rl5_return', give_back, false)
-register('rl5_return_cluster', give_back, true)
-register('rl5_penalize', penalize, false)
-register('rl5_penalize_cluster', penalize, true)
-register('rl5_release', release, false)
-register('rl5_release_cluster', release, true)
+register('rl6_decide', run, false)
+register('rl6_decide_cluster', run, true)
+register('rl6_refund', refund, false)
+register('rl6_refund_cluster', refund, true)
+register('rl6_return', give_back, false)
+register('rl6_return_cluster', give_back, true)
+register('rl6_penalize', penalize, false)
+register('rl6_penalize_cluster', penalize, true)
+register('rl6_release', release, false)
+register('rl6_release_cluster', release, true)
