@@ -59,6 +59,8 @@ static void usage(FILE *out)
 		"      --redis-batch N       decisions per Redis call (default 64)\n"
 		"      --redis-pipeline N    Redis calls in flight per worker (default 2)\n"
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
+		"      --redis-packed        keep token buckets packed in sorted sets:\n"
+		"                            less memory, more Redis CPU (README)\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"      --lease D             lease tokens to busy clients for D (10ms to\n"
 		"                            1s, e.g. 100ms): see the README; default off\n"
@@ -155,6 +157,7 @@ enum {
 	OPT_REDIS_PIPELINE,
 	OPT_REDIS_PENDING,
 	OPT_NO_CACHE,
+	OPT_REDIS_PACKED,
 	OPT_FIXED_ANSWER,
 	OPT_LEASE,
 	OPT_LEASE_SHARE,
@@ -176,6 +179,7 @@ struct cli {
 	int master_set, sentinel_password_set;
 	const char *hash_key_file;
 	int check;
+	bool packed;             /* --redis-packed */
 	int use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
@@ -447,6 +451,7 @@ int main(int argc, char **argv)
 		{ "redis-pipeline", required_argument, NULL, OPT_REDIS_PIPELINE },
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
+		{ "redis-packed", no_argument, NULL, OPT_REDIS_PACKED },
 		{ "lease", required_argument, NULL, OPT_LEASE },
 		{ "lease-share", required_argument, NULL, OPT_LEASE_SHARE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -650,6 +655,9 @@ int main(int argc, char **argv)
 		case OPT_NO_CACHE:
 			rcfg.local_cache = 0;
 			break;
+		case OPT_REDIS_PACKED:
+			cli.packed = true;
+			break;
 		case OPT_FIXED_ANSWER:
 			srv.cfg.fixed_answer = true;
 			break;
@@ -735,6 +743,11 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
+	if (!use_redis && cli.packed) {
+		fprintf(stderr, "spoa-ratelimit: --redis-packed: with a Redis store only\n");
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
 	if (use_redis && srv.cfg.fixed_answer) {
 		fprintf(stderr, "spoa-ratelimit: --fixed-answer: with the in-memory store only\n");
 		rules_release(rules);
@@ -759,6 +772,8 @@ int main(int argc, char **argv)
 	rules_set_secret(rules, hash_key);
 	atomic_init(&srv.rules, rules);
 
+	/* (before the workers name any key) */
+	store_key_packing(cli.packed);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
 			      : store_memory_new(srv.cfg.mem_max_keys);
@@ -793,9 +808,10 @@ int main(int argc, char **argv)
 		server_stop(&srv);
 		return 1;
 	}
-	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s", srv.cfg.threads,
+	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
 		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
-		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "");
+		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",
+		 cli.packed ? ", packed buckets" : "");
 	ev_run(main_loop, 0);
 	http_free(ops);
 	server_stop(&srv);

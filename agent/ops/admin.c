@@ -83,7 +83,7 @@ static void admin_done(struct store_admin *a)
 		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
 		for (size_t i = 0; i < a->n; i++) {
 			const struct store_admin_item *it = &a->item[i];
-			char key[STORE_KEY_TAG_LEN + 1];
+			char key[STORE_KEY_TAG_MAX + 1];
 
 			store_key_tag(it->key, key);
 			outf(&o, "%s{\"rule\": ", i ? ", " : "");

@@ -114,9 +114,10 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 
 		outf(o, ", \"keys\": {");
 		for (size_t j = 0; j < rule->nown; j++) {
-			char key[STORE_KEY_NAME_LEN + 1];
+			char key[STORE_KEY_NAME_MAX + 1];
 
-			store_key_name(op->a->item[call->item].key, rule->lidh[j], key);
+			store_key_name(op->a->item[call->item].key, rule->lidh[j], &rule->limits[j],
+				       key);
 			outf(o, "%s", j ? ", " : "");
 			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
 			outf(o, ": \"%s\"", key);
@@ -296,9 +297,10 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		override_op(op, cfg, locate);
 	for (size_t i = 0; !a->override && i < a->n; i++) {
 		const struct rule *rule = a->item[i].rule;
-		char key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
-		const char *argv[1 + LIMIT_SET_MAX];
-		size_t argvlen[1 + LIMIT_SET_MAX];
+		char key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1], nkeys[8];
+		const char *argv[3 + LIMIT_SET_MAX];
+		size_t argvlen[3 + LIMIT_SET_MAX], argc = 0;
+		bool packed = false;
 		struct addr to;
 		redisAsyncContext *ac;
 
@@ -319,19 +321,34 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 			break;
 		}
-		/* the client's keys under its rule, one per limit (one slot) */
-		argv[0] = a->reset ? "DEL" : "MGET";
-		argvlen[0] = strlen(argv[0]);
-		for (size_t j = 0; j < rule->nown; j++) {
-			argv[1 + j] = key[j];
-			argvlen[1 + j] = store_key_name(a->item[i].key, rule->lidh[j], key[j]);
+		/* the client's keys under its rule, one per limit (one slot):
+		 * MGET or DEL, or the library's rl6_peek or rl6_forget, which
+		 * read and delete packed buckets too, with the same replies */
+		for (size_t j = 0; j < rule->nown; j++)
+			packed |= store_key_packed(&rule->limits[j]);
+		if (packed) {
+			argv[argc++] = "FCALL";
+			argv[argc++] = a->reset ? "rl6_forget" : "rl6_peek";
+			argv[argc++] = nkeys;
+			snprintf(nkeys, sizeof(nkeys), "%zu", rule->nown);
+		} else {
+			argv[argc++] = a->reset ? "DEL" : "MGET";
 		}
-		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)(1 + rule->nown),
-					  argv, argvlen) == REDIS_OK)
+		for (size_t j = 0; j < argc; j++)
+			argvlen[j] = strlen(argv[j]);
+		for (size_t j = 0; j < rule->nown; j++) {
+			argv[argc] = key[j];
+			argvlen[argc++] = store_key_name(a->item[i].key, rule->lidh[j],
+							 &rule->limits[j], key[j]);
+		}
+		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)argc, argv,
+					  argvlen) == REDIS_OK)
 			op->pending++;
 		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
+			/* (a packed bucket: its set's) */
 			const char *pttl[2] = { "PTTL", key[j] };
-			size_t pttllen[2] = { 4, STORE_KEY_NAME_LEN };
+			size_t pttllen[2] = { 4, store_key_packed(&rule->limits[j]) ?
+				STORE_KEY_PACKED_SET_LEN : strlen(key[j]) };
 
 			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
 						  pttllen) == REDIS_OK) {

@@ -1,6 +1,8 @@
 /* redis_encode.c: the bytes the decision library takes (redis_encode.h). */
 #include "redis_encode.h"
 
+#include "store.h"
+
 /* v in n bytes, most significant first */
 void redis_put_be(uint8_t *p, uint64_t v, int n)
 {
@@ -52,11 +54,15 @@ size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p
 	for (size_t j = 0; j < nl; j++) {
 		const struct limit_spec *l = &limits[j];
 
-		p[n++] = 0x94;
+		bool packed = store_key_packed(l);
+
+		p[n++] = packed ? 0x95 : 0x94;
 		n += redis_mp_uint(p + n, (uint64_t)l->algo);
 		n += redis_mp_uint(p + n, l->quota);
 		n += redis_mp_uint(p + n, (uint64_t)l->period_us);
 		n += redis_mp_uint(p + n, l->burst);
+		if (packed)
+			p[n++] = 1;
 	}
 	return n;
 }

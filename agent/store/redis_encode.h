@@ -17,9 +17,10 @@ void redis_put_be(uint8_t *p, uint64_t v, int n);
 size_t redis_mp_uint(uint8_t *p, uint64_t v);
 
 /* A rule as the library takes it: msgpack [[algo, quota, period_us,
- * burst], ...], at most RULE_BYTES_MAX bytes. The same limits always make
- * the same bytes (the library keeps each rule by its bytes). */
-#define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9))
+ * burst], ...], a limit whose keys are packed (store_key_packed()) with a
+ * fifth element, 1; at most RULE_BYTES_MAX bytes. The same limits always
+ * make the same bytes (the library keeps each rule by its bytes). */
+#define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9 + 1))
 size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p);
 
 #endif

@@ -180,7 +180,8 @@ static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
 
 int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 {
-	char key[STORE_KEY_NAME_LEN + 1];
+	char key[STORE_KEY_NAME_MAX + 1];
+	size_t len;
 	struct where *w;
 
 	if (rn->state != NODE_READY || !rn->ac)
@@ -191,9 +192,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	store_key_name(r->q.key, r->q.rule->lidh[0], key);
-	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key,
-			      (size_t)STORE_KEY_NAME_LEN) != REDIS_OK) {
+	len = store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key);
+	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key, len) != REDIS_OK) {
 		xfree(w);
 		return -1;
 	}
@@ -539,20 +539,22 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 
 		first[i] = (uint32_t)npos + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			char name[STORE_KEY_NAME_LEN + 1];
-			size_t k;
+			char name[STORE_KEY_NAME_MAX + 1];
+			size_t k, len;
 			uint8_t *p;
 
-			store_key_name(decide_limit_key(q, j), q->rule->lidh[j], name);
+			len = store_key_name(decide_limit_key(q, j), q->rule->lidh[j],
+					     &q->limits[j], name);
 			for (k = 0; k < nkeys; k++)
-				if (memcmp(rn->argv[k0 + k], name, STORE_KEY_NAME_LEN) == 0)
+				if (rn->argvlen[k0 + k] == len &&
+				    memcmp(rn->argv[k0 + k], name, len) == 0)
 					break;
 			if (k == nkeys) {
-				if (!(p = arena_take(rn, used, STORE_KEY_NAME_LEN + 1)))
+				if (!(p = arena_take(rn, used, len + 1)))
 					return -1;
-				memcpy(p, name, STORE_KEY_NAME_LEN + 1);
+				memcpy(p, name, len + 1);
 				rn->argv[k0 + nkeys] = (const char *)p;
-				rn->argvlen[k0 + nkeys] = STORE_KEY_NAME_LEN;
+				rn->argvlen[k0 + nkeys] = len;
 				nkeys++;
 			}
 			redis_put_be(map + 4 * npos++, k + 1, 4);
@@ -644,10 +646,11 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 		}
 		first[i] = (uint32_t)nkeys + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			if (!(p = arena_take(rn, &used, STORE_KEY_NAME_LEN + 1)))
+			if (!(p = arena_take(rn, &used, STORE_KEY_NAME_MAX + 1)))
 				return -1;
 			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = store_key_name(q->key, q->rule->lidh[j], (char *)p);
+			rn->argvlen[argc++] = store_key_name(q->key, q->rule->lidh[j], &q->limits[j],
+							     (char *)p);
 		}
 		nkeys += q->nlimits;
 	}
@@ -1043,7 +1046,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
 	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + 8 + RULE_BYTES_MAX +
-						      LIMIT_SET_MAX * (STORE_KEY_NAME_LEN + 1 + 4));
+						      LIMIT_SET_MAX * (STORE_KEY_NAME_MAX + 1 + 4));
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
 		free_buffers(rn);

@@ -57,7 +57,7 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	const char *argv[7 + LIMIT_SET_MAX];
 	size_t argvlen[7 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
 	uint8_t req[12], rule[RULE_BYTES_MAX];
-	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_LEN + 1];
+	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1];
 
 	argv[argc] = take;
 	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)g->take_us);
@@ -75,7 +75,7 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, rule);
 	for (size_t j = 0; j < g->nl; j++) {
 		argv[argc] = key[j];
-		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], key[j]);
+		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], &g->limits[j], key[j]);
 	}
 	return redis_node_command(rn, cb, rn, (int)argc, argv, argvlen);
 }
@@ -135,7 +135,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
-	char name[STORE_KEY_NAME_LEN + 1];
+	char name[STORE_KEY_NAME_MAX + 1];
 
 	if (!redis_node_ready(rn))
 		return -1;
@@ -144,7 +144,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	argv[3] = (const char *)idb;
 	argvlen[3] = sizeof(idb);
 	argv[4] = name;
-	argvlen[4] = store_key_name(key, rule->lidh[j], name);
+	argvlen[4] = store_key_name(key, rule->lidh[j], &rule->limits[j], name);
 	return redis_node_command(rn, on_release_reply, rn, 5, argv, argvlen);
 }
 
@@ -156,7 +156,7 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	const char *argv[7];
 	size_t argvlen[7];
 	uint8_t rb[RULE_BYTES_MAX];
-	char ban[24], ck[STORE_KEY_NAME_LEN + 1], bk[STORE_KEY_NAME_LEN + 1];
+	char ban[24], ck[STORE_KEY_NAME_MAX + 1], bk[STORE_KEY_NAME_MAX + 1];
 
 	if (!redis_node_ready(rn))
 		return -1;
@@ -167,9 +167,10 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
 				      (long long)rule->limits[p->ban - 1].period_us);
 	argv[5] = ck;
-	argvlen[5] = store_key_name(key, p->count_lidh, ck);
+	argvlen[5] = store_key_name(key, p->count_lidh, &p->count, ck);
 	argv[6] = bk;
-	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], bk);
+	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], &rule->limits[p->ban - 1],
+				    bk);
 	return redis_node_command(rn, on_penalize_reply, rn, 7, argv, argvlen);
 }
 

@@ -321,44 +321,96 @@ uint64_t store_reset_epoch(const struct store *st)
 	return atomic_load_explicit(&st->reset_epoch, memory_order_relaxed);
 }
 
-/* URL-safe base64: no digit is a brace, so "{TTTT}" stays a hash tag */
+/* URL-safe base64: no digit is a brace, so "{TTTT}" stays a hash tag, nor
+ * '~', which marks a packed bucket's name */
 static const char key_digits[] =
 	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
+/* set once, before the workers name any key */
+static bool packing;
+
+void store_key_packing(bool on)
 {
-	uint32_t t = (uint32_t)key[0] << 16 | (uint32_t)key[1] << 8 | key[2];
+	packing = on;
+}
+
+bool store_key_packed(const struct limit_spec *l)
+{
+	uint64_t a, b;
+
+	if (!packing || !l || l->algo != LIMIT_TOKEN_BUCKET || l->period_us < 1)
+		return false;
+	/* n = quota / gcd(quota, period): the library's states stay integers
+	 * below 2^53 (until 2119) for n <= 3 */
+	a = l->quota;
+	b = (uint64_t)l->period_us;
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return l->quota / a <= 3;
+}
+
+/* count base64 digits of the top bits of x */
+static void put_digits(char *buf, uint64_t x, int count)
+{
+	for (int i = 0; i < count; i++)
+		buf[i] = key_digits[(x >> (58 - 6 * i)) & 63];
+}
+
+/* the tag with 24 bits, or 12 when packing */
+static size_t key_tag(const uint8_t key[IDENTITY_KEY_LEN], bool wide, char *buf)
+{
+	uint64_t t = (uint64_t)key[0] << 56 | (uint64_t)key[1] << 48 | (uint64_t)key[2] << 40;
+	int nd = wide ? 4 : 2;
 
 	buf[0] = '{';
-	for (int i = 0; i < 4; i++)
-		buf[1 + i] = key_digits[(t >> (18 - 6 * i)) & 63];
-	buf[5] = '}';
-	buf[6] = '\0';
-	return STORE_KEY_TAG_LEN;
+	put_digits(buf + 1, t, nd);
+	buf[1 + nd] = '}';
+	buf[2 + nd] = '\0';
+	return (size_t)nd + 2;
+}
+
+size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
+{
+	return key_tag(key, !packing, buf);
 }
 
 const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
 
 size_t store_overrides_key(bool version, char *buf)
 {
-	size_t n = store_key_tag(store_overrides_at, buf);
+	/* (the wide tag whatever the naming: overrides outlive it) */
+	size_t n = key_tag(store_overrides_at, true, buf);
 	const char *name = version ? "overrides:version" : "overrides";
 
 	memcpy(buf + n, name, strlen(name) + 1);
 	return n + strlen(name);
 }
 
-size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh, char *buf)
+size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
+		      const struct limit_spec *l, char *buf)
 {
 	uint64_t x = 0;
+	size_t n = store_key_tag(key, buf);
 
 	_Static_assert(IDENTITY_KEY_LEN >= 16, "the name reads bytes 0..2 and 8..15");
 
-	store_key_tag(key, buf);
 	/* bytes 8..15, big-endian whatever the host: every agent of a fleet
 	 * names a key alike */
 	for (int i = 8; i < 16; i++)
 		x = x << 8 | key[i];
+	if (store_key_packed(l)) {
+		/* the limit's set, then the client in it */
+		buf[n++] = '~';
+		put_digits(buf + n, lidh, 8);
+		put_digits(buf + n + 8, x, 10);
+		n += 18;
+		buf[n] = '\0';
+		return n;
+	}
 	/* MurmurHash3's finaliser: each bit of the limit's hash moves half
 	 * of the bits kept */
 	x ^= lidh;
@@ -367,8 +419,8 @@ size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh, char *
 	x ^= x >> 33;
 	x *= 0xc4ceb9fe1a85ec53ULL;
 	x ^= x >> 33;
-	for (int i = 0; i < 8; i++)
-		buf[6 + i] = key_digits[(x >> (58 - 6 * i)) & 63];
-	buf[STORE_KEY_NAME_LEN] = '\0';
-	return STORE_KEY_NAME_LEN;
+	put_digits(buf + n, x, packing ? 10 : 8);
+	n += packing ? 10 : 8;
+	buf[n] = '\0';
+	return n;
 }

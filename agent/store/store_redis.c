@@ -298,10 +298,9 @@ static size_t shard_of(const uint8_t *key, size_t n)
 /* The slot of a client's keys, as the cluster hashes their tag. */
 static unsigned slot_of(const uint8_t *key)
 {
-	char tag[STORE_KEY_TAG_LEN + 1];
+	char tag[STORE_KEY_TAG_MAX + 1];
 
-	store_key_tag(key, tag);
-	return redis_cluster_slot(tag, STORE_KEY_TAG_LEN);
+	return redis_cluster_slot(tag, store_key_tag(key, tag));
 }
 
 /* The node that decides a client now, or NULL when none can (no master

@@ -350,6 +350,16 @@ def check_topology(h, start_agent, key):
     assert ask(plain.port, key)["remaining"] in (974, 975)
 
 
+def test_leases_of_packed_buckets(h):
+    """--lease with --redis-packed: the grants, the answers and the return
+    of the unspent tokens when the agent stops, on a packed bucket."""
+    redis = RedisServer(h)
+    check_topology(h, lambda *args, name: start(h, redis, "--redis-packed", *args, name=name),
+                   "lease-packed")
+    assert [t.decode() for t in redis.client().command("KEYS", "*")] and all(
+        redis.command("TYPE", k) == b"zset" for k in redis.client().command("KEYS", "*"))
+
+
 def test_a_reset_through_another_agent_voids_leases_within_an_interval(h):
     """An admin reset at agent B: agent A's lease of the client ends with
     its interval (1 s here, the most there is), after which A decides on

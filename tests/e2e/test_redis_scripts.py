@@ -92,7 +92,7 @@ def tb_value(limit, a, r=0):
     """A token bucket's stored value for TAT = a + r/n: the integer
     (a - EPOCH) * n + r, or the text "a+r" where that would not be a whole
     number from 0 to 2^53."""
-    _, quota, period, _ = limit
+    _, quota, period, _ = limit[:4]
     n = quota // math.gcd(quota, period)
     x = (a - EPOCH) * n + r
     return "%d" % x if 0 <= x < 2 ** 53 else "%d+%d" % (a, r)
@@ -701,7 +701,27 @@ def test_library_registers_both_functions():
                    "rl6_refund": [], "rl6_refund_cluster": ["allow-cross-slot-keys"],
                    "rl6_return": [], "rl6_return_cluster": ["allow-cross-slot-keys"],
                    "rl6_release": [], "rl6_release_cluster": ["allow-cross-slot-keys"],
-                   "rl6_penalize": [], "rl6_penalize_cluster": ["allow-cross-slot-keys"]}, fns
+                   "rl6_penalize": [], "rl6_penalize_cluster": ["allow-cross-slot-keys"],
+                   "rl6_peek": [], "rl6_forget": []}, fns
+
+
+def test_peek_and_forget_read_and_delete_packed_and_plain_keys():
+    """The admin's look and reset: rl6_peek gives each key's value as GET
+    does (a packed bucket's score), nil for none; rl6_forget deletes each
+    (a packed bucket's member, its set's other members stay) and counts
+    them."""
+    tb, fw = packed((TB, 10, 10 * S, 0)), (FW, 5, 10 * S, 0)
+    c = new_client()
+    d = c[:2] + new_client()[2:]  # the same tag: the same set
+    now, got = decide([((c, c), 1, (tb, fw)), ((d,), 2, (tb,))])
+    assert [x[0] for x in got] == [1, 1], got
+    keys = [key_of(c, tb), key_of(c, fw), "{%s}none" % c]
+    vals = redis().c.command("FCALL", "rl6_peek", len(keys), *keys)
+    assert vals[0].decode() == tb_value(tb, now + S) and vals[1].decode() == get(keys[1])
+    assert vals[2] is None, vals
+    assert redis().c.command("FCALL", "rl6_forget", len(keys), *keys) == 2
+    assert redis().c.command("FCALL", "rl6_peek", 2, *keys[:2]) == [None, None]
+    assert get(key_of(d, tb)) == tb_value(tb, now + 2 * S)
 
 
 _DRIVER = """

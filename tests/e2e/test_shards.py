@@ -95,6 +95,32 @@ def test_layers_across_shards(h, shards):
     assert split > 0 and refunds > 0 and lost == 0, (split, refunds, lost)
 
 
+def test_packed_layers_across_shards(h, shards):
+    """test_layers_across_shards with --redis-packed: the parts decided on
+    each shard and the refunds of a refused decision on packed buckets."""
+    import harness
+    import test_stack
+    from harness import http_get
+
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    mport = harness.free_port()
+    a = start(h, three, "--rules", test_stack.rules_file(h), "--hash-key-file",
+              test_stack.fixed_key_file(h), "--metrics", "127.0.0.1:%d" % mport,
+              "--redis-packed", threads=1)
+    s = test_stack.Spop(a.port)
+    test_stack.check_stack(s)
+    s.close()
+    text = http_get(mport, "/metrics").text
+    refunds = int(re.search(r"^spoa_rl_redis_refunds_total (\d+)$", text, re.M).group(1))
+    assert refunds > 0
+    zsets = 0
+    for i in range(3):
+        with shards.client(i) as c:
+            zsets += sum(1 for k in c.command("KEYS", "*") if c.command("TYPE", k) == b"zset")
+    assert zsets > 0
+
+
 def test_concurrency_on_shards(h, shards):
     """Concurrency places on shards (test_concurrency's scenario)."""
     import test_concurrency

@@ -239,31 +239,62 @@ static void check_key_names(const struct decide_query *q)
 {
 	static const char digits[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	const struct limit_spec *l = &q->rule->limits[0];
+	const struct limit_spec window = { 3, 3600000000, 0, LIMIT_FIXED_WINDOW };
+	const struct limit_spec seventh = { 7, 1000000, 0, LIMIT_TOKEN_BUCKET };
+	const struct limit_spec third = { 3, 1000000, 0, LIMIT_TOKEN_BUCKET };
 	uint8_t bytes[IDENTITY_KEY_LEN];
-	char name[STORE_KEY_NAME_LEN + 1], other[STORE_KEY_NAME_LEN + 1];
-	char tag[STORE_KEY_TAG_LEN + 1];
+	char name[STORE_KEY_NAME_MAX + 1], other[STORE_KEY_NAME_MAX + 1];
+	char tag[STORE_KEY_TAG_MAX + 1];
 
 	for (size_t i = 0; i < sizeof(bytes); i++)
 		bytes[i] = (uint8_t)i;
 	/* FNV-1a of "rl3:t3/3600000000/0", and the names it gives */
 	assert_string_equal(q->rule->lid[0], "t3/3600000000/0");
 	assert_true(q->rule->lidh[0] == 0x739d87530eb491f2ULL);
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], name), STORE_KEY_NAME_LEN);
+	assert_false(store_key_packed(l));
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), 14);
 	assert_string_equal(name, "{AAEC}1Hyu3hE4");
-	assert_int_equal(store_key_name(bytes, 0, name), STORE_KEY_NAME_LEN);
+	assert_int_equal(store_key_name(bytes, 0, NULL, name), 14);
 	assert_string_equal(name, "{AAEC}m2VeRPkn");
-	assert_int_equal(store_key_tag(bytes, tag), STORE_KEY_TAG_LEN);
+	assert_int_equal(store_key_tag(bytes, tag), 6);
 	assert_string_equal(tag, "{AAEC}");
 	/* a client's keys share its tag; its limits' parts differ */
-	store_key_name(q->key, q->rule->lidh[0], name);
-	store_key_name(q->key, q->rule->lidh[0] ^ 1, other);
+	store_key_name(q->key, q->rule->lidh[0], l, name);
+	store_key_name(q->key, q->rule->lidh[0] ^ 1, l, other);
 	store_key_tag(q->key, tag);
-	assert_memory_equal(name, tag, STORE_KEY_TAG_LEN);
-	assert_memory_equal(other, tag, STORE_KEY_TAG_LEN);
-	assert_memory_not_equal(name + STORE_KEY_TAG_LEN, other + STORE_KEY_TAG_LEN, 8);
+	assert_memory_equal(name, tag, 6);
+	assert_memory_equal(other, tag, 6);
+	assert_memory_not_equal(name + 6, other + 6, 8);
 	/* no brace past the first, so the tag is the whole hash tag */
-	for (size_t i = 1; i < STORE_KEY_NAME_LEN; i++)
+	for (size_t i = 1; i < 14; i++)
 		assert_true(i == 5 || strchr(digits, name[i]));
+
+	/* Packed buckets: a 12-bit tag for every key; a token bucket of
+	 * n <= 3 named by its limit's set and its member there */
+	store_key_packing(true);
+	assert_true(store_key_packed(l));
+	assert_true(store_key_packed(&third));
+	assert_false(store_key_packed(&seventh));
+	assert_false(store_key_packed(&window));
+	assert_false(store_key_packed(NULL));
+	assert_int_equal(store_key_tag(bytes, tag), 4);
+	assert_string_equal(tag, "{AA}");
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);
+	assert_string_equal(name, "{AA}~c52HUw60CAkKCwwNDg");
+	/* the same limit's set for another client of the tag */
+	bytes[14] ^= 1;
+	store_key_name(bytes, q->rule->lidh[0], l, other);
+	assert_memory_equal(name, other, STORE_KEY_PACKED_SET_LEN);
+	assert_memory_not_equal(name, other, STORE_KEY_NAME_MAX);
+	bytes[14] ^= 1;
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 14);
+	assert_string_equal(name, "{AA}1Hyu3hE4Bm");
+	/* the overrides stay where they were */
+	assert_int_equal(store_overrides_key(false, name), 15);
+	assert_string_equal(name, "{AAAA}overrides");
+	store_key_packing(false);
+	assert_false(store_key_packed(l));
 }
 
 static void test_memory_store(void **state)

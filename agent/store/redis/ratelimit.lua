@@ -222,6 +222,14 @@ per decision than a plain key, which shares the call's MGET. A refund or
 a return gives back to a packed bucket as to a key (its score goes back,
 or the member leaves at full); the set's expiry stays.
 
+Admin: the agent's look at and reset of a client's keys, when its rule
+has a packed bucket (else MGET and DEL):
+
+    FCALL rl6_peek <K> <key 1> .. <key K>     the value of each (a packed
+                                              bucket's score), nil for none
+    FCALL rl6_forget <K> <key 1> .. <key K>   deletes each (a packed
+                                              bucket's member); the count
+
 Cost, per call: the keys are read with one MGET (on a Cluster, one per
 client, which may be another node's), each key written once at the end:
 INCRBY when an integer state stays one and keeps its expiry (no text to

@@ -895,12 +895,49 @@ local function penalize(args, cluster)
 	return 1
 end
 
+-- The admin's look at and reset of a client's keys, named as the agent
+-- names them (see "Admin"): true for a packed bucket's name.
+local function packed_name(k)
+	return #k == PACKED_NAME_LEN and byte(k, 4) == 125 and byte(k, 5) == 126
+end
+
+-- The value of each key (a packed bucket's field), false for none.
+local function peek(keys)
+	local v = {}
+	for i = 1, #keys do
+		local k = keys[i]
+		if packed_name(k) then
+			v[i] = rcall('ZSCORE', sub(k, 1, PACKED_HASH_LEN), sub(k, PACKED_HASH_LEN + 1))
+		else
+			v[i] = rcall('GET', k)
+		end
+	end
+	return v
+end
+
+-- Deletes each key (a packed bucket's field); the number deleted.
+local function forget(keys)
+	local n = 0
+	for i = 1, #keys do
+		local k = keys[i]
+		if packed_name(k) then
+			n = n + rcall('ZREM', sub(k, 1, PACKED_HASH_LEN), sub(k, PACKED_HASH_LEN + 1))
+		else
+			n = n + rcall('DEL', k)
+		end
+	end
+	return n
+end
+
 local function register(name, fn, cluster)
 	local f = {
 		function_name = name,
-		callback = function(_, args)
+		callback = function(keys, args)
 			if not rcall then
 				bind()
+			end
+			if cluster == nil then
+				return fn(keys)
 			end
 			return fn(args, cluster)
 		end,
@@ -921,3 +958,6 @@ register('rl6_penalize', penalize, false)
 register('rl6_penalize_cluster', penalize, true)
 register('rl6_release', release, false)
 register('rl6_release_cluster', release, true)
+-- (keys declared: the admin's are one client's, in one slot)
+register('rl6_peek', peek, nil)
+register('rl6_forget', forget, nil)
