@@ -98,9 +98,13 @@ KEYS = "10000"
 CACHE_LIMIT, CACHE_QUOTA = "10/1h", 10
 CLUSTER_KEYS, CLUSTER_QUOTA = 100, 100
 MEM_CLIENTS = 100000
-MEM_LIMITS = (("one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
-              ("two limits (`--limit 100/1m --limit 1000/1h`)",
-               ["--limit", "100/1m", "--limit", "1000/1h"]))
+MEM_LIMITS = (("M1", "one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
+              ("M2", "two limits (`--limit 100/1m --limit 1000/1h`)",
+               ["--limit", "100/1m", "--limit", "1000/1h"]),
+              ("M1p", "one limit, packed buckets (`--limit 100/1h --redis-packed`)",
+               ["--limit", "100/1h", "--redis-packed"]))
+# A set of packed buckets: "{TT}~" and 8 characters of the limit.
+SET_RE = re.compile(r"^\{[A-Za-z0-9_-]{2}\}~[A-Za-z0-9_-]{8}$")
 
 REDIS_START_S = 5.0
 REDIS_STOP_S = 5.0
@@ -266,6 +270,14 @@ class RedisServer(PortChild):
             if cursor == b"0":
                 break
         return keys[:count]
+
+    def all_keys(self):
+        cursor, keys = b"0", set()
+        while True:
+            cursor, batch = self.command("SCAN", cursor, "COUNT", 1000)
+            keys.update(batch)
+            if cursor == b"0":
+                return sorted(keys)
 
 
 class RedisAgent:
@@ -858,6 +870,14 @@ def run(ctx):
     closed.append(agent_row(
         "R3w", "batch 64 whole", "R3 with `--limit %s` (60 us per request: a whole number)"
         % WHOLE_LIMIT, whole, gen, ctx.duration))
+    # packed buckets (--redis-packed): their cost beside R2w's and R3w's
+    closed.append(agent_row(
+        "R2p", "batch 1 packed", "R2w with packed buckets (`--redis-packed`)",
+        whole + ["--redis-batch", "1", "--redis-pipeline", "1024", "--redis-packed"], gen,
+        ctx.duration))
+    closed.append(agent_row(
+        "R3p", "batch 64 packed", "R3w with packed buckets (`--redis-packed`)",
+        whole + ["--redis-packed"], gen, ctx.duration))
     # C3: R3 against a Redis Cluster of three masters, in the same rounds,
     # so that its figures stand next to standalone's from the same minutes
     with cluster_or_none(ctx, "C3") as cl:
@@ -964,35 +984,50 @@ def run(ctx):
         sample = rd.sample_keys(5)
         out["key_sample"] = sample
         out["key_types"] = [rd.command("TYPE", k).decode() for k in sample]
-        out["key_strlen"] = [rd.command("STRLEN", k) for k in sample]
+        # a string's bytes; a packed buckets' set's members (the mark apart)
+        out["key_strlen"] = [rd.command("ZCARD", k) - 1 if t == "zset" else
+                             rd.command("STRLEN", k)
+                             for k, t in zip(sample, out["key_types"])]
         usage = [rd.command("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
         out["key_usage"] = usage[0] if usage else None
-        out["key_value"] = rd.command("GET", sample[0]) if sample else None
+        if sample and out["key_types"][0] == "zset":
+            out["key_value"] = rd.command("ZRANGE", sample[0], -1, -1, "WITHSCORES")[1]
+            out["members"] = sum(rd.command("ZCARD", k) - 1 for k in rd.all_keys())
+        elif sample:
+            out["key_value"] = rd.command("GET", sample[0])
         return out
 
-    def mem_counts(nlimits):
+    def mem_counts(nlimits, packed):
         def check(res):
             bad = []
             if res["requests"] != nkeys or res["passed"] != nkeys:
                 bad.append("expected %d requests, all passed; got %d, %d passed"
                            % (nkeys, res["requests"], res["passed"]))
-            if res["dbsize"] != nkeys * nlimits:
+            if packed and res.get("members") != nkeys:
+                bad.append("%s members in the packed buckets' sets after %d distinct "
+                           "clients" % (res.get("members"), nkeys))
+            if packed and not 0 < res["dbsize"] <= 4096:
+                bad.append("DBSIZE %d: not 1 to 4096 sets" % res["dbsize"])
+            if not packed and res["dbsize"] != nkeys * nlimits:
                 bad.append("DBSIZE %d after %d distinct clients with %d limit%s"
                            % (res["dbsize"], nkeys, nlimits, "s" if nlimits > 1 else ""))
+            want_re, want_type = (SET_RE, "zset") if packed else (KEY_RE, "string")
             shape = [(k, t) for k, t in zip(res["key_sample"], res["key_types"])
-                     if not KEY_RE.match(k) or t != "string"]
+                     if not want_re.match(k) or t != want_type]
             if not res["key_sample"] or shape:
-                bad.append("keys not of the agent's shape (14-byte string keys "
-                           "\"{TTTT}LLLLLLLL\"): sample %s"
-                           % list(zip(res["key_sample"], res["key_types"])))
+                bad.append("keys not of the agent's shape (%s): sample %s" % (
+                    "sorted sets \"{TT}~IIIIIIII\"" if packed else
+                    "14-byte string keys \"{TTTT}LLLLLLLL\"",
+                    list(zip(res["key_sample"], res["key_types"]))))
             return bad
         return check
 
-    mem_rows = [agent_row("M%d" % i, "memory %d" % i, title, base_args + limits, mem_gen,
-                          120, more_checks=mem_counts(limits.count("--limit")),
+    mem_rows = [agent_row(key, "memory %s" % key, title, base_args + limits, mem_gen,
+                          120, more_checks=mem_counts(limits.count("--limit"),
+                                                      "--redis-packed" in limits),
                           redis_extra=["--enable-debug-command", "local"],
                           before=pause_expiry, after=measure)
-                for i, (title, limits) in enumerate(MEM_LIMITS, 1)]
+                for key, title, limits in MEM_LIMITS]
     interleave(ctx, mem_rows, 1)
     ctx.cluster_rows = any(rows.get(k, {}).get("runs") for k in ("C3", "CL"))
     return rows
@@ -1184,7 +1219,7 @@ def report(ctx, rows):
              "| Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
     L.append("|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for key in ("R1", "R2", "R2w", "R3", "R3w", "C3"):
+    for key in ("R1", "R2", "R2w", "R3", "R3w", "R2p", "R3p", "C3"):
         row = rows.get(key)
         if not row:
             continue
@@ -1390,7 +1425,9 @@ def report(ctx, rows):
     L.append("### Redis memory per tracked client")
     L.append("")
     L.append("One run each. The agent keeps one string key per limit of a client "
-             "(`{TTTT}LLLLLLLL`, 14 bytes). `used_memory` (INFO memory) after the agent "
+             "(`{TTTT}LLLLLLLL`, 14 bytes); with `--redis-packed` (M1p) a token bucket is a "
+             "member of its limit's sorted set for the clients of its 12-bit tag "
+             "(`{TT}~IIIIIIII`: 4096 sets per limit). `used_memory` (INFO memory) after the agent "
              "connected and loaded its library, and after it decided for %d distinct "
              "clients (one request each, all allowed); bytes per client is the "
              "difference divided by the clients, bytes per key the same divided by "
@@ -1405,7 +1442,7 @@ def report(ctx, rows):
              "| bytes per client | target | bytes per key | MEMORY USAGE of one key "
              "| key type, value bytes (sample) | decisions/s of the fill |")
     L.append("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
-    for key in ("M1", "M2"):
+    for key in ("M1", "M2", "M1p"):
         row = rows.get(key)
         if not row:
             continue
@@ -1415,7 +1452,7 @@ def report(ctx, rows):
             continue
         pc = mem_per_client(m)
         target = "-"
-        if key == "M1" and pc is not None:
+        if key in ("M1", "M1p") and pc is not None:
             target = "<= %d: %s (moonshot %d: %s)" % (
                 MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
                 MEM_MOONSHOT, "met" if pc <= MEM_MOONSHOT else "not met")
@@ -1429,18 +1466,32 @@ def report(ctx, rows):
                       zip(m["key_types"][:3], m["key_strlen"][:3])) or "-",
             m["rps"]))
     L.append("")
-    m1 = med("M1")
-    if m1 and mem_per_client(m1) is not None:
+    for key, what in (("M1", "one key per client"),
+                      ("M1p", "packed buckets (`--redis-packed`)")):
+        m1 = med(key)
+        if not m1 or mem_per_client(m1) is None:
+            continue
         pc = mem_per_client(m1)
-        L.append("- With one limit Redis holds %.0f bytes per tracked client: the target "
-                 "of <= %d is %s, the moonshot of %d %s. A sample key: `%s` = `%s`, "
-                 "`MEMORY USAGE` %s bytes." % (
-                     pc, MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
+        L.append("- %s, with one limit and %s, Redis holds %.0f bytes per tracked client: "
+                 "the target of <= %d is %s, the moonshot of %d %s. A sample key: `%s` = "
+                 "`%s`%s, `MEMORY USAGE` %s bytes." % (
+                     key, what, pc, MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
                      MEM_MOONSHOT, "met" if pc <= MEM_MOONSHOT else "not met",
                      m1["key_sample"][0] if m1["key_sample"] else "?",
                      (m1["key_value"] or b"").decode(errors="replace"),
+                     " (a sorted set of %d buckets: the value is one's score)"
+                     % m1["key_strlen"][0] if m1["key_types"][:1] == ["zset"] else "",
                      m1["key_usage"] if m1["key_usage"] is not None else "?"))
-        L.append("")
+    r3w, r3p = med("R3w"), med("R3p")
+    if r3w and r3p and r3w.get("usec_per_decision") and r3p.get("usec_per_decision"):
+        L.append("- Packed buckets cost Redis %s us per batched decision in FCALL against "
+                 "%s for keys (R3p against R3w, %.2fx; R1's %s: %.2fx), for the memory "
+                 "above." % (f1(r3p["usec_per_decision"]), f1(r3w["usec_per_decision"]),
+                             r3p["usec_per_decision"] / r3w["usec_per_decision"],
+                             f1(r1["usec_per_decision"]) if r1 else "-",
+                             r3p["usec_per_decision"] / r1["usec_per_decision"]
+                             if r1 and r1.get("usec_per_decision") else 0))
+    L.append("")
 
     L.append("### How to read it")
     L.append("")
@@ -1501,8 +1552,8 @@ def report(ctx, rows):
     L.append("")
     L.append("The median run's exact commands (ports are picked free at run time):")
     L.append("")
-    for key in ("R1", "R2", "R3", "C3", "R5", "N5", "R6", "N6", "L1", "L2", "CL",
-                "M1", "M2"):
+    for key in ("R1", "R2", "R3", "R2p", "R3p", "C3", "R5", "N5", "R6", "N6", "L1", "L2",
+                "CL", "M1", "M2", "M1p"):
         row = rows.get(key)
         if not row:
             continue
