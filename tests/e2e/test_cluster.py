@@ -278,6 +278,38 @@ def test_migrating_slot_is_followed_with_asking(h, cluster):
             cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
 
 
+def test_packed_bucket_in_a_migrating_slot_stays_where_its_set_is(h, cluster):
+    """--redis-packed, a client's slot set MIGRATING with its set still on
+    the source: decided on the source, where its bucket is (the set's name,
+    not the bucket's, says where it lives), so its count goes on; once the
+    set is moved, on the importing master, after ASKING."""
+    cluster.reset()
+    a = start(h, cluster, "--limit", "4/1h", "--redis-timeout", "1000", "--redis-packed",
+              metrics=True)
+    (name,) = json.loads(http_get(a.mport, "/admin/client?api_key=moving").text)["rules"][0][
+        "keys"].values()
+    zset = name[:13]
+    slot = cluster.slot_of(zset)
+    src = cluster.node_for_slot(slot)
+    dst = next(m.port for m in cluster.masters() if m.port != src)
+    src_id, dst_id = cluster.ids[src], cluster.ids[dst]
+    got = fleet.burst([a.port], ["moving"], per_key=2, conns=1)["moving"]
+    assert [v["remaining"] for v in got] == [3, 2], got
+    try:
+        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == b"OK"
+        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == b"OK"
+        got = fleet.burst([a.port], ["moving"], per_key=1, conns=1)["moving"]
+        assert [(v["status"], v["remaining"], v["degraded"]) for v in got] == [(0, 1, False)], got
+        # the set moves: the next decisions are the importing master's
+        assert cluster.command(src, "MIGRATE", "127.0.0.1", dst, zset, 0, 5000) == b"OK"
+        got = fleet.burst([a.port], ["moving"], per_key=2, conns=1)["moving"]
+        assert [(v["status"], v["degraded"]) for v in got] == [(0, False), (429, False)], got
+        assert metric(a, "spoa_rl_redis_asking_total") >= 2
+    finally:
+        for port in (dst, src):
+            cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
 def test_layers_across_masters(h, cluster):
     """A rule with layers on a Cluster: a global layer's key, an address's
     and a client's live on different masters; each part is decided on its

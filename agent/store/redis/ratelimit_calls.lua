@@ -83,12 +83,14 @@ local function read_slot(rname, rpos, a, b, g0)
 	end
 end
 
--- A Cluster request's keys a .. b: true when all of them are this node's
--- (each read into sv on its first use in the call, so that a value this
--- call has changed is never read again), false when any is not (its slot
--- is served elsewhere, moving, or the cluster is down: then it is neither
--- read nor written here). Any other error is raised as Redis gave it.
-local function read_client(args, k0, a, b, g0, mapped)
+-- A Cluster request's keys a .. b, of the limits of rule: true when all of
+-- them are this node's (each read into sv on its first use in the call,
+-- so that a value this call has changed is never read again), false when
+-- any is not (its slot is served elsewhere, moving, or the cluster is
+-- down: then it is neither read nor written here). A packed bucket is
+-- asked for by its set's name, the key that exists (or has moved), and
+-- read by read_packed(). Any other error is raised as Redis gave it.
+local function read_client(args, k0, a, b, g0, mapped, rule)
 	local n = 0
 	for x = a, b do
 		local p = x
@@ -100,6 +102,9 @@ local function read_client(args, k0, a, b, g0, mapped)
 			rgen[p], rhere[p] = g0, false
 			n = n + 1
 			rname[n], rpos[n] = args[k0 + p], p
+			if rule[x - a + 1][14] then
+				rname[n] = sub(rname[n], 1, PACKED_HASH_LEN)
+			end
 		end
 	end
 	if n > 0 and not mapped then
@@ -470,7 +475,7 @@ local function run(args, cluster)
 		local nl = #rule
 		local here = true
 		if cluster then
-			here = read_client(args, k0, ki, ki + nl - 1, g0, mapped)
+			here = read_client(args, k0, ki, ki + nl - 1, g0, mapped, rule)
 		end
 		if not here then
 			-- not this node's keys: nothing taken, nothing computed
