@@ -336,21 +336,16 @@ void store_key_packing(bool on)
 
 bool store_key_packed(const struct limit_spec *l)
 {
-	uint64_t a, b;
+	uint64_t p;
 
-	if (!packing || !l || l->algo != LIMIT_TOKEN_BUCKET || l->period_us < 1)
+	if (!packing || !l || l->algo != LIMIT_TOKEN_BUCKET || l->period_us < 1 || !l->quota)
 		return false;
-	/* n = quota / gcd(quota, period): the library's states stay integers
-	 * below 2^53 (until 2119) for n <= 3 */
-	a = l->quota;
-	b = (uint64_t)l->period_us;
-	while (b) {
-		uint64_t t = a % b;
-
-		a = b;
-		b = t;
-	}
-	return l->quota / a <= 3;
+	/* The library's states stay integers below 2^53 (until 2119) when
+	 * n = quota / gcd(quota, period) is at most 3, that is when n divides
+	 * 1, 2 or 3: when the quota divides the period, twice or three times
+	 * it (a period is below 2^48: no overflow). */
+	p = (uint64_t)l->period_us;
+	return p % l->quota == 0 || 2 * p % l->quota == 0 || 3 * p % l->quota == 0;
 }
 
 /* count base64 digits of the top bits of x */

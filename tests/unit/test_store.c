@@ -278,6 +278,24 @@ static void check_key_names(const struct decide_query *q)
 	assert_false(store_key_packed(&seventh));
 	assert_false(store_key_packed(&window));
 	assert_false(store_key_packed(NULL));
+	/* packed exactly when n = quota / gcd(quota, period) <= 3 */
+	for (uint64_t quota = 1; quota <= 64; quota++) {
+		static const int64_t periods[] = { 1, 2, 3, 7, 1000, 999, 1000000, 60000000,
+						   3600000000, 86400000000, 140737488355327 };
+
+		for (size_t i = 0; i < sizeof(periods) / sizeof(periods[0]); i++) {
+			struct limit_spec t = { quota, periods[i], 0, LIMIT_TOKEN_BUCKET };
+			uint64_t a = quota, b = (uint64_t)periods[i];
+
+			while (b) {
+				uint64_t r = a % b;
+
+				a = b;
+				b = r;
+			}
+			assert_int_equal(store_key_packed(&t), quota / a <= 3);
+		}
+	}
 	assert_int_equal(store_key_tag(bytes, tag), 4);
 	assert_string_equal(tag, "{AA}");
 	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);

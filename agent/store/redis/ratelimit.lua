@@ -249,6 +249,9 @@ keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
 written, and its requests are answered allowed = 2 for the agent to send
 them where the keys live. Any other error is raised as Redis gave it.
+A packed bucket is asked for by its set's name: its own name is no key,
+and in a slot being migrated only a key that exists (or has moved) says
+where the bucket is.
 ]]
 
 -- While the library loads, Redis offers it nothing but redis.register_function:
