@@ -19,7 +19,9 @@ of `make bench`'s R1); the library, one FCALL per decision and in calls of
 40; each with a limit whose interval is a whole number of microseconds
 (1000000/1m) and one whose interval carries a remainder (1000000000/1h);
 and, with the first, decisions of three rules (a client's limit and two
-layers: one key shared by every decision, one per address of 50).
+layers: one key shared by every decision, one per address of 50), and
+packed buckets (--redis-packed: the clients' buckets as members of 256
+sets).
 A pool of 200 clients, so that clients come back while their keys live
 (under valgrind time runs slower, so fewer writes keep their expiry than
 at full speed: the counts are a little above what Redis does at speed).
@@ -194,6 +196,15 @@ def measure():
             out["three rules, %d per call, %s" % (BATCH, name)] = srv.per_decision(
                 fcalls_stacked(rng, pool, addrs, glob, lim, BATCH, CALLS_BATCH),
                 BATCH * CALLS_BATCH)
+        # packed buckets (--redis-packed): the whole limit, its set per tag
+        # ("{TT}~" and the limit's 8 characters) and the client's member
+        ppool = ["{%02x}~limit001%010x" % (rng.getrandbits(8), rng.getrandbits(40))
+                 for _ in range(POOL)]
+        lim = (0, 1000000, 60000000, 0, 1)
+        out["one per call, whole, packed"] = srv.per_decision(
+            fcalls(rng, ppool, lim, 1, CALLS_ONE), CALLS_ONE)
+        out["%d per call, whole, packed" % BATCH] = srv.per_decision(
+            fcalls(rng, ppool, lim, BATCH, CALLS_BATCH), BATCH * CALLS_BATCH)
         return out
     finally:
         srv.stop()
@@ -223,7 +234,12 @@ def report_lines():
           "redis-server under `valgrind --tool=callgrind`, the counters zeroed after a "
           "warm-up of the same calls, %d calls in flight, a pool of %d clients; "
           "measured by `python3 bench/redis_instructions.py`."
-          % (three / one, b3 / b1, BATCH, DEPTH, POOL), ""]
+          % (three / one, b3 / b1, BATCH, DEPTH, POOL)]
+    p1, pb = res["one per call, whole, packed"], res["%d per call, whole, packed" % BATCH]
+    L += ["", "Packed buckets (`--redis-packed`) cost Redis %.2fx the instructions of "
+          "keys one per call and %.2fx in calls of %d: a ZMSCORE and a ZADD of each "
+          "bucket's own, where keys share the call's one MGET." % (p1 / one, pb / b1, BATCH),
+          ""]
     return L, None
 
 
