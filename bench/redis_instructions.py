@@ -237,7 +237,7 @@ def report_lines():
           % (three / one, b3 / b1, BATCH, DEPTH, POOL)]
     p1, pb = res["one per call, whole, packed"], res["%d per call, whole, packed" % BATCH]
     L += ["", "Packed buckets (`--redis-packed`) cost Redis %.2fx the instructions of "
-          "keys one per call and %.2fx in calls of %d: a ZMSCORE and a ZADD of each "
+          "keys one per call and %.2fx in calls of %d: a ZSCORE and a ZADD of each "
           "bucket's own, where keys share the call's one MGET." % (p1 / one, pb / b1, BATCH),
           ""]
     return L, None

@@ -608,31 +608,35 @@ def check_stored(model, keys):
         assert exp == want_exp, ("expiry", k, want, exp, want_exp)
 
 
+def packed_step_ms(limit):
+    """A packed bucket's grid: an eighth of its depth in time, 1 ms to 60 s."""
+    _, quota, period, burst = limit[:4]
+    return min(max(int((burst or quota) * period / quota / 8000), 1), 60000)
+
+
 def check_packed(model, keys):
-    """Each packed bucket of keys holds the model's value in its hash, or
-    is gone only once its bucket is full; its hash expires after that
-    value's need, at the moment its mark says: (expiry_ms * 1000 - EPOCH)
-    * n, in the units of the bucket's values."""
+    """Each packed bucket of keys holds the model's value in its set, or is
+    gone only once its bucket is full; its set expires after that value's
+    need, on a multiple of the limit's grid, and has only members (no
+    other field)."""
     cmds = []
     for k in keys:
         h, f = packed_parts(k)
-        cmds += [("ZSCORE", h, f), ("ZSCORE", h, ""), ("PEXPIRETIME", h)]
+        cmds += [("ZSCORE", h, f), ("PEXPIRETIME", h), ("ZSCORE", h, "")]
     reps = redis().c.pipeline(cmds + [("TIME",)])
     t = reps[-1]
     now = int(t[0]) * S + int(t[1])
     for i, k in enumerate(keys):
-        v, mark, exp = reps[3 * i:3 * i + 3]
+        v, exp, other = reps[3 * i:3 * i + 3]
         want, need = model.stored(k)
+        assert other is None, (k, other)
         if v is None:
             assert need <= now, ("a bucket gone before it is full", k, want, need, now)
             continue
         assert v.decode() == want, ("stored value", k, v, want)
-        _, quota, period, _ = model.st[k][0]
-        n = quota // math.gcd(quota, period)
-        assert exp > 0 and exp * MS >= need, ("the hash expires before its bucket's need",
+        assert exp > 0 and exp * MS >= need, ("the set expires before its bucket's need",
                                               k, exp, need)
-        assert mark is not None and int(mark) == (exp * MS - EPOCH) * n, (
-            "the hash's mark", k, mark, exp)
+        assert exp % packed_step_ms(model.st[k][0]) == 0, ("off the grid", k, exp)
 
 
 def check_absent(keys):
@@ -980,10 +984,11 @@ def test_packed_buckets_match_model():
 
 
 def test_packed_hash_expiry_and_sweep():
-    """Clients of one tag share a limit's hash. Its expiry covers every
-    field's need, also when a call writes a later need before an earlier
-    one; a field whose bucket is full leaves when another field comes; the
-    hash expires by itself once no bucket in it is in use."""
+    """Clients of one tag share a limit's set. Its expiry covers every
+    member's need, also when a call writes a later need before an earlier
+    one, and moves on with a member's; a member whose bucket is full
+    leaves when another member comes; the set expires by itself once no
+    bucket in it is in use."""
     lim = packed((TB, 10, 10 * S + 10, 0))  # T = 1000001 us, a limit of this test only
     tag = new_client()[:2]
     a, b, c = (tag + new_client()[2:] for _ in range(3))
@@ -991,17 +996,21 @@ def test_packed_hash_expiry_and_sweep():
     assert h == packed_parts(key_of(b, lim))[0] == packed_parts(key_of(c, lim))[0]
     assert redis().c.command("EXISTS", h) == 0
     m = Model()
-    # a's need 9 s away, b's 1 s: b's write comes after a's and must not
-    # bring the hash's expiry back
-    check(m, [(a, 9, [lim]), (b, 1, [lim])], "a then b")
+    # a's need 5 s away, b's 1 s: b's write comes after a's and must not
+    # bring the set's expiry back
+    check(m, [(a, 5, [lim]), (b, 1, [lim])], "a then b")
     exp = pexpiretime(h)
     assert exp * MS >= m.stored(key_of(a, lim))[1], exp
+    # a's need moves by 2 s, past its grid step (1.25 s): the set's
+    # expiry follows
+    check(m, [(a, 2, [lim])], "a again")
+    assert pexpiretime(h) > exp and pexpiretime(h) * MS >= m.stored(key_of(a, lim))[1]
     time.sleep(1.1)
     # b is full: c's new field sweeps it out, a stays
     assert get(key_of(b, lim)) is not None
     check(m, [(c, 1, [lim])], "c")
     assert get(key_of(b, lim)) is None and get(key_of(a, lim)) is not None
-    assert redis().c.command("ZCARD", h) == 3  # a, c and the mark
+    assert redis().c.command("ZCARD", h) == 2  # a and c
     # a short bucket's hash: gone by itself soon after its need
     short = packed((TB, 5, 100 * MS + 5, 0))
     d = new_client()

@@ -208,19 +208,18 @@ tables) is the most memory a client costs. A packed bucket is a member of
 a sorted set that holds the buckets of all the clients of a tag under
 one limit, its score the bucket's integer state (see "Storage", always an
 integer: n <= 3 keeps it below 2^53 until 2119), some 20 bytes per client
-in a small set. The set's member "" is its mark: the state (in the
-same units) of the moment the set expires, which is always at or past
-the need of every member. A write whose state passes the mark moves it,
-and the set's expiry (PEXPIREAT), to its need rounded up to the
-millisecond plus the limit's step, an eighth of the bucket's depth in
-time (1 ms to 60 s); a write that adds a member, or moves the mark, also
-removes the members whose bucket is full (ZREMRANGEBYSCORE up to now):
-a set holds the buckets in use and the few that filled up since its last
-new member, and expires by itself once none is in use. Reading one costs
-a ZMSCORE (the member and the mark), writing one a ZADD: a command more
-per decision than a plain key, which shares the call's MGET. A refund or
-a return gives back to a packed bucket as to a key (its score goes back,
-or the member leaves at full); the set's expiry stays.
+in a small set. The set expires at or past the need of every member, on
+a grid of the limit's step, an eighth of the bucket's depth in time (1 ms
+to 60 s): a write whose need passes the step of the value it replaces
+moves the set's expiry on (PEXPIREAT GT); a write that adds a member sets
+the set's expiry when it has none or an earlier one, and removes the
+members whose bucket is full (ZREMRANGEBYSCORE up to now). A set holds the
+buckets in use and the few that filled up since its last new member, and
+expires by itself once none is in use. Reading one costs a ZSCORE and
+writing one a ZADD: a command more per decision than a key, which shares
+the call's MGET. A refund or a return gives back to a packed bucket as to
+a key (its score goes back, or the member leaves at full); the set's
+expiry stays.
 
 Admin: the agent's look at and reset of a client's keys, when its rule
 has a packed bucket (else MGET and DEL):

@@ -20,11 +20,9 @@ local sv = {}            -- by key position: its value, false when absent
 local wgen, wneed, wbefore, wnum, wlim, wpos = {}, {}, {}, {}, {}, {}
 local rgen, rhere, rname, rpos = {}, {}, {}, {} -- Cluster: see read_client()
 local kmap = {}          -- by position: its key's index (with a keymap)
--- Packed buckets, by position: the call that read it, its hash, its field
--- and the hash's mark (see "Packed buckets"); marks a call has moved, by
--- hash, in pmoved when pmgen is the call's.
-local pgen, phash, pfield, pmark = {}, {}, {}, {}
-local pmoved, pmgen = {}, 0
+-- Packed buckets, by position: the call that read it, its set and its
+-- member (see "Packed buckets").
+local pgen, phash, pfield = {}, {}, {}
 local last_u, last_us = -1, '' -- the last expiry written, and its digits
 
 -- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
@@ -141,47 +139,57 @@ local function read_client(args, k0, a, b, g0, mapped, rule)
 end
 
 -- Reads the packed bucket at position p, named `name`, into sv[p] (its
--- field's value as Redis prints it, false when absent) and its hash's mark
--- into pmark[p] (-1 when absent). On a Cluster the node serves its slot
--- (read_client() has read its name).
+-- score as Redis prints it, false when absent). On a Cluster the node
+-- serves its slot (read_client() has asked for its set). False when the
+-- name is not a packed bucket's.
 local function read_packed(name, p, g0)
 	if #name ~= PACKED_NAME_LEN then
 		return false
 	end
 	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
-	local r = rcall('ZMSCORE', h, '', f)
 	pgen[p], phash[p], pfield[p] = g0, h, f
-	sv[p], pmark[p] = r[2], tonumber(r[1]) or -1
+	sv[p] = rcall('ZSCORE', h, f)
 	return true
 end
 
--- Writes x, the integer state of the packed bucket at position p of limit
--- l, into its hash: when x is past the hash's mark, the mark and the
--- hash's expiry move to the bucket's need plus the limit's step; a new
--- field, or a moved mark, also removes the fields whose bucket is full
--- (see "Packed buckets").
-local function write_packed(p, x, l, now, g0)
-	local h = phash[p]
-	if pmgen ~= g0 then
-		pmoved, pmgen = {}, g0
+-- The expiry, in milliseconds, that covers a need of u (in microseconds)
+-- on a grid of g milliseconds: u rounded up to the millisecond, then up to
+-- a multiple of g.
+local function packed_expiry(u, g)
+	local r = u % 1000
+	u = (u - r) / 1000 + (r > 0 and 1 or 0)
+	r = u % g
+	if r > 0 then
+		u = u + g - r
 	end
-	local mark = pmoved[h] or pmark[p]
-	local n = l[8]
-	local added
-	if x <= mark then
-		added = rcall('ZADD', h, fmt('%d', x), pfield[p])
-	else
-		-- ceil(TAT) in milliseconds, rounded up, plus the step
-		local q, r = divmod(x, n * 1000)
-		local e = (EPOCH / 1000) + q + (r > 0 and 1 or 0) + l[14]
-		mark = (e * 1000 - EPOCH) * n
-		pmoved[h] = mark
-		added = rcall('ZADD', h, fmt('%d', x), pfield[p], fmt('%d', mark), '')
-		rcall('PEXPIREAT', h, fmt('%d', e))
-		added = 1
+	return u
+end
+
+-- Writes x, the integer state of the packed bucket at position p of limit
+-- l, whose value before the call was needed until `before` (0: none of
+-- its shape), and keeps its set's expiry past every member's need on the
+-- limit's grid (see "Packed buckets"): moved on (GT) when this bucket's
+-- need passes the grid's step of the value it replaces; for a new member,
+-- set when the set has none or an earlier one, and the members whose
+-- bucket is full are removed.
+local function write_packed(p, x, l, now, before)
+	local h, n, g = phash[p], l[8], l[14]
+	-- TAT = EPOCH + x / n: its need, and the expiry that covers it
+	local q, r = divmod(x, n)
+	local e = packed_expiry(EPOCH + q + (r > 0 and 1 or 0), g)
+	local added = rcall('ZADD', h, fmt('%d', x), pfield[p])
+	if before > 0 then
+		-- (the set has an expiry at or past the value's before)
+		if e > packed_expiry(before, g) then
+			rcall('PEXPIREAT', h, fmt('%d', e), 'GT')
+		end
+		return
 	end
 	if added > 0 then
 		rcall('ZREMRANGEBYSCORE', h, '-inf', fmt('%d', (now - EPOCH) * n))
+	end
+	if rcall('PEXPIRETIME', h) < e then
+		rcall('PEXPIREAT', h, fmt('%d', e))
 	end
 end
 
@@ -599,7 +607,7 @@ local function run(args, cluster)
 		local p = wpos[w]
 		local l = wlim[p]
 		if l[14] then
-			write_packed(p, sv[p], l, now, g0)
+			write_packed(p, sv[p], l, now, wbefore[p])
 		else
 			local g = l[5]
 			-- (expiry_ms(), inline, twice)
