@@ -984,15 +984,15 @@ def run(ctx):
         sample = rd.sample_keys(5)
         out["key_sample"] = sample
         out["key_types"] = [rd.command("TYPE", k).decode() for k in sample]
-        # a string's bytes; a packed buckets' set's members (the mark apart)
-        out["key_strlen"] = [rd.command("ZCARD", k) - 1 if t == "zset" else
+        # a string's bytes; a packed buckets' set's members
+        out["key_strlen"] = [rd.command("ZCARD", k) if t == "zset" else
                              rd.command("STRLEN", k)
                              for k, t in zip(sample, out["key_types"])]
         usage = [rd.command("MEMORY", "USAGE", k, "SAMPLES", "0") for k in sample]
         out["key_usage"] = usage[0] if usage else None
         if sample and out["key_types"][0] == "zset":
             out["key_value"] = rd.command("ZRANGE", sample[0], -1, -1, "WITHSCORES")[1]
-            out["members"] = sum(rd.command("ZCARD", k) - 1 for k in rd.all_keys())
+            out["members"] = sum(rd.command("ZCARD", k) for k in rd.all_keys())
         elif sample:
             out["key_value"] = rd.command("GET", sample[0])
         return out
@@ -1163,7 +1163,9 @@ def vs_target(x, target):
         return "-"
     if target is None:
         return "%.2fx" % x
-    return "%.2fx (target <= %.1fx: %s)" % (x, target, "met" if x <= target else "NOT met")
+    # (three digits where two would round a miss onto the target)
+    shown = "%.3fx" % x if round(x, 2) <= target < x else "%.2fx" % x
+    return "%s (target <= %.1fx: %s)" % (shown, target, "met" if x <= target else "NOT met")
 
 
 def mem_per_client(m):
