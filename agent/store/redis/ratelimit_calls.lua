@@ -152,12 +152,11 @@ local function read_packed(name, p, g0)
 	return true
 end
 
--- The expiry, in milliseconds, that covers a need of u (in microseconds)
--- on a grid of g milliseconds: u rounded up to the millisecond, then up to
--- a multiple of g.
-local function packed_expiry(u, g)
-	local r = u % 1000
-	u = (u - r) / 1000 + (r > 0 and 1 or 0)
+-- The expiry, in milliseconds, of a key needed until need_us whose limit
+-- has grid g (see "Expiry").
+local function expiry_ms(need, g)
+	local r = need % 1000
+	local u = (need - r) / 1000 + (r > 0 and 1 or 0)
 	r = u % g
 	if r > 0 then
 		u = u + g - r
@@ -176,11 +175,11 @@ local function write_packed(p, x, l, now, before)
 	local h, n, g = phash[p], l[8], l[14]
 	-- TAT = EPOCH + x / n: its need, and the expiry that covers it
 	local q, r = divmod(x, n)
-	local e = packed_expiry(EPOCH + q + (r > 0 and 1 or 0), g)
+	local e = expiry_ms(EPOCH + q + (r > 0 and 1 or 0), g)
 	local added = rcall('ZADD', h, fmt('%d', x), pfield[p])
 	if before > 0 then
 		-- (the set has an expiry at or past the value's before)
-		if e > packed_expiry(before, g) then
+		if e > expiry_ms(before, g) then
 			rcall('PEXPIREAT', h, fmt('%d', e), 'GT')
 		end
 		return
@@ -340,18 +339,6 @@ local function request_at(req, i, nr, nk, rs)
 		    i, nk)
 	end
 	return ki, cost, rule
-end
-
--- The expiry, in milliseconds, of a key needed until need_us whose limit
--- has grid g (see "Expiry").
-local function expiry_ms(need, g)
-	local r = need % 1000
-	local u = (need - r) / 1000 + (r > 0 and 1 or 0)
-	r = u % g
-	if r > 0 then
-		u = u + g - r
-	end
-	return u
 end
 
 -- A lease's values: by limit of the request being decided, its value at
