@@ -11,13 +11,12 @@ import json
 import os
 import re
 import subprocess
-import threading
 
 import harness
 import test_stack
 from harness import http_get, wait_for
-from test_redis import (RedisServer, Spop, assert_log_clean, get, limited, ok,
-                        spoe_conf, start_agent, start_haproxy)
+from test_redis import (RedisServer, Spop, assert_log_clean, concurrent_gets, fleet_of_two,
+                        limited, ok, start_agent)
 
 # "{TT}~" the limit's set (8 characters), then the client's member (10)
 SET_RE = re.compile(r"^\{[A-Za-z0-9_-]{2}\}~[A-Za-z0-9_-]{8}$")
@@ -54,36 +53,11 @@ def rules_file(h, text):
 def test_packed_fleet_is_exact(h):
     """Two agents behind two haproxy, 16 clients at once on one key: exactly
     the quota passes, with the plain layout's headers; Redis holds one
-    sorted set with the client's member and the mark, and no string key."""
+    sorted set with the client's member, and no string key."""
     redis = RedisServer(h)
     backend = h.backend()
-    spoe = spoe_conf(h, "2s")
-    hps = []
-    for i in (1, 2):
-        a = start_agent(h, redis, "--limit", "100/1d", "--redis-timeout", "1000",
-                        "--redis-packed", threads=2, name="agent%d" % i)
-        hps.append(start_haproxy(h, a, backend, name="haproxy%d" % i, spoe=spoe))
-    results, errors = [], []
-    lock = threading.Lock()
-    barrier = threading.Barrier(16)
-
-    def client(t):
-        try:
-            barrier.wait(timeout=10)
-            for j in range(25):
-                r = get(hps[(t + j) % 2], "fleet-key")
-                with lock:
-                    results.append(r)
-        except Exception as e:  # noqa: BLE001 - reported below
-            with lock:
-                errors.append(repr(e))
-
-    threads = [threading.Thread(target=client, args=(t,), daemon=True) for t in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors[:3]
+    hps = fleet_of_two(h, redis, backend, "--redis-packed")
+    results = [r for _, r in concurrent_gets(hps, "fleet-key")]
     assert collections.Counter(r.status for r in results) == {200: 100, 429: 300}
     assert all(r.headers.get("X-RL-Degraded") == "0" for r in results)
     rem = sorted(int(r.headers["RateLimit"].split(";r=")[1].split(";")[0])

@@ -43,11 +43,17 @@ local function read_all(args, k0, nk)
 	end
 end
 
--- One key's value (false when absent), or nil when it cannot be read: on one
--- server an error is raised; in a Cluster it is taken for a key this node no
--- longer serves (moved), which has nothing to give back.
-local function get_here(name, cluster)
-	local v = rpcall('GET', name)
+-- One key's value (false when absent), or a packed bucket's with its set's
+-- name and its member; nil when it cannot be read: on one server an error
+-- is raised; in a Cluster it is taken for a key this node no longer serves
+-- (moved), which has nothing to give back.
+local function get_here(name, cluster, member)
+	local v
+	if member then
+		v = rpcall('ZSCORE', name, member)
+	else
+		v = rpcall('GET', name)
+	end
 	if type(v) == 'table' and v.err then
 		if not cluster then
 			error(v)
@@ -644,14 +650,7 @@ end
 local function get_packed(name, p, cluster)
 	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
 	phash[p], pfield[p] = h, f
-	local v = rpcall('ZSCORE', h, f)
-	if type(v) == 'table' and v.err then
-		if not cluster then
-			error(v)
-		end
-		return nil
-	end
-	return v
+	return get_here(h, cluster, f)
 end
 
 -- Gives back `cost` to the key `name` of limit l, holding v, that a
