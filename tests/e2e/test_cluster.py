@@ -244,6 +244,21 @@ def test_admin_and_node_metrics(h, cluster):
     assert got["m-007"] == (2, 1, 0), got
 
 
+def test_admin_on_packed_buckets(h, cluster):
+    """The admin look and reset with --redis-packed on a Cluster: found on
+    the master of the client's 12-bit tag, read and deleted through the
+    library (rl6_peek, rl6_forget)."""
+    cluster.reset()
+    a = start(h, cluster, "--limit", "2/1h", "--redis-packed", metrics=True)
+    fleet.burst([a.port], keys(30, "m"), per_key=3)
+    r = http_get(a.mport, "/admin/client?api_key=m-007")
+    assert r.status == 200 and '"fields": {"t2/3600000000/0": "' in r.text, r.text
+    r = http_get(a.mport, "/admin/reset?api_key=m-007", method="POST")
+    assert r.status == 200 and '"deleted": 1' in r.text, r.text
+    got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
+    assert got["m-007"] == (2, 1, 0), got
+
+
 def test_migrating_slot_is_followed_with_asking(h, cluster):
     """A client's slot in the middle of a migration (IMPORTING on one master,
     MIGRATING on another, its key not yet on the source): its decisions are
