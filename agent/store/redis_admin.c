@@ -345,10 +345,9 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 					  argvlen) == REDIS_OK)
 			op->pending++;
 		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
-			/* (a packed bucket: its set's) */
 			const char *pttl[2] = { "PTTL", key[j] };
-			size_t pttllen[2] = { 4, store_key_packed(&rule->limits[j]) ?
-				STORE_KEY_PACKED_SET_LEN : strlen(key[j]) };
+			size_t pttllen[2] = { 4, store_key_held_len(&rule->limits[j],
+								    strlen(key[j])) };
 
 			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
 						  pttllen) == REDIS_OK) {

@@ -192,10 +192,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	len = store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key);
-	/* (a packed bucket: its set, the key that exists) */
-	if (store_key_packed(&r->q.limits[0]))
-		len = STORE_KEY_PACKED_SET_LEN;
+	len = store_key_held_len(&r->q.limits[0],
+				 store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
 	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key, len) != REDIS_OK) {
 		xfree(w);
 		return -1;

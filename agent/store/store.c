@@ -348,6 +348,11 @@ bool store_key_packed(const struct limit_spec *l)
 	return p % l->quota == 0 || 2 * p % l->quota == 0 || 3 * p % l->quota == 0;
 }
 
+size_t store_key_held_len(const struct limit_spec *l, size_t len)
+{
+	return store_key_packed(l) ? STORE_KEY_PACKED_SET_LEN : len;
+}
+
 /* count base64 digits of the top bits of x */
 static void put_digits(char *buf, uint64_t x, int count)
 {

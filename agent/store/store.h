@@ -273,5 +273,10 @@ bool store_key_packed(const struct limit_spec *l);
 size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
 size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
 		      const struct limit_spec *l, char *buf);
+/* Of a name of len bytes that store_key_name() gave for limit l, the bytes
+ * that name the key Redis holds: all of them, or a packed bucket's set's
+ * (its own name is no key: EXISTS, PTTL and a Cluster's redirections go by
+ * its set). */
+size_t store_key_held_len(const struct limit_spec *l, size_t len);
 
 #endif

@@ -300,6 +300,9 @@ static void check_key_names(const struct decide_query *q)
 	assert_string_equal(tag, "{AA}");
 	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);
 	assert_string_equal(name, "{AA}~c52HUw60CAkKCwwNDg");
+	/* the key Redis holds: the set */
+	assert_int_equal(store_key_held_len(l, STORE_KEY_NAME_MAX), STORE_KEY_PACKED_SET_LEN);
+	assert_int_equal(store_key_held_len(&window, 14), 14);
 	/* the same limit's set for another client of the tag */
 	bytes[14] ^= 1;
 	store_key_name(bytes, q->rule->lidh[0], l, other);

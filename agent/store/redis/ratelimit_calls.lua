@@ -144,6 +144,11 @@ local function read_client(args, k0, a, b, g0, mapped, rule)
 	return true
 end
 
+-- A packed bucket's name as its set's name and its member.
+local function packed_parts(name)
+	return sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+end
+
 -- Reads the packed bucket at position p, named `name`, into sv[p] (its
 -- score as Redis prints it, false when absent). On a Cluster the node
 -- serves its slot (read_client() has asked for its set). False when the
@@ -152,6 +157,8 @@ local function read_packed(name, p, g0)
 	if #name ~= PACKED_NAME_LEN then
 		return false
 	end
+	-- (packed_parts(), inline: a Lua call per bucket read costs Redis more
+	-- than the line it saves)
 	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
 	pgen[p], phash[p], pfield[p] = g0, h, f
 	sv[p] = rcall('ZSCORE', h, f)
@@ -648,7 +655,7 @@ end
 -- The value of the packed bucket named `name` (false when absent), its
 -- hash and field kept at position p; nil as get_here() gives it.
 local function get_packed(name, p, cluster)
-	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+	local h, f = packed_parts(name)
 	phash[p], pfield[p] = h, f
 	return get_here(h, cluster, f)
 end
@@ -900,30 +907,30 @@ local function packed_name(k)
 	return #k == PACKED_NAME_LEN and byte(k, 4) == 125 and byte(k, 5) == 126
 end
 
--- The value of each key (a packed bucket's field), false for none.
+-- cmd on the key k, or zcmd on its set and member when k names a packed
+-- bucket: Redis's reply.
+local function on_key(k, cmd, zcmd)
+	if packed_name(k) then
+		local h, f = packed_parts(k)
+		return rcall(zcmd, h, f)
+	end
+	return rcall(cmd, k)
+end
+
+-- The value of each key (a packed bucket's score), false for none.
 local function peek(keys)
 	local v = {}
 	for i = 1, #keys do
-		local k = keys[i]
-		if packed_name(k) then
-			v[i] = rcall('ZSCORE', sub(k, 1, PACKED_HASH_LEN), sub(k, PACKED_HASH_LEN + 1))
-		else
-			v[i] = rcall('GET', k)
-		end
+		v[i] = on_key(keys[i], 'GET', 'ZSCORE')
 	end
 	return v
 end
 
--- Deletes each key (a packed bucket's field); the number deleted.
+-- Deletes each key (a packed bucket's member); the number deleted.
 local function forget(keys)
 	local n = 0
 	for i = 1, #keys do
-		local k = keys[i]
-		if packed_name(k) then
-			n = n + rcall('ZREM', sub(k, 1, PACKED_HASH_LEN), sub(k, PACKED_HASH_LEN + 1))
-		else
-			n = n + rcall('DEL', k)
-		end
+		n = n + on_key(keys[i], 'DEL', 'ZREM')
 	end
 	return n
 end
