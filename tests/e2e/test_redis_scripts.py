@@ -101,27 +101,32 @@ def tb_value(limit, a, r=0):
 def key_of(client, limit):
     """The key of a client's limit, named by the limit's values, so that a
     changed limit is another key (the agent names it by a hash of them).
-    A packed bucket's (a limit with a fifth element, 1): its hash, 13
-    bytes, "{" 2 characters of the client "}~" and 8 of the limit's hash,
-    then its field, 10 more characters of the client."""
+    A packed bucket's (a limit with a fifth element, 1): its set, "{" the
+    tag "}~" and 8 characters of the limit's hash, then its member, 10
+    more characters of the client. The tag is the client's first 2
+    characters (256 tags here), or for a quarter of the clients (those
+    whose first is 0 to 3) 3: those 2 and a "w" (as an agent names them
+    with more than 4096 sets per limit), so both lengths meet in a call."""
     if len(limit) == 5 and limit[4] == 1:
         h = hashlib.sha256(repr(tuple(limit[:4])).encode()).hexdigest()[:8]
-        name = "{%s}~%s%s" % (client[:2], h, client[2:12])
-        assert len(name) == PACKED_NAME_LEN, name
+        tag = client[:2] + ("w" if client[0] in "0123" else "")
+        name = "{%s}~%s%s" % (tag, h, client[2:12])
+        assert is_packed(name), name
         return name
     return "{%s}%d.%d.%d.%d" % ((client,) + tuple(limit))
 
 
-PACKED_HASH_LEN, PACKED_NAME_LEN = 13, 23
+PACKED_MEMBER_LEN = 10
 
 
 def is_packed(key):
-    return len(key) == PACKED_NAME_LEN and key[3:5] == "}~"
+    return ((len(key) == 23 and key[3:5] == "}~") or
+            (len(key) == 24 and key[4:6] == "}~"))
 
 
 def packed_parts(key):
-    """A packed bucket's hash and field."""
-    return key[:PACKED_HASH_LEN], key[PACKED_HASH_LEN:]
+    """A packed bucket's set and member."""
+    return key[:-PACKED_MEMBER_LEN], key[-PACKED_MEMBER_LEN:]
 
 
 def rule_bytes(limits):
@@ -1672,7 +1677,7 @@ def test_bad_arguments_write_nothing():
     c = new_client()
     k1, k2 = "{%s}a" % c, "{%s}b" % c
     PK = rule_bytes([packed(good)])
-    pk = key_of(c, packed(good))
+    pk = key_of("f" + c[1:], packed(good))  # (23 bytes: see key_of())
 
     def rq(nrules, *flat):
         return request_bytes(nrules, flat)
@@ -1730,14 +1735,15 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([[0, 10, S, None]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: algo must be"),  # a lid
         ([one, mpack.packb([["t", 0, 10, S, 0, 1]]), k1], "rule 1: limit 1: need [algo"),
-        # packed buckets: a token bucket's, of n <= 3, named by 23 bytes
+        # packed buckets: a token bucket's, of n <= 3, named by 23 or 24 bytes
         ([one, mpack.packb([[0, 10, S, 0, 2]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[0, 10, S, 0, True]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[SW, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
         ([one, mpack.packb([[LG, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
         ([one, mpack.packb([[0, 7, S, 0, 1]]), k1], "rule 1: limit 1: a packed bucket needs"),
-        ([one, PK, k1], "request 1: a packed bucket's key must be 23 bytes"),
-        ([one, PK, pk[:-1]], "request 1: a packed bucket's key must be 23 bytes"),
+        ([one, PK, k1], "request 1: a packed bucket's key must be 23 or 24 bytes"),
+        ([one, PK, pk[:-1]], "request 1: a packed bucket's key must be 23 or 24 bytes"),
+        ([one, PK, pk + "xy"], "request 1: a packed bucket's key must be 23 or 24 bytes"),
         ([rq(1, (1, 1, 1), (2, 1, 1)), PK, pk, k2], "request 2: a packed bucket's key must"),
         ([one, mpack.packb([list(good), [0, 10, S]]), k1, k2], "rule 1: limit 2: need"),
     ]

@@ -52,9 +52,10 @@ and call their own library, and none replaces another's.
             starts fresh instead of misreading old state. A key is one
             limit of one client: the agent names each key once in a call,
             and two requests of a client under one rule share their keys
-            (the same first_key). A packed bucket's key is 23 bytes: the
-            name of its sorted set (13 bytes, a Cluster hash tag in it),
-            then its member (10 bytes).
+            (the same first_key). A packed bucket's key is 23 or 24
+            bytes: the name of its sorted set (13 or 14 bytes,
+            "{TT}~IIIIIIII" or "{TTT}~IIIIIIII", a Cluster hash tag in
+            it), then its member (10 bytes).
 
 Requests are decided in order: a later request sees what an earlier one
 took from any key they share. A rule's bytes are checked and its constants
@@ -288,9 +289,10 @@ local EPOCH = 1704067200000000
 local MGET_MAX = 4000
 -- a packed bucket's n (T = p/n): its states are integers below 2^53
 local PACKED_N_MAX = 3
--- a packed bucket's name: its hash's name (this many bytes), then its field
-local PACKED_HASH_LEN = 13
-local PACKED_NAME_LEN = 23
+-- a packed bucket's name: its set's name, then its member (this many
+-- bytes); 23 or 24 bytes in all (a tag of 2 or 3 characters)
+local PACKED_MEMBER_LEN = 10
+local PACKED_NAME_MIN, PACKED_NAME_MAX = 23, 24
 
 -- floor(a / d) and a mod d for integers 0 <= a < 2^53, 1 <= d: the
 -- division is rounded, so the quotient is corrected by one when needed.

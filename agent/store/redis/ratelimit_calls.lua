@@ -107,7 +107,7 @@ local function read_client(args, k0, a, b, g0, mapped, rule)
 			n = n + 1
 			rname[n], rpos[n] = args[k0 + p], p
 			if rule[x - a + 1][14] then
-				rname[n] = sub(rname[n], 1, PACKED_HASH_LEN)
+				rname[n] = sub(rname[n], 1, -PACKED_MEMBER_LEN - 1)
 			end
 		end
 	end
@@ -146,7 +146,7 @@ end
 
 -- A packed bucket's name as its set's name and its member.
 local function packed_parts(name)
-	return sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+	return sub(name, 1, -PACKED_MEMBER_LEN - 1), sub(name, -PACKED_MEMBER_LEN)
 end
 
 -- Reads the packed bucket at position p, named `name`, into sv[p] (its
@@ -154,12 +154,13 @@ end
 -- serves its slot (read_client() has asked for its set). False when the
 -- name is not a packed bucket's.
 local function read_packed(name, p, g0)
-	if #name ~= PACKED_NAME_LEN then
+	local len = #name
+	if len < PACKED_NAME_MIN or len > PACKED_NAME_MAX then
 		return false
 	end
 	-- (packed_parts(), inline: a Lua call per bucket read costs Redis more
 	-- than the line it saves)
-	local h, f = sub(name, 1, PACKED_HASH_LEN), sub(name, PACKED_HASH_LEN + 1)
+	local h, f = sub(name, 1, len - PACKED_MEMBER_LEN), sub(name, len - PACKED_MEMBER_LEN + 1)
 	pgen[p], phash[p], pfield[p] = g0, h, f
 	sv[p] = rcall('ZSCORE', h, f)
 	return true
@@ -498,8 +499,8 @@ local function run(args, cluster)
 					p = kmap[p]
 				end
 				if l[14] and pgen[p] ~= g0 and not read_packed(args[k0 + p], p, g0) then
-					return fail(fmt('request %d: a packed bucket\'s key must be %d bytes', i,
-					    PACKED_NAME_LEN))
+					return fail(fmt('request %d: a packed bucket\'s key must be %d or %d bytes',
+					    i, PACKED_NAME_MIN, PACKED_NAME_MAX))
 				end
 				local algo, v = l[1], sv[p]
 				local at = 3 * j
@@ -800,9 +801,10 @@ local function give(args, cluster, cas)
 			if mapped then
 				p = kmap[p]
 			end
-			if rule[j][14] and #args[k0 + p] ~= PACKED_NAME_LEN then
-				return fail(fmt('request %d: a packed bucket\'s key must be %d bytes', i,
-				    PACKED_NAME_LEN))
+			local len = #args[k0 + p]
+			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
+				return fail(fmt('request %d: a packed bucket\'s key must be %d or %d bytes',
+				    i, PACKED_NAME_MIN, PACKED_NAME_MAX))
 			end
 		end
 	end
@@ -904,7 +906,8 @@ end
 -- The admin's look at and reset of a client's keys, named as the agent
 -- names them (see "Admin"): true for a packed bucket's name.
 local function packed_name(k)
-	return #k == PACKED_NAME_LEN and byte(k, 4) == 125 and byte(k, 5) == 126
+	local t = #k - 19 -- the tag's closing brace: "{TT}~" or "{TTT}~"
+	return (t == 4 or t == 5) and byte(k, t) == 125 and byte(k, t + 1) == 126
 end
 
 -- cmd on the key k, or zcmd on its set and member when k names a packed
