@@ -61,6 +61,10 @@ static void usage(FILE *out)
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
 		"      --redis-packed        keep token buckets packed in sorted sets:\n"
 		"                            less memory, more Redis CPU (README)\n"
+		"      --redis-packed-sets N sorted sets per limit, a power of two from\n"
+		"                            1 to 262144 (default 4096): about the\n"
+		"                            clients per limit / 25 (implies\n"
+		"                            --redis-packed)\n"
 		"      --no-local-cache      ask Redis even for clients known refused\n"
 		"      --lease D             lease tokens to busy clients for D (10ms to\n"
 		"                            1s, e.g. 100ms): see the README; default off\n"
@@ -158,6 +162,7 @@ enum {
 	OPT_REDIS_PENDING,
 	OPT_NO_CACHE,
 	OPT_REDIS_PACKED,
+	OPT_REDIS_PACKED_SETS,
 	OPT_FIXED_ANSWER,
 	OPT_LEASE,
 	OPT_LEASE_SHARE,
@@ -180,6 +185,7 @@ struct cli {
 	const char *hash_key_file;
 	int check;
 	bool packed;             /* --redis-packed */
+	unsigned packed_bits;    /* --redis-packed-sets: log2 of it */
 	int use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
@@ -452,6 +458,7 @@ int main(int argc, char **argv)
 		{ "redis-max-pending", required_argument, NULL, OPT_REDIS_PENDING },
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "redis-packed", no_argument, NULL, OPT_REDIS_PACKED },
+		{ "redis-packed-sets", required_argument, NULL, OPT_REDIS_PACKED_SETS },
 		{ "lease", required_argument, NULL, OPT_LEASE },
 		{ "lease-share", required_argument, NULL, OPT_LEASE_SHARE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -470,7 +477,7 @@ int main(int argc, char **argv)
 	int use_redis = 0;
 	struct http_server *ops = NULL;
 	struct rules *rules;
-	char err[1024];
+	char err[1024], packed_log[64] = "";
 	long long num;
 	int opt, level = LOG_INFO;
 	bool token_shared = false;
@@ -481,6 +488,7 @@ int main(int argc, char **argv)
 	server_config_defaults(&srv.cfg);
 	srv.cfg.threads = ncpu > 0 ? (int)ncpu : 1;
 	srv.lfd = -1;
+	cli.packed_bits = STORE_KEY_PACKED_BITS_DEFAULT;
 	store_redis_defaults(&rcfg);
 	if (getenv("RL_REDIS_SENTINEL_PASSWORD")) {
 		snprintf(rcfg.sentinel_password, sizeof(rcfg.sentinel_password), "%s",
@@ -658,6 +666,15 @@ int main(int argc, char **argv)
 		case OPT_REDIS_PACKED:
 			cli.packed = true;
 			break;
+		case OPT_REDIS_PACKED_SETS:
+			if (parse_num(optarg, 1, 1 << STORE_KEY_PACKED_BITS_MAX, &num) < 0 ||
+			    (num & (num - 1)))
+				BAD("--redis-packed-sets: expected a power of two from 1 to %d, got '%s'",
+				    1 << STORE_KEY_PACKED_BITS_MAX, optarg);
+			cli.packed = true;
+			for (cli.packed_bits = 0; (1LL << cli.packed_bits) < num; cli.packed_bits++)
+				;
+			break;
 		case OPT_FIXED_ANSWER:
 			srv.cfg.fixed_answer = true;
 			break;
@@ -773,7 +790,7 @@ int main(int argc, char **argv)
 	atomic_init(&srv.rules, rules);
 
 	/* (before the workers name any key) */
-	store_key_packing(cli.packed);
+	store_key_packing(cli.packed, cli.packed_bits);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
 			      : store_memory_new(srv.cfg.mem_max_keys);
@@ -808,10 +825,13 @@ int main(int argc, char **argv)
 		server_stop(&srv);
 		return 1;
 	}
+	if (cli.packed)
+		snprintf(packed_log, sizeof(packed_log), ", packed buckets (%u sets per limit)",
+			 1U << cli.packed_bits);
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
 		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
 		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",
-		 cli.packed ? ", packed buckets" : "");
+		 packed_log);
 	ev_run(main_loop, 0);
 	http_free(ops);
 	server_stop(&srv);

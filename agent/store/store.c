@@ -326,12 +326,20 @@ uint64_t store_reset_epoch(const struct store *st)
 static const char key_digits[] =
 	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/* set once, before the workers name any key */
+/* set once, before the workers name any key: packing, the digits of its
+ * tag (2, or 3 past 12 bits) and the mask of the tag's bits kept (the top
+ * ones: 2^bits sets per limit) */
 static bool packing;
+static int packed_digits = 2;
+static uint64_t packed_tag_mask = ~0ULL << 52;
 
-void store_key_packing(bool on)
+void store_key_packing(bool on, unsigned bits)
 {
 	packing = on;
+	if (bits > STORE_KEY_PACKED_BITS_MAX)
+		bits = STORE_KEY_PACKED_BITS_MAX;
+	packed_digits = bits > 12 ? 3 : 2;
+	packed_tag_mask = bits ? ~0ULL << (64 - bits) : 0;
 }
 
 bool store_key_packed(const struct limit_spec *l)
@@ -350,7 +358,7 @@ bool store_key_packed(const struct limit_spec *l)
 
 size_t store_key_held_len(const struct limit_spec *l, size_t len)
 {
-	return store_key_packed(l) ? STORE_KEY_PACKED_SET_LEN : len;
+	return store_key_packed(l) ? len - STORE_KEY_PACKED_MEMBER_LEN : len;
 }
 
 /* count base64 digits of the top bits of x */
@@ -360,12 +368,15 @@ static void put_digits(char *buf, uint64_t x, int count)
 		buf[i] = key_digits[(x >> (58 - 6 * i)) & 63];
 }
 
-/* the tag with 24 bits, or 12 when packing */
+/* the tag: 24 bits, or when packing the top bits of 12 or 18 that it
+ * keeps, the others 0 */
 static size_t key_tag(const uint8_t key[IDENTITY_KEY_LEN], bool wide, char *buf)
 {
 	uint64_t t = (uint64_t)key[0] << 56 | (uint64_t)key[1] << 48 | (uint64_t)key[2] << 40;
-	int nd = wide ? 4 : 2;
+	int nd = wide ? 4 : packed_digits;
 
+	if (!wide)
+		t &= packed_tag_mask;
 	buf[0] = '{';
 	put_digits(buf + 1, t, nd);
 	buf[1 + nd] = '}';
@@ -406,8 +417,8 @@ size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
 		/* the limit's set, then the client in it */
 		buf[n++] = '~';
 		put_digits(buf + n, lidh, 8);
-		put_digits(buf + n + 8, x, 10);
-		n += 18;
+		put_digits(buf + n + 8, x, STORE_KEY_PACKED_MEMBER_LEN);
+		n += 8 + STORE_KEY_PACKED_MEMBER_LEN;
 		buf[n] = '\0';
 		return n;
 	}

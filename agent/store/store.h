@@ -247,16 +247,19 @@ uint64_t store_reset_epoch(const struct store *st);
  * client's hash mixed with the limit's hash (rule->lidh), so a changed
  * limit starts fresh instead of misreading old state.
  *
- * With packed buckets (store_key_packing(true), --redis-packed) the tag
- * is 12 bits, "{TT}", shared by a 4096th of the clients, and a key
- * "{TT}LLLLLLLLLL" (60 bits of the mix); a token bucket that the library
- * can pack (store_key_packed()) is named "{TT}~IIIIIIIIMMMMMMMMMM", 23
- * bytes: the sorted set of its limit (48 bits of rule->lidh) for the
- * clients of the tag, then the client's member in it (60 more bits of
- * its hash). store_key_tag() writes the tag (and a NUL), store_key_name()
- * the whole name (at most STORE_KEY_NAME_MAX bytes and a NUL) of a limit
- * (NULL: a key that is no bucket); both return the length. The naming is
- * the process's, set before any key is named. */
+ * With packed buckets (store_key_packing(true, bits), --redis-packed and
+ * --redis-packed-sets 2^bits, bits from 0 to 18, 12 by default) the tag
+ * is "{TT}", 12 bits, or "{TTT}", 18 bits, when bits is above 12; its top
+ * `bits` bits are the client's and the others 0: a tag is shared by a
+ * 2^bits-th of the clients. A key is then "{TT}LLLLLLLLLL" (60 bits of the
+ * mix), and a token bucket that the library can pack (store_key_packed())
+ * is named "{TT}~IIIIIIIIMMMMMMMMMM", 23 bytes (24 with "{TTT}"): the
+ * sorted set of its limit (48 bits of rule->lidh) for the clients of the
+ * tag, then the client's member in it (60 more bits of its hash).
+ * store_key_tag() writes the tag (and a NUL), store_key_name() the whole
+ * name (at most STORE_KEY_NAME_MAX bytes and a NUL) of a limit (NULL: a
+ * key that is no bucket); both return the length. The naming is the
+ * process's, set before any key is named. */
 /* The overrides (overrides.h) of a fleet on Redis: a hash of them and its
  * version, +1 at each change, in the slot of the tag of the all-zero key
  * (store_overrides_key: STORE_OVERRIDES_KEY_MAX bytes at most). */
@@ -265,10 +268,12 @@ extern const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
 size_t store_overrides_key(bool version, char *buf);
 
 #define STORE_KEY_TAG_MAX 6
-#define STORE_KEY_NAME_MAX 23
+#define STORE_KEY_NAME_MAX 24
 /* a packed bucket's name: its set's name, then its member */
-#define STORE_KEY_PACKED_SET_LEN 13
-void store_key_packing(bool on);
+#define STORE_KEY_PACKED_MEMBER_LEN 10
+#define STORE_KEY_PACKED_BITS_DEFAULT 12
+#define STORE_KEY_PACKED_BITS_MAX 18
+void store_key_packing(bool on, unsigned bits);
 bool store_key_packed(const struct limit_spec *l);
 size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
 size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,

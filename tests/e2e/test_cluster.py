@@ -111,20 +111,24 @@ def test_exact_across_two_agents_one_skewed(h, cluster):
 
 def test_packed_buckets_across_two_agents(h, cluster):
     """--redis-packed on a Cluster: exact for a hundred clients from two
-    agents; the sets of the clients' tags spread over every master."""
-    cluster.reset()
-    a1 = start(h, cluster, "-f", rules(h, "5/1h"), "--redis-timeout", "1000", "--redis-packed",
-               name="agent1")
-    a2 = start(h, cluster, "-f", rules(h, "5/1h"), "--redis-timeout", "1000", "--redis-packed",
-               name="agent2")
-    got = fleet.counts(fleet.burst([a1.port, a2.port], keys(100, "p"), per_key=8))
-    wrong = {k: c for k, c in got.items() if c != (5, 3, 0)}
-    assert not wrong, sorted(wrong.items())[:5]
-    by_master = cluster.keys_by_master("{??}~????????")
-    assert len(by_master) == 3 and all(len(ks) > 10 for ks in by_master.values()), {
-        p: len(ks) for p, ks in by_master.items()}
-    # a hundred clients among 4096 tags: nearly a set each
-    assert 90 <= sum(len(ks) for ks in by_master.values()) <= 100
+    agents; the sets of the clients' tags spread over every master. The
+    same with 65536 sets per limit (--redis-packed-sets: tags of three
+    characters, names of 24 bytes)."""
+    for i, (args, pattern) in enumerate(((("--redis-packed",), "{??}~????????"),
+                                         (("--redis-packed-sets", "65536"), "{???}~????????"))):
+        cluster.reset()
+        a1, a2 = (start(h, cluster, "-f", rules(h, "5/1h"), "--redis-timeout", "1000", *args,
+                        name="agent%d-%d" % (n, i)) for n in (1, 2))
+        got = fleet.counts(fleet.burst([a1.port, a2.port], keys(100, "p"), per_key=8))
+        wrong = {k: c for k, c in got.items() if c != (5, 3, 0)}
+        assert not wrong, (args, sorted(wrong.items())[:5])
+        by_master = cluster.keys_by_master(pattern)
+        assert len(by_master) == 3 and all(len(ks) > 10 for ks in by_master.values()), {
+            p: len(ks) for p, ks in by_master.items()}
+        # a hundred clients among 4096 tags or more: nearly a set each
+        assert 90 <= sum(len(ks) for ks in by_master.values()) <= 100
+        a1.stop()
+        a2.stop()
 
 
 def test_reshard_under_load(h, cluster):

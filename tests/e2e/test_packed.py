@@ -167,3 +167,71 @@ def test_packed_needs_redis(h):
     r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis-packed", "--redis",
                         "127.0.0.1:1"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 0, r
+    for bad in ("0", "3", "524288", "4k"):
+        r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis-packed-sets", bad,
+                            "--redis", "127.0.0.1:1"], capture_output=True, text=True,
+                           timeout=10)
+        assert r.returncode == 2 and "--redis-packed-sets: expected a power of two" in r.stderr, r
+    for good in ("1", "4096", "262144"):
+        r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis-packed-sets", good,
+                            "--redis", "127.0.0.1:1"], capture_output=True, text=True,
+                           timeout=10)
+        assert r.returncode == 0, r
+    r = subprocess.run([binary, "--check", "--limit", "5/1h", "--redis-packed-sets", "64"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "with a Redis store only" in r.stderr, r
+
+
+def test_fewer_sets_per_limit(h):
+    """--redis-packed-sets 4 on two agents: the clients of a limit share
+    four sets (the tag's top 2 bits), each client counted exactly across
+    the two; the agent says so at start."""
+    redis = RedisServer(h)
+    agents = [start_agent(h, redis, "--limit", "3/1h", "--redis-packed-sets", "4",
+                          name="agent%d" % i) for i in (1, 2)]
+    spops = [Spop(a.port) for a in agents]
+    clients = ["c%d" % i for i in range(200)]
+    for c in clients:
+        got = [spops[j % 2].ask(c)["status"] for j in range(4)]
+        assert got == [0, 0, 0, 429], (c, got)
+    keys = scan(redis)
+    assert list(keys) == ["zset"] and len(keys["zset"]) == 4, keys
+    for name in keys["zset"]:
+        # 2 bits of 12: the first digit's top two, the second digit 0
+        assert SET_RE.match(name) and name[1] in "AQgw" and name[2] == "A", name
+        assert name[4:] == keys["zset"][0][4:], keys
+    assert sum(len(members(redis, n)) for n in keys["zset"]) == len(clients)
+    for a in agents:
+        assert "packed buckets (4 sets per limit)" in a.log(), a.log()
+        assert_log_clean(a)
+
+
+def test_more_sets_per_limit(h):
+    """--redis-packed-sets 262144: a tag of three characters (18 bits) for
+    every key of a client, its packed bucket named by 24 bytes, its window
+    by 15; both decided all or nothing, and the admin look and reset find
+    them."""
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    path = rules_file(h, "limits: [2/1d, {rate: 5/1m, algorithm: fixed}]\n")
+    a = start_agent(h, redis, "--rules", path, "--redis-packed-sets", "262144", "--metrics",
+                    "127.0.0.1:%d" % mport, "--admin")
+    s = Spop(a.port)
+    assert [s.ask("adm")["status"] for _ in range(3)] == [0, 0, 429]
+    keys = scan(redis)
+    assert sorted(keys) == ["string", "zset"], keys
+    (zset,), (key,) = keys["zset"], keys["string"]
+    assert re.match(r"^\{[A-Za-z0-9_-]{3}\}~[A-Za-z0-9_-]{8}$", zset), zset
+    assert re.match(r"^\{[A-Za-z0-9_-]{3}\}[A-Za-z0-9_-]{10}$", key), key
+    assert zset[:5] == key[:5]
+    (member,) = members(redis, zset)
+    assert redis.command("GET", key) is not None
+    info = json.loads(http_get(mport, "/admin/client?api_key=adm").text)
+    (rule,) = info["rules"]
+    assert sorted(rule["keys"].values()) == sorted([zset + member, key]), rule
+    r = http_get(mport, "/admin/reset?api_key=adm", method="POST")
+    assert r.status == 200 and json.loads(r.text)["rules"][0]["deleted"] == 2, r.text
+    assert scan(redis) == {}
+    assert s.ask("adm")["remaining"] == 1
+    assert "packed buckets (262144 sets per limit)" in a.log()
+    assert_log_clean(a)

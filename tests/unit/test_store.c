@@ -272,7 +272,7 @@ static void check_key_names(const struct decide_query *q)
 
 	/* Packed buckets: a 12-bit tag for every key; a token bucket of
 	 * n <= 3 named by its limit's set and its member there */
-	store_key_packing(true);
+	store_key_packing(true, 12);
 	assert_true(store_key_packed(l));
 	assert_true(store_key_packed(&third));
 	assert_false(store_key_packed(&seventh));
@@ -298,23 +298,60 @@ static void check_key_names(const struct decide_query *q)
 	}
 	assert_int_equal(store_key_tag(bytes, tag), 4);
 	assert_string_equal(tag, "{AA}");
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), 23);
 	assert_string_equal(name, "{AA}~c52HUw60CAkKCwwNDg");
 	/* the key Redis holds: the set */
-	assert_int_equal(store_key_held_len(l, STORE_KEY_NAME_MAX), STORE_KEY_PACKED_SET_LEN);
+	assert_int_equal(store_key_held_len(l, 23), 13);
 	assert_int_equal(store_key_held_len(&window, 14), 14);
 	/* the same limit's set for another client of the tag */
 	bytes[14] ^= 1;
 	store_key_name(bytes, q->rule->lidh[0], l, other);
-	assert_memory_equal(name, other, STORE_KEY_PACKED_SET_LEN);
-	assert_memory_not_equal(name, other, STORE_KEY_NAME_MAX);
+	assert_memory_equal(name, other, 13);
+	assert_memory_not_equal(name, other, 23);
 	bytes[14] ^= 1;
 	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 14);
 	assert_string_equal(name, "{AA}1Hyu3hE4Bm");
 	/* the overrides stay where they were */
 	assert_int_equal(store_overrides_key(false, name), 15);
 	assert_string_equal(name, "{AAAA}overrides");
-	store_key_packing(false);
+	/* fewer sets (--redis-packed-sets): the tag's top bits are the
+	 * client's, the others 0; the rest of each name is the same */
+	bytes[0] = bytes[1] = 0xff;
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{__}");
+	store_key_packing(true, 8);
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{_w}");
+	store_key_name(bytes, q->rule->lidh[0], l, other);
+	assert_string_equal(other, "{_w}~c52HUw60CAkKCwwNDg");
+	store_key_packing(true, 1);
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{gA}");
+	store_key_packing(true, 0);
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 14);
+	assert_string_equal(name, "{AA}1Hyu3hE4Bm");
+	/* more sets than 4096: a tag of three digits, 18 bits */
+	bytes[2] = 0xff;
+	store_key_packing(true, 18);
+	assert_int_equal(store_key_tag(bytes, tag), 5);
+	assert_string_equal(tag, "{___}");
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);
+	assert_string_equal(name, "{___}~c52HUw60CAkKCwwNDg");
+	assert_int_equal(store_key_held_len(l, STORE_KEY_NAME_MAX), 14);
+	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 15);
+	assert_string_equal(name, "{___}1Hyu3hE4Bm");
+	store_key_packing(true, 16);
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{__8}");
+	store_key_packing(true, 13);
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{__g}");
+	bytes[2] = 2;
+	/* (the wide tag keeps its 24 bits) */
+	store_key_packing(false, 0);
+	store_key_tag(bytes, tag);
+	assert_string_equal(tag, "{__8C}");
+	store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
 	assert_false(store_key_packed(l));
 }
 
