@@ -93,7 +93,7 @@ struct redis_node {
 	char *arena;                 /* the bytes of the argv */
 	size_t arena_cap;
 	struct store_stats *stats;
-	bool cluster;                /* rl6_decide_cluster (see send_batch_cmd) */
+	bool cluster;                /* rl7_decide_cluster (see send_batch_cmd) */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
 };
 
@@ -567,9 +567,9 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 
 /* The call (see ratelimit.lua):
  *
- *     FCALL rl6_decide 0 <requests> <rule>... <key>...
+ *     FCALL rl7_decide 0 <requests> <rule>... <key>...
  *
- * (rl6_decide_cluster on a Cluster: its keys may be of several slots). The
+ * (rl7_decide_cluster on a Cluster: its keys may be of several slots). The
  * distinct rules of the batch go once each; then each distinct client's
  * keys, one per limit of its rule; <requests> is the number of rules
  * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
@@ -582,7 +582,7 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
-	const char *fn = rn->cluster ? "rl6_decide_cluster" : "rl6_decide";
+	const char *fn = rn->cluster ? "rl7_decide_cluster" : "rl7_decide";
 	uint8_t *req, *p;
 
 	if (b->n > sizeof(first) / sizeof(first[0]))

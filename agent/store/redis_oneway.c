@@ -36,12 +36,12 @@ static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
 	}
 }
 
-/* One request given back (rl6_refund, rl6_return): what took it, its cost,
+/* One request given back (rl7_refund, rl7_return): what took it, its cost,
  * its rule's limits and each limit's key. */
 struct give {
 	const char *fn;
 	int64_t take_us;
-	const uint8_t *expect;       /* rl6_return: the values compared */
+	const uint8_t *expect;       /* rl7_return: the values compared */
 	size_t expect_len;
 	uint64_t cost;
 	const struct limit_spec *limits;
@@ -87,7 +87,7 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 
 	STAT_INC(redis_node_stats(rn)->refunds);
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl6_refund_cluster" : "rl6_refund";
+	g.fn = redis_node_is_cluster(rn) ? "rl7_refund_cluster" : "rl7_refund";
 	g.take_us = redis_now;
 	g.cost = q->cost;
 	g.limits = q->limits;
@@ -131,7 +131,7 @@ static void on_penalize_reply(redisAsyncContext *ac, void *reply, void *priv)
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl6_release_cluster" : "rl6_release";
+	const char *fn = redis_node_is_cluster(rn) ? "rl7_release_cluster" : "rl7_release";
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
@@ -151,7 +151,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN])
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl6_penalize_cluster" : "rl6_penalize";
+	const char *fn = redis_node_is_cluster(rn) ? "rl7_penalize_cluster" : "rl7_penalize";
 	const struct rule_penalty *p = &rule->penalty;
 	const char *argv[7];
 	size_t argvlen[7];
@@ -210,7 +210,7 @@ int redis_node_lease_return(struct redis_node *rn, const struct lease_return *re
 	    ret->tokens == 0 || ret->tokens > UINT32_MAX)
 		return -1;
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl6_return_cluster" : "rl6_return";
+	g.fn = redis_node_is_cluster(rn) ? "rl7_return_cluster" : "rl7_return";
 	g.take_us = ret->take_us;
 	g.expect = values;
 	g.expect_len = return_values(ret, values);

@@ -6,7 +6,7 @@
  * rule (its own limits, each layer's), each decided on its own server,
  * all or nothing there, at once; the decision is allowed when every part
  * is. When a part refuses or cannot be decided, the parts that took are
- * given back (the library's rl6_refund, without waiting: never sent
+ * given back (the library's rl7_refund, without waiting: never sent
  * twice). So no limit ever lets through more than it allows; what it
  * costs is a window of about one round trip in which tokens a refused
  * decision took are not yet back, during which another request may be

@@ -10,11 +10,11 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PARTS = [os.path.join(ROOT, "agent", "store", "redis", name)
          for name in ("ratelimit.lua", "ratelimit_calls.lua")]
 LIBRARY = PARTS[0]
-LIBRARY_NAME = "spoa_ratelimit_v6"
-FUNCTIONS = ("rl6_decide", "rl6_decide_cluster")
-REFUNDS = ("rl6_refund", "rl6_refund_cluster")
-RETURNS = ("rl6_return", "rl6_return_cluster")
-RELEASES = ("rl6_release", "rl6_release_cluster")
+LIBRARY_NAME = "spoa_ratelimit_v7"
+FUNCTIONS = ("rl7_decide", "rl7_decide_cluster")
+REFUNDS = ("rl7_refund", "rl7_refund_cluster")
+RETURNS = ("rl7_return", "rl7_return_cluster")
+RELEASES = ("rl7_release", "rl7_release_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"
 # line and the header comment) and where the registration starts: Redis

@@ -113,7 +113,15 @@ def key_of(client, limit):
         name = "{%s}~%s%s" % (tag, h, client[2:12])
         assert is_packed(name), name
         return name
-    return "{%s}%d.%d.%d.%d" % ((client,) + tuple(limit))
+    if len(limit) == 5 and limit[4] == 2:
+        # (a key of its own: see is_kept())
+        return "{%s}%d.%d.%d.%d.k" % ((client,) + tuple(limit[:4]))
+    return "{%s}%d.%d.%d.%d" % ((client,) + tuple(limit[:4]))
+
+
+def is_kept(key):
+    """A key written without an expiry (a limit whose fifth element is 2)."""
+    return key.endswith(".k")
 
 
 PACKED_MEMBER_LEN = 10
@@ -220,7 +228,7 @@ def parse_reply(raw):
     return _whole(now), out
 
 
-def fcall(args, fn="rl6_decide", c=None):
+def fcall(args, fn="rl7_decide", c=None):
     """FCALL fn 0 *args, its reply parsed."""
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
@@ -251,7 +259,7 @@ def decide_args(reqs):
     return args
 
 
-def decide(reqs, fn="rl6_decide"):
+def decide(reqs, fn="rl7_decide"):
     return fcall(decide_args(reqs), fn)
 
 
@@ -365,7 +373,7 @@ class Model:
                 self._refund_key(now, take, key_of(o, l), cost)
 
     def give_back(self, now, take, reqs, expect):
-        """rl6_return: as refund(), but a token bucket's key only while its
+        """rl7_return: as refund(), but a token bucket's key only while its
         value is expect[key] (what the grant left there), compared at its
         turn. Returns the number of keys changed."""
         changed = 0
@@ -606,11 +614,15 @@ def check_stored(model, keys):
         want, need = model.stored(k)
         want_exp = expiry_ms(need, model.st[k][0][2])
         if v is None or exp == -2:
+            assert not is_kept(k), ("a key kept without an expiry is gone", k, want)
             assert want_exp <= now_ms, ("key gone before its expiry", k, want, want_exp, now_ms)
             continue
         got = v if isinstance(want, bytes) else v.decode()
         assert got == want, ("stored value", k, v, want)
-        assert exp == want_exp, ("expiry", k, want, exp, want_exp)
+        if is_kept(k):
+            assert exp == -1, ("a key kept without an expiry has one", k, exp)
+        else:
+            assert exp == want_exp, ("expiry", k, want, exp, want_exp)
 
 
 def packed_step_ms(limit):
@@ -649,7 +661,7 @@ def check_absent(keys):
         assert get(k) is None, ("a full bucket is no key", k)
 
 
-def check(model, reqs, what="", fn="rl6_decide", stored=True):
+def check(model, reqs, what="", fn="rl7_decide", stored=True):
     """Calls the library with reqs, compares the reply with the model at
     the reply's now_us and, with stored, the keys it wrote."""
     now, got = decide(reqs, fn)
@@ -665,7 +677,7 @@ def check(model, reqs, what="", fn="rl6_decide", stored=True):
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what, fn="rl6_decide"):
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl7_decide"):
     """Drives the library through a random timeline and checks every reply,
     and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
@@ -706,17 +718,17 @@ def test_library_registers_both_functions():
     for f in info[b"functions"]:
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
-    assert fns == {"rl6_decide": [], "rl6_decide_cluster": ["allow-cross-slot-keys"],
-                   "rl6_refund": [], "rl6_refund_cluster": ["allow-cross-slot-keys"],
-                   "rl6_return": [], "rl6_return_cluster": ["allow-cross-slot-keys"],
-                   "rl6_release": [], "rl6_release_cluster": ["allow-cross-slot-keys"],
-                   "rl6_penalize": [], "rl6_penalize_cluster": ["allow-cross-slot-keys"],
-                   "rl6_peek": [], "rl6_forget": []}, fns
+    assert fns == {"rl7_decide": [], "rl7_decide_cluster": ["allow-cross-slot-keys"],
+                   "rl7_refund": [], "rl7_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl7_return": [], "rl7_return_cluster": ["allow-cross-slot-keys"],
+                   "rl7_release": [], "rl7_release_cluster": ["allow-cross-slot-keys"],
+                   "rl7_penalize": [], "rl7_penalize_cluster": ["allow-cross-slot-keys"],
+                   "rl7_peek": [], "rl7_forget": []}, fns
 
 
 def test_peek_and_forget_read_and_delete_packed_and_plain_keys():
-    """The admin's look and reset: rl6_peek gives each key's value as GET
-    does (a packed bucket's score), nil for none; rl6_forget deletes each
+    """The admin's look and reset: rl7_peek gives each key's value as GET
+    does (a packed bucket's score), nil for none; rl7_forget deletes each
     (a packed bucket's member, its set's other members stay) and counts
     them."""
     tb, fw = packed((TB, 10, 10 * S, 0)), (FW, 5, 10 * S, 0)
@@ -725,11 +737,11 @@ def test_peek_and_forget_read_and_delete_packed_and_plain_keys():
     now, got = decide([((c, c), 1, (tb, fw)), ((d,), 2, (tb,))])
     assert [x[0] for x in got] == [1, 1], got
     keys = [key_of(c, tb), key_of(c, fw), "{%s}none" % c]
-    vals = redis().c.command("FCALL", "rl6_peek", len(keys), *keys)
+    vals = redis().c.command("FCALL", "rl7_peek", len(keys), *keys)
     assert vals[0].decode() == tb_value(tb, now + S) and vals[1].decode() == get(keys[1])
     assert vals[2] is None, vals
-    assert redis().c.command("FCALL", "rl6_forget", len(keys), *keys) == 2
-    assert redis().c.command("FCALL", "rl6_peek", 2, *keys[:2]) == [None, None]
+    assert redis().c.command("FCALL", "rl7_forget", len(keys), *keys) == 2
+    assert redis().c.command("FCALL", "rl7_peek", 2, *keys[:2]) == [None, None]
     assert get(key_of(d, tb)) == tb_value(tb, now + 2 * S)
 
 
@@ -988,6 +1000,38 @@ def test_packed_buckets_match_model():
                      "packed", fn)
 
 
+def kept(limit):
+    """A limit whose keys are written without an expiry (see "Keys without
+    an expiry")."""
+    return tuple(limit[:4]) + (2,)
+
+
+_KEPT_LANES = [
+    ([kept((TB, 5, 500 * MS, 0))], [1, 1, 2], 0.8, 2),
+    ([kept((TB, 3, 1 * S, 0))], [1, 2], 0.7, 1),
+    ([kept((TB, 7, 1 * S, 3))], [1, 2, 4], 0.7, 2),
+    ([kept((SW, 4, 300 * MS, 0))], [1, 2], 0.8, 2),
+    ([kept((FW, 6, 500 * MS, 0))], [1, 2, 3], 0.8, 2),
+    ([kept((LG, 4, 300 * MS, 0))], [1, 2], 0.8, 2),
+    # beside keys with an expiry and a packed bucket: all or nothing
+    ([kept((TB, 10, 2 * S, 0)), (SW, 4, 300 * MS, 0), packed((TB, 6, 500 * MS, 0))], [1, 2],
+     0.8, 2),
+    ([kept((LG, 4, 300 * MS, 0)), (TB, 12, 1 * S, 3), kept((FW, 5, 400 * MS, 0))], [1, 2],
+     0.7, 2),
+]
+
+
+def test_keys_without_expiry_match_model():
+    """Limits whose keys are written without an expiry decide as the others
+    do (the model says so for each reply), their keys hold the model's
+    values and have no expiry, also once their state is old (a full
+    bucket, a past window: read as an absent key is), while the keys of
+    the same requests' other limits keep theirs."""
+    for fn in lua_scripts.FUNCTIONS:
+        run_timeline(_KEPT_LANES, 35, 505, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.3, 0.6],
+                     "kept", fn)
+
+
 def test_packed_hash_expiry_and_sweep():
     """Clients of one tag share a limit's set. Its expiry covers every
     member's need, also when a call writes a later need before an earlier
@@ -1041,11 +1085,11 @@ def test_logs_match_model():
     run_timeline(lanes, 40, 707, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2], "logs")
 
 
-def test_cluster_function_on_a_standalone_server_decides_like_rl6_decide():
-    """rl6_decide_cluster reads each client's keys on its own (pcall): on a
-    server that serves every slot it must decide exactly as rl6_decide."""
+def test_cluster_function_on_a_standalone_server_decides_like_rl7_decide():
+    """rl7_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl7_decide."""
     tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
-                         fn="rl6_decide_cluster")
+                         fn="rl7_decide_cluster")
     assert tally[0] + tally[1] > 30
     # the same batches through both, on twin clients: periods long enough
     # that the moments between the two calls change no decision
@@ -1055,8 +1099,8 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl6_decide():
     cb = [new_client() for _ in range(3)]
     for step in range(12):
         plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
-        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl6_decide")
-        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl6_decide_cluster")
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl7_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl7_decide_cluster")
 
         def strip(res):
             # remaining as the agent reads it: a refusing window's slot
@@ -1067,7 +1111,7 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl6_decide():
 
 
 def test_cluster_function_reads_each_key_once_per_call():
-    """rl6_decide_cluster reads a key on its first use in a call, whatever
+    """rl7_decide_cluster reads a key on its first use in a call, whatever
     the request that names it: requests whose keys overlap (first_key 1
     over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
     from the same first_key see what the call took before, never a value
@@ -1099,7 +1143,7 @@ def test_keymap_shared_keys_match_model():
     shared by every client or by an address), keys named once through the
     keymap: each request sees what earlier ones of the call took from a
     shared key, all or nothing, exactly as the model, in both functions."""
-    for fn, seed in (("rl6_decide", 505), ("rl6_decide_cluster", 506)):
+    for fn, seed in (("rl7_decide", 505), ("rl7_decide_cluster", 506)):
         rng = random.Random(seed)
         glob, addr = new_client(), [new_client() for _ in range(2)]
         clients = [new_client() for _ in range(4)]
@@ -1124,7 +1168,7 @@ def test_keymap_shared_keys_match_model():
 
 
 def test_refund_gives_back_what_was_taken():
-    """rl6_refund gives back what a call took, as the model does: a token
+    """rl7_refund gives back what a call took, as the model does: a token
     bucket's tokens up to its capacity (a full bucket's key deleted), a
     window's count in the window of the take while the value holds it;
     whatever time has passed since the take, on every algorithm, through
@@ -1136,10 +1180,12 @@ def test_refund_gives_back_what_was_taken():
     lims = [(TB, 7, 1 * S, 3), (TB, 9, 4 * S, 0), (SW, 4, 250 * MS, 0), (SW, 9, 3 * S, 0),
             (FW, 3, 200 * MS, 0), (FW, 8, 3 * S, 0),
             # packed buckets: T = 1s/3 (n = 3), and 400 ms
-            packed((TB, 3, 1 * S, 2)), packed((TB, 10, 4 * S, 0))]
+            packed((TB, 3, 1 * S, 2)), packed((TB, 10, 4 * S, 0)),
+            # keys without an expiry
+            kept((TB, 5, 2 * S, 0)), kept((SW, 6, 2 * S, 0))]
     shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0), packed((TB, 12, 2 * S, 0))]
-    for fn, refund_fn, seed in (("rl6_decide", "rl6_refund", 707),
-                                ("rl6_decide_cluster", "rl6_refund_cluster", 708)):
+    for fn, refund_fn, seed in (("rl7_decide", "rl7_refund", 707),
+                                ("rl7_decide_cluster", "rl7_refund_cluster", 708)):
         rng = random.Random(seed)
         glob = new_client()
         clients = [new_client() for _ in range(3)]
@@ -1191,7 +1237,7 @@ def test_refund_cases():
             # a write in the next window, so the value moves on
             check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
         args = layout_mapped([((c,), 2, (lim,))] * back)[0]
-        changed = redis().c.command("FCALL", "rl6_refund", 0, str(take), *args)
+        changed = redis().c.command("FCALL", "rl7_refund", 0, str(take), *args)
         t = redis().c.command("TIME")
         model.refund(int(t[0]) * S + int(t[1]), take, [((c,), 2, (lim,))] * back)
         k = key_of(c, lim)
@@ -1242,7 +1288,7 @@ def with_ids(args, ids):
     return [head] + args[1:1 + nrules] + [b"".join(ids)] + args[1 + nrules:]
 
 
-def decide_ids(reqs, ids, fn="rl6_decide"):
+def decide_ids(reqs, ids, fn="rl7_decide"):
     return fcall(with_ids(layout(reqs)[0], ids), fn)
 
 
@@ -1253,11 +1299,11 @@ def rid(n):
 def test_concurrency_places():
     """Places in flight: taken while fewer than the quota are, the same
     request again holds its own, refused with a second to wait, given back
-    by rl6_release (exactly its own, once), ended at their deadline; all
+    by rl7_release (exactly its own, once), ended at their deadline; all
     or nothing with a token bucket of the same rule; a request without an
     id is not counted. Each value is the places left, 16 bytes each, and
     expires on the grid when the last ends."""
-    for fn, rel in (("rl6_decide", "rl6_release"), ("rl6_decide_cluster", "rl6_release_cluster")):
+    for fn, rel in (("rl7_decide", "rl7_release"), ("rl7_decide_cluster", "rl7_release_cluster")):
         c = new_client()
         conc = (CC, 2, 400 * MS, 0)
         tb = (TB, 3, 3600 * S, 0)
@@ -1319,11 +1365,11 @@ BAN = 5  # a penalty box
 
 
 def test_penalty_box():
-    """rl6_penalize counts events in a sliding window and, at its quota,
+    """rl7_penalize counts events in a sliding window and, at its quota,
     bans (the ban key: when it ends, expiring then); a ban limit refuses
     until then, with that long to wait, and allows after without writing;
     all or nothing with the rule's other limits."""
-    for fn, pen in (("rl6_decide", "rl6_penalize"), ("rl6_decide_cluster", "rl6_penalize_cluster")):
+    for fn, pen in (("rl7_decide", "rl7_penalize"), ("rl7_decide_cluster", "rl7_penalize_cluster")):
         c = new_client()
         ban = (BAN, 1, 300 * MS, 0)
         tb = (TB, 5, 3600 * S, 0)
@@ -1348,7 +1394,7 @@ def test_penalty_box():
                      ([count, 0, "a", "b"], "need <rule> <ban_us>"),
                      ([count, 5, "a"], "need <rule> <ban_us>")):
         try:
-            redis().c.command("FCALL", "rl6_penalize", 0, *bad)
+            redis().c.command("FCALL", "rl7_penalize", 0, *bad)
         except RespError as e:
             assert err in str(e), e
         else:
@@ -1736,11 +1782,14 @@ def test_bad_arguments_write_nothing():
         ([one, mpack.packb([["t", 0, 10, S, 0]]), k1], "rule 1: limit 1: algo must be"),  # a lid
         ([one, mpack.packb([["t", 0, 10, S, 0, 1]]), k1], "rule 1: limit 1: need [algo"),
         # packed buckets: a token bucket's, of n <= 3, named by 23 or 24 bytes
-        ([one, mpack.packb([[0, 10, S, 0, 2]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[0, 10, S, 0, True]]), k1], "rule 1: limit 1: need [algo"),
         ([one, mpack.packb([[SW, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
         ([one, mpack.packb([[LG, 10, S, 0, 1]]), k1], "rule 1: limit 1: only a token bucket"),
         ([one, mpack.packb([[0, 7, S, 0, 1]]), k1], "rule 1: limit 1: a packed bucket needs"),
+        # keys without an expiry: not for requests in flight or a ban
+        ([one, mpack.packb([[0, 10, S, 0, 3]]), k1], "rule 1: limit 1: need [algo"),
+        ([one, mpack.packb([[4, 10, S, 0, 2]]), k1], "rule 1: limit 1: a limit of requests in"),
+        ([one, mpack.packb([[5, 10, S, 0, 2]]), k1], "rule 1: limit 1: a limit of requests in"),
         ([one, PK, k1], "request 1: a packed bucket's key must be 23 or 24 bytes"),
         ([one, PK, pk[:-1]], "request 1: a packed bucket's key must be 23 or 24 bytes"),
         ([one, PK, pk + "xy"], "request 1: a packed bucket's key must be 23 or 24 bytes"),
@@ -2014,8 +2063,8 @@ def _wide_replies():
     # requests of one limit, with numbers beyond 2^32
     reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
     long_reqs = [(clients[4], 1, _WIDTHS)] * 400
-    return [(reqs, redis().c.command("FCALL", "rl6_decide", 0, *layout(reqs)[0])),
-            (long_reqs, redis().c.command("FCALL", "rl6_decide", 0, *layout(long_reqs)[0]))]
+    return [(reqs, redis().c.command("FCALL", "rl7_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl7_decide", 0, *layout(long_reqs)[0]))]
 
 
 def test_reply_of_every_shape_matches_model():
@@ -2126,7 +2175,7 @@ def now_of_redis():
     return int(t[0]) * S + int(t[1])
 
 
-def return_lease(take, back, vals, fn="rl6_return", mapped=True):
+def return_lease(take, back, vals, fn="rl7_return", mapped=True):
     """FCALL fn for one lease: back [(client or owners, unspent, limits)]
     (one request), vals the v_j of the grant's lease element. Returns the
     keys changed, the moment just after, and the expect by key (for
@@ -2229,11 +2278,11 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40, pack=False):
 def test_leases_match_model():
     """Leases through random timelines, in both functions, with and
     without the keymap: every reply (a lease's extra and values too) and
-    every value written, and what rl6_return gives back, as the model."""
-    for fn, ret_fn, seed, mapped in (("rl6_decide", "rl6_return", 901, False),
-                                      ("rl6_decide_cluster", "rl6_return_cluster", 902, False),
-                                      ("rl6_decide", "rl6_return", 903, True),
-                                      ("rl6_decide_cluster", "rl6_return_cluster", 904, True)):
+    every value written, and what rl7_return gives back, as the model."""
+    for fn, ret_fn, seed, mapped in (("rl7_decide", "rl7_return", 901, False),
+                                      ("rl7_decide_cluster", "rl7_return_cluster", 902, False),
+                                      ("rl7_decide", "rl7_return", 903, True),
+                                      ("rl7_decide_cluster", "rl7_return_cluster", 904, True)):
         lease_timeline(fn, ret_fn, seed, mapped)
 
 
@@ -2241,8 +2290,8 @@ def test_packed_leases_match_model():
     """test_leases_match_model with the token buckets that can be packed
     packed (and a shared packed bucket): the lease's values are the hash
     fields' as Redis prints them, and a return compares them so."""
-    for fn, ret_fn, seed, mapped in (("rl6_decide", "rl6_return", 905, False),
-                                      ("rl6_decide_cluster", "rl6_return_cluster", 906, True)):
+    for fn, ret_fn, seed, mapped in (("rl7_decide", "rl7_return", 905, False),
+                                      ("rl7_decide_cluster", "rl7_return_cluster", 906, True)):
         lease_timeline(fn, ret_fn, seed, mapped, pack=True)
 
 
@@ -2346,7 +2395,7 @@ def test_lease_reply_bytes_are_the_documented_msgpack():
     wide = [(TB, 50 + j, 3600 * S, 0) for j in range(14)] + [(FW, 90, 3600 * S, 0)]
     reqs = [(c, 1, [big, (SW, 9, 60 * S, 0)], 33015), (d, 1, wide, 7), (c, 2, [big,
             (SW, 9, 60 * S, 0)], 0), (e, 1, [(FW, 3, 60 * S, 0)], 2 ** 32 - 1)]
-    raw = redis().c.command("FCALL", "rl6_decide", 0, *decide_args(reqs))
+    raw = redis().c.command("FCALL", "rl7_decide", 0, *decide_args(reqs))
     now, results = parse_reply(raw)
     assert [len(x) for x in results] == [4, 4, 3, 4], results
     assert len(results[1][3][1]) == 15 and results[1][3][0] == 7, results[1]
@@ -2437,7 +2486,7 @@ def test_return_never_lifts_a_bucket_over_its_capacity():
 
 def test_lease_and_return_with_bad_arguments_write_nothing():
     """Leases badly laid out, and a return with bad arguments: an error
-    reply, nothing written. rl6_refund and rl6_return take no leases."""
+    reply, nothing written. rl7_refund and rl7_return take no leases."""
     r = redis()
     tb = (TB, 10, S, 0)
     c = new_client()
@@ -2504,7 +2553,7 @@ def test_lease_and_return_with_bad_arguments_write_nothing():
             raise AssertionError(fn)
     assert get(k) == before
     # and a good return still gives back
-    assert r.c.command("FCALL", "rl6_return", 0, "1", exp, *plain) == 1
+    assert r.c.command("FCALL", "rl7_return", 0, "1", exp, *plain) == 1
 
 
 # ------------------------------------------------------------- measure
@@ -2523,7 +2572,7 @@ def _measure(batch, seconds=None, depth=16):
     cmds = []
     for i in range(64):
         reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
-        cmds.append(("FCALL", "rl6_decide", 0, *layout(reqs)[0]))
+        cmds.append(("FCALL", "rl7_decide", 0, *layout(reqs)[0]))
     wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
     c = Client("127.0.0.1", r.port)
     try:

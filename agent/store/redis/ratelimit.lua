@@ -1,15 +1,15 @@
-#!lua name=spoa_ratelimit_v6
+#!lua name=spoa_ratelimit_v7
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically (this file: the functions'
 contract, the state and the limits' math; ratelimit_calls.lua, loaded
 after it as one text, reads the calls, decides and writes). The agent loads it on every server
 it uses (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl6_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
+    FCALL rl7_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
 
-(rl6_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl7_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
 The library's name and its functions' carry the version of the layout of
-their arguments (6); the values' layout has its own (3, as the agent's
+their arguments (7); the values' layout has its own (3, as the agent's
 key names say, "rl3:"). Agents of another layout on the same server load
 and call their own library, and none replaces another's.
 
@@ -29,7 +29,7 @@ and call their own library, and none replaces another's.
                takes beyond its cost for its agent to spend later, 0 .. 2^32-1
                (0: none), see "Leases"
   rule      msgpack array of 1 .. 64 limits, each [algo, quota, period_us,
-            burst] or [algo, quota, period_us, burst, packed]
+            burst] or [algo, quota, period_us, burst, kept]
     algo       0 token bucket (GCRA), 1 sliding window counter, 2 fixed window,
                3 sliding log
     quota      N requests per period, 1 .. 2^47 (a log: 1 .. 65535, see
@@ -38,9 +38,12 @@ and call their own library, and none replaces another's.
     burst      token bucket capacity, 0 means quota, 0 .. 2^47, with
                burst * period_us / quota <= 2^52 (windows ignore it:
                their capacity is the quota)
-    packed     0 or 1: 1 keeps a token bucket (algo 0 only) packed, with
+    kept       how its keys are kept: 0 (as without it) string keys with
+               an expiry; 1 a token bucket (algo 0 only) packed, with
                the buckets of other clients, in a sorted set (see "Packed
-               buckets"); its n (T = p/n below) must be at most 3
+               buckets"), its n (T = p/n below) at most 3; 2 string keys
+               without an expiry (algo 0 to 3, see "Keys without an
+               expiry")
   keymap    (only when R has 32768 added) 4 bytes per position, big-endian:
             the 1-based index of the key at that position. It lets requests
             whose limits are not all one client's (a rule with layers: a
@@ -103,7 +106,7 @@ decider as fixints
 
 Leases: an agent takes k more tokens for a busy client in the call that
 decides one of its requests, spends them itself, and gives back those it
-has not spent (rl6_return, below). A request allowed at its cost c takes
+has not spent (rl7_return, below). A request allowed at its cost c takes
 extra = min(k, the remaining of each of its limits after it): so many more
 requests of cost 1 pass all of them. It takes none (extra 0) when refused,
 when any limit of its rule is not a token bucket or a window (a log, a
@@ -115,11 +118,11 @@ expiry) that is written; a later request of the call sees it. The reply's per_li
 'more' slots stay those of the evaluation at c: the extra tokens are the
 client's own, and the agent reports what this request leaves to it.
 
-Refund: rl6_refund (rl6_refund_cluster) gives back what requests took,
+Refund: rl7_refund (rl7_refund_cluster) gives back what requests took,
 for the agent to undo a decision that another server refused (a rule
 whose limits live on several servers):
 
-    FCALL rl6_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl7_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
 taken. A token bucket's TAT goes back by cost * T, never below now (a
@@ -128,26 +131,26 @@ a window's count goes down by cost in the window the take counted it in,
 while that window still counts, never below 0. What time has given back
 since is not given twice. Replies the number of keys it changed. Its
 meaning does not change with leases: it undoes a decision split over
-servers, and a lease's tokens go back through rl6_return.
+servers, and a lease's tokens go back through rl7_return.
 
-Return: rl6_return (rl6_return_cluster) gives back a lease's unspent
+Return: rl7_return (rl7_return_cluster) gives back a lease's unspent
 tokens:
 
-    FCALL rl6_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl7_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
 
 take_us the `now_us` of the reply that granted the lease, requests,
-rules, keymap and keys as rl6_refund takes them (10 bytes per request, no
+rules, keymap and keys as rl7_refund takes them (10 bytes per request, no
 lease; cost: the tokens given back), and expect a msgpack array with one
 entry per key position (1 .. K, or per position of the keymap): nil or
 the string v_j of the grant's lease element. A token bucket's key is given
 back only when its value is expect's exactly (nothing has written it since
-the grant), then as rl6_refund does: TAT back by cost * T, never below now
+the grant), then as rl7_refund does: TAT back by cost * T, never below now
 (at full, the key is deleted). Any other value is left as it is: between
 the grant and the return another agent's request may have found the
 bucket full and absorbed the lease's reservation (time fills a bucket, it
 cannot overfill it), so a plain refund would lift the bucket over what
 the limit allows; only an untouched key is known to still hold the
-reservation. A window's count is given back as rl6_refund does (expect
+reservation. A window's count is given back as rl7_refund does (expect
 ignored): the count of the window the grant counted the tokens in, while
 that window counts, is exact to lower whatever else it has counted since. The keys are
 compared one position at a time with their values then: a key named at
@@ -222,12 +225,21 @@ the call's MGET. A refund or a return gives back to a packed bucket as to
 a key (its score goes back, or the member leaves at full); the set's
 expiry stays.
 
+Keys without an expiry: a limit kept 2 writes its keys without one
+(SET without PXAT, INCRBY over an integer state), which saves Redis the
+entry of the expiries' table (42 bytes of 116 per key on Redis 7.0) and
+the work of setting it. A key's value says when its state is old (a
+full bucket, a past window, a log's old entries): read as an absent key
+is, whatever its age, so the decisions are the same. Redis must evict the
+keys itself (maxmemory with an allkeys policy, see the README). A key
+that had an expiry keeps it until a write without one (INCRBY keeps it).
+
 Admin: the agent's look at and reset of a client's keys, when its rule
 has a packed bucket (else MGET and DEL):
 
-    FCALL rl6_peek <K> <key 1> .. <key K>     the value of each (a packed
+    FCALL rl7_peek <K> <key 1> .. <key K>     the value of each (a packed
                                               bucket's score), nil for none
-    FCALL rl6_forget <K> <key 1> .. <key K>   deletes each (a packed
+    FCALL rl7_forget <K> <key 1> .. <key K>   deletes each (a packed
                                               bucket's member); the count
 
 Cost, per call: the keys are read with one MGET (on a Cluster, one per
@@ -243,7 +255,7 @@ does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack.
 
-Cluster: rl6_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl7_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -791,7 +803,7 @@ local function eval_log(v, now, cost, quota, period)
 end
 
 -- Requests in flight (algo 4): at most quota at once, each keeping its
--- place until its release (rl6_release) or for period at the latest. The
+-- place until its release (rl7_release) or for period at the latest. The
 -- value: 16 bytes per request in flight, its id (8 bytes, as the agent
 -- sends it) and when its place ends (microseconds, a float64); needed
 -- until the last ends. A request without an id (nil) is not counted (its
@@ -840,7 +852,7 @@ end
 
 -- A penalty box (algo 5): the value is when the ban ends (microseconds);
 -- refused until then, allowed after with nothing to write (NOWRITE). The
--- ban is put by rl6_penalize.
+-- ban is put by rl7_penalize.
 local NOWRITE = {}
 
 local function eval_ban(v, now)
@@ -867,12 +879,15 @@ end
 -- Returns nil when l is a valid limit, else what is wrong with it.
 local function limit_error(l)
 	if type(l) ~= 'table' or l[4] == nil or l[6] ~= nil or
-	    (l[5] ~= nil and l[5] ~= 0 and l[5] ~= 1) then
-		return 'need [algo, quota, period_us, burst] or [algo, quota, period_us, burst, packed]'
+	    (l[5] ~= nil and l[5] ~= 0 and l[5] ~= 1 and l[5] ~= 2) then
+		return 'need [algo, quota, period_us, burst] or [algo, quota, period_us, burst, kept]'
 	end
 	local algo, quota, period, burst = l[1], l[2], l[3], l[4]
 	if l[5] == 1 and algo ~= 0 then
 		return 'only a token bucket is packed'
+	end
+	if l[5] == 2 and type(algo) == 'number' and algo > 3 then
+		return 'a limit of requests in flight or a ban keeps its expiry'
 	end
 	if type(algo) ~= 'number' or algo < 0 or algo > 5 or algo % 1 ~= 0 then
 		return 'algo must be 0, 1, 2, 3, 4 or 5'
@@ -945,6 +960,7 @@ local function rule_of(bytes)
 			r[14] = packed_step(r)
 		else
 			rule.plain = true
+			r[15] = l[5] == 2
 		end
 		rule[j] = r
 	end

@@ -609,6 +609,15 @@ local function run(args, cluster)
 		local l = wlim[p]
 		if l[14] then
 			write_packed(p, sv[p], l, now, wbefore[p])
+		elseif l[15] then
+			-- a key without an expiry (see "Keys without an expiry"):
+			-- INCRBY an integer state over an integer state, else SET
+			local val, name = sv[p], args[k0 + p]
+			local num = type(val) == 'number'
+			local d = num and wnum[p] and val - wnum[p]
+			if not d or d >= 1e14 or rpcall('INCRBY', name, fmt('%d', d)) ~= val then
+				rcall('SET', name, num and fmt('%d', val) or val)
+			end
 		else
 			local g = l[5]
 			-- (expiry_ms(), inline, twice)
@@ -712,6 +721,8 @@ local function refund_key(name, v, l, cost, take, now, pos)
 		if packed then
 			-- (an earlier TAT: the hash's expiry still covers it)
 			rcall('ZADD', phash[pos], val, pfield[pos])
+		elseif l[15] then
+			rcall('SET', name, val)
 		else
 			rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
 		end
@@ -957,16 +968,16 @@ local function register(name, fn, cluster)
 	redis.register_function(f)
 end
 
-register('rl6_decide', run, false)
-register('rl6_decide_cluster', run, true)
-register('rl6_refund', refund, false)
-register('rl6_refund_cluster', refund, true)
-register('rl6_return', give_back, false)
-register('rl6_return_cluster', give_back, true)
-register('rl6_penalize', penalize, false)
-register('rl6_penalize_cluster', penalize, true)
-register('rl6_release', release, false)
-register('rl6_release_cluster', release, true)
+register('rl7_decide', run, false)
+register('rl7_decide_cluster', run, true)
+register('rl7_refund', refund, false)
+register('rl7_refund_cluster', refund, true)
+register('rl7_return', give_back, false)
+register('rl7_return_cluster', give_back, true)
+register('rl7_penalize', penalize, false)
+register('rl7_penalize_cluster', penalize, true)
+register('rl7_release', release, false)
+register('rl7_release_cluster', release, true)
 -- (keys declared: the admin's are one client's, in one slot)
-register('rl6_peek', peek, nil)
-register('rl6_forget', forget, nil)
+register('rl7_peek', peek, nil)
+register('rl7_forget', forget, nil)
