@@ -61,6 +61,9 @@ static void usage(FILE *out)
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
 		"      --redis-packed        keep token buckets packed in sorted sets:\n"
 		"                            less memory, more Redis CPU (README)\n"
+		"      --redis-no-expiry     write the limits' keys without an expiry, for\n"
+		"                            a Redis that evicts them (allkeys-lru): less\n"
+		"                            memory, less Redis CPU (README)\n"
 		"      --redis-packed-sets N sorted sets per limit, a power of two from\n"
 		"                            1 to 262144 (default 4096): about the\n"
 		"                            clients per limit / 25 (implies\n"
@@ -163,6 +166,7 @@ enum {
 	OPT_NO_CACHE,
 	OPT_REDIS_PACKED,
 	OPT_REDIS_PACKED_SETS,
+	OPT_REDIS_NO_EXPIRY,
 	OPT_FIXED_ANSWER,
 	OPT_LEASE,
 	OPT_LEASE_SHARE,
@@ -186,6 +190,7 @@ struct cli {
 	int check;
 	bool packed;             /* --redis-packed */
 	unsigned packed_bits;    /* --redis-packed-sets: log2 of it */
+	bool no_expiry;          /* --redis-no-expiry */
 	int use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
@@ -459,6 +464,7 @@ int main(int argc, char **argv)
 		{ "no-local-cache", no_argument, NULL, OPT_NO_CACHE },
 		{ "redis-packed", no_argument, NULL, OPT_REDIS_PACKED },
 		{ "redis-packed-sets", required_argument, NULL, OPT_REDIS_PACKED_SETS },
+		{ "redis-no-expiry", no_argument, NULL, OPT_REDIS_NO_EXPIRY },
 		{ "lease", required_argument, NULL, OPT_LEASE },
 		{ "lease-share", required_argument, NULL, OPT_LEASE_SHARE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -666,6 +672,9 @@ int main(int argc, char **argv)
 		case OPT_REDIS_PACKED:
 			cli.packed = true;
 			break;
+		case OPT_REDIS_NO_EXPIRY:
+			cli.no_expiry = true;
+			break;
 		case OPT_REDIS_PACKED_SETS:
 			if (parse_num(optarg, 1, 1 << STORE_KEY_PACKED_BITS_MAX, &num) < 0 ||
 			    (num & (num - 1)))
@@ -765,6 +774,13 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
+	if ((!use_redis || cli.packed) && cli.no_expiry) {
+		fprintf(stderr, "spoa-ratelimit: --redis-no-expiry: %s\n",
+			use_redis ? "packed buckets have their sets' expiry: one or the other"
+				  : "with a Redis store only");
+		rules_release(rules);
+		return cli.check ? 1 : 2;
+	}
 	if (use_redis && srv.cfg.fixed_answer) {
 		fprintf(stderr, "spoa-ratelimit: --fixed-answer: with the in-memory store only\n");
 		rules_release(rules);
@@ -791,6 +807,7 @@ int main(int argc, char **argv)
 
 	/* (before the workers name any key) */
 	store_key_packing(cli.packed, cli.packed_bits);
+	store_key_no_expiry(cli.no_expiry);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
 			      : store_memory_new(srv.cfg.mem_max_keys);
@@ -828,6 +845,8 @@ int main(int argc, char **argv)
 	if (cli.packed)
 		snprintf(packed_log, sizeof(packed_log), ", packed buckets (%u sets per limit)",
 			 1U << cli.packed_bits);
+	else if (cli.no_expiry)
+		snprintf(packed_log, sizeof(packed_log), ", keys without an expiry");
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
 		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
 		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",

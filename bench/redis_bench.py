@@ -82,7 +82,7 @@ KEY_RE = re.compile(r"^\{[A-Za-z0-9_-]{4}\}[A-Za-z0-9_-]{8}$")
 
 # Targets (the project's goals): Redis's time per decision against R1's, and
 # Redis memory per tracked client with one limit.
-TARGETS_VS_R1 = {"R2": 1.0, "R3": 0.4, "R2w": 1.0, "R3w": 0.4}
+TARGETS_VS_R1 = {"R2": 1.0, "R3": 0.4, "R2w": 1.0, "R3w": 0.4, "R2n": 1.0, "R3n": 0.4}
 # The closed-loop rows' limit, high enough that nothing is refused, has an
 # interval of 3.6 us per request (18/5 us: the bucket's state carries a
 # remainder, the library's general path); R2w and R3w use one whose
@@ -102,7 +102,12 @@ MEM_LIMITS = (("M1", "one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
               ("M2", "two limits (`--limit 100/1m --limit 1000/1h`)",
                ["--limit", "100/1m", "--limit", "1000/1h"]),
               ("M1p", "one limit, packed buckets (`--limit 100/1h --redis-packed`)",
-               ["--limit", "100/1h", "--redis-packed"]))
+               ["--limit", "100/1h", "--redis-packed"]),
+              ("M1n", "one limit, keys without an expiry (`--limit 100/1h "
+               "--redis-no-expiry`)", ["--limit", "100/1h", "--redis-no-expiry"]))
+# A Redis that evicts keys without an expiry itself (--redis-no-expiry):
+# far above what a run stores, so that nothing is evicted.
+EVICTING = ["--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru"]
 # A set of packed buckets: "{TT}~" and 8 characters of the limit.
 SET_RE = re.compile(r"^\{[A-Za-z0-9_-]{2}\}~[A-Za-z0-9_-]{8}$")
 
@@ -878,6 +883,16 @@ def run(ctx):
     closed.append(agent_row(
         "R3p", "batch 64 packed", "R3w with packed buckets (`--redis-packed`)",
         whole + ["--redis-packed"], gen, ctx.duration))
+    # keys without an expiry (--redis-no-expiry), Redis evicting them
+    closed.append(agent_row(
+        "R2n", "batch 1 no expiry", "R2 with keys without an expiry (`--redis-no-expiry`; "
+        "Redis `%s`)" % " ".join(EVICTING),
+        high + ["--redis-batch", "1", "--redis-pipeline", "1024", "--redis-no-expiry"], gen,
+        ctx.duration, redis_extra=EVICTING))
+    closed.append(agent_row(
+        "R3n", "batch 64 no expiry", "R3 with keys without an expiry (`--redis-no-expiry`; "
+        "Redis `%s`)" % " ".join(EVICTING), high + ["--redis-no-expiry"], gen, ctx.duration,
+        redis_extra=EVICTING))
     # C3: R3 against a Redis Cluster of three masters, in the same rounds,
     # so that its figures stand next to standalone's from the same minutes
     with cluster_or_none(ctx, "C3") as cl:
@@ -1025,7 +1040,8 @@ def run(ctx):
     mem_rows = [agent_row(key, "memory %s" % key, title, base_args + limits, mem_gen,
                           120, more_checks=mem_counts(limits.count("--limit"),
                                                       "--redis-packed" in limits),
-                          redis_extra=["--enable-debug-command", "local"],
+                          redis_extra=["--enable-debug-command", "local"] + (
+                              EVICTING if "--redis-no-expiry" in limits else []),
                           before=pause_expiry, after=measure)
                 for key, title, limits in MEM_LIMITS]
     interleave(ctx, mem_rows, 1)
@@ -1221,7 +1237,7 @@ def report(ctx, rows):
              "| Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
     L.append("|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for key in ("R1", "R2", "R2w", "R3", "R3w", "R2p", "R3p", "C3"):
+    for key in ("R1", "R2", "R2w", "R3", "R3w", "R2p", "R3p", "R2n", "R3n", "C3"):
         row = rows.get(key)
         if not row:
             continue
@@ -1259,7 +1275,9 @@ def report(ctx, rows):
                 _cpu(r1["redis_cpu"])))
     for key, what in (("R2", "one FCALL per decision"), ("R3", "batched"),
                       ("R2w", "one FCALL per decision, whole interval"),
-                      ("R3w", "batched, whole interval")):
+                      ("R3w", "batched, whole interval"),
+                      ("R2n", "one FCALL per decision, keys without an expiry"),
+                      ("R3n", "batched, keys without an expiry")):
         m = med(key)
         if not m or not r1:
             continue
@@ -1429,7 +1447,9 @@ def report(ctx, rows):
     L.append("One run each. The agent keeps one string key per limit of a client "
              "(`{TTTT}LLLLLLLL`, 14 bytes); with `--redis-packed` (M1p) a token bucket is a "
              "member of its limit's sorted set for the clients of its 12-bit tag "
-             "(`{TT}~IIIIIIII`: 4096 sets per limit). `used_memory` (INFO memory) after the agent "
+             "(`{TT}~IIIIIIII`: 4096 sets per limit); with `--redis-no-expiry` (M1n) the keys of "
+             "M1 have no expiry, in a Redis that evicts (`%s`). `used_memory` (INFO memory) "
+             "after the agent "
              "connected and loaded its library, and after it decided for %d distinct "
              "clients (one request each, all allowed); bytes per client is the "
              "difference divided by the clients, bytes per key the same divided by "
@@ -1438,13 +1458,14 @@ def report(ctx, rows):
              "after its request, and the figure wanted is the size of a live client. "
              "`MEMORY USAGE` of one key is shown for comparison (it leaves out the key's "
              "share of the keyspace and expiry tables). Target with one limit: <= %d "
-             "bytes per client (moonshot %d)." % (MEM_CLIENTS, MEM_TARGET, MEM_MOONSHOT))
+             "bytes per client (moonshot %d)." % (" ".join(EVICTING), MEM_CLIENTS, MEM_TARGET,
+                                                   MEM_MOONSHOT))
     L.append("")
     L.append("| # | limits | clients | keys (DBSIZE) | used_memory before | after "
              "| bytes per client | target | bytes per key | MEMORY USAGE of one key "
              "| key type, value bytes (sample) | decisions/s of the fill |")
     L.append("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
-    for key in ("M1", "M2", "M1p"):
+    for key in ("M1", "M2", "M1p", "M1n"):
         row = rows.get(key)
         if not row:
             continue
@@ -1454,7 +1475,7 @@ def report(ctx, rows):
             continue
         pc = mem_per_client(m)
         target = "-"
-        if key in ("M1", "M1p") and pc is not None:
+        if key in ("M1", "M1p", "M1n") and pc is not None:
             target = "<= %d: %s (moonshot %d: %s)" % (
                 MEM_TARGET, "met" if pc <= MEM_TARGET else "NOT met",
                 MEM_MOONSHOT, "met" if pc <= MEM_MOONSHOT else "not met")
@@ -1469,7 +1490,8 @@ def report(ctx, rows):
             m["rps"]))
     L.append("")
     for key, what in (("M1", "one key per client"),
-                      ("M1p", "packed buckets (`--redis-packed`)")):
+                      ("M1p", "packed buckets (`--redis-packed`)"),
+                      ("M1n", "keys without an expiry (`--redis-no-expiry`)")):
         m1 = med(key)
         if not m1 or mem_per_client(m1) is None:
             continue
@@ -1554,8 +1576,8 @@ def report(ctx, rows):
     L.append("")
     L.append("The median run's exact commands (ports are picked free at run time):")
     L.append("")
-    for key in ("R1", "R2", "R3", "R2p", "R3p", "C3", "R5", "N5", "R6", "N6", "L1", "L2",
-                "CL", "M1", "M2", "M1p"):
+    for key in ("R1", "R2", "R3", "R2p", "R3p", "R2n", "R3n", "C3", "R5", "N5", "R6", "N6",
+                "L1", "L2", "CL", "M1", "M2", "M1p", "M1n"):
         row = rows.get(key)
         if not row:
             continue

@@ -54,15 +54,16 @@ size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p
 	for (size_t j = 0; j < nl; j++) {
 		const struct limit_spec *l = &limits[j];
 
-		bool packed = store_key_packed(l);
+		/* kept: 1 packed, 2 without an expiry, 0 (left out) keys */
+		uint8_t kept = store_key_packed(l) ? 1 : store_key_unexpiring(l) ? 2 : 0;
 
-		p[n++] = packed ? 0x95 : 0x94;
+		p[n++] = kept ? 0x95 : 0x94;
 		n += redis_mp_uint(p + n, (uint64_t)l->algo);
 		n += redis_mp_uint(p + n, l->quota);
 		n += redis_mp_uint(p + n, (uint64_t)l->period_us);
 		n += redis_mp_uint(p + n, l->burst);
-		if (packed)
-			p[n++] = 1;
+		if (kept)
+			p[n++] = kept;
 	}
 	return n;
 }

@@ -17,8 +17,9 @@ void redis_put_be(uint8_t *p, uint64_t v, int n);
 size_t redis_mp_uint(uint8_t *p, uint64_t v);
 
 /* A rule as the library takes it: msgpack [[algo, quota, period_us,
- * burst], ...], a limit whose keys are packed (store_key_packed()) with a
- * fifth element, 1; at most RULE_BYTES_MAX bytes. The same limits always
+ * burst], ...], a limit with a fifth element, kept, when its keys are
+ * packed (store_key_packed(): 1) or have no expiry (store_key_unexpiring():
+ * 2); at most RULE_BYTES_MAX bytes. The same limits always
  * make the same bytes (the library keeps each rule by its bytes). */
 #define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9 + 1))
 size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p);

@@ -384,6 +384,53 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b);
 
+/* With keys without an expiry, a server must evict them itself: worker 0
+ * says at each connection whether it does (maxmemory set, an allkeys
+ * policy that evicts the least recently or frequently used) or may not. */
+static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
+{
+	struct redis_node *rn = ac->data;
+	redisReply *reply = r;
+	const char *policy = NULL, *maxmemory = NULL;
+
+	(void)priv;
+	if (!rn || !reply)
+		return;
+	if (reply->type != REDIS_REPLY_ARRAY) {
+		log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an expiry "
+			 "need maxmemory and an allkeys-lru or allkeys-lfu policy", rn->name,
+			 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		return;
+	}
+	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
+		const redisReply *k = reply->element[i], *v = reply->element[i + 1];
+
+		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+			continue;
+		if (!strcmp(k->str, "maxmemory-policy"))
+			policy = v->str;
+		else if (!strcmp(k->str, "maxmemory"))
+			maxmemory = v->str;
+	}
+	if (policy && maxmemory && strcmp(maxmemory, "0") &&
+	    (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu")))
+		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry",
+			 rn->name, maxmemory, policy);
+	else
+		log_warn("redis: %s: maxmemory %s, policy %s: keys without an expiry need "
+			 "maxmemory and an allkeys-lru or allkeys-lfu policy, else they fill it",
+			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
+}
+
+static void check_eviction_policy(struct redis_node *rn)
+{
+	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
+	size_t argvlen[4] = { 6, 3, 9, 16 };
+
+	if (rn->worker == 0 && store_key_no_expiry_on())
+		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
+}
+
 static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct redis_node *rn = ac->data;
@@ -412,6 +459,7 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
 			 reply->str, rn->name);
 		send_batches(rn);
+		check_eviction_policy(rn);
 	}
 }
 

@@ -356,6 +356,24 @@ bool store_key_packed(const struct limit_spec *l)
 	return p % l->quota == 0 || 2 * p % l->quota == 0 || 3 * p % l->quota == 0;
 }
 
+/* set once, before the workers name any key */
+static bool no_expiry;
+
+void store_key_no_expiry(bool on)
+{
+	no_expiry = on;
+}
+
+bool store_key_no_expiry_on(void)
+{
+	return no_expiry;
+}
+
+bool store_key_unexpiring(const struct limit_spec *l)
+{
+	return no_expiry && l && l->algo <= LIMIT_LOG && !store_key_packed(l);
+}
+
 size_t store_key_held_len(const struct limit_spec *l, size_t len)
 {
 	return store_key_packed(l) ? len - STORE_KEY_PACKED_MEMBER_LEN : len;

@@ -275,6 +275,12 @@ size_t store_overrides_key(bool version, char *buf);
 #define STORE_KEY_PACKED_BITS_MAX 18
 void store_key_packing(bool on, unsigned bits);
 bool store_key_packed(const struct limit_spec *l);
+/* Keys without an expiry (--redis-no-expiry): the keys of token buckets,
+ * windows and logs that are not packed are written without one, for a
+ * Redis that evicts them itself. */
+void store_key_no_expiry(bool on);
+bool store_key_no_expiry_on(void);
+bool store_key_unexpiring(const struct limit_spec *l);
 size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
 size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
 		      const struct limit_spec *l, char *buf);

@@ -352,6 +352,29 @@ static void check_key_names(const struct decide_query *q)
 	store_key_tag(bytes, tag);
 	assert_string_equal(tag, "{__8C}");
 	store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
+	/* keys without an expiry: the limits of buckets, windows and logs
+	 * that are not packed; requests in flight and bans keep theirs */
+	{
+		const struct limit_spec inflight = { 2, 30000000, 0, LIMIT_CONCURRENCY };
+		const struct limit_spec ban = { 1, 30000000, 0, LIMIT_BAN };
+		const struct limit_spec log = { 3, 1000000, 0, LIMIT_LOG };
+
+		assert_false(store_key_unexpiring(l));
+		store_key_no_expiry(true);
+		assert_true(store_key_no_expiry_on());
+		assert_true(store_key_unexpiring(l));
+		assert_true(store_key_unexpiring(&window));
+		assert_true(store_key_unexpiring(&log));
+		assert_false(store_key_unexpiring(&inflight));
+		assert_false(store_key_unexpiring(&ban));
+		assert_false(store_key_unexpiring(NULL));
+		store_key_packing(true, STORE_KEY_PACKED_BITS_DEFAULT);
+		assert_false(store_key_unexpiring(l));
+		assert_true(store_key_unexpiring(&window));
+		store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
+		store_key_no_expiry(false);
+		assert_false(store_key_unexpiring(&window));
+	}
 	assert_false(store_key_packed(l));
 }
 

@@ -1,0 +1,95 @@
+"""Keys without an expiry (--redis-no-expiry) against a real redis-server:
+the limits' keys are written without one and decide as keys with one do,
+exact across a fleet through the real haproxy; a limit of requests in
+flight keeps its expiry; the agent says whether the server evicts them;
+turning it on keeps the clients' state.
+"""
+
+import collections
+import os
+import subprocess
+
+import harness
+from test_packed import rules_file, scan
+from test_redis import (RedisServer, Spop, assert_log_clean, concurrent_gets, fleet_of_two,
+                        start_agent)
+
+EVICTING = ["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"]
+
+
+def ttls(redis, keys):
+    return {k: redis.command("PTTL", k) for k in keys}
+
+
+def test_no_expiry_fleet_is_exact(h):
+    """Two agents behind two haproxy, 16 clients at once on one key:
+    exactly the quota passes; the one key has no expiry; each agent says
+    the server evicts such keys."""
+    redis = RedisServer(h, extra=EVICTING)
+    backend = h.backend()
+    hps = fleet_of_two(h, redis, backend, "--redis-no-expiry")
+    results = [r for _, r in concurrent_gets(hps, "fleet-key")]
+    assert collections.Counter(r.status for r in results) == {200: 100, 429: 300}
+    rem = sorted(int(r.headers["RateLimit"].split(";r=")[1].split(";")[0])
+                 for r in results if r.status == 200)
+    assert rem == list(range(100)), rem
+    keys = scan(redis)
+    assert list(keys) == ["string"] and len(keys["string"]) == 1, keys
+    assert ttls(redis, keys["string"]) == {keys["string"][0]: -1}
+    for a in h.agents:
+        assert "keys without an expiry" in a.log(), a.log()
+        assert "maxmemory 67108864, allkeys-lru: it evicts the keys without an expiry" in \
+            a.log(), a.log()
+        assert_log_clean(a)
+
+
+def test_every_algorithm_without_expiry(h):
+    """A token bucket, a sliding and a fixed window and a log, all or
+    nothing, beside a plain agent on another Redis: the same answers, and
+    none of the keys has an expiry, also once their state is old."""
+    plain_redis, redis = RedisServer(h, name="plain"), RedisServer(h, extra=EVICTING)
+    path = rules_file(h, "limits: [3/1s, {rate: 4/2s, algorithm: sliding}, "
+                         "{rate: 5/3s, algorithm: fixed}, {rate: 4/4s, algorithm: log}]\n")
+    plain = Spop(start_agent(h, plain_redis, "--rules", path, name="plain").port)
+    kept = Spop(start_agent(h, redis, "--rules", path, "--redis-no-expiry", name="kept").port)
+    for i in range(5):
+        a, b = plain.ask("mix"), kept.ask("mix")
+        assert a["status"] == b["status"] and a["remaining"] == b["remaining"], (i, a, b)
+    keys = scan(redis)
+    assert list(keys) == ["string"] and len(keys["string"]) == 4, keys
+    assert set(ttls(redis, keys["string"]).values()) == {-1}
+    plain_keys = scan(plain_redis)["string"]
+    assert all(t > 0 for t in ttls(plain_redis, plain_keys).values())
+    # a second later the bucket has room again, the others some left
+    harness.time.sleep(1.1)
+    assert kept.ask("mix")["status"] == 0
+    assert set(ttls(redis, scan(redis)["string"]).values()) == {-1}
+
+
+def test_turning_it_on_keeps_the_clients(h):
+    """The keys keep their names: a client counted by an agent with
+    expiries is counted on by one without; without maxmemory, the agent
+    warns that the keys would fill the server."""
+    redis = RedisServer(h)
+    first = Spop(start_agent(h, redis, "--limit", "3/1h", name="first").port)
+    assert [first.ask("on")["status"] for _ in range(2)] == [0, 0]
+    a = start_agent(h, redis, "--limit", "3/1h", "--redis-no-expiry", name="second")
+    second = Spop(a.port)
+    assert [second.ask("on")["status"] for _ in range(2)] == [0, 429]
+    harness.wait_for(lambda: "need maxmemory and an allkeys-lru or allkeys-lfu" in a.log(), 5,
+                     "the warning")
+    assert "maxmemory 0, policy noeviction" in a.log(), a.log()
+
+
+def test_no_expiry_needs_redis_and_keys(h):
+    binary = os.path.join(harness.BUILD, "spoa-ratelimit")
+    for args, want in ((["--redis-no-expiry"], "--redis-no-expiry: with a Redis store only"),
+                       (["--redis-no-expiry", "--redis", "127.0.0.1:1", "--redis-packed"],
+                        "--redis-no-expiry: packed buckets have their sets' expiry"),
+                       (["--redis-no-expiry", "--redis", "127.0.0.1:1"], None)):
+        r = subprocess.run([binary, "--check", "--limit", "5/1h"] + args, capture_output=True,
+                           text=True, timeout=10)
+        if want:
+            assert r.returncode != 0 and want in r.stderr, r
+        else:
+            assert r.returncode == 0, r
