@@ -93,3 +93,22 @@ def test_no_expiry_needs_redis_and_keys(h):
             assert r.returncode != 0 and want in r.stderr, r
         else:
             assert r.returncode == 0, r
+
+
+def test_overrides_stay_in_use(h):
+    """In a Redis that evicts the least recently used keys, the overrides'
+    hash (read only when it changes) is used by the agent's poll as its
+    version is, so it is never the idlest key."""
+    import time
+    redis = RedisServer(h, extra=EVICTING)
+    mport = harness.free_port()
+    path = rules_file(h, "tiers:\n  t: { limits: [\"3/1h\"], max_override: \"10/1h\" }\n")
+    a = start_agent(h, redis, "--rules", path, "--redis-no-expiry", "--metrics",
+                    "127.0.0.1:%d" % mport, "--admin")
+    r = harness.http_get(mport, "/admin/override?api_key=vip&limit=7/1h", method="PUT")
+    assert r.status == 200, r.text
+    (key,) = [k for k in scan(redis)["hash"]]
+    time.sleep(3.5)
+    assert redis.command("OBJECT", "IDLETIME", key) <= 1
+    assert Spop(a.port).ask("vip")["remaining"] == 6
+    assert_log_clean(a)
