@@ -193,6 +193,11 @@ def measure():
                 fcalls(rng, pool, lim, BATCH, CALLS_BATCH), BATCH * CALLS_BATCH)
             if name != "whole":
                 continue
+            # keys without an expiry (--redis-no-expiry: kept 2), keys of
+            # their own
+            npool = [k + "n" for k in pool]
+            out["%d per call, whole, no expiry" % BATCH] = srv.per_decision(
+                fcalls(rng, npool, lim + (2,), BATCH, CALLS_BATCH), BATCH * CALLS_BATCH)
             addrs = ["{%s}a%07x" % (("%06x" % rng.getrandbits(24))[:4], i) for i in range(50)]
             glob = "{glob}everyone"
             out["three rules, one per call, " + name] = srv.per_decision(
@@ -257,7 +262,10 @@ def report_lines():
           "%.2fx that of small sets: each read and write scans its set."
           % (p1 / one, pb / b1, BATCH, POOL // 4 + FILL,
              res["%d per call, whole, packed, sets of %d" % (BATCH, POOL // 4 + FILL)] / pb),
-          ""]
+          "", "Keys without an expiry (`--redis-no-expiry`) cost Redis %.2fx the "
+          "instructions of keys with one in calls of %d: no expiry to set or keep, "
+          "and an INCRBY for every write of an integer state."
+          % (res["%d per call, whole, no expiry" % BATCH] / b1, BATCH), ""]
     return L, None
 
 
