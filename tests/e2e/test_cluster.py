@@ -131,6 +131,35 @@ def test_packed_buckets_across_two_agents(h, cluster):
         a2.stop()
 
 
+def test_keys_without_expiry_across_two_agents(h, cluster):
+    """--redis-no-expiry on a Cluster whose masters evict: exact for a
+    hundred clients from two agents, every key on every master without an
+    expiry, and each master's policy read and found evicting."""
+    cluster.reset()
+    masters = cluster.masters()
+    try:
+        for m in masters:
+            cluster.command(m.port, "CONFIG", "SET", "maxmemory", "256mb",
+                            "maxmemory-policy", "allkeys-lru")
+        a1, a2 = (start(h, cluster, "-f", rules(h, "5/1h"), "--redis-timeout", "1000",
+                        "--redis-no-expiry", name="agent%d" % n) for n in (1, 2))
+        got = fleet.counts(fleet.burst([a1.port, a2.port], keys(100, "n"), per_key=8))
+        wrong = {k: c for k, c in got.items() if c != (5, 3, 0)}
+        assert not wrong, sorted(wrong.items())[:5]
+        by_master = cluster.keys_by_master()
+        assert len(by_master) == 3 and sum(len(ks) for ks in by_master.values()) == 100
+        for port, ks in by_master.items():
+            assert {cluster.command(port, "PTTL", k) for k in ks} == {-1}, port
+        for a in (a1, a2):
+            for m in masters:
+                assert re.search(r"redis: [^ ]*:%d: maxmemory 268435456, allkeys-lru: it evicts"
+                                 % m.port, a.log()), a.log()
+    finally:
+        for m in masters:
+            cluster.command(m.port, "CONFIG", "SET", "maxmemory", "0",
+                            "maxmemory-policy", "noeviction")
+
+
 def test_reshard_under_load(h, cluster):
     cluster.reset()
     a = start(h, cluster, "-f", rules(h, "20/1h", "closed"), threads=2, metrics=True)
