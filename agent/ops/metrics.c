@@ -133,6 +133,8 @@ static void node_line(void *arg, const char *node, const struct store_stats *sta
 
 static void node_series(struct out *o, const struct server *srv)
 {
+	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", STORE(not_evicting) };
+
 	if (!srv->store->ops->each_node)
 		return;
 	for (size_t k = 0; k < sizeof(node_counters) / sizeof(node_counters[0]); k++) {
@@ -141,6 +143,11 @@ static void node_series(struct out *o, const struct server *srv)
 		outf(o, "# HELP %s %s\n# TYPE %s counter\n", nl.name, node_counters[k].help, nl.name);
 		srv->store->ops->each_node(srv->store, node_line, &nl);
 	}
+	outf(o, "# HELP %s 1 while the server may not evict the keys written without an "
+	     "expiry (--redis-no-expiry): no maxmemory, a policy other than allkeys-lru or "
+	     "allkeys-lfu, or CONFIG refused; else 0.\n# TYPE %s gauge\n", gauge.name,
+	     gauge.name);
+	srv->store->ops->each_node(srv->store, node_line, &gauge);
 }
 
 /* The shared store's counters, in the order of the text. */

@@ -392,11 +392,13 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	struct redis_node *rn = ac->data;
 	redisReply *reply = r;
 	const char *policy = NULL, *maxmemory = NULL;
+	bool evicting;
 
 	(void)priv;
 	if (!rn || !reply)
 		return;
 	if (reply->type != REDIS_REPLY_ARRAY) {
+		atomic_store_explicit(&rn->stats->not_evicting, 1, memory_order_relaxed);
 		log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an expiry "
 			 "need maxmemory and an allkeys-lru or allkeys-lfu policy", rn->name,
 			 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
@@ -412,8 +414,10 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 		else if (!strcmp(k->str, "maxmemory"))
 			maxmemory = v->str;
 	}
-	if (policy && maxmemory && strcmp(maxmemory, "0") &&
-	    (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu")))
+	evicting = policy && maxmemory && strcmp(maxmemory, "0") &&
+		   (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu"));
+	atomic_store_explicit(&rn->stats->not_evicting, !evicting, memory_order_relaxed);
+	if (evicting)
 		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry",
 			 rn->name, maxmemory, policy);
 	else

@@ -7,6 +7,7 @@ turning it on keeps the clients' state.
 
 import collections
 import os
+import re
 import subprocess
 
 import harness
@@ -69,16 +70,33 @@ def test_every_algorithm_without_expiry(h):
 def test_turning_it_on_keeps_the_clients(h):
     """The keys keep their names: a client counted by an agent with
     expiries is counted on by one without; without maxmemory, the agent
-    warns that the keys would fill the server."""
+    warns that the keys would fill the server, and its gauge says so."""
     redis = RedisServer(h)
+    mport = harness.free_port()
     first = Spop(start_agent(h, redis, "--limit", "3/1h", name="first").port)
     assert [first.ask("on")["status"] for _ in range(2)] == [0, 0]
-    a = start_agent(h, redis, "--limit", "3/1h", "--redis-no-expiry", name="second")
+    a = start_agent(h, redis, "--limit", "3/1h", "--redis-no-expiry", "--metrics",
+                    "127.0.0.1:%d" % mport, name="second")
     second = Spop(a.port)
     assert [second.ask("on")["status"] for _ in range(2)] == [0, 429]
     harness.wait_for(lambda: "need maxmemory and an allkeys-lru or allkeys-lfu" in a.log(), 5,
                      "the warning")
     assert "maxmemory 0, policy noeviction" in a.log(), a.log()
+    assert not_evicting(mport, redis) == 1
+    # and once the server evicts, a new connection finds it so
+    redis.command("CONFIG", "SET", "maxmemory", "64mb", "maxmemory-policy", "allkeys-lfu")
+    redis.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    harness.wait_for(lambda: not_evicting(mport, redis) == 0, 10, "the gauge to clear")
+    assert "allkeys-lfu: it evicts the keys without an expiry" in a.log()
+
+
+def not_evicting(mport, redis):
+    """The agent's spoa_rl_redis_node_not_evicting for redis."""
+    text = harness.http_get(mport, "/metrics").text
+    m = re.search(r'^spoa_rl_redis_node_not_evicting\{node="[^"]*:%d"\} (\d+)$' % redis.port,
+                  text, re.M)
+    assert m, text
+    return int(m.group(1))
 
 
 def test_no_expiry_needs_redis_and_keys(h):
@@ -111,4 +129,5 @@ def test_overrides_stay_in_use(h):
     time.sleep(3.5)
     assert redis.command("OBJECT", "IDLETIME", key) <= 1
     assert Spop(a.port).ask("vip")["remaining"] == 6
+    assert not_evicting(mport, redis) == 0
     assert_log_clean(a)
