@@ -226,13 +226,14 @@ a key (its score goes back, or the member leaves at full); the set's
 expiry stays.
 
 Keys without an expiry: a limit kept 2 writes its keys without one
-(SET without PXAT, INCRBY over an integer state), which saves Redis the
+(SET KEEPTTL, INCRBY over an integer state), which saves Redis the
 entry of the expiries' table (42 bytes of 116 per key on Redis 7.0) and
 the work of setting it. A key's value says when its state is old (a
 full bucket, a past window, a log's old entries): read as an absent key
 is, whatever its age, so the decisions are the same. Redis must evict the
-keys itself (maxmemory with an allkeys policy, see the README). A key
-that had an expiry keeps it until a write without one (INCRBY keeps it).
+keys itself (maxmemory with an allkeys policy, see the README). A key is
+written as one whose expiry stays (INCRBY, SET KEEPTTL): one that had an
+expiry keeps it, and is written anew without one once it has expired.
 
 Admin: the agent's look at and reset of a client's keys, when its rule
 has a packed bucket (else MGET and DEL):

@@ -609,31 +609,28 @@ local function run(args, cluster)
 		local l = wlim[p]
 		if l[14] then
 			write_packed(p, sv[p], l, now, wbefore[p])
-		elseif l[15] then
-			-- a key without an expiry (see "Keys without an expiry"):
-			-- INCRBY an integer state over an integer state, else SET
-			local val, name = sv[p], args[k0 + p]
-			local num = type(val) == 'number'
-			local d = num and wnum[p] and val - wnum[p]
-			if not d or d >= 1e14 or rpcall('INCRBY', name, fmt('%d', d)) ~= val then
-				rcall('SET', name, num and fmt('%d', val) or val)
-			end
 		else
-			local g = l[5]
-			-- (expiry_ms(), inline, twice)
-			local u = wneed[p]
-			local r = u % 1000
-			u = (u - r) / 1000 + (r > 0 and 1 or 0)
-			r = u % g
-			if r > 0 then
-				u = u + g - r
-			end
-			local o = wbefore[p]
-			r = o % 1000
-			o = (o - r) / 1000 + (r > 0 and 1 or 0)
-			r = o % g
-			if r > 0 then
-				o = o + g - r
+			-- The key's expiry: o, the one it has, and u, the one its new
+			-- value needs; a key without one (see "Keys without an
+			-- expiry") is written as one whose expiry stays.
+			local o, u = 0, 0
+			if not l[15] then
+				local g = l[5]
+				-- (expiry_ms(), inline, twice)
+				u = wneed[p]
+				local r = u % 1000
+				u = (u - r) / 1000 + (r > 0 and 1 or 0)
+				r = u % g
+				if r > 0 then
+					u = u + g - r
+				end
+				o = wbefore[p]
+				r = o % 1000
+				o = (o - r) / 1000 + (r > 0 and 1 or 0)
+				r = o % g
+				if r > 0 then
+					o = o + g - r
+				end
 			end
 			local val, name = sv[p], args[k0 + p]
 			local num = type(val) == 'number'
@@ -722,7 +719,7 @@ local function refund_key(name, v, l, cost, take, now, pos)
 			-- (an earlier TAT: the hash's expiry still covers it)
 			rcall('ZADD', phash[pos], val, pfield[pos])
 		elseif l[15] then
-			rcall('SET', name, val)
+			rcall('SET', name, val, 'KEEPTTL')
 		else
 			rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
 		end
