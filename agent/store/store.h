@@ -79,11 +79,11 @@ struct store_stats {
 	counter_t releases_lost;  /* concurrency places not given back: no connection */
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
 	counter_t penalty_lost;   /* such events Redis could not be told of */
+	struct lease_stats lease; /* leased tokens (lease.h) */
 	/* a gauge, per server: 1 while its keys without an expiry
 	 * (--redis-no-expiry) may not be evicted (worker 0's last look at its
 	 * maxmemory and policy), else 0 */
 	counter_t not_evicting;
-	struct lease_stats lease; /* leased tokens (lease.h) */
 };
 
 /* Receives one server's counters (see store_ops.each_node). */

@@ -6,6 +6,7 @@ turning it on keeps the clients' state.
 """
 
 import collections
+import json
 import os
 import re
 import subprocess
@@ -116,7 +117,8 @@ def test_no_expiry_needs_redis_and_keys(h):
 def test_overrides_stay_in_use(h):
     """In a Redis that evicts the least recently used keys, the overrides'
     hash (read only when it changes) is used by the agent's poll as its
-    version is, so it is never the idlest key."""
+    version is, so it is never the idlest key; the override applies, and
+    the admin's look shows the client's key without an expiry."""
     import time
     redis = RedisServer(h, extra=EVICTING)
     mport = harness.free_port()
@@ -130,4 +132,8 @@ def test_overrides_stay_in_use(h):
     assert redis.command("OBJECT", "IDLETIME", key) <= 1
     assert Spop(a.port).ask("vip")["remaining"] == 6
     assert not_evicting(mport, redis) == 0
+    # the admin's look: the key has no expiry
+    info = json.loads(harness.http_get(mport, "/admin/client?api_key=vip").text)
+    (rule,) = info["rules"]
+    assert rule["ttl_ms"] == -1 and len(rule["fields"]) == 1, rule
     assert_log_clean(a)
