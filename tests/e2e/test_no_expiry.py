@@ -118,7 +118,7 @@ def test_overrides_stay_in_use(h):
     """In a Redis that evicts the least recently used keys, the overrides'
     hash (read only when it changes) is used by the agent's poll as its
     version is, so it is never the idlest key; the override applies, and
-    the admin's look shows the client's key without an expiry."""
+    the admin's look shows a client's key without an expiry."""
     import time
     redis = RedisServer(h, extra=EVICTING)
     mport = harness.free_port()
@@ -132,8 +132,10 @@ def test_overrides_stay_in_use(h):
     assert redis.command("OBJECT", "IDLETIME", key) <= 1
     assert Spop(a.port).ask("vip")["remaining"] == 6
     assert not_evicting(mport, redis) == 0
-    # the admin's look: the key has no expiry
-    info = json.loads(harness.http_get(mport, "/admin/client?api_key=vip").text)
+    # the admin's look at a client of the rule's own limit: its key has
+    # no expiry
+    assert Spop(a.port).ask("plain")["remaining"] == 2
+    info = json.loads(harness.http_get(mport, "/admin/client?api_key=plain").text)
     (rule,) = info["rules"]
     assert rule["ttl_ms"] == -1 and len(rule["fields"]) == 1, rule
     assert_log_clean(a)
