@@ -209,6 +209,7 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	struct admin_req *ar;
 	struct rules *rules;
 	struct override_entry ov = { 0 };
+	struct overrides *ovs;
 	size_t nrules;
 	bool reset = false, override = false, remove = false;
 
@@ -291,16 +292,25 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	/* Every rule of the client, each with its own key: tiers, endpoints,
 	 * and the layers that count this client by the argument that named
 	 * it (not the global ones, nor those keyed by another argument); for
-	 * an override, the rules that take one (max_override). */
+	 * an override, the rules that take one (max_override). A look or a
+	 * reset goes to the limits in force: a client's override's, as its
+	 * decisions do (decide_override()). */
+	ovs = override ? NULL : server_overrides(srv);
 	ar->a.n = 0;
 	for (size_t i = 0; i < nrules; i++) {
 		const struct rule *rule = rules_rule_at(rules, i);
 		struct store_admin_item *it = &ar->a.item[ar->a.n];
+		const struct override_entry *e;
+		struct limit_spec ls;
 
 		if (override ? !rule->has_max_override : !admin_applies(rules, rule, ar->kind))
 			continue;
 		it->rule = rule;
 		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
+		if (ovs && (e = overrides_find(ovs, it->key, clock_wall_ms())) &&
+		    rules_override_clamp(rule, &e->spec, &ls) == 0 &&
+		    (rule = rules_override(rules, rule, &ls)))
+			it->rule = rule;
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
 		if (override) {
 			ar->ov[ar->a.n] = ov;
@@ -308,6 +318,7 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 		}
 		ar->a.n++;
 	}
+	overrides_release(ovs);
 	ar->a.ov = ar->ov;
 	ar->a.nov = override ? ar->a.n : 0;
 	if (override && ar->a.n == 0) {

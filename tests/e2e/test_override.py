@@ -132,6 +132,13 @@ def test_admin_override_in_memory(h):
     assert v["limit"] == 6 and v["policy"] == '"t";q=6;w=3600', v
     assert s.ask("k2", "9/1h")["limit"] == 6  # the operator's wins
     assert s.ask("k3")["limit"] == 3          # another client: the rule's
+    # the admin's look and reset go to the limit in force, the override's
+    look = json.loads(http_get(a.mport, "/admin/client?api_key=k2").body)
+    (t,) = [r for r in look["rules"] if r["rule"] == "t"]
+    assert t["limits"] == [{"limit": "6/1h", "remaining": 4, "reset": t["limits"][0]["reset"]}]
+    r = http_get(a.mport, "/admin/reset?api_key=k2", method="POST")
+    assert r.status == 200, r.body
+    assert s.ask("k2")["remaining"] == 5
     # above max_override: the max
     admin(a, "PUT", "api_key=k2&limit=1000/1s")
     assert s.ask("k2")["limit"] == 10
@@ -167,6 +174,12 @@ def test_admin_override_across_a_fleet_on_redis(h):
     assert st == 200 and body["store"] == "redis", body
     wait_for(lambda: sb.ask("f1")["limit"] == 8, 1.5, "agent b to apply the override")
     print("  applied by the other agent after %.2f s" % (time.monotonic() - t0))
+    # the admin's look finds the override's key, which the decisions use
+    wait_for(lambda: json.loads(http_get(a.mport, "/admin/client?api_key=f1").body)
+             ["rules"][0]["fields"], 1.5, "the look to find the override's key")
+    look = json.loads(http_get(a.mport, "/admin/client?api_key=f1").body)
+    (lid,) = look["rules"][0]["fields"]
+    assert lid == "t8/3600000000/0", look
     admin(a, "DELETE", "api_key=f1")
     wait_for(lambda: sb.ask("f1")["limit"] == 3, 1.5, "agent b to drop the override")
     sb.c.close()
