@@ -384,9 +384,20 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b);
 
-/* With keys without an expiry, a server must evict them itself: worker 0
- * says at each connection whether it does (maxmemory set, an allkeys
- * policy that evicts the least recently or frequently used) or may not. */
+/* With keys without an expiry, a server must evict them itself: each
+ * connection looks whether it does (maxmemory set, an allkeys policy that
+ * evicts the least recently or frequently used) or may not. The gauge
+ * follows; true when the finding differs from the last one (to be said
+ * in the log, once per change, whichever worker found it). */
+static bool eviction_found(struct redis_node *rn, bool evicting)
+{
+	uint64_t seen = evicting ? 1 : 2;
+
+	atomic_store_explicit(&rn->stats->not_evicting, !evicting, memory_order_relaxed);
+	return atomic_exchange_explicit(&rn->stats->eviction_seen, seen,
+					memory_order_relaxed) != seen;
+}
+
 static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct redis_node *rn = ac->data;
@@ -398,10 +409,11 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	if (!rn || !reply)
 		return;
 	if (reply->type != REDIS_REPLY_ARRAY) {
-		atomic_store_explicit(&rn->stats->not_evicting, 1, memory_order_relaxed);
-		log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an expiry "
-			 "need maxmemory and an allkeys-lru or allkeys-lfu policy", rn->name,
-			 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		if (eviction_found(rn, false))
+			log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an "
+				 "expiry need maxmemory and an allkeys-lru or allkeys-lfu policy",
+				 rn->name,
+				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
 	}
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
@@ -416,7 +428,8 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	}
 	evicting = policy && maxmemory && strcmp(maxmemory, "0") &&
 		   (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu"));
-	atomic_store_explicit(&rn->stats->not_evicting, !evicting, memory_order_relaxed);
+	if (!eviction_found(rn, evicting))
+		return;
 	if (evicting)
 		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry",
 			 rn->name, maxmemory, policy);
@@ -431,7 +444,7 @@ static void check_eviction_policy(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (rn->worker == 0 && store_key_no_expiry_on())
+	if (store_key_no_expiry_on())
 		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
 }
 

@@ -81,9 +81,11 @@ struct store_stats {
 	counter_t penalty_lost;   /* such events Redis could not be told of */
 	struct lease_stats lease; /* leased tokens (lease.h) */
 	/* a gauge, per server: 1 while its keys without an expiry
-	 * (--redis-no-expiry) may not be evicted (worker 0's last look at its
-	 * maxmemory and policy), else 0 */
+	 * (--redis-no-expiry) may not be evicted (the last look at its
+	 * maxmemory and policy, at a connection), else 0; and that look's
+	 * finding (0 none yet, 1 evicting, 2 not), logged when it changes */
 	counter_t not_evicting;
+	counter_t eviction_seen;
 };
 
 /* Receives one server's counters (see store_ops.each_node). */

@@ -152,8 +152,9 @@ def test_keys_without_expiry_across_two_agents(h, cluster):
             assert {cluster.command(port, "PTTL", k) for k in ks} == {-1}, port
         for a in (a1, a2):
             for m in masters:
-                assert re.search(r"redis: [^ ]*:%d: maxmemory 268435456, allkeys-lru: it evicts"
-                                 % m.port, a.log()), a.log()
+                wait_for(lambda: re.search(r"redis: [^ ]*:%d: maxmemory 268435456, allkeys-lru: "
+                                           r"it evicts" % m.port, a.log()), 5,
+                         "%s to find %d evicting" % (a.name, m.port))
     finally:
         for m in masters:
             cluster.command(m.port, "CONFIG", "SET", "maxmemory", "0",
