@@ -483,7 +483,7 @@ int main(int argc, char **argv)
 	int use_redis = 0;
 	struct http_server *ops = NULL;
 	struct rules *rules;
-	char err[1024], packed_log[64] = "";
+	char err[1024], layout_log[64] = "";
 	long long num;
 	int opt, level = LOG_INFO;
 	bool token_shared = false;
@@ -843,14 +843,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (cli.packed)
-		snprintf(packed_log, sizeof(packed_log), ", packed buckets (%u sets per limit)",
+		snprintf(layout_log, sizeof(layout_log), ", packed buckets (%u sets per limit)",
 			 1U << cli.packed_bits);
 	else if (cli.no_expiry)
-		snprintf(packed_log, sizeof(packed_log), ", keys without an expiry");
+		snprintf(layout_log, sizeof(layout_log), ", keys without an expiry");
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
 		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
 		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",
-		 packed_log);
+		 layout_log);
 	ev_run(main_loop, 0);
 	http_free(ops);
 	server_stop(&srv);

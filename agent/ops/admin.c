@@ -298,19 +298,15 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	ovs = override ? NULL : server_overrides(srv);
 	ar->a.n = 0;
 	for (size_t i = 0; i < nrules; i++) {
-		const struct rule *rule = rules_rule_at(rules, i);
+		const struct rule *rule = rules_rule_at(rules, i), *ovr;
 		struct store_admin_item *it = &ar->a.item[ar->a.n];
-		const struct override_entry *e;
-		struct limit_spec ls;
 
 		if (override ? !rule->has_max_override : !admin_applies(rules, rule, ar->kind))
 			continue;
 		it->rule = rule;
 		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
-		if (ovs && (e = overrides_find(ovs, it->key, clock_wall_ms())) &&
-		    rules_override_clamp(rule, &e->spec, &ls) == 0 &&
-		    (rule = rules_override(rules, rule, &ls)))
-			it->rule = rule;
+		if (ovs && (ovr = decide_override_rule(rules, ovs, clock_wall_ms(), it->key, rule)))
+			it->rule = ovr;
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
 		if (override) {
 			ar->ov[ar->a.n] = ov;

@@ -124,20 +124,28 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	q->request_id = v.request_id ? decide_request_id(v.request_id) : 0;
 }
 
-void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
-		     struct decide_query *q)
+const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,
+					int64_t now_ms, const uint8_t key[IDENTITY_KEY_LEN],
+					const struct rule *rule)
 {
-	const struct override_entry *e = overrides_find(o, q->key, now_ms);
-	const struct rule *base, *r;
+	const struct override_entry *e = overrides_find(o, key, now_ms);
+	const struct rule *base;
 	struct limit_spec ov;
 
 	if (!e)
-		return;
-	/* the rule as the file has it (q's may be an argument's override) */
-	base = rules_rule_at(rules, q->rule->index);
+		return NULL;
+	/* the rule as the file has it (`rule` may be an argument's override) */
+	base = rules_rule_at(rules, rule->index);
 	if (!base || rules_override_clamp(base, &e->spec, &ov) < 0)
-		return;
-	r = rules_override(rules, base, &ov);
+		return NULL;
+	return rules_override(rules, base, &ov);
+}
+
+void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
+		     struct decide_query *q)
+{
+	const struct rule *r = decide_override_rule(rules, o, now_ms, q->key, q->rule);
+
 	if (!r)
 		return;
 	q->rule = r;

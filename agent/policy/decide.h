@@ -138,6 +138,13 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
  * max_override takes none). It takes precedence over an override from a
  * message argument. */
 struct overrides;
+/* The rule the operator's override of the client `key` in o makes of
+ * `rule` (the file's rule of that index, whatever override `rule` is), or
+ * NULL when none is in force: what decide_override() applies, and what
+ * the admin's look and reset go to. */
+const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,
+					int64_t now_ms, const uint8_t key[IDENTITY_KEY_LEN],
+					const struct rule *rule);
 void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
 		     struct decide_query *q);
 
