@@ -210,6 +210,12 @@ local function fail(msg)
 	return error_reply('ERR rl decide: ' .. msg)
 end
 
+-- The error of request i, whose packed bucket's name has another length.
+local function bad_packed_name(i)
+	return fail(fmt('request %d: a packed bucket\'s key must be %d or %d bytes', i,
+	    PACKED_NAME_MIN, PACKED_NAME_MAX))
+end
+
 -- The reply is msgpack made with struct.pack, one string per request: its
 -- numbers as float64 (0xcb and 8 bytes, exact below 2^53), the rest
 -- fixints and array headers. One C call per request costs Redis less than
@@ -499,8 +505,7 @@ local function run(args, cluster)
 					p = kmap[p]
 				end
 				if l[14] and pgen[p] ~= g0 and not read_packed(args[k0 + p], p, g0) then
-					return fail(fmt('request %d: a packed bucket\'s key must be %d or %d bytes',
-					    i, PACKED_NAME_MIN, PACKED_NAME_MAX))
+					return bad_packed_name(i)
 				end
 				local algo, v = l[1], sv[p]
 				local at = 3 * j
@@ -811,8 +816,7 @@ local function give(args, cluster, cas)
 			end
 			local len = #args[k0 + p]
 			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
-				return fail(fmt('request %d: a packed bucket\'s key must be %d or %d bytes',
-				    i, PACKED_NAME_MIN, PACKED_NAME_MAX))
+				return bad_packed_name(i)
 			end
 		end
 	end
