@@ -70,16 +70,21 @@ def test_every_algorithm_without_expiry(h):
 
 def test_turning_it_on_keeps_the_clients(h):
     """The keys keep their names: a client counted by an agent with
-    expiries is counted on by one without; without maxmemory, the agent
+    expiries is counted on by one without, its key's expiry gone at the
+    first write; without maxmemory, the agent
     warns that the keys would fill the server, and its gauge says so."""
     redis = RedisServer(h)
     mport = harness.free_port()
     first = Spop(start_agent(h, redis, "--limit", "3/1h", name="first").port)
     assert [first.ask("on")["status"] for _ in range(2)] == [0, 0]
+    (key,) = scan(redis)["string"]
+    assert redis.command("PTTL", key) > 0
     a = start_agent(h, redis, "--limit", "3/1h", "--redis-no-expiry", "--metrics",
                     "127.0.0.1:%d" % mport, name="second")
     second = Spop(a.port)
     assert [second.ask("on")["status"] for _ in range(2)] == [0, 429]
+    # the same key, written without its expiry (one MSET)
+    assert list(scan(redis)["string"]) == [key] and redis.command("PTTL", key) == -1
     harness.wait_for(lambda: "need maxmemory and an allkeys-lru or allkeys-lfu" in a.log(), 5,
                      "the warning")
     assert "maxmemory 0, policy noeviction" in a.log(), a.log()

@@ -24,6 +24,8 @@ local kmap = {}          -- by position: its key's index (with a keymap)
 -- member (see "Packed buckets").
 local pgen, phash, pfield = {}, {}, {}
 local last_u, last_us = -1, '' -- the last expiry written, and its digits
+local last_v, last_vs = -1, '' -- the last new value written as text, and its digits
+local mset = {}          -- MSET's arguments: name, value, ...
 
 -- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
 local function read_all(args, k0, nk)
@@ -608,12 +610,26 @@ local function run(args, cluster)
 	-- its need rounded up to the millisecond, then up to a multiple of its
 	-- limit's grid; when that is the expiry it already has (the value it
 	-- held, read as its shape says, gives it), the key keeps it (KEEPTTL
-	-- costs Redis half of setting an expiry).
+	-- costs Redis half of setting an expiry). On one server, the keys
+	-- without an expiry go in one MSET at the end (see "Cost").
+	local nm = 0
 	for w = 1, nw do
 		local p = wpos[w]
 		local l = wlim[p]
 		if l[14] then
 			write_packed(p, sv[p], l, now, wbefore[p])
+		elseif l[15] and not cluster then
+			local val = sv[p]
+			if type(val) == 'number' then
+				-- (clients with a full bucket, of one limit and cost,
+				-- share their new value within a call)
+				if val ~= last_v then
+					last_v, last_vs = val, fmt('%d', val)
+				end
+				val = last_vs
+			end
+			mset[nm + 1], mset[nm + 2] = args[k0 + p], val
+			nm = nm + 2
 		else
 			-- The key's expiry: o, the one it has, and u, the one its new
 			-- value needs; a key without one (see "Keys without an
@@ -647,7 +663,13 @@ local function run(args, cluster)
 				if u ~= last_u then
 					last_u, last_us = u, fmt('%d', u)
 				end
-				rcall('SET', name, num and fmt('%d', val) or val, 'PXAT', last_us)
+				if num then
+					if val ~= last_v then
+						last_v, last_vs = val, fmt('%d', val)
+					end
+					val = last_vs
+				end
+				rcall('SET', name, val, 'PXAT', last_us)
 			else
 				-- An integer state over an integer state: INCRBY keeps the
 				-- expiry, costs Redis less than SET and needs no text. Its
@@ -660,6 +682,13 @@ local function run(args, cluster)
 				end
 			end
 		end
+	end
+	for a = 1, nm, MGET_MAX do
+		local b = a + MGET_MAX - 1
+		if b > nm then
+			b = nm
+		end
+		rcall('MSET', unpack(mset, a, b))
 	end
 	return concat(parts, '', 1, m + 1)
 end
