@@ -5,7 +5,8 @@ shared by the module's tests, each of which starts with reset().
 - exact decisions from two agents on the master the sentinels name;
 - the master killed under load: exact decisions from the new master within
   the failover time plus one second;
-- passwords on the data servers and on the sentinels.
+- passwords on the data servers and on the sentinels;
+- packed buckets and keys without an expiry on the master.
 """
 
 import re
@@ -90,3 +91,40 @@ def test_leases_through_sentinel(h, sentinel):
     sentinel.reset()
     check_topology(h, lambda *args, name: start(h, sentinel, *args, name=name),
                    "lease-sentinel")
+
+
+def test_packed_and_no_expiry_through_sentinel(h, sentinel):
+    """Packed buckets, then keys without an expiry, on the master the
+    sentinels name: exact from two agents, the keys of the layout on the
+    master, and the master's eviction policy looked at through the
+    connection Sentinel gave."""
+    sentinel.reset()
+    agents = [start(h, sentinel, "--limit", "4/1h", "--redis-packed-sets", "16",
+                    name="packed%d" % i) for i in (1, 2)]
+    got = fleet.counts(fleet.burst([a.port for a in agents], keys(40, "pk"), per_key=6))
+    wrong = {k: c for k, c in got.items() if c != (4, 2, 0)}
+    assert not wrong, sorted(wrong.items())[:5]
+    for a in agents:
+        a.stop()
+    master = sentinel.master_port()
+    with sentinel.client() as c:
+        sets = c.command("KEYS", "*~*")
+        assert 0 < len(sets) <= 16, sets
+        assert sum(c.command("ZCARD", k) for k in sets) == 40
+        c.command("FLUSHALL")
+        c.command("CONFIG", "SET", "maxmemory", "64mb", "maxmemory-policy", "allkeys-lru")
+    try:
+        agents = [start(h, sentinel, "--limit", "4/1h", "--redis-no-expiry",
+                        name="kept%d" % i) for i in (1, 2)]
+        got = fleet.counts(fleet.burst([a.port for a in agents], keys(40, "nx"), per_key=6))
+        wrong = {k: c for k, c in got.items() if c != (4, 2, 0)}
+        assert not wrong, sorted(wrong.items())[:5]
+        with sentinel.client() as c:
+            names = c.command("KEYS", "{????}????????")
+            assert len(names) == 40 and {c.command("PTTL", k) for k in names} == {-1}
+        for a in agents:
+            assert "allkeys-lru: it evicts the keys without an expiry" in a.log(), a.log()
+            assert ":%d" % master in a.log()
+    finally:
+        with sentinel.client() as c:
+            c.command("CONFIG", "SET", "maxmemory", "0", "maxmemory-policy", "noeviction")

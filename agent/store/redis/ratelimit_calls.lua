@@ -25,6 +25,8 @@ local kmap = {}          -- by position: its key's index (with a keymap)
 local pgen, phash, pfield = {}, {}, {}
 local last_u, last_us = -1, '' -- the last expiry written, and its digits
 local last_v, last_vs = -1, '' -- the last new value written as text, and its digits
+-- the last reply of a request of one limit, and what it says (see run())
+local rep, rep1, rep2, rep3, rep_all = '', nil, nil, nil, nil
 local mset = {}          -- MSET's arguments: name, value, ...
 
 -- Reads keys 1 .. nk (arguments k0 + 1 ..) into sv, one MGET per MGET_MAX.
@@ -583,9 +585,16 @@ local function run(args, cluster)
 				end
 			end
 			if nl == 1 then
-				-- (request_reply()'s first case, inline: see request_at())
-				parts[i + 1] = spack('>I4HdBdBd', (all and 2466316433 or 2466250897) +
-				    best * 256, 37835, out[1], 0xcb, out[2], 0xcb, out[3])
+				-- (request_reply()'s first case, inline: see request_at());
+				-- the clients of one limit with a full bucket have the
+				-- same reply, made once for them
+				local o1, o2, o3 = out[1], out[2], out[3]
+				if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
+					rep1, rep2, rep3, rep_all = o1, o2, o3, all
+					rep = spack('>I4HdBdBd', all and 2466316689 or 2466251153, 37835,
+					    o1, 0xcb, o2, 0xcb, o3)
+				end
+				parts[i + 1] = rep
 			else
 				parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
 			end
