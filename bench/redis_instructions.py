@@ -264,7 +264,8 @@ def report_lines():
              res["%d per call, whole, packed, sets of %d" % (BATCH, POOL // 4 + FILL)] / pb),
           "", "Keys without an expiry (`--redis-no-expiry`) cost Redis %.2fx the "
           "instructions of keys with one in calls of %d: no expiry to set or keep, "
-          "and an INCRBY for every write of an integer state."
+          "and one MSET for the call's writes where keys with an expiry need a "
+          "command each."
           % (res["%d per call, whole, no expiry" % BATCH] / b1, BATCH), ""]
     return L, None
 

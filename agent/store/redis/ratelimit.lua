@@ -261,7 +261,9 @@ request of its quota.
 A command called from Lua costs Redis some 6,000 instructions whatever it
 does, a C call (tonumber, string.format) or a new table hundreds to
 thousands: the hot path makes few of either, keeps its arrays from call
-to call, and builds each request's reply with one struct.pack.
+to call, and builds each request's reply with one struct.pack, or takes
+the last one again when it says the same (a request of one limit: the
+clients of a limit whose bucket was full answer alike within a call).
 
 Cluster: rl7_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
