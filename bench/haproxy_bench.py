@@ -310,6 +310,7 @@ def once(ctx, row, workdir):
         if rd:
             pids["redis"] = rd.proc.pid
         m0 = ag.metrics() if ag else {}
+        f0 = rd.command_stats() if rd else None
         c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
@@ -321,6 +322,7 @@ def once(ctx, row, workdir):
         c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
+        f1 = rd.command_stats() if rd else None
         res = parse_wrk(p.stdout)
         if res is None or p.returncode != 0:
             return None, "wrk exit %d, no result: %s" % (
@@ -336,6 +338,9 @@ def once(ctx, row, workdir):
                              if hcpu is not None and c1["haproxy"] is not None
                              and res["requests"] else None)
         res["metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
+        # R: Redis's own time in the calls (cmdstat_fcall usec), beside
+        # the agent's time from sending a call to its answer
+        res["fcall"] = ((f1[0] - f0[0], f1[1] - f0[1]) if f0 and f1 else None)
         res["cmds"] = ([rd.cmdline()] if rd else []) + (
             [redis_bench.quote(ag.agent.cmdline())] if ag else []) + [
             redis_bench.quote([ctx.haproxy, "-db", "-f", hp.cfg_path]),
@@ -387,6 +392,19 @@ def checks(row, res):
             if d.get(name):
                 bad.append("%s went up by %d" % (name, d[name]))
     return bad
+
+
+def call_split(res):
+    """(decisions per call, agent us per call, Redis us per call, the
+    difference) of a run with Redis, or None without its figures."""
+    d, f = res.get("metrics", {}), res.get("fcall")
+    calls = d.get("spoa_rl_redis_call_duration_seconds_count", 0)
+    if not f or not f[0] or not calls:
+        return None
+    agent_us = 1e6 * d.get("spoa_rl_redis_call_duration_seconds_sum", 0) / calls
+    redis_us = f[1] / f[0]
+    return (d.get("spoa_rl_decisions_total", 0) / calls, agent_us, redis_us,
+            agent_us - redis_us)
 
 
 def tool(name, fallback=None):
@@ -581,6 +599,14 @@ def report(ctx, rows):
                  "Redis and the wait for a batch." % (
                      r["cpu"]["haproxy"], _pct(r["idle"]), WRK_CONNS, WRK_CONNS,
                      _us(ctx, r["p50_us"]), 1e6 * WRK_CONNS / r["p50_us"]))
+        split = call_split(r)
+        if split:
+            L.append("- Where R's round trip goes: the agent's calls carried %.1f decisions "
+                     "each and took %.0f us from sent to answered on average "
+                     "(`spoa_rl_redis_call_duration_seconds`), of which Redis ran the call "
+                     "for %.0f us (`cmdstat_fcall` usec per call): the rest, %.0f us, is "
+                     "the hops between the agent and Redis, processes that share the "
+                     "machine's CPUs with HAProxy and wrk." % split)
     rs = rows["R" + SAT].get("median")
     if r and rs and rs["cpu"].get("haproxy") is not None:
         L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "

@@ -272,3 +272,18 @@ def test_spop_bench_histogram_needs_json():
     r = spop_bench("--addr", "127.0.0.1:1", "--histogram")
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "--histogram" in r.stderr and "--json" in r.stderr, r.stderr
+
+
+def test_haproxy_call_split():
+    """R's round trip split into the agent's time per call and Redis's, from
+    the metrics and commandstats a run keeps; nothing without them."""
+    import haproxy_bench
+    res = {"metrics": {"spoa_rl_redis_call_duration_seconds_count": 1000,
+                       "spoa_rl_redis_call_duration_seconds_sum": 0.15,
+                       "spoa_rl_decisions_total": 21000},
+           "fcall": (1000, 50000)}
+    per_call, agent_us, redis_us, rest = haproxy_bench.call_split(res)
+    assert (per_call, round(agent_us), round(redis_us), round(rest)) == (21.0, 150, 50, 100)
+    assert haproxy_bench.call_split(dict(res, fcall=None)) is None
+    assert haproxy_bench.call_split(dict(res, fcall=(0, 0))) is None
+    assert haproxy_bench.call_split({"metrics": {}, "fcall": (1, 1)}) is None
