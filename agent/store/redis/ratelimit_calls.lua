@@ -587,7 +587,7 @@ local function run(args, cluster)
 			if nl == 1 then
 				-- (request_reply()'s first case, inline: see request_at());
 				-- the clients of one limit with a full bucket have the
-				-- same reply, made once for them
+				-- same reply, made once for them (best is 1: one limit)
 				local o1, o2, o3 = out[1], out[2], out[3]
 				if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
 					rep1, rep2, rep3, rep_all = o1, o2, o3, all
