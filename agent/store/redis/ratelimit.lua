@@ -225,17 +225,17 @@ the call's MGET. A refund or a return gives back to a packed bucket as to
 a key (its score goes back, or the member leaves at full); the set's
 expiry stays.
 
-Keys without an expiry: a limit kept 2 writes its keys without one
-(SET KEEPTTL, INCRBY over an integer state), which saves Redis the
-entry of the expiries' table (42 bytes of 116 per key on Redis 7.0) and
-the work of setting it. A key's value says when its state is old (a
+Keys without an expiry: a limit kept 2 writes its keys without one (how,
+below), which saves Redis the entry of the expiries' table (42 bytes of
+116 per key on Redis 7.0) and the work of setting it. A key's value says when its state is old (a
 full bucket, a past window, a log's old entries): read as an absent key
 is, whatever its age, so the decisions are the same. Redis must evict the
 keys itself (maxmemory with an allkeys policy, see the README). On one
 server, a call writes all its keys kept 2 with one MSET, which removes
 an expiry a key had; in a Cluster call each is written as one whose
 expiry stays (INCRBY, SET KEEPTTL: an MSET there would have to name keys
-of one slot only), and is written anew without one once it has expired.
+of one slot only), and is written anew without one once it has expired;
+a refund's write, on either, is one whose expiry stays (SET KEEPTTL).
 
 Admin: the agent's look at and reset of a client's keys, when its rule
 has a packed bucket (else MGET and DEL):
