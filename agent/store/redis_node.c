@@ -739,15 +739,38 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	return 0;
 }
 
+/* Writes the calls just queued without waiting for the loop to find the
+ * socket writable: hiredis's own way arms the write watcher, which costs
+ * an epoll_ctl to arm it, a turn of the loop before the call leaves, and
+ * another epoll_ctl to disarm it. When everything went, the watcher is
+ * stopped in the same turn it was started, and libev changes nothing in
+ * the kernel; what a full socket leaves stays with hiredis's watcher, and
+ * an error with hiredis too (its next write reports it and disconnects). */
 void redis_node_flush(struct redis_node *rn)
 {
+	redisContext *c;
+	size_t left;
 	int done = 0;
 
 	if (!rn->ac || rn->state != NODE_READY)
 		return;
-	for (int i = 0; i < 64 && !done; i++)
-		if (redisBufferWrite(&rn->ac->c, &done) != REDIS_OK)
-			break;
+	c = &rn->ac->c;
+	left = sdslen(c->obuf);
+	while (!done) {
+		size_t now;
+
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return;
+		now = done ? 0 : sdslen(c->obuf);
+		if (now == left)
+			return; /* the socket is full */
+		left = now;
+	}
+	/* as hiredis's own write handler ends: no more to write, read on */
+	if (rn->ac->ev.delWrite)
+		rn->ac->ev.delWrite(rn->ac->ev.data);
+	if (rn->ac->ev.addRead)
+		rn->ac->ev.addRead(rn->ac->ev.data);
 }
 
 const char *redis_node_name(const struct redis_node *rn)
@@ -872,8 +895,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct redis_node *rn = p->data;
 
-	if (rn->qlen && rn->state == NODE_READY)
+	if (rn->qlen && rn->state == NODE_READY) {
 		send_batches(rn);
+		redis_node_flush(rn);
+	}
 }
 
 /* ---- connection ----------------------------------------------------------------- */

@@ -102,7 +102,8 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 int redis_node_lease_return(struct redis_node *rn, const struct lease_return *ret);
 
 /* Writes what the node has queued to its socket now, as far as it takes
- * it without waiting: before the node is freed at a stop. */
+ * it without waiting: after each round of calls, and before the node is
+ * freed at a stop. */
 void redis_node_flush(struct redis_node *rn);
 
 /* The node's name (its address), counters, and whether it is a Cluster's. */
