@@ -312,6 +312,7 @@ def once(ctx, row, workdir):
         m0 = ag.metrics() if ag else {}
         f0 = rd.command_stats() if rd else None
         c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
+        w0 = {k: ctx.proc_wait_s(p) for k, p in pids.items()}
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
             p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -320,6 +321,7 @@ def once(ctx, row, workdir):
             return None, "wrk did not finish in %.0f s" % (ctx.duration + 30)
         wall = time.monotonic() - t0
         c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
+        w1 = {k: ctx.proc_wait_s(p) for k, p in pids.items()}
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
         f1 = rd.command_stats() if rd else None
@@ -330,6 +332,10 @@ def once(ctx, row, workdir):
         res["cpu"] = {k: (100 * (c1[k] - c0[k]) / wall
                           if c0[k] is not None and c1[k] is not None else None) for k in pids}
         res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
+        # seconds each process was runnable without a CPU during the run
+        res["waited"] = {k: (w1[k] - w0[k] if w0[k] is not None and w1[k] is not None
+                             else None) for k in pids}
+        res["wall"] = wall
         ok = i0 is not None and i1 is not None and i1[2] > i0[2]
         res["idle"] = 100 * (i1[0] - i0[0]) / (i1[2] - i0[2]) if ok else None
         res["steal"] = 100 * (i1[1] - i0[1]) / (i1[2] - i0[2]) if ok else None
@@ -405,6 +411,19 @@ def call_split(res):
     redis_us = f[1] / f[0]
     return (d.get("spoa_rl_decisions_total", 0) / calls, agent_us, redis_us,
             agent_us - redis_us)
+
+
+def cpu_waits(res):
+    """(HAProxy's share of the run spent waiting for a CPU in percent, the
+    agent's and Redis's waits per Redis call in us) of a run with Redis,
+    or None without their figures (a kernel without schedstat)."""
+    w, calls = res.get("waited") or {}, res.get("metrics", {}).get(
+        "spoa_rl_redis_call_duration_seconds_count", 0)
+    if not calls or not res.get("wall") or any(w.get(k) is None
+                                                for k in ("haproxy", "agent", "redis")):
+        return None
+    return (100 * w["haproxy"] / res["wall"], 1e6 * w["agent"] / calls,
+            1e6 * w["redis"] / calls)
 
 
 def tool(name, fallback=None):
@@ -607,6 +626,16 @@ def report(ctx, rows):
                      "for %.0f us (`cmdstat_fcall` usec per call): the rest, %.0f us, is "
                      "the hops between the agent and Redis, processes that share the "
                      "machine's CPUs with HAProxy and wrk." % split)
+        waits = cpu_waits(r)
+        if waits:
+            a = rows["A"].get("median")
+            aw = (a.get("waited") or {}).get("haproxy") if a else None
+            L.append("- Waiting for a CPU (runnable, not running: `/proc/PID/task/*/schedstat`) "
+                     "in the same run: HAProxy %.0f%% of the run%s; the agent %.0f us and "
+                     "Redis %.0f us per call on average, each woken by the other's write "
+                     "while HAProxy and wrk hold the CPUs." % (
+                         waits[0], " (%.0f%% in A)" % (100 * aw / a["wall"])
+                         if aw is not None and a.get("wall") else "", waits[1], waits[2]))
     rs = rows["R" + SAT].get("median")
     if r and rs and rs["cpu"].get("haproxy") is not None:
         L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "

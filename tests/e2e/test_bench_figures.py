@@ -287,3 +287,32 @@ def test_haproxy_call_split():
     assert haproxy_bench.call_split(dict(res, fcall=None)) is None
     assert haproxy_bench.call_split(dict(res, fcall=(0, 0))) is None
     assert haproxy_bench.call_split({"metrics": {}, "fcall": (1, 1)}) is None
+
+
+def test_haproxy_cpu_waits():
+    """The run-queue waits of an R run: HAProxy's share of the run, the
+    agent's and Redis's per call; nothing when a process's is missing."""
+    import haproxy_bench
+    res = {"metrics": {"spoa_rl_redis_call_duration_seconds_count": 2000},
+           "waited": {"haproxy": 0.5, "agent": 0.1, "redis": 0.06, "wrk": 0.2},
+           "wall": 5.0}
+    share, agent_us, redis_us = haproxy_bench.cpu_waits(res)
+    assert (round(share), round(agent_us), round(redis_us)) == (10, 50, 30)
+    assert haproxy_bench.cpu_waits(dict(res, waited=dict(res["waited"], redis=None))) is None
+    assert haproxy_bench.cpu_waits(dict(res, metrics={})) is None
+    assert haproxy_bench.cpu_waits(dict(res, wall=0)) is None
+
+
+def test_proc_wait_s_reads_schedstat():
+    """This process's wait for a CPU: a number of seconds, not negative,
+    where the kernel keeps schedstat; None for a process that is not."""
+    import importlib.util
+    # bench/run.py by its path: this directory has a run.py of its own
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    w = bench_run.proc_wait_s(os.getpid())
+    if os.path.exists("/proc/self/schedstat"):
+        assert w is not None and w >= 0
+    assert bench_run.proc_wait_s(2 ** 22 + 1) is None
