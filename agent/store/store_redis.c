@@ -577,7 +577,8 @@ static bool may_send(void *owner, const struct redis_node *rn)
 	if (!rw->cfg->pipeline || rw->calls >= rw->cfg->pipeline)
 		return false;
 	mine = redis_node_oldest(rn);
-	for (size_t i = 0; i < WORKER_NODES_MAX; i++)
+	/* (a worker's nodes are all below nnodes: install_map, init) */
+	for (size_t i = 0; i < rw->nnodes; i++)
 		if (rw->node[i] && rw->node[i] != rn && redis_node_oldest(rw->node[i]) < mine)
 			return false;
 	return true;
