@@ -1,6 +1,8 @@
 /* redis_encode.c: the bytes the decision library takes (redis_encode.h). */
 #include "redis_encode.h"
 
+#include <string.h>
+
 #include "store.h"
 
 /* v in n bytes, most significant first */
@@ -68,3 +70,52 @@ size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p
 	return n;
 }
 
+
+static size_t digits(size_t v)
+{
+	size_t n = 1;
+
+	while (v >= 10) {
+		v /= 10;
+		n++;
+	}
+	return n;
+}
+
+/* "<c><v>\r\n" */
+static size_t put_head(char *p, char c, size_t v)
+{
+	size_t n = digits(v);
+
+	p[0] = c;
+	for (size_t i = n; i > 0; i--) {
+		p[i] = (char)('0' + v % 10);
+		v /= 10;
+	}
+	p[n + 1] = '\r';
+	p[n + 2] = '\n';
+	return n + 3;
+}
+
+size_t redis_resp_len(size_t argc, const size_t *argvlen)
+{
+	size_t n = 3 + digits(argc);
+
+	for (size_t i = 0; i < argc; i++)
+		n += 3 + digits(argvlen[i]) + argvlen[i] + 2;
+	return n;
+}
+
+size_t redis_resp_put(char *out, size_t argc, const char *const *argv, const size_t *argvlen)
+{
+	size_t n = put_head(out, '*', argc);
+
+	for (size_t i = 0; i < argc; i++) {
+		n += put_head(out + n, '$', argvlen[i]);
+		memcpy(out + n, argv[i], argvlen[i]);
+		n += argvlen[i];
+		out[n++] = '\r';
+		out[n++] = '\n';
+	}
+	return n;
+}

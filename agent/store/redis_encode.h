@@ -1,6 +1,6 @@
 /* redis_encode.h: the bytes the decision library takes
  * (agent/store/redis/ratelimit.lua): big-endian integers and rules as
- * msgpack. Pure. */
+ * msgpack; and a command's RESP. Pure. */
 #ifndef RL_REDIS_ENCODE_H
 #define RL_REDIS_ENCODE_H
 
@@ -23,5 +23,11 @@ size_t redis_mp_uint(uint8_t *p, uint64_t v);
  * make the same bytes (the library keeps each rule by its bytes). */
 #define RULE_BYTES_MAX (3 + LIMIT_SET_MAX * (1 + 4 * 9 + 1))
 size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p);
+
+/* The RESP of a command (an array of bulk strings, as hiredis's
+ * redisFormatCommandArgv makes it): redis_resp_len() bytes, written by
+ * redis_resp_put() at out, which returns their number. */
+size_t redis_resp_len(size_t argc, const size_t *argvlen);
+size_t redis_resp_put(char *out, size_t argc, const char *const *argv, const size_t *argvlen);
 
 #endif

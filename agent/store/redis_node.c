@@ -92,6 +92,8 @@ struct redis_node {
 	size_t *argvlen;
 	char *arena;                 /* the bytes of the argv */
 	size_t arena_cap;
+	char *cmd;                   /* the call's RESP (cheaper than hiredis's) */
+	size_t cmd_cap;
 	struct store_stats *stats;
 	bool cluster;                /* rl7_decide_cluster (see send_batch_cmd) */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
@@ -642,7 +644,7 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
  * (4), big-endian. No key is named twice (see batch_len()). */
 static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 {
-	size_t argc = 0, nrules = 0, nkeys = 0, used = 0, rec = 10;
+	size_t argc = 0, nrules = 0, nkeys = 0, used = 0, rec = 10, len;
 	bool stacked = false, ids = false, leases = false;
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
@@ -733,19 +735,25 @@ static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
 	if (b->n == 1 && b->rq[0].asking &&
 	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
 		return -1;
-	if (redisAsyncCommandArgv(rn->ac, on_batch_reply, b, (int)argc, rn->argv,
-				  rn->argvlen) != REDIS_OK)
+	len = redis_resp_len(argc, rn->argvlen);
+	if (len > rn->cmd_cap) {
+		char *grown = xrealloc(rn->cmd, len);
+
+		if (!grown)
+			return -1;
+		rn->cmd = grown;
+		rn->cmd_cap = len;
+	}
+	redis_resp_put(rn->cmd, argc, rn->argv, rn->argvlen);
+	if (redisAsyncFormattedCommand(rn->ac, on_batch_reply, b, rn->cmd, len) != REDIS_OK)
 		return -1;
 	return 0;
 }
 
-/* Writes the calls just queued without waiting for the loop to find the
- * socket writable: hiredis's own way arms the write watcher, which costs
- * an epoll_ctl to arm it, a turn of the loop before the call leaves, and
- * another epoll_ctl to disarm it. When everything went, the watcher is
- * stopped in the same turn it was started, and libev changes nothing in
- * the kernel; what a full socket leaves stays with hiredis's watcher, and
- * an error with hiredis too (its next write reports it and disconnects). */
+/* Writes the calls queued now, where hiredis would arm its write watcher
+ * (an epoll_ctl, a turn of the loop, another epoll_ctl): stopped in the
+ * turn it was started, it costs libev nothing in the kernel. What a full
+ * socket leaves, and an error, stay with hiredis's watcher. */
 void redis_node_flush(struct redis_node *rn)
 {
 	redisContext *c;
@@ -1107,6 +1115,7 @@ static void free_buffers(struct redis_node *rn)
 	xfree(rn->argv);
 	xfree(rn->argvlen);
 	xfree(rn->arena);
+	xfree(rn->cmd);
 	xfree(rn);
 }
 
