@@ -13,8 +13,12 @@ spop-bench with one connection and one request in flight. Each figure is
 
 so start-up, HELLO, the first sight of each key and shutdown cancel out and
 what is left is the steady cost of one answer, protocol and system call
-wrappers included. Two figures: a check-rate decision, and the ACK of an
-unknown message (the protocol alone: the floor under any decision).
+wrappers included. The figures: a check-rate decision, the ACK of an
+unknown message (the protocol alone: the floor under any decision), a
+decision of three stacked rules, and a decision with Redis (a fresh
+redis-server; spop-bench with 8 connections of 2 requests in flight, so
+that calls carry several decisions: the agent's side of a decision in
+Redis, the calls' formatting and replies included).
 
 bench/run.py calls run() so that BENCHMARKS.md records them. Without
 valgrind the measurement is skipped (exit status 0, the reason on stderr).
@@ -55,11 +59,70 @@ stack: [everyone, address]
 """ % (HIGH_LIMIT, HIGH_LIMIT, HIGH_LIMIT)
 
 
+# The Redis row: in flight at once, so that a call carries several
+# decisions; a deadline no call under callgrind reaches.
+REDIS_CONNS, REDIS_INFLIGHT = 8, 2
+REDIS_TIMEOUT_MS = "2000"
+
+
 def missing_tool():
     """Why the measurement cannot run here, or None."""
     if shutil.which("valgrind") is None:
         return "valgrind is missing (Debian package valgrind)"
     return None
+
+
+def metrics(port):
+    """The agent's /metrics as {name with labels: value}, or {}."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            data = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        return {}
+    out = {}
+    for line in data.decode(errors="replace").split("\r\n\r\n", 1)[-1].splitlines():
+        name, _, value = line.rpartition(" ")
+        if name and not name.startswith("#"):
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+class Redis:
+    """A fresh redis-server on a free loopback port, no persistence."""
+
+    def __init__(self, workdir):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def free_port():
@@ -83,6 +146,44 @@ def wait_listening(proc, port, deadline):
     return False
 
 
+def redis_info(port, section):
+    """INFO section of the Redis at port, as text ("" when it fails)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(b"INFO %s\r\n" % section.encode())
+            data = b""
+            while b"\r\n" not in data:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return ""
+                data += chunk
+            head, _, body = data.partition(b"\r\n")
+            if not head.startswith(b"$"):
+                return ""
+            size = int(head[1:])
+            while len(body) < size:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return ""
+                body += chunk
+            return body[:size].decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
+
+
+def wait_redis_ready(proc, redis_port, deadline):
+    """True once the agent's worker has loaded its library into the Redis
+    at redis_port (its connection is ready when it reads the reply: a
+    second more covers that under callgrind; a query sent before would
+    wait for it, not fail)."""
+    while time.monotonic() < deadline and proc.poll() is None:
+        if "cmdstat_function|load:" in redis_info(redis_port, "commandstats"):
+            time.sleep(1.0)
+            return proc.poll() is None
+        time.sleep(0.2)
+    return False
+
+
 def callgrind_total(path):
     """The instruction total of a callgrind output file."""
     with open(path, errors="replace") as f:
@@ -92,12 +193,12 @@ def callgrind_total(path):
     raise RuntimeError("%s holds no total" % path)
 
 
-def count(agent_bin, bench_bin, message, requests, workdir, rules=None):
+def count(agent_bin, bench_bin, message, requests, workdir, rules=None, redis_port=None):
     """Instructions the agent ran to serve `requests` answers of `message`
     (start and stop included), under `rules` (a rules file's text) or the
-    one high limit."""
+    one high limit; with the Redis at redis_port when given."""
     port = free_port()
-    tag = "%s%s" % (message, "-rules" if rules else "")
+    tag = "%s%s%s" % (message, "-rules" if rules else "", "-redis" if redis_port else "")
     out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (tag, requests))
     log_path = os.path.join(workdir, "agent-%s-%d.log" % (tag, requests))
     if rules:
@@ -107,6 +208,12 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None):
         limits = ["--rules", path]
     else:
         limits = ["--limit", HIGH_LIMIT]
+    conns, inflight, mport = "1", "1", None
+    if redis_port:
+        mport = free_port()
+        limits += ["--redis", "127.0.0.1:%d" % redis_port, "--redis-timeout",
+                   REDIS_TIMEOUT_MS, "--metrics", "127.0.0.1:%d" % mport]
+        conns, inflight = str(REDIS_CONNS), str(REDIS_INFLIGHT)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
            agent_bin, "-t", "1", "-q", "--listen", "127.0.0.1:%d" % port] + limits
     with open(log_path, "wb") as log:
@@ -115,8 +222,11 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None):
     try:
         if not wait_listening(agent, port, time.monotonic() + START_S):
             raise RuntimeError("agent under callgrind did not start: see %s" % log_path)
+        if mport and not wait_redis_ready(agent, redis_port, time.monotonic() + START_S):
+            raise RuntimeError("agent under callgrind not ready with Redis: see %s"
+                               % log_path)
         bench = subprocess.run(
-            [bench_bin, "--addr", "127.0.0.1:%d" % port, "--conns", "1", "--inflight", "1",
+            [bench_bin, "--addr", "127.0.0.1:%d" % port, "--conns", conns, "--inflight", inflight,
              "--requests", str(requests), "--duration", "%d" % BENCH_S, "--keys", KEYS,
              "--message", message, "--json"],
             stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -125,6 +235,16 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None):
         if bench.returncode != 0 or res.get("requests") != requests or res.get("errors"):
             raise RuntimeError("spop-bench: exit %d, %s of %d answered: %s" % (
                 bench.returncode, res.get("requests"), requests, bench.stderr.strip()[-400:]))
+        if mport:
+            m = metrics(mport)
+            # every decision Redis's: none timed out or went without it
+            lost = sum(v for k, v in m.items() if k.startswith((
+                "spoa_rl_redis_timeouts_total", "spoa_rl_redis_unavailable_total")))
+            if lost or m.get("spoa_rl_redis_queries_total", 0) < requests:
+                raise RuntimeError("with Redis under callgrind: %d of %d decisions timed "
+                                   "out or went without Redis, %d asked" % (
+                                       lost, requests,
+                                       m.get("spoa_rl_redis_queries_total", 0)))
         agent.send_signal(signal.SIGTERM)
         agent.wait(STOP_S)
     finally:
@@ -152,6 +272,17 @@ def run(agent_bin, bench_bin):
                 short = count(agent_bin, bench_bin, message, SHORT, workdir, rules)
                 long_ = count(agent_bin, bench_bin, message, LONG, workdir, rules)
                 figures[key] = round((long_ - short) / (LONG - SHORT))
+            if shutil.which("redis-server"):
+                n = {}
+                for requests in (SHORT, LONG):
+                    # a fresh one each: both runs see their clients' keys new
+                    rd = Redis(workdir)
+                    try:
+                        n[requests] = count(agent_bin, bench_bin, "check-rate", requests,
+                                            workdir, redis_port=rd.port)
+                    finally:
+                        rd.stop()
+                figures["redis"] = round((n[LONG] - n[SHORT]) / (LONG - SHORT))
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
             return None, str(e)
     return figures, None
@@ -171,13 +302,20 @@ def report_lines(figures, why):
         L.append("| check-rate decision of three rules (a rule and two layers: global, "
                  "per address), in-memory store | %d (%.2fx the one-rule decision) |"
                  % (figures["stacked"], figures["stacked"] / figures["decision"]))
+    if "redis" in figures:
+        L.append("| check-rate decision with Redis (a fresh redis-server; %d connections of "
+                 "%d in flight, so calls of several decisions) | %d (%.2fx the in-memory "
+                 "decision) |" % (REDIS_CONNS, REDIS_INFLIGHT, figures["redis"],
+                                  figures["redis"] / figures["decision"]))
     L.append("")
     L.append("The agent (`-t 1 --limit %s`) under `valgrind --tool=callgrind`, driven by "
-             "`spop-bench --conns 1 --inflight 1 --keys %s`: (instructions for %d "
+             "`spop-bench --conns 1 --inflight 1 --keys %s`%s: (instructions for %d "
              "requests - instructions for %d) / %d, so start-up and shutdown cancel out. "
              "Unlike the timings above, these counts hardly depend on the load of the "
              "machine. Measured by `python3 bench/instructions.py`."
-             % (HIGH_LIMIT, KEYS, LONG, SHORT, LONG - SHORT))
+             % (HIGH_LIMIT, KEYS, " (with Redis: `--redis` to a fresh redis-server, "
+                "`--conns %d --inflight %d`)" % (REDIS_CONNS, REDIS_INFLIGHT)
+                if "redis" in figures else "", LONG, SHORT, LONG - SHORT))
     L.append("")
     return L
 
@@ -207,6 +345,8 @@ def main():
         print("instructions per in-memory decision: %d" % figures["decision"])
         print("instructions per ACK of an unknown message: %d" % figures["unknown"])
         print("instructions per in-memory decision of three rules: %d" % figures["stacked"])
+        if "redis" in figures:
+            print("instructions per decision with Redis: %d" % figures["redis"])
     return 0
 
 

@@ -316,3 +316,16 @@ def test_proc_wait_s_reads_schedstat():
     if os.path.exists("/proc/self/schedstat"):
         assert w is not None and w >= 0
     assert bench_run.proc_wait_s(2 ** 22 + 1) is None
+
+
+def test_instructions_report_redis_row():
+    """The callgrind section shows the decision with Redis beside the
+    in-memory one when it was measured, and leaves the row out when not."""
+    import instructions
+    figures = {"decision": 3500, "unknown": 1300, "stacked": 7600, "redis": 5250}
+    text = "\n".join(instructions.report_lines(figures, None))
+    assert "| check-rate decision with Redis" in text
+    assert "| 5250 (1.50x the in-memory decision) |" in text
+    del figures["redis"]
+    assert "with Redis" not in "\n".join(instructions.report_lines(figures, None))
+    assert "--redis" not in "\n".join(instructions.report_lines(figures, None))
