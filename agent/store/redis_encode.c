@@ -70,7 +70,6 @@ size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, uint8_t *p
 	return n;
 }
 
-
 static size_t digits(size_t v)
 {
 	size_t n = 1;
