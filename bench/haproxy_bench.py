@@ -312,7 +312,7 @@ def once(ctx, row, workdir):
         m0 = ag.metrics() if ag else {}
         f0 = rd.command_stats() if rd else None
         c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
-        w0 = {k: ctx.proc_wait_s(p) for k, p in pids.items()}
+        w0 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
             p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -321,7 +321,7 @@ def once(ctx, row, workdir):
             return None, "wrk did not finish in %.0f s" % (ctx.duration + 30)
         wall = time.monotonic() - t0
         c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
-        w1 = {k: ctx.proc_wait_s(p) for k, p in pids.items()}
+        w1 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
         f1 = rd.command_stats() if rd else None
@@ -333,7 +333,7 @@ def once(ctx, row, workdir):
                           if c0[k] is not None and c1[k] is not None else None) for k in pids}
         res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
         # seconds each process was runnable without a CPU during the run
-        res["waited"] = {k: (w1[k] - w0[k] if w0[k] is not None and w1[k] is not None
+        res["waited"] = {k: (w1[k][1] - w0[k][1] if w0[k] is not None and w1[k] is not None
                              else None) for k in pids}
         res["wall"] = wall
         ok = i0 is not None and i1 is not None and i1[2] > i0[2]

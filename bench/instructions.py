@@ -35,6 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
+
+import redis_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,59 +75,6 @@ def missing_tool():
     return None
 
 
-def metrics(port):
-    """The agent's /metrics as {name with labels: value}, or {}."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
-            c.sendall(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            data = b""
-            while True:
-                chunk = c.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError:
-        return {}
-    out = {}
-    for line in data.decode(errors="replace").split("\r\n\r\n", 1)[-1].splitlines():
-        name, _, value = line.rpartition(" ")
-        if name and not name.startswith("#"):
-            try:
-                out[name] = float(value)
-            except ValueError:
-                pass
-    return out
-
-
-class Redis:
-    """A fresh redis-server on a free loopback port, no persistence."""
-
-    def __init__(self, workdir):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -146,38 +96,13 @@ def wait_listening(proc, port, deadline):
     return False
 
 
-def redis_info(port, section):
-    """INFO section of the Redis at port, as text ("" when it fails)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
-            c.sendall(b"INFO %s\r\n" % section.encode())
-            data = b""
-            while b"\r\n" not in data:
-                chunk = c.recv(65536)
-                if not chunk:
-                    return ""
-                data += chunk
-            head, _, body = data.partition(b"\r\n")
-            if not head.startswith(b"$"):
-                return ""
-            size = int(head[1:])
-            while len(body) < size:
-                chunk = c.recv(65536)
-                if not chunk:
-                    return ""
-                body += chunk
-            return body[:size].decode(errors="replace")
-    except (OSError, ValueError):
-        return ""
-
-
-def wait_redis_ready(proc, redis_port, deadline):
+def wait_redis_ready(proc, rd, deadline):
     """True once the agent's worker has loaded its library into the Redis
-    at redis_port (its connection is ready when it reads the reply: a
-    second more covers that under callgrind; a query sent before would
-    wait for it, not fail)."""
+    rd (its connection is ready when it reads the reply: a second more
+    covers that under callgrind; a query sent before would wait for it,
+    not fail)."""
     while time.monotonic() < deadline and proc.poll() is None:
-        if "cmdstat_function|load:" in redis_info(redis_port, "commandstats"):
+        if "cmdstat_function|load" in rd.info("commandstats"):
             time.sleep(1.0)
             return proc.poll() is None
         time.sleep(0.2)
@@ -193,12 +118,13 @@ def callgrind_total(path):
     raise RuntimeError("%s holds no total" % path)
 
 
-def count(agent_bin, bench_bin, message, requests, workdir, rules=None, redis_port=None):
+def count(agent_bin, bench_bin, message, requests, workdir, rules=None, rd=None):
     """Instructions the agent ran to serve `requests` answers of `message`
     (start and stop included), under `rules` (a rules file's text) or the
-    one high limit; with the Redis at redis_port when given."""
+    one high limit; with the Redis rd (a redis_bench.RedisServer) when
+    given."""
     port = free_port()
-    tag = "%s%s%s" % (message, "-rules" if rules else "", "-redis" if redis_port else "")
+    tag = "%s%s%s" % (message, "-rules" if rules else "", "-redis" if rd else "")
     out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (tag, requests))
     log_path = os.path.join(workdir, "agent-%s-%d.log" % (tag, requests))
     if rules:
@@ -209,9 +135,9 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None, redis_po
     else:
         limits = ["--limit", HIGH_LIMIT]
     conns, inflight, mport = "1", "1", None
-    if redis_port:
+    if rd:
         mport = free_port()
-        limits += ["--redis", "127.0.0.1:%d" % redis_port, "--redis-timeout",
+        limits += ["--redis", rd.addr, "--redis-timeout",
                    REDIS_TIMEOUT_MS, "--metrics", "127.0.0.1:%d" % mport]
         conns, inflight = str(REDIS_CONNS), str(REDIS_INFLIGHT)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
@@ -222,7 +148,7 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None, redis_po
     try:
         if not wait_listening(agent, port, time.monotonic() + START_S):
             raise RuntimeError("agent under callgrind did not start: see %s" % log_path)
-        if mport and not wait_redis_ready(agent, redis_port, time.monotonic() + START_S):
+        if rd and not wait_redis_ready(agent, rd, time.monotonic() + START_S):
             raise RuntimeError("agent under callgrind not ready with Redis: see %s"
                                % log_path)
         bench = subprocess.run(
@@ -235,11 +161,11 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None, redis_po
         if bench.returncode != 0 or res.get("requests") != requests or res.get("errors"):
             raise RuntimeError("spop-bench: exit %d, %s of %d answered: %s" % (
                 bench.returncode, res.get("requests"), requests, bench.stderr.strip()[-400:]))
-        if mport:
-            m = metrics(mport)
+        if rd:
+            m = redis_bench.agent_metrics(mport)
             # every decision Redis's: none timed out or went without it
-            lost = sum(v for k, v in m.items() if k.startswith((
-                "spoa_rl_redis_timeouts_total", "spoa_rl_redis_unavailable_total")))
+            lost = (m.get("spoa_rl_redis_timeouts_total", 0) +
+                    m.get("spoa_rl_redis_unavailable_total", 0))
             if lost or m.get("spoa_rl_redis_queries_total", 0) < requests:
                 raise RuntimeError("with Redis under callgrind: %d of %d decisions timed "
                                    "out or went without Redis, %d asked" % (
@@ -274,14 +200,12 @@ def run(agent_bin, bench_bin):
                 figures[key] = round((long_ - short) / (LONG - SHORT))
             if shutil.which("redis-server"):
                 n = {}
+                ctx = types.SimpleNamespace(free_port=free_port, logdir=workdir)
                 for requests in (SHORT, LONG):
                     # a fresh one each: both runs see their clients' keys new
-                    rd = Redis(workdir)
-                    try:
+                    with redis_bench.RedisServer(ctx) as rd:
                         n[requests] = count(agent_bin, bench_bin, "check-rate", requests,
-                                            workdir, redis_port=rd.port)
-                    finally:
-                        rd.stop()
+                                            workdir, rd=rd)
                 figures["redis"] = round((n[LONG] - n[SHORT]) / (LONG - SHORT))
         except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as e:
             return None, str(e)

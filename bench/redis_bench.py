@@ -359,17 +359,23 @@ class RedisAgent:
 
     def metrics(self):
         """The agent's counters, summed over labels."""
-        url = "http://127.0.0.1:%d/metrics" % self.mport
-        with urllib.request.urlopen(url, timeout=5) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            name, _, value = line.rpartition(" ")
-            name = name.split("{", 1)[0]
-            out[name] = out.get(name, 0) + float(value)
-        return out
+        return agent_metrics(self.mport)
+
+
+def agent_metrics(mport):
+    """The counters of the agent whose metrics are at mport, summed over
+    labels."""
+    url = "http://127.0.0.1:%d/metrics" % mport
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        name = name.split("{", 1)[0]
+        out[name] = out.get(name, 0) + float(value)
+    return out
 
 
 def sched_s(pid):

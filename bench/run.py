@@ -147,25 +147,6 @@ def proc_cpu_s(pid):
         return None
 
 
-def proc_wait_s(pid):
-    """Seconds a process's threads have spent runnable but waiting for a
-    CPU so far (the second field of /proc/PID/task/*/schedstat, in ns), or
-    None where the kernel does not keep it."""
-    total, seen = 0, False
-    try:
-        tasks = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return None
-    for t in tasks:
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
-                total += int(f.read().split()[1])
-            seen = True
-        except (OSError, IndexError, ValueError):
-            continue  # a thread gone meanwhile
-    return total / 1e9 if seen else None
-
-
 def children_cpu_s():
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -561,7 +542,6 @@ def main():
             gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
             Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
             free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
-            proc_wait_s=proc_wait_s,
             rel=rel, fmt_us=fmt_us, memory=done)
         if a.only in (None, "redis"):
             redis_rows = redis_bench.run(ctx)

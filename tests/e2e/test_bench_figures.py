@@ -303,19 +303,15 @@ def test_haproxy_cpu_waits():
     assert haproxy_bench.cpu_waits(dict(res, wall=0)) is None
 
 
-def test_proc_wait_s_reads_schedstat():
-    """This process's wait for a CPU: a number of seconds, not negative,
-    where the kernel keeps schedstat; None for a process that is not."""
-    import importlib.util
-    # bench/run.py by its path: this directory has a run.py of its own
-    spec = importlib.util.spec_from_file_location(
-        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)
-    w = bench_run.proc_wait_s(os.getpid())
+def test_sched_s_reads_schedstat():
+    """A process's time on a CPU and waiting for one, which the HAProxy
+    rows take their waits from: seconds, not negative, where the kernel
+    keeps schedstat; None for a process that is not."""
+    import redis_bench
+    t = redis_bench.sched_s(os.getpid())
     if os.path.exists("/proc/self/schedstat"):
-        assert w is not None and w >= 0
-    assert bench_run.proc_wait_s(2 ** 22 + 1) is None
+        assert t is not None and t[0] > 0 and t[1] >= 0
+    assert redis_bench.sched_s(2 ** 22 + 1) is None
 
 
 def test_instructions_report_redis_row():
