@@ -3,12 +3,13 @@
 
 #include <errno.h>
 #include <netdb.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "redis_encode.h"
+#include "redis_node.h"
 #include "store_redis.h"
 
 #define READ_CHUNK 65536
@@ -30,39 +31,30 @@ struct redis_slots {
 	struct redis_cluster_map map;
 };
 
-/* Appends one RESP bulk string; returns 0 or -1 when req is full. */
-static int put_bulk(struct redis_slots *q, const char *s, size_t n)
+/* Appends a command's RESP; returns 0 or -1 when req is full. */
+static int put_command(struct redis_slots *q, size_t argc, const char *const *argv,
+		       const size_t *argvlen)
 {
-	int w = snprintf(q->req + q->reqlen, sizeof(q->req) - q->reqlen, "$%zu\r\n", n);
-
-	if (w < 0 || (size_t)w >= sizeof(q->req) - q->reqlen ||
-	    n + 2 > sizeof(q->req) - q->reqlen - (size_t)w)
+	if (redis_resp_len(argc, argvlen) > sizeof(q->req) - q->reqlen)
 		return -1;
-	q->reqlen += (size_t)w;
-	memcpy(q->req + q->reqlen, s, n);
-	q->reqlen += n;
-	memcpy(q->req + q->reqlen, "\r\n", 2);
-	q->reqlen += 2;
+	q->reqlen += redis_resp_put(q->req + q->reqlen, argc, argv, argvlen);
 	return 0;
 }
 
 static int build_request(struct redis_slots *q, const struct redis_config *cfg)
 {
-	if (cfg->password[0]) {
-		int n = cfg->user[0] ? 3 : 2;
+	static const char *const slots[2] = { "CLUSTER", "SLOTS" };
+	static const size_t slotslen[2] = { 7, 5 };
+	const char *auth[3];
+	size_t authlen[3];
+	int n = redis_node_auth_argv(cfg, auth, authlen);
 
-		q->reqlen += (size_t)snprintf(q->req, sizeof(q->req), "*%d\r\n", n);
-		if (put_bulk(q, "AUTH", 4) < 0 ||
-		    (cfg->user[0] && put_bulk(q, cfg->user, strlen(cfg->user)) < 0) ||
-		    put_bulk(q, cfg->password, strlen(cfg->password)) < 0)
+	if (n) {
+		if (put_command(q, (size_t)n, auth, authlen) < 0)
 			return -1;
 		q->auth = 1;
 	}
-	if (q->reqlen + 4 > sizeof(q->req))
-		return -1;
-	memcpy(q->req + q->reqlen, "*2\r\n", 4);
-	q->reqlen += 4;
-	return put_bulk(q, "CLUSTER", 7) < 0 || put_bulk(q, "SLOTS", 5) < 0 ? -1 : 0;
+	return put_command(q, 2, slots, slotslen);
 }
 
 /* Ends the question: no more I/O, done() with the map (which lives in q),
