@@ -9,6 +9,7 @@ clients of its own, so keys never meet across tests.
 """
 
 import atexit
+import copy
 import hashlib
 import math
 import os
@@ -364,13 +365,21 @@ class Model:
 
     def refund(self, now, take, reqs):
         """Gives back what reqs took at `take`: a token bucket's tokens at
-        now plus the cost, up to its capacity (a full bucket is no key); a
-        window's count of the take's window, while the stored value holds
-        that window, down to 0."""
+        now plus the cost less what refills in the time since the take,
+        deducted once per key and call (nothing while it is not all
+        deducted), up to its capacity (a full
+        bucket is no key); a window's count of the take's window, while the
+        stored value holds that window, down to 0. Returns the number of
+        keys changed."""
+        owed = {}  # per key: the time since the take, deducted once
+        changed = 0
         for client, cost, limits in reqs:
             owners = client if isinstance(client, tuple) else (client,) * len(limits)
             for o, l in zip(owners, limits):
-                self._refund_key(now, take, key_of(o, l), cost)
+                k = key_of(o, l)
+                owed.setdefault(k, [max(0, now - take)])
+                changed += self._refund_key(now, take, k, cost, owed[k])
+        return changed
 
     def give_back(self, now, take, reqs, expect):
         """rl7_return: as refund(), but a token bucket's key only while its
@@ -385,18 +394,26 @@ class Model:
                     continue
                 if l[0] == TB and self.stored(k)[0] != expect.get(k):
                     continue
-                changed += self._refund_key(now, take, k, cost)
+                changed += self._refund_key(now, take, k, cost, None)
         return changed
 
-    def _refund_key(self, now, take, k, cost):
+    def _refund_key(self, now, take, k, cost, owed):
         if k not in self.st:
             return 0
         lim, st, t = self.st[k]
         algo, quota, period, burst = lim
         if algo == TB:
             cap = burst or quota
+            rate = Fraction(quota, period)
+            back = cost
+            if owed is not None:
+                # owed[0]: microseconds yet to deduct in this call
+                back = cost - owed[0] * rate
+                owed[0] = max(0, -back / rate)
+                if back <= 0:
+                    return 0
             left, at = st
-            tokens = min(cap, left + (now - at) * Fraction(quota, period)) + cost
+            tokens = min(cap, left + (now - at) * rate) + back
             if tokens >= cap:
                 del self.st[k]
             else:
@@ -410,6 +427,14 @@ class Model:
             self.st[k] = (lim, st, t)
             return 1
         return 0
+
+    def tat(self, key):
+        """A token bucket's TAT (a Fraction of a microsecond), None when
+        it has no key."""
+        if key not in self.st:
+            return None
+        (_, quota, period, burst), s, t = self.st[key]
+        return t + ((burst or quota) - s[0]) * Fraction(period, quota)
 
     def stored(self, key):
         """The value the library must keep under key, and until when (in
@@ -1167,6 +1192,61 @@ def test_keymap_shared_keys_match_model():
         assert tally[0] > 0 and tally[1] > 0, tally
 
 
+def redis_now():
+    t = redis().c.command("TIME")
+    return int(t[0]) * S + int(t[1])
+
+
+def tat_of(limit, v):
+    """The TAT a token bucket's stored value v says (None: no key)."""
+    if v is None:
+        return None
+    _, quota, period, _ = limit[:4]
+    n = quota // math.gcd(quota, period)
+    if "+" in v:
+        a, r = v.split("+")
+        return int(a) + Fraction(int(r), n)
+    return EPOCH + Fraction(int(v), n)
+
+
+def refund_at(model, fn, take, back, what):
+    """Calls the refund function fn with back, taken at `take`, and gives
+    it back in the model at the moment of Redis's clock the call read,
+    which lies between a TIME before and one after: the only one at which
+    the model's buckets hold what Redis's do. A bucket's TAT after a refund
+    grows with that moment (what goes back is less the time since the
+    take), and a full bucket (a TAT not past that moment, or no key) is
+    below any: bisect. Returns the reply and that moment."""
+    buckets = sorted({key_of(o, l) for q in back for o, l in zip(q[0], q[2])
+                      if l[0] == TB})
+    lims = {key_of(o, l): l for q in back for o, l in zip(q[0], q[2])}
+    t0 = redis_now()
+    n = redis().c.command("FCALL", fn, 0, str(take), *layout_mapped(back)[0])
+    t1 = redis_now()
+    got = {k: tat_of(lims[k], get(k)) for k in buckets}
+    lo, hi = t0, t1
+    while lo <= hi:
+        now = (lo + hi) // 2
+        m = copy.deepcopy(model)
+        changed = m.refund(now, take, back)
+        def full(x):
+            return None if x is None or x <= now else x
+        pairs = [(full(m.tat(k)), full(got[k])) for k in buckets]
+        under = any(w != g and (w is None or (g is not None and w < g)) for w, g in pairs)
+        over = any(w != g and (g is None or (w is not None and w > g)) for w, g in pairs)
+        if not under and not over:
+            assert n == changed, ("%s: keys changed" % what, n, changed)
+            model.st = m.st
+            return n, now
+        assert not (under and over), ("%s: no moment gives every bucket" % what, pairs)
+        if under:
+            lo = now + 1
+        else:
+            hi = now - 1
+    raise AssertionError("%s: no moment in %d..%d gives what Redis holds: %r, model %r"
+                         % (what, t0, t1, [(k, got[k]) for k in buckets], pairs))
+
+
 def test_refund_gives_back_what_was_taken():
     """rl7_refund gives back what a call took, as the model does: a token
     bucket's tokens up to its capacity (a full bucket's key deleted), a
@@ -1204,12 +1284,8 @@ def test_refund_gives_back_what_was_taken():
             if not taken or rng.random() < 0.3:
                 continue
             back = rng.sample(taken, rng.randint(1, len(taken)))
-            time.sleep(rng.choice([0, 0.005, 0.02, 0.05, 0.15]))
-            args = layout_mapped(back)[0]
-            n = redis().c.command("FCALL", refund_fn, 0, str(take), *args)
-            t = redis().c.command("TIME")
-            now = int(t[0]) * S + int(t[1])
-            model.refund(now, take, back)
+            time.sleep(rng.choice([0, 0.005, 0.02, 0.05, 0.15, 0.4]))
+            n, _ = refund_at(model, refund_fn, take, back, what)
             given += n
             keys = sorted({key_of(o, l) for q in back for o, l in zip(q[0], q[2])})
             present = [k for k in keys if k in model.st]
@@ -1236,10 +1312,8 @@ def test_refund_cases():
             time.sleep(pause)
             # a write in the next window, so the value moves on
             check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
-        args = layout_mapped([((c,), 2, (lim,))] * back)[0]
-        changed = redis().c.command("FCALL", "rl7_refund", 0, str(take), *args)
-        t = redis().c.command("TIME")
-        model.refund(int(t[0]) * S + int(t[1]), take, [((c,), 2, (lim,))] * back)
+        changed, _ = refund_at(model, "rl7_refund", take, [((c,), 2, (lim,))] * back,
+                               "refund %r" % (lim,))
         k = key_of(c, lim)
         if k in model.st:
             check_stored(model, [k])
@@ -1261,6 +1335,18 @@ def test_refund_cases():
     assert ch == 1 and v.endswith(":1:4"), v
     ch, v = take_and_refund((FW, 20, 400 * MS, 0), 3, 1, 0.4, align=400 * MS)
     assert ch == 0 and v.endswith(":1"), v
+    # a bucket full again before the refund (T = 100 ms, the take's 2
+    # tokens refilled in 300 ms), then taken from: the take's reservation is
+    # gone, nothing goes back; a refund of it all would delete the later
+    # request's take
+    ch, v = take_and_refund((TB, 10, 1 * S, 0), 1, 1, 0.3)
+    assert ch == 0 and v is not None, (ch, v)
+    # five requests of 200 ms each given back 450 ms or more after their
+    # take: the time since is deducted once from the five together (the
+    # last 3 give back, fewer if the call came later), not from each (none
+    # would)
+    ch, v = take_and_refund((TB, 20, 2 * S, 0), 5, 5, 0.45)
+    assert 1 <= ch <= 3 and v is not None, (ch, v)
 
 
 def wait_phase(period_us, lo, hi):

@@ -125,11 +125,20 @@ whose limits live on several servers):
     FCALL rl7_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
-taken. A token bucket's TAT goes back by cost * T, never below now (a
-bucket is never lifted above its capacity: at full, the key is deleted);
-a window's count goes down by cost in the window the take counted it in,
-while that window still counts, never below 0. What time has given back
-since is not given twice. Replies the number of keys it changed. Its
+taken. A token bucket's TAT goes back by cost * T less the time since the
+take (now - take_us), never below now (a bucket is never lifted above its
+capacity: at full, the key is deleted); nothing when that is not
+positive. Why less: a request decided between the take and the refund
+may have found the bucket, as it would be without the take, full; then
+time has absorbed a part of the reservation (it fills a bucket, it cannot
+overfill it), and giving all of it back would lift the bucket over what
+the limit allows. The take left the TAT at take_us + cost * T or later,
+so by a moment t at most t - take_us of the reservation can have been
+absorbed: what is given back is never more than the bucket still holds
+of the take, and short of it by at most the refill of the time since the
+take (about one round trip). A window's count goes down by cost in the window
+the take counted it in, while that window still counts, never below 0
+(counts absorb nothing). Replies the number of keys it changed. Its
 meaning does not change with leases: it undoes a decision split over
 servers, and a lease's tokens go back through rl7_return.
 
@@ -144,8 +153,9 @@ lease; cost: the tokens given back), and expect a msgpack array with one
 entry per key position (1 .. K, or per position of the keymap): nil or
 the string v_j of the grant's lease element. A token bucket's key is given
 back only when its value is expect's exactly (nothing has written it since
-the grant), then as rl7_refund does: TAT back by cost * T, never below now
-(at full, the key is deleted). Any other value is left as it is: between
+the grant), and then whole: TAT back by cost * T, never below now (at
+full, the key is deleted); untouched, it still holds all of the
+reservation. Any other value is left as it is: between
 the grant and the return another agent's request may have found the
 bucket full and absorbed the lease's reservation (time fills a bucket, it
 cannot overfill it), so a plain refund would lift the bucket over what

@@ -712,8 +712,12 @@ end
 
 -- Gives back `cost` to the key `name` of limit l, holding v, that a
 -- request took at `take` (see "Refund"); a packed bucket's at position pos
--- (see get_packed()). Returns 1 when it changed the key, else 0.
-local function refund_key(name, v, l, cost, take, now, pos)
+-- (see get_packed()). A token bucket gets cost * T less what `owed`
+-- holds, {q, r}: q + r/n microseconds of the time since the take yet to
+-- be deducted from what goes back to this key in this call (nil: nothing,
+-- the key is known untouched since), and owed keeps what is left of it.
+-- Returns 1 when it changed the key, else 0.
+local function refund_key(name, v, l, cost, take, now, pos, owed)
 	local algo, period = l[1], l[3]
 	if algo == 0 then
 		local p, n = l[7], l[8]
@@ -735,6 +739,22 @@ local function refund_key(name, v, l, cost, take, now, pos)
 			return 0
 		end
 		local iq, ir = muldiv(cost, p, n)
+		if owed then
+			-- less what time may have absorbed of the take's reservation
+			-- (see "Refund"), once per key and call
+			iq, ir = iq - owed[1], ir - owed[2]
+			if ir < 0 then
+				iq, ir = iq - 1, ir + n
+			end
+			if iq < 0 then
+				owed[1], owed[2] = -iq - (ir > 0 and 1 or 0), ir > 0 and n - ir or 0
+				return 0
+			end
+			owed[1], owed[2] = 0, 0
+			if iq == 0 and ir == 0 then
+				return 0
+			end
+		end
 		a, r = a - iq, r - ir
 		if r < 0 then
 			a, r = a - 1, r + n
@@ -859,6 +879,10 @@ local function give(args, cluster, cas)
 		end
 	end
 	local now = now_us()
+	-- (never below 0: a take read from another clock, after a failover,
+	-- must not give back more than was taken)
+	local since = now > take and now - take or 0
+	local owe = {}
 	local changed = 0
 	for i = 1, m do
 		local ki, cost, rule = request_at(req, i, nr, np, 10)
@@ -877,9 +901,17 @@ local function give(args, cluster, cas)
 			end
 			-- (a window's count is given back in the window of the take
 			-- whatever touched it since; a lease's bucket only when
-			-- untouched)
+			-- untouched, and then whole)
 			if v and (not cas or l[1] ~= 0 or v == want[x]) then
-				changed = changed + refund_key(name, v, l, cost, take, now, p)
+				local owed
+				if not cas then
+					owed = owe[name]
+					if not owed then
+						owed = {since, 0}
+						owe[name] = owed
+					end
+				end
+				changed = changed + refund_key(name, v, l, cost, take, now, p, owed)
 			end
 		end
 	end
