@@ -1,5 +1,6 @@
 #include "redis_node.h"
-#include "redis_encode.h"
+#include "redis_node-t.h"
+#include "redis_send.h"
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
@@ -14,6 +15,7 @@
 #include "clock.h"
 #include "log.h"
 #include "redis_cluster.h"
+#include "redis_encode.h"
 #include "redis_reply.h"
 #include "store_redis.h"
 
@@ -41,66 +43,7 @@
  * before anything is allocated for it. */
 #define REPLY_ELEMENTS_MAX 65536
 
-enum node_state {
-	NODE_DISCONNECTED,
-	NODE_CONNECTING,   /* connected or not, the library is not loaded yet */
-	NODE_READY,
-};
-
-struct rbatch {
-	struct redis_node *rn;
-	struct rbatch *prev, *next;  /* in flight, oldest first */
-	int answered;                /* its queries were answered degraded */
-	int retried;                 /* sent again after the library was loaded again */
-	int64_t sent;
-	size_t n;
-	struct redis_query rq[];
-};
-
-struct redis_node {
-	struct ev_loop *loop;
-	int worker;                  /* index, for logs */
-	struct addr addr;
-	const struct redis_config *cfg;
-	const struct redis_node_cb *cb;
-	void *owner;
-	redisAsyncContext *ac;
-	enum node_state state;
-	double backoff;
-	ev_timer reconnect_w;
-	ev_timer deadline_w;
-	ev_prepare send_w;
-	/* queue of unsent queries: a ring of cfg->max_pending */
-	struct redis_query *queue;
-	size_t qhead, qlen;
-	size_t inflight;             /* queries sent, not answered */
-	int calls;                   /* script calls sent, reply not back */
-	struct rbatch *oldest, *newest;
-	struct redis_decision *decoded; /* a batch's decoded reply */
-	int fails;                   /* calls in a row that failed */
-	int64_t open_until;          /* breaker open: the next probe then */
-	int probing;                 /* a probe is in flight */
-	bool down;                   /* the last connection or handshake failed:
-				      * decisions go to the failure policy at
-				      * once until the node is ready again */
-	int64_t down_since;          /* when down was last set */
-	bool freeing;                /* redis_node_free() under way */
-	int *shared_calls;           /* calls in flight of all the owner's nodes */
-	ev_timer handshake_w;        /* connecting and loading the library */
-	/* argv of one call */
-	const char **argv;
-	size_t *argvlen;
-	char *arena;                 /* the bytes of the argv */
-	size_t arena_cap;
-	char *cmd;                   /* the call's RESP (cheaper than hiredis's) */
-	size_t cmd_cap;
-	struct store_stats *stats;
-	bool cluster;                /* rl7_decide_cluster (see send_batch_cmd) */
-	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
-};
-
 static void start_connect(struct redis_node *rn);
-static void send_batches(struct redis_node *rn);
 static void handshake_failed(struct redis_node *rn);
 
 static void answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
@@ -205,7 +148,7 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 
 /* ---- batches in flight ------------------------------------------------------ */
 
-static void unlink_batch(struct redis_node *rn, struct rbatch *b)
+void redis_node_unlink_batch(struct redis_node *rn, struct rbatch *b)
 {
 	if (b->prev)
 		b->prev->next = b->next;
@@ -218,7 +161,7 @@ static void unlink_batch(struct redis_node *rn, struct rbatch *b)
 	b->prev = b->next = NULL;
 }
 
-static void fail_batch(struct redis_node *rn, struct rbatch *b)
+void redis_node_fail_batch(struct redis_node *rn, struct rbatch *b)
 {
 	if (b->answered)
 		return;
@@ -228,7 +171,7 @@ static void fail_batch(struct redis_node *rn, struct rbatch *b)
 		answer_degraded(rn, &b->rq[i], true);
 }
 
-static void arm_deadline(struct redis_node *rn)
+void redis_node_arm_deadline(struct redis_node *rn)
 {
 	int64_t next = INT64_MAX, now;
 	struct rbatch *b;
@@ -299,10 +242,10 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		if (b->rq[0].deadline > now)
 			break;
 		STAT_ADD(rn->stats->timeouts, b->n);
-		fail_batch(rn, b);
+		redis_node_fail_batch(rn, b);
 		call_failed(rn, now);
 	}
-	arm_deadline(rn);
+	redis_node_arm_deadline(rn);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -384,7 +327,6 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 	return 0;
 }
 
-static int send_batch_cmd(struct redis_node *rn, struct rbatch *b);
 
 /* With keys without an expiry, a server must evict them itself: each
  * connection looks whether it does (maxmemory set, an allkeys policy that
@@ -477,7 +419,7 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		rn->backoff = RECONNECT_MIN;
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
 			 reply->str, rn->name);
-		send_batches(rn);
+		redis_send_batches(rn);
 		check_eviction_policy(rn);
 	}
 }
@@ -493,7 +435,7 @@ static void load_library(struct redis_node *rn)
 	redisAsyncCommandArgv(rn->ac, on_library_loaded, NULL, 4, argv, argvlen);
 }
 
-static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
+void redis_node_on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct rbatch *b = priv;
 	struct redis_node *rn = b->rn;
@@ -509,10 +451,10 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 		STAT_INC(rn->stats->library_missing);
 		b->retried = 1;
 		load_library(rn);
-		if (send_batch_cmd(rn, b) == 0)
+		if (redis_send_batch(rn, b) == 0)
 			return;
 	}
-	unlink_batch(rn, b);
+	redis_node_unlink_batch(rn, b);
 	rn->calls--;
 	if (rn->shared_calls)
 		(*rn->shared_calls)--;
@@ -533,252 +475,16 @@ static void on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			STAT_INC(rn->stats->errors);
 			log_warn("redis: %s: decision failed: %s", rn->name,
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-			fail_batch(rn, b);
+			redis_node_fail_batch(rn, b);
 			if (topology_error(reply))
 				trouble(rn);
 		} else {
 			STAT_ADD(rn->stats->unavailable, b->n);
-			fail_batch(rn, b);
+			redis_node_fail_batch(rn, b);
 		}
 	}
 	xfree(b);
-	arm_deadline(rn);
-}
-
-/* ---- sending -------------------------------------------------------------------- */
-
-/* Bytes of the argv; NULL when the arena is full (it is sized for
- * batch_max queries of LIMIT_SET_MAX limits: cannot happen, checked
- * anyway). */
-static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
-{
-	uint8_t *p;
-
-	if (len > rn->arena_cap - *used)
-		return NULL;
-	p = (uint8_t *)rn->arena + *used;
-	*used += len;
-	return p;
-}
-
-static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
-{
-	return redis_limits_bytes(q->limits, q->nlimits, p);
-}
-
-/* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
-static int put_ids(struct redis_node *rn, const struct rbatch *b, size_t *argc, size_t *used)
-{
-	uint8_t *p = arena_take(rn, used, 8 * b->n);
-
-	if (!p)
-		return -1;
-	for (size_t i = 0; i < b->n; i++)
-		redis_put_be(p + 8 * i, b->rq[i].q.request_id, 8);
-	rn->argv[*argc] = (const char *)p;
-	rn->argvlen[(*argc)++] = 8 * b->n;
-	return 0;
-}
-
-/* The keys of a batch with a rule with layers, whose queries may share
- * keys (a global limit, a limit per address): each query's limits get
- * positions of their own, first[i] the first, and the keymap (the next
- * argument) names the key at each position; each distinct key is named
- * once, after it, so the library decides the queries in turn on the same
- * state. */
-static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32_t *first,
-			   size_t *argc, size_t *used, bool ids)
-{
-	size_t npos = 0, nkeys = 0, k0;
-	uint8_t *map;
-
-	for (size_t i = 0; i < b->n; i++)
-		npos += b->rq[i].q.nlimits;
-	if (!(map = arena_take(rn, used, 4 * npos)))
-		return -1;
-	rn->argv[*argc] = (const char *)map;
-	rn->argvlen[(*argc)++] = 4 * npos;
-	if (ids && put_ids(rn, b, argc, used) < 0)
-		return -1;
-	k0 = *argc;
-	npos = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		const struct decide_query *q = &b->rq[i].q;
-
-		first[i] = (uint32_t)npos + 1;
-		for (size_t j = 0; j < q->nlimits; j++) {
-			char name[STORE_KEY_NAME_MAX + 1];
-			size_t k, len;
-			uint8_t *p;
-
-			len = store_key_name(decide_limit_key(q, j), q->rule->lidh[j],
-					     &q->limits[j], name);
-			for (k = 0; k < nkeys; k++)
-				if (rn->argvlen[k0 + k] == len &&
-				    memcmp(rn->argv[k0 + k], name, len) == 0)
-					break;
-			if (k == nkeys) {
-				if (!(p = arena_take(rn, used, len + 1)))
-					return -1;
-				memcpy(p, name, len + 1);
-				rn->argv[k0 + nkeys] = (const char *)p;
-				rn->argvlen[k0 + nkeys] = len;
-				nkeys++;
-			}
-			redis_put_be(map + 4 * npos++, k + 1, 4);
-		}
-	}
-	*argc += nkeys;
-	return 0;
-}
-
-/* The call (see ratelimit.lua):
- *
- *     FCALL rl7_decide 0 <requests> <rule>... <key>...
- *
- * (rl7_decide_cluster on a Cluster: its keys may be of several slots). The
- * distinct rules of the batch go once each; then each distinct client's
- * keys, one per limit of its rule; <requests> is the number of rules
- * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
- * and, when any query of the call asks for a lease, the tokens it asks for
- * (4), big-endian. No key is named twice (see batch_len()). */
-static int send_batch_cmd(struct redis_node *rn, struct rbatch *b)
-{
-	size_t argc = 0, nrules = 0, nkeys = 0, used = 0, rec = 10, len;
-	bool stacked = false, ids = false, leases = false;
-	uint32_t first[1024];
-	uint16_t ruleidx[1024];
-	const struct decide_query *rule_q[1024];
-	const char *fn = rn->cluster ? "rl7_decide_cluster" : "rl7_decide";
-	uint8_t *req, *p;
-
-	if (b->n > sizeof(first) / sizeof(first[0]))
-		return -1;
-	rn->argv[argc] = "FCALL";
-	rn->argvlen[argc++] = 5;
-	rn->argv[argc] = fn;
-	rn->argvlen[argc++] = strlen(fn);
-	rn->argv[argc] = "0";
-	rn->argvlen[argc++] = 1;
-	for (size_t i = 0; i < b->n; i++)
-		leases |= b->rq[i].lease != 0;
-	if (leases)
-		rec = 14; /* each request names the tokens it would lease */
-	if (!(req = arena_take(rn, &used, 2 + rec * b->n)))
-		return -1;
-	rn->argv[argc] = (const char *)req;
-	rn->argvlen[argc++] = 2 + rec * b->n;
-	for (size_t i = 0; i < b->n; i++) {
-		const struct decide_query *q = &b->rq[i].q;
-		size_t k;
-
-		stacked |= q->rule->nstack > 0;
-		ids |= q->request_id != 0;
-		for (k = 0; k < nrules; k++)
-			if (rule_q[k]->limits == q->limits && rule_q[k]->nlimits == q->nlimits)
-				break;
-		if (k == nrules) {
-			if (!(p = arena_take(rn, &used, RULE_BYTES_MAX)))
-				return -1;
-			rule_q[nrules++] = q;
-			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = rule_bytes(q, p);
-		}
-		ruleidx[i] = (uint16_t)(k + 1);
-	}
-	if (stacked) {
-		if (put_keys_mapped(rn, b, first, &argc, &used, ids) < 0)
-			return -1;
-		nrules |= 0x8000; /* a keymap follows the rules */
-	} else if (ids && put_ids(rn, b, &argc, &used) < 0) {
-		return -1;
-	}
-	if (ids)
-		nrules |= 0x4000; /* then the requests' ids */
-	if (leases)
-		nrules |= 0x2000; /* records of 14 bytes */
-	for (size_t i = 0; i < b->n && !stacked; i++) {
-		const struct decide_query *q = &b->rq[i].q;
-		size_t k;
-
-		/* a client's queries of one rule share its keys; under another
-		 * rule it has keys of their own (batch_len() saw to it that
-		 * they are other keys) */
-		for (k = 0; k < i; k++)
-			if (b->rq[k].q.limits == q->limits &&
-			    memcmp(b->rq[k].q.key, q->key, IDENTITY_KEY_LEN) == 0)
-				break;
-		if (k < i) {
-			first[i] = first[k];
-			continue;
-		}
-		first[i] = (uint32_t)nkeys + 1;
-		for (size_t j = 0; j < q->nlimits; j++) {
-			if (!(p = arena_take(rn, &used, STORE_KEY_NAME_MAX + 1)))
-				return -1;
-			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = store_key_name(q->key, q->rule->lidh[j], &q->limits[j],
-							     (char *)p);
-		}
-		nkeys += q->nlimits;
-	}
-	redis_put_be(req, nrules, 2);
-	for (size_t i = 0; i < b->n; i++) {
-		uint8_t *at = req + 2 + rec * i;
-
-		redis_put_be(at, first[i], 4);
-		redis_put_be(at + 4, b->rq[i].q.cost, 4);
-		redis_put_be(at + 8, ruleidx[i], 2);
-		if (leases)
-			redis_put_be(at + 10, b->rq[i].lease, 4);
-	}
-	if (b->n == 1 && b->rq[0].asking &&
-	    redisAsyncCommand(rn->ac, NULL, NULL, "ASKING") != REDIS_OK)
-		return -1;
-	len = redis_resp_len(argc, rn->argvlen);
-	if (len > rn->cmd_cap) {
-		char *grown = xrealloc(rn->cmd, len);
-
-		if (!grown)
-			return -1;
-		rn->cmd = grown;
-		rn->cmd_cap = len;
-	}
-	redis_resp_put(rn->cmd, argc, rn->argv, rn->argvlen);
-	if (redisAsyncFormattedCommand(rn->ac, on_batch_reply, b, rn->cmd, len) != REDIS_OK)
-		return -1;
-	return 0;
-}
-
-/* Writes the calls queued now, where hiredis would arm its write watcher
- * (an epoll_ctl, a turn of the loop, another epoll_ctl): stopped in the
- * turn it was started, it costs libev nothing in the kernel. What a full
- * socket leaves, and an error, stay with hiredis's watcher. */
-void redis_node_flush(struct redis_node *rn)
-{
-	redisContext *c;
-	size_t left;
-	int done = 0;
-
-	if (!rn->ac || rn->state != NODE_READY)
-		return;
-	c = &rn->ac->c;
-	left = sdslen(c->obuf);
-	while (!done) {
-		size_t now;
-
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-			return;
-		now = done ? 0 : sdslen(c->obuf);
-		if (now == left)
-			return; /* the socket is full */
-		left = now;
-	}
-	/* as hiredis's own write handler ends: no more to write, read on */
-	if (rn->ac->ev.delWrite)
-		rn->ac->ev.delWrite(rn->ac->ev.data);
-	if (rn->ac->ev.addRead)
-		rn->ac->ev.addRead(rn->ac->ev.data);
+	redis_node_arm_deadline(rn);
 }
 
 const char *redis_node_name(const struct redis_node *rn)
@@ -802,111 +508,6 @@ int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, i
 	if (rn->state != NODE_READY || !rn->ac)
 		return -1;
 	return redisAsyncCommandArgv(rn->ac, cb, priv, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
-}
-
-/* Whether two queries' rules share a limit (and so, for one client, a
- * key). */
-static bool share_limit(const struct redis_query *a, const struct redis_query *b)
-{
-	for (size_t i = 0; i < a->q.nlimits; i++)
-		for (size_t j = 0; j < b->q.nlimits; j++)
-			if (a->q.rule->lidh[i] == b->q.rule->lidh[j])
-				return true;
-	return false;
-}
-
-/* How many of the first n queued queries go in one call: a query sent
- * after ASKING (a migrating slot) goes alone, as ASKING admits one
- * command, for the slot being imported; and a query whose client is in
- * the call already under another rule that shares a limit with its own
- * waits for the next call, so that no key is named twice in one. */
-static size_t batch_len(const struct redis_node *rn, size_t n)
-{
-	size_t cap = (size_t)rn->cfg->max_pending;
-
-	for (size_t i = 0; i < n; i++) {
-		const struct redis_query *r = &rn->queue[(rn->qhead + i) % cap];
-
-		if (r->asking)
-			return i ? i : 1;
-		/* a rule with layers: the call maps its keys (put_keys_mapped),
-		 * any query may share them */
-		for (size_t k = 0; k < i && !r->q.rule->nstack; k++) {
-			const struct redis_query *e = &rn->queue[(rn->qhead + k) % cap];
-
-			if (e->q.limits != r->q.limits &&
-			    memcmp(e->q.key, r->q.key, IDENTITY_KEY_LEN) == 0 && share_limit(e, r))
-				return i;
-		}
-	}
-	return n;
-}
-
-/* Sends what is queued, in batches of at most batch_max, with at most
- * `pipeline` calls in flight. Called before the loop blocks and when a
- * reply frees a place. While calls are out, new queries gather into the
- * next batch: under light load a query leaves at once, under heavy load
- * batches grow by themselves, and Redis never holds a backlog of small
- * calls (each call costs Redis, on top of the decisions in it, about as
- * much as two or three more decisions). */
-static void send_batches(struct redis_node *rn)
-{
-	int64_t now = clock_now_us();
-
-	while (rn->qlen && rn->state == NODE_READY && rn->calls < rn->cfg->pipeline &&
-	       (!rn->cb->may_send || rn->cb->may_send(rn->owner, rn))) {
-		size_t n = rn->qlen < (size_t)rn->cfg->batch_max ? rn->qlen
-								 : (size_t)rn->cfg->batch_max;
-		struct rbatch *b;
-
-		n = batch_len(rn, n);
-		b = xmalloc(sizeof(*b) + n * sizeof(struct redis_query));
-
-		if (!b)
-			return; /* the deadline answers them */
-		b->rn = rn;
-		b->answered = 0;
-		b->retried = 0;
-		b->sent = now;
-		b->n = n;
-		b->prev = b->next = NULL;
-		for (size_t i = 0; i < n; i++) {
-			b->rq[i] = rn->queue[rn->qhead];
-			rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
-		}
-		rn->qlen -= n;
-		rn->inflight += n;
-		/* append to the in-flight list before sending: a failing send
-		 * calls the reply callback with NULL at once */
-		b->prev = rn->newest;
-		if (rn->newest)
-			rn->newest->next = b;
-		else
-			rn->oldest = b;
-		rn->newest = b;
-		STAT_INC(rn->stats->calls);
-		if (send_batch_cmd(rn, b) < 0) {
-			unlink_batch(rn, b);
-			STAT_ADD(rn->stats->unavailable, b->n);
-			fail_batch(rn, b);
-			xfree(b);
-		} else {
-			rn->calls++;
-			if (rn->shared_calls)
-				(*rn->shared_calls)++;
-		}
-	}
-	arm_deadline(rn);
-}
-
-static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
-{
-	struct redis_node *rn = p->data;
-
-	if (rn->qlen && rn->state == NODE_READY) {
-		send_batches(rn);
-		redis_node_flush(rn);
-	}
 }
 
 /* ---- connection ----------------------------------------------------------------- */
@@ -1158,7 +759,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->deadline_w.data = rn;
 	ev_timer_init(&rn->handshake_w, on_handshake_timeout, HANDSHAKE_S, 0.);
 	rn->handshake_w.data = rn;
-	ev_prepare_init(&rn->send_w, on_prepare);
+	ev_prepare_init(&rn->send_w, redis_send_on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
 	start_connect(rn);
@@ -1182,8 +783,8 @@ void redis_node_free(struct redis_node *rn)
 	while (rn->oldest) {
 		struct rbatch *b = rn->oldest;
 
-		unlink_batch(rn, b);
-		fail_batch(rn, b);
+		redis_node_unlink_batch(rn, b);
+		redis_node_fail_batch(rn, b);
 		xfree(b);
 	}
 	ev_timer_stop(rn->loop, &rn->reconnect_w);
@@ -1212,6 +813,6 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r)
 	rn->queue[(rn->qhead + rn->qlen) % (size_t)rn->cfg->max_pending] = *r;
 	rn->qlen++;
 	if (rn->qlen == 1 && !ev_is_active(&rn->deadline_w))
-		arm_deadline(rn);
+		redis_node_arm_deadline(rn);
 	return 0;
 }

@@ -2,12 +2,12 @@
  *
  * An asynchronous hiredis connection on the worker's loop, the decision
  * script loaded on it, and the decisions waiting for it: a bounded queue
- * that leaves in batches, one EVALSHA per batch and loop iteration, a few
- * batches in flight (pipelined). Every query has a deadline; a query whose
- * answer is not back in time, or that a failed call or a lost connection
- * leaves without one, is reported failed, exactly once. A circuit breaker
- * stops calling a server that keeps failing, for a while; the connection
- * comes back by itself with backoff.
+ * that leaves in batches (redis_send.c), one FCALL per batch and loop
+ * iteration, a few batches in flight (pipelined). Every query has a
+ * deadline; a query whose answer is not back in time, or that a failed
+ * call or a lost connection leaves without one, is reported failed,
+ * exactly once. A circuit breaker stops calling a server that keeps
+ * failing, for a while; the connection comes back by itself with backoff.
  *
  * The owner (a Redis store, which may hold several nodes per worker) gets
  * each outcome through the callbacks it registered; a node never calls up
