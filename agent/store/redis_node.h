@@ -1,7 +1,7 @@
 /* redis_node.h: one Redis server as one worker sees it.
  *
  * An asynchronous hiredis connection on the worker's loop, the decision
- * script loaded on it, and the decisions waiting for it: a bounded queue
+ * library loaded on it, and the decisions waiting for it: a bounded queue
  * that leaves in batches (redis_send.c), one FCALL per batch and loop
  * iteration, a few batches in flight (pipelined). Every query has a
  * deadline; a query whose answer is not back in time, or that a failed
@@ -128,7 +128,7 @@ void redis_node_free(struct redis_node *rn);
 /* The address the node talks to. */
 const struct addr *redis_node_addr(const struct redis_node *rn);
 
-/* Connected, the script loaded. */
+/* Connected, the library loaded. */
 bool redis_node_ready(const struct redis_node *rn);
 
 /* When the node's last connection or handshake failed, while it is not

@@ -1,8 +1,9 @@
 /* store_redis.h: the Redis store, buckets shared by every agent of a fleet.
  *
  * Each worker has its own asynchronous hiredis connection on its own loop.
- * Queries wait in a bounded queue and leave in batches, one EVALSHA of the
- * decision script per batch and loop iteration, several batches pipelined.
+ * Queries wait in a bounded queue and leave in batches, one FCALL of the
+ * decision library per batch and loop iteration, several batches
+ * pipelined.
  * Every query has a deadline: one whose answer is not back in time is
  * answered without the store (the rule's failure policy, store.c). A
  * client refused until time T is answered locally until T. A circuit
