@@ -273,6 +273,12 @@ def get(key):
     return None if v is None else v.decode()
 
 
+def now_of_redis():
+    """Redis's clock, in microseconds."""
+    t = redis().c.command("TIME")
+    return int(t[0]) * S + int(t[1])
+
+
 def pexpiretime(key):
     return redis().c.command("PEXPIRETIME", key)
 
@@ -442,8 +448,7 @@ class Model:
         (algo, quota, period, burst), s, t = self.st[key]
         if algo == TB:
             # TAT = A + R/n with T = p/n in lowest terms
-            cap = burst or quota
-            tat = t + (cap - s[0]) * Fraction(period, quota)
+            tat = self.tat(key)
             n = quota // math.gcd(quota, period)
             a = math.floor(tat)
             r = (tat - a) * n
@@ -1192,11 +1197,6 @@ def test_keymap_shared_keys_match_model():
         assert tally[0] > 0 and tally[1] > 0, tally
 
 
-def redis_now():
-    t = redis().c.command("TIME")
-    return int(t[0]) * S + int(t[1])
-
-
 def tat_of(limit, v):
     """The TAT a token bucket's stored value v says (None: no key)."""
     if v is None:
@@ -1220,9 +1220,9 @@ def refund_at(model, fn, take, back, what):
     buckets = sorted({key_of(o, l) for q in back for o, l in zip(q[0], q[2])
                       if l[0] == TB})
     lims = {key_of(o, l): l for q in back for o, l in zip(q[0], q[2])}
-    t0 = redis_now()
+    t0 = now_of_redis()
     n = redis().c.command("FCALL", fn, 0, str(take), *layout_mapped(back)[0])
-    t1 = redis_now()
+    t1 = now_of_redis()
     got = {k: tat_of(lims[k], get(k)) for k in buckets}
     lo, hi = t0, t1
     while lo <= hi:
@@ -1353,8 +1353,7 @@ def wait_phase(period_us, lo, hi):
     """Waits until Redis's clock is between lo and hi (fractions) of a
     window of period_us."""
     for _ in range(50):
-        t = redis().c.command("TIME")
-        now = int(t[0]) * S + int(t[1])
+        now = now_of_redis()
         e = now % period_us / period_us
         if lo <= e < hi:
             return
@@ -1728,8 +1727,7 @@ def test_token_state_as_text_is_read_and_written_back_as_an_integer():
     l = (TB, 7, 1 * S, 0)  # T = 1s/7: n = 7
     c = new_client()
     k = key_of(c, l)
-    t = r.c.command("TIME")
-    now = int(t[0]) * S + int(t[1])
+    now = now_of_redis()
     # 5 requests of T = 142857 + 1/7 us in use: TAT = now + 714285 + 5/7
     r.c.command("SET", k, "%d+%d" % (now + 714285, 5), "PX", 60000)
     _, got = decide([(c, 1, [l])])
@@ -1764,8 +1762,7 @@ def test_stale_values_and_keys_expire():
     time.sleep(0.25)
     assert r.c.command("EXISTS", k) == 0, get(k)
     # a value past its need that its key still holds counts as absent
-    t = r.c.command("TIME")
-    now = int(t[0]) * S + int(t[1])
+    now = now_of_redis()
     tb, sw, fw = (TB, 3, 10 * S, 0), (SW, 3, 10 * S, 0), (FW, 3, 10 * S, 0)
     ws = now // (10 * S) * (10 * S)
     c = new_client()
@@ -1962,8 +1959,7 @@ def test_foreign_values_count_as_fresh():
     the write replaces by a string. Values are set in the future where a
     misreading would show."""
     r = redis()
-    t = r.c.command("TIME")
-    now = int(t[0]) * S + int(t[1])
+    now = now_of_redis()
     fut = now + 5 * S
     tb, t7, sw, fw = (TB, 3, 10 * S, 0), (TB, 7, 10 * S, 0), (SW, 3, 10 * S, 0), (FW, 3, 10 * S, 0)
     values = [
@@ -2018,8 +2014,7 @@ def test_log_values_of_another_shape_count_as_absent():
     log of this request alone. A value of the shape is read: one ahead of
     now (a clock that went back) takes the request at its newest time."""
     r = redis()
-    t = r.c.command("TIME")
-    now = int(t[0]) * S + int(t[1])
+    now = now_of_redis()
     fut = now + 5 * S
     lg = (LG, 3, 10 * S, 0)
     good = _log_bytes(fut - S, 0, [(fut - S, 1), (fut, 1)])
@@ -2072,8 +2067,7 @@ def test_log_rebase_merge_and_expiry():
     window is dropped, and the running total before the first entry kept
     moves with it."""
     r = redis()
-    t = r.c.command("TIME")
-    now = int(t[0]) * S + int(t[1])
+    now = now_of_redis()
     lg = (LG, 5, 10 * S, 0)
     c = new_client()
     base = now - 2 ** 48 - S // 2
@@ -2254,11 +2248,6 @@ def test_rule_cache():
 
 
 # ---------------------------------------------------------------- leases
-
-
-def now_of_redis():
-    t = redis().c.command("TIME")
-    return int(t[0]) * S + int(t[1])
 
 
 def return_lease(take, back, vals, fn="rl7_return", mapped=True):
