@@ -61,9 +61,12 @@ static void usage(FILE *out)
 		"      --redis-max-pending N decisions waiting per worker (default 10000)\n"
 		"      --redis-packed        keep token buckets packed in sorted sets:\n"
 		"                            less memory, more Redis CPU (README)\n"
-		"      --redis-no-expiry     write the limits' keys without an expiry, for\n"
-		"                            a Redis that evicts them (allkeys-lru): less\n"
-		"                            memory, less Redis CPU (README)\n"
+		"      --redis-expiry MODE   the limits' keys without an expiry, for a Redis\n"
+		"                            that evicts them (less memory, less Redis CPU):\n"
+		"                            auto (default) where the server evicts\n"
+		"                            (maxmemory, allkeys-lru or allkeys-lfu),\n"
+		"                            never (every server), always (none) (README)\n"
+		"      --redis-no-expiry     --redis-expiry never\n"
 		"      --redis-packed-sets N sorted sets per limit, a power of two from\n"
 		"                            1 to 262144 (default 4096): about the\n"
 		"                            clients per limit / 25 (implies\n"
@@ -167,6 +170,7 @@ enum {
 	OPT_REDIS_PACKED,
 	OPT_REDIS_PACKED_SETS,
 	OPT_REDIS_NO_EXPIRY,
+	OPT_REDIS_EXPIRY,
 	OPT_FIXED_ANSWER,
 	OPT_LEASE,
 	OPT_LEASE_SHARE,
@@ -190,7 +194,7 @@ struct cli {
 	int check;
 	bool packed;             /* --redis-packed */
 	unsigned packed_bits;    /* --redis-packed-sets: log2 of it */
-	bool no_expiry;          /* --redis-no-expiry */
+	int expiry;              /* --redis-expiry: enum store_expiry */
 	int use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
@@ -465,6 +469,7 @@ int main(int argc, char **argv)
 		{ "redis-packed", no_argument, NULL, OPT_REDIS_PACKED },
 		{ "redis-packed-sets", required_argument, NULL, OPT_REDIS_PACKED_SETS },
 		{ "redis-no-expiry", no_argument, NULL, OPT_REDIS_NO_EXPIRY },
+		{ "redis-expiry", required_argument, NULL, OPT_REDIS_EXPIRY },
 		{ "lease", required_argument, NULL, OPT_LEASE },
 		{ "lease-share", required_argument, NULL, OPT_LEASE_SHARE },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
@@ -673,7 +678,17 @@ int main(int argc, char **argv)
 			cli.packed = true;
 			break;
 		case OPT_REDIS_NO_EXPIRY:
-			cli.no_expiry = true;
+			cli.expiry = STORE_EXPIRY_NEVER;
+			break;
+		case OPT_REDIS_EXPIRY:
+			if (!strcmp(optarg, "auto"))
+				cli.expiry = STORE_EXPIRY_AUTO;
+			else if (!strcmp(optarg, "always"))
+				cli.expiry = STORE_EXPIRY_ALWAYS;
+			else if (!strcmp(optarg, "never"))
+				cli.expiry = STORE_EXPIRY_NEVER;
+			else
+				BAD("--redis-expiry: auto, always or never, not '%s'", optarg);
 			break;
 		case OPT_REDIS_PACKED_SETS:
 			if (parse_num(optarg, 1, 1 << STORE_KEY_PACKED_BITS_MAX, &num) < 0 ||
@@ -774,8 +789,8 @@ int main(int argc, char **argv)
 		rules_release(rules);
 		return cli.check ? 1 : 2;
 	}
-	if ((!use_redis || cli.packed) && cli.no_expiry) {
-		fprintf(stderr, "spoa-ratelimit: --redis-no-expiry: %s\n",
+	if ((!use_redis || cli.packed) && cli.expiry == STORE_EXPIRY_NEVER) {
+		fprintf(stderr, "spoa-ratelimit: --redis-expiry never: %s\n",
 			use_redis ? "packed buckets have their sets' expiry: one or the other"
 				  : "with a Redis store only");
 		rules_release(rules);
@@ -807,7 +822,9 @@ int main(int argc, char **argv)
 
 	/* (before the workers name any key) */
 	store_key_packing(cli.packed, cli.packed_bits);
-	store_key_no_expiry(cli.no_expiry);
+	/* packed buckets: their sets' expiry is how their members go */
+	store_key_expiry(cli.packed && cli.expiry == STORE_EXPIRY_AUTO ? STORE_EXPIRY_ALWAYS
+								      : (enum store_expiry)cli.expiry);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
 			      : store_memory_new(srv.cfg.mem_max_keys);
@@ -845,8 +862,11 @@ int main(int argc, char **argv)
 	if (cli.packed)
 		snprintf(layout_log, sizeof(layout_log), ", packed buckets (%u sets per limit)",
 			 1U << cli.packed_bits);
-	else if (cli.no_expiry)
+	else if (cli.expiry == STORE_EXPIRY_NEVER)
 		snprintf(layout_log, sizeof(layout_log), ", keys without an expiry");
+	else if (use_redis && cli.expiry == STORE_EXPIRY_AUTO)
+		snprintf(layout_log, sizeof(layout_log),
+			 ", keys without an expiry where the server evicts them");
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
 		 rules_count(rules), rules_source(rules), use_redis ? "Redis" : "in-memory",
 		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",

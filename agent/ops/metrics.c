@@ -143,10 +143,10 @@ static void node_series(struct out *o, const struct server *srv)
 		outf(o, "# HELP %s %s\n# TYPE %s counter\n", nl.name, node_counters[k].help, nl.name);
 		srv->store->ops->each_node(srv->store, node_line, &nl);
 	}
-	outf(o, "# HELP %s 1 while the server may not evict the keys written without an "
-	     "expiry (--redis-no-expiry): no maxmemory, a policy other than allkeys-lru or "
-	     "allkeys-lfu, or CONFIG refused; else 0.\n# TYPE %s gauge\n", gauge.name,
-	     gauge.name);
+	outf(o, "# HELP %s 1 while keys written without an expiry may be on the server "
+	     "(--redis-expiry never, or auto once it was found evicting) and it may not evict "
+	     "them: no maxmemory, a policy other than allkeys-lru or allkeys-lfu, or CONFIG "
+	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
 	srv->store->ops->each_node(srv->store, node_line, &gauge);
 }
 

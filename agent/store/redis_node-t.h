@@ -68,6 +68,9 @@ struct redis_node {
 	size_t cmd_cap;
 	struct store_stats *stats;
 	bool cluster;                /* rl7_decide_cluster (see redis_send_batch) */
+	bool evicting;               /* the connection's last look at the server's
+				      * eviction found it evicting */
+	ev_timer eviction_w;         /* the next look */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
 };
 

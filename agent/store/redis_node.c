@@ -328,18 +328,59 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 }
 
 
-/* With keys without an expiry, a server must evict them itself: each
+/* Keys without an expiry go to a server that evicts them itself: each
  * connection looks whether it does (maxmemory set, an allkeys policy that
- * evicts the least recently or frequently used) or may not. The gauge
- * follows; true when the finding differs from the last one (to be said
- * in the log, once per change, whichever worker found it). */
-static bool eviction_found(struct redis_node *rn, bool evicting)
+ * evicts the least recently or frequently used) when it is ready and every
+ * EVICTION_LOOK_S after. With --redis-expiry auto the node's keys go
+ * without an expiry while the last look found it evicting, with never
+ * always. The gauge is 1 while keys without an expiry may be on a server
+ * that may not evict them. What a look found is logged once per change,
+ * whichever worker found it. */
+#define EVICTION_LOOK_S 10.
+
+static void eviction_found(struct redis_node *rn, bool evicting, const char *maxmemory,
+			   const char *policy, const char *refused)
 {
 	uint64_t seen = evicting ? 1 : 2;
+	bool forced = store_key_expiry_mode() == STORE_EXPIRY_NEVER, before;
 
-	atomic_store_explicit(&rn->stats->not_evicting, !evicting, memory_order_relaxed);
-	return atomic_exchange_explicit(&rn->stats->eviction_seen, seen,
-					memory_order_relaxed) != seen;
+	rn->evicting = evicting;
+	if (evicting)
+		atomic_store_explicit(&rn->stats->evicting_once, 1, memory_order_relaxed);
+	before = atomic_load_explicit(&rn->stats->evicting_once, memory_order_relaxed);
+	atomic_store_explicit(&rn->stats->not_evicting, !evicting && (forced || before),
+			      memory_order_relaxed);
+	if (atomic_exchange_explicit(&rn->stats->eviction_seen, seen, memory_order_relaxed) ==
+	    seen)
+		return;
+	if (refused && forced)
+		log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an "
+			 "expiry need maxmemory and an allkeys-lru or allkeys-lfu policy",
+			 rn->name, refused);
+	else if (refused && before)
+		log_warn("redis: %s: cannot read maxmemory-policy (%s): the limits' keys are "
+			 "written with an expiry again, and those written without one stay until "
+			 "written again", rn->name, refused);
+	else if (refused)
+		log_info("redis: %s: cannot read maxmemory-policy (%s): the limits' keys are "
+			 "written with an expiry", rn->name, refused);
+	else if (evicting)
+		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry%s",
+			 rn->name, maxmemory, policy,
+			 forced ? "" : ": the limits' keys are written without one");
+	else if (forced)
+		log_warn("redis: %s: maxmemory %s, policy %s: keys without an expiry need "
+			 "maxmemory and an allkeys-lru or allkeys-lfu policy, else they fill it",
+			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
+	else if (before)
+		log_warn("redis: %s: maxmemory %s, policy %s: it no longer evicts the keys "
+			 "without an expiry: the limits' keys are written with one again, and "
+			 "those written without one stay until written again",
+			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
+	else
+		log_info("redis: %s: maxmemory %s, policy %s: the limits' keys are written "
+			 "with an expiry", rn->name, maxmemory ? maxmemory : "?",
+			 policy ? policy : "?");
 }
 
 static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
@@ -347,17 +388,13 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	struct redis_node *rn = ac->data;
 	redisReply *reply = r;
 	const char *policy = NULL, *maxmemory = NULL;
-	bool evicting;
 
 	(void)priv;
 	if (!rn || !reply)
 		return;
 	if (reply->type != REDIS_REPLY_ARRAY) {
-		if (eviction_found(rn, false))
-			log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an "
-				 "expiry need maxmemory and an allkeys-lru or allkeys-lfu policy",
-				 rn->name,
-				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		eviction_found(rn, false, NULL, NULL,
+			       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
 	}
 	for (size_t i = 0; i + 1 < reply->elements; i += 2) {
@@ -370,26 +407,38 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 		else if (!strcmp(k->str, "maxmemory"))
 			maxmemory = v->str;
 	}
-	evicting = policy && maxmemory && strcmp(maxmemory, "0") &&
-		   (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu"));
-	if (!eviction_found(rn, evicting))
-		return;
-	if (evicting)
-		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry",
-			 rn->name, maxmemory, policy);
-	else
-		log_warn("redis: %s: maxmemory %s, policy %s: keys without an expiry need "
-			 "maxmemory and an allkeys-lru or allkeys-lfu policy, else they fill it",
-			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
+	eviction_found(rn, policy && maxmemory && strcmp(maxmemory, "0") &&
+			       (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu")),
+		       maxmemory, policy, NULL);
 }
 
-static void check_eviction_policy(struct redis_node *rn)
+static void look_at_eviction(struct redis_node *rn)
 {
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (store_key_no_expiry_on())
-		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
+	redis_node_command(rn, on_eviction_policy, NULL, 4, argv, argvlen);
+}
+
+static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop;
+	(void)revents;
+	look_at_eviction(t->data);
+}
+
+/* at a connection's start: the first look, and the next ones */
+static void check_eviction_policy(struct redis_node *rn)
+{
+	if (store_key_expiry_mode() == STORE_EXPIRY_ALWAYS)
+		return;
+	look_at_eviction(rn);
+	ev_timer_again(rn->loop, &rn->eviction_w);
+}
+
+bool redis_node_unexpiring(const struct redis_node *rn)
+{
+	return store_key_expiry_dropped(rn->evicting);
 }
 
 static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
@@ -544,6 +593,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		/* hiredis frees the context after this callback */
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
+		rn->evicting = false;
+		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (!rn->down)
 			rn->down_since = clock_now_us();
 		rn->down = true;
@@ -565,6 +616,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	if (rn->ac == ac) {
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
+		rn->evicting = false;
+		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
 				 rn->name, ac->errstr);
@@ -759,6 +812,8 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->deadline_w.data = rn;
 	ev_timer_init(&rn->handshake_w, on_handshake_timeout, HANDSHAKE_S, 0.);
 	rn->handshake_w.data = rn;
+	ev_timer_init(&rn->eviction_w, on_eviction_look, 0., EVICTION_LOOK_S);
+	rn->eviction_w.data = rn;
 	ev_prepare_init(&rn->send_w, redis_send_on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
@@ -789,6 +844,7 @@ void redis_node_free(struct redis_node *rn)
 	}
 	ev_timer_stop(rn->loop, &rn->reconnect_w);
 	ev_timer_stop(rn->loop, &rn->deadline_w);
+	ev_timer_stop(rn->loop, &rn->eviction_w);
 	ev_prepare_stop(rn->loop, &rn->send_w);
 	free_buffers(rn);
 }

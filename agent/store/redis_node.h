@@ -110,6 +110,9 @@ void redis_node_flush(struct redis_node *rn);
 const char *redis_node_name(const struct redis_node *rn);
 struct store_stats *redis_node_stats(struct redis_node *rn);
 bool redis_node_is_cluster(const struct redis_node *rn);
+/* Whether the limits' keys go to it without an expiry (--redis-expiry:
+ * never, or auto while the connection's last look found it evicting). */
+bool redis_node_unexpiring(const struct redis_node *rn);
 
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */

@@ -72,7 +72,7 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	argv[argc] = (const char *)req;
 	argvlen[argc++] = sizeof(req);
 	argv[argc] = (const char *)rule;
-	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, rule);
+	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, redis_node_unexpiring(rn), rule);
 	for (size_t j = 0; j < g->nl; j++) {
 		argv[argc] = key[j];
 		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], &g->limits[j], key[j]);
@@ -162,7 +162,7 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 		return -1;
 	fcall_head(argv, argvlen, fn);
 	argv[3] = (const char *)rb;
-	argvlen[3] = redis_limits_bytes(&p->count, 1, rb);
+	argvlen[3] = redis_limits_bytes(&p->count, 1, redis_node_unexpiring(rn), rb);
 	argv[4] = ban;
 	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
 				      (long long)rule->limits[p->ban - 1].period_us);

@@ -25,9 +25,9 @@ static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
 	return p;
 }
 
-static size_t rule_bytes(const struct decide_query *q, uint8_t *p)
+static size_t rule_bytes(const struct redis_node *rn, const struct decide_query *q, uint8_t *p)
 {
-	return redis_limits_bytes(q->limits, q->nlimits, p);
+	return redis_limits_bytes(q->limits, q->nlimits, redis_node_unexpiring(rn), p);
 }
 
 /* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
@@ -146,7 +146,7 @@ int redis_send_batch(struct redis_node *rn, struct rbatch *b)
 				return -1;
 			rule_q[nrules++] = q;
 			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = rule_bytes(q, p);
+			rn->argvlen[argc++] = rule_bytes(rn, q, p);
 		}
 		ruleidx[i] = (uint16_t)(k + 1);
 	}

@@ -357,21 +357,26 @@ bool store_key_packed(const struct limit_spec *l)
 }
 
 /* set once, before the workers name any key */
-static bool no_expiry;
+static enum store_expiry expiry_mode;
 
-void store_key_no_expiry(bool on)
+void store_key_expiry(enum store_expiry mode)
 {
-	no_expiry = on;
+	expiry_mode = mode;
 }
 
-bool store_key_no_expiry_on(void)
+enum store_expiry store_key_expiry_mode(void)
 {
-	return no_expiry;
+	return expiry_mode;
 }
 
-bool store_key_unexpiring(const struct limit_spec *l)
+bool store_key_expiry_dropped(bool evicting)
 {
-	return no_expiry && l && l->algo <= LIMIT_LOG && !store_key_packed(l);
+	return expiry_mode == STORE_EXPIRY_NEVER || (expiry_mode == STORE_EXPIRY_AUTO && evicting);
+}
+
+bool store_key_unexpiring(const struct limit_spec *l, bool dropped)
+{
+	return dropped && l && l->algo <= LIMIT_LOG && !store_key_packed(l);
 }
 
 size_t store_key_held_len(const struct limit_spec *l, size_t len)

@@ -80,12 +80,15 @@ struct store_stats {
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
 	counter_t penalty_lost;   /* such events Redis could not be told of */
 	struct lease_stats lease; /* leased tokens (lease.h) */
-	/* a gauge, per server: 1 while its keys without an expiry
-	 * (--redis-no-expiry) may not be evicted (the last look at its
-	 * maxmemory and policy, at a connection), else 0; and that look's
-	 * finding (0 none yet, 1 evicting, 2 not), logged when it changes */
+	/* a gauge, per server: 1 while keys written without an expiry
+	 * (--redis-expiry) may be on it and it may not evict them (the last
+	 * look at its maxmemory and policy), else 0; that look's finding (0
+	 * none yet, 1 evicting, 2 not), logged when it changes; and whether
+	 * a look found it evicting once (with auto, keys without an expiry
+	 * may have been written since) */
 	counter_t not_evicting;
 	counter_t eviction_seen;
+	counter_t evicting_once;
 };
 
 /* Receives one server's counters (see store_ops.each_node). */
@@ -281,12 +284,24 @@ size_t store_overrides_key(bool version, char *buf);
 #define STORE_KEY_PACKED_BITS_MAX 18
 void store_key_packing(bool on, unsigned bits);
 bool store_key_packed(const struct limit_spec *l);
-/* Keys without an expiry (--redis-no-expiry): the keys of token buckets,
- * windows and logs that are not packed are written without one, for a
- * Redis that evicts them itself. */
-void store_key_no_expiry(bool on);
-bool store_key_no_expiry_on(void);
-bool store_key_unexpiring(const struct limit_spec *l);
+/* Keys without an expiry (--redis-expiry): the keys of token buckets,
+ * windows and logs that are not packed are written without one to a
+ * Redis that evicts them itself. auto: to a server found evicting (its
+ * maxmemory set, an allkeys-lru or allkeys-lfu policy), never: to every
+ * server, always: to none. */
+enum store_expiry {
+	STORE_EXPIRY_AUTO,
+	STORE_EXPIRY_ALWAYS,
+	STORE_EXPIRY_NEVER,
+};
+void store_key_expiry(enum store_expiry mode);
+enum store_expiry store_key_expiry_mode(void);
+/* whether the keys go without an expiry to a server found evicting or
+ * not */
+bool store_key_expiry_dropped(bool evicting);
+/* whether limit l's key goes without an expiry to a server whose keys do
+ * (dropped: store_key_expiry_dropped()) */
+bool store_key_unexpiring(const struct limit_spec *l, bool dropped);
 size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
 size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
 		      const struct limit_spec *l, char *buf);

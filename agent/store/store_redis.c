@@ -849,7 +849,7 @@ static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 	argvlen[1] = store_overrides_key(true, key);
 	if (redis_node_command(rn, on_ov_version, rw, 2, argv, argvlen) == 0)
 		rw->ov_busy = true;
-	if (store_key_no_expiry_on()) {
+	if (redis_node_unexpiring(rn)) {
 		/* Keys without an expiry live in a Redis that evicts the least
 		 * used: the overrides' hash, read only when it changes, is used
 		 * here, as the version is, so that it is never among them. */

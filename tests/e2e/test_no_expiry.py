@@ -1,8 +1,10 @@
-"""Keys without an expiry (--redis-no-expiry) against a real redis-server:
+"""Keys without an expiry (--redis-expiry) against a real redis-server:
+by default where the server evicts them, and on every server with never;
 the limits' keys are written without one and decide as keys with one do,
 exact across a fleet through the real haproxy; a limit of requests in
-flight keeps its expiry; the agent says whether the server evicts them;
-turning it on keeps the clients' state.
+flight keeps its expiry; the agent says whether the server evicts them,
+and follows a change of its policy; turning it on keeps the clients'
+state.
 """
 
 import collections
@@ -107,10 +109,17 @@ def not_evicting(mport, redis):
 
 def test_no_expiry_needs_redis_and_keys(h):
     binary = os.path.join(harness.BUILD, "spoa-ratelimit")
-    for args, want in ((["--redis-no-expiry"], "--redis-no-expiry: with a Redis store only"),
+    for args, want in ((["--redis-no-expiry"], "--redis-expiry never: with a Redis store only"),
+                       (["--redis-expiry", "never"],
+                        "--redis-expiry never: with a Redis store only"),
                        (["--redis-no-expiry", "--redis", "127.0.0.1:1", "--redis-packed"],
-                        "--redis-no-expiry: packed buckets have their sets' expiry"),
-                       (["--redis-no-expiry", "--redis", "127.0.0.1:1"], None)):
+                        "--redis-expiry never: packed buckets have their sets' expiry"),
+                       (["--redis-expiry", "sometimes", "--redis", "127.0.0.1:1"],
+                        "--redis-expiry: auto, always or never, not 'sometimes'"),
+                       (["--redis-no-expiry", "--redis", "127.0.0.1:1"], None),
+                       (["--redis-expiry", "always", "--redis", "127.0.0.1:1"], None),
+                       (["--redis-expiry", "auto", "--redis", "127.0.0.1:1",
+                         "--redis-packed"], None)):
         r = subprocess.run([binary, "--check", "--limit", "5/1h"] + args, capture_output=True,
                            text=True, timeout=10)
         if want:
@@ -144,3 +153,81 @@ def test_overrides_stay_in_use(h):
     (rule,) = info["rules"]
     assert rule["ttl_ms"] == -1 and len(rule["fields"]) == 1, rule
     assert_log_clean(a)
+
+
+def test_auto_drops_the_expiry_where_the_server_evicts(h):
+    """By default the agent looks at each server: on one that evicts
+    (maxmemory, allkeys-lru) the limits' keys go without an expiry, on one
+    that does not they keep it, and the agent says which; --redis-expiry
+    always keeps it everywhere; packed buckets keep their sets' expiry.
+    The gauge stays 0: no key without an expiry is on a server that does
+    not evict it."""
+    evicting, plain = RedisServer(h, extra=EVICTING, name="evicting"), RedisServer(h, name="plain")
+    path = rules_file(h, "limits: [3/1h, {rate: 4/2s, algorithm: sliding}]\n")
+    ports = [harness.free_port() for _ in range(2)]
+    on_evicting = start_agent(h, evicting, "--rules", path, "--metrics",
+                              "127.0.0.1:%d" % ports[0], name="on-evicting")
+    on_plain = start_agent(h, plain, "--rules", path, "--metrics", "127.0.0.1:%d" % ports[1],
+                           name="on-plain")
+    harness.wait_for(lambda: "it evicts the keys without an expiry: the limits' keys are "
+                             "written without one" in on_evicting.log(), 5, "the look")
+    harness.wait_for(lambda: "policy noeviction: the limits' keys are written with an expiry"
+                             in on_plain.log(), 5, "the look")
+    assert "keys without an expiry where the server evicts them" in on_evicting.log()
+    a, b = Spop(on_evicting.port), Spop(on_plain.port)
+    for i in range(4):
+        x, y = a.ask("auto"), b.ask("auto")
+        assert (x["status"], x["remaining"]) == (y["status"], y["remaining"]), (i, x, y)
+    keys = scan(evicting)["string"]
+    assert len(keys) == 2 and set(ttls(evicting, keys).values()) == {-1}
+    assert sorted(scan(plain)["string"]) == sorted(keys)
+    assert all(t > 0 for t in ttls(plain, keys).values())
+    assert not_evicting(ports[0], evicting) == 0 and not_evicting(ports[1], plain) == 0
+    for agent in (on_evicting, on_plain):
+        assert_log_clean(agent)
+    # always: with an expiry on the server that evicts
+    evicting.command("FLUSHALL")
+    kept = Spop(start_agent(h, evicting, "--rules", path, "--redis-expiry", "always",
+                            name="always").port)
+    assert kept.ask("always")["status"] == 0
+    assert all(t > 0 for t in ttls(evicting, scan(evicting)["string"]).values())
+    # packed buckets: the sets' expiry (and the window's key's)
+    evicting.command("FLUSHALL")
+    packed = Spop(start_agent(h, evicting, "--rules", path, "--redis-packed",
+                              name="packed").port)
+    assert packed.ask("packed")["status"] == 0
+    held = scan(evicting)
+    assert sorted(held) == ["string", "zset"], held
+    assert all(t > 0 for t in ttls(evicting, held["string"] + held["zset"]).values())
+
+
+def test_auto_follows_the_server_s_policy(h):
+    """A server that stops evicting is found out by the agent's next look
+    (every 10 s, on each connection): the keys written after have an
+    expiry again, a key written without one gets it back at its next
+    write, the agent warns, and its gauge says that keys without an
+    expiry may stay on a server that does not evict them; once the server
+    evicts again, a new connection finds it at once."""
+    redis = RedisServer(h, extra=EVICTING)
+    mport = harness.free_port()
+    a = start_agent(h, redis, "--limit", "5/1h", "--metrics", "127.0.0.1:%d" % mport)
+    harness.wait_for(lambda: "written without one" in a.log(), 5, "the look")
+    spop = Spop(a.port)
+    assert spop.ask("early")["status"] == 0
+    (early,) = scan(redis)["string"]
+    assert redis.command("PTTL", early) == -1
+    redis.command("CONFIG", "SET", "maxmemory", "0", "maxmemory-policy", "noeviction")
+    harness.wait_for(lambda: "it no longer evicts the keys without an expiry" in a.log(), 15,
+                     "the next look")
+    assert not_evicting(mport, redis) == 1
+    assert spop.ask("late")["remaining"] == 4
+    (late,) = set(scan(redis)["string"]) - {early}
+    assert redis.command("PTTL", late) > 0
+    assert spop.ask("early")["remaining"] == 3
+    assert redis.command("PTTL", early) > 0
+    redis.command("CONFIG", "SET", "maxmemory", "64mb", "maxmemory-policy", "allkeys-lfu")
+    redis.command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+    harness.wait_for(lambda: not_evicting(mport, redis) == 0, 10, "the gauge to clear")
+    assert "allkeys-lfu: it evicts the keys without an expiry" in a.log()
+    assert spop.ask("early")["remaining"] == 2
+    assert redis.command("PTTL", early) == -1

@@ -359,21 +359,28 @@ static void check_key_names(const struct decide_query *q)
 		const struct limit_spec ban = { 1, 30000000, 0, LIMIT_BAN };
 		const struct limit_spec log = { 3, 1000000, 0, LIMIT_LOG };
 
-		assert_false(store_key_unexpiring(l));
-		store_key_no_expiry(true);
-		assert_true(store_key_no_expiry_on());
-		assert_true(store_key_unexpiring(l));
-		assert_true(store_key_unexpiring(&window));
-		assert_true(store_key_unexpiring(&log));
-		assert_false(store_key_unexpiring(&inflight));
-		assert_false(store_key_unexpiring(&ban));
-		assert_false(store_key_unexpiring(NULL));
+		/* auto (the default): where the server evicts them */
+		assert_int_equal(store_key_expiry_mode(), STORE_EXPIRY_AUTO);
+		assert_false(store_key_expiry_dropped(false));
+		assert_true(store_key_expiry_dropped(true));
+		assert_false(store_key_unexpiring(l, store_key_expiry_dropped(false)));
+		assert_true(store_key_unexpiring(l, store_key_expiry_dropped(true)));
+		store_key_expiry(STORE_EXPIRY_ALWAYS);
+		assert_false(store_key_expiry_dropped(true));
+		store_key_expiry(STORE_EXPIRY_NEVER);
+		assert_true(store_key_expiry_dropped(false));
+		assert_true(store_key_unexpiring(l, true));
+		assert_true(store_key_unexpiring(&window, true));
+		assert_true(store_key_unexpiring(&log, true));
+		assert_false(store_key_unexpiring(&inflight, true));
+		assert_false(store_key_unexpiring(&ban, true));
+		assert_false(store_key_unexpiring(NULL, true));
 		store_key_packing(true, STORE_KEY_PACKED_BITS_DEFAULT);
-		assert_false(store_key_unexpiring(l));
-		assert_true(store_key_unexpiring(&window));
+		assert_false(store_key_unexpiring(l, true));
+		assert_true(store_key_unexpiring(&window, true));
 		store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
-		store_key_no_expiry(false);
-		assert_false(store_key_unexpiring(&window));
+		store_key_expiry(STORE_EXPIRY_AUTO);
+		assert_false(store_key_unexpiring(&window, false));
 	}
 	assert_false(store_key_packed(l));
 }
