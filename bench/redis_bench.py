@@ -98,16 +98,20 @@ KEYS = "10000"
 CACHE_LIMIT, CACHE_QUOTA = "10/1h", 10
 CLUSTER_KEYS, CLUSTER_QUOTA = 100, 100
 MEM_CLIENTS = 100000
-MEM_LIMITS = (("M1", "one limit (`--limit 100/1h`)", ["--limit", "100/1h"]),
-              ("M2", "two limits (`--limit 100/1m --limit 1000/1h`)",
-               ["--limit", "100/1m", "--limit", "1000/1h"]),
-              ("M1p", "one limit, packed buckets (`--limit 100/1h --redis-packed`)",
-               ["--limit", "100/1h", "--redis-packed"]),
-              ("M1n", "one limit, keys without an expiry (`--limit 100/1h "
-               "--redis-no-expiry`)", ["--limit", "100/1h", "--redis-no-expiry"]))
-# A Redis that evicts keys without an expiry itself (--redis-no-expiry):
+# A Redis that evicts keys without an expiry itself (--redis-expiry):
 # far above what a run stores, so that nothing is evicted.
 EVICTING = ["--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru"]
+# key, title, the agent's arguments, whether its Redis evicts (the agent's
+# default, --redis-expiry auto, then writes the keys without an expiry)
+MEM_LIMITS = (("M1", "one limit (`--limit 100/1h`), a Redis without `maxmemory`: keys with "
+               "an expiry", ["--limit", "100/1h"], False),
+              ("M2", "two limits (`--limit 100/1m --limit 1000/1h`), the same Redis",
+               ["--limit", "100/1m", "--limit", "1000/1h"], False),
+              ("M1p", "one limit, packed buckets (`--limit 100/1h --redis-packed`)",
+               ["--limit", "100/1h", "--redis-packed"], False),
+              ("M1n", "one limit (`--limit 100/1h`, the same agent as M1), a Redis that "
+               "evicts (`%s`): keys without an expiry" % " ".join(EVICTING),
+               ["--limit", "100/1h"], True))
 # A set of packed buckets: "{TT}~" and 8 characters of the limit.
 SET_RE = re.compile(r"^\{[A-Za-z0-9_-]{2}\}~[A-Za-z0-9_-]{8}$")
 
@@ -1002,6 +1006,8 @@ def run(ctx):
         # before SCAN: it deletes the expired keys it walks over
         out = {"mem_after": rd.used_memory(), "dbsize": rd.command("DBSIZE"),
                "clients": nkeys}
+        db0 = rd.info("keyspace").get("db0", "")
+        out["expires"] = int(re.search(r"expires=(\d+)", db0).group(1)) if db0 else 0
         sample = rd.sample_keys(5)
         out["key_sample"] = sample
         out["key_types"] = [rd.command("TYPE", k).decode() for k in sample]
@@ -1018,9 +1024,14 @@ def run(ctx):
             out["key_value"] = rd.command("GET", sample[0])
         return out
 
-    def mem_counts(nlimits, packed):
+    def mem_counts(nlimits, packed, evicting):
         def check(res):
             bad = []
+            # keys without an expiry exactly where the server evicts them
+            want = 0 if evicting else res["dbsize"]
+            if res.get("expires") != want:
+                bad.append("%s of %d keys with an expiry, where %d were expected"
+                           % (res.get("expires"), res["dbsize"], want))
             if res["requests"] != nkeys or res["passed"] != nkeys:
                 bad.append("expected %d requests, all passed; got %d, %d passed"
                            % (nkeys, res["requests"], res["passed"]))
@@ -1045,11 +1056,11 @@ def run(ctx):
 
     mem_rows = [agent_row(key, "memory %s" % key, title, base_args + limits, mem_gen,
                           120, more_checks=mem_counts(limits.count("--limit"),
-                                                      "--redis-packed" in limits),
+                                                      "--redis-packed" in limits, evicting),
                           redis_extra=["--enable-debug-command", "local"] + (
-                              EVICTING if "--redis-no-expiry" in limits else []),
+                              EVICTING if evicting else []),
                           before=pause_expiry, after=measure)
-                for key, title, limits in MEM_LIMITS]
+                for key, title, limits, evicting in MEM_LIMITS]
     interleave(ctx, mem_rows, 1)
     ctx.cluster_rows = any(rows.get(k, {}).get("runs") for k in ("C3", "CL"))
     return rows
@@ -1453,8 +1464,9 @@ def report(ctx, rows):
     L.append("One run each. The agent keeps one string key per limit of a client "
              "(`{TTTT}LLLLLLLL`, 14 bytes); with `--redis-packed` (M1p) a token bucket is a "
              "member of its limit's sorted set for the clients of its 12-bit tag "
-             "(`{TT}~IIIIIIII`: 4096 sets per limit); with `--redis-no-expiry` (M1n) the keys of "
-             "M1 have no expiry, in a Redis that evicts (`%s`). `used_memory` (INFO memory) "
+             "(`{TT}~IIIIIIII`: 4096 sets per limit); in a Redis that evicts (`%s`, M1n) the "
+             "agent's default (`--redis-expiry auto`) writes the keys of M1 without an "
+             "expiry. `used_memory` (INFO memory) "
              "after the agent "
              "connected and loaded its library, and after it decided for %d distinct "
              "clients (one request each, all allowed); bytes per client is the "
@@ -1497,7 +1509,7 @@ def report(ctx, rows):
     L.append("")
     for key, what in (("M1", "one key per client"),
                       ("M1p", "packed buckets (`--redis-packed`)"),
-                      ("M1n", "keys without an expiry (`--redis-no-expiry`)")):
+                      ("M1n", "keys without an expiry (a Redis that evicts them)")):
         m1 = med(key)
         if not m1 or mem_per_client(m1) is None:
             continue

@@ -409,7 +409,9 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_li
                      "local cache; every redis-benchmark EVALSHA of the naive script "
                      "succeeded, on keys of the expected shape, spending tokens; exactly "
                      "%d passes for the flooding client; one string key of the agent's "
-                     "shape per limit of a client in the memory runs."
+                     "shape per limit of a client in the memory runs (M1p: the sets "
+                     "of their members), each with an expiry on a Redis without "
+                     "maxmemory and none on the one that evicts (M1n)."
                      % (redis_bench.LIBRARY, redis_bench.CACHE_QUOTA))
             if getattr(ctx, "cluster_rows", False):
                 L.append("")
