@@ -330,8 +330,8 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 
 /* Keys without an expiry go to a server that evicts them itself: each
  * connection looks whether it does (maxmemory set, an allkeys policy that
- * evicts the least recently or frequently used) when it is ready and every
- * EVICTION_LOOK_S after. With --redis-expiry auto the node's keys go
+ * evicts the least recently or frequently used) before its first call and
+ * every EVICTION_LOOK_S after. With --redis-expiry auto the node's keys go
  * without an expiry while the last look found it evicting, with never
  * always. The gauge is 1 while keys without an expiry may be on a server
  * that may not evict them. What a look found is logged once per change,
@@ -392,6 +392,9 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	(void)priv;
 	if (!rn || !reply)
 		return;
+	/* behind an AUTH that failed: the connection is dropped */
+	if (reply->type == REDIS_REPLY_ERROR && rn->down && rn->state != NODE_READY)
+		return;
 	if (reply->type != REDIS_REPLY_ARRAY) {
 		eviction_found(rn, false, NULL, NULL,
 			       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
@@ -417,7 +420,8 @@ static void look_at_eviction(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	redis_node_command(rn, on_eviction_policy, NULL, 4, argv, argvlen);
+	if (rn->ac && store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
+		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
 }
 
 static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
@@ -427,13 +431,12 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
 	look_at_eviction(t->data);
 }
 
-/* at a connection's start: the first look, and the next ones */
-static void check_eviction_policy(struct redis_node *rn)
+/* once the connection is ready (its first look was before the library's
+ * load: no call leaves before it), the next ones */
+static void look_again_later(struct redis_node *rn)
 {
-	if (store_key_expiry_mode() == STORE_EXPIRY_ALWAYS)
-		return;
-	look_at_eviction(rn);
-	ev_timer_again(rn->loop, &rn->eviction_w);
+	if (store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
+		ev_timer_again(rn->loop, &rn->eviction_w);
 }
 
 bool redis_node_unexpiring(const struct redis_node *rn)
@@ -469,7 +472,7 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
 			 reply->str, rn->name);
 		redis_send_batches(rn);
-		check_eviction_policy(rn);
+		look_again_later(rn);
 	}
 }
 
@@ -746,10 +749,13 @@ static void start_connect(struct redis_node *rn)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	STAT_INC(rn->stats->connects);
-	/* Pipelined behind the connection: AUTH, then the library. */
+	/* Pipelined behind the connection: AUTH, the look at the server's
+	 * eviction (answered before the library, so before any call), then
+	 * the library. */
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
 		redisAsyncCommandArgv(ac, on_auth, NULL, argc, argv, argvlen);
+	look_at_eviction(rn);
 	load_library(rn);
 }
 
