@@ -383,9 +383,21 @@ class Model:
             owners = client if isinstance(client, tuple) else (client,) * len(limits)
             for o, l in zip(owners, limits):
                 k = key_of(o, l)
+                self._expire(k, now)
                 owed.setdefault(k, [max(0, now - take)])
                 changed += self._refund_key(now, take, k, cost, owed[k])
         return changed
+
+    def _expire(self, k, now):
+        """A key with an expiry (not kept, not packed) is gone from Redis
+        once a call starts past it (Redis reads a function's keys at its
+        start's millisecond, at or before the `now` the call reads), its
+        state old whatever the model still holds: a fixed window's past
+        window, a full bucket."""
+        if k in self.st and not is_kept(k) and not is_packed(k):
+            need = self.stored(k)[1]
+            if now // 1000 > expiry_ms(need, self.st[k][0][2]):
+                del self.st[k]
 
     def give_back(self, now, take, reqs, expect):
         """rl7_return: as refund(), but a token bucket's key only while its
@@ -1213,10 +1225,14 @@ def refund_at(model, fn, take, back, what):
     """Calls the refund function fn with back, taken at `take`, and gives
     it back in the model at the moment of Redis's clock the call read,
     which lies between a TIME before and one after: the only one at which
-    the model's buckets hold what Redis's do. A bucket's TAT after a refund
-    grows with that moment (what goes back is less the time since the
-    take), and a full bucket (a TAT not past that moment, or no key) is
-    below any: bisect. Returns the reply and that moment."""
+    the model's buckets hold what Redis's do, and its count of keys
+    changed is the reply's. A bucket's TAT after a refund grows with that
+    moment (what goes back is less the time since the take), and a full
+    bucket (a TAT not past that moment, or no key) is below any; the
+    count shrinks as it grows (a bucket refilled since the take, a window
+    past, get nothing): bisect on both, since where every bucket is full
+    (or a window ends between the two TIMEs) only the count tells the
+    moments apart. Returns the reply and that moment."""
     buckets = sorted({key_of(o, l) for q in back for o, l in zip(q[0], q[2])
                       if l[0] == TB})
     lims = {key_of(o, l): l for q in back for o, l in zip(q[0], q[2])}
@@ -1232,13 +1248,16 @@ def refund_at(model, fn, take, back, what):
         def full(x):
             return None if x is None or x <= now else x
         pairs = [(full(m.tat(k)), full(got[k])) for k in buckets]
-        under = any(w != g and (w is None or (g is not None and w < g)) for w, g in pairs)
-        over = any(w != g and (g is None or (w is not None and w > g)) for w, g in pairs)
+        # the model's moment is too early, or too late
+        under = changed > n or any(w != g and (w is None or (g is not None and w < g))
+                                   for w, g in pairs)
+        over = changed < n or any(w != g and (g is None or (w is not None and w > g))
+                                  for w, g in pairs)
         if not under and not over:
-            assert n == changed, ("%s: keys changed" % what, n, changed)
             model.st = m.st
             return n, now
-        assert not (under and over), ("%s: no moment gives every bucket" % what, pairs)
+        assert not (under and over), ("%s: no moment gives every bucket and the keys "
+                                      "changed" % what, pairs, n, changed)
         if under:
             lo = now + 1
         else:
