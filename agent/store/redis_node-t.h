@@ -71,6 +71,7 @@ struct redis_node {
 	bool evicting;               /* the connection's last look at the server's
 				      * eviction found it evicting */
 	ev_timer eviction_w;         /* the next look */
+	bool look_refused;           /* the server refused this connection's look */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
 };
 

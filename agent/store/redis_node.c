@@ -396,6 +396,11 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	if (reply->type == REDIS_REPLY_ERROR && rn->down && rn->state != NODE_READY)
 		return;
 	if (reply->type != REDIS_REPLY_ARRAY) {
+		/* refused (CONFIG renamed, or an ACL without it): asked again
+		 * at the next connection only, not every EVICTION_LOOK_S (each
+		 * refusal is an entry of the server's ACL LOG) */
+		ev_timer_stop(rn->loop, &rn->eviction_w);
+		rn->look_refused = true;
 		eviction_found(rn, false, NULL, NULL,
 			       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
@@ -435,7 +440,7 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
  * load: no call leaves before it), the next ones */
 static void look_again_later(struct redis_node *rn)
 {
-	if (store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
+	if (store_key_expiry_mode() != STORE_EXPIRY_ALWAYS && !rn->look_refused)
 		ev_timer_again(rn->loop, &rn->eviction_w);
 }
 
@@ -597,6 +602,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
 		rn->evicting = false;
+		rn->look_refused = false;
 		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (!rn->down)
 			rn->down_since = clock_now_us();
@@ -620,6 +626,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
 		rn->evicting = false;
+		rn->look_refused = false;
 		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,

@@ -231,3 +231,28 @@ def test_auto_follows_the_server_s_policy(h):
     assert "allkeys-lfu: it evicts the keys without an expiry" in a.log()
     assert spop.ask("early")["remaining"] == 2
     assert redis.command("PTTL", early) == -1
+
+
+def test_a_server_that_refuses_config_keeps_the_expiry(h):
+    """An ACL user without CONFIG, as managed services give: the look is
+    refused, the keys keep their expiry, the agent says so once (info,
+    not a warning), and that connection does not ask again every 10 s:
+    each refusal would be an entry of the server's ACL LOG."""
+    import time
+    redis = RedisServer(h, extra=EVICTING)
+    redis.command("ACL", "SETUSER", "rl", "on", ">pw", "~*", "+@all", "-config")
+    redis.command("ACL", "LOG", "RESET")
+    a = start_agent(h, redis, "--limit", "5/1h", "--redis-user", "rl", "--redis-password", "pw")
+    assert re.search(r"cannot read maxmemory-policy \(NOPERM[^)]*\): the limits' keys are "
+                     r"written with an expiry", a.log()), a.log()
+    assert Spop(a.port).ask("refused")["status"] == 0
+    (key,) = scan(redis)["string"]
+    assert redis.command("PTTL", key) > 0
+    time.sleep(11)
+    refusals = []
+    for entry in redis.command("ACL", "LOG"):
+        e = dict(zip(entry[::2], entry[1::2]))
+        if e[b"object"].lower().startswith(b"config"):
+            refusals.append(int(e[b"count"]))
+    assert refusals == [1], refusals
+    assert_log_clean(a)
