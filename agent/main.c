@@ -194,7 +194,7 @@ struct cli {
 	int check;
 	bool packed;             /* --redis-packed */
 	unsigned packed_bits;    /* --redis-packed-sets: log2 of it */
-	int expiry;              /* --redis-expiry: enum store_expiry */
+	enum store_expiry expiry; /* --redis-expiry */
 	int use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
@@ -824,7 +824,7 @@ int main(int argc, char **argv)
 	store_key_packing(cli.packed, cli.packed_bits);
 	/* packed buckets: their sets' expiry is how their members go */
 	store_key_expiry(cli.packed && cli.expiry == STORE_EXPIRY_AUTO ? STORE_EXPIRY_ALWAYS
-								      : (enum store_expiry)cli.expiry);
+								      : cli.expiry);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = use_redis ? store_redis_new(&rcfg, srv.cfg.mem_max_keys)
 			      : store_memory_new(srv.cfg.mem_max_keys);

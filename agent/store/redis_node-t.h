@@ -70,8 +70,7 @@ struct redis_node {
 	bool cluster;                /* rl7_decide_cluster (see redis_send_batch) */
 	bool evicting;               /* the connection's last look at the server's
 				      * eviction found it evicting */
-	ev_timer eviction_w;         /* the next look */
-	bool look_refused;           /* the server refused this connection's look */
+	ev_timer eviction_w;         /* the next look, armed by each answered one */
 	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
 };
 

@@ -400,7 +400,6 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 		 * at the next connection only, not every EVICTION_LOOK_S (each
 		 * refusal is an entry of the server's ACL LOG) */
 		ev_timer_stop(rn->loop, &rn->eviction_w);
-		rn->look_refused = true;
 		eviction_found(rn, false, NULL, NULL,
 			       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		return;
@@ -418,6 +417,8 @@ static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
 	eviction_found(rn, policy && maxmemory && strcmp(maxmemory, "0") &&
 			       (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu")),
 		       maxmemory, policy, NULL);
+	/* the next look, EVICTION_LOOK_S after this answer */
+	ev_timer_again(rn->loop, &rn->eviction_w);
 }
 
 static void look_at_eviction(struct redis_node *rn)
@@ -434,14 +435,6 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
 	(void)loop;
 	(void)revents;
 	look_at_eviction(t->data);
-}
-
-/* once the connection is ready (its first look was before the library's
- * load: no call leaves before it), the next ones */
-static void look_again_later(struct redis_node *rn)
-{
-	if (store_key_expiry_mode() != STORE_EXPIRY_ALWAYS && !rn->look_refused)
-		ev_timer_again(rn->loop, &rn->eviction_w);
 }
 
 bool redis_node_unexpiring(const struct redis_node *rn)
@@ -477,7 +470,6 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
 			 reply->str, rn->name);
 		redis_send_batches(rn);
-		look_again_later(rn);
 	}
 }
 
@@ -601,9 +593,6 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		/* hiredis frees the context after this callback */
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
-		rn->evicting = false;
-		rn->look_refused = false;
-		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (!rn->down)
 			rn->down_since = clock_now_us();
 		rn->down = true;
@@ -625,8 +614,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	if (rn->ac == ac) {
 		rn->ac = NULL;
 		rn->state = NODE_DISCONNECTED;
+		/* the next connection looks again */
 		rn->evicting = false;
-		rn->look_refused = false;
 		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
