@@ -426,6 +426,45 @@ def cpu_waits(res):
             1e6 * w["redis"] / calls)
 
 
+PROCS = ("haproxy", "agent", "redis", "wrk")
+
+
+def per_request_us(m):
+    """{process: us of CPU per request} of a run, or None when a share
+    is missing."""
+    cpu = m.get("cpu") or {}
+    if not m.get("rps") or cpu.get("haproxy") is None or cpu.get("wrk") is None:
+        return None
+    return {k: (1e4 * cpu[k] / m["rps"] if cpu.get(k) is not None else 0.0) for k in PROCS}
+
+
+def cpu_budget(rows, key, ncpu=None):
+    """The CPU a request of row key costs against A's, and the rate it
+    allows: the figures of the report's CPU line, or None. A closed loop
+    runs at its CPU time per request over the CPUs it keeps busy, at
+    best; so a row's ceiling at A's use of the CPUs, and at all of them,
+    says whether latency or CPU holds it under its target."""
+    m, a = rows[key].get("median"), rows[floor_of(key)].get("median")
+    target = dict(TARGETS).get(key)
+    if not (m and a and target):
+        return None
+    pm, pa = per_request_us(m), per_request_us(a)
+    if not (pm and pa):
+        return None
+    ncpu = ncpu or os.cpu_count() or 1
+    tm, ta = sum(pm.values()), sum(pa.values())
+    busy = ta * a["rps"] / 1e6  # CPUs A's processes kept busy
+    want = target * a["rps"]
+
+    def text(p):
+        return "%s = %.1f" % (" + ".join("-" if not p[k] else "%.1f" % p[k] for k in PROCS),
+                              sum(p.values()))
+    return (text(pa), text(pm), busy, ncpu, 1e6 * busy / tm, busy / tm * 1e6 / a["rps"],
+            1e6 * ncpu / tm, ncpu / tm * 1e6 / a["rps"], target, want * tm / 1e6,
+            100 * want * tm / 1e6 / ncpu, 1e6 * busy / want - pm["haproxy"] - pm["wrk"],
+            pm["agent"] + pm["redis"])
+
+
 def tool(name, fallback=None):
     path = shutil.which(name)
     if path is None and fallback and os.access(fallback, os.X_OK):
@@ -636,6 +675,15 @@ def report(ctx, rows):
                      "while HAProxy and wrk hold the CPUs." % (
                          waits[0], " (%.0f%% in A)" % (100 * aw / a["wall"])
                          if aw is not None and a.get("wall") else "", waits[1], waits[2]))
+    budget = cpu_budget(rows, "R")
+    if budget:
+        L.append("- What a request costs the CPUs (us of CPU per request, HAProxy + agent "
+                 "+ Redis + wrk): A %s, R %s. A kept %.2f of the machine's %d CPUs busy "
+                 "with its processes; at that R's cost allows %.0f requests/s (%.2fx of "
+                 "A), and %.0f (%.2fx) with all of them busy. The target of %.2fx needs R's "
+                 "processes to keep %.2f CPUs busy (%.0f%% of the machine), or, at A's "
+                 "use, the agent and Redis to spend %.1f us per request between them "
+                 "where they spend %.1f." % budget)
     rs = rows["R" + SAT].get("median")
     if r and rs and rs["cpu"].get("haproxy") is not None:
         L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "

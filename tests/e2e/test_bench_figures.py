@@ -303,6 +303,27 @@ def test_haproxy_cpu_waits():
     assert haproxy_bench.cpu_waits(dict(res, wall=0)) is None
 
 
+def test_haproxy_cpu_budget():
+    """R's CPU per request against A's and the rates they allow, worked
+    by hand: A 20 + 2 + 15 = 37 us at 50000/s keeps 1.85 CPUs busy; R's
+    45 us allow 41111/s there (0.82x), 44444/s on 2 CPUs; 0.8x of A
+    (40000/s) takes 1.8 CPUs, or 46.25 - 20 - 15 us for the agent and
+    Redis at A's 1.85."""
+    import haproxy_bench
+    rows = {"A": {"median": {"rps": 50000, "cpu": {"haproxy": 100, "agent": 10, "wrk": 75}}},
+            "R": {"median": {"rps": 40000, "cpu": {"haproxy": 80, "agent": 20, "redis": 20,
+                                                   "wrk": 60}}}}
+    b = haproxy_bench.cpu_budget(rows, "R", ncpu=2)
+    assert b[:2] == ("20.0 + 2.0 + - + 15.0 = 37.0", "20.0 + 5.0 + 5.0 + 15.0 = 45.0"), b
+    assert [round(x, 4) for x in b[2:]] == [1.85, 2, 41111.1111, 0.8222, 44444.4444, 0.8889,
+                                            0.8, 1.8, 90.0, 11.25, 10.0], b
+    # no target for A itself; nothing without a process's share or a floor
+    assert haproxy_bench.cpu_budget(rows, "A", ncpu=2) is None
+    rows_no_wrk = {"A": rows["A"], "R": {"median": dict(rows["R"]["median"], cpu={"haproxy": 80})}}
+    assert haproxy_bench.cpu_budget(rows_no_wrk, "R", ncpu=2) is None
+    assert haproxy_bench.cpu_budget({"A": {}, "R": rows["R"]}, "R", ncpu=2) is None
+
+
 def test_sched_s_reads_schedstat():
     """A process's time on a CPU and waiting for one, which the HAProxy
     rows take their waits from: seconds, not negative, where the kernel
