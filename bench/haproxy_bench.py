@@ -472,12 +472,24 @@ def tool(name, fallback=None):
     return path
 
 
+def haproxy_binary(named):
+    """The HAProxy to measure and None, or None and why there is none: the
+    one HAPROXY names (as for the end-to-end tests), else Debian's. A name
+    that finds nothing is not replaced by another HAProxy: the report would
+    show the wrong one's figures under the version asked for."""
+    if named:
+        path = tool(named)
+        return (path, None) if path else (None, "HAPROXY=%s: not found" % named)
+    path = tool("haproxy", "/usr/sbin/haproxy")
+    return (path, None) if path else (None, "haproxy is not installed (Debian package haproxy)")
+
+
 def run(ctx):
     """Runs the rows round by round; returns them for report(), or a dict
     with only "skipped" when HAProxy or wrk is missing."""
-    ctx.haproxy = tool("haproxy", "/usr/sbin/haproxy")
+    ctx.haproxy, skipped = haproxy_binary(os.environ.get("HAPROXY"))
     if ctx.haproxy is None:
-        return {"skipped": "haproxy is not installed (Debian package haproxy)"}
+        return {"skipped": skipped}
     if tool("wrk") is None:
         return {"skipped": "wrk is not installed (Debian package wrk; "
                            "scripts/install-deps.sh installs it)"}

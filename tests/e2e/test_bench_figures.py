@@ -7,6 +7,7 @@ spop-bench exports for them (--histogram) gives back its own percentiles."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -322,6 +323,24 @@ def test_haproxy_cpu_budget():
     rows_no_wrk = {"A": rows["A"], "R": {"median": dict(rows["R"]["median"], cpu={"haproxy": 80})}}
     assert haproxy_bench.cpu_budget(rows_no_wrk, "R", ncpu=2) is None
     assert haproxy_bench.cpu_budget({"A": {}, "R": rows["R"]}, "R", ncpu=2) is None
+
+
+def test_haproxy_binary_is_the_one_named():
+    """HAPROXY names the HAProxy the rows measure, as for the end-to-end
+    tests; a name that finds nothing skips them rather than measuring
+    Debian's under it."""
+    import haproxy_bench
+    assert haproxy_bench.haproxy_binary(harness.HAPROXY)[0] == shutil.which(harness.HAPROXY)
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "haproxy-x")
+        with open(exe, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(exe, 0o755)
+        assert haproxy_bench.haproxy_binary(exe) == (exe, None)
+        missing = os.path.join(d, "haproxy-y")
+        assert haproxy_bench.haproxy_binary(missing) == (None, "HAPROXY=%s: not found" % missing)
+    assert haproxy_bench.haproxy_binary(None)[0] == haproxy_bench.tool("haproxy",
+                                                                       "/usr/sbin/haproxy")
 
 
 def test_sched_s_reads_schedstat():
