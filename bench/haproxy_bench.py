@@ -313,6 +313,7 @@ def once(ctx, row, workdir):
         f0 = rd.command_stats() if rd else None
         c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
         w0 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
+        s0 = {k: redis_bench.sleeps(p) for k, p in pids.items()}
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
             p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -322,6 +323,7 @@ def once(ctx, row, workdir):
         wall = time.monotonic() - t0
         c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
         w1 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
+        s1 = {k: redis_bench.sleeps(p) for k, p in pids.items()}
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
         f1 = rd.command_stats() if rd else None
@@ -334,6 +336,9 @@ def once(ctx, row, workdir):
         res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
         # seconds each process was runnable without a CPU during the run
         res["waited"] = {k: (w1[k][1] - w0[k][1] if w0[k] is not None and w1[k] is not None
+                             else None) for k in pids}
+        # times each process went to sleep and was woken during the run
+        res["sleeps"] = {k: (s1[k] - s0[k] if s0[k] is not None and s1[k] is not None
                              else None) for k in pids}
         res["wall"] = wall
         ok = i0 is not None and i1 is not None and i1[2] > i0[2]
@@ -427,6 +432,23 @@ def cpu_waits(res):
 
 
 PROCS = ("haproxy", "agent", "redis", "wrk")
+
+
+def sleeps_per_request(rows, keys=("A", "M", "R")):
+    """[(row, {process: sleeps per request})] of the rows' median runs that
+    have them, for HAProxy, the agent and Redis: under one, a process
+    handles several requests each time it wakes; about one or more, it
+    pays a wake-up (mostly the kernel's) per request."""
+    out = []
+    for key in keys:
+        m = (rows.get(key) or {}).get("median")
+        if not m or not m.get("requests"):
+            continue
+        s = m.get("sleeps") or {}
+        per = {k: s[k] / m["requests"] for k in PROCS[:3] if s.get(k) is not None}
+        if "haproxy" in per and "agent" in per:
+            out.append((key, per))
+    return out
 
 
 def per_request_us(m):
@@ -696,6 +718,17 @@ def report(ctx, rows):
                  "processes to keep %.2f CPUs busy (%.0f%% of the machine), or, at A's "
                  "use, the agent and Redis to spend %.1f us per request between them "
                  "where they spend %.1f." % budget)
+    slept = sleeps_per_request(rows)
+    if slept:
+        L.append("- Sleeps per request (each a wake-up: voluntary context switches of a "
+                 "process's threads over the requests, `/proc/PID/task/*/status`), "
+                 "HAProxy / agent / Redis: %s. Under one, a process handles several "
+                 "requests each time it wakes (HAProxy's SPOE hands the agent several "
+                 "NOTIFYs per read); near one, it pays a wake-up, mostly the kernel's "
+                 "work, for nearly every request." % "; ".join(
+                     "%s %s" % (key, " / ".join("%.2f" % per[k] if k in per else "-"
+                                                for k in PROCS[:3]))
+                     for key, per in slept))
     rs = rows["R" + SAT].get("median")
     if r and rs and rs["cpu"].get("haproxy") is not None:
         L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "

@@ -398,6 +398,22 @@ def sched_s(pid):
     return run / 1e9, wait / 1e9
 
 
+def sleeps(pid):
+    """How many times the threads of a process have gone to sleep so far
+    (each then woken to go on: `voluntary_ctxt_switches` in
+    /proc/PID/task/*/status); None when it cannot be read."""
+    n = 0
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return n
+
+
 def machine_idle():
     """(idle, stolen, total) jiffies of all CPUs so far (/proc/stat); stolen
     is the time a virtual machine's host ran something else instead."""

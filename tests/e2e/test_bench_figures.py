@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 import harness
@@ -352,6 +353,37 @@ def test_sched_s_reads_schedstat():
     if os.path.exists("/proc/self/schedstat"):
         assert t is not None and t[0] > 0 and t[1] >= 0
     assert redis_bench.sched_s(2 ** 22 + 1) is None
+
+
+def test_sleeps_counts_a_process_going_to_sleep():
+    """The HAProxy rows' sleeps per request: a process that sleeps between
+    two readings is counted once more for each sleep; None for a process
+    that is not."""
+    import redis_bench
+    n0 = redis_bench.sleeps(os.getpid())
+    for _ in range(3):
+        time.sleep(0.002)
+    n1 = redis_bench.sleeps(os.getpid())
+    assert n0 is not None and n1 - n0 >= 3, (n0, n1)
+    assert redis_bench.sleeps(2 ** 22 + 1) is None
+
+
+def test_sleeps_per_request():
+    """Worked by hand: A's HAProxy slept 1000 times over 10000 requests
+    (0.10 a request) and its agent 700 (0.07); R's agent 3000 of 10000 and
+    Redis 2000. Rows without HAProxy's or the agent's figure are left out,
+    and a missing Redis is a dash in the report line."""
+    import haproxy_bench
+    rows = {"A": {"median": {"requests": 10000,
+                             "sleeps": {"haproxy": 1000, "agent": 700}}},
+            "M": {"median": {"requests": 10000, "sleeps": {"haproxy": 900, "agent": None}}},
+            "R": {"median": {"requests": 10000,
+                             "sleeps": {"haproxy": 1500, "agent": 3000, "redis": 2000}}}}
+    got = haproxy_bench.sleeps_per_request(rows)
+    assert [k for k, _ in got] == ["A", "R"]
+    assert got[0][1] == {"haproxy": 0.1, "agent": 0.07}
+    assert got[1][1] == {"haproxy": 0.15, "agent": 0.3, "redis": 0.2}
+    assert haproxy_bench.sleeps_per_request({"A": {"median": {"requests": 0}}}) == []
 
 
 def test_instructions_report_redis_row():
