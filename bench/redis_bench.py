@@ -382,15 +382,22 @@ def agent_metrics(mport):
     return out
 
 
+def thread_files(pid, name):
+    """The text of /proc/PID/task/*/NAME, for each thread of a process in
+    turn; OSError when the process or the file is not there."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/%s" % (pid, tid, name)) as f:
+            yield f.read()
+
+
 def sched_s(pid):
     """(seconds on a CPU, seconds runnable but waiting for one) of every
     thread of a process so far, from /proc/PID/task/*/schedstat; None when
     the kernel does not keep them."""
     run = wait = 0
     try:
-        for tid in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                r, w = f.read().split()[:2]
+        for text in thread_files(pid, "schedstat"):
+            r, w = text.split()[:2]
             run += int(r)
             wait += int(w)
     except (OSError, ValueError):
@@ -404,11 +411,10 @@ def sleeps(pid):
     /proc/PID/task/*/status); None when it cannot be read."""
     n = 0
     try:
-        for tid in os.listdir("/proc/%d/task" % pid):
-            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        n += int(line.split()[1])
+        for text in thread_files(pid, "status"):
+            for line in text.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    n += int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return n
