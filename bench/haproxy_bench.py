@@ -280,6 +280,13 @@ def parse_wrk(out):
     return res
 
 
+def during(before, after, figure=lambda v: v):
+    """{process: what its figure grew by} between two readings of each
+    process; None for a process either reading missed."""
+    return {k: (figure(after[k]) - figure(before[k])
+                if before[k] is not None and after[k] is not None else None) for k in before}
+
+
 def once(ctx, row, workdir):
     """One run of a row: fresh Redis (R), agent (not H), HAProxy, then wrk.
     Returns (result, None) or (None, error)."""
@@ -311,9 +318,10 @@ def once(ctx, row, workdir):
             pids["redis"] = rd.proc.pid
         m0 = ag.metrics() if ag else {}
         f0 = rd.command_stats() if rd else None
-        c0 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
-        w0 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
-        s0 = {k: redis_bench.sleeps(p) for k, p in pids.items()}
+        # each process's CPU seconds, (on a CPU, waiting for one) seconds
+        # and sleeps so far
+        readers = (ctx.proc_cpu_s, redis_bench.sched_s, redis_bench.sleeps)
+        c0, w0, s0 = ({k: read(p) for k, p in pids.items()} for read in readers)
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
             p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -321,9 +329,7 @@ def once(ctx, row, workdir):
         except subprocess.TimeoutExpired:
             return None, "wrk did not finish in %.0f s" % (ctx.duration + 30)
         wall = time.monotonic() - t0
-        c1 = {k: ctx.proc_cpu_s(p) for k, p in pids.items()}
-        w1 = {k: redis_bench.sched_s(p) for k, p in pids.items()}
-        s1 = {k: redis_bench.sleeps(p) for k, p in pids.items()}
+        c1, w1, s1 = ({k: read(p) for k, p in pids.items()} for read in readers)
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
         f1 = rd.command_stats() if rd else None
@@ -331,23 +337,20 @@ def once(ctx, row, workdir):
         if res is None or p.returncode != 0:
             return None, "wrk exit %d, no result: %s" % (
                 p.returncode, (p.stderr or p.stdout).strip()[-600:])
-        res["cpu"] = {k: (100 * (c1[k] - c0[k]) / wall
-                          if c0[k] is not None and c1[k] is not None else None) for k in pids}
+        cpu_s = during(c0, c1)
+        res["cpu"] = {k: 100 * v / wall if v is not None else None for k, v in cpu_s.items()}
         res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
         # seconds each process was runnable without a CPU during the run
-        res["waited"] = {k: (w1[k][1] - w0[k][1] if w0[k] is not None and w1[k] is not None
-                             else None) for k in pids}
+        res["waited"] = during(w0, w1, lambda v: v[1])
         # times each process went to sleep and was woken during the run
-        res["sleeps"] = {k: (s1[k] - s0[k] if s0[k] is not None and s1[k] is not None
-                             else None) for k in pids}
+        res["sleeps"] = during(s0, s1)
         res["wall"] = wall
         ok = i0 is not None and i1 is not None and i1[2] > i0[2]
         res["idle"] = 100 * (i1[0] - i0[0]) / (i1[2] - i0[2]) if ok else None
         res["steal"] = 100 * (i1[1] - i0[1]) / (i1[2] - i0[2]) if ok else None
-        hcpu = (c1["haproxy"] - c0["haproxy"]) if c0["haproxy"] is not None else None
+        hcpu = cpu_s["haproxy"]
         res["haproxy_us"] = (1e6 * hcpu / res["requests"]
-                             if hcpu is not None and c1["haproxy"] is not None
-                             and res["requests"] else None)
+                             if hcpu is not None and res["requests"] else None)
         res["metrics"] = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
         # R: Redis's own time in the calls (cmdstat_fcall usec), beside
         # the agent's time from sending a call to its answer

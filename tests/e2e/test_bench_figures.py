@@ -368,6 +368,17 @@ def test_sleeps_counts_a_process_going_to_sleep():
     assert redis_bench.sleeps(2 ** 22 + 1) is None
 
 
+def test_during_takes_each_process_s_growth():
+    """A run's per-process figures are what each reading grew by between
+    the run's two readings; a process either reading missed has None."""
+    import haproxy_bench
+    before = {"haproxy": (1.0, 0.25), "agent": (0.5, 0.0), "redis": None}
+    after = {"haproxy": (3.0, 0.75), "agent": None, "redis": (2.0, 1.0)}
+    assert haproxy_bench.during(before, after, lambda v: v[1]) == {
+        "haproxy": 0.5, "agent": None, "redis": None}
+    assert haproxy_bench.during({"wrk": 7}, {"wrk": 10}) == {"wrk": 3}
+
+
 def test_sleeps_per_request():
     """Worked by hand: A's HAProxy slept 1000 times over 10000 requests
     (0.10 a request) and its agent 700 (0.07); R's agent 3000 of 10000 and
