@@ -318,9 +318,9 @@ def once(ctx, row, workdir):
             pids["redis"] = rd.proc.pid
         m0 = ag.metrics() if ag else {}
         f0 = rd.command_stats() if rd else None
-        # each process's CPU seconds, (on a CPU, waiting for one) seconds
-        # and sleeps so far
-        readers = (ctx.proc_cpu_s, redis_bench.sched_s, redis_bench.sleeps)
+        # each process's (user, system) CPU seconds, (on a CPU, waiting for
+        # one) seconds and sleeps so far
+        readers = (ctx.proc_times_s, redis_bench.sched_s, redis_bench.sleeps)
         c0, w0, s0 = ({k: read(p) for k, p in pids.items()} for read in readers)
         g0, i0, t0 = ctx.children_cpu_s(), redis_bench.machine_idle(), time.monotonic()
         try:
@@ -337,8 +337,11 @@ def once(ctx, row, workdir):
         if res is None or p.returncode != 0:
             return None, "wrk exit %d, no result: %s" % (
                 p.returncode, (p.stderr or p.stdout).strip()[-600:])
-        cpu_s = during(c0, c1)
+        cpu_s = during(c0, c1, sum)
         res["cpu"] = {k: 100 * v / wall if v is not None else None for k, v in cpu_s.items()}
+        # of that, the kernel's: system time
+        res["sys"] = {k: 100 * v / wall if v is not None else None
+                      for k, v in during(c0, c1, lambda v: v[1]).items()}
         res["cpu"]["wrk"] = 100 * (g1 - g0) / wall
         # seconds each process was runnable without a CPU during the run
         res["waited"] = during(w0, w1, lambda v: v[1])
@@ -452,6 +455,29 @@ def sleeps_per_request(rows, keys=("A", "M", "R")):
         if "haproxy" in per and "agent" in per:
             out.append((key, per))
     return out
+
+
+def kernel_per_request(rows, keys=("A", "M", "R")):
+    """[(row, {process: (us of CPU, us of it the kernel's) per request})]
+    of the rows' median runs that have both, for HAProxy, the agent and
+    Redis; and (us, us of it the kernel's) that the agent spends per
+    request in R beyond M, or None without both rows."""
+    out, per_row = [], {}
+    for key in keys:
+        m = (rows.get(key) or {}).get("median")
+        if not m or not m.get("rps"):
+            continue
+        cpu, sys_ = m.get("cpu") or {}, m.get("sys") or {}
+        per = {k: (1e4 * cpu[k] / m["rps"], 1e4 * sys_[k] / m["rps"]) for k in PROCS[:3]
+               if cpu.get(k) is not None and sys_.get(k) is not None}
+        if "haproxy" in per and "agent" in per:
+            out.append((key, per))
+            per_row[key] = per
+    extra = None
+    if "M" in per_row and "R" in per_row:
+        r, m = per_row["R"]["agent"], per_row["M"]["agent"]
+        extra = (r[0] - m[0], r[1] - m[1])
+    return out, extra
 
 
 def per_request_us(m):
@@ -721,6 +747,15 @@ def report(ctx, rows):
                  "processes to keep %.2f CPUs busy (%.0f%% of the machine), or, at A's "
                  "use, the agent and Redis to spend %.1f us per request between them "
                  "where they spend %.1f." % budget)
+    kernel, extra = kernel_per_request(rows)
+    if kernel:
+        L.append("- Of that CPU, the kernel's (system time, `/proc/PID/stat` stime), us "
+                 "per request, HAProxy / agent / Redis: %s.%s" % ("; ".join(
+                     "%s %s" % (key, " / ".join("%.1f of %.1f" % per[k][::-1] if k in per
+                                                else "-" for k in PROCS[:3]))
+                     for key, per in kernel),
+                     " The agent spends %.1f us more per request in R than in M, %.1f of "
+                     "them in the kernel." % extra if extra else ""))
     slept = sleeps_per_request(rows)
     if slept:
         L.append("- Sleeps per request (each a wake-up: voluntary context switches of a "

@@ -137,14 +137,21 @@ class Agent:
         return False
 
 
-def proc_cpu_s(pid):
-    """CPU seconds (user + system) used so far by a process, or None."""
+def proc_times_s(pid):
+    """(user, system) CPU seconds used so far by a process, or None."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / tick, int(fields[12]) / tick
     except (OSError, IndexError, ValueError):
         return None
+
+
+def proc_cpu_s(pid):
+    """CPU seconds (user + system) used so far by a process, or None."""
+    t = proc_times_s(pid)
+    return None if t is None else t[0] + t[1]
 
 
 def children_cpu_s():
@@ -544,6 +551,7 @@ def main():
             gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
             Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
             free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
+            proc_times_s=proc_times_s,
             rel=rel, fmt_us=fmt_us, memory=done)
         if a.only in (None, "redis"):
             redis_rows = redis_bench.run(ctx)

@@ -397,6 +397,33 @@ def test_sleeps_per_request():
     assert haproxy_bench.sleeps_per_request({"A": {"median": {"requests": 0}}}) == []
 
 
+def test_kernel_per_request():
+    """Worked by hand: A at 50000 requests/s, HAProxy at 100% of a CPU
+    (20 us a request), 50% of it system time (10 us); its agent at 10%, 6%
+    system (2.0 and 1.2 us). M at 40000/s, its agent 10% and 5% (2.5 and
+    1.25 us); R at 32000/s, its agent 16% and 12% (5.0 and 3.75 us), Redis
+    20% and 6.4% (6.25 and 2.0 us). So the agent spends 2.5 us more per
+    request in R than in M, all 2.5 of them in the kernel. A row without
+    the system times (or without the agent's) is left out, and without M
+    there is no difference."""
+    import haproxy_bench
+    a = {"rps": 50000, "cpu": {"haproxy": 100, "agent": 10, "redis": None, "wrk": 75},
+         "sys": {"haproxy": 50, "agent": 6, "redis": None}}
+    m = {"rps": 40000, "cpu": {"haproxy": 80, "agent": 10}, "sys": {"haproxy": 40, "agent": 5}}
+    r = {"rps": 32000, "cpu": {"haproxy": 64, "agent": 16, "redis": 20},
+         "sys": {"haproxy": 32, "agent": 12, "redis": 6.4}}
+    got, extra = haproxy_bench.kernel_per_request(
+        {"A": {"median": a}, "M": {"median": m}, "R": {"median": r}})
+    assert [k for k, _ in got] == ["A", "M", "R"]
+    assert got[0][1] == {"haproxy": (20.0, 10.0), "agent": (2.0, 1.2)}
+    assert got[2][1] == {"haproxy": (20.0, 10.0), "agent": (5.0, 3.75), "redis": (6.25, 2.0)}
+    assert [round(v, 9) for v in extra] == [2.5, 2.5]
+    got, extra = haproxy_bench.kernel_per_request(
+        {"A": {"median": a}, "M": {"median": dict(m, sys={})}, "R": {"median": r}})
+    assert [k for k, _ in got] == ["A", "R"] and extra is None
+    assert haproxy_bench.kernel_per_request({"A": {"median": {"rps": 0}}}) == ([], None)
+
+
 def test_instructions_report_redis_row():
     """The callgrind section shows the decision with Redis beside the
     in-memory one when it was measured, and leaves the row out when not."""
