@@ -754,8 +754,8 @@ def report(ctx, rows):
                      "%s %s" % (key, " / ".join("%.1f of %.1f" % per[k][::-1] if k in per
                                                 else "-" for k in PROCS[:3]))
                      for key, per in kernel),
-                     " The agent spends %.1f us more per request in R than in M, %.1f of "
-                     "them in the kernel." % extra if extra else ""))
+                     " The agent's CPU per request in R differs from M's by %+.1f us, its "
+                     "kernel time by %+.1f us." % extra if extra else ""))
     slept = sleeps_per_request(rows)
     if slept:
         L.append("- Sleeps per request (each a wake-up: voluntary context switches of a "
