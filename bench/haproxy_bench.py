@@ -751,7 +751,7 @@ def report(ctx, rows):
     if kernel:
         L.append("- Of that CPU, the kernel's (system time, `/proc/PID/stat` stime), us "
                  "per request, HAProxy / agent / Redis: %s.%s" % ("; ".join(
-                     "%s %s" % (key, " / ".join("%.1f of %.1f" % per[k][::-1] if k in per
+                     "%s %s" % (key, " / ".join("%.1f of %.1f" % (per[k][1], per[k][0]) if k in per
                                                 else "-" for k in PROCS[:3]))
                      for key, per in kernel),
                      " The agent's CPU per request in R differs from M's by %+.1f us, its "
