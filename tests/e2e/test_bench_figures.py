@@ -355,6 +355,31 @@ def test_sched_s_reads_schedstat():
     assert redis_bench.sched_s(2 ** 22 + 1) is None
 
 
+def test_proc_times_s_splits_a_process_s_cpu():
+    """The HAProxy rows take CPU and system time from one reading: user
+    and system seconds, not negative, the system part growing while the
+    process makes system calls, their sum what proc_cpu_s gives; None for
+    a process that is not. (bench/run.py by its path: this directory has
+    a run.py of its own.)"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
+    bench_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_run)
+    u0, s0 = bench_run.proc_times_s(os.getpid())
+    assert u0 >= 0 and s0 >= 0
+    deadline = time.monotonic() + 10
+    while bench_run.proc_times_s(os.getpid())[1] <= s0 and time.monotonic() < deadline:
+        with open("/proc/self/stat") as f:
+            f.read()
+    u1, s1 = bench_run.proc_times_s(os.getpid())
+    assert s1 > s0 and u1 >= u0
+    t = bench_run.proc_cpu_s(os.getpid())
+    assert u1 + s1 <= t <= u1 + s1 + 1.0
+    assert bench_run.proc_times_s(2 ** 22 + 1) is None
+    assert bench_run.proc_cpu_s(2 ** 22 + 1) is None
+
+
 def test_sleeps_counts_a_process_going_to_sleep():
     """The HAProxy rows' sleeps per request: a process that sleeps between
     two readings is counted once more for each sleep; None for a process
