@@ -984,6 +984,8 @@ local function rule_of(bytes)
 		end
 		rule[j] = r
 	end
+	-- (a rule of one token bucket kept in a key: run()'s common case)
+	rule.one_bucket = nl == 1 and rule[1][1] == 0 and not rule[1][14]
 	if rule_count >= 256 then
 		rule_cache, rule_count = {}, 0
 	end

@@ -499,6 +499,32 @@ local function run(args, cluster)
 		if not here then
 			-- not this node's keys: nothing taken, nothing computed
 			parts[i + 1] = request_reply(2, 0, nl, nil)
+		elseif lease == 0 and rule.one_bucket then
+			-- The common request, of one token bucket kept in a key and
+			-- no lease: what the general case below does for it, without
+			-- its arrays (a table's slot costs Redis more than a local).
+			local l, p = rule[1], ki
+			if mapped then
+				p = kmap[p]
+			end
+			local _, o1, o2, o3, val, old, x = eval_token(sv[p], now, cost, l)
+			if val then
+				if wgen[p] ~= g0 then
+					wgen[p] = g0
+					nw = nw + 1
+					wpos[nw] = p
+					wbefore[p], wnum[p], wlim[p] = old, x, l
+				end
+				sv[p] = val
+				wneed[p] = now + o3
+			end
+			local all = val ~= nil
+			if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
+				rep1, rep2, rep3, rep_all = o1, o2, o3, all
+				rep = spack('>I4HdBdBd', all and 2466316689 or 2466251153, 37835,
+				    o1, 0xcb, o2, 0xcb, o3)
+			end
+			parts[i + 1] = rep
 		else
 			local all = true
 			local k = ki - 1
