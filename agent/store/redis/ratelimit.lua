@@ -386,7 +386,7 @@ end
 -- and, for a token bucket, its constants: capacity, p and n (T = p/n in
 -- lowest terms), capacity * T as tq + tr/n, and T itself as q1 + r1/n (the
 -- cost of a request of 1). grid: its keys expire on multiples of this many
--- milliseconds (see "Expiry").
+-- milliseconds (see "Expiry"), also kept in microseconds (l[16]).
 local function limit_record(algo, quota, period, burst)
 	local grid = floor(period / 16000)
 	if grid < 1 then
@@ -414,6 +414,7 @@ local function limit_record(algo, quota, period, burst)
 		local cp = cap * p
 		l[13] = cp < TWO52 and cp
 	end
+	l[16] = grid * 1000
 	return l
 end
 

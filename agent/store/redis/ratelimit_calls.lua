@@ -671,18 +671,16 @@ local function run(args, cluster)
 			-- expiry") is written as one whose expiry stays.
 			local o, u = 0, 0
 			if not l[15] then
-				local g = l[5]
-				-- (expiry_ms(), inline, twice)
+				-- (expiry_ms(), inline, twice, in microseconds: a need
+				-- rounded up to the millisecond, then to the grid, is it
+				-- rounded up to the grid's microseconds at once)
+				local g = l[16]
 				u = wneed[p]
-				local r = u % 1000
-				u = (u - r) / 1000 + (r > 0 and 1 or 0)
-				r = u % g
+				local r = u % g
 				if r > 0 then
 					u = u + g - r
 				end
 				o = wbefore[p]
-				r = o % 1000
-				o = (o - r) / 1000 + (r > 0 and 1 or 0)
 				r = o % g
 				if r > 0 then
 					o = o + g - r
@@ -695,6 +693,7 @@ local function run(args, cluster)
 			if o ~= u then
 				-- (a whole number of milliseconds below 10^14 converts to
 				-- its digits exactly; keys of a call often share one)
+				u = u / 1000
 				if u ~= last_u then
 					last_u, last_us = u, fmt('%d', u)
 				end
