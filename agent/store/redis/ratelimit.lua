@@ -274,6 +274,8 @@ thousands: the hot path makes few of either, keeps its arrays from call
 to call, and builds each request's reply with one struct.pack, or takes
 the last one again when it says the same (a request of one limit: the
 clients of a limit whose bucket was full answer alike within a call).
+A request of one token bucket kept in a key, without a lease (the
+common one), is decided in locals, without the general case's arrays.
 
 Cluster: rl7_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
