@@ -267,6 +267,20 @@ local function request_reply(allowed, best, nl, vals)
 	return spack(request_format(nl), unpack(pa, 1, n))
 end
 
+-- The reply of a decided request of one limit (its decider is 1), from
+-- its numbers and whether it was allowed: request_reply()'s first case,
+-- or the last such reply again when it says the same (the clients of a
+-- limit whose bucket was full answer alike within a call: made once for
+-- them).
+local function reply_one(o1, o2, o3, all)
+	if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
+		rep1, rep2, rep3, rep_all = o1, o2, o3, all
+		rep = spack('>I4HdBdBd', all and 2466316689 or 2466251153, 37835, o1, 0xcb, o2,
+		    0xcb, o3)
+	end
+	return rep
+end
+
 -- The requests of args (from argument a0 + 1 on) and their rules (in
 -- rbuf), and the keymap (in kmap): the requests' bytes, their count, the
 -- number of rules, the index k0 of the argument before the first key, the
@@ -518,13 +532,7 @@ local function run(args, cluster)
 				sv[p] = val
 				wneed[p] = now + o3
 			end
-			local all = val ~= nil
-			if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
-				rep1, rep2, rep3, rep_all = o1, o2, o3, all
-				rep = spack('>I4HdBdBd', all and 2466316689 or 2466251153, 37835,
-				    o1, 0xcb, o2, 0xcb, o3)
-			end
-			parts[i + 1] = rep
+			parts[i + 1] = reply_one(o1, o2, o3, val ~= nil)
 		else
 			local all = true
 			local k = ki - 1
@@ -611,16 +619,7 @@ local function run(args, cluster)
 				end
 			end
 			if nl == 1 then
-				-- (request_reply()'s first case, inline: see request_at());
-				-- the clients of one limit with a full bucket have the
-				-- same reply, made once for them (best is 1: one limit)
-				local o1, o2, o3 = out[1], out[2], out[3]
-				if o1 ~= rep1 or o2 ~= rep2 or o3 ~= rep3 or all ~= rep_all then
-					rep1, rep2, rep3, rep_all = o1, o2, o3, all
-					rep = spack('>I4HdBdBd', all and 2466316689 or 2466251153, 37835,
-					    o1, 0xcb, o2, 0xcb, o3)
-				end
-				parts[i + 1] = rep
+				parts[i + 1] = reply_one(out[1], out[2], out[3], all)
 			else
 				parts[i + 1] = request_reply(all and 1 or 0, best, nl, out)
 			end
