@@ -171,15 +171,16 @@ local function read_packed(name, p, g0)
 end
 
 -- The expiry, in milliseconds, of a key needed until need_us whose limit
--- has grid g (see "Expiry").
+-- has grid g (see "Expiry"): the need rounded up to the millisecond, then
+-- to a multiple of g, which is the need rounded up to a multiple of g's
+-- microseconds at once (nested ceilings of integer divisions).
 local function expiry_ms(need, g)
-	local r = need % 1000
-	local u = (need - r) / 1000 + (r > 0 and 1 or 0)
-	r = u % g
+	local gu = g * 1000
+	local r = need % gu
 	if r > 0 then
-		u = u + g - r
+		need = need + gu - r
 	end
-	return u
+	return need / 1000
 end
 
 -- Writes x, the integer state of the packed bucket at position p of limit
@@ -670,9 +671,8 @@ local function run(args, cluster)
 			-- expiry") is written as one whose expiry stays.
 			local o, u = 0, 0
 			if not l[15] then
-				-- (expiry_ms(), inline, twice, in microseconds: a need
-				-- rounded up to the millisecond, then to the grid, is it
-				-- rounded up to the grid's microseconds at once)
+				-- (expiry_ms(), inline, twice, and compared in
+				-- microseconds: the limit's record keeps g * 1000)
 				local g = l[16]
 				u = wneed[p]
 				local r = u % g
