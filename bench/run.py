@@ -8,7 +8,8 @@ Every configuration runs in the same invocation, so the ratios between them
 hold even on a noisy shared machine. Each run starts a fresh agent on a free
 loopback port (fresh buckets, so the 429 counts can be checked exactly), runs
 build/spop-bench against it and stops the agent whatever happens. The median
-run of each configuration is reported. The Redis store's configurations
+run of each configuration is reported; the configurations run round by
+round (run 1 of each, then run 2, ...). The Redis store's configurations
 (bench/redis_bench.py) follow the in-memory ones, each run with a fresh
 redis-server as well; then bench/lease_bench.py measures what leased tokens
 (--lease) save. After the in-memory runs, bench/instructions.py counts
@@ -315,7 +316,10 @@ def in_memory_section(rows, ncpu, only, figs=None):
     L.append("")
     L.append("- The machine has %d CPU%s, shared by the agent, the load generator "
              "(one thread) and whatever else runs on it; the last column shows the "
-             "spread between runs. With `-t 2` the agent's two workers and the "
+             "spread between runs. Configurations 1 to 4 run round by round (run 1 of "
+             "each, then run 2, ...), and 5 and 6 after them the same way, so that a "
+             "spell of other work on the machine hits the baseline and the decisions "
+             "alike. With `-t 2` the agent's two workers and the "
              "generator compete for %d CPU%s, so configuration 3 shows contention, "
              "not how the agent scales on a machine with cores to spare."
              % (ncpu, "s" if ncpu != 1 else "", ncpu, "s" if ncpu != 1 else ""))
@@ -490,50 +494,67 @@ def main():
     confs = configurations() if a.only in (None, "memory") else []
     redis_rows = None
     with tempfile.TemporaryDirectory(prefix="spoa-bench-") as logdir:
-        for ci, (key, title, agent_args, gen, expect) in enumerate(confs, 1):
-            row = {"key": key, "title": title, "runs": [], "open": key in OPEN_LOOP}
-            rows.append(row)
-            if callable(gen):
-                if "mem1" not in done:
-                    problems.append("%s: skipped, configuration 2 has no result" % title)
+        def once(ci, row, r):
+            """Run r of row: appends its result, or records why there is none."""
+            label = "[%d/%d] %s, run %d/%d" % (ci, len(confs), row["key"], r + 1, runs)
+            try:
+                with Agent(agent_bin, row["agent_args"], logdir) as ag:
+                    res, err = run_bench(bench_bin, ag.proc.pid, ag.port, row["gen"],
+                                         duration)
+                    agent_cmd = " ".join(shlex.quote(x) for x in ag.cmdline())
+                    port = ag.port
+                stop = ag.exit_code
+            except RuntimeError as e:
+                problems.append("%s: %s" % (label, e))
+                print("%s: %s" % (label, e), file=sys.stderr)
+                return
+            if res is None:
+                problems.append("%s: %s" % (label, err))
+                print("%s: %s" % (label, err), file=sys.stderr)
+                return
+            bad = check(res, row["expect"])
+            if stop != 0:
+                bad.append("agent exit status on SIGTERM: %s" % stop)
+            for b in bad:
+                problems.append("%s: %s" % (label, b))
+            res["agent_cmd"] = agent_cmd
+            res["bench_cmd"] = " ".join(shlex.quote(x) for x in
+                                        [rel(bench_bin), "--addr",
+                                         "127.0.0.1:%d" % port] + row["gen"] + ["--json"])
+            row["runs"].append(res)
+            print("%s: %.0f/s p50 %s us p99 %s us, 429 %d of %d%s" % (
+                label, res["rps"], fmt_us(res["p50_us"]), fmt_us(res["p99_us"]),
+                res["limited"], res["requests"],
+                "" if not bad else "  PROBLEM: " + "; ".join(bad)), flush=True)
+            if bad and res["stderr"]:
+                print(res["stderr"], file=sys.stderr)
+
+        # Round by round (run 1 of every closed loop, then run 2, ...), so
+        # that a spell of load from elsewhere on the machine hits the
+        # baseline and the decisions alike; the open loops, whose rate is a
+        # share of configuration 2's median, then do the same.
+        for is_open in (False, True):
+            group = []
+            for ci, (key, title, agent_args, gen, expect) in enumerate(confs, 1):
+                if (key in OPEN_LOOP) != is_open:
                     continue
-                gen = gen(done)
-            gen = gen + ["--duration", "%g" % duration]
+                row = {"key": key, "title": title, "runs": [], "open": is_open,
+                       "agent_args": agent_args, "expect": expect}
+                rows.append(row)
+                if callable(gen):
+                    if "mem1" not in done:
+                        problems.append("%s: skipped, configuration 2 has no result" % title)
+                        continue
+                    gen = gen(done)
+                row["gen"] = gen + ["--duration", "%g" % duration]
+                group.append((ci, row))
             for r in range(runs):
-                label = "[%d/%d] %s, run %d/%d" % (ci, len(confs), key, r + 1, runs)
-                try:
-                    with Agent(agent_bin, agent_args, logdir) as ag:
-                        res, err = run_bench(bench_bin, ag.proc.pid, ag.port, gen, duration)
-                        agent_cmd = " ".join(shlex.quote(x) for x in ag.cmdline())
-                        port = ag.port
-                    stop = ag.exit_code
-                except RuntimeError as e:
-                    problems.append("%s: %s" % (label, e))
-                    print("%s: %s" % (label, e), file=sys.stderr)
-                    continue
-                if res is None:
-                    problems.append("%s: %s" % (label, err))
-                    print("%s: %s" % (label, err), file=sys.stderr)
-                    continue
-                bad = check(res, expect)
-                if stop != 0:
-                    bad.append("agent exit status on SIGTERM: %s" % stop)
-                for b in bad:
-                    problems.append("%s: %s" % (label, b))
-                res["agent_cmd"] = agent_cmd
-                res["bench_cmd"] = " ".join(shlex.quote(x) for x in
-                                            [rel(bench_bin), "--addr",
-                                             "127.0.0.1:%d" % port] + gen + ["--json"])
-                row["runs"].append(res)
-                print("%s: %.0f/s p50 %s us p99 %s us, 429 %d of %d%s" % (
-                    label, res["rps"], fmt_us(res["p50_us"]), fmt_us(res["p99_us"]),
-                    res["limited"], res["requests"],
-                    "" if not bad else "  PROBLEM: " + "; ".join(bad)), flush=True)
-                if bad and res["stderr"]:
-                    print(res["stderr"], file=sys.stderr)
-            if row["runs"]:
-                row["median"] = pick_median(row["runs"], key in OPEN_LOOP)
-                done[key] = row["median"]
+                for ci, row in group:
+                    once(ci, row, r)
+            for ci, row in group:
+                if row["runs"]:
+                    row["median"] = pick_median(row["runs"], row["open"])
+                    done[row["key"]] = row["median"]
         insn_lines = []
         if a.only in (None, "memory"):
             # After the timed runs, so that valgrind's CPU disturbs none of them.
