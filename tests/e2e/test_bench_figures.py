@@ -457,6 +457,33 @@ def test_instructions_report_redis_row():
     text = "\n".join(instructions.report_lines(figures, None))
     assert "| check-rate decision with Redis" in text
     assert "| 5250 (1.50x the in-memory decision) |" in text
+    assert "takes 3500 instructions: the target of at most 3500 is met." in text
+    figures["decision"] = 3501
+    assert "the target of at most 3500 is NOT met." in "\n".join(
+        instructions.report_lines(figures, None))
     del figures["redis"]
     assert "with Redis" not in "\n".join(instructions.report_lines(figures, None))
     assert "--redis" not in "\n".join(instructions.report_lines(figures, None))
+
+
+def test_in_memory_report_states_its_target():
+    """The in-memory section says whether configuration 2 reaches 0.7x of
+    the baseline, from the medians, on either side of the line."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+
+    def row(key, rps):
+        m = {"rps": rps, "p50_us": 50.0, "p99_us": 90.0, "p999_us": 200.0, "limited": 0,
+             "requests": 1000, "agent_cmd": "a", "bench_cmd": "b", "agent_cpu": 90.0,
+             "gen_cpu": 99.0}
+        return {"key": key, "title": key, "open": False, "runs": [m], "median": m}
+
+    text = "\n".join(run.in_memory_section([row("base", 1000), row("mem1", 700)], 2, None))
+    assert "answers 0.70x the baseline's answers/s: the target of at least 0.70x is met." \
+        in text, text
+    text = "\n".join(run.in_memory_section([row("base", 1000), row("mem1", 690)], 2, None))
+    assert "answers 0.69x the baseline's answers/s: the target of at least 0.70x is NOT met." \
+        in text, text
