@@ -1084,6 +1084,12 @@ def run(ctx):
                           before=pause_expiry, after=measure)
                 for key, title, limits, evicting in MEM_LIMITS]
     interleave(ctx, mem_rows, 1)
+    ctx.key_floor, why = key_floor(ctx, nkeys)
+    if why:
+        ctx.problems.append("the floor of a key with an expiry: %s" % why)
+    else:
+        print("[M0] a key of the agent's shape holding %s with an expiry, without the "
+              "agent: %.0f bytes" % (FLOOR_VALUE, ctx.key_floor), flush=True)
     ctx.cluster_rows = any(rows.get(k, {}).get("runs") for k in ("C3", "CL"))
     return rows
 
@@ -1221,6 +1227,57 @@ def vs_target(x, target):
     # (three digits where two would round a miss onto the target)
     shown = "%.3fx" % x if round(x, 2) <= target < x else "%.2fx" % x
     return "%s (target <= %.1fx: %s)" % (shown, target, "met" if x <= target else "NOT met")
+
+
+# What any key of the agent's shape with an expiry costs Redis, whatever it
+# holds: `FLOOR_VALUE` is under 10,000, so Redis shares one of its integer
+# objects for it (on a server without maxmemory) and allocates none.
+FLOOR_VALUE, FLOOR_PX = "5", 3600000
+
+
+def floor_command(n):
+    """The same measurement by hand, as the report gives it."""
+    return ("python3 -c 'for i in range(%d): print(\"SET {%%04d}%%08d %s PX %d\" %% "
+            "(i %% 10000, i))' | redis-cli -p PORT --pipe" % (n, FLOOR_VALUE, FLOOR_PX))
+
+
+def key_floor(ctx, n):
+    """Bytes per key of n keys of the agent's shape ({TTTT}LLLLLLLL, 14
+    bytes) holding FLOOR_VALUE with an expiry, written without the agent
+    to a fresh redis-server: used_memory after over before. (None, why)
+    when it cannot be measured."""
+    try:
+        with RedisServer(ctx) as rd:
+            before = rd.used_memory()
+            with Client("127.0.0.1", rd.port, timeout=30.0) as c:
+                for i0 in range(0, n, 1000):
+                    replies = c.pipeline([("SET", "{%04d}%08d" % (i % 10000, i), FLOOR_VALUE,
+                                           "PX", FLOOR_PX)
+                                          for i in range(i0, min(n, i0 + 1000))])
+                    if any(r != b"OK" for r in replies):
+                        return None, "a SET failed: %r" % [r for r in replies if r != b"OK"][0]
+            if rd.command("DBSIZE") != n:
+                return None, "DBSIZE %d after %d SETs" % (rd.command("DBSIZE"), n)
+            return (rd.used_memory() - before) / n, None
+    except (RuntimeError, OSError, ConnectionError, ProtocolError, RespError) as e:
+        return None, str(e)
+
+
+def floor_line(floor, m1):
+    """The report's line on key_floor()'s figure, beside M1's bytes per
+    client (or None)."""
+    return ("- The floor of a key of the agent's shape with an expiry on this Redis: "
+            "%d keys `{TTTT}LLLLLLLL` holding `%s`, a value under 10,000 that shares "
+            "Redis's integer objects and has none of its own, each with `PX %d`, "
+            "written without the agent to a fresh redis-server, cost %.0f bytes each "
+            "(`%s`, used_memory before and after). %s%s." % (
+                MEM_CLIENTS, FLOOR_VALUE, FLOOR_PX, floor, floor_command(MEM_CLIENTS),
+                ("So no layout of a key per client with an expiry meets the target of "
+                 "<= %d here" if floor > MEM_TARGET else
+                 "So a key per client with an expiry can meet the target of <= %d here "
+                 "only with a value that takes no object of its own") % MEM_TARGET,
+                "" if m1 is None else "; M1 holds %.0f, %.0f bytes more (its value, a "
+                "bucket's state, takes an object of its own)" % (m1, m1 - floor)))
 
 
 def mem_per_client(m):
@@ -1546,6 +1603,10 @@ def report(ctx, rows):
                      " (a sorted set of %d buckets: the value is one's score)"
                      % m1["key_strlen"][0] if m1["key_types"][:1] == ["zset"] else "",
                      m1["key_usage"] if m1["key_usage"] is not None else "?"))
+    floor = getattr(ctx, "key_floor", None)
+    if floor is not None:
+        m1 = med("M1")
+        L.append(floor_line(floor, mem_per_client(m1) if m1 else None))
     r3w, r3p = med("R3w"), med("R3p")
     if r3w and r3p and r3w.get("usec_per_decision") and r3p.get("usec_per_decision"):
         L.append("- Packed buckets cost Redis %s us per batched decision in FCALL against "

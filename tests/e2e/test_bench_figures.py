@@ -355,17 +355,46 @@ def test_sched_s_reads_schedstat():
     assert redis_bench.sched_s(2 ** 22 + 1) is None
 
 
+def bench_run_module():
+    """bench/run.py, loaded by its path: this directory has a run.py of its
+    own."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_key_floor_measures_keys_with_an_expiry():
+    """The floor the memory section sets beside M1: keys of the agent's
+    shape holding a small integer, each with an expiry, written to a fresh
+    redis-server. Each costs Redis its two table entries, its name and its
+    share of the tables: between 64 and 160 bytes at any count that fills
+    a table of Redis 7.0 by more than a third."""
+    import types
+    import redis_bench
+    with tempfile.TemporaryDirectory() as d:
+        ctx = types.SimpleNamespace(logdir=d, free_port=harness.free_port)
+        floor, why = redis_bench.key_floor(ctx, 12000)
+    assert why is None and 64 < floor < 160, (floor, why)
+    assert redis_bench.floor_command(12000) == (
+        "python3 -c 'for i in range(12000): print(\"SET {%04d}%08d 5 PX 3600000\" % "
+        "(i % 10000, i))' | redis-cli -p PORT --pipe")
+    line = redis_bench.floor_line(101.4, 117.2)
+    assert "cost 101 bytes each" in line and "no layout of a key per client with an " \
+        "expiry meets the target of <= 100 here; M1 holds 117, 16 bytes more" in line, line
+    line = redis_bench.floor_line(99.6, None)
+    assert "can meet the target of <= 100 here only with a value" in line, line
+    assert "M1 holds" not in line, line
+
+
 def test_proc_times_s_splits_a_process_s_cpu():
     """The HAProxy rows take CPU and system time from one reading: user
     and system seconds, not negative, the system part growing while the
     process makes system calls, their sum what proc_cpu_s gives; None for
-    a process that is not. (bench/run.py by its path: this directory has
-    a run.py of its own.)"""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
-    bench_run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_run)
+    a process that is not."""
+    bench_run = bench_run_module()
     u0, s0 = bench_run.proc_times_s(os.getpid())
     assert u0 >= 0 and s0 >= 0
     deadline = time.monotonic() + 10
@@ -469,11 +498,7 @@ def test_instructions_report_redis_row():
 def test_in_memory_report_states_its_target():
     """The in-memory section says whether configuration 2 reaches 0.7x of
     the baseline, from the medians, on either side of the line."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = bench_run_module()
 
     def row(key, rps):
         m = {"rps": rps, "p50_us": 50.0, "p99_us": 90.0, "p999_us": 200.0, "limited": 0,
