@@ -797,12 +797,16 @@ def do_run(ctx, row, r, runs):
         print(res["stderr"], flush=True)
 
 
-def interleave(ctx, rows, runs):
+def interleave(ctx, rows, runs, one=None):
     """Run 1 of every row, then run 2 of every row, ...: a spell of load from
-    elsewhere on the machine then hits every row alike instead of one."""
+    elsewhere on the machine then hits every row alike instead of one.
+    one(row, r) makes run r of a row (do_run() unless given)."""
     for r in range(runs):
         for row in rows:
-            do_run(ctx, row, r, runs)
+            if one:
+                one(row, r)
+            else:
+                do_run(ctx, row, r, runs)
     for row in rows:
         if row["runs"]:
             row["median"] = ctx.pick_median(row["runs"], row["open"])

@@ -503,9 +503,19 @@ def main():
     confs = configurations() if a.only in (None, "memory") else []
     redis_rows = None
     with tempfile.TemporaryDirectory(prefix="spoa-bench-") as logdir:
-        def once(ci, row, r):
+        ctx = types.SimpleNamespace(
+            root=ROOT, agent_bin=agent_bin, bench_bin=bench_bin, logdir=logdir,
+            runs=runs, duration=duration, quick=a.quick, problems=problems,
+            gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
+            Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
+            free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
+            proc_times_s=proc_times_s,
+            rel=rel, fmt_us=fmt_us, memory=done)
+
+        def once(row, r):
             """Run r of row: appends its result, or records why there is none."""
-            label = "[%d/%d] %s, run %d/%d" % (ci, len(confs), row["key"], r + 1, runs)
+            label = "[%d/%d] %s, run %d/%d" % (row["ci"], len(confs), row["key"], r + 1,
+                                               runs)
             try:
                 with Agent(agent_bin, row["agent_args"], logdir) as ag:
                     res, err = run_bench(bench_bin, ag.proc.pid, ag.port, row["gen"],
@@ -548,7 +558,7 @@ def main():
                 if (key in OPEN_LOOP) != is_open:
                     continue
                 row = {"key": key, "title": title, "runs": [], "open": is_open,
-                       "agent_args": agent_args, "expect": expect}
+                       "agent_args": agent_args, "expect": expect, "ci": ci}
                 rows.append(row)
                 if callable(gen):
                     if "mem1" not in done:
@@ -556,14 +566,9 @@ def main():
                         continue
                     gen = gen(done)
                 row["gen"] = gen + ["--duration", "%g" % duration]
-                group.append((ci, row))
-            for r in range(runs):
-                for ci, row in group:
-                    once(ci, row, r)
-            for ci, row in group:
-                if row["runs"]:
-                    row["median"] = pick_median(row["runs"], row["open"])
-                    done[row["key"]] = row["median"]
+                group.append(row)
+            redis_bench.interleave(ctx, group, runs, one=once)
+            done.update((row["key"], row["median"]) for row in group if row["runs"])
         insn_lines = []
         if a.only in (None, "memory"):
             # After the timed runs, so that valgrind's CPU disturbs none of them.
@@ -575,14 +580,6 @@ def main():
                 "%d per decision, %d per ACK of an unknown message"
                 % (insn["decision"], insn["unknown"])), flush=True)
             insn_lines = instructions.report_lines(insn, why)
-        ctx = types.SimpleNamespace(
-            root=ROOT, agent_bin=agent_bin, bench_bin=bench_bin, logdir=logdir,
-            runs=runs, duration=duration, quick=a.quick, problems=problems,
-            gen_args=GEN_ARGS, max_requests=MAX_REQUESTS, high_limit=HIGH_LIMIT,
-            Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
-            free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
-            proc_times_s=proc_times_s,
-            rel=rel, fmt_us=fmt_us, memory=done)
         if a.only in (None, "redis"):
             redis_rows = redis_bench.run(ctx)
             # after the timed runs, as the agent's counts above
