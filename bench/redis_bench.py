@@ -1260,8 +1260,9 @@ def key_floor(ctx, n):
                                           for i in range(i0, min(n, i0 + 1000))])
                     if any(r != b"OK" for r in replies):
                         return None, "a SET failed: %r" % [r for r in replies if r != b"OK"][0]
-            if rd.command("DBSIZE") != n:
-                return None, "DBSIZE %d after %d SETs" % (rd.command("DBSIZE"), n)
+            size = rd.command("DBSIZE")
+            if size != n:
+                return None, "DBSIZE %d after %d SETs" % (size, n)
             return (rd.used_memory() - before) / n, None
     except (RuntimeError, OSError, ConnectionError, ProtocolError, RespError) as e:
         return None, str(e)
