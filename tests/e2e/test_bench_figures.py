@@ -512,3 +512,24 @@ def test_in_memory_report_states_its_target():
     text = "\n".join(run.in_memory_section([row("base", 1000), row("mem1", 690)], 2, None))
     assert "answers 0.69x the baseline's answers/s: the target of at least 0.70x is NOT met." \
         in text, text
+
+
+def test_interleave_runs_round_by_round():
+    """The rows of a section (the in-memory ones with a run function of
+    their own) run 1 of every row, then 2 of every row; each row with runs
+    gets the median run, a row without none."""
+    import types
+    import redis_bench
+    order = []
+    rows = [{"key": k, "open": False, "runs": []} for k in ("a", "b", "c")]
+
+    def one(row, r):
+        order.append((row["key"], r))
+        if row["key"] != "c":
+            row["runs"].append({"rps": 10 * r + (row["key"] == "b")})
+
+    ctx = types.SimpleNamespace(pick_median=bench_run_module().pick_median)
+    redis_bench.interleave(ctx, rows, 3, one=one)
+    assert order == [(k, r) for r in range(3) for k in ("a", "b", "c")], order
+    assert rows[0]["median"] == {"rps": 10} and rows[1]["median"] == {"rps": 11}
+    assert "median" not in rows[2]
