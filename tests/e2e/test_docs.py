@@ -17,18 +17,24 @@ def readme():
         return f.read()
 
 
+def doc(name):
+    """A documentation file by its path from the repository's root."""
+    with open(os.path.join(harness.ROOT, name), encoding="utf-8") as f:
+        return f.read()
+
+
 def agent_bin():
     return os.path.join(harness.BUILD, "spoa-ratelimit")
 
 
-def test_readme_example_is_the_example_file_and_valid():
-    text = readme()
-    m = re.search(r"### The example\n.*?```yaml\n(.*?)```", text, re.S)
-    assert m, "no yaml block under '### The example'"
+def test_rules_example_is_the_example_file_and_valid():
+    text = doc("docs/rules.md")
+    m = re.search(r"^## The example\n.*?```yaml\n(.*?)```", text, re.S | re.M)
+    assert m, "docs/rules.md: no yaml block under '## The example'"
     path = os.path.join(harness.ROOT, "examples", "rules.yaml")
     with open(path, encoding="utf-8") as f:
         assert m.group(1).rstrip("\n") == f.read().rstrip("\n"), \
-            "README's example differs from examples/rules.yaml"
+            "docs/rules.md's example differs from examples/rules.yaml"
     r = subprocess.run([agent_bin(), "-f", path, "--check"], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode == 0, r.stderr
