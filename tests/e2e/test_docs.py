@@ -41,8 +41,18 @@ def test_rules_example_is_the_example_file_and_valid():
     assert r.stdout.startswith(path + ": ok, "), r.stdout
 
 
-def test_readme_metrics_exist(h):
-    names = set(re.findall(r"`(spoa_rl_[a-z_]+)", readme()))
+def docs_files():
+    """README.md, BENCHMARKS.md and every docs/*.md, by path from the root."""
+    docs = os.path.join(harness.ROOT, "docs")
+    return ["README.md", "BENCHMARKS.md"] + sorted(
+        "docs/" + f for f in os.listdir(docs) if f.endswith(".md"))
+
+
+def test_docs_metrics_exist(h):
+    """Every metric the documentation names is one the agent serves."""
+    names = set()
+    for name in docs_files():
+        names.update(re.findall(r"`(spoa_rl_[a-z_]+)", doc(name)))
     assert len(names) > 20, names
     mport = harness.free_port()
     # Redis metrics appear with a Redis store; none needs to be reachable.
@@ -50,11 +60,11 @@ def test_readme_metrics_exist(h):
             "--redis-timeout", "5")
     served = set(re.findall(r"^# TYPE (spoa_rl_[a-z_]+) ", http_get(mport, "/metrics").text, re.M))
     missing = sorted(n for n in names if n not in served)
-    assert not missing, "README names metrics the agent does not serve: %s" % missing
+    assert not missing, "the docs name metrics the agent does not serve: %s" % missing
 
 
-def test_readme_options_are_accepted():
-    text = readme()
+def test_operations_options_are_accepted():
+    text = doc("docs/operations.md")
     table = text[text.index("| option | default | meaning |"):]
     table = table[:table.index("\n\n")]
     opts = set(re.findall(r"^\| `[^|]*?(--[a-z][a-z-]*)", table, re.M))
@@ -62,7 +72,7 @@ def test_readme_options_are_accepted():
     r = subprocess.run([agent_bin(), "--help"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 0
     missing = sorted(o for o in opts if o not in r.stdout)
-    assert not missing, "README lists options --help does not know: %s" % missing
+    assert not missing, "docs/operations.md lists options --help does not know: %s" % missing
 
 
 def test_readme_layout_names_every_module():
