@@ -75,11 +75,11 @@ def test_operations_options_are_accepted():
     assert not missing, "docs/operations.md lists options --help does not know: %s" % missing
 
 
-def test_readme_layout_names_every_module():
-    """The layout section names every folder of agent/ and every module in
-    the folder it lives in."""
-    text = readme()
-    layout = text[text.index("Layout:\n"):]
+def test_layout_names_every_module():
+    """The layout section of docs/development.md names every folder of
+    agent/ and every module in the folder it lives in."""
+    text = doc("docs/development.md")
+    layout = text[text.index("## Layout of the sources\n"):]
     layout = layout[:layout.index("\n\n", layout.index("agent/"))]
     blocks = re.split(r"^    (agent/[a-z/]*)", layout, flags=re.M)
     described = {blocks[i].rstrip("/"): blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
@@ -90,14 +90,14 @@ def test_readme_layout_names_every_module():
     for folder in folders:
         if folder == "agent/store/redis" or folder.endswith("/redis"):
             continue
-        assert folder in described, "README layout has no entry for %s/" % folder
+        assert folder in described, "the layout has no entry for %s/" % folder
         for f in sorted(os.listdir(os.path.join(harness.ROOT, folder))):
             name, ext = os.path.splitext(f)
             if ext != ".c" or name.endswith("_int"):
                 continue
             if not re.search(r"\b%s\b" % re.escape(name), described[folder]):
                 missing.append("%s/%s" % (folder, f))
-    assert not missing, "README layout does not name: %s" % missing
+    assert not missing, "the layout does not name: %s" % missing
 
 
 MAN_PAGE = os.path.join(harness.ROOT, "dist", "spoa-ratelimit.8")
