@@ -1,9 +1,14 @@
-"""The README stays true: its rules example is examples/rules.yaml and
-passes --check, every metric it names is served, every option it lists is
-accepted."""
+"""The documentation stays true: the rules example of docs/rules.md is
+examples/rules.yaml and passes --check, every metric the docs name is
+served, every option docs/operations.md lists is accepted and the man page
+documents each, the layout of docs/development.md names every module, the
+README's minimal HAProxy integration runs as shown, every relative link
+and anchor leads somewhere, and the README stays a front door of at most
+300 lines."""
 
 import os
 import re
+import shutil
 import subprocess
 
 import harness
@@ -151,3 +156,104 @@ def test_man_page_renders_without_warnings():
     r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", MAN_PAGE],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and not r.stderr, r.stderr
+
+
+def readme_section(title):
+    text = readme()
+    start = text.index("\n## %s\n" % title)
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_readme_integration_runs_as_shown(h):
+    """The README's minimal integration, its two files as they stand (but
+    for the ports, picked free, and a `timeout processing` that a busy
+    test machine cannot miss), gives the answers the README shows."""
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```", readme_section("A minimal HAProxy integration"),
+                        re.S | re.M)
+    kinds = [k for k, _ in blocks]
+    assert kinds == ["sh", "haproxy", "haproxy", "sh", "text"], kinds
+    agent_cmd, spoe, cfg, commands, shown = (b for _, b in blocks)
+    argv = agent_cmd.split()
+    assert argv[0] == "build/spoa-ratelimit", argv
+    agent = h.agent(*argv[1:])
+    app = h.backend()
+    front = harness.free_port()
+    for addr, port in (("127.0.0.1:12345", agent.port), ("127.0.0.1:8000", app.port),
+                       ("127.0.0.1:8080", front)):
+        assert addr in cfg + commands, addr
+        cfg = cfg.replace(addr, "127.0.0.1:%d" % port)
+    assert spoe.count("timeout processing 50ms\n") == 1
+    spoe = spoe.replace("timeout processing 50ms\n", "timeout processing 1s\n")
+    assert "config ratelimit.conf\n" in cfg and "haproxy -db -f haproxy.cfg &" in commands
+    for name, text in (("ratelimit.conf", spoe), ("haproxy.cfg", cfg)):
+        with open(os.path.join(h.dir, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    if shutil.which(harness.HAPROXY) is None:
+        raise harness.Skip("haproxy is not installed")
+    hp = harness.Proc("haproxy", [harness.HAPROXY, "-db", "-f", "haproxy.cfg"],
+                      os.path.join(h.dir, "haproxy.log"), cwd=h.dir)
+    h.procs.append(hp)
+    harness.wait_port(front, 10, hp.popen)
+
+    codes_line, status_line, *header_lines = shown.strip("\n").split("\n")
+    key = {"X-Api-Key": "k1"}
+    codes = [str(harness.http_get(front, "/", key).status) for _ in range(6)]
+    assert " ".join(codes) == codes_line.strip(), (codes, codes_line)
+    r = harness.http_get(front, "/", key)
+    assert status_line.split()[1] == str(r.status) == "429", (status_line, r)
+    shown_headers = dict(line.split(": ", 1) for line in header_lines)
+    assert r.headers.get("ratelimit-policy") == shown_headers["ratelimit-policy"], r
+    # Seconds until the next token: what is shown, or less on a slow machine.
+    assert 1 <= int(r.headers.get("retry-after")) <= int(shown_headers["retry-after"]), r
+    m = re.fullmatch(r'("default";r=0;t=)(\d+)', r.headers.get("ratelimit"))
+    shown_m = re.fullmatch(r'("default";r=0;t=)(\d+)', shown_headers["ratelimit"])
+    assert m and shown_m and 1 <= int(m.group(2)) <= int(shown_m.group(2)), r
+
+
+def markdown_anchors(path):
+    """The anchors GitHub gives the headings of a Markdown file: lower case,
+    punctuation dropped, spaces made hyphens, -1, -2, ... on repeats."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    seen, anchors = {}, set()
+    for line in re.sub(r"^```.*?^```", "", text, flags=re.S | re.M).split("\n"):
+        m = re.match(r"^#{1,6} (.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1)).replace("`", "")
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else "%s-%d" % (slug, n))
+    return anchors
+
+
+def test_docs_links_resolve():
+    """Every relative link of README.md, BENCHMARKS.md and docs/*.md names a
+    file of the tree, and every #anchor a heading of the file it names."""
+    bad = []
+    for name in docs_files():
+        path = os.path.join(harness.ROOT, name)
+        text = re.sub(r"^```.*?^```", "", doc(name), flags=re.S | re.M)
+        text = re.sub(r"`[^`\n]*`", "", text)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+            if not os.path.exists(dest):
+                bad.append("%s: %s: no such file" % (name, target))
+            elif anchor and anchor not in markdown_anchors(dest):
+                bad.append("%s: %s: no such heading" % (name, target))
+    assert not bad, "\n".join(bad)
+
+
+def test_readme_is_a_front_door():
+    """The README stays short: the two commands first, the rest in docs/."""
+    lines = readme().split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    assert len(lines) <= 300, "README.md has %d lines, more than 300" % len(lines)
+    commands = [line.split()[:2] for line in lines if line.startswith("    make ")]
+    assert commands[:2] == [["make", "demo"], ["make", "test"]], commands[:2]
