@@ -9,6 +9,7 @@ examples/:
     problem-json.cfg  spoe-conf/ratelimit-shedding.conf  examples/rules-problem-json.yaml
     legacy-headers.cfg  spoe-conf/ratelimit.conf       --limit 3/1m
     login-bruteforce.cfg  spoe-conf/ratelimit-penalty.conf  examples/rules-login.yaml
+    concurrency.cfg  spoe-conf/ratelimit-concurrency.conf  examples/rules-concurrency.yaml
 
 and basic.cfg with test-only changes (a PROXY protocol bind, a header
 that shows the path the agent got) for the clients' addresses and paths;
@@ -869,6 +870,37 @@ def test_login_bruteforce(h):
     assert_log_clean(agent)
 
 
+def test_concurrency_ids_are_haproxy_s(h):
+    """concurrency.cfg with spoe-conf/ratelimit-concurrency.conf and
+    examples/rules-concurrency.yaml (/api/export: one request of a client
+    in flight): requests that share an id share one place, so the id is
+    HAProxy's own; a client that sends the same X-Request-ID (and
+    X-Unique-ID) with every request still gets one place, not all."""
+    agent, backend, hp = start(h, "concurrency.cfg", "ratelimit-concurrency.conf",
+                               "rules-concurrency.yaml")
+    same = {"X-Request-ID": "one-id-for-all", "X-Unique-ID": "one-id-for-all"}
+    out = []
+
+    def get():
+        r = http_get(hp.port, "/api/export/slow-700", headers=same, timeout=10)
+        with backend.lock:
+            out.append(r)
+
+    threads = [threading.Thread(target=get) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(r.status for r in out) == [200, 429, 429], out
+    assert all(b'"error":"concurrency"' in r.body for r in out if r.status == 429), out
+    assert backend.most_inflight == 1, backend.most_inflight
+    # The response gave its place back: the next request passes (polled
+    # slowly: the endpoint takes 10 an hour).
+    wait_for(lambda: http_get(hp.port, "/api/export", headers=same).status == 200, 3,
+             "the place given back", interval=0.5)
+    assert_log_clean(agent)
+
+
 SPOE_FILES = sorted(glob.glob(os.path.join(SPOE_DIR, "*.conf"))) + [
     os.path.join(harness.ROOT, "tools", "demo", "spoe.conf")]
 CFG_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.cfg"))) + [
@@ -901,7 +933,8 @@ def test_shipped_files_name_clients_by_what_they_cannot_choose():
     """Every shipped SPOE file and haproxy.cfg: the address goes as an IPv6
     client's /64; an API key only once a map has found it; a user only
     from a claim HAProxy verified; the path normalised, the same way
-    everywhere, and what the normalisation could not finish refused."""
+    everywhere, and what the normalisation could not finish refused; a
+    request's unique-id made by HAProxy, never from the request."""
     for path in SPOE_FILES:
         args = message_args(path)
         name = os.path.relpath(path, harness.ROOT)
@@ -922,3 +955,6 @@ def test_shipped_files_name_clients_by_what_they_cannot_choose():
         with open(path) as f:
             text = f.read()
         assert text.count(DENY_DOT_SEGMENTS) == 1, name
+        for line in text.splitlines():
+            if line.split()[:1] == ["unique-id-format"]:
+                assert line.split()[1:] == ["%[uuid()]"], (name, line)
