@@ -135,3 +135,72 @@ def test_man_page_renders_without_warnings():
     r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", MAN_PAGE],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and not r.stderr, r.stderr
+
+
+def section(text, heading):
+    """A Markdown section: from its heading to the next heading of its
+    level or above, outside fenced code (whose comments start with #)."""
+    level = len(heading.split(" ")[0])
+    lines = text[text.index(heading + "\n"):].splitlines(keepends=True)
+    out, fenced = [lines[0]], False
+    for line in lines[1:]:
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,%d} " % level, line):
+            break
+        out.append(line)
+    return "".join(out)
+
+
+def test_readme_message_is_the_shipped_one():
+    """The check-rate message the README shows is spoe-conf/ratelimit.conf's,
+    line for line, and so is the path expression it explains."""
+    text = readme()
+    intro = "as `spoe-conf/ratelimit.conf` has it:\n\n"
+    block = text[text.index(intro) + len(intro):]
+    block = block[:block.index("\n\n")]
+    shown = [line[4:] for line in block.splitlines()]
+    with open(harness.SPOE_CONF, encoding="utf-8") as f:
+        spoe = f.read()
+    message = spoe[spoe.index("spoe-message check-rate"):].rstrip("\n").splitlines()
+    assert shown == message, "README's message differs from spoe-conf/ratelimit.conf"
+    path_arg = [line.strip() for line in message if line.strip().startswith("args path=")]
+    assert len(path_arg) == 1 and ("\n    %s\n" % path_arg[0]) in \
+        section(text, "### Identity and paths"), "the path expression explained is not the file's"
+
+
+def test_docs_say_why_clients_and_paths_cannot_be_chosen():
+    """The integration guide says why a client must not choose its name,
+    how an IPv6 client and an API key are named, how the path is
+    normalised and what is refused; beside request_id, that a reused id
+    shares one place, so the id is HAProxy's own."""
+    text = readme()
+    ident = section(text, "### Identity and paths")
+    for words in ("ipmask(32,64)", "/64", "a map has found it", "made-up key per request",
+                  "url_dec", "lower case", "txn.rl_path", "deny_status 400",
+                  "normalize-uri", "PCRE", "identity: ip"):
+        assert words in ident, "README's Identity and paths says nothing of %r" % words
+    conc = section(text, "## Concurrency: requests in flight")
+    assert "unique-id-format %[uuid()]" in conc, "README's concurrency example"
+    assert "share one place" in conc and "x-request-id" in conc, \
+        "README's concurrency section does not say why request_id is HAProxy's own"
+    with open(os.path.join(harness.ROOT, "docs", "rules.md"), encoding="utf-8") as f:
+        rules = f.read()
+    conc = section(rules, "## Concurrency")
+    assert "share **one**" in conc and "x-request-id" in conc, \
+        "docs/rules.md's concurrency section does not say why request_id is HAProxy's own"
+    ident = rules[rules.index("**`identity`**"):rules.index("**`cost_argument`**")]
+    assert "/64" in ident and "map" in ident, "docs/rules.md's identity"
+    match = section(rules, "## Match conditions")
+    assert "normalize-uri" not in match and "lower case" in match, \
+        "docs/rules.md's match conditions do not say how the path comes"
+
+
+def test_docs_show_no_client_chosen_identity():
+    """What the README and docs/rules.md show HAProxy sending is what the
+    shipped files send: no address whole, no API key without the map."""
+    for doc in ("README.md", os.path.join("docs", "rules.md")):
+        with open(os.path.join(harness.ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
+        assert not re.search(r"ip=src(?!,ipmask\(32,64\))", text), doc
+        assert not re.search(r"api_key=req\.hdr\(x-api-key\)(?!,set-var)", text), doc
