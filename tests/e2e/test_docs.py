@@ -237,6 +237,7 @@ def test_docs_links_resolve():
         path = os.path.join(harness.ROOT, name)
         text = re.sub(r"^```.*?^```", "", doc(name), flags=re.S | re.M)
         text = re.sub(r"`[^`\n]*`", "", text)
+        text = re.sub(r"^    .*$", "", text, flags=re.M)  # indented code
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z][a-z0-9+.-]*:", target):
                 continue  # https:, mailto:
@@ -257,3 +258,68 @@ def test_readme_is_a_front_door():
     assert len(lines) <= 300, "README.md has %d lines, more than 300" % len(lines)
     commands = [line.split()[:2] for line in lines if line.startswith("    make ")]
     assert commands[:2] == [["make", "demo"], ["make", "test"]], commands[:2]
+def section(text, heading):
+    """A Markdown section: from its heading to the next heading of its
+    level or above, outside fenced code (whose comments start with #)."""
+    level = len(heading.split(" ")[0])
+    lines = text[text.index(heading + "\n"):].splitlines(keepends=True)
+    out, fenced = [lines[0]], False
+    for line in lines[1:]:
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,%d} " % level, line):
+            break
+        out.append(line)
+    return "".join(out)
+
+
+def test_integration_message_is_the_shipped_one():
+    """The check-rate message the integration guide shows is spoe-conf/ratelimit.conf's,
+    line for line, and so is the path expression it explains."""
+    text = doc("docs/integration.md")
+    block = text[text.index("```\nspoe-message check-rate\n") + 4:]
+    block = block[:block.index("```")]
+    shown = block.rstrip("\n").splitlines()
+    with open(harness.SPOE_CONF, encoding="utf-8") as f:
+        spoe = f.read()
+    message = spoe[spoe.index("spoe-message check-rate"):].rstrip("\n").splitlines()
+    assert shown == message, "docs/integration.md's message differs from spoe-conf/ratelimit.conf"
+    path_arg = [line.strip() for line in message if line.strip().startswith("args path=")]
+    assert len(path_arg) == 1 and ("\n    %s\n" % path_arg[0]) in \
+        section(text, "### Identity and paths"), "the path expression explained is not the file's"
+
+
+def test_docs_say_why_clients_and_paths_cannot_be_chosen():
+    """The integration guide says why a client must not choose its name,
+    how an IPv6 client and an API key are named, how the path is
+    normalised and what is refused; beside request_id, that a reused id
+    shares one place, so the id is HAProxy's own."""
+    text = doc("docs/integration.md")
+    ident = section(text, "### Identity and paths")
+    for words in ("ipmask(32,64)", "/64", "a map has found it", "made-up key per request",
+                  "url_dec", "lower case", "txn.rl_path", "deny_status 400",
+                  "normalize-uri", "PCRE", "identity: ip"):
+        assert words in ident, "docs/integration.md's Identity and paths says nothing of %r" % words
+    rel = section(text, "## The release and response messages")
+    assert "unique-id-format %[uuid()]" in rel, "docs/integration.md's concurrency example"
+    with open(os.path.join(harness.ROOT, "docs", "rules.md"), encoding="utf-8") as f:
+        rules = f.read()
+    conc = section(rules, "## Concurrency")
+    assert "share **one**" in conc and "x-request-id" in conc, \
+        "docs/rules.md's concurrency section does not say why request_id is HAProxy's own"
+    ident = rules[rules.index("**`identity`**"):rules.index("**`cost_argument`**")]
+    assert "/64" in ident and "map" in ident, "docs/rules.md's identity"
+    match = section(rules, "## Match conditions")
+    assert "normalize-uri" not in match and "lower case" in match, \
+        "docs/rules.md's match conditions do not say how the path comes"
+
+
+def test_docs_show_no_client_chosen_identity():
+    """What the README and the docs show HAProxy sending is what the
+    shipped files send: no address whole, no API key without the map."""
+    docs = ["README.md"] + [os.path.join("docs", n) for n in sorted(os.listdir(
+        os.path.join(harness.ROOT, "docs"))) if n.endswith(".md")]
+    for name in docs:
+        text = doc(name)
+        assert not re.search(r"ip=src(?!,ipmask\(32,64\))", text), name
+        assert not re.search(r"api_key=req\.hdr\(x-api-key\)(?!,set-var)", text), name
