@@ -1,0 +1,2 @@
+FUZZERS += urlpath
+fuzz_urlpath_SRCS := tests/fuzz/fuzz_urlpath.c agent/rules/urlpath.c agent/alloc.c

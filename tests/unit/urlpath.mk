@@ -1,0 +1,2 @@
+UNIT_TESTS += urlpath
+test_urlpath_SRCS := tests/unit/test_urlpath.c agent/rules/urlpath.c
