@@ -23,11 +23,14 @@
  *
  * Classification (rules_classify.c) is pure: no I/O, no clock, no
  * allocation, and no YAML linked in. It reads only the message arguments
- * the caller collected, compares bytes exactly (same length, same bytes; hosts ignoring ASCII case) and never
- * reads past an argument's length. Its cost is linear in the number of
- * endpoints and priority classes, which are capped (RULES_ENDPOINTS_MAX,
- * RULES_CLASSES_MAX), like every list of the file, so neither loading nor
- * classifying can be made arbitrarily slow by a file.
+ * the caller collected, compares bytes exactly (same length, same bytes;
+ * hosts ignoring ASCII case; the path in its normal form, urlpath.h,
+ * unless the file says `paths: raw`) and never reads past an argument's
+ * length. Its cost is linear in the number of endpoints and priority
+ * classes, which are capped (RULES_ENDPOINTS_MAX, RULES_CLASSES_MAX), like
+ * every list of the file, so neither loading nor classifying can be made
+ * arbitrarily slow by a file; and in the length of the path, normalised
+ * at most once per request, and only when some condition reads it.
  */
 #ifndef RL_RULES_H
 #define RL_RULES_H
@@ -56,6 +59,7 @@
 #define RULES_PARTS_MAX (1 + RULES_STACK_MAX)
 #define RULES_VALUES_MAX 32      /* values of one match condition */
 #define RULES_MATCH_ARGS_MAX 16  /* argument conditions of one match */
+#define RULES_PATH_MAX 1024      /* bytes of a path condition's value */
 #define RULES_FILE_MAX (4u << 20) /* bytes of a rules file */
 #define RULES_DEFAULT_PRIORITY 2
 #define RULES_DEFAULT_RULE "default"
@@ -338,6 +342,9 @@ const char *rules_tier_argument(const struct rules *r);
 const struct rule *rules_default_tier(const struct rules *r);
 
 bool rules_shadow(const struct rules *r);               /* global shadow */
+/* `paths: raw`: path conditions compare the path as sent, not its normal
+ * form (urlpath.h). */
+bool rules_paths_raw(const struct rules *r);
 /* Whether some rule asks for leases of its own (`lease`, store/lease.h). */
 bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */

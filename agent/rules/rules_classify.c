@@ -4,9 +4,10 @@
  * Pure: no I/O, no clock, no allocation, no lock; it reads the rules
  * (immutable once loaded, see rules_int.h) and the caller's arguments, and
  * writes only the verdict. Bytes are compared exactly (same length, same
- * bytes; hosts ignoring ASCII case), and no argument is read past its
- * length. Its cost is linear in the number of endpoints and priority
- * classes, both capped by the loader.
+ * bytes; hosts ignoring ASCII case; the path in its normal form, see
+ * request_path), and no argument is read past its length. Its cost is
+ * linear in the number of endpoints and priority classes, both capped by
+ * the loader, and in the path's length.
  */
 #include "rules_int.h"
 
@@ -16,6 +17,7 @@
 
 #include "identity.h"
 #include "spop.h"
+#include "urlpath.h"
 
 /* ---- arguments ----------------------------------------------------------- */
 
@@ -213,8 +215,15 @@ int rules_request_decode(const struct rules *r, struct rules_request *req,
 
 struct request {
 	const struct rules_request *req;
+	const struct rules *r;
 	size_t host_noport;
 	size_t tier;
+	/* The path conditions read: made by request_path() when the first
+	 * of them is tested; path_state 0 before, 1 a path, -1 none. */
+	int path_state;
+	const char *path;
+	size_t path_len;
+	char path_buf[RULES_PATH_MAX + 1];
 };
 
 size_t rules_host_noport(const char *h, size_t len)
@@ -252,17 +261,54 @@ static bool cond_exact(const struct cond *c, const struct spop_data *d)
 	return false;
 }
 
+/* The path the conditions read, or NULL when the request has none (no
+ * path argument, or not text): its normal form (urlpath.h), unless the
+ * rules say `paths: raw`. Made once per request, at the first condition
+ * that reads it. Only its first path_cap bytes are kept, one more than the
+ * longest value of a condition: a long path costs time linear in its
+ * length, and no memory, and is never cut short so that a prefix would
+ * differ (a ".." at the end is resolved as well). */
+static __attribute__((noinline)) void request_path_make(struct request *q)
+{
+	const struct spop_data *d = q->req->slot[SLOT_PATH];
+
+	q->path_state = -1;
+	if (!is_text(d))
+		return;
+	q->path_state = 1;
+	/* (most paths are their own normal form: no copy) */
+	if (q->r->paths_raw || urlpath_plain(d->u.str.ptr, d->u.str.len)) {
+		q->path = d->u.str.ptr;
+		q->path_len = d->u.str.len;
+		return;
+	}
+	q->path = q->path_buf;
+	q->path_len = urlpath_normalise(d->u.str.ptr, d->u.str.len, q->path_buf, q->r->path_cap);
+}
+
+static inline const char *request_path(struct request *q, size_t *len)
+{
+	if (q->path_state == 0)
+		request_path_make(q);
+	*len = q->path_len;
+	return q->path_state > 0 ? q->path : NULL;
+}
+
 /* A path is under a prefix when it equals it or continues it at a segment
  * boundary: "/api/search" covers "/api/search/x" and "/api/search?q=1",
- * not "/api/searches". A prefix that ends with "/" covers all below it. */
-static bool cond_path(const struct cond *c, const struct spop_data *d)
+ * not "/api/searches". A prefix that ends with "/" covers all below it.
+ * (p holds the path's first path_cap bytes, len of them: every value is
+ * shorter, so a path as long as a value is whole, and a longer one has
+ * the byte after the value.) */
+static bool cond_path(const struct cond *c, struct request *q)
 {
-	if (!is_text(d))
+	size_t len;
+	const char *p = request_path(q, &len);
+
+	if (!p)
 		return false;
 	for (size_t i = 0; i < c->n; i++) {
 		const struct mval *v = &c->v[i];
-		const char *p = d->u.str.ptr;
-		size_t len = d->u.str.len;
 
 		if (len < v->len || memcmp(p, v->ptr, v->len) != 0)
 			continue;
@@ -325,11 +371,11 @@ static bool cond_arg(const struct cond *c, const struct spop_data *d)
 	return false;
 }
 
-static bool match_holds(const struct match *m, const struct request *q)
+static bool match_holds(const struct match *m, struct request *q)
 {
 	if (m->method.n && !cond_exact(&m->method, q->req->slot[SLOT_METHOD]))
 		return false;
-	if (m->path.n && !cond_path(&m->path, q->req->slot[SLOT_PATH]))
+	if (m->path.n && !cond_path(&m->path, q))
 		return false;
 	if (m->host.n && !cond_host(&m->host, q->req->slot[SLOT_HOST], q->host_noport))
 		return false;
@@ -441,6 +487,8 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 	/* (the layers' part is written below for the layers there are) */
 	memset(out, 0, offsetof(struct rules_verdict, layer_identity));
 	q.req = req;
+	q.r = r;
+	q.path_state = 0;
 	q.host_noport = 0;
 	if (is_text(slot[SLOT_HOST]))
 		q.host_noport = rules_host_noport(slot[SLOT_HOST]->u.str.ptr,

@@ -143,7 +143,15 @@ struct rules {
 	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 2];
 	uint8_t bucket[ARG_BUCKETS]; /* first of a chain: index + 1, 0 empty */
 	bool match_args;
+	/* `paths: raw`: path conditions read the path as sent; else its
+	 * normal form (urlpath.h), of which classification keeps the first
+	 * path_cap bytes: one more than the longest value of a path
+	 * condition, so that a prefix and the byte after it are exact. 0
+	 * when no condition reads the path. */
+	bool paths_raw;
+	uint16_t path_cap;
 };
+_Static_assert(RULES_PATH_MAX + 1 <= UINT16_MAX, "path_cap fits its field");
 
 
 /* The length of a Host value without its port: "[v6]:p" -> "[v6]",

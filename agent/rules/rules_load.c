@@ -28,6 +28,7 @@
 #include "alloc.h"
 #include "rules_load.h"
 #include "settings.h"
+#include "urlpath.h"
 
 /* ---- the arena ----------------------------------------------------------- */
 
@@ -366,6 +367,23 @@ static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i,
 	case V_PATH:
 		if (len == 0 || s[0] != '/')
 			return ys_fail(y, n->start_mark, where, "%s: a path starts with \"/\"", q);
+		if (len > RULES_PATH_MAX)
+			return ys_fail(y, n->start_mark, where, "longer than %d bytes", RULES_PATH_MAX);
+		if (!c->r->paths_raw) {
+			/* A value the normal form of no path can equal would
+			 * never match: say which one the operator meant. */
+			char nf[RULES_PATH_MAX], qn[YS_PATH_MAX];
+			size_t nlen = urlpath_normalise(s, len, nf, sizeof(nf));
+
+			if (nlen != len || memcmp(nf, s, len) != 0) {
+				ys_quote(qn, sizeof(qn), nf, nlen);
+				return ys_fail(y, n->start_mark, where,
+					       "%s: paths are matched normalised, write %s "
+					       "(or paths: raw)", q, qn);
+			}
+		}
+		if (len + 1 > c->r->path_cap)
+			c->r->path_cap = (uint16_t)(len + 1);
 		break;
 	case V_HOST:
 		if (len == 0)
@@ -775,11 +793,13 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 {
 	struct ys *y = &c->y;
 	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_OVERRIDE, K_LIMITS, K_TIERS, K_ENDPOINTS,
-	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_LEASE, K_N };
+	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_LEASE, K_PATHS, K_N };
 	static const char *const rules_keys[K_N] = {
 		"on_store_failure", "identity", "shadow", "cost_argument", "override_argument", "limits",
-		"tiers", "endpoints", "layers", "stack", "priorities", "shedding", "lease",
+		"tiers", "endpoints", "layers", "stack", "priorities", "shedding", "lease", "paths",
 	};
+	static const char *const paths_words[] = {"normalised", "raw"};
+	int paths = 0;
 	const char *keys[SETTINGS_NKEYS + K_N];
 	yaml_node_t *all_k[SETTINGS_NKEYS + K_N], *all_v[SETTINGS_NKEYS + K_N];
 	yaml_node_t **k = all_k + SETTINGS_NKEYS, **v = all_v + SETTINGS_NKEYS;
@@ -804,6 +824,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	}
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
+	/* (before the path conditions, which it checks) */
+	if (v[K_PATHS] &&
+	    ys_word(y, v[K_PATHS], "paths", paths_words, 2, "normalised or raw", &paths) < 0)
+		return -1;
+	r->paths_raw = paths == 1;
 	if (v[K_LEASE] && rules_parse_lease(c, "", v[K_LEASE], &r->lease_us, &r->lease_share) < 0)
 		return -1;
 	if (v[K_COST] && rules_get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
@@ -1046,6 +1071,8 @@ const struct rule *rules_default_tier(const struct rules *r)
 }
 
 bool rules_shadow(const struct rules *r) { return r->shadow; }
+
+bool rules_paths_raw(const struct rules *r) { return r->paths_raw; }
 
 bool rules_any_lease(const struct rules *r)
 {

@@ -142,7 +142,7 @@ def test_reload_under_traffic_loses_no_request(h):
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
                              '"endpointz" (expected one of: listen, threads, store, '
                              'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
-                             'tiers, endpoints, layers, stack, priorities, shedding, lease)' % rules), line
+                             'tiers, endpoints, layers, stack, priorities, shedding, lease, paths)' % rules), line
         time.sleep(0.7)
     finally:
         records = traffic.stop()
@@ -222,5 +222,19 @@ def test_check_validates_rules_files():
         p = check(os.path.join(d, "missing.yaml"))
         assert p.returncode == 1, p
         assert p.stderr.startswith("spoa-ratelimit: %s: " % os.path.join(d, "missing.yaml")), p
+        # Paths are matched normalised: a condition no normal form equals
+        # is refused as at start and on reload, and taken with paths: raw.
+        upper = os.path.join(d, "upper.yaml")
+        endpoint = 'endpoints: [ { name: e, match: { path: /Login }, limits: ["5/1m"] } ]\n'
+        with open(upper, "w") as f:
+            f.write(endpoint)
+        p = check(upper)
+        assert p.returncode == 1, p
+        assert p.stderr == ('spoa-ratelimit: %s:1:40: endpoints[0].match.path: "/Login": paths '
+                            'are matched normalised, write "/login" (or paths: raw)\n' % upper), p
+        with open(upper, "w") as f:
+            f.write("paths: raw\n" + endpoint)
+        p = check(upper)
+        assert p.returncode == 0 and p.stdout == "%s: ok, 2 rule(s)\n" % upper, p
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -31,7 +31,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 130
+#define ERR_FIXTURES 132
 
 static char err[1024];
 
@@ -221,7 +221,8 @@ static unsigned random_message(struct spop_wbuf *w)
 		"pat", "pathx",
 	};
 	static const char *const texts[] = {
-		"", "GET", "POST", "/api/search", "/api/search/x", "api.example.com",
+		"", "GET", "POST", "/api/search", "/api/search/x", "/API/%53earch", "//x/../api/search",
+		"api.example.com",
 		"API.example.com:8443", "k1", "k2", "pro", "gold", "1", "17", "x",
 	};
 	unsigned n = rnd() % 12;
@@ -833,7 +834,7 @@ static void test_buffer_errors(void **unused)
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
 	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-				 "layers, stack, priorities, shedding, lease)");
+				 "layers, stack, priorities, shedding, lease, paths)");
 	/* A short buffer truncates the message, NUL-terminated. */
 	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
 	assert_string_equal(small, "t.yaml:1:1: unk");
@@ -941,7 +942,7 @@ static void test_prescan_caps(void **unused)
 		strcat(y, "]");
 	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
 		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-		   "layers, stack, priorities, shedding, lease)");
+		   "layers, stack, priorities, shedding, lease, paths)");
 	free(y);
 	y = times("x: ", "{a: ", 32);
 	load_fails(y, "t.yaml:1:128: nested deeper than 32 levels");
@@ -1165,7 +1166,7 @@ static void test_first_match_and_paths(void **unused)
 	req(&a, NULL, "/ap", NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "default");
 	req(&a, NULL, "/API", NULL, NULL);
-	assert_string_equal(rule_of(r, &a), "default"); /* paths are case-sensitive */
+	assert_string_equal(rule_of(r, &a), "first"); /* normalised (test_paths_normalised) */
 	req(&a, NULL, "/static/x.css", NULL, NULL);
 	assert_string_equal(rule_of(r, &a), "static");
 	req(&a, NULL, "/static/", NULL, NULL);
@@ -1195,6 +1196,152 @@ static void test_first_match_and_paths(void **unused)
 	add(&a, "path", spop_strn("/api\0x", 6));
 	assert_string_equal(rule_of(r, &a), "default");
 	rules_release(r);
+}
+
+/* A path is matched in its normal form (urlpath.h): every spelling of
+ * /login an application reads as /login is the login rule, however long;
+ * `paths: raw` compares the bytes sent. */
+static void test_paths_normalised(void **unused)
+{
+	static const char *const login[] = {
+		"/login", "/%6cogin", "/%6Cogin", "//login", "/./login", "/x/../login",
+		"/login;jsessionid=1", "/LOGIN", "/login%2f", "/login/", "/login?next=/x",
+		"/a/b/../c/../../login", "/../login", "/%2e%2e/login", "/x/..;/login",
+		"/login/sub/..", "/login/.", "/x%2f..%2flogin%3bx",
+	};
+	static const char *const other[] = {
+		"/loginx", "/log", "/login%252f", "/x/%252e%252e/login", "/login/../x", "/%00login",
+		"/api/search%3f", "/",
+	};
+	static const char *const yaml =
+		"endpoints:\n"
+		"  - { name: login, match: { path: /login }, limits: [\"1/1s\"] }\n"
+		"  - { name: search, match: { path: [/api/search, /api/v2/] }, limits: [\"2/1s\"] }\n"
+		"priorities:\n"
+		"  classes: [ { priority: 0, match: { path: /pay } } ]\n";
+	struct rules_args a;
+	struct rules *r = load(yaml), *raw;
+	struct rules_verdict v;
+	char *path;
+	size_t n;
+
+	assert_false(rules_paths_raw(r));
+	for (size_t i = 0; i < sizeof(login) / sizeof(login[0]); i++) {
+		req(&a, NULL, login[i], NULL, NULL);
+		if (strcmp(rule_of(r, &a), "login") != 0)
+			fail_msg("%s is not the login rule", login[i]);
+	}
+	for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+		req(&a, NULL, other[i], NULL, NULL);
+		if (strcmp(rule_of(r, &a), "default") != 0)
+			fail_msg("%s is not the default rule", other[i]);
+	}
+	req(&a, NULL, "/API/%53earch?Q", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "search");
+	req(&a, NULL, "/api/V2", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* /api/v2/ is below it */
+	req(&a, NULL, "/API/V2/.", NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "search");
+	/* priority classes read the same path */
+	req(&a, "POST", "/x/../PAY", NULL, NULL);
+	v = classify(r, &a);
+	assert_int_equal(v.priority, 0);
+	assert_string_equal(v.rule->name, "default");
+
+	/* Long paths, longer than what classification keeps of them: the
+	 * dot segments after /login never push it out, and a ".." at the
+	 * very end is resolved. */
+	n = 6 + 2 * 10000;
+	path = malloc(n + 16);
+	assert_non_null(path);
+	memcpy(path, "/login", 6);
+	for (size_t i = 0; i < 10000; i++)
+		memcpy(path + 6 + 2 * i, "/.", 2);
+	path[n] = '\0';
+	req(&a, NULL, path, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "login");
+	memcpy(path + n, "/x/../../y", 11);
+	req(&a, NULL, path, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default"); /* /y */
+	memset(path, 'a', n);
+	path[0] = '/';
+	memcpy(path + n, "/../login", 10);
+	req(&a, NULL, path, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "login");
+	memcpy(path + n, "/login", 7);
+	req(&a, NULL, path, NULL, NULL);
+	assert_string_equal(rule_of(r, &a), "default");
+	free(path);
+	rules_release(r);
+
+	/* paths: raw: the bytes as sent, case and all */
+	raw = load("paths: raw\n"
+		   "endpoints:\n"
+		   "  - { name: login, match: { path: /login }, limits: [\"1/1s\"] }\n"
+		   "  - { name: upper, match: { path: [/API, \"/a%2Fb\", //x] }, limits: [] }\n");
+	assert_true(rules_paths_raw(raw));
+	req(&a, NULL, "/login/x", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "login");
+	req(&a, NULL, "/LOGIN", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "default");
+	req(&a, NULL, "/x/../login", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "default");
+	req(&a, NULL, "/API/x", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "upper");
+	req(&a, NULL, "/a%2Fb", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "upper");
+	req(&a, NULL, "/a/b", NULL, NULL);
+	assert_string_equal(rule_of(raw, &a), "default");
+	rules_release(raw);
+	r = load("paths: normalised\n");
+	assert_false(rules_paths_raw(r));
+	rules_release(r);
+
+	/* A value no normal form can equal would never match: refused, with
+	 * the one meant. */
+	load_fails("endpoints: [ { name: e, match: { path: /API/Search }, limits: [] } ]",
+		   "t.yaml:1:40: endpoints[0].match.path: \"/API/Search\": paths are matched "
+		   "normalised, write \"/api/search\" (or paths: raw)");
+	load_fails("endpoints: [ { name: e, match: { path: [/a, /a//b/./c/..] }, limits: [] } ]",
+		   "t.yaml:1:45: endpoints[0].match.path[1]: \"/a//b/./c/..\": paths are matched "
+		   "normalised, write \"/a/b/\" (or paths: raw)");
+	load_fails("priorities: { classes: [ { priority: 0, match: { path: \"/a;v=1\" } } ] }",
+		   "t.yaml:1:56: priorities.classes[0].match.path: \"/a;v=1\": paths are matched "
+		   "normalised, write \"/a\" (or paths: raw)");
+	load_fails("endpoints: [ { name: e, match: { path: \"/%41\" }, limits: [] } ]",
+		   "t.yaml:1:40: endpoints[0].match.path: \"/%41\": paths are matched "
+		   "normalised, write \"/a\" (or paths: raw)");
+	load_fails("paths: normalized", "t.yaml:1:8: paths: expected normalised or raw, got \"normalized\"");
+	/* (read before the conditions it checks, wherever it is written) */
+	raw = load("endpoints: [ { name: e, match: { path: /API }, limits: [] } ]\npaths: raw\n");
+	rules_release(raw);
+	/* values of up to RULES_PATH_MAX bytes */
+	{
+		char y[RULES_PATH_MAX + 128], e[256];
+
+		n = (size_t)snprintf(y, sizeof(y), "endpoints: [ { name: e, match: { path: /");
+		memset(y + n, 'a', RULES_PATH_MAX - 1);
+		snprintf(y + n + RULES_PATH_MAX - 1, sizeof(y) - n - RULES_PATH_MAX + 1,
+			 " }, limits: [] } ]");
+		r = load(y);
+		path = malloc(RULES_PATH_MAX + 8);
+		assert_non_null(path);
+		path[0] = '/';
+		memset(path + 1, 'A', RULES_PATH_MAX - 1);
+		memcpy(path + RULES_PATH_MAX, "/x", 3);
+		req(&a, NULL, path, NULL, NULL);
+		assert_string_equal(rule_of(r, &a), "e");
+		path[RULES_PATH_MAX] = 'x';
+		req(&a, NULL, path, NULL, NULL);
+		assert_string_equal(rule_of(r, &a), "default");
+		free(path);
+		rules_release(r);
+		memmove(y + n + 1, y + n, strlen(y + n) + 1);
+		y[n] = 'a';
+		snprintf(e, sizeof(e), "t.yaml:1:40: endpoints[0].match.path: longer than %d bytes",
+			 RULES_PATH_MAX);
+		load_fails(y, e);
+	}
 }
 
 static void test_method(void **unused)
@@ -2022,6 +2169,7 @@ int main(void)
 		cmocka_unit_test(test_out_of_memory),
 		cmocka_unit_test(test_root_values),
 		cmocka_unit_test(test_first_match_and_paths),
+		cmocka_unit_test(test_paths_normalised),
 		cmocka_unit_test(test_method),
 		cmocka_unit_test(test_host),
 		cmocka_unit_test(test_args_match),
