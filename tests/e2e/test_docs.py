@@ -275,7 +275,8 @@ def section(text, heading):
 
 def test_integration_message_is_the_shipped_one():
     """The check-rate message the integration guide shows is spoe-conf/ratelimit.conf's,
-    line for line, and so is the path expression it explains."""
+    line for line, and it sends the path as spelt, which the guide says
+    the agent normalises."""
     text = doc("docs/integration.md")
     block = text[text.index("```\nspoe-message check-rate\n") + 4:]
     block = block[:block.index("```")]
@@ -284,22 +285,28 @@ def test_integration_message_is_the_shipped_one():
         spoe = f.read()
     message = spoe[spoe.index("spoe-message check-rate"):].rstrip("\n").splitlines()
     assert shown == message, "docs/integration.md's message differs from spoe-conf/ratelimit.conf"
-    path_arg = [line.strip() for line in message if line.strip().startswith("args path=")]
-    assert len(path_arg) == 1 and ("\n    %s\n" % path_arg[0]) in \
-        section(text, "### Identity and paths"), "the path expression explained is not the file's"
+    assert any(line.strip().startswith("args ") and " path=path " in line + " "
+               for line in message), "the message does not send path=path"
+    assert "(`path=path`)" in section(text, "### Identity and paths"), \
+        "the guide does not say how the path is sent"
 
 
 def test_docs_say_why_clients_and_paths_cannot_be_chosen():
     """The integration guide says why a client must not choose its name,
-    how an IPv6 client and an API key are named, how the path is
-    normalised and what is refused; beside request_id, that a reused id
-    shares one place, so the id is HAProxy's own."""
+    how an IPv6 client and an API key are named, that the agent matches
+    the path normalised and what that assumes of the application; beside
+    request_id, that a reused id shares one place, so the id is HAProxy's
+    own. docs/rules.md says what the normal form is; no document shows
+    the regular expressions HAProxy no longer needs."""
     text = doc("docs/integration.md")
     ident = section(text, "### Identity and paths")
     for words in ("ipmask(32,64)", "/64", "a map has found it", "made-up key per request",
-                  "url_dec", "lower case", "txn.rl_path", "deny_status 400",
-                  "normalize-uri", "PCRE", "identity: ip"):
+                  "decoded once", "lower case", "RFC 3986", "%2F", "paths: raw",
+                  "How paths are matched", "identity: ip"):
         assert words in ident, "docs/integration.md's Identity and paths says nothing of %r" % words
+    for name in docs_files():
+        for words in ("regsub", "txn.rl_path", "deny_status 400", "PCRE"):
+            assert words not in doc(name), "%s still shows %r" % (name, words)
     rel = section(text, "## The release and response messages")
     assert "unique-id-format %[uuid()]" in rel, "docs/integration.md's concurrency example"
     with open(os.path.join(harness.ROOT, "docs", "rules.md"), encoding="utf-8") as f:
@@ -312,6 +319,9 @@ def test_docs_say_why_clients_and_paths_cannot_be_chosen():
     match = section(rules, "## Match conditions")
     assert "normalize-uri" not in match and "lower case" in match, \
         "docs/rules.md's match conditions do not say how the path comes"
+    paths = section(rules, "### How paths are matched")
+    for words in ("%2F", "remove_dot_segments", ";params", "`paths: raw`", "decodes"):
+        assert words in paths, "docs/rules.md's How paths are matched says nothing of %r" % words
 
 
 def test_docs_show_no_client_chosen_identity():

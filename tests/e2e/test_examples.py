@@ -12,7 +12,7 @@ examples/:
     concurrency.cfg  spoe-conf/ratelimit-concurrency.conf  examples/rules-concurrency.yaml
 
 and basic.cfg with test-only changes (a PROXY protocol bind, a header
-that shows the path the agent got) for the clients' addresses and paths;
+that shows the rule that decided) for the clients' addresses and paths;
 then what every shipped SPOE file and haproxy.cfg sends.
 """
 
@@ -691,14 +691,11 @@ def test_ipv6_clients_are_their_64(h):
     assert_log_clean(agent)
 
 
-# What the shipped SPOE files send as `path`, and what it gives: a
-# request's path as an application reads it (decoded, lower case, without
-# ;params, with dot segments resolved).
-PATH_NORMALISED = ('path,regsub("%(?![0-9a-f]{2})","_",gi),url_dec,lower,'
-                   'regsub(";[^/]*","",g),regsub("/+","/",g),regsub("/[.](?=/|$)","",g),'
-                   'regsub("(/(?![.][.]?(?:/|$))[^/]+(?1)*/[.][.])(?=/|$)","",g),'
-                   'regsub("^(?:/[.][.])+(?=/|$)",""),regsub("^$","/"),set-var(txn.rl_path)')
-
+# Spellings of a path, each sent through HAProxy as it is (the shipped
+# files send path=path) and the path the agent matches: as an
+# application reads it (decoded once, lower case, without ;params, with
+# dot segments resolved however deep), docs/rules.md's "How paths are
+# matched".
 PATHS = [
     ("/login", "/login"),
     ("/%6cogin", "/login"),
@@ -719,48 +716,72 @@ PATHS = [
     ("/x/..%2flogin", "/login"),
     ("/x/..;/login", "/login"),
     ("/login%3bx=1", "/login"),
+    ("/%zz/../login", "/login"),
     ("/a/./b/./../c", "/a/c"),
-    ("/a/b/..", "/a"),
+    ("/a/b/..", "/a/"),
     ("/api/export/../export/x", "/api/export/x"),
     ("/a/.../login", "/a/.../login"),
     ("/a/..b/../login", "/a/login"),
-    ("/%zz/../login", "/login"),
-    ("/login%", "/login_"),
+    ("/login%", "/login%"),
+    ("/login%252f", "/login%252f"),
+    ("/loginx", "/loginx"),
     ("/.", "/"),
     ("/..", "/"),
     ("/", "/"),
     ("/" + "a/" * 100 + "../" * 100 + "login", "/login"),
     ("/." * 3000 + "/login", "/login"),
+    ("/login" + "/." * 3000, "/login/"),
+    # nested deeper than any regex engine goes
+    ("/a" * 600 + "/.." * 600 + "/login", "/login"),
+    ("/a/b/.." * 1000 + "/login", "/a" * 1000 + "/login"),
 ]
+
+# An endpoint per path of PATHS, the more specific first (the first that
+# matches decides); a path none matches is the catch-all's, "default".
+PATH_ENDPOINTS = (("login", "/login"), ("a-dots", "/a/.../login"), ("a-login", "/a/login"),
+                  ("a-c", "/a/c"), ("a-dir", "/a/"), ("export-x", "/api/export/x"),
+                  ("login-pct", "/login%"))
+PATH_RULES = 'limits: ["1000/1m"]\nendpoints:\n' + "".join(
+    '  - { name: %s, match: { path: "%s" }, limits: ["1000/1m"] }\n' % e
+    for e in PATH_ENDPOINTS)
+
+
+def path_rule(path):
+    """The rule of a normalised path: a path condition holds for its
+    value and below it, at a segment boundary (docs/rules.md)."""
+    for name, value in PATH_ENDPOINTS:
+        if path == value or (path.startswith(value) and
+                             (value.endswith("/") or path[len(value)] in "/?")):
+            return name
+    return "default"
 
 
 def test_paths_are_normalised(h):
     """basic.cfg with spoe-conf/ratelimit.conf (test-only: a header shows
-    txn.rl_path, the path the agent got): every spelling of a path that an
-    application reads as /login is /login; a path whose dot segments the
-    regex engine cannot resolve (nested hundreds deep) is refused, 400."""
+    txn.rl.rule): each spelling of a path is the rule of the path an
+    application reads, however deep its dot segments; HAProxy forwards
+    every one to the application."""
     cfg = cfg_copy(h, "basic.cfg", ("    default_backend app\n",
-                                    '    http-after-response set-header X-RL-Path '
-                                    '"%[var(txn.rl_path)]"\n    default_backend app\n'))
-    agent = h.agent("--threads", "2", "--limit", "1000/1m")
+                                    '    http-after-response set-header X-RL-Rule '
+                                    '"%[var(txn.rl.rule)]"\n    default_backend app\n'))
+    rules = os.path.join(h.dir, "rules-paths.yaml")
+    with open(rules, "w") as f:
+        f.write(PATH_RULES)
+    agent = h.agent("--threads", "2", "-f", rules)
     backend = h.backend()
     hp = h.haproxy(agent.port, backend.port, cfg=cfg,
                    env={"RL_SPOE_CONF": spoe_copy(h, "ratelimit.conf")})
     wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "agent1 UP in haproxy's stats")
     wrong = []
-    for raw, want in PATHS:
+    assert {path_rule(normal) for _, normal in PATHS} == \
+        {name for name, _ in PATH_ENDPOINTS} | {"default"}, "a rule no path tests"
+    for raw, normal in PATHS:
+        want = path_rule(normal)
         r = http_get(hp.port, raw)
-        if r.status != 200 or r.headers.get("X-RL-Path") != want:
-            wrong.append((raw[:60], r.status, r.headers.get("X-RL-Path", "")[:60], want[:60]))
+        if r.status != 200 or r.headers.get("X-RL-Rule") != want:
+            wrong.append((raw[:60], r.status, r.headers.get("X-RL-Rule"), want))
     assert not wrong, wrong
-    assert backend.count == len(PATHS), backend.count
-    # Too deep for the engine: the dot segments stay, and HAProxy refuses
-    # the request before it reaches the application.
-    for raw in ("/a" * 600 + "/.." * 600 + "/login",
-                "/a/b/.." * 1000 + "/login"):
-        r = http_get(hp.port, raw)
-        assert r.status == 400, (raw[:40], r)
     assert backend.count == len(PATHS), backend.count
     assert_log_clean(agent)
 
@@ -810,7 +831,8 @@ class FailingBackend:
 
 LOGIN_POLICY = '"login";q=10;w=60'
 LOGIN_SPELLINGS = ("/login", "/%6cogin", "/%6Cogin", "//login", "/./login", "/x/../login",
-                   "/login;jsessionid=1", "/LOGIN", "/login%2f")
+                   "/login;jsessionid=1", "/LOGIN", "/login%2f",
+                   "/a" * 600 + "/.." * 600 + "/login")
 
 
 def test_login_bruteforce(h):
@@ -907,8 +929,6 @@ CFG_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.cfg"))) + [
     os.path.join(harness.ROOT, "tools", "demo", "haproxy.cfg")]
 VERIFIED_KEY_RE = re.compile(r'req\.hdr\(x-api-key\),set-var\(txn\.rl_key\),map\([^,()]+\),'
                              r'concat\(\|,txn\.rl_key\),field\(2,\|,0\)')
-DENY_DOT_SEGMENTS = ("    http-request deny deny_status 400 if "
-                     "{ var(txn.rl_path) -m reg /[.][.]?(/|$) }\n")
 
 
 def message_args(path, message="check-rate"):
@@ -932,14 +952,17 @@ def message_args(path, message="check-rate"):
 def test_shipped_files_name_clients_by_what_they_cannot_choose():
     """Every shipped SPOE file and haproxy.cfg: the address goes as an IPv6
     client's /64; an API key only once a map has found it; a user only
-    from a claim HAProxy verified; the path normalised, the same way
-    everywhere, and what the normalisation could not finish refused; a
-    request's unique-id made by HAProxy, never from the request."""
+    from a claim HAProxy verified; the path as spelt (the agent
+    normalises it: HAProxy needs no regular expression, nor a rule to
+    refuse what one could not resolve); a request's unique-id made by
+    HAProxy, never from the request."""
     for path in SPOE_FILES:
         args = message_args(path)
         name = os.path.relpath(path, harness.ROOT)
         assert args.get("ip") == "src,ipmask(32,64)", (name, args.get("ip"))
-        assert args.get("path") == PATH_NORMALISED, (name, args.get("path"))
+        assert args.get("path") == "path", (name, args.get("path"))
+        with open(path) as f:
+            assert "rl_path" not in f.read(), name
         if "api_key" in args:
             assert VERIFIED_KEY_RE.fullmatch(args["api_key"]), (name, args["api_key"])
         if "user" in args:
@@ -954,7 +977,7 @@ def test_shipped_files_name_clients_by_what_they_cannot_choose():
         name = os.path.relpath(path, harness.ROOT)
         with open(path) as f:
             text = f.read()
-        assert text.count(DENY_DOT_SEGMENTS) == 1, name
+        assert "rl_path" not in text and "regsub" not in text, name
         for line in text.splitlines():
             if line.split()[:1] == ["unique-id-format"]:
                 assert line.split()[1:] == ["%[uuid()]"], (name, line)
