@@ -671,6 +671,37 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 		STAT_INC(w->stats.releases_bad);
 }
 
+static inline bool is_release(struct spop_str name)
+{
+	return (name.len == sizeof(DECIDE_RELEASE) - 1 &&
+		memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) ||
+	       (name.len == sizeof(DECIDE_RESPONSE) - 1 &&
+		memcmp(name.ptr, DECIDE_RESPONSE, name.len) == 0);
+}
+
+/* Acts on the release or response message whose nargs arguments start at
+ * args, then on every later one of the NOTIFY (its list checked whole
+ * already): one HAProxy event can carry both, from two SPOE files. The
+ * walk is bounded by the frame. Apart from handle_notify(): most NOTIFYs
+ * carry no release. */
+static __attribute__((noinline)) void release_all(struct worker *w, struct spop_cursor args,
+						  unsigned nargs)
+{
+	struct spop_cursor cur = args;
+	struct spop_str name;
+
+	release(w, args, nargs);
+	if (spop_kv_skip(&cur, nargs) < 0)
+		return;
+	while (spop_msg_head(&cur, &name, &nargs) == 1) {
+		args = cur;
+		if (spop_kv_skip(&cur, nargs) < 0)
+			return;
+		if (is_release(name))
+			release(w, args, nargs);
+	}
+}
+
 /* --fixed-answer (benchmarks): a decision kept with copies of its
  * strings, so that it outlives the rules it was made with. The first one
  * made in the process is the server's, and every worker answers with it
@@ -724,17 +755,17 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 	STAT_INC(c->w->stats.notifies);
 	/* Validate the whole message list before acting on any of it. The
 	 * first check-rate message's arguments are decoded as they are
-	 * checked, so that each byte is walked once. */
+	 * checked, so that each byte is walked once; a second check-rate
+	 * would answer with the same variables, and is ignored. Every
+	 * release and response message is acted on (release_all), from the
+	 * first one's place. */
 	while ((rc = spop_msg_head(&cur, &name, &nargs)) == 1) {
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
 		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
 			found = 1;
 			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
 		} else {
-			if (!rel.p && ((name.len == sizeof(DECIDE_RELEASE) - 1 &&
-					 memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) ||
-				       (name.len == sizeof(DECIDE_RESPONSE) - 1 &&
-					memcmp(name.ptr, DECIDE_RESPONSE, name.len) == 0))) {
+			if (!rel.p && is_release(name)) {
 				rel = cur;
 				nrel = nargs;
 			}
@@ -748,7 +779,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		return;
 	}
 	if (rel.p)
-		release(c->w, rel, nrel);
+		release_all(c->w, rel, nrel);
 	/* Unknown messages, or none, are acknowledged, not refused. */
 	if (!found) {
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
