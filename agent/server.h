@@ -49,6 +49,8 @@ struct worker_stats {
 	counter_t releases;     /* release messages */
 	counter_t releases_bad; /* without a slot or request_id, or a malformed slot */
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+	counter_t answers_trimmed; /* sent without optional variables, to fit
+	                            * the negotiated max-frame-size */
 };
 
 /* The load figures (shed.h) of the last request that carried them, and

@@ -308,6 +308,9 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_releases_invalid_total",
 		"Release messages without a slot or request_id, or with a malformed slot.",
 		worker_sum(srv, WORKER(releases_bad)));
+	counter(o, "spoa_rl_answers_trimmed_total",
+		"Answers sent without policy (and ratelimit if need be): too big for the max-frame-size HAProxy announced.",
+		worker_sum(srv, WORKER(answers_trimmed)));
 	counter(o, "spoa_rl_penalty_events_total",
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
 		store_sum(srv, STORE(penalty_events)));

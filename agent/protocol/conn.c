@@ -42,6 +42,7 @@ struct conn {
 	int stopping;             /* the agent stops: no more reading; disconnect
 	                           * once every decision is answered */
 	int lingering;            /* DRAINING, output sent: discarding input */
+	int warned_trim;          /* logged that answers lose variables to fit */
 	int pending;              /* decisions waiting for the store */
 	uint32_t max_frame;       /* negotiated; our own before HELLO */
 	ev_tstamp last_active;    /* READY: last read, or last answer owed */
@@ -160,7 +161,7 @@ static struct conn *conn_get(struct worker *w)
 	c->max_frame = own;
 	c->in_flush = 0;
 	c->flush_next = NULL;
-	c->stopping = c->lingering = 0;
+	c->stopping = c->lingering = c->warned_trim = 0;
 	c->pending = 0;
 	c->frame_started = 0.;
 	return c;
@@ -545,6 +546,9 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
 }
 
+static int queue_trimmed(struct conn *c, uint64_t sid, uint64_t fid,
+			 const struct decide_decision *d);
+
 /* Queues an ACK frame that carries a decision's actions, or when d is
  * NULL, the one no-op action that every ACK needs (an empty ACK can hang
  * HAProxy). Returns 0, or -1 after disconnecting. */
@@ -564,12 +568,56 @@ static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
 		decide_put_actions(&wb, d);
 	else
 		spop_put_unset_var(&wb, SPOP_SCOPE_TXN, "status", 6);
-	if (spop_frame_end(&wb, start, c->max_frame) < 0) {
-		disconnect(c, SPOP_ST_TOO_BIG);
-		return -1;
-	}
+	if (spop_frame_end(&wb, start, c->max_frame) < 0)
+		return queue_trimmed(c, sid, fid, d);
 	c->wlen += wb.len;
 	return 0;
+}
+
+/* queue_ack() for an answer over the max-frame-size HAProxy announced
+ * (it may announce as little as 256 bytes, and a rule's RateLimit-Policy
+ * alone can take 2 KiB): the same answer without the variables HAProxy
+ * only copies into headers, policy first, then ratelimit, and counted.
+ * What HAProxy's rules act on (status, retry_after, reason, slot) is
+ * never dropped: an answer too big without those two disconnects, as
+ * our own failure (logged), not the peer's. Returns 0, or -1 after
+ * disconnecting. */
+static __attribute__((noinline)) int queue_trimmed(struct conn *c, uint64_t sid,
+						   uint64_t fid,
+						   const struct decide_decision *d)
+{
+	struct decide_decision t;
+	struct spop_wbuf wb;
+	size_t start;
+
+	if (d) {
+		t = *d;
+		for (int drop = 0; drop < 2; drop++) {
+			if (drop == 0)
+				t.policy_len = 0;
+			else
+				t.ratelimit_len = 0;
+			spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+			start = spop_frame_begin(&wb, SPOP_FRAME_ACK, SPOP_FLAG_FIN, sid, fid);
+			decide_put_actions(&wb, &t);
+			if (spop_frame_end(&wb, start, c->max_frame) == 0) {
+				STAT_INC(c->w->stats.answers_trimmed);
+				if (!c->warned_trim) {
+					c->warned_trim = 1;
+					log_warn("connection %u: answers over the max-frame-size of %u "
+						 "bytes HAProxy announced are sent without %s",
+						 c->slot, c->max_frame,
+						 drop ? "policy and ratelimit" : "policy");
+				}
+				c->wlen += wb.len;
+				return 0;
+			}
+		}
+	}
+	log_warn("connection %u: an answer does not fit the max-frame-size of %u bytes "
+		 "HAProxy announced, even without policy and ratelimit", c->slot, c->max_frame);
+	disconnect(c, SPOP_ST_TOO_BIG);
+	return -1;
 }
 
 /* Counts a decision under its rule's name (rulestats.h). A refusal has a
