@@ -943,7 +943,11 @@ struct rules *rules_load(const char *path, char *err, size_t errlen)
 		err = dummy;
 		errlen = sizeof(dummy);
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Without O_NONBLOCK, opening a FIFO waits for a writer, forever:
+	 * the kind of file is judged before anything can wait. A regular file
+	 * is then read as usual (O_NONBLOCK means nothing to it, but off is
+	 * what every filesystem expects). */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return NULL;
@@ -958,6 +962,7 @@ struct rules *rules_load(const char *path, char *err, size_t errlen)
 		close(fd);
 		return NULL;
 	}
+	fcntl(fd, F_SETFL, 0);
 	if (st.st_size > (off_t)RULES_FILE_MAX) {
 		snprintf(err, errlen, "%s: larger than %u bytes", path, RULES_FILE_MAX);
 		close(fd);
