@@ -923,6 +923,7 @@ int main(int argc, char **argv)
 	ev_timer_init(&reload_timeout_w, on_reload_timeout, RULES_READER_TIMEOUT, 0.);
 	/* Metrics listen before the SPOP port does, so whoever waits for the
 	 * "listening on" line finds both ready. */
+	server_raise_fd_limit(); /* the operations listener's cap follows it */
 	if (cli.use_metrics) {
 		ops = ops_start();
 		if (!ops)

@@ -81,7 +81,7 @@ void server_collect_rules(struct server *srv)
 	}
 }
 
-int server_listen(struct server *srv)
+void server_raise_fd_limit(void)
 {
 	struct rlimit rl;
 
@@ -91,6 +91,11 @@ int server_listen(struct server *srv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+int server_listen(struct server *srv)
+{
+	server_raise_fd_limit();
 	return server_bind(srv);
 }
 

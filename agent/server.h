@@ -118,6 +118,10 @@ struct server {
 
 void server_config_defaults(struct server_config *cfg);
 
+/* Raises the soft limit on descriptors to the hard one (server_listen
+ * does too): before anything sizes itself by it. */
+void server_raise_fd_limit(void);
+
 /* Binds and listens. Returns 0, or -1 after logging why. */
 int server_listen(struct server *srv);
 

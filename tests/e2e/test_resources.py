@@ -7,6 +7,11 @@ other clients served.
 
 import os
 import re
+import selectors
+import shutil
+import socket
+import threading
+import time
 
 import harness
 import spop
@@ -56,3 +61,101 @@ def test_answer_over_a_small_max_frame_size_drops_optional_variables(h):
             assert v["limit"] == 1000 and v["remaining"] == 1000 - sid, v
     assert metric(mport, "spoa_rl_answers_trimmed_total") == 3
     assert "status=\"3\"" not in http_get(mport, "/metrics").text
+
+
+def open_half_heads(port, n, seconds=3.0):
+    """n connections to 127.0.0.1:port, each sent the start of a request
+    head and nothing more, as far as the listener takes them within
+    `seconds`. Returns every socket (the caller closes them)."""
+    socks = []
+    sel = selectors.DefaultSelector()
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        socks.append(s)
+        sel.register(s, selectors.EVENT_WRITE)
+    left = n
+    deadline = time.monotonic() + seconds
+    while left and time.monotonic() < deadline:
+        for key, _ in sel.select(0.1):
+            sel.unregister(key.fileobj)
+            left -= 1
+            try:
+                key.fileobj.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            except OSError:
+                pass
+    sel.close()
+    return socks
+
+
+class HalfHeads:
+    """Clients that keep opening connections to the operations port and
+    send each the start of a request head, never the end: `first` at
+    once, then more every 50 ms, until stop()."""
+
+    def __init__(self, port, first=600, more=20, most=3000):
+        self.port = port
+        self.socks = open_half_heads(port, first)
+        self.more = more
+        self.most = most
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping.wait(0.05) and len(self.socks) < self.most:
+            self.socks += open_half_heads(self.port, self.more, seconds=0.05)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(10)
+        for s in self.socks:
+            s.close()
+
+
+def descriptors(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def test_operations_port_leaves_descriptors_for_spop(h):
+    """With 512 descriptors, clients that keep connecting to the operations
+    port and never finish a request hold at most a sixteenth of them (32
+    connections): new SPOP connections are all served meanwhile, and
+    /metrics answers again once those clients have gone."""
+    if not shutil.which("prlimit"):
+        raise harness.Skip("prlimit is not installed")
+    mport = harness.free_port()
+    a = h.agent("--metrics", "127.0.0.1:%d" % mport, "--threads", "1",
+                prefix=("prlimit", "--nofile=512:512", "--"))
+    base = descriptors(a.pid)
+    attack = HalfHeads(mport)
+    try:
+        wait_for(lambda: descriptors(a.pid) - base >= 30, 5,
+                 "the operations port to hold 30 connections (%d held, base %d)"
+                 % (descriptors(a.pid) - base, base))
+        served = held = 0
+        errors = []
+        for i in range(20):
+            try:
+                with Conn(a.port, timeout=2.0) as c:
+                    c.handshake()
+                    v = c.check_rate(1, 1, api_key="k%d" % i)
+                    served += v["status"] == 0
+            except (OSError, AssertionError, spop.ProtocolError) as e:
+                errors.append(repr(e))
+            held = max(held, descriptors(a.pid) - base)
+        assert served == 20, (served, held, errors)
+        assert held <= 32 + 1, held
+        assert "http: 32 connections open, the most there may be" in a.log()
+    finally:
+        attack.stop()
+    wait_for(lambda: metric_or_none(mport, "spoa_rl_hellos_total") == 20, 15,
+             "/metrics to answer again")
+
+
+def metric_or_none(port, name):
+    try:
+        return metric(port, name)
+    except OSError:
+        return None
