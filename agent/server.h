@@ -51,6 +51,8 @@ struct worker_stats {
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 	counter_t answers_trimmed; /* sent without optional variables, to fit
 	                            * the negotiated max-frame-size */
+	counter_t write_stalls; /* closed: the peer read nothing for
+	                         * CONN_WRITE_STALL seconds */
 };
 
 /* The load figures (shed.h) of the last request that carried them, and
@@ -110,6 +112,10 @@ struct server {
 	/* --fixed-answer: the first decision's answer, set once by the worker
 	 * that made it (conn.c), freed by server_stop */
 	_Atomic(struct fixed_answer *) fixed;
+	/* Bytes by which the connections' output buffers have grown past
+	 * their first size, all workers together (conn.h: bounded by
+	 * CONN_OUTPUT_BUDGET for frames read) */
+	atomic_size_t out_grown;
 	int lfd;
 	struct worker *workers;
 	int nworkers;                     /* workers running (threads started) */

@@ -404,13 +404,8 @@ static inline __attribute__((always_inline)) uint8_t *put_reason(uint8_t *p,
 	return spop_var_str_at(p, VAR("reason"), "ok", 2);
 }
 
-/* The most bytes the actions take, with these strings: six integers, five
- * strings (the reason at most 11 bytes), two booleans. */
-#define ACTIONS_MAX(strings) \
-	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
-#define ACTIONS_MAX_ALL \
-	ACTIONS_MAX(RULES_NAME_MAX + RULES_POLICY_MAX + \
-		    sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
+#define ACTIONS_MAX(strings) DECIDE_ACTIONS_MAX_WITH(strings)
+#define ACTIONS_MAX_ALL DECIDE_ACTIONS_MAX
 
 /* Writes the actions at p, which has room for ACTIONS_MAX() of the
  * strings; returns their end. */

@@ -163,7 +163,17 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 void decide_open(const struct decide_query *q, struct decide_decision *d);
 void decide_closed(const struct decide_query *q, struct decide_decision *d);
 
-/* Appends the SET-VAR actions (scope txn) of a decision. */
+/* The most bytes the actions take, with strings of these lengths: six
+ * integers, five strings (the reason at most 11 bytes), two booleans;
+ * then with the longest strings a decision holds. */
+#define DECIDE_ACTIONS_MAX_WITH(strings) \
+	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
+#define DECIDE_ACTIONS_MAX \
+	DECIDE_ACTIONS_MAX_WITH(RULES_NAME_MAX + RULES_POLICY_MAX + \
+				sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
+
+/* Appends the SET-VAR actions (scope txn) of a decision: at most
+ * DECIDE_ACTIONS_MAX bytes, else w->err. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);
 
 const char *decide_reason_str(enum decide_reason r);

@@ -159,3 +159,83 @@ def metric_or_none(port, name):
         return metric(port, name)
     except OSError:
         return None
+
+
+class Flood:
+    """SPOP peers that complete the handshake, then send check-rate NOTIFYs
+    as fast as the agent takes them and never read an answer."""
+
+    def __init__(self, port, n):
+        self.blob = b"".join(spop.check_rate(1 + i, 1, api_key="flood%d" % (i % 50))
+                             for i in range(400))
+        self.socks = []
+        for _ in range(n):
+            c = Conn(port, timeout=5)
+            c.handshake()
+            c.sock.setblocking(False)
+            self.socks.append(c.sock)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        sel = selectors.DefaultSelector()
+        left = {}
+        for s in self.socks:
+            sel.register(s, selectors.EVENT_WRITE)
+        while not self.stopping.is_set() and sel.get_map():
+            for key, _ in sel.select(0.05):
+                s = key.fileobj
+                data = left.get(s) or self.blob
+                try:
+                    n = s.send(data)
+                    left[s] = data[n:]  # whole frames: the rest goes next
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    sel.unregister(s)  # closed by the agent
+        sel.close()
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(10)
+        for s in self.socks:
+            s.close()
+
+
+def test_peers_that_never_read_are_bounded_then_closed(h):
+    """700 peers send NOTIFYs and never read: each holds at most 48 KiB of
+    answers beyond its first 16 KiB, and all of them together at most
+    32 MiB (the agent stops reading them); all are closed within seconds
+    of their last write, and a client that reads is answered throughout."""
+    n = 700
+    mport = harness.free_port()
+    a = h.agent("--metrics", "127.0.0.1:%d" % mport, "--threads", "2",
+                "--limit", "1000000000/1h")
+    normal = Conn(a.port, timeout=5)
+    normal.handshake()
+    flood = Flood(a.port, n)
+    try:
+        grown = 0
+        sid = 0
+        deadline = time.monotonic() + 20
+        while metric(mport, "spoa_rl_connections") > 1:
+            assert time.monotonic() < deadline, "peers that never read are still open"
+            sid += 1
+            v = normal.check_rate(sid, 1, api_key="reader")
+            assert v["status"] == 0, v
+            grown = max(grown, metric(mport, "spoa_rl_output_grown_bytes") or 0)
+            time.sleep(0.05)
+    finally:
+        flood.stop()
+    assert 0 < grown <= min(n * 48 * 1024, 32 * 1024 * 1024), grown
+    # closed for reading nothing; or, on a machine too busy to let the
+    # flood send a frame's end in time, for that
+    stalls = metric(mport, "spoa_rl_write_stalls_total")
+    m = re.search(r'^spoa_rl_disconnects_total\{status="2"\} (\d+)$',
+                  http_get(mport, "/metrics").text, re.M)
+    assert stalls > 0 and stalls + (int(m.group(1)) if m else 0) == n, (stalls, m)
+    assert metric(mport, "spoa_rl_output_grown_bytes") == 0
+    v = normal.check_rate(sid + 1, 1, api_key="reader")
+    assert v["status"] == 0, v
+    normal.close()
