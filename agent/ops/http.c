@@ -378,6 +378,16 @@ static void on_pause_end(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_io_start(loop, &s->accept_w);
 }
 
+/* The process's limit on descriptors now (unlimited: a large number). */
+static unsigned long fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 1UL << 20;
+	return (unsigned long)rl.rlim_cur;
+}
+
 int http_conns_for(unsigned long nofile)
 {
 	unsigned long n = nofile / HTTP_CONNS_SHARE;
@@ -399,13 +409,7 @@ struct http_server *http_new(struct ev_loop *loop)
 	s->loop = loop;
 	s->fd = -1;
 	s->timeout = HTTP_TIMEOUT;
-	{
-		struct rlimit rl;
-
-		http_max_conns(s, http_conns_for(getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
-						 rl.rlim_cur != RLIM_INFINITY
-						 ? (unsigned long)rl.rlim_cur : 1UL << 20));
-	}
+	http_max_conns(s, http_conns_for(fd_limit()));
 	ev_timer_init(&s->pause_w, on_pause_end, ACCEPT_PAUSE, 0.);
 	s->pause_w.data = s;
 	return s;
