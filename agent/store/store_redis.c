@@ -236,6 +236,14 @@ static void redis_each_node(struct store *st, store_node_fn *fn, void *arg)
 
 /* ---- the refused-until cache (refusals.h), leases (lease.h) ------------------ */
 
+/* The epoch of q's entries in both: admin resets so far, and for a rule
+ * made for an override, the times such rules were freed (their entries
+ * tell rules apart by address). */
+static uint64_t cache_epoch(const struct store *st, const struct decide_query *q)
+{
+	return store_reset_epoch(st) + (q->rule->derived ? rules_override_epoch(q->rules) : 0);
+}
+
 static void redis_rules_changed(struct store_worker *sw)
 {
 	struct redis_worker *rw = sw->impl;
@@ -457,12 +465,13 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 
 	if (r->lease) {
 		lease_granted(rw->leases, &rw->lease, &r->q, r->lease,
-			      store_reset_epoch(rw->sw->st), res, decider, grant, sent, redis_now);
+			      cache_epoch(rw->sw->st, &r->q), res, decider, grant, sent, redis_now);
 		if (grant && grant->extra > 0 && !ev_is_active(&rw->lease_w))
 			ev_timer_start(rw->sw->loop, &rw->lease_w);
 	}
 	if (!res[decider].allowed && !r->split && rw->cfg->local_cache)
-		refusals_store(rw->cache, &r->q, store_reset_epoch(rw->sw->st), decider, res, sent);
+		refusals_store(rw->cache, &r->q, cache_epoch(rw->sw->st, &r->q), decider, res,
+			       sent);
 	complete(rw, r, res, decider, redis_now);
 }
 
@@ -1065,11 +1074,11 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.queued = clock_now_us();
 	STAT_INC(sw->stats.queries);
 	r.lease = 0;
-	if (rw->leases && lease_check(rw->leases, &rw->lease, q, store_reset_epoch(sw->st),
+	if (rw->leases && lease_check(rw->leases, &rw->lease, q, cache_epoch(sw->st, q),
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
 	if (rw->cfg->local_cache &&
-	    refusals_answer(rw->cache, q, store_reset_epoch(sw->st), r.queued, res, decider)) {
+	    refusals_answer(rw->cache, q, cache_epoch(sw->st, q), r.queued, res, decider)) {
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
 	}
