@@ -99,7 +99,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_node_errstr(ac));
 		return;
 	}
 	o = &op->a->item[call->item].out;
@@ -148,7 +148,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_node_errstr(ac));
 		return;
 	}
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
@@ -213,7 +213,7 @@ static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_node_errstr(ac));
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR) {

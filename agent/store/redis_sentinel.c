@@ -267,6 +267,10 @@ static void on_switch(redisAsyncContext *ac, void *r, void *priv)
 		return;
 	if (!reply) {
 		/* lost: subscribe on the next sentinel a little later */
+		if (ac->err)
+			log_warn("redis: sentinel: worker %d: %s:%s: the subscription to %s went: %s",
+				 s->worker, s->cfg->nodes[s->sub_idx].host,
+				 s->cfg->nodes[s->sub_idx].port, SWITCH_CHANNEL, redis_node_errstr(ac));
 		if (s->sub_ac == ac)
 			s->sub_ac = NULL;
 		s->sub_idx = (s->sub_idx + 1) % s->cfg->nnodes;
