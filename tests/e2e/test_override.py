@@ -106,10 +106,12 @@ def test_override_from_a_map_through_haproxy(h):
     assert policy("k-big") == '"t";q=8;w=3600'
 
 
-def start_admin(h, *args):
+def start_admin(h, *args, redis=None):
+    """An agent with the rules, metrics and admin (a.mport); on redis, once
+    it is ready."""
     mport = harness.free_port()
-    a = h.agent("--rules", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin",
-                *args)
+    argv = ("--rules", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin") + args
+    a = redis_agent(h, redis, *argv) if redis else h.agent(*argv)
     a.mport = mport
     return a
 
@@ -270,3 +272,70 @@ def test_override_without_room_is_refused(h):
     st, body = admin(a, "PUT", "api_key=late&limit=2/1m")
     assert st == 200 and body["override"] == "2/1m", body
     c.close()
+
+
+OV_HASH = "{AAAA}overrides"
+
+
+def fill_overrides(redis, n, prefix="f"):
+    """n operator overrides of made-up clients, written straight into the
+    fleet's hash (32 hex digits per field, as the agent writes them), and
+    the version moved."""
+    fields = []
+    for i in range(n):
+        fields += ["%s%031x" % (prefix, i), "5/1h 0"]
+    for k in range(0, len(fields), 20000):
+        redis.command("HSET", OV_HASH, *fields[k:k + 20000])
+    redis.command("INCR", OV_HASH + ":version")
+
+
+def test_many_overrides_on_redis(h):
+    """40,000 operator overrides (80,000 elements in one HGETALL, past the
+    replies' bound): the agent reads them in pages on a connection of
+    their own, its decisions keep their connection, and an override set
+    among them applies."""
+    redis = RedisServer(h)
+    fill_overrides(redis, 40000)
+    a = start_admin(h, "--redis-timeout", "2000", redis=redis)
+    s = Spop(a.port)
+    st, body = admin(a, "PUT", "api_key=among&limit=8/1h")
+    assert st == 200, body
+    wait_for(lambda: s.ask("among")["limit"] == 8, 10, "the override to apply")
+    for i in range(20):
+        v = s.ask("other%d" % i)
+        assert v["limit"] == 3 and not v.get("degraded"), v
+    assert "lost its connection" not in a.log(), a.log()[-2000:]
+    s.c.close()
+
+
+def test_expired_overrides_leave_redis(h):
+    """50 overrides of one second: their entries leave the fleet's hash
+    soon after they end, not with the next change."""
+    redis = RedisServer(h)
+    a = start_admin(h, redis=redis)
+    for i in range(50):
+        st, body = admin(a, "PUT", "api_key=t%d&limit=5/1h&ttl=1s" % i)
+        assert st == 200, body
+    assert redis.command("HLEN", OV_HASH) == 50
+    wait_for(lambda: redis.command("HLEN", OV_HASH) == 0, 5, "the expired entries to go")
+    # one set since, without a ttl, stays
+    admin(a, "PUT", "api_key=kept&limit=5/1h")
+    time.sleep(1.5)
+    assert redis.command("HLEN", OV_HASH) == 1
+
+
+def test_operator_overrides_are_bounded_on_redis(h):
+    """At most 100,000 operator overrides: a PUT of a new client past them
+    is refused with a clear error, a change of one already there is not,
+    and a removal makes room."""
+    redis = RedisServer(h)
+    fill_overrides(redis, 99999)
+    a = start_admin(h, redis=redis)
+    st, body = admin(a, "PUT", "api_key=last&limit=5/1h")
+    assert st == 200, body
+    st, body = admin(a, "PUT", "api_key=one-more&limit=5/1h")
+    assert st == 409 and "at most 100000" in body["error"], (st, body)
+    assert admin(a, "PUT", "api_key=last&limit=6/1h")[0] == 200
+    assert admin(a, "DELETE", "api_key=last")[0] == 200
+    assert admin(a, "PUT", "api_key=one-more&limit=5/1h")[0] == 200
+    assert redis.command("HLEN", OV_HASH) == 100000
