@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "out.h"
 #include "overrides.h"
+#include "redis_guard.h"
 #include "redis_node.h"
 
 /* An admin look or reset under way, on the caller's loop: one
@@ -99,7 +100,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_node_errstr(ac));
+		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
 	o = &op->a->item[call->item].out;
@@ -148,7 +149,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_node_errstr(ac));
+		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
@@ -192,7 +193,7 @@ static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_con
 			redisAsyncFree(ac);
 		return NULL;
 	}
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(op->a->loop, ac);
 	op->conn[op->nconns].addr = *to;
 	op->conn[op->nconns++].ac = ac;
@@ -231,7 +232,7 @@ static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_node_errstr(ac));
+		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "FULL ", 5) == 0) {

@@ -4,13 +4,9 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <ctype.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <hiredis/adapters/libev.h>
 
@@ -19,6 +15,7 @@
 #include "log.h"
 #include "redis_cluster.h"
 #include "redis_encode.h"
+#include "redis_guard.h"
 #include "redis_reply.h"
 #include "store_redis.h"
 
@@ -40,11 +37,6 @@
 /* Connecting, AUTH and loading the library must be done within this; a
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
-/* The largest array a reply may hold (a decision's reply is one string;
- * the admin's MGET has a key per limit, CLUSTER SLOTS an entry per slot
- * range). Larger is a broken or hostile server: the connection is dropped
- * before anything is allocated for it. */
-#define REPLY_ELEMENTS_MAX 65536
 
 static void start_connect(struct redis_node *rn);
 static void handshake_failed(struct redis_node *rn);
@@ -622,7 +614,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
-				 rn->name, redis_node_errstr(ac));
+				 rn->name, redis_guard_errstr(ac));
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
@@ -684,141 +676,6 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	redisAsyncDisconnect(rn->ac);
 }
 
-/* hiredis's reply builders, bounded and guarded, for every context the
- * store opens (redis_node_bound_replies):
- *  - an array larger than REPLY_ELEMENTS_MAX (hiredis 0.14 would
- *    allocate whatever count a server announces);
- *  - a reply that no command waits for: hiredis 0.14 asserts that a
- *    context with no callback waiting is subscribed, and aborts the
- *    process (redisProcessCallbacks), so one reply too many from a
- *    broken or hostile server would end every connection of the agent;
- *  - on a subscribed context (the sentinels' +switch-master), a message
- *    that is not the array of at least 3 whose first two are strings
- *    (and third an integer for an unsubscription) that hiredis asserts.
- * Each is refused before hiredis dispatches it: the reader fails, and
- * the connection alone is dropped. The builders see their context
- * through the reader's private pointer; the cause, which the reader
- * reports as "Out of memory", is kept per thread for the context's
- * users (redis_node_errstr). */
-static redisReplyObjectFunctions bounded_fn;
-static const redisReplyObjectFunctions *hiredis_fn;
-static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
-
-static _Thread_local struct {
-	const redisAsyncContext *ac;
-	char why[128];
-} refused;
-
-/* Keeps why a reply part of ac was refused; returns false. */
-static __attribute__((format(printf, 2, 3))) bool refuse(const redisAsyncContext *ac,
-							 const char *fmt, ...)
-{
-	va_list ap;
-
-	refused.ac = ac;
-	va_start(ap, fmt);
-	vsnprintf(refused.why, sizeof(refused.why), fmt, ap);
-	va_end(ap);
-	return false;
-}
-
-/* Whether the reply part task begins (of type `type`, `elements` for an
- * array) may be built; when not, the cause is kept (refused). */
-static bool reply_wanted(const redisReadTask *task, int type, long long elements)
-{
-	const redisAsyncContext *ac = task->privdata;
-	const redisReadTask *root = task->parent;
-	const redisReply *msg;
-	const char *kind;
-
-	if (type == REDIS_REPLY_ARRAY && (elements < 0 || elements > REPLY_ELEMENTS_MAX))
-		return refuse(ac, "a reply of %lld elements, more than the %d allowed", elements,
-			      REPLY_ELEMENTS_MAX);
-	if (!ac)
-		return true;
-	/* a reply, or a part of one: the replies before it were dispatched
-	 * already, so a callback waiting now is the one it will get */
-	if (ac->replies.head)
-		return true;
-	if (!(ac->c.flags & REDIS_SUBSCRIBED))
-		return root ? true : refuse(ac, "an unsolicited reply (no command waits for one)");
-	if (!root)
-		return type == REDIS_REPLY_ARRAY ? elements >= 3 ||
-			refuse(ac, "a message of %lld elements on a subscribed connection", elements)
-			: ac->sub.invalid.head ||
-			refuse(ac, "an unsolicited reply on a subscribed connection");
-	if (root->parent)
-		return true;
-	/* a message's kind and channel (or pattern): strings */
-	if (task->idx < 2)
-		return type == REDIS_REPLY_STRING ||
-		       refuse(ac, "a message whose kind or channel is no string");
-	if (task->idx > 2)
-		return true;
-	/* an unsubscription's count, which hiredis reads as an integer */
-	msg = root->obj;
-	kind = msg->element[0]->str;
-	kind += tolower((unsigned char)kind[0]) == 'p';
-	return type == REDIS_REPLY_INTEGER || strcasecmp(kind, "unsubscribe") != 0 ||
-	       refuse(ac, "an unsubscription whose count is no integer");
-}
-
-static void *guarded_string(const redisReadTask *task, char *str, size_t len)
-{
-	return reply_wanted(task, task->type, 0) ? hiredis_fn->createString(task, str, len) : NULL;
-}
-
-static void *guarded_array(const redisReadTask *task, int elements)
-{
-	return reply_wanted(task, REDIS_REPLY_ARRAY, elements)
-		       ? hiredis_fn->createArray(task, elements) : NULL;
-}
-
-static void *guarded_integer(const redisReadTask *task, long long value)
-{
-	return reply_wanted(task, REDIS_REPLY_INTEGER, 0) ? hiredis_fn->createInteger(task, value)
-							   : NULL;
-}
-
-static void *guarded_nil(const redisReadTask *task)
-{
-	return reply_wanted(task, REDIS_REPLY_NIL, 0) ? hiredis_fn->createNil(task) : NULL;
-}
-
-static const redisReplyObjectFunctions *defaults_of;
-
-static void bounded_init(void)
-{
-	hiredis_fn = defaults_of;
-	bounded_fn = *defaults_of;
-	bounded_fn.createString = guarded_string;
-	bounded_fn.createArray = guarded_array;
-	bounded_fn.createInteger = guarded_integer;
-	bounded_fn.createNil = guarded_nil;
-}
-
-void redis_node_bound_replies(redisAsyncContext *ac)
-{
-	if (!ac->c.reader->fn)
-		return;
-	if (refused.ac == ac)
-		refused.ac = NULL; /* a new context where a freed one was */
-	if (ac->c.reader->fn != &bounded_fn) {
-		defaults_of = ac->c.reader->fn;
-		pthread_once(&bounded_once, bounded_init);
-		if (ac->c.reader->fn == hiredis_fn)
-			ac->c.reader->fn = &bounded_fn;
-	}
-	ac->c.reader->privdata = ac;
-}
-
-const char *redis_node_errstr(const redisAsyncContext *ac)
-{
-	if (refused.ac == ac && ac->err == REDIS_ERR_OOM)
-		return refused.why;
-	return ac->errstr[0] ? ac->errstr : "connection to Redis lost";
-}
-
 static void start_connect(struct redis_node *rn)
 {
 	const struct redis_config *cfg = rn->cfg;
@@ -840,7 +697,7 @@ static void start_connect(struct redis_node *rn)
 	}
 	ac->data = rn;
 	rn->ac = ac;
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(rn->loop, ac);
 	ev_timer_stop(rn->loop, &rn->handshake_w);
 	ev_timer_set(&rn->handshake_w, HANDSHAKE_S, 0.);

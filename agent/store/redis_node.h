@@ -156,18 +156,6 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
  * when the node cannot ask now. */
 int redis_node_where(struct redis_node *rn, const struct redis_query *r);
 
-/* Guards a context's replies, for every hiredis context the store opens:
- * an array larger than the bound (hiredis 0.14 allocates whatever count
- * a server announces), a reply no command waits for (hiredis 0.14 would
- * abort the process), a malformed message on a subscribed context: each
- * is a reader error, and the connection alone is dropped. */
-void redis_node_bound_replies(redisAsyncContext *ac);
-
-/* Why ac failed, for a log or an answer: the cause a guard above found
- * (the reader calls it "Out of memory"), else ac's own. Valid while ac
- * is, on ac's thread. */
-const char *redis_node_errstr(const redisAsyncContext *ac);
-
 /* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
  * 0 without a password. */
 int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3]);

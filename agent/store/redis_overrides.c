@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "log.h"
 #include "overrides.h"
+#include "redis_guard.h"
 #include "redis_node.h"
 #include "store.h"
 #include "store_redis.h"
@@ -108,7 +109,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	p->ac = NULL;
 	p->busy = false;
 	if (status != REDIS_OK)
-		failed(p, redis_node_errstr(ac));
+		failed(p, redis_guard_errstr(ac));
 }
 
 /* Whether a reply is for the connection in use; a NULL one (the
@@ -155,7 +156,7 @@ static int connect_to(struct redis_overrides *p, const struct addr *at)
 		return -1;
 	}
 	ac->data = p;
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(p->loop, ac);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
