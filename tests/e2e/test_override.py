@@ -246,7 +246,7 @@ def test_override_without_room_is_refused(h):
         f.write("identity: [api_key]\noverride_argument: rl_limit\n" + CHURN_RULES.split("\n", 1)[1])
     redis = RedisServer(h)
     mport = harness.free_port()
-    a = redis_agent(h, redis, "--rules", path, "--threads", "1", "--redis-timeout", "5000",
+    a = redis_agent(h, redis, "--rules", path, "--threads", "1", "--redis-timeout", "20000",
                     "--metrics", "127.0.0.1:%d" % mport, "--admin")
     a.mport = mport
     c = spop.Conn(a.port, timeout=10)
