@@ -33,7 +33,7 @@ PKG_LIBS := $(shell pkg-config --libs hiredis yaml-0.1 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # agent/ is the process (main, workers, shared helpers); each folder below
-# it one layer: protocol, rules, policy, store, ops (see the README).
+# it one layer: protocol, rules, policy, store, ops (see docs/development.md).
 AGENT_DIRS := agent agent/protocol agent/rules agent/policy agent/store agent/ops
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
 	$(addprefix -I,$(AGENT_DIRS)) -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)

@@ -400,6 +400,19 @@ class Harness:
                 f.write("e2e-test-secret-%s\n" % os.path.basename(self.dir))
         return path
 
+    def tiers_map(self, *keys, tier="free"):
+        """A map of API keys for the SPOE files' RL_TIERS_MAP: the shipped
+        one (haproxy-examples/tiers.map) and these keys, of `tier`. The
+        shipped files send a key only when the map lists it (else the
+        address is the client), so a test that wants clients of their
+        own keys lists them here."""
+        path = os.path.join(self.dir, "tiers-%d.map" % len(os.listdir(self.dir)))
+        with open(TIERS_MAP) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text + "".join("%s %s\n" % (k, tier) for k in keys))
+        return path
+
     def backend(self):
         b = Backend()
         self.backends.append(b)

@@ -18,11 +18,16 @@ BAD_LOG_RE = re.compile(r"\d\dZ (error|warning): |disconnect, status|Sanitizer|"
                         r"runtime error|Assertion|Segmentation|Abort")
 
 
+# The API keys of these tests, added to the shipped map: the SPOE file
+# sends a key only when its map lists it.
+KEYS = ("k", "k1", "r", "alpha", "beta", "lg", "other", "one", "another")
+
+
 def stack(h, *agent_args):
     """Agent, backend, haproxy; returns them once haproxy sees the agent UP."""
     agent = h.agent("--threads", "2", *agent_args)
     backend = h.backend()
-    hp = h.haproxy(agent.port, backend.port)
+    hp = h.haproxy(agent.port, backend.port, env={"RL_TIERS_MAP": h.tiers_map(*KEYS)})
     wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "agent1 UP in haproxy's stats")
     return agent, backend, hp
@@ -86,19 +91,27 @@ def test_under_limit_then_429(h):
 def test_api_keys_have_separate_buckets(h):
     agent, backend, hp = stack(h, "--limit", "5/10s")
     exhaust_5_10(hp, key="alpha")
-    # Another key starts full, and its use leaves alpha refused.
+    # Another key of the map starts full, and its use leaves alpha refused.
     assert_passed(get(hp, key="beta"), POLICY_5_10, 4, 2)
     assert_passed(get(hp, key="beta"), POLICY_5_10, 3, 2)
     assert_limited(get(hp, key="alpha"), POLICY_5_10, 2, 2)
     assert backend.count == 7, backend.count
+    # A key the map does not list names nobody: the address is the client,
+    # whatever key it makes up next.
+    exhaust_5_10(hp, key="made-up-1", source="127.0.0.2")
+    assert_limited(get(hp, key="made-up-2", source="127.0.0.2"), POLICY_5_10, 2, 2)
+    assert_limited(get(hp, source="127.0.0.2"), POLICY_5_10, 2, 2)
+    assert backend.count == 12, backend.count
 
 
 def test_no_api_key_falls_back_to_ip(h):
     agent, backend, hp = stack(h, "--limit", "5/10s")
     # No key, no user: the client address is the identity.
     exhaust_5_10(hp)
-    # Keys are buckets of their own, not the address's.
+    # Keys of the map are buckets of their own, not the address's; a key
+    # it does not list is no key.
     assert_passed(get(hp, key="k1"), POLICY_5_10, 4, 2)
+    assert_limited(get(hp, key="not-listed"), POLICY_5_10, 2, 2)
     # A user header names nobody: the SPOE file sends a user only where
     # HAProxy verified it (a JWT), so this is still the address.
     assert_limited(get(hp, user="alice"), POLICY_5_10, 2, 2)
@@ -121,13 +134,14 @@ def test_client_headers_do_not_choose_the_tier(h):
     agent, backend, hp = stack(h, "-f", os.path.join(ROOT, "examples", "rules-tiers.yaml"))
     lift = {"X-Tier": "enterprise", "X-Plan": "enterprise", "X-User": "admin"}
 
-    def send(key=None):
+    def send(key=None, source=None):
         headers = dict(lift)
         if key is not None:
             headers["X-Api-Key"] = key
-        return http_get(hp.port, "/", headers=headers)
+        return http_get(hp.port, "/", headers=headers, source=source)
 
-    # A key missing from the map is free: ten pass, the eleventh is refused.
+    # A key missing from the map is free (and no client: the address is):
+    # ten pass, the eleventh is refused.
     for _ in range(10):
         r = send("not-in-the-map")
         assert r.status == 200 and r.headers.get("RateLimit-Policy") == FREE_POLICY, r
@@ -136,7 +150,7 @@ def test_client_headers_do_not_choose_the_tier(h):
     # A pro key stays pro, a client without a key free.
     r = send("pro-key-1111")
     assert r.status == 200 and r.headers.get("RateLimit-Policy") == PRO_POLICY, r
-    r = send()
+    r = send(source="127.0.0.2")
     assert r.status == 200 and r.headers.get("RateLimit-Policy") == FREE_POLICY, r
     assert backend.count == 12, backend.count
     assert_log_clean(agent)

@@ -533,3 +533,43 @@ def test_interleave_runs_round_by_round():
     assert order == [(k, r) for r in range(3) for k in ("a", "b", "c")], order
     assert rows[0]["median"] == {"rps": 10} and rows[1]["median"] == {"rps": 11}
     assert "median" not in rows[2]
+
+
+def test_report_keeps_its_hand_written_notes():
+    """bench/run.py writes BENCHMARKS.md anew each run; the notes written
+    by hand at its end (from run.NOTES_MARK on) come through unchanged,
+    once, after the generated sections, and the committed report has them."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", os.path.join(harness.ROOT, "bench", "run.py"))
+    run = importlib.util.module_from_spec(spec)  # not tests/e2e/run.py, the runner
+    spec.loader.exec_module(run)
+    meta = {"build": "build", "quick": False, "only": None, "date": "2026-12-01 15:59 UTC",
+            "machine": (2, "Test CPU"), "kernel": "6.1", "version": "spoa-ratelimit 0.0",
+            "commit": "abc1234", "runs": 3, "duration": 8.0}
+    notes = [run.NOTES_MARK + " bench/run.py keeps this. -->", "", "## Notes on the figures",
+             "", "Hand-written: 1.23x, [a link](#notes-on-the-figures).", "",
+             "```", "## not a heading of the report", "```"]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "BENCHMARKS.md")
+        run.write_report(path, meta, [], [], [], [], [])
+        with open(path, encoding="utf-8") as f:
+            plain = f.read()
+        assert run.NOTES_MARK not in plain and "do not edit." in plain, plain[:300]
+        # an older report, generated sections then the notes
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("# Benchmarks\n\nOld generated text: 9.99x.\n\n" + "\n".join(notes) + "\n\n")
+        for _ in range(2):
+            run.write_report(path, meta, [], [], [], [], [])
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            assert "Old generated text" not in text, text[:300]
+            assert text.count(run.NOTES_MARK) == 1, text
+            assert text.endswith("\n\n" + "\n".join(notes) + "\n"), text[-400:]
+            assert text.index("## Checks") < text.index(run.NOTES_MARK)
+            assert "except the notes at the end" in text.split("\n")[2], text[:300]
+    with open(os.path.join(harness.ROOT, "BENCHMARKS.md"), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    marks = [i for i, line in enumerate(lines) if line.startswith(run.NOTES_MARK)]
+    assert len(marks) == 1, "BENCHMARKS.md: %d lines start with the notes' mark" % len(marks)
+    assert "## Checks" in lines[:marks[0]], "BENCHMARKS.md: the notes come before Checks"

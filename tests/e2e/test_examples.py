@@ -8,16 +8,25 @@ examples/:
     shedding.cfg    spoe-conf/ratelimit-shedding.conf  examples/rules-shedding.yaml
     problem-json.cfg  spoe-conf/ratelimit-shedding.conf  examples/rules-problem-json.yaml
     legacy-headers.cfg  spoe-conf/ratelimit.conf       --limit 3/1m
+    login-bruteforce.cfg  spoe-conf/ratelimit-penalty.conf  examples/rules-login.yaml
+    concurrency.cfg  spoe-conf/ratelimit-concurrency.conf  examples/rules-concurrency.yaml
+
+and basic.cfg with test-only changes (a PROXY protocol bind, a header
+that shows the path the agent got) for the clients' addresses and paths;
+then what every shipped SPOE file and haproxy.cfg sends.
 """
 
 import base64
+import glob
 import hashlib
 import hmac
+import http.client
 import http.server
 import json
 import math
 import os
 import re
+import shlex
 import subprocess
 import threading
 import time
@@ -153,42 +162,45 @@ def use_free_tier(send):
 
 # ---- tiers-map.cfg -------------------------------------------------------------------
 
-def key_get(hp, key=None, path="/"):
-    return http_get(hp.port, path, headers={"X-Api-Key": key} if key is not None else {})
+def key_get(hp, key=None, path="/", source=None):
+    return http_get(hp.port, path, headers={"X-Api-Key": key} if key is not None else {},
+                    source=source)
 
 
 def test_tiers_map(h):
     agent, backend, hp = start(h, "tiers-map.cfg", "ratelimit-tiers.conf", "rules-tiers.yaml",
                                env={"RL_TIERS_MAP": os.path.join(EXAMPLES, "tiers.map")})
-    # A key missing from the map: map(...,free), the free tier.
-    use_free_tier(lambda: key_get(hp, "not-in-the-map"))
+    # A key missing from the map: map(...,free), the free tier, and no
+    # client: the address is.
+    b = use_free_tier(lambda: key_get(hp, "not-in-the-map"))
+    # So another made-up key, none, or a prefix of a pro key (map keys
+    # match whole and exactly) is the same client, refused.
+    b.request(lambda: key_get(hp, "made-up-2"), 429)
+    b.request(lambda: key_get(hp), 429)
+    b.request(lambda: key_get(hp, "pro-key-111"), 429)
     # A pro key of the map passes the same eleven requests, and more.
     p = pro()
     for _ in range(12):
         p.request(lambda: key_get(hp, "pro-key-1111"))
-    # Keys are buckets of their own, whatever their tier.
+    # Keys of the map are buckets of their own, whatever their tier.
     pro().request(lambda: key_get(hp, "pro-key-2222"))
     enterprise().request(lambda: key_get(hp, "ent-key-3333"))
-    free().request(lambda: key_get(hp, "other-free-key"))
-    # Map keys match whole and exactly: a prefix of a pro key is free.
-    free().request(lambda: key_get(hp, "pro-key-111"))
-    # No key: no tier argument (the rules' default tier); the address is
-    # the client.
-    free().request(lambda: key_get(hp))
+    # Another address has its own bucket, with a made-up key or none.
+    free().request(lambda: key_get(hp, "other-free-key", source="127.0.0.2"))
     # The endpoint of the free tier only: exports, 2 per minute.
     ex = Bucket("export-free", EXPORT_POLICY, "export-free", 2, 60)
-    ex.request(lambda: key_get(hp, "exporter", "/api/export/all"))
-    ex.request(lambda: key_get(hp, "exporter", "/api/export"))
-    ex.request(lambda: key_get(hp, "exporter", "/api/export/all"), 429)
-    # A bucket of its own: the key's tier limits are untouched, and
+    ex.request(lambda: key_get(hp, "exporter", "/api/export/all", source="127.0.0.3"))
+    ex.request(lambda: key_get(hp, "exporter", "/api/export", source="127.0.0.3"))
+    ex.request(lambda: key_get(hp, "exporter", "/api/export/all", source="127.0.0.3"), 429)
+    # A bucket of its own: the client's tier limits are untouched, and
     # /api/exports is not below /api/export.
     f = free()
-    f.request(lambda: key_get(hp, "exporter"))
-    f.request(lambda: key_get(hp, "exporter", "/api/exports"))
+    f.request(lambda: key_get(hp, "exporter", source="127.0.0.3"))
+    f.request(lambda: key_get(hp, "exporter", "/api/exports", source="127.0.0.3"))
     # A pro key on the same path keeps its tier's limits.
     p.request(lambda: key_get(hp, "pro-key-1111", "/api/export/all"))
     # Requests refused never reach the application.
-    assert backend.count == 10 + 12 + 5 + 2 + 2 + 1, backend.count
+    assert backend.count == 10 + 12 + 3 + 2 + 2 + 1, backend.count
     assert_log_clean(agent)
 
 
@@ -466,7 +478,7 @@ def test_problem_json(h):
     agent, backend, hp = start(h, "problem-json.cfg", "ratelimit-shedding.conf",
                                "rules-problem-json.yaml", backend=backend,
                                env={"RL_APP_MAXCONN": "1"})
-    key = {"X-Api-Key": "problem"}
+    key = {"X-Api-Key": "problem"}  # sent by no argument: the address is the client
     t0 = time.monotonic()
     for remaining in (4, 3, 2, 1, 0):
         r = http_get(hp.port, "/", headers=key)
@@ -493,17 +505,18 @@ def test_problem_json(h):
         "violated-policies": ["default"], "retry_after": retry}, r
     assert backend.count == 5, backend.count
 
-    # 503: a payment (P0, never shed) holds the one connection; a read
-    # (P2) is shed.
+    # 503: a payment (P0, never shed) of another client (address) holds
+    # the one connection; a read (P2) of a third is shed.
     held = []
     t = threading.Thread(target=lambda: held.append(http_get(
         hp.port, "/api/payments/slow", method="POST",
-        headers={"X-Hold": "1", "Content-Length": "0"}, timeout=20)), daemon=True)
+        headers={"X-Hold": "1", "Content-Length": "0"}, timeout=20, source="127.0.0.2")),
+        daemon=True)
     t.start()
     try:
         wait_for(lambda: backend.held == 1, 5, "the payment held by the backend")
         wait_for(lambda: app_busy(hp) == 1, 5, "be_conn(app) == 1")
-        r = http_get(hp.port, "/", headers={"X-Api-Key": "other"})
+        r = http_get(hp.port, "/", source="127.0.0.3")
         assert r.status == 503, r
         assert r.headers.get("Content-Type") == "application/problem+json", r
         assert r.headers.get("Retry-After") == "2", r
@@ -561,8 +574,8 @@ def test_legacy_headers(h):
     retry = int(r.headers.get("Retry-After", "-1"))
     assert 20 - late <= retry <= 20, (r, late)
     assert json.loads(r.body) == {"error": "rate_limited", "retry_after": retry}, r
-    # another client has its own bucket
-    r = http_get(hp.port, "/", headers={"X-Api-Key": "other"})
+    # another client (a key of the map) has its own bucket
+    r = http_get(hp.port, "/", headers={"X-Api-Key": "pro-key-1111"})
     assert r.status == 200 and legacy(r)[:2] == (3, 2), r
     assert backend.count == 4, backend.count
 
@@ -581,7 +594,7 @@ def test_legacy_headers(h):
     wait_for(lambda: hp2.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "agent1 UP in the second haproxy's stats")
     before = int(time.time())
-    r = http_get(hp2.port, "/", headers={"X-Api-Key": "epoch"})
+    r = http_get(hp2.port, "/", source="127.0.0.4")
     after = int(time.time())
     assert r.status == 200, r
     limit, rem, reset = legacy(r)
@@ -590,3 +603,358 @@ def test_legacy_headers(h):
     # between HAProxy's clock and the agent's)
     assert before + 19 <= reset <= after + 20, (r, before, after)
     assert_log_clean(agent)
+
+
+# ---- identity and paths: what every shipped file sends ------------------------------------
+
+def cfg_copy(h, name, *changes):
+    """The example haproxy.cfg with test-only changes, each (old, new) with
+    old found once; returns its path."""
+    with open(os.path.join(EXAMPLES, name)) as f:
+        text = f.read()
+    for old, new in changes:
+        assert text.count(old) == 1, "%s: no single %r" % (name, old)
+        text = text.replace(old, new)
+    path = os.path.join(h.dir, "test-" + name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class ProxiedConnection(http.client.HTTPConnection):
+    """A connection that opens with a PROXY protocol v1 line naming `src`
+    as the client, as a load balancer in front of HAProxy would: HAProxy's
+    src is then that address, IPv4 or IPv6."""
+
+    def __init__(self, port, src, **kw):
+        super().__init__("127.0.0.1", port, **kw)
+        self.src = src
+
+    def connect(self):
+        super().connect()
+        if ":" in self.src:
+            line = "PROXY TCP6 %s ::1 40000 80\r\n" % self.src
+        else:
+            line = "PROXY TCP4 %s 127.0.0.1 40000 80\r\n" % self.src
+        self.sock.sendall(line.encode())
+
+
+def proxied_get(port, src, path="/", headers=None):
+    conn = ProxiedConnection(port, src, timeout=5)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return harness.Response(r.status, r.headers, r.read())
+    finally:
+        conn.close()
+
+
+def ratelimit_remaining(r):
+    m = re.fullmatch(r'"[^"]+";r=(\d+);t=\d+', r.headers.get("RateLimit", ""))
+    assert m, r
+    return int(m.group(1))
+
+
+def test_ipv6_clients_are_their_64(h):
+    """basic.cfg with spoe-conf/ratelimit.conf, behind a load balancer that
+    speaks the PROXY protocol (test-only: accept-proxy on the bind), so the
+    test can send from any address: every address of an IPv6 /64 is one
+    client, as a host that holds the /64 could send each request from
+    another of them; another /64 is another client; IPv4 addresses are
+    whole, an IPv4-mapped IPv6 one its IPv4."""
+    cfg = cfg_copy(h, "basic.cfg", ('    bind "${RL_FRONTEND-127.0.0.1:8080}"\n',
+                                    '    bind "${RL_FRONTEND-127.0.0.1:8080}" accept-proxy\n'))
+    agent = h.agent("--threads", "2", "--limit", "5/1m")
+    backend = h.backend()
+    hp = h.haproxy(agent.port, backend.port, cfg=cfg,
+                   env={"RL_SPOE_CONF": spoe_copy(h, "ratelimit.conf")})
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+
+    def get(src, status=200):
+        r = proxied_get(hp.port, src)
+        assert r.status == status, (src, r)
+        return r
+
+    # five addresses of one /64 take its five requests; a sixth is refused
+    for n, src in enumerate(("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:0:ffff::9",
+                             "2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::5"), 1):
+        assert ratelimit_remaining(get(src)) == 5 - n, src
+    get("2001:db8:1:2:ffff:ffff:ffff:ffff", 429)
+    # the next /64 is another client
+    assert ratelimit_remaining(get("2001:db8:1:3::1")) == 4
+    # IPv4: each address its own; an IPv4-mapped address is that IPv4 one
+    assert ratelimit_remaining(get("192.0.2.1")) == 4
+    assert ratelimit_remaining(get("192.0.2.2")) == 4
+    assert ratelimit_remaining(get("::ffff:192.0.2.1")) == 3
+    assert backend.count == 9, backend.count
+    assert_log_clean(agent)
+
+
+# What the shipped SPOE files send as `path`, and what it gives: a
+# request's path as an application reads it (decoded, lower case, without
+# ;params, with dot segments resolved).
+PATH_NORMALISED = ('path,regsub("%(?![0-9a-f]{2})","_",gi),url_dec,lower,'
+                   'regsub(";[^/]*","",g),regsub("/+","/",g),regsub("/[.](?=/|$)","",g),'
+                   'regsub("(/(?![.][.]?(?:/|$))[^/]+(?1)*/[.][.])(?=/|$)","",g),'
+                   'regsub("^(?:/[.][.])+(?=/|$)",""),regsub("^$","/"),set-var(txn.rl_path)')
+
+PATHS = [
+    ("/login", "/login"),
+    ("/%6cogin", "/login"),
+    ("/%6Cogin", "/login"),
+    ("//login", "/login"),
+    ("/./login", "/login"),
+    ("/x/../login", "/login"),
+    ("/login;jsessionid=1", "/login"),
+    ("/LOGIN", "/login"),
+    ("/login%2f", "/login/"),
+    ("/login?next=/x", "/login"),
+    ("/a/b/../../login", "/login"),
+    ("/a/b/../c/../../login", "/login"),
+    ("/a/../../b/../login", "/login"),
+    ("/../login", "/login"),
+    ("/%2e%2e/login", "/login"),
+    ("/x/%2E%2E/login", "/login"),
+    ("/x/..%2flogin", "/login"),
+    ("/x/..;/login", "/login"),
+    ("/login%3bx=1", "/login"),
+    ("/a/./b/./../c", "/a/c"),
+    ("/a/b/..", "/a"),
+    ("/api/export/../export/x", "/api/export/x"),
+    ("/a/.../login", "/a/.../login"),
+    ("/a/..b/../login", "/a/login"),
+    ("/%zz/../login", "/login"),
+    ("/login%", "/login_"),
+    ("/.", "/"),
+    ("/..", "/"),
+    ("/", "/"),
+    ("/" + "a/" * 100 + "../" * 100 + "login", "/login"),
+    ("/." * 3000 + "/login", "/login"),
+]
+
+
+def test_paths_are_normalised(h):
+    """basic.cfg with spoe-conf/ratelimit.conf (test-only: a header shows
+    txn.rl_path, the path the agent got): every spelling of a path that an
+    application reads as /login is /login; a path whose dot segments the
+    regex engine cannot resolve (nested hundreds deep) is refused, 400."""
+    cfg = cfg_copy(h, "basic.cfg", ("    default_backend app\n",
+                                    '    http-after-response set-header X-RL-Path '
+                                    '"%[var(txn.rl_path)]"\n    default_backend app\n'))
+    agent = h.agent("--threads", "2", "--limit", "1000/1m")
+    backend = h.backend()
+    hp = h.haproxy(agent.port, backend.port, cfg=cfg,
+                   env={"RL_SPOE_CONF": spoe_copy(h, "ratelimit.conf")})
+    wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
+             "agent1 UP in haproxy's stats")
+    wrong = []
+    for raw, want in PATHS:
+        r = http_get(hp.port, raw)
+        if r.status != 200 or r.headers.get("X-RL-Path") != want:
+            wrong.append((raw[:60], r.status, r.headers.get("X-RL-Path", "")[:60], want[:60]))
+    assert not wrong, wrong
+    assert backend.count == len(PATHS), backend.count
+    # Too deep for the engine: the dot segments stay, and HAProxy refuses
+    # the request before it reaches the application.
+    for raw in ("/a" * 600 + "/.." * 600 + "/login",
+                "/a/b/.." * 1000 + "/login"):
+        r = http_get(hp.port, raw)
+        assert r.status == 400, (raw[:40], r)
+    assert backend.count == len(PATHS), backend.count
+    assert_log_clean(agent)
+
+
+class FailingBackend:
+    """An HTTP server that answers 401 to every request but `/` (200), as
+    a login form does to wrong passwords; counts them."""
+
+    def __init__(self):
+        self.count = 0
+        self.lock = threading.Lock()
+        backend = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                with backend.lock:
+                    backend.count += 1
+                body = b"ok\n" if self.path == "/" else b"no\n"
+                self.send_response(200 if self.path == "/" else 401)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+LOGIN_POLICY = '"login";q=10;w=60'
+LOGIN_SPELLINGS = ("/login", "/%6cogin", "/%6Cogin", "//login", "/./login", "/x/../login",
+                   "/login;jsessionid=1", "/LOGIN", "/login%2f")
+
+
+def test_login_bruteforce(h):
+    """login-bruteforce.cfg with spoe-conf/ratelimit-penalty.conf and
+    examples/rules-login.yaml, against a login that refuses every
+    password: each spelling of /login is the login rule, and the fifth
+    failure bans the address from all of them; a new API key for every
+    attempt changes nothing; a victim's key sent by a guesser bans the
+    guesser, not the victim."""
+    backend = FailingBackend()
+    h.backends.append(backend)  # stopped by the harness whatever happens
+    agent, backend, hp = start(h, "login-bruteforce.cfg", "ratelimit-penalty.conf",
+                               "rules-login.yaml", backend=backend)
+
+    def attempt(path, source, key=None):
+        return http_get(hp.port, path, headers={"X-Api-Key": key} if key else {},
+                        source=source)
+
+    def failed(r):
+        return r.status == 401 and r.headers.get("RateLimit-Policy") == LOGIN_POLICY
+
+    def banned(r):
+        return (r.status == 403 and json.loads(r.body)["error"] == "banned" and
+                890 <= int(r.headers["Retry-After"]) <= 900)
+
+    def banned_soon(path, source, key=None):
+        # The fifth failure's response event counts once it has gone by.
+        wait_for(lambda: banned(attempt(path, source, key)), 3,
+                 "%s banned from %s" % (source, path))
+
+    # Every spelling is the login rule: five failures, then a ban.
+    guesser = "127.0.1.1"
+    answers = [attempt(path, guesser) for path in LOGIN_SPELLINGS]
+    assert all(failed(r) for r in answers[:5]), answers[:5]
+    assert all(failed(r) or banned(r) for r in answers[5:]), answers[5:]
+    banned_soon("/x/../login", guesser)
+    bad = [(p, r) for p in LOGIN_SPELLINGS for r in [attempt(p, guesser)] if not banned(r)]
+    assert not bad, bad
+    # The rest of the site stays open to the address.
+    assert attempt("/", guesser).status == 200
+
+    # A new key for every attempt: still the address.
+    rotator = "127.0.1.2"
+    for n in range(5):
+        r = attempt("/login", rotator, key="guess-%d" % n)
+        assert failed(r), (n, r)
+    keys = iter(range(5, 1000))
+    banned_soon("/login", rotator, key="guess-%d" % next(keys))
+
+    # A victim's key, sent by a guesser: the guesser is banned.
+    stranger, victim = "127.0.1.3", "127.0.1.4"
+    for _ in range(5):
+        assert failed(attempt("/login", stranger, key="victim-key"))
+    banned_soon("/login", stranger, key="victim-key")
+    r = attempt("/login", victim, key="victim-key")
+    assert failed(r), r
+    assert_log_clean(agent)
+
+
+def test_concurrency_ids_are_haproxy_s(h):
+    """concurrency.cfg with spoe-conf/ratelimit-concurrency.conf and
+    examples/rules-concurrency.yaml (/api/export: one request of a client
+    in flight): requests that share an id share one place, so the id is
+    HAProxy's own; a client that sends the same X-Request-ID (and
+    X-Unique-ID) with every request still gets one place, not all."""
+    agent, backend, hp = start(h, "concurrency.cfg", "ratelimit-concurrency.conf",
+                               "rules-concurrency.yaml")
+    same = {"X-Request-ID": "one-id-for-all", "X-Unique-ID": "one-id-for-all"}
+    out = []
+
+    def get():
+        r = http_get(hp.port, "/api/export/slow-700", headers=same, timeout=10)
+        with backend.lock:
+            out.append(r)
+
+    threads = [threading.Thread(target=get) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(r.status for r in out) == [200, 429, 429], out
+    assert all(b'"error":"concurrency"' in r.body for r in out if r.status == 429), out
+    assert backend.most_inflight == 1, backend.most_inflight
+    # The response gave its place back: the next request passes (polled
+    # slowly: the endpoint takes 10 an hour).
+    wait_for(lambda: http_get(hp.port, "/api/export", headers=same).status == 200, 3,
+             "the place given back", interval=0.5)
+    assert_log_clean(agent)
+
+
+SPOE_FILES = sorted(glob.glob(os.path.join(SPOE_DIR, "*.conf"))) + [
+    os.path.join(harness.ROOT, "tools", "demo", "spoe.conf")]
+CFG_FILES = sorted(glob.glob(os.path.join(EXAMPLES, "*.cfg"))) + [
+    os.path.join(harness.ROOT, "tools", "demo", "haproxy.cfg")]
+VERIFIED_KEY_RE = re.compile(r'req\.hdr\(x-api-key\),set-var\(txn\.rl_key\),map\([^,()]+\),'
+                             r'concat\(\|,txn\.rl_key\),field\(2,\|,0\)')
+DENY_DOT_SEGMENTS = ("    http-request deny deny_status 400 if "
+                     "{ var(txn.rl_path) -m reg /[.][.]?(/|$) }\n")
+
+
+def message_args(path, message="check-rate"):
+    """The arguments of a spoe-message, name -> expression, its `args`
+    lines split as HAProxy splits them (quotes removed)."""
+    args = {}
+    inside = False
+    with open(path) as f:
+        for line in f:
+            if not line.startswith(" "):
+                inside = line.split() == ["spoe-message", message]
+            elif inside and line.split()[:1] == ["args"]:
+                for word in shlex.split(line)[1:]:
+                    name, _, expr = word.partition("=")
+                    assert name not in args, (path, name)
+                    args[name] = expr
+    assert args, "%s: no spoe-message %s" % (path, message)
+    return args
+
+
+def test_shipped_files_name_clients_by_what_they_cannot_choose():
+    """Every shipped SPOE file and haproxy.cfg: the address goes as an IPv6
+    client's /64; an API key only once a map has found it; a user only
+    from a claim HAProxy verified; the path normalised, the same way
+    everywhere, and what the normalisation could not finish refused; a
+    request's unique-id made by HAProxy, never from the request."""
+    for path in SPOE_FILES:
+        args = message_args(path)
+        name = os.path.relpath(path, harness.ROOT)
+        assert args.get("ip") == "src,ipmask(32,64)", (name, args.get("ip"))
+        assert args.get("path") == PATH_NORMALISED, (name, args.get("path"))
+        if "api_key" in args:
+            assert VERIFIED_KEY_RE.fullmatch(args["api_key"]), (name, args["api_key"])
+        if "user" in args:
+            assert args["user"] == "var(txn.jwt_sub)", (name, args["user"])
+        # Headers as they come only where the client gains nothing: the
+        # host it asks for, test traffic (shed first).
+        for arg, expr in args.items():
+            if arg not in ("host", "test") and "req.hdr(" in expr and "map(" not in expr:
+                raise AssertionError("%s: %s=%s is a header the client chooses"
+                                     % (name, arg, expr))
+    for path in CFG_FILES:
+        name = os.path.relpath(path, harness.ROOT)
+        with open(path) as f:
+            text = f.read()
+        assert text.count(DENY_DOT_SEGMENTS) == 1, name
+        for line in text.splitlines():
+            if line.split()[:1] == ["unique-id-format"]:
+                assert line.split()[1:] == ["%[uuid()]"], (name, line)

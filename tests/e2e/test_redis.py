@@ -197,8 +197,15 @@ def spoe_conf(h, processing):
     return path
 
 
+# The API keys of these tests, in the map the SPOE file verifies them with
+# (a key it does not list is sent as no key: the address is the client).
+KEYS = ("fleet-key", "other-key", "before", "after")
+
+
 def start_haproxy(h, agent, backend, name="haproxy", spoe=None):
-    env = {"RL_SPOE_CONF": spoe} if spoe else None
+    env = {"RL_TIERS_MAP": h.tiers_map(*KEYS)}
+    if spoe:
+        env["RL_SPOE_CONF"] = spoe
     hp = h.haproxy(agent.port, backend.port, cfg=haproxy_cfg(h), env=env, name=name)
     wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "%s to see its agent UP" % name)
@@ -662,7 +669,8 @@ def test_redis_restart_and_script_flush_through_haproxy(h):
     n = [0]
 
     def recovered():
-        # Ten decisions in a row from Redis (both workers reconnected).
+        # Ten decisions in a row from Redis (both workers reconnected);
+        # the probes' keys are not in the map: the address's bucket.
         for _ in range(10):
             n[0] += 1
             r = get(hp, "probe%d" % n[0])

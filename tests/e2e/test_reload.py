@@ -117,8 +117,10 @@ def test_reload_under_traffic_loses_no_request(h):
     write_atomically(rules, V1)
     agent = h.agent("--threads", "2", "-f", rules)
     backend = h.backend()
+    # the clients' keys in the map: the SPOE file sends only those
+    keys = h.tiers_map("warm", "after", "traffic-0", "traffic-1")
     hp = h.haproxy(agent.port, backend.port, cfg=basic_cfg_with_error_header(h),
-                   env={"RL_SPOE_CONF": spoe_conf(h)})
+                   env={"RL_SPOE_CONF": spoe_conf(h), "RL_TIERS_MAP": keys})
     wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "agent1 UP in haproxy's stats")
     r = http_get(hp.port, "/", headers={"X-Api-Key": "warm"})

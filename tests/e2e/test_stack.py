@@ -147,7 +147,9 @@ endpoints:
 """)
     a = h.agent("--rules", rules, "--threads", "2")
     backend = h.backend()
-    hp = h.haproxy(a.port, backend.port)
+    # the keys of the test in the map: the SPOE file sends only those
+    keys = h.tiers_map("k1", "k2", *("s%d" % i for i in range(10)))
+    hp = h.haproxy(a.port, backend.port, env={"RL_TIERS_MAP": keys})
     wait_for(lambda: hp.server_stat("ratelimit-agents", "agent1")["status"] == "UP", 5,
              "agent1 UP in haproxy's stats")
     policy = '"free";q=3;w=3600, "per-ip";q=5;w=3600'

@@ -240,7 +240,7 @@ below), which saves Redis the entry of the expiries' table (42 bytes of
 116 per key on Redis 7.0) and the work of setting it. A key's value says when its state is old (a
 full bucket, a past window, a log's old entries): read as an absent key
 is, whatever its age, so the decisions are the same. Redis must evict the
-keys itself (maxmemory with an allkeys policy, see the README). On one
+keys itself (maxmemory with an allkeys policy, see docs/redis.md). On one
 server, a call writes all its keys kept 2 with one MSET, which removes
 an expiry a key had; in a Cluster call each is written as one whose
 expiry stays (INCRBY, SET KEEPTTL: an MSET there would have to name keys
