@@ -194,6 +194,8 @@ static void worker_refresh_rules(struct worker *w)
 
 	if (cur == old)
 		return;
+	/* the rule made for an override that this thread holds is old's */
+	decide_forget();
 	rules_acquire(cur);
 	w->rules = cur;
 	atomic_store_explicit(&w->seen_gen, rules_gen(cur), memory_order_release);

@@ -320,6 +320,9 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_penalty_events_total",
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
 		store_sum(srv, STORE(penalty_events)));
+	counter(o, "spoa_rl_override_unapplied_total",
+		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
+		rules_override_refused());
 	shed_series(o, srv, rules);
 	{
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",

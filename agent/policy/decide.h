@@ -139,14 +139,23 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
  * message argument. */
 struct overrides;
 /* The rule the operator's override of the client `key` in o makes of
- * `rule` (the file's rule of that index, whatever override `rule` is), or
- * NULL when none is in force: what decide_override() applies, and what
+ * `rule` (the file's rule of that index, whatever override `rule` is),
+ * held for the caller (rules_rule_unhold when done), or NULL when none is
+ * in force or none can be made: what decide_override() applies, and what
  * the admin's look and reset go to. */
 const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,
 					int64_t now_ms, const uint8_t key[IDENTITY_KEY_LEN],
 					const struct rule *rule);
 void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
 		     struct decide_query *q);
+
+/* A query for a client's override points into a rule made for it
+ * (rules_override), which the thread that prepared the query holds until
+ * it prepares another (a worker answers one before the next), or until
+ * this: a thread calls it before it lets go of the rules it decides
+ * with. A query kept past its answer takes a hold of its own
+ * (rules_rule_hold). */
+void decide_forget(void);
 
 /* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */
 void decide_shed(const struct decide_query *q, struct decide_decision *d);

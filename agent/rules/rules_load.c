@@ -755,6 +755,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 {
 	atomic_init(&r->refs, 1);
 	pthread_mutex_init(&r->ov_lock, NULL);
+	atomic_init(&r->ov_epoch, 0);
 	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
@@ -854,8 +855,7 @@ static void free_parts(struct rules *r)
 		xfree(b);
 		b = next;
 	}
-	for (size_t i = 0; i < r->nov; i++)
-		xfree(r->ov[i]);
+	rules_derived_free(r);
 	pthread_mutex_destroy(&r->ov_lock);
 	xfree(r->rule);
 	xfree(r->ep);
