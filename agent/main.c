@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
+#include "rules_reader.h"
 #include "server.h"
 #include "secret.h"
 #include "settings.h"
@@ -263,34 +264,55 @@ static struct rules *rules_from_cli(char *err, size_t errlen)
 	return rules_load_buffer(yaml, n, "command line", err, errlen);
 }
 
+/* The rules at start: a file is read on a thread of its own, within
+ * RULES_READER_TIMEOUT (rules_reader.h). */
 static struct rules *load_rules(char *err, size_t errlen)
 {
 	if (cli.rules_path)
-		return rules_load(cli.rules_path, err, errlen);
+		return rules_reader_load(cli.rules_path, RULES_READER_TIMEOUT, err, errlen);
 	return rules_from_cli(err, errlen);
 }
 
-static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+/* A reload reads the file on a thread of its own (rules_reader.h), so that
+ * the main thread, which serves /metrics and takes signals, never waits
+ * for a file: the result comes back through reload_done_w, or the reload
+ * fails after RULES_READER_TIMEOUT. One at a time; a SIGHUP meanwhile
+ * reads the file once more after it. */
+static struct rules_reader *reload_rr;
+static int reload_again;
+static ev_async reload_done_w;
+static ev_timer reload_timeout_w;
+
+static void reload_failed(const char *err)
+{
+	log_err("reload failed, the rules in force stay: %s", err);
+	STAT_INC(srv.reload_failures);
+}
+
+/* On the reader's thread. */
+static void reload_ready(void *arg)
+{
+	ev_async_send(main_loop, &reload_done_w);
+}
+
+static void reload_start(void)
 {
 	char err[1024];
-	struct rules *r;
+
+	reload_again = 0;
+	reload_rr = rules_reader_start(cli.rules_path, reload_ready, NULL, err, sizeof(err));
+	if (!reload_rr) {
+		reload_failed(err);
+		return;
+	}
+	ev_timer_set(&reload_timeout_w, RULES_READER_TIMEOUT, 0.);
+	ev_timer_start(main_loop, &reload_timeout_w);
+}
+
+static void reload_apply(struct rules *r)
+{
 	const struct settings *old;
 
-	if (s->signum != SIGHUP) {
-		log_info("signal %d: stopping", s->signum);
-		ev_break(loop, EVBREAK_ALL);
-		return;
-	}
-	if (!cli.rules_path) {
-		log_info("SIGHUP: no rules file to reload");
-		return;
-	}
-	r = rules_load(cli.rules_path, err, sizeof(err));
-	if (!r) {
-		log_err("reload failed, the rules in force stay: %s", err);
-		STAT_INC(srv.reload_failures);
-		return;
-	}
 	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
@@ -302,6 +324,58 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
 	log_info("reloaded %s: %zu rule(s)", cli.rules_path, rules_count(r));
+}
+
+static void on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
+{
+	char err[1024];
+	struct rules *r;
+
+	if (!reload_rr || !rules_reader_wait(reload_rr, 0.))
+		return; /* a wake-up from a load given up on */
+	ev_timer_stop(loop, &reload_timeout_w);
+	r = rules_reader_finish(reload_rr, err, sizeof(err));
+	reload_rr = NULL;
+	if (r)
+		reload_apply(r);
+	else
+		reload_failed(err);
+	if (reload_again)
+		reload_start();
+}
+
+static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	char err[1024];
+
+	if (!reload_rr)
+		return;
+	rules_reader_abandon(reload_rr);
+	reload_rr = NULL;
+	snprintf(err, sizeof(err), "%s: not read after %.0f s (a mount that does not answer?)",
+		 cli.rules_path, RULES_READER_TIMEOUT);
+	reload_failed(err);
+	if (reload_again)
+		reload_start();
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	if (s->signum != SIGHUP) {
+		log_info("signal %d: stopping", s->signum);
+		ev_break(loop, EVBREAK_ALL);
+		return;
+	}
+	if (!cli.rules_path) {
+		log_info("SIGHUP: no rules file to reload");
+		return;
+	}
+	if (reload_rr) {
+		log_info("SIGHUP: a reload is under way; the file is read again after it");
+		reload_again = 1;
+		return;
+	}
+	reload_start();
 }
 
 static void on_collect(struct ev_loop *loop, ev_timer *t, int revents)
@@ -844,8 +918,12 @@ int main(int argc, char **argv)
 	ev_signal_start(main_loop, &sig_int);
 	ev_signal_start(main_loop, &sig_term);
 	ev_signal_start(main_loop, &sig_hup);
+	ev_async_init(&reload_done_w, on_reload_done);
+	ev_async_start(main_loop, &reload_done_w);
+	ev_timer_init(&reload_timeout_w, on_reload_timeout, RULES_READER_TIMEOUT, 0.);
 	/* Metrics listen before the SPOP port does, so whoever waits for the
 	 * "listening on" line finds both ready. */
+	server_raise_fd_limit(); /* the operations listener's cap follows it */
 	if (cli.use_metrics) {
 		ops = ops_start();
 		if (!ops)
@@ -874,6 +952,8 @@ int main(int argc, char **argv)
 		 use_redis ? ", " : "", use_redis ? store_redis_topology_name(rcfg.topology) : "",
 		 layout_log);
 	ev_run(main_loop, 0);
+	if (reload_rr)
+		rules_reader_abandon(reload_rr);
 	http_free(ops);
 	server_stop(&srv);
 	rules_release(atomic_load(&srv.rules));

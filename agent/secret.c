@@ -16,7 +16,9 @@ long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *
 	struct stat st;
 	ssize_t n;
 	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO must not hold the start until a writer comes;
+	 * the file's kind is judged before it is read. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -28,6 +30,7 @@ long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *
 		return -1;
 	}
 	*mode = (unsigned)st.st_mode & 07777;
+	fcntl(fd, F_SETFL, 0);
 	/* one byte more than fits tells a file that is too long */
 	while (len < cap && (n = read(fd, buf + len, cap - len)) != 0) {
 		if (n < 0 && errno == EINTR)

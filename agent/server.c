@@ -19,6 +19,13 @@
 
 static int server_bind(struct server *srv);
 
+/* The kernel's send buffer of an SPOP connection (it doubles it). Answers
+ * are small and HAProxy reads them at once, so this is plenty; left to
+ * autotuning it grows to megabytes, which a peer that never reads makes
+ * the agent fill with decisions (CPU that other connections wait for)
+ * before back-pressure can start (conn.h). */
+#define SERVER_SNDBUF (64 * 1024)
+
 void server_config_defaults(struct server_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -81,7 +88,7 @@ void server_collect_rules(struct server *srv)
 	}
 }
 
-int server_listen(struct server *srv)
+void server_raise_fd_limit(void)
 {
 	struct rlimit rl;
 
@@ -91,6 +98,11 @@ int server_listen(struct server *srv)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+int server_listen(struct server *srv)
+{
+	server_raise_fd_limit();
 	return server_bind(srv);
 }
 
@@ -120,7 +132,7 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 
 	for (int i = 0; i < 8; i++) {
 		int fd = accept4(w->srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		int one = 1;
+		int one = 1, sndbuf = SERVER_SNDBUF;
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
@@ -137,6 +149,7 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
 		conn_accept(w, fd);
 	}
 }
@@ -181,6 +194,8 @@ static void worker_refresh_rules(struct worker *w)
 
 	if (cur == old)
 		return;
+	/* the rule made for an override that this thread holds is old's */
+	decide_forget();
 	rules_acquire(cur);
 	w->rules = cur;
 	atomic_store_explicit(&w->seen_gen, rules_gen(cur), memory_order_release);

@@ -49,6 +49,10 @@ struct worker_stats {
 	counter_t releases;     /* release messages */
 	counter_t releases_bad; /* without a slot or request_id, or a malformed slot */
 	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+	counter_t answers_trimmed; /* sent without optional variables, to fit
+	                            * the negotiated max-frame-size */
+	counter_t write_stalls; /* closed: the peer read nothing for
+	                         * CONN_WRITE_STALL seconds */
 };
 
 /* The load figures (shed.h) of the last request that carried them, and
@@ -108,6 +112,10 @@ struct server {
 	/* --fixed-answer: the first decision's answer, set once by the worker
 	 * that made it (conn.c), freed by server_stop */
 	_Atomic(struct fixed_answer *) fixed;
+	/* Bytes by which the connections' output buffers have grown past
+	 * their first size, all workers together (conn.h: bounded by
+	 * CONN_OUTPUT_BUDGET for frames read) */
+	atomic_size_t out_grown;
 	int lfd;
 	struct worker *workers;
 	int nworkers;                     /* workers running (threads started) */
@@ -115,6 +123,10 @@ struct server {
 };
 
 void server_config_defaults(struct server_config *cfg);
+
+/* Raises the soft limit on descriptors to the hard one (server_listen
+ * does too): before anything sizes itself by it. */
+void server_raise_fd_limit(void);
 
 /* Binds and listens. Returns 0, or -1 after logging why. */
 int server_listen(struct server *srv);

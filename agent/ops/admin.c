@@ -30,7 +30,29 @@ struct admin_req {
 	char text[ADMIN_TEXT_MAX]; /* its value, whole */
 	size_t tlen;
 	struct override_entry *ov; /* an override: one entry per rule */
+	struct limit_spec *inforce; /* and the limit it gives under each */
 };
+
+/* Gives back the holds on the rules made for overrides that the items
+ * name (decide_override_rule), and frees what the request holds. */
+static void admin_req_free(struct admin_req *ar)
+{
+	for (size_t i = 0; i < ar->a.n; i++)
+		rules_rule_unhold(ar->a.item[i].rule);
+	xfree(ar->a.item);
+	xfree(ar->ov);
+	xfree(ar->inforce);
+	rules_release(ar->rules);
+	xfree(ar);
+}
+
+static void out_limit(struct out *o, const struct limit_spec *l)
+{
+	char period[32];
+
+	limit_format_period(l->period_us, period, sizeof(period));
+	outf(o, "\"%llu/%s\"", (unsigned long long)l->quota, period);
+}
 
 static void respond_json(struct http_req *req, int status, struct out *o)
 {
@@ -48,13 +70,11 @@ static void admin_done(struct store_admin *a)
 	int status = 200;
 
 	if (a->error[0]) {
-		status = 502;
+		status = a->status ? a->status : 502;
 		outf(&o, "{\"error\": ");
 		out_json_str(&o, a->error, strlen(a->error));
 		outf(&o, "}\n");
 	} else if (a->override) {
-		char period[32];
-
 		outf(&o, "{\"identity\": ");
 		out_json_str(&o, ar->kind, strlen(ar->kind));
 		outf(&o, ", \"value\": ");
@@ -62,17 +82,29 @@ static void admin_done(struct store_admin *a)
 		if (a->ov_remove) {
 			outf(&o, ", \"override\": null");
 		} else {
-			limit_format_period(a->ov[0].spec.period_us, period, sizeof(period));
-			outf(&o, ", \"override\": \"%llu/%s\", \"expires_ms\": %lld",
-			     (unsigned long long)a->ov[0].spec.quota, period,
-			     (long long)a->ov[0].expires_ms);
+			/* the limit in force (max_override bounds it), then the
+			 * one asked for */
+			outf(&o, ", \"override\": ");
+			out_limit(&o, &ar->inforce[0]);
+			outf(&o, ", \"requested\": ");
+			out_limit(&o, &a->ov[0].spec);
+			outf(&o, ", \"expires_ms\": %lld", (long long)a->ov[0].expires_ms);
 		}
 		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
 		for (size_t i = 0; i < a->n; i++) {
 			outf(&o, "%s", i ? ", " : "");
 			out_json_str(&o, a->item[i].rule->name, strlen(a->item[i].rule->name));
 		}
-		outf(&o, "]}\n");
+		outf(&o, "]");
+		for (size_t i = 0; !a->ov_remove && i < a->n; i++) {
+			/* each rule's own bound may give another */
+			outf(&o, "%s", i ? ", " : ", \"limits\": {");
+			out_json_str(&o, a->item[i].rule->name, strlen(a->item[i].rule->name));
+			outf(&o, ": ");
+			out_limit(&o, &ar->inforce[i]);
+			outf(&o, "%s", i + 1 == a->n ? "}" : "");
+		}
+		outf(&o, "}\n");
 		log_info("admin: %s the override of %s=%.*s", a->ov_remove ? "removed" : "set",
 			 ar->kind, (int)(ar->tlen < 64 ? ar->tlen : 64), ar->text);
 	} else {
@@ -107,10 +139,7 @@ static void admin_done(struct store_admin *a)
 	xfree(o.buf);
 	for (size_t i = 0; i < a->n; i++)
 		xfree(a->item[i].out.buf);
-	xfree(a->item);
-	xfree(ar->ov);
-	rules_release(ar->rules);
-	xfree(ar);
+	admin_req_free(ar);
 }
 
 /* Whether req may go on; when not, it is answered here. */
@@ -181,6 +210,24 @@ static int override_args(const struct rules_args *args, struct override_entry *e
 		}
 		e->expires_ms = clock_wall_ms() + us / 1000;
 	}
+	return 0;
+}
+
+/* The limit an override of `asked` gives under rule (bounded by its
+ * max_override) into *out, once it is sure the agent can apply it: a
+ * rule made for it (rules_override) can be had now. Returns 0, or -1
+ * when there is no room for another (counted there). */
+static int override_applies(struct rules *rules, const struct rule *rule,
+			    const struct limit_spec *asked, struct limit_spec *out)
+{
+	const struct rule *made;
+
+	if (rules_override_clamp(rule, asked, out) < 0)
+		return -1;
+	made = rules_override(rules, rule, out);
+	if (!made)
+		return -1;
+	rules_rule_unhold(made);
 	return 0;
 }
 
@@ -282,10 +329,9 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	ar->a.priv = ar;
 	ar->a.override = override;
 	ar->a.ov_remove = remove;
-	if (override && !(ar->ov = xcalloc(nrules ? nrules : 1, sizeof(*ar->ov)))) {
-		xfree(ar->a.item);
-		xfree(ar);
-		rules_release(rules);
+	if (override && (!(ar->ov = xcalloc(nrules ? nrules : 1, sizeof(*ar->ov))) ||
+			 !(ar->inforce = xcalloc(nrules ? nrules : 1, sizeof(*ar->inforce))))) {
+		admin_req_free(ar);
 		http_respond(req, 500, "text/plain", "", 0);
 		return;
 	}
@@ -305,14 +351,26 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 			continue;
 		it->rule = rule;
 		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
+		/* (held: given back when the request is freed) */
 		if (ovs && (ovr = decide_override_rule(rules, ovs, clock_wall_ms(), it->key, rule)))
 			it->rule = ovr;
 		it->out = (struct out){ NULL, 0, 0, 0, 1 };
-		if (override) {
-			ar->ov[ar->a.n] = ov;
-			memcpy(ar->ov[ar->a.n].key, it->key, IDENTITY_KEY_LEN);
-		}
 		ar->a.n++;
+		if (override && !remove && override_applies(rules, rule, &ov.spec,
+							     &ar->inforce[ar->a.n - 1]) < 0) {
+			outf(&o, "{\"error\": \"no room for another overridden limit: %d distinct "
+				 "ones are in use at once; the override was not set\"}\n",
+			     RULES_OVERRIDES_MAX);
+			respond_json(req, 503, &o);
+			xfree(o.buf);
+			overrides_release(ovs);
+			admin_req_free(ar);
+			return;
+		}
+		if (override) {
+			ar->ov[ar->a.n - 1] = ov;
+			memcpy(ar->ov[ar->a.n - 1].key, it->key, IDENTITY_KEY_LEN);
+		}
 	}
 	overrides_release(ovs);
 	ar->a.ov = ar->ov;
@@ -321,10 +379,7 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 		outf(&o, "{\"error\": \"no rule takes an override (max_override)\"}\n");
 		respond_json(req, 409, &o);
 		xfree(o.buf);
-		xfree(ar->ov);
-		xfree(ar->a.item);
-		xfree(ar);
-		rules_release(rules);
+		admin_req_free(ar);
 		return;
 	}
 	store_admin(srv->store, &ar->a);

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +39,9 @@ struct http_server {
 	ev_io accept_w;
 	ev_timer pause_w;       /* accepting resumes */
 	double timeout;         /* HTTP_TIMEOUT; tests shorten it */
+	int nconns;             /* connections open */
+	int max_conns;          /* http_max_conns() */
+	int full;               /* accepting stopped at max_conns */
 	struct route routes[HTTP_ROUTES_MAX];
 	size_t nroutes;
 	struct http_req *reqs;  /* every request not yet freed */
@@ -85,12 +89,21 @@ static const char *reason(int status)
 
 static void req_close(struct http_req *req)
 {
+	struct http_server *s = req->srv;
+
 	if (req->fd < 0)
 		return;
-	ev_io_stop(req->srv->loop, &req->io);
-	ev_timer_stop(req->srv->loop, &req->timer);
+	ev_io_stop(s->loop, &req->io);
+	ev_timer_stop(s->loop, &req->timer);
 	close(req->fd);
 	req->fd = -1;
+	s->nconns--;
+	/* a place is free: accept again, unless a pause after EMFILE runs */
+	if (s->full && s->fd >= 0) {
+		s->full = 0;
+		if (!ev_is_active(&s->pause_w))
+			ev_io_start(s->loop, &s->accept_w);
+	}
 }
 
 static void req_free(struct http_req *req)
@@ -313,8 +326,20 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 	struct http_server *s = io->data;
 
 	for (int i = 0; i < ACCEPTS_PER_WAKE; i++) {
-		int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd;
 		struct http_req *req;
+
+		if (s->nconns >= s->max_conns) {
+			/* Others wait in the backlog (then in the kernel's SYN
+			 * queue) until a connection closes, within HTTP_TIMEOUT:
+			 * the descriptors left are the SPOP listener's. */
+			log_warn("http: %d connections open, the most there may be; accepting "
+				 "again when one closes", s->nconns);
+			s->full = 1;
+			ev_io_stop(loop, &s->accept_w);
+			return;
+		}
+		fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
@@ -328,6 +353,7 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 			return;
 		}
 		memset(req, 0, offsetof(struct http_req, buf));
+		s->nconns++;
 		req->srv = s;
 		req->fd = fd;
 		req->state = REQ_READ;
@@ -348,7 +374,30 @@ static void on_pause_end(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct http_server *s = t->data;
 
-	ev_io_start(loop, &s->accept_w);
+	if (!s->full)
+		ev_io_start(loop, &s->accept_w);
+}
+
+/* The process's limit on descriptors now (unlimited: a large number). */
+static unsigned long fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 1UL << 20;
+	return (unsigned long)rl.rlim_cur;
+}
+
+int http_conns_for(unsigned long nofile)
+{
+	unsigned long n = nofile / HTTP_CONNS_SHARE;
+
+	return n < HTTP_CONNS_MIN ? HTTP_CONNS_MIN : n > HTTP_CONNS_MAX ? HTTP_CONNS_MAX : (int)n;
+}
+
+void http_max_conns(struct http_server *s, int n)
+{
+	s->max_conns = n > 0 ? n : 1;
 }
 
 struct http_server *http_new(struct ev_loop *loop)
@@ -360,6 +409,7 @@ struct http_server *http_new(struct ev_loop *loop)
 	s->loop = loop;
 	s->fd = -1;
 	s->timeout = HTTP_TIMEOUT;
+	http_max_conns(s, http_conns_for(fd_limit()));
 	ev_timer_init(&s->pause_w, on_pause_end, ACCEPT_PAUSE, 0.);
 	s->pause_w.data = s;
 	return s;

@@ -23,6 +23,16 @@
 #define HTTP_TIMEOUT 5.0       /* seconds; see above */
 #define HTTP_ROUTES_MAX 16
 
+/* Connections open at once: a sixteenth of the process's descriptor
+ * limit, from 4 to 256 (http_conns_for). The operations port serves a
+ * scraper or two and an operator: the cap keeps clients that open
+ * connections and never finish a request from taking the descriptors
+ * the SPOP listener needs. Past it, new connections wait in the listen
+ * backlog until one closes (each within HTTP_TIMEOUT). */
+#define HTTP_CONNS_SHARE 16
+#define HTTP_CONNS_MIN 4
+#define HTTP_CONNS_MAX 256
+
 struct addr;
 struct http_server;
 struct http_req;
@@ -32,8 +42,16 @@ struct http_req;
  * `req` stays valid until then, whatever the client does meanwhile. */
 typedef void (*http_handler)(struct http_req *req, void *arg);
 
-/* A server that serves nothing yet; NULL when out of memory. */
+/* A server that serves nothing yet, its connections capped by the
+ * descriptor limit in force now (http_conns_for); NULL when out of
+ * memory. */
 struct http_server *http_new(struct ev_loop *loop);
+
+/* The cap on connections for a descriptor limit of nofile. */
+int http_conns_for(unsigned long nofile);
+
+/* Sets the cap on connections open at once (at least 1). */
+void http_max_conns(struct http_server *s, int n);
 
 /* Serves `method` (exact, "GET") on `path` with fn(req, arg). Both strings
  * must outlive the server (string literals do). Returns 0, or -1 when

@@ -308,9 +308,21 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_releases_invalid_total",
 		"Release messages without a slot or request_id, or with a malformed slot.",
 		worker_sum(srv, WORKER(releases_bad)));
+	counter(o, "spoa_rl_write_stalls_total",
+		"SPOP connections closed because the peer read nothing of their answers for 5 s.",
+		worker_sum(srv, WORKER(write_stalls)));
+	gauge(o, "spoa_rl_output_grown_bytes",
+	      "Bytes by which SPOP connections' output buffers have grown past their first 16 KiB (answers waiting for peers that read slowly).",
+	      atomic_load_explicit(&srv->out_grown, memory_order_relaxed));
+	counter(o, "spoa_rl_answers_trimmed_total",
+		"Answers sent without policy (and ratelimit if need be): too big for the max-frame-size HAProxy announced.",
+		worker_sum(srv, WORKER(answers_trimmed)));
 	counter(o, "spoa_rl_penalty_events_total",
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
 		store_sum(srv, STORE(penalty_events)));
+	counter(o, "spoa_rl_override_unapplied_total",
+		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
+		rules_override_refused());
 	shed_series(o, srv, rules);
 	{
 		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",

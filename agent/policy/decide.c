@@ -38,9 +38,31 @@ __attribute__((noinline)) uint64_t decide_request_id(const struct spop_data *d)
 	return h ? h : 1;
 }
 
+/* The derived rule (rules_override) this thread's latest decision uses:
+ * held until the thread's next one takes another, or decide_forget(). A
+ * worker answers a decision before it makes the next, and a decision that
+ * waits for the store takes a hold of its own (store.c): nothing that
+ * points into the rule outlives its hold. */
+static _Thread_local const struct rule *thread_held;
+
+/* Takes r (held for the caller) as the thread's; the one before is given
+ * back. */
+static void hold_for_thread(const struct rule *r)
+{
+	const struct rule *old = thread_held;
+
+	thread_held = r;
+	rules_rule_unhold(old);
+}
+
+void decide_forget(void)
+{
+	hold_for_thread(NULL);
+}
+
 /* The rule with the client's own limit that v's override argument gives,
  * bounded by the rule's max_override; v's rule when the argument is not
- * a limit (or too many distinct overrides are in use). */
+ * a limit (or no room is left for another overridden limit). */
 static __attribute__((noinline)) const struct rule *override_rule(struct rules *rules,
 								   const struct rules_verdict *v)
 {
@@ -53,7 +75,10 @@ static __attribute__((noinline)) const struct rule *override_rule(struct rules *
 	if (rules_override_spec(v->rule, s, len, &ov) < 0)
 		return v->rule;
 	r = rules_override(rules, v->rule, &ov);
-	return r ? r : v->rule;
+	if (!r)
+		return v->rule;
+	hold_for_thread(r);
+	return r;
 }
 
 /* The key of each layer stacked on the rule, under the layer's identity. */
@@ -148,6 +173,7 @@ void decide_override(struct rules *rules, const struct overrides *o, int64_t now
 
 	if (!r)
 		return;
+	hold_for_thread(r);
 	q->rule = r;
 	q->limits = r->limits;
 	q->nlimits = r->nlimits;
@@ -404,13 +430,8 @@ static inline __attribute__((always_inline)) uint8_t *put_reason(uint8_t *p,
 	return spop_var_str_at(p, VAR("reason"), "ok", 2);
 }
 
-/* The most bytes the actions take, with these strings: six integers, five
- * strings (the reason at most 11 bytes), two booleans. */
-#define ACTIONS_MAX(strings) \
-	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
-#define ACTIONS_MAX_ALL \
-	ACTIONS_MAX(RULES_NAME_MAX + RULES_POLICY_MAX + \
-		    sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
+#define ACTIONS_MAX(strings) DECIDE_ACTIONS_MAX_WITH(strings)
+#define ACTIONS_MAX_ALL DECIDE_ACTIONS_MAX
 
 /* Writes the actions at p, which has room for ACTIONS_MAX() of the
  * strings; returns their end. */

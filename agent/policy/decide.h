@@ -139,14 +139,23 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
  * message argument. */
 struct overrides;
 /* The rule the operator's override of the client `key` in o makes of
- * `rule` (the file's rule of that index, whatever override `rule` is), or
- * NULL when none is in force: what decide_override() applies, and what
+ * `rule` (the file's rule of that index, whatever override `rule` is),
+ * held for the caller (rules_rule_unhold when done), or NULL when none is
+ * in force or none can be made: what decide_override() applies, and what
  * the admin's look and reset go to. */
 const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,
 					int64_t now_ms, const uint8_t key[IDENTITY_KEY_LEN],
 					const struct rule *rule);
 void decide_override(struct rules *rules, const struct overrides *o, int64_t now_ms,
 		     struct decide_query *q);
+
+/* A query for a client's override points into a rule made for it
+ * (rules_override), which the thread that prepared the query holds until
+ * it prepares another (a worker answers one before the next), or until
+ * this: a thread calls it before it lets go of the rules it decides
+ * with. A query kept past its answer takes a hold of its own
+ * (rules_rule_hold). */
+void decide_forget(void);
 
 /* The answer to a shed query: 503 (or 0 in shadow mode), reason shed. */
 void decide_shed(const struct decide_query *q, struct decide_decision *d);
@@ -163,7 +172,17 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 void decide_open(const struct decide_query *q, struct decide_decision *d);
 void decide_closed(const struct decide_query *q, struct decide_decision *d);
 
-/* Appends the SET-VAR actions (scope txn) of a decision. */
+/* The most bytes the actions take, with strings of these lengths: six
+ * integers, five strings (the reason at most 11 bytes), two booleans;
+ * then with the longest strings a decision holds. */
+#define DECIDE_ACTIONS_MAX_WITH(strings) \
+	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
+#define DECIDE_ACTIONS_MAX \
+	DECIDE_ACTIONS_MAX_WITH(RULES_NAME_MAX + RULES_POLICY_MAX + \
+				sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
+
+/* Appends the SET-VAR actions (scope txn) of a decision: at most
+ * DECIDE_ACTIONS_MAX bytes, else w->err. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);
 
 const char *decide_reason_str(enum decide_reason r);

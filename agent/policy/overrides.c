@@ -18,12 +18,23 @@ struct overrides {
 	struct override_entry e[];
 };
 
+/* All of the key, mixed (MurmurHash3's finaliser): an agent's keys are
+ * SipHash outputs, uniform, but a set read from Redis holds whatever
+ * fields the hash has, and keys alike in a few bytes must not pile up in
+ * one chain of the index. */
 static uint32_t key_hash(const uint8_t *key)
 {
-	uint32_t h;
+	uint64_t a, b;
 
-	memcpy(&h, key, sizeof(h)); /* a SipHash output: uniform */
-	return h;
+	memcpy(&a, key, sizeof(a));
+	memcpy(&b, key + 8, sizeof(b));
+	a ^= b * 0x9e3779b97f4a7c15ULL;
+	a ^= a >> 33;
+	a *= 0xff51afd7ed558ccdULL;
+	a ^= a >> 33;
+	a *= 0xc4ceb9fe1a85ec53ULL;
+	a ^= a >> 33;
+	return (uint32_t)a;
 }
 
 struct overrides *overrides_new(const struct override_entry *e, size_t n)

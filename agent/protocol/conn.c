@@ -14,11 +14,14 @@
 #include "spop.h"
 #include "store.h"
 
-/* Output is bounded: past WBUF_HIGH bytes queued (a peer that does not
- * read), the connection stops reading until it drains below WBUF_LOW. */
+/* Output is bounded (conn.h): a frame read is answered only while its
+ * answer has room in WBUF_MAX bytes of output, and the process's buffers
+ * have grown by less than CONN_OUTPUT_BUDGET together; else it waits, and
+ * the connection reads nothing more, until its output has drained. */
 #define WBUF_INIT 16384
-#define WBUF_HIGH (1024 * 1024)
-#define WBUF_LOW (64 * 1024)
+#define WBUF_MAX (64 * 1024)
+/* An ACK's most: length, type, flags, two varints, the actions. */
+#define ACK_MAX (4 + 1 + 4 + 2 * SPOP_VARINT_MAX + DECIDE_ACTIONS_MAX)
 #define DRAIN_GRACE 1.0
 #define SPARES_MAX 64
 #define COMPACT_MIN 1024
@@ -42,10 +45,20 @@ struct conn {
 	int stopping;             /* the agent stops: no more reading; disconnect
 	                           * once every decision is answered */
 	int lingering;            /* DRAINING, output sent: discarding input */
+	int held;                 /* frames wait in rbuf for output room: not
+	                           * reading until the output drains */
+	int resume;               /* held frames to handle (conn_flush_pending) */
+	int warned_trim;          /* logged that answers lose variables to fit */
 	int pending;              /* decisions waiting for the store */
 	uint32_t max_frame;       /* negotiated; our own before HELLO */
+	uint32_t ack_room;        /* room a frame we send may need: 4 +
+	                           * max_frame, at most ACK_MAX */
+	size_t room_end;          /* wcap - ack_room: past it in wlen, the
+	                           * next answer needs room made (wbuf_reserve) */
 	ev_tstamp last_active;    /* READY: last read, or last answer owed */
 	ev_tstamp frame_started;  /* first bytes of an incomplete frame; 0: none */
+	ev_tstamp stalled_since;  /* output waiting, none written since; 0: none */
+	size_t blocked_at;        /* wpos when the socket was last found full */
 	ev_io rio;
 	ev_io wio;
 	ev_timer timer;           /* HELLO deadline; READY: idle and frame
@@ -57,7 +70,10 @@ struct conn {
 };
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents);
+static void process_held(struct conn *c);
 static void frame_begun(struct conn *c);
+static void arm_timer(struct conn *c, ev_tstamp after);
+static ev_tstamp ready_due(const struct conn *c);
 static void disconnect(struct conn *c, int status);
 static int flush(struct conn *c);
 static void on_write(struct ev_loop *loop, ev_io *io, int revents);
@@ -129,6 +145,19 @@ static void slot_release(struct worker *w, struct conn *c)
 
 /* ---- life cycle ---------------------------------------------------------- */
 
+static uint32_t ack_room(uint32_t max_frame)
+{
+	return 4 + max_frame < ACK_MAX ? 4 + max_frame : ACK_MAX;
+}
+
+/* After a change of ack_room or of the buffer's capacity (which always
+ * holds ack_room: WBUF_INIT is larger than ACK_MAX). */
+static void set_room(struct conn *c, uint32_t room)
+{
+	c->ack_room = room;
+	c->room_end = c->wcap - room;
+}
+
 static struct conn *conn_get(struct worker *w)
 {
 	struct conn *c = w->conns.spare;
@@ -158,11 +187,14 @@ static struct conn *conn_get(struct worker *w)
 	c->wpos = c->wlen = 0;
 	c->state = CONN_HELLO;
 	c->max_frame = own;
+	set_room(c, ack_room(own));
 	c->in_flush = 0;
 	c->flush_next = NULL;
-	c->stopping = c->lingering = 0;
+	c->stopping = c->lingering = c->warned_trim = 0;
+	c->held = c->resume = 0;
 	c->pending = 0;
-	c->frame_started = 0.;
+	c->frame_started = c->stalled_since = 0.;
+	c->blocked_at = 0;
 	return c;
 }
 
@@ -222,6 +254,9 @@ void conn_close(struct conn *c)
 
 static void conn_destroy(struct conn *c)
 {
+	if (c->wcap > WBUF_INIT)
+		atomic_fetch_sub_explicit(&c->w->srv->out_grown, c->wcap - WBUF_INIT,
+					  memory_order_relaxed);
 	xfree(c->rbuf);
 	xfree(c->wbuf);
 	xfree(c);
@@ -292,7 +327,21 @@ static inline int wbuf_reserve(struct conn *c, size_t need)
 	return wbuf_grow(c, need);
 }
 
-/* wbuf_reserve() without room at the end of the buffer. */
+/* The capacity a buffer holding `queued` bytes needs for `need` more:
+ * its own, or the next power of two times it. */
+static size_t wbuf_cap_for(const struct conn *c, size_t queued, size_t need)
+{
+	size_t cap = c->wcap;
+
+	while (need > cap - queued)
+		cap *= 2;
+	return cap;
+}
+
+/* wbuf_reserve() without room at the end of the buffer: moves what is
+ * queued to the front, or grows the buffer, whatever the bounds (answers
+ * owed: the caller checked room_to_answer() for a frame read). Returns 0,
+ * or -1 when out of memory. */
 static int wbuf_grow(struct conn *c, size_t need)
 {
 	size_t cap;
@@ -305,26 +354,47 @@ static int wbuf_grow(struct conn *c, size_t need)
 		if (need <= c->wcap - c->wlen)
 			return 0;
 	}
-	cap = c->wcap;
-	while (need > cap - c->wlen)
-		cap *= 2;
+	cap = wbuf_cap_for(c, c->wlen, need);
 	nb = xrealloc(c->wbuf, cap);
 	if (!nb)
 		return -1;
+	atomic_fetch_add_explicit(&c->w->srv->out_grown, cap - c->wcap, memory_order_relaxed);
 	c->wbuf = nb;
 	c->wcap = cap;
+	set_room(c, c->ack_room);
+	/* drained() gives the memory back once the output is written: it
+	 * runs when the write watcher stops */
+	if (c->fd >= 0 && !ev_is_active(&c->wio))
+		ev_io_start(c->w->loop, &c->wio);
 	return 0;
+}
+
+/* Whether the answer to one more frame read has room in the output: at
+ * the end of the buffer, once what is queued is moved to its front, or in
+ * a buffer grown within WBUF_MAX and the process's budget. When it has
+ * not, the frame waits (held) until the output drains: a peer that does
+ * not read cannot make the agent queue more for it, and memory stays
+ * bounded whatever the number of such peers. */
+static __attribute__((noinline)) bool room_to_answer(struct conn *c)
+{
+	size_t queued = c->wlen - c->wpos, cap;
+
+	if (c->ack_room <= c->wcap - queued)
+		return true;
+	cap = wbuf_cap_for(c, queued, c->ack_room);
+	return cap <= WBUF_MAX &&
+	       atomic_load_explicit(&c->w->srv->out_grown, memory_order_relaxed) + (cap - c->wcap) <=
+		       CONN_OUTPUT_BUDGET;
 }
 
 static void update_reading(struct conn *c)
 {
 	struct worker *w = c->w;
-	size_t queued = c->wlen - c->wpos;
-	int want = (c->state == CONN_HELLO || c->state == CONN_READY) && !c->stopping;
+	/* held frames come first, and they wait for room */
+	int want = (c->state == CONN_HELLO || c->state == CONN_READY) && !c->stopping &&
+		   !c->held && !c->resume;
 
-	if (want && c->reading && queued > WBUF_HIGH) {
-		c->reading = 0;
-	} else if (want && !c->reading && queued < WBUF_LOW) {
+	if (want && !c->reading) {
 		c->reading = 1;
 		/* Bytes of a frame waited in the socket while we did not read:
 		 * its deadline starts now. */
@@ -338,6 +408,62 @@ static void update_reading(struct conn *c)
 		ev_io_start(w->loop, &c->rio);
 	else if (!c->reading && ev_is_active(&c->rio))
 		ev_io_stop(w->loop, &c->rio);
+}
+
+/* flush() found the socket full: from now on, the output must make
+ * progress within CONN_WRITE_STALL seconds (ready_timer), counted again
+ * from each time it is found full after a write that took some of it
+ * (wpos moved since the last time; moving the output to the front of the
+ * buffer counts once as progress, and happens only after some). */
+static __attribute__((noinline)) void write_blocked(struct conn *c)
+{
+	ev_tstamp now = ev_now(c->w->loop);
+	bool progressed = c->wpos != c->blocked_at;
+
+	c->blocked_at = c->wpos;
+	if (c->state != CONN_READY) /* HELLO and DRAINING have their deadlines */
+		return;
+	if (c->stalled_since == 0.) {
+		c->stalled_since = now;
+		arm_timer(c, ready_due(c) - now);
+	} else if (progressed) {
+		c->stalled_since = now; /* the timer looks again when it fires */
+	}
+}
+
+/* Everything queued is written, after the write watcher was started
+ * (the socket was full, the buffer grew, or frames were held): no stall
+ * any more, the buffer back to its first size (what it grew by back to
+ * the process's budget), and held frames handed to conn_flush_pending(),
+ * before the loop blocks. */
+static __attribute__((noinline)) void drained(struct conn *c)
+{
+	struct worker *w = c->w;
+
+	c->stalled_since = 0.;
+	c->blocked_at = 0;
+	if (c->wcap > WBUF_INIT) {
+		uint8_t *nb = xrealloc(c->wbuf, WBUF_INIT);
+
+		if (nb) {
+			atomic_fetch_sub_explicit(&w->srv->out_grown, c->wcap - WBUF_INIT,
+						  memory_order_relaxed);
+			c->wbuf = nb;
+			c->wcap = WBUF_INIT;
+			set_room(c, c->ack_room);
+		}
+	}
+	if (c->held) {
+		/* not reading until they are handled: they come first */
+		c->held = 0;
+		c->resume = 1;
+		if (!c->in_flush) {
+			c->in_flush = 1;
+			c->flush_next = w->conns.flush_list;
+			w->conns.flush_list = c;
+			want_prepare(w);
+		}
+	}
 }
 
 /* Writes what is queued, in as few calls as the kernel allows: frames are
@@ -356,6 +482,7 @@ static int flush(struct conn *c)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			ev_io_start(c->w->loop, &c->wio);
+			write_blocked(c);
 			update_reading(c);
 			return 0;
 		}
@@ -364,8 +491,10 @@ static int flush(struct conn *c)
 		return -1;
 	}
 	c->wpos = c->wlen = 0;
-	if (ev_is_active(&c->wio))
+	if (ev_is_active(&c->wio)) {
 		ev_io_stop(c->w->loop, &c->wio);
+		drained(c);
+	}
 	if (c->state == CONN_DRAINING) {
 		/* Closing with input unread would send an RST, and an RST can
 		 * destroy the frames just sent before the peer reads them
@@ -408,7 +537,7 @@ static void disconnect(struct conn *c, int status)
 			 spop_status_str(status));
 	STAT_INC(w->stats.disconnects_sent[status < 13 ? status : 13]);
 	c->state = CONN_DRAINING;
-	if (wbuf_reserve(c, 4 + (size_t)limit) == 0) {
+	if (wbuf_reserve(c, c->ack_room) == 0) {
 		spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
 		if (spop_encode_agent_disconnect(&wb, (uint32_t)status,
 						 spop_status_str(status), limit) == 0)
@@ -438,6 +567,8 @@ static ev_tstamp ready_due(const struct conn *c)
 
 	if (c->frame_started > 0. && c->reading && c->frame_started + cfg->hello_timeout < due)
 		due = c->frame_started + cfg->hello_timeout;
+	if (c->stalled_since > 0. && c->stalled_since + CONN_WRITE_STALL < due)
+		due = c->stalled_since + CONN_WRITE_STALL;
 	return due;
 }
 
@@ -463,6 +594,14 @@ static void ready_timer(struct conn *c)
 	const struct server_config *cfg = &c->w->srv->cfg;
 	ev_tstamp now = ev_now(c->w->loop);
 
+	if (c->stalled_since > 0. && now - c->stalled_since >= CONN_WRITE_STALL) {
+		/* No AGENT-DISCONNECT: the peer reads nothing. */
+		log_info("connection %u: the peer has read nothing for %.0f s (%zu bytes waiting): "
+			 "closed", c->slot, now - c->stalled_since, c->wlen - c->wpos);
+		STAT_INC(c->w->stats.write_stalls);
+		conn_close(c);
+		return;
+	}
 	if (c->frame_started > 0. && c->reading && now - c->frame_started >= cfg->hello_timeout) {
 		log_info("connection %u: a frame begun %.1f s ago is still incomplete", c->slot,
 			 now - c->frame_started);
@@ -519,7 +658,8 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 		return;
 	}
 	c->max_frame = h.max_frame_size < own ? h.max_frame_size : own;
-	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
+	set_room(c, ack_room(c->max_frame));
+	if (wbuf_reserve(c, c->ack_room) < 0) {
 		disconnect(c, SPOP_ST_RESOURCE);
 		return;
 	}
@@ -545,6 +685,9 @@ static void handle_hello(struct conn *c, const struct spop_frame *f)
 	log_debug("connection %u: HELLO, max-frame-size %u", c->slot, c->max_frame);
 }
 
+static int queue_trimmed(struct conn *c, uint64_t sid, uint64_t fid,
+			 const struct decide_decision *d);
+
 /* Queues an ACK frame that carries a decision's actions, or when d is
  * NULL, the one no-op action that every ACK needs (an empty ACK can hang
  * HAProxy). Returns 0, or -1 after disconnecting. */
@@ -554,7 +697,7 @@ static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
 	struct spop_wbuf wb;
 	size_t start;
 
-	if (wbuf_reserve(c, 4 + (size_t)c->max_frame) < 0) {
+	if (wbuf_reserve(c, c->ack_room) < 0) {
 		disconnect(c, SPOP_ST_RESOURCE);
 		return -1;
 	}
@@ -564,12 +707,56 @@ static int queue_ack(struct conn *c, uint64_t sid, uint64_t fid,
 		decide_put_actions(&wb, d);
 	else
 		spop_put_unset_var(&wb, SPOP_SCOPE_TXN, "status", 6);
-	if (spop_frame_end(&wb, start, c->max_frame) < 0) {
-		disconnect(c, SPOP_ST_TOO_BIG);
-		return -1;
-	}
+	if (spop_frame_end(&wb, start, c->max_frame) < 0)
+		return queue_trimmed(c, sid, fid, d);
 	c->wlen += wb.len;
 	return 0;
+}
+
+/* queue_ack() for an answer over the max-frame-size HAProxy announced
+ * (it may announce as little as 256 bytes, and a rule's RateLimit-Policy
+ * alone can take 2 KiB): the same answer without the variables HAProxy
+ * only copies into headers, policy first, then ratelimit, and counted.
+ * What HAProxy's rules act on (status, retry_after, reason, slot) is
+ * never dropped: an answer too big without those two disconnects, as
+ * our own failure (logged), not the peer's. Returns 0, or -1 after
+ * disconnecting. */
+static __attribute__((noinline)) int queue_trimmed(struct conn *c, uint64_t sid,
+						   uint64_t fid,
+						   const struct decide_decision *d)
+{
+	struct decide_decision t;
+	struct spop_wbuf wb;
+	size_t start;
+
+	if (d) {
+		t = *d;
+		for (int drop = 0; drop < 2; drop++) {
+			if (drop == 0)
+				t.policy_len = 0;
+			else
+				t.ratelimit_len = 0;
+			spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+			start = spop_frame_begin(&wb, SPOP_FRAME_ACK, SPOP_FLAG_FIN, sid, fid);
+			decide_put_actions(&wb, &t);
+			if (spop_frame_end(&wb, start, c->max_frame) == 0) {
+				STAT_INC(c->w->stats.answers_trimmed);
+				if (!c->warned_trim) {
+					c->warned_trim = 1;
+					log_warn("connection %u: answers over the max-frame-size of %u "
+						 "bytes HAProxy announced are sent without %s",
+						 c->slot, c->max_frame,
+						 drop ? "policy and ratelimit" : "policy");
+				}
+				c->wlen += wb.len;
+				return 0;
+			}
+		}
+	}
+	log_warn("connection %u: an answer does not fit the max-frame-size of %u bytes "
+		 "HAProxy announced, even without policy and ratelimit", c->slot, c->max_frame);
+	disconnect(c, SPOP_ST_TOO_BIG);
+	return -1;
 }
 
 /* Counts a decision under its rule's name (rulestats.h). A refusal has a
@@ -671,6 +858,37 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 		STAT_INC(w->stats.releases_bad);
 }
 
+static inline bool is_release(struct spop_str name)
+{
+	return (name.len == sizeof(DECIDE_RELEASE) - 1 &&
+		memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) ||
+	       (name.len == sizeof(DECIDE_RESPONSE) - 1 &&
+		memcmp(name.ptr, DECIDE_RESPONSE, name.len) == 0);
+}
+
+/* Acts on the release or response message whose nargs arguments start at
+ * args, then on every later one of the NOTIFY (its list checked whole
+ * already): one HAProxy event can carry both, from two SPOE files. The
+ * walk is bounded by the frame. Apart from handle_notify(): most NOTIFYs
+ * carry no release. */
+static __attribute__((noinline)) void release_all(struct worker *w, struct spop_cursor args,
+						  unsigned nargs)
+{
+	struct spop_cursor cur = args;
+	struct spop_str name;
+
+	release(w, args, nargs);
+	if (spop_kv_skip(&cur, nargs) < 0)
+		return;
+	while (spop_msg_head(&cur, &name, &nargs) == 1) {
+		args = cur;
+		if (spop_kv_skip(&cur, nargs) < 0)
+			return;
+		if (is_release(name))
+			release(w, args, nargs);
+	}
+}
+
 /* --fixed-answer (benchmarks): a decision kept with copies of its
  * strings, so that it outlives the rules it was made with. The first one
  * made in the process is the server's, and every worker answers with it
@@ -724,17 +942,17 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 	STAT_INC(c->w->stats.notifies);
 	/* Validate the whole message list before acting on any of it. The
 	 * first check-rate message's arguments are decoded as they are
-	 * checked, so that each byte is walked once. */
+	 * checked, so that each byte is walked once; a second check-rate
+	 * would answer with the same variables, and is ignored. Every
+	 * release and response message is acted on (release_all), from the
+	 * first one's place. */
 	while ((rc = spop_msg_head(&cur, &name, &nargs)) == 1) {
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
 		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
 			found = 1;
 			rc = rules_request_decode(c->w->rules, &req, &cur, nargs);
 		} else {
-			if (!rel.p && ((name.len == sizeof(DECIDE_RELEASE) - 1 &&
-					 memcmp(name.ptr, DECIDE_RELEASE, name.len) == 0) ||
-				       (name.len == sizeof(DECIDE_RESPONSE) - 1 &&
-					memcmp(name.ptr, DECIDE_RESPONSE, name.len) == 0))) {
+			if (!rel.p && is_release(name)) {
 				rel = cur;
 				nrel = nargs;
 			}
@@ -748,7 +966,7 @@ static void handle_notify(struct conn *c, const struct spop_frame *f)
 		return;
 	}
 	if (rel.p)
-		release(c->w, rel, nrel);
+		release_all(c->w, rel, nrel);
 	/* Unknown messages, or none, are acknowledged, not refused. */
 	if (!found) {
 		queue_ack(c, f->stream_id, f->frame_id, NULL);
@@ -804,6 +1022,8 @@ void conn_flush_pending(struct worker *w)
 		w->conns.flush_list = c->flush_next;
 		c->in_flush = 0;
 		c->flush_next = NULL;
+		if (c->resume)
+			process_held(c);
 		if (c->state != CONN_CLOSED)
 			flush(c);
 	}
@@ -838,8 +1058,25 @@ static void handle_frame(struct conn *c, const struct spop_frame *f)
 	}
 }
 
-/* Decodes and handles every complete frame in the read buffer. */
-static void process_input(struct conn *c)
+/* process_input() found no room for an answer: the frames left wait in
+ * the read buffer, and the connection reads no more, until its output has
+ * drained (drained() hands them to conn_flush_pending). There is output
+ * queued (else there would be room): the write watcher, started here if
+ * the socket has not been found full yet, makes flush() call drained()
+ * once it is all written. */
+static __attribute__((noinline)) void hold_input(struct conn *c)
+{
+	c->held = 1;
+	update_reading(c);
+	/* drained() runs when the write watcher stops */
+	if (!ev_is_active(&c->wio))
+		ev_io_start(c->w->loop, &c->wio);
+}
+
+/* Decodes and handles every complete frame in the read buffer, or those
+ * before one whose answer has no room (hold_input). Inline: the read
+ * path's and conn_flush_pending()'s. */
+static inline __attribute__((always_inline)) void process_input(struct conn *c)
 {
 	int taken = 0;
 
@@ -860,6 +1097,12 @@ static void process_input(struct conn *c)
 		if (rc == SPOP_ERR) {
 			disconnect(c, status);
 			break;
+		}
+		/* No room for its answer at the end of the output: it waits
+		 * unless the buffer may make room (room_to_answer). */
+		if (c->wlen > c->room_end && !room_to_answer(c)) {
+			hold_input(c);
+			return;
 		}
 		c->rpos += 4 + (size_t)f.len;
 		taken = 1;
@@ -903,49 +1146,53 @@ static int discard_input(struct conn *c)
 	return 0;
 }
 
-/* Reads and handles what the socket holds, within a bounded amount of
- * work. Returns -1 once the connection is closed, else 0 (output may be
- * queued: the caller flushes). */
-static int read_input(struct conn *c)
+/* Frames held for want of output room, now that it has drained
+ * (conn_flush_pending, or the agent stops); then reading resumes, unless
+ * they are held again. */
+static __attribute__((noinline)) void process_held(struct conn *c)
 {
-	/* Bounded work per wake-up, so that one busy connection cannot
-	 * starve the others of this worker. */
-	for (int round = 0; round < 16; round++) {
-		ssize_t n;
-
-		if (c->rlen == c->rcap) {
-			/* A full buffer always holds a complete frame (its size is
-			 * 4 + our max), so process_input made room; be safe. */
-			disconnect(c, SPOP_ST_TOO_BIG);
-			break;
-		}
-		n = sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
-		if (n == 0) {
-			/* FIN: HAProxy drops idle connections without a word. */
-			log_debug("connection %u: closed by peer", c->slot);
-			conn_close(c);
-			return -1;
-		}
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			log_debug("connection %u: read failed: %s", c->slot, strerror(errno));
-			conn_close(c);
-			return -1;
-		}
-		c->rlen += (size_t)n;
-		c->last_active = ev_now(c->w->loop);
+	c->resume = 0;
+	if (c->state == CONN_HELLO || c->state == CONN_READY)
 		process_input(c);
-		if (c->state != CONN_HELLO && c->state != CONN_READY)
-			break;
-		if (c->wlen - c->wpos > WBUF_HIGH)
-			break;
-		if ((size_t)n < c->rcap / 2)
-			break; /* drained the socket, most likely */
+	update_reading(c);
+}
+
+/* Reads one buffer's worth of what the socket holds and handles it.
+ * Returns -1 once the connection is closed, 0 when it is done (the
+ * socket drained, most likely, or the connection reads no more), 1 when
+ * there may be more to read. Output may be queued: the caller flushes. */
+static inline __attribute__((always_inline)) int read_once(struct conn *c)
+{
+	ssize_t n;
+
+	if (c->rlen == c->rcap) {
+		/* A full buffer always holds a complete frame (its size is
+		 * 4 + our max), so process_input made room; be safe. */
+		disconnect(c, SPOP_ST_TOO_BIG);
+		return 0;
 	}
-	return 0;
+	do
+		n = sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+	while (n < 0 && errno == EINTR);
+	if (n == 0) {
+		/* FIN: HAProxy drops idle connections without a word. */
+		log_debug("connection %u: closed by peer", c->slot);
+		conn_close(c);
+		return -1;
+	}
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		log_debug("connection %u: read failed: %s", c->slot, strerror(errno));
+		conn_close(c);
+		return -1;
+	}
+	c->rlen += (size_t)n;
+	c->last_active = ev_now(c->w->loop);
+	process_input(c);
+	if (c->held || (c->state != CONN_HELLO && c->state != CONN_READY))
+		return 0;
+	return (size_t)n >= c->rcap / 2; /* else the socket is drained, most likely */
 }
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)
@@ -957,7 +1204,11 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 			discard_input(c);
 		return;
 	}
-	if (read_input(c) == 0)
+	/* One buffer per wake-up (16 KiB of frames at most): a connection
+	 * that floods its worker delays the others by one buffer's decisions
+	 * per turn of the loop, and level-triggered polling brings it back
+	 * for the rest. */
+	if (read_once(c) >= 0)
 		flush(c);
 }
 
@@ -971,9 +1222,17 @@ static void conn_stop(struct conn *c)
 	case CONN_READY:
 		c->stopping = 1;
 		/* NOTIFYs sent before the signal may still be in the socket:
-		 * they are read and answered like the others. */
-		if (read_input(c) < 0)
-			return;
+		 * they are read and answered like the others (held ones
+		 * first). */
+		process_held(c);
+		for (int round = 0; round < 16 && !c->held; round++) {
+			int rc = read_once(c);
+
+			if (rc < 0)
+				return;
+			if (rc == 0)
+				break;
+		}
 		if (c->state == CONN_READY && c->pending == 0)
 			disconnect(c, SPOP_ST_NORMAL);
 		break;

@@ -11,11 +11,26 @@
  *
  * A connection is never freed inside its own callbacks: conn_close() marks
  * it and hands it to the worker's reap list. Deferred work refers to a
- * connection by (slot, generation), never by pointer. */
+ * connection by (slot, generation), never by pointer.
+ *
+ * Output is bounded, for peers that do not read what they are sent. A
+ * frame read is handled only when its answer has room: in the 16 KiB a
+ * connection starts with, or in a buffer grown up to 64 KiB while the
+ * buffers of the whole process have grown by less than
+ * CONN_OUTPUT_BUDGET. Else the frame waits, and the connection reads
+ * nothing more, until its output has drained (back-pressure: the peer's
+ * NOTIFYs wait in its own socket). Answers already owed (decisions from
+ * the store) are always queued: there are at most as many as decisions
+ * may wait. A READY connection whose output waits and makes no progress
+ * for CONN_WRITE_STALL seconds is closed, without a DISCONNECT that the
+ * peer would not read either. */
 #ifndef RL_CONN_H
 #define RL_CONN_H
 
 #include <stdint.h>
+
+#define CONN_OUTPUT_BUDGET (32u * 1024 * 1024) /* bytes, the whole process */
+#define CONN_WRITE_STALL 5.0                   /* seconds */
 
 struct worker;
 struct conn;

@@ -54,7 +54,7 @@
 #define RULES_ENDPOINTS_MAX 1024
 #define RULES_CLASSES_MAX 256
 #define RULES_LAYERS_MAX 64
-#define RULES_OVERRIDES_MAX 256  /* distinct overridden limits per rules */
+#define RULES_OVERRIDES_MAX 256  /* overridden limits held at once per rules */
 #define RULES_STACK_MAX 3        /* layers stacked on one rule */
 #define RULES_PARTS_MAX (1 + RULES_STACK_MAX)
 #define RULES_VALUES_MAX 32      /* values of one match condition */
@@ -210,6 +210,9 @@ struct rule {
 	/* Derived: no layer and no concurrency limit: one key, all in the
 	 * memory store's hands. */
 	bool simple;
+	/* Made by rules_override() for an overridden limit (held while in
+	 * use, see there), not loaded from the file. */
+	bool derived;
 	bool shadow;             /* the rule's own shadow flag */
 	enum rules_failure on_failure; /* its own, or the file's default */
 	/* `lease` (its own, or the file's): the interval of its leases
@@ -278,12 +281,30 @@ int rules_override_clamp(const struct rule *rule, const struct limit_spec *in,
 			 struct limit_spec *out);
 
 /* The rule base with its rates replaced by the one limit *ov (its other
- * limits, layers, name and counters kept): made once per distinct
- * (rule, limit) and kept with the rules, so it may be used as any rule of
- * r. NULL when RULES_OVERRIDES_MAX are made already, or out of memory.
- * Any thread. */
+ * limits, layers, name and counters kept), to be used as any rule of r:
+ * made on demand, one per distinct (rule, limit), and held for the
+ * caller, who gives the hold back with rules_rule_unhold() once nothing
+ * it keeps points into the rule (its decision answered). A derived rule
+ * that nothing holds is freed when room is needed for another, so that
+ * overrides that come and go never run out of room: at most
+ * RULES_OVERRIDES_MAX are held at once. Past that, or out of memory,
+ * NULL, counted in rules_override_refused(). Any thread. */
 const struct rule *rules_override(struct rules *r, const struct rule *base,
 				  const struct limit_spec *ov);
+/* One more hold on a rule the caller holds already (a decision that goes
+ * on waiting for the store), and one given back. A rule of the file is
+ * never freed before its rules: both do nothing for it. Any thread. */
+void rules_rule_hold(const struct rule *rule);
+void rules_rule_unhold(const struct rule *rule);
+/* How many times derived rules of r were freed so far. A cache that tells
+ * rules apart by address (the refused-until cache, leases) adds it to
+ * its epoch for a derived rule, so that an address freed and used again
+ * is never taken for the rule it held before. */
+uint64_t rules_override_epoch(const struct rules *r);
+/* Overrides this process could not apply (rules_override() found no
+ * room): the rule's own limits applied, or an operator's override was
+ * refused. Every rules loaded count here. */
+uint64_t rules_override_refused(void);
 
 /* The embedded defaults, the same as a file holding "{}": one rule
  * "default" of 100/1m, identity api_key, user, ip, priority 2 for all,

@@ -6,6 +6,8 @@
  * hash prefixes. Private to the rules module (rules_int.h). */
 #include "rules_int.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -259,6 +261,21 @@ int rules_override_clamp(const struct rule *rule, const struct limit_spec *in,
 	return 0;
 }
 
+/* A derived rule and the holds on it (rules_override). The rule comes
+ * first: what rules_override() hands out is the block's address. */
+struct derived {
+	struct rule rule;
+	atomic_uint holds;
+};
+
+static struct derived *derived_of(const struct rule *rule)
+{
+	return (struct derived *)(uintptr_t)rule;
+}
+
+/* overrides this process could not apply, whatever the rules */
+static atomic_uint_fast64_t ov_refused;
+
 static unsigned ov_hash(unsigned index, const struct limit_spec *l)
 {
 	uint64_t h = (index + 1) * 0x9e3779b97f4a7c15ULL ^ l->quota * 0xbf58476d1ce4e5b9ULL ^
@@ -273,25 +290,72 @@ static bool ov_same(const struct rule *c, unsigned index, const struct limit_spe
 	       c->limits[0].period_us == l->period_us;
 }
 
+/* The index slot of (index, l): where it is, or the empty slot where it
+ * would go. */
+static unsigned ov_find(const struct rules *r, unsigned index, const struct limit_spec *l)
+{
+	unsigned i;
+
+	for (i = ov_hash(index, l); r->ov_slot[i]; i = (i + 1) & (2 * RULES_OVERRIDES_MAX - 1))
+		if (ov_same(r->ov[r->ov_slot[i] - 1], index, l))
+			break;
+	return i;
+}
+
+/* Under the lock, the table full: frees the derived rules nothing holds
+ * (a hold is taken under the lock, or by a holder of one already, so
+ * none can come back) and indexes the others again. Returns how many
+ * went. */
+static size_t ov_reclaim(struct rules *r)
+{
+	size_t kept = 0, n = r->nov;
+
+	for (size_t i = 0; i < n; i++) {
+		struct derived *d = derived_of(r->ov[i]);
+
+		if (atomic_load_explicit(&d->holds, memory_order_acquire) == 0)
+			xfree(d);
+		else
+			r->ov[kept++] = &d->rule;
+	}
+	if (kept == n)
+		return 0;
+	/* before any freed address can be handed out again */
+	atomic_fetch_add_explicit(&r->ov_epoch, 1, memory_order_release);
+	r->nov = kept;
+	memset(r->ov_slot, 0, sizeof(r->ov_slot));
+	for (size_t i = 0; i < kept; i++)
+		r->ov_slot[ov_find(r, r->ov[i]->index, &r->ov[i]->limits[0])] = (uint16_t)(i + 1);
+	return n - kept;
+}
+
 const struct rule *rules_override(struct rules *r, const struct rule *base,
 				  const struct limit_spec *ov)
 {
 	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
+	struct derived *d = NULL;
 	struct rule *c = NULL;
 	unsigned i;
 	size_t n = 0;
 
 	pthread_mutex_lock(&r->ov_lock);
-	for (i = ov_hash(base->index, ov); r->ov_slot[i];
-	     i = (i + 1) & (2 * RULES_OVERRIDES_MAX - 1)) {
-		if (ov_same(r->ov[r->ov_slot[i] - 1], base->index, ov)) {
-			c = r->ov[r->ov_slot[i] - 1];
-			goto out;
-		}
-	}
-	if (r->nov == RULES_OVERRIDES_MAX || !(c = xmalloc(sizeof(*c))))
+	i = ov_find(r, base->index, ov);
+	if (r->ov_slot[i]) {
+		c = r->ov[r->ov_slot[i] - 1];
+		atomic_fetch_add_explicit(&derived_of(c)->holds, 1, memory_order_relaxed);
 		goto out;
+	}
+	if (r->nov == RULES_OVERRIDES_MAX) {
+		if (!ov_reclaim(r))
+			goto out;
+		i = ov_find(r, base->index, ov);
+	}
+	if (!(d = xmalloc(sizeof(*d))))
+		goto out;
+	c = &d->rule;
+	atomic_init(&d->holds, 1);
 	*c = *base;
+	c->derived = true;
 	/* the override, then the rule's own limits that are not rates (a
 	 * ban, then a concurrency limit, in their order), then the layers */
 	c->limits[n++] = *ov;
@@ -316,7 +380,40 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 	r->ov_slot[i] = (uint16_t)r->nov;
 out:
 	pthread_mutex_unlock(&r->ov_lock);
+	if (!c)
+		atomic_fetch_add_explicit(&ov_refused, 1, memory_order_relaxed);
 	return c;
+}
+
+void rules_rule_hold(const struct rule *rule)
+{
+	if (rule && rule->derived)
+		atomic_fetch_add_explicit(&derived_of(rule)->holds, 1, memory_order_relaxed);
+}
+
+void rules_rule_unhold(const struct rule *rule)
+{
+	/* release: what the holder did with the rule happens before its
+	 * free (ov_reclaim reads the count with acquire) */
+	if (rule && rule->derived)
+		atomic_fetch_sub_explicit(&derived_of(rule)->holds, 1, memory_order_release);
+}
+
+uint64_t rules_override_epoch(const struct rules *r)
+{
+	return atomic_load_explicit(&r->ov_epoch, memory_order_acquire);
+}
+
+uint64_t rules_override_refused(void)
+{
+	return atomic_load_explicit(&ov_refused, memory_order_relaxed);
+}
+
+void rules_derived_free(struct rules *r)
+{
+	for (size_t i = 0; i < r->nov; i++)
+		xfree(derived_of(r->ov[i]));
+	r->nov = 0;
 }
 
 void rules_set_secret(struct rules *r, const uint8_t key[16])

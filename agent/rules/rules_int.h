@@ -110,11 +110,14 @@ struct rules {
 	char cost_arg[RULES_NAME_MAX];
 	char override_arg[RULES_NAME_MAX]; /* "" when none */
 	/* Rules made for overridden limits (rules_override): made on demand,
-	 * under the lock, freed with the rules. ov_slot[] indexes them. */
+	 * under the lock; one that nothing holds is freed when room is
+	 * needed, the others with the rules. ov_slot[] indexes them; ov_epoch
+	 * counts the times some were freed (rules_override_epoch). */
 	pthread_mutex_t ov_lock;
 	struct rule *ov[RULES_OVERRIDES_MAX];
 	uint16_t ov_slot[2 * RULES_OVERRIDES_MAX]; /* index + 1, 0 empty */
 	size_t nov;
+	atomic_uint_fast64_t ov_epoch;
 	char tier_arg[RULES_NAME_MAX];
 	bool shadow;
 	enum rules_failure on_failure;
@@ -163,5 +166,9 @@ size_t rules_host_noport(const char *h, size_t len);
 /* Derives, once the file is read, what every answer needs of the rules
  * (rules_derive.c). */
 void rules_derive(struct rules *r);
+
+/* Frees every derived rule of r (rules_override), held or not: the
+ * rules are going. */
+void rules_derived_free(struct rules *r);
 
 #endif

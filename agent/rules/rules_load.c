@@ -773,6 +773,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 {
 	atomic_init(&r->refs, 1);
 	pthread_mutex_init(&r->ov_lock, NULL);
+	atomic_init(&r->ov_epoch, 0);
 	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
@@ -879,8 +880,7 @@ static void free_parts(struct rules *r)
 		xfree(b);
 		b = next;
 	}
-	for (size_t i = 0; i < r->nov; i++)
-		xfree(r->ov[i]);
+	rules_derived_free(r);
 	pthread_mutex_destroy(&r->ov_lock);
 	xfree(r->rule);
 	xfree(r->ep);
@@ -968,7 +968,11 @@ struct rules *rules_load(const char *path, char *err, size_t errlen)
 		err = dummy;
 		errlen = sizeof(dummy);
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* Without O_NONBLOCK, opening a FIFO waits for a writer, forever:
+	 * the kind of file is judged before anything can wait. A regular file
+	 * is then read as usual (O_NONBLOCK means nothing to it, but off is
+	 * what every filesystem expects). */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return NULL;
@@ -983,6 +987,7 @@ struct rules *rules_load(const char *path, char *err, size_t errlen)
 		close(fd);
 		return NULL;
 	}
+	fcntl(fd, F_SETFL, 0);
 	if (st.st_size > (off_t)RULES_FILE_MAX) {
 		snprintf(err, errlen, "%s: larger than %u bytes", path, RULES_FILE_MAX);
 		close(fd);

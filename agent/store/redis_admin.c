@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "out.h"
 #include "overrides.h"
+#include "redis_guard.h"
 #include "redis_node.h"
 
 /* An admin look or reset under way, on the caller's loop: one
@@ -99,7 +100,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
 	o = &op->a->item[call->item].out;
@@ -148,7 +149,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
@@ -192,7 +193,7 @@ static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_con
 			redisAsyncFree(ac);
 		return NULL;
 	}
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(op->a->loop, ac);
 	op->conn[op->nconns].addr = *to;
 	op->conn[op->nconns++].ac = ac;
@@ -202,8 +203,26 @@ static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_con
 	return ac;
 }
 
-/* An override set or removed: HSET (HDEL) in the fleet's hash, then the
- * version +1 (store_overrides_key), for every agent's poll to see. */
+/* An override set: KEYS[1] the fleet's hash, KEYS[2] its version,
+ * ARGV[1] the most entries the hash may hold, then fields and values.
+ * The fields set, and the version +1, for every agent's poll to see; or,
+ * when new fields would take the hash past the most, nothing but an
+ * error "FULL <entries>". (Expired entries count until an agent's poll
+ * takes them out, within about a second of their end.) */
+static const char put_script[] =
+	"local new = 0\n"
+	"for i = 2, #ARGV, 2 do\n"
+	"  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then new = new + 1 end\n"
+	"end\n"
+	"local held = redis.call('HLEN', KEYS[1])\n"
+	"if new > 0 and held + new > tonumber(ARGV[1]) then\n"
+	"  return redis.error_reply('FULL ' .. held)\n"
+	"end\n"
+	"redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n"
+	"return redis.call('INCR', KEYS[2])\n";
+
+/* The reply to an override set (put_script) or removed (HDEL, then INCR
+ * of the version, store_overrides_key). */
 static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct admin_op *op = priv;
@@ -213,7 +232,15 @@ static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, ac->errstr[0] ? ac->errstr : "connection to Redis lost");
+		admin_reply(op, redis_guard_errstr(ac));
+		return;
+	}
+	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "FULL ", 5) == 0) {
+		snprintf(why, sizeof(why), "at most %d operator overrides are kept, and Redis "
+			 "holds %.20s: DELETE some, or let those with a ttl end", OVERRIDES_MAX,
+			 reply->str + 5);
+		op->a->status = 409;
+		admin_reply(op, why);
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR) {
@@ -229,11 +256,11 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 {
 	struct store_admin *a = op->a;
 	size_t argc = 0, nv = a->ov_remove ? 1 : 2;
-	const char **argv = xcalloc(2 + nv * a->nov, sizeof(*argv));
-	size_t *argvlen = xcalloc(2 + nv * a->nov, sizeof(*argvlen));
+	const char **argv = xcalloc(6 + nv * a->nov, sizeof(*argv));
+	size_t *argvlen = xcalloc(6 + nv * a->nov, sizeof(*argvlen));
 	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(a->nov + 1, sizeof(*field));
 	char (*value)[OVERRIDE_VALUE_MAX] = xcalloc(a->nov + 1, sizeof(*value));
-	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX];
+	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX], most[16];
 	const char *incr[2] = { "INCR", ver };
 	size_t incrlen[2] = { 4, 0 };
 	redisAsyncContext *ac = NULL;
@@ -251,10 +278,26 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 		goto out;
 	}
-	argv[argc] = a->ov_remove ? "HDEL" : "HSET";
-	argvlen[argc++] = 4;
-	argv[argc] = hash;
-	argvlen[argc++] = store_overrides_key(false, hash);
+	incrlen[1] = store_overrides_key(true, ver);
+	if (a->ov_remove) {
+		argv[argc] = "HDEL";
+		argvlen[argc++] = 4;
+		argv[argc] = hash;
+		argvlen[argc++] = store_overrides_key(false, hash);
+	} else {
+		argv[argc] = "EVAL";
+		argvlen[argc++] = 4;
+		argv[argc] = put_script;
+		argvlen[argc++] = sizeof(put_script) - 1;
+		argv[argc] = "2";
+		argvlen[argc++] = 1;
+		argv[argc] = hash;
+		argvlen[argc++] = store_overrides_key(false, hash);
+		argv[argc] = ver;
+		argvlen[argc++] = incrlen[1];
+		argv[argc] = most;
+		argvlen[argc++] = (size_t)snprintf(most, sizeof(most), "%d", OVERRIDES_MAX);
+	}
 	for (size_t i = 0; i < a->nov; i++) {
 		overrides_field(a->ov[i].key, field[i]);
 		argv[argc] = field[i];
@@ -264,10 +307,10 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 			argvlen[argc++] = overrides_value(&a->ov[i], value[i]);
 		}
 	}
-	incrlen[1] = store_overrides_key(true, ver);
 	if (redisAsyncCommandArgv(ac, on_override_reply, op, (int)argc, argv, argvlen) == REDIS_OK)
 		op->pending++;
-	if (redisAsyncCommandArgv(ac, on_override_reply, op, 2, incr, incrlen) == REDIS_OK)
+	if (a->ov_remove &&
+	    redisAsyncCommandArgv(ac, on_override_reply, op, 2, incr, incrlen) == REDIS_OK)
 		op->pending++;
 out:
 	xfree(argv);

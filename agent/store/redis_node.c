@@ -4,7 +4,6 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "log.h"
 #include "redis_cluster.h"
 #include "redis_encode.h"
+#include "redis_guard.h"
 #include "redis_reply.h"
 #include "store_redis.h"
 
@@ -37,11 +37,6 @@
 /* Connecting, AUTH and loading the library must be done within this; a
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
-/* The largest array a reply may hold (a decision's reply is one string;
- * the admin's MGET has a key per limit, CLUSTER SLOTS an entry per slot
- * range). Larger is a broken or hostile server: the connection is dropped
- * before anything is allocated for it. */
-#define REPLY_ELEMENTS_MAX 65536
 
 static void start_connect(struct redis_node *rn);
 static void handshake_failed(struct redis_node *rn);
@@ -619,7 +614,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		ev_timer_stop(rn->loop, &rn->eviction_w);
 		if (status != REDIS_OK)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
-				 rn->name, ac->errstr);
+				 rn->name, redis_guard_errstr(ac));
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
@@ -681,41 +676,6 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	redisAsyncDisconnect(rn->ac);
 }
 
-/* hiredis's reply builders with a bound on arrays (see REPLY_ELEMENTS_MAX):
- * hiredis 0.14 would allocate whatever count a server announces. */
-static redisReplyObjectFunctions bounded_fn;
-static const redisReplyObjectFunctions *hiredis_fn;
-static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
-
-static void *bounded_array(const redisReadTask *task, int elements)
-{
-	if (elements < 0 || elements > REPLY_ELEMENTS_MAX)
-		return NULL; /* the reader reports an error: the connection goes */
-	return hiredis_fn->createArray(task, elements);
-}
-
-static const redisReplyObjectFunctions *defaults_of;
-
-static void bounded_init(void)
-{
-	hiredis_fn = defaults_of;
-	bounded_fn = *defaults_of;
-	bounded_fn.createArray = bounded_array;
-}
-
-/* Puts the bounded builders on a new context's reader. */
-void redis_node_bound_replies(redisAsyncContext *ac)
-{
-	if (!ac->c.reader->fn)
-		return;
-	if (ac->c.reader->fn != &bounded_fn) {
-		defaults_of = ac->c.reader->fn;
-		pthread_once(&bounded_once, bounded_init);
-		if (ac->c.reader->fn == hiredis_fn)
-			ac->c.reader->fn = &bounded_fn;
-	}
-}
-
 static void start_connect(struct redis_node *rn)
 {
 	const struct redis_config *cfg = rn->cfg;
@@ -737,7 +697,7 @@ static void start_connect(struct redis_node *rn)
 	}
 	ac->data = rn;
 	rn->ac = ac;
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(rn->loop, ac);
 	ev_timer_stop(rn->loop, &rn->handshake_w);
 	ev_timer_set(&rn->handshake_w, HANDSHAKE_S, 0.);

@@ -156,11 +156,6 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
  * when the node cannot ask now. */
 int redis_node_where(struct redis_node *rn, const struct redis_query *r);
 
-/* Bounds the arrays a context's replies may hold (hiredis 0.14 allocates
- * whatever count a server announces): a larger one is a reader error, and
- * the connection is dropped. For every hiredis context the store opens. */
-void redis_node_bound_replies(redisAsyncContext *ac);
-
 /* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
  * 0 without a password. */
 int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3]);

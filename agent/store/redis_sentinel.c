@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_guard.h"
 #include "redis_node.h"
 #include "store_redis.h"
 
@@ -69,7 +70,7 @@ static redisAsyncContext *connect_to(struct redis_sentinel *s, const struct addr
 		return NULL;
 	}
 	ac->data = s;
-	redis_node_bound_replies(ac);
+	redis_guard_attach(ac);
 	redisLibevAttach(s->loop, ac);
 	return ac;
 }
@@ -267,6 +268,10 @@ static void on_switch(redisAsyncContext *ac, void *r, void *priv)
 		return;
 	if (!reply) {
 		/* lost: subscribe on the next sentinel a little later */
+		if (ac->err)
+			log_warn("redis: sentinel: worker %d: %s:%s: the subscription to %s went: %s",
+				 s->worker, s->cfg->nodes[s->sub_idx].host,
+				 s->cfg->nodes[s->sub_idx].port, SWITCH_CHANNEL, redis_guard_errstr(ac));
 		if (s->sub_ac == ac)
 			s->sub_ac = NULL;
 		s->sub_idx = (s->sub_idx + 1) % s->cfg->nnodes;

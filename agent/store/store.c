@@ -234,9 +234,12 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 		count_refusal(sw, q, d);
 		return 1;
 	case STORE_PENDING:
-		/* The backend keeps a copy of q, which points into the rules:
-		 * they must outlive a reload until the answer. */
+		/* The backend keeps a copy of q, which points into the rules
+		 * (and into the rule made for an override): they must outlive
+		 * a reload, and the rule the thread's next decision, until the
+		 * answer. */
 		rules_acquire(q->rules);
+		rules_rule_hold(q->rule);
 		return 0;
 	case STORE_UNAVAILABLE:
 		break;
@@ -250,6 +253,7 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 {
 	struct decide_decision d;
 	struct rules *rules = q->rules;
+	const struct rule *rule = q->rule;
 
 	if (res) {
 		decide_result(q, res, decider, &d);
@@ -258,6 +262,7 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 		store_without(sw->st, q, &d);
 	}
 	sw->answer(sw->priv, ref, &d);
+	rules_rule_unhold(rule);
 	rules_release(rules);
 }
 
@@ -304,6 +309,7 @@ void store_rules_changed(struct store_worker *sw)
 void store_admin(struct store *st, struct store_admin *a)
 {
 	a->error[0] = '\0';
+	a->status = 0;
 	st->ops->admin(st, a);
 }
 

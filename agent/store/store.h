@@ -123,6 +123,7 @@ struct store_admin {
 	size_t n;
 	struct store_admin_item *item;
 	char error[256];
+	int status;             /* with error: the HTTP status, 0 for 502 */
 	void (*done)(struct store_admin *a);
 	void *priv;
 };

@@ -25,14 +25,15 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }
 
-/* For each rule: its limits with what they hold now, or with reset, how
- * many entries were dropped. */
 /* An override set or removed: the store's set with these clients'
- * entries replaced or gone, handed to the holder. */
+ * entries replaced or gone, and the entries past their end left out,
+ * handed to the holder. A set that would hold more than OVERRIDES_MAX is
+ * refused (409). */
 static void mem_override(struct store *st, struct store_admin *a)
 {
 	size_t n = overrides_count(st->ov), m = 0;
 	struct override_entry *e = xcalloc(n + a->nov + 1, sizeof(*e));
+	int64_t now = clock_wall_ms();
 	struct overrides *o;
 
 	if (!e) {
@@ -43,18 +44,27 @@ static void mem_override(struct store *st, struct store_admin *a)
 		const struct override_entry *x = overrides_at(st->ov, i);
 		size_t k;
 
+		if (x->expires_ms && x->expires_ms <= now)
+			continue;
 		for (k = 0; k < a->nov; k++)
 			if (memcmp(a->ov[k].key, x->key, IDENTITY_KEY_LEN) == 0)
 				break;
 		if (k == a->nov)
 			e[m++] = *x;
 	}
+	if (!a->ov_remove && m + a->nov > OVERRIDES_MAX) {
+		snprintf(a->error, sizeof(a->error), "at most %d operator overrides are kept, and "
+			 "%zu are: DELETE some, or let those with a ttl end", OVERRIDES_MAX, m);
+		a->status = 409;
+		xfree(e);
+		return;
+	}
 	for (size_t k = 0; !a->ov_remove && k < a->nov; k++)
 		e[m++] = a->ov[k];
 	o = overrides_new(e, m);
 	xfree(e);
 	if (!o) {
-		snprintf(a->error, sizeof(a->error), "too many overrides, or out of memory");
+		snprintf(a->error, sizeof(a->error), "out of memory");
 		return;
 	}
 	overrides_release(st->ov);
@@ -65,6 +75,8 @@ static void mem_override(struct store *st, struct store_admin *a)
 	}
 }
 
+/* For each rule: its limits with what they hold now, or with reset, how
+ * many entries were dropped; or an override set or removed. */
 static void mem_admin(struct store *st, struct store_admin *a)
 {
 	if (a->override) {

@@ -36,6 +36,7 @@
 #include "redis_admin.h"
 #include "redis_cluster.h"
 #include "redis_node.h"
+#include "redis_overrides.h"
 #include "redis_sentinel.h"
 #include "redis_slots.h"
 #include "redis_split.h"
@@ -99,9 +100,7 @@ struct redis_worker {
 	double backoff;                /* between failed questions */
 	/* worker 0: the fleet's overrides, polled (see on_ov_poll) */
 	ev_timer ov_w;
-	long long ov_version;          /* of the set handed over; -1: none yet */
-	long long ov_pending;          /* of the set being read */
-	bool ov_busy;
+	struct redis_overrides *ovr;
 	/* nodes replaced by a new map or master, freed outside callbacks */
 	struct redis_node *retired[WORKER_NODES_MAX];
 	size_t nretired;
@@ -235,6 +234,14 @@ static void redis_each_node(struct store *st, store_node_fn *fn, void *arg)
 }
 
 /* ---- the refused-until cache (refusals.h), leases (lease.h) ------------------ */
+
+/* The epoch of q's entries in both: admin resets so far, and for a rule
+ * made for an override, the times such rules were freed (their entries
+ * tell rules apart by address). */
+static uint64_t cache_epoch(const struct store *st, const struct decide_query *q)
+{
+	return store_reset_epoch(st) + (q->rule->derived ? rules_override_epoch(q->rules) : 0);
+}
 
 static void redis_rules_changed(struct store_worker *sw)
 {
@@ -457,12 +464,13 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 
 	if (r->lease) {
 		lease_granted(rw->leases, &rw->lease, &r->q, r->lease,
-			      store_reset_epoch(rw->sw->st), res, decider, grant, sent, redis_now);
+			      cache_epoch(rw->sw->st, &r->q), res, decider, grant, sent, redis_now);
 		if (grant && grant->extra > 0 && !ev_is_active(&rw->lease_w))
 			ev_timer_start(rw->sw->loop, &rw->lease_w);
 	}
 	if (!res[decider].allowed && !r->split && rw->cfg->local_cache)
-		refusals_store(rw->cache, &r->q, store_reset_epoch(rw->sw->st), decider, res, sent);
+		refusals_store(rw->cache, &r->q, cache_epoch(rw->sw->st, &r->q), decider, res,
+			       sent);
 	complete(rw, r, res, decider, redis_now);
 }
 
@@ -771,93 +779,31 @@ static void redis_admin_op(struct store *st, struct store_admin *a)
 
 /* ---- the fleet's overrides (overrides.h) ----------------------------------------------
  *
- * Worker 0 reads the overrides' version every OV_POLL seconds, and the
- * whole set when it changed, and hands it to the store's holder: every
- * agent applies an operator's change within about that long. */
+ * Worker 0 polls them every OV_POLL seconds (redis_overrides.h) on a
+ * connection of their own to the server that holds them, and hands every
+ * new set to the store's holder: every agent applies an operator's change
+ * within about that long. */
 #define OV_POLL 0.5
 
-static void on_ov_all(redisAsyncContext *ac, void *reply_, void *priv)
+static void on_ov_set(void *owner, struct overrides *o)
 {
-	struct redis_worker *rw = priv;
-	const redisReply *r = reply_;
-	struct override_entry *e;
-	struct overrides *o;
-	size_t n = 0;
+	struct redis_worker *rw = owner;
 
-	(void)ac;
-	rw->ov_busy = false;
-	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements % 2 ||
-	    r->elements / 2 > OVERRIDES_MAX)
-		return;
-	e = xcalloc(r->elements / 2 + 1, sizeof(*e));
-	if (!e)
-		return;
-	for (size_t i = 0; i + 1 < r->elements; i += 2) {
-		const redisReply *f = r->element[i], *v = r->element[i + 1];
-
-		if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-		    overrides_read(f->str, f->len, v->str, v->len, &e[n]) == 0)
-			n++;
-	}
-	o = overrides_new(e, n);
-	xfree(e);
-	if (!o)
-		return;
-	rw->ov_version = rw->ov_pending;
 	if (rw->sw->st->on_overrides)
 		rw->sw->st->on_overrides(rw->sw->st->on_overrides_priv, o);
 	else
 		overrides_release(o);
 }
 
-static void on_ov_version(redisAsyncContext *ac, void *reply_, void *priv)
-{
-	struct redis_worker *rw = priv;
-	const redisReply *r = reply_;
-	char key[STORE_OVERRIDES_KEY_MAX];
-	const char *argv[2] = { "HGETALL", key };
-	size_t argvlen[2] = { 7, 0 };
-	long long v = 0;
-	struct redis_node *rn;
-
-	(void)ac;
-	rw->ov_busy = false;
-	if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL))
-		return;
-	if (r->type == REDIS_REPLY_STRING)
-		v = strtoll(r->str, NULL, 10);
-	if (v == rw->ov_version || !(rn = route(rw, store_overrides_at)))
-		return;
-	argvlen[1] = store_overrides_key(false, key);
-	rw->ov_pending = v;
-	if (redis_node_command(rn, on_ov_all, rw, 2, argv, argvlen) == 0)
-		rw->ov_busy = true;
-}
-
 static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_worker *rw = t->data;
-	char key[STORE_OVERRIDES_KEY_MAX];
-	const char *argv[2] = { "GET", key };
-	size_t argvlen[2] = { 3, 0 };
-	struct redis_node *rn;
+	struct redis_node *rn = route(rw, store_overrides_at);
 
 	(void)loop;
 	(void)revents;
-	if (rw->ov_busy || !(rn = route(rw, store_overrides_at)))
-		return;
-	argvlen[1] = store_overrides_key(true, key);
-	if (redis_node_command(rn, on_ov_version, rw, 2, argv, argvlen) == 0)
-		rw->ov_busy = true;
-	if (redis_node_unexpiring(rn)) {
-		/* Keys without an expiry live in a Redis that evicts the least
-		 * used: the overrides' hash, read only when it changes, is used
-		 * here, as the version is, so that it is never among them. */
-		argv[0] = "TOUCH";
-		argvlen[0] = 5;
-		argvlen[1] = store_overrides_key(false, key);
-		redis_node_command(rn, NULL, NULL, 2, argv, argvlen);
-	}
+	if (rn)
+		redis_overrides_poll(rw->ovr, redis_node_addr(rn), redis_node_unexpiring(rn));
 }
 
 /* ---- leases (lease.h) ------------------------------------------------------------ */
@@ -934,12 +880,13 @@ static int redis_worker_init(struct store_worker *sw)
 	ev_prepare_init(&rw->reap_w, on_reap);
 	rw->reap_w.data = rw;
 	ev_prepare_start(sw->loop, &rw->reap_w);
-	rw->ov_version = -1;
 	ev_timer_init(&rw->ov_w, on_ov_poll, 0.01, OV_POLL);
 	rw->ov_w.data = rw;
-	if (sw->idx == 0)
+	if (sw->idx == 0) {
+		rw->ovr = redis_overrides_new(sw->loop, cfg, on_ov_set, rw);
 		ev_timer_start(sw->loop, &rw->ov_w);
-	if (!rw->cache || !rw->held || leases_init(rw) < 0) {
+	}
+	if (!rw->cache || !rw->held || (sw->idx == 0 && !rw->ovr) || leases_init(rw) < 0) {
 		redis_worker_free(sw);
 		return -1;
 	}
@@ -1000,6 +947,7 @@ static void redis_worker_free(struct store_worker *sw)
 	ev_timer_stop(sw->loop, &rw->held_w);
 	ev_timer_stop(sw->loop, &rw->recheck_w);
 	ev_timer_stop(sw->loop, &rw->ov_w);
+	redis_overrides_free(rw->ovr);
 	ev_prepare_stop(sw->loop, &rw->reap_w);
 	xfree(rw->map);
 	xfree(rw->held);
@@ -1065,11 +1013,11 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.queued = clock_now_us();
 	STAT_INC(sw->stats.queries);
 	r.lease = 0;
-	if (rw->leases && lease_check(rw->leases, &rw->lease, q, store_reset_epoch(sw->st),
+	if (rw->leases && lease_check(rw->leases, &rw->lease, q, cache_epoch(sw->st, q),
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
 	if (rw->cfg->local_cache &&
-	    refusals_answer(rw->cache, q, store_reset_epoch(sw->st), r.queued, res, decider)) {
+	    refusals_answer(rw->cache, q, cache_epoch(sw->st, q), r.queued, res, decider)) {
 		STAT_INC(sw->stats.local_refusals);
 		return STORE_DECIDED;
 	}

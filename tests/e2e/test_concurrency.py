@@ -204,3 +204,50 @@ def test_concurrency_in_shadow_mode_and_without_the_store(h):
     assert s.release(got[0]["slot"], "r0") == {}
     assert s.ask("c1", "r9")["status"] == 0
     s.close()
+
+
+BOTH_RULES = """\
+identity: [api_key, ip]
+tiers:
+  argument: tier
+  default: free
+  free:
+    limits: ["100/1h"]
+    concurrency: 1
+    max_duration: 10m
+    penalty: { responses: [401], limit: "2/1m", ban: 1m }
+"""
+
+
+def check_release_and_response(s):
+    """One NOTIFY with a release and a response message (an operator using
+    both SPOE files gets them on one on-http-response event): the place is
+    given back and the status counted, in either order."""
+    v = s.ask("c1", "r1")
+    assert v["status"] == 0 and v["slot"].startswith("free/"), v
+    slot = v["slot"]
+    assert s.notify([("response", [("slot", slot), ("status", 401)]),
+                     ("release", [("slot", slot), ("request_id", "r1")])]) == {}
+    # the place came back (concurrency 1), and the first 401 counted
+    v = s.ask("c1", "r2")
+    assert v["status"] == 0 and v["reason"] == "ok", v
+    assert s.notify([("release", [("slot", slot), ("request_id", "r2")]),
+                     ("response", [("slot", slot), ("status", 401)])]) == {}
+    # the second 401 of the minute bans the client
+    v = s.ask("c1", "r3")
+    assert v["status"] == 429 and v["reason"] == "banned", v
+
+
+def test_release_and_response_in_one_notify(h):
+    a = h.agent("--rules", rules_file(h, BOTH_RULES))
+    s = Spop(a.port)
+    check_release_and_response(s)
+    s.close()
+
+
+def test_release_and_response_in_one_notify_on_redis(h):
+    redis = RedisServer(h)
+    a = redis_agent(h, redis, "--rules", rules_file(h, BOTH_RULES))
+    s = Spop(a.port)
+    check_release_and_response(s)
+    s.close()

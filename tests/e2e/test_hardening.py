@@ -226,6 +226,102 @@ def test_hostile_reply_is_bounded(h):
         close()
 
 
+def read_command(rf):
+    """One RESP command (an array of bulk strings) from a server's reader,
+    as a list of bytes; None when the connection closed."""
+    line = rf.readline()
+    if not line:
+        return None
+    assert line.startswith(b"*"), line
+    args = []
+    for _ in range(int(line[1:])):
+        n = int(rf.readline()[1:])
+        args.append(rf.read(n + 2)[:-2])
+    return args
+
+
+def answering_server(answer):
+    """A fake server that reads commands and sends, for each, what
+    answer(args) returns (bytes, perhaps several replies). Returns (port,
+    close)."""
+    def serve(c, stop):
+        rf = c.makefile("rb")
+        while not stop.is_set():
+            args = read_command(rf)
+            if args is None:
+                return
+            c.sendall(answer(args))
+    return fake_server(serve)
+
+
+def test_one_reply_too_many(h):
+    """A server that answers the library's load twice: hiredis 0.14 would
+    abort the agent on the reply no command waits for. The connection
+    alone goes, the log says why, and decisions are answered meanwhile."""
+    def answer(args):
+        name = b" ".join(args[:2]).upper()
+        if name == b"CONFIG GET":
+            return b"*0\r\n"
+        if name == b"FUNCTION LOAD":
+            return b"$9\r\nratelimit\r\n" + b":1\r\n"
+        return b"+OK\r\n"
+    port, close = answering_server(answer)
+    try:
+        a = start_on(h, "127.0.0.1:%d" % port, "--redis-timeout", "50")
+        wait_for(lambda: "an unsolicited reply" in a.log(), 5,
+                 "the log to say why the connection went")
+        s = Ask(a.port)
+        v, took = s.ask("extra")
+        assert v["degraded"], v
+        assert a.alive()
+        assert "Out of memory" not in a.log()
+    finally:
+        close()
+
+
+def test_malformed_message_from_a_sentinel(h):
+    """A sentinel that confirms the subscription to +switch-master, then
+    publishes a message of one element: hiredis 0.14 would abort the agent
+    (it asserts at least two). The connection alone goes."""
+    def answer(args):
+        if args[0].upper() == b"SUBSCRIBE":
+            return (b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n"
+                    b"*1\r\n$7\r\nmessage\r\n")
+        if args[0].upper() == b"SENTINEL":
+            return b"*-1\r\n"
+        return b"+OK\r\n"
+    port, close = answering_server(answer)
+    try:
+        a = h.agent("--threads", "1", "--redis-sentinel", "127.0.0.1:%d" % port,
+                    "--redis-master", "mymaster", "--redis-timeout", "50")
+        wait_for(lambda: "a message of 1 elements on a subscribed connection" in a.log()
+                 or not a.alive(), 5, "the malformed message to be read")
+        time.sleep(0.5)
+        assert a.alive()
+        s = Ask(a.port)
+        v, took = s.ask("sentinel")
+        assert v["degraded"], v
+    finally:
+        close()
+
+
+def test_oversized_reply_named_in_the_log(h):
+    """A reply past the bound on arrays is logged as what it is, not as
+    "Out of memory" (the reader's word for any refusal)."""
+    def answer(args):
+        if b" ".join(args[:2]).upper() == b"CONFIG GET":
+            return b"*100000\r\n"
+        return b""
+    port, close = answering_server(answer)
+    try:
+        a = start_on(h, "127.0.0.1:%d" % port, "--redis-timeout", "50")
+        wait_for(lambda: "a reply of 100000 elements, more than the 65536 allowed" in a.log(),
+                 5, "the log to name the oversized reply")
+        assert "Out of memory" not in a.log()
+    finally:
+        close()
+
+
 def test_long_identities_are_hashed_whole(h):
     """Two api_keys that differ only after byte 511 are two clients, and
     the admin endpoint finds each by its whole value."""

@@ -7,6 +7,7 @@ time on HAProxy's CLI.
 
 import json
 import os
+import re
 import time
 
 import harness
@@ -105,10 +106,12 @@ def test_override_from_a_map_through_haproxy(h):
     assert policy("k-big") == '"t";q=8;w=3600'
 
 
-def start_admin(h, *args):
+def start_admin(h, *args, redis=None):
+    """An agent with the rules, metrics and admin (a.mport); on redis, once
+    it is ready."""
     mport = harness.free_port()
-    a = h.agent("--rules", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin",
-                *args)
+    argv = ("--rules", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin") + args
+    a = redis_agent(h, redis, *argv) if redis else h.agent(*argv)
     a.mport = mport
     return a
 
@@ -186,3 +189,153 @@ def test_admin_override_across_a_fleet_on_redis(h):
     admin(a, "DELETE", "api_key=f1")
     wait_for(lambda: sb.ask("f1")["limit"] == 3, 1.5, "agent b to drop the override")
     sb.c.close()
+
+
+def test_admin_override_answers_the_limit_in_force(h):
+    """A PUT above max_override answers the limit that applies (the max),
+    and the one asked for apart, under each rule."""
+    a = start_admin(h)
+    st, body = admin(a, "PUT", "api_key=k9&limit=1000/1s")
+    assert st == 200, body
+    assert body["override"] == "10/1h" and body["requested"] == "1000/1s", body
+    assert body["limits"] == {"t": "10/1h"}, body
+    assert Spop(a.port).ask("k9")["limit"] == 10
+
+
+CHURN_RULES = """\
+identity: [api_key]
+tiers:
+  t: { limits: ["1000/1h"], max_override: "100000/1s" }
+"""
+
+
+def test_overridden_limits_that_come_and_go(h):
+    """300 distinct limits set, used and removed one after another: the
+    room for overridden limits (256 held at once) is given back, so a
+    limit set after them applies (the abuser gets 2 of 30, not the rule's
+    1000), and none went unapplied."""
+    path = os.path.join(h.dir, "churn.yaml")
+    with open(path, "w") as f:
+        f.write(CHURN_RULES)
+    mport = harness.free_port()
+    a = h.agent("--rules", path, "--metrics", "127.0.0.1:%d" % mport, "--admin")
+    a.mport = mport
+    s = Spop(a.port)
+    for i in range(300):
+        st, body = admin(a, "PUT", "api_key=c%d&limit=5/%ds" % (i, i + 1))
+        assert st == 200, body
+        assert s.ask("c%d" % i)["limit"] == 5
+        assert admin(a, "DELETE", "api_key=c%d" % i)[0] == 200
+    st, body = admin(a, "PUT", "api_key=abuser&limit=2/1m")
+    assert st == 200 and body["override"] == "2/1m", body
+    got = [s.ask("abuser")["status"] for _ in range(30)]
+    assert got.count(0) == 2 and got.count(429) == 28, got
+    metrics = http_get(mport, "/metrics").text
+    assert "\nspoa_rl_override_unapplied_total 0\n" in metrics, metrics
+    s.c.close()
+
+
+def test_override_without_room_is_refused(h):
+    """While 256 distinct overridden limits are in use at once (decisions
+    from message arguments waiting for a stopped Redis), an operator's
+    override with yet another limit cannot be applied: its PUT fails with
+    a clear error, and the metric counts it. Once they are answered, the
+    same PUT applies."""
+    path = os.path.join(h.dir, "room.yaml")
+    with open(path, "w") as f:
+        f.write("identity: [api_key]\noverride_argument: rl_limit\n" + CHURN_RULES.split("\n", 1)[1])
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = redis_agent(h, redis, "--rules", path, "--threads", "1", "--redis-timeout", "20000",
+                    "--metrics", "127.0.0.1:%d" % mport, "--admin")
+    a.mport = mport
+    c = spop.Conn(a.port, timeout=10)
+    c.handshake()
+    redis.pause()
+    try:
+        for i in range(256):
+            c.send(spop.notify(i + 1, 1, [("check-rate", spop.check_rate_args(
+                api_key="w%d" % i) + [("rl_limit", "5/%ds" % (i + 1))])]))
+
+        def queries():
+            m = re.search(r"\nspoa_rl_redis_queries_total (\d+)\n",
+                          http_get(mport, "/metrics").text)
+            return int(m.group(1))
+        wait_for(lambda: queries() >= 256, 5, "the 256 decisions to wait for Redis")
+        st, body = admin(a, "PUT", "api_key=late&limit=2/1m")
+        assert st == 503 and "no room for another overridden limit" in body["error"], body
+        assert "\nspoa_rl_override_unapplied_total 1\n" in http_get(mport, "/metrics").text
+    finally:
+        redis.resume()
+    for _ in range(256):
+        c.expect(spop.ACK)
+    st, body = admin(a, "PUT", "api_key=late&limit=2/1m")
+    assert st == 200 and body["override"] == "2/1m", body
+    c.close()
+
+
+OV_HASH = "{AAAA}overrides"
+
+
+def fill_overrides(redis, n, prefix="f"):
+    """n operator overrides of made-up clients, written straight into the
+    fleet's hash (32 hex digits per field, as the agent writes them), and
+    the version moved."""
+    fields = []
+    for i in range(n):
+        fields += ["%s%031x" % (prefix, i), "5/1h 0"]
+    for k in range(0, len(fields), 20000):
+        redis.command("HSET", OV_HASH, *fields[k:k + 20000])
+    redis.command("INCR", OV_HASH + ":version")
+
+
+def test_many_overrides_on_redis(h):
+    """40,000 operator overrides (80,000 elements in one HGETALL, past the
+    replies' bound): the agent reads them in pages on a connection of
+    their own, its decisions keep their connection, and an override set
+    among them applies."""
+    redis = RedisServer(h)
+    fill_overrides(redis, 40000)
+    a = start_admin(h, "--redis-timeout", "2000", redis=redis)
+    s = Spop(a.port)
+    st, body = admin(a, "PUT", "api_key=among&limit=8/1h")
+    assert st == 200, body
+    wait_for(lambda: s.ask("among")["limit"] == 8, 10, "the override to apply")
+    for i in range(20):
+        v = s.ask("other%d" % i)
+        assert v["limit"] == 3 and not v.get("degraded"), v
+    assert "lost its connection" not in a.log(), a.log()[-2000:]
+    s.c.close()
+
+
+def test_expired_overrides_leave_redis(h):
+    """50 overrides of one second: their entries leave the fleet's hash
+    soon after they end, not with the next change."""
+    redis = RedisServer(h)
+    a = start_admin(h, redis=redis)
+    for i in range(50):
+        st, body = admin(a, "PUT", "api_key=t%d&limit=5/1h&ttl=1s" % i)
+        assert st == 200, body
+    assert redis.command("HLEN", OV_HASH) == 50
+    wait_for(lambda: redis.command("HLEN", OV_HASH) == 0, 5, "the expired entries to go")
+    # one set since, without a ttl, stays
+    admin(a, "PUT", "api_key=kept&limit=5/1h")
+    time.sleep(1.5)
+    assert redis.command("HLEN", OV_HASH) == 1
+
+
+def test_operator_overrides_are_bounded_on_redis(h):
+    """At most 100,000 operator overrides: a PUT of a new client past them
+    is refused with a clear error, a change of one already there is not,
+    and a removal makes room."""
+    redis = RedisServer(h)
+    fill_overrides(redis, 99999)
+    a = start_admin(h, redis=redis)
+    st, body = admin(a, "PUT", "api_key=last&limit=5/1h")
+    assert st == 200, body
+    st, body = admin(a, "PUT", "api_key=one-more&limit=5/1h")
+    assert st == 409 and "at most 100000" in body["error"], (st, body)
+    assert admin(a, "PUT", "api_key=last&limit=6/1h")[0] == 200
+    assert admin(a, "DELETE", "api_key=last")[0] == 200
+    assert admin(a, "PUT", "api_key=one-more&limit=5/1h")[0] == 200
+    assert redis.command("HLEN", OV_HASH) == 100000

@@ -238,3 +238,28 @@ def test_check_validates_rules_files():
         assert p.returncode == 0 and p.stdout == "%s: ok, 2 rule(s)\n" % upper, p
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_rules_fifo_never_blocks_the_agent(h):
+    """A FIFO at the rules path (or anything else that is not a regular
+    file) is refused at once: `--check` exits 1, a reload fails and keeps
+    the rules in force while /metrics answers and SIGTERM stops the agent;
+    nothing waits for a writer that never comes."""
+    rules = os.path.join(h.dir, "rules.yaml")
+    fifo = os.path.join(h.dir, "rules.fifo")
+    os.mkfifo(fifo)
+    p = check(fifo)
+    assert p.returncode == 1, p
+    assert p.stderr == "spoa-ratelimit: %s: not a regular file\n" % fifo, p
+    with open(rules, "w") as f:
+        f.write(V2)
+    mport = harness.free_port()
+    a = h.agent("--rules", rules, "--metrics", "127.0.0.1:%d" % mport)
+    os.replace(fifo, rules)
+    a.signal(signal.SIGHUP)
+    wait_for(lambda: "reload failed, the rules in force stay: %s: not a regular file" % rules
+             in a.log(), 5, "the reload to fail")
+    r = http_get(mport, "/metrics", timeout=2)
+    assert "spoa_rl_reload_failures_total 1\n" in r.text, r.text
+    assert "spoa_rl_rules_generation 1\n" in r.text, r.text
+    assert a.stop(timeout=5) == 0, a.log()

@@ -311,6 +311,39 @@ static void test_statuses(void **unused)
 	assert_idle();
 }
 
+/* At the cap, connections wait in the backlog: a request there is
+ * answered once a connection held open closes, not before. */
+static void test_connection_cap(void **unused)
+{
+	char out[1024];
+	int held[2], fd;
+	size_t n;
+
+	assert_int_equal(http_conns_for(512), 32);
+	assert_int_equal(http_conns_for(20), HTTP_CONNS_MIN);
+	assert_int_equal(http_conns_for(1 << 20), HTTP_CONNS_MAX);
+	http_max_conns(srv, 2);
+	for (int i = 0; i < 2; i++) {
+		held[i] = client(0);
+		send_str(held[i], "GET /hello HTTP/1.1\r\n");
+	}
+	spin(0.05);
+	assert_int_equal(srv->nconns, 2);
+	fd = client(0);
+	send_str(fd, "GET /hello HTTP/1.1\r\n\r\n");
+	spin(0.1);
+	assert_int_equal(srv->nconns, 2);
+	assert_int_equal(recv(fd, out, sizeof(out), MSG_DONTWAIT), -1);
+	close(held[0]);
+	n = read_all(fd, out, sizeof(out) - 1, sizeof(out));
+	out[n] = '\0';
+	assert_string_equal(body_of(out, "HTTP/1.1 200 OK\r\n"), "hello\n");
+	close(fd);
+	close(held[1]);
+	assert_idle();
+	assert_int_equal(srv->nconns, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -321,6 +354,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_free_with_pending, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_big_answer_slow_reader, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_statuses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connection_cap, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -2051,16 +2051,67 @@ static void test_overrides(void **unused)
 	req(&a, "GET", "/", NULL, "rl_limit", "5/1h", "tier", "u", NULL);
 	v = classify(r, &a);
 	assert_null(v.override);
-	/* the cache is bounded */
-	for (int i = 0; i < RULES_OVERRIDES_MAX + 2; i++) {
-		ov.quota = 1;
-		ov.period_us = (i + 1) * LIMIT_US_PER_S;
-		o = rules_override(r, t, &ov);
-		assert_true(o != NULL || i >= RULES_OVERRIDES_MAX - 3);
-	}
+	rules_rule_unhold(o);
+	rules_rule_unhold(o);
+	rules_rule_unhold(o2);
 	rules_release(r);
 	load_fails("tiers: { t: { limits: [], max_override: 0/1m } }",
 		   "t.yaml:1:41: tiers.t.max_override: '0/1m': quota must be at least 1");
+}
+
+/* The rules made for overrides: at most RULES_OVERRIDES_MAX held at once
+ * (past that none, counted); one nothing holds is freed when room is
+ * needed, so that limits that come and go never use the room up. */
+static void test_overrides_held(void **unused)
+{
+	static const struct rule *held[RULES_OVERRIDES_MAX];
+	struct rules *r = load("tiers:\n  t: { limits: [\"3/1h\"], max_override: 1000/1s }\n");
+	const struct rule *t = rules_find(r, "t"), *o, *o2;
+	struct limit_spec ov = { .algo = LIMIT_TOKEN_BUCKET, .quota = 1 };
+	uint64_t refused = rules_override_refused(), epoch = rules_override_epoch(r);
+
+	/* the rules of the file take no hold */
+	rules_rule_hold(t);
+	rules_rule_unhold(t);
+	/* 300 limits, each given back once used: the room never runs out */
+	for (int i = 0; i < 300; i++) {
+		ov.period_us = (i + 1) * LIMIT_US_PER_S;
+		o = rules_override(r, t, &ov);
+		assert_non_null(o);
+		assert_true(o->derived);
+		assert_int_equal(o->limits[0].period_us, ov.period_us);
+		rules_rule_unhold(o);
+	}
+	assert_int_equal(rules_override_refused(), refused);
+	assert_true(rules_override_epoch(r) > epoch);
+	/* all held: the next has no room, and is counted */
+	for (int i = 0; i < RULES_OVERRIDES_MAX; i++) {
+		ov.period_us = (1000 + i) * LIMIT_US_PER_S;
+		held[i] = rules_override(r, t, &ov);
+		assert_non_null(held[i]);
+	}
+	ov.period_us = 5000 * LIMIT_US_PER_S;
+	assert_null(rules_override(r, t, &ov));
+	assert_int_equal(rules_override_refused(), refused + 1);
+	/* one held already is found, held once more */
+	ov.period_us = 1000 * LIMIT_US_PER_S;
+	o = rules_override(r, t, &ov);
+	assert_ptr_equal(o, held[0]);
+	rules_rule_unhold(o);
+	/* one given back (twice held: once more) makes room */
+	rules_rule_unhold(held[7]);
+	ov.period_us = 5000 * LIMIT_US_PER_S;
+	o2 = rules_override(r, t, &ov);
+	assert_non_null(o2);
+	assert_int_equal(o2->limits[0].period_us, 5000 * LIMIT_US_PER_S);
+	/* the others stayed where they were */
+	ov.period_us = 1001 * LIMIT_US_PER_S;
+	o = rules_override(r, t, &ov);
+	assert_ptr_equal(o, held[1]);
+	rules_rule_unhold(o);
+	rules_rule_unhold(o2);
+	/* the rules go, held ones too */
+	rules_release(r);
 }
 
 /* lease: the file's default for its rules, a rule's own, off, and the
@@ -2184,6 +2235,7 @@ int main(void)
 		cmocka_unit_test(test_concurrency),
 		cmocka_unit_test(test_penalty),
 		cmocka_unit_test(test_overrides),
+		cmocka_unit_test(test_overrides_held),
 		cmocka_unit_test(test_lease),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),

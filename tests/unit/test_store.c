@@ -2,9 +2,11 @@
  * a backend written here) and store_memory.c (the in-memory store). */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -12,8 +14,10 @@
 #include "rules_text.h"
 
 #include "alloc.h"
+#include "clock.h"
 #include "inflight.h"
 #include "memstore.h"
+#include "overrides.h"
 #include "store.h"
 
 static void prepare(struct rules *rules, const char *api_key, struct decide_query *q)
@@ -227,6 +231,54 @@ static void test_reset_epoch(void **state)
 	assert_int_equal(admin_finished, 1);
 	assert_string_equal(a.error, "");
 	assert_int_equal(store_reset_epoch(st), 1);
+	store_free(st);
+}
+
+/* The memory store's operator overrides: at most OVERRIDES_MAX, a PUT
+ * past that refused with 409 (one that replaces entries is not), and the
+ * entries past their end left out when the set changes. */
+static int set_overrides(struct store *st, struct override_entry *e, size_t n, bool remove)
+{
+	struct store_admin a = { .override = true, .ov_remove = remove, .ov = e, .nov = n,
+				 .done = admin_done };
+
+	store_admin(st, &a);
+	return a.error[0] ? a.status : 0;
+}
+
+static void test_memory_overrides_bounded(void **state)
+{
+	struct store *st = store_memory_new(1000);
+	struct override_entry *e = calloc(OVERRIDES_MAX + 1, sizeof(*e));
+	int64_t now = clock_wall_ms();
+
+	(void)state;
+	assert_non_null(e);
+	for (uint32_t i = 0; i <= OVERRIDES_MAX; i++) {
+		memcpy(e[i].key, &i, sizeof(i));
+		e[i].spec = (struct limit_spec){ .algo = LIMIT_TOKEN_BUCKET, .quota = 5,
+						 .period_us = 60 * LIMIT_US_PER_S };
+		/* the first ten end at once */
+		e[i].expires_ms = i < 10 ? now - 1 : 0;
+	}
+	assert_int_equal(set_overrides(st, e, OVERRIDES_MAX, false), 0);
+	assert_int_equal(overrides_count(st->ov), OVERRIDES_MAX);
+	/* full: a new client is refused, a known one changes */
+	for (uint32_t i = 0; i < 10; i++)
+		e[i].expires_ms = 0;
+	/* (the ten that ended make room) */
+	assert_int_equal(set_overrides(st, &e[OVERRIDES_MAX], 1, false), 0);
+	assert_int_equal(overrides_count(st->ov), OVERRIDES_MAX - 9);
+	assert_int_equal(set_overrides(st, e, 10, false), 409);
+	assert_int_equal(set_overrides(st, e, 9, false), 0);
+	assert_int_equal(overrides_count(st->ov), OVERRIDES_MAX);
+	assert_int_equal(set_overrides(st, &e[9], 1, false), 409);
+	assert_int_equal(set_overrides(st, &e[20], 1, false), 0);
+	assert_int_equal(overrides_count(st->ov), OVERRIDES_MAX);
+	/* a removal makes room */
+	assert_int_equal(set_overrides(st, &e[20], 1, true), 0);
+	assert_int_equal(set_overrides(st, e, 10, false), 0);
+	free(e);
 	store_free(st);
 }
 
@@ -539,6 +591,7 @@ int main(void)
 		cmocka_unit_test(test_failure_policies),
 		cmocka_unit_test(test_reset_epoch),
 		cmocka_unit_test(test_memory_store),
+		cmocka_unit_test(test_memory_overrides_bounded),
 		cmocka_unit_test(test_memory_concurrency),
 	};
 
