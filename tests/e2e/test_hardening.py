@@ -19,10 +19,11 @@ from redis_helper import RedisServer
 
 
 def test_full_memory_store_keeps_refusing(h):
-    """--mem-max-keys 1000 --limit 5/1m, then 100k identities: a client
+    """--mem-max-keys 1000 --limit 5/1h, then 100k identities: a client
     refused before stays refused, and a new client passes 5 of 20, not 20
-    of 20."""
-    a = h.agent("--threads", "1", "--mem-max-keys", "1000", "--limit", "5/1m")
+    of 20. (An hour's period: no token comes back however slowly the
+    machine sends the 100k.)"""
+    a = h.agent("--threads", "1", "--mem-max-keys", "1000", "--limit", "5/1h")
     first = fleet.counts(fleet.burst([a.port], ["old"], per_key=6, conns=1))
     assert first["old"] == (5, 1, 0), first
     fleet.burst([a.port], ["new-%06d" % i for i in range(100000)], per_key=1, conns=4,

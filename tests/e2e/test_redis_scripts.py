@@ -2426,7 +2426,11 @@ def test_lease_takes_what_the_tightest_limit_leaves():
         t7, big = (TB, 7, 1 * S, 0), (TB, 2 ** 47 - 1, 3, 0)
         now, got = check(m, [(c, 1, [t7, big], 2)], "values", fn)
         extra, vals = got[0][3]
-        assert extra == 2 and vals == (get(key_of(c, t7)), get(key_of(c, big))), got
+        # big is full again within a few microseconds: its key expires
+        # at the next millisecond, perhaps before it is read back
+        held = get(key_of(c, big))
+        assert extra == 2 and vals[0] == get(key_of(c, t7)), got
+        assert held is None or vals[1] == held, (got, held)
         assert "+" in vals[1] and "+" not in vals[0], vals
 
 
