@@ -176,21 +176,34 @@ void store_penalize(struct store_worker *sw, const struct rule *rule,
 }
 
 /* A refusal by the rule's own rates or places counts for a penalty on
- * refusals (a refusal in the box does not lengthen it). */
+ * refusals (a refusal in the box does not lengthen it); one by a layer
+ * stacked on the rule does not: a layer's bucket is shared (by every
+ * client, or an address's), and another client who spent it must not put
+ * this one in the box. The rule's own limits come first in res[]
+ * (rules.h: nown), each evaluated on its own: the refusal counts when one
+ * of them refused, whichever limit the answer names. */
 static __attribute__((noinline)) void count_refusal_of(struct store_worker *sw,
 							 const struct decide_query *q,
+							 const struct limit_result *res,
 							 const struct decide_decision *d)
 {
-	if ((q->rule->penalty.kind & RULES_PENALTY_REFUSALS) && d->status && !d->degraded &&
-	    (d->reason == DECIDE_LIMITED || d->reason == DECIDE_CONCURRENCY))
+	size_t j;
+
+	if (!(q->rule->penalty.kind & RULES_PENALTY_REFUSALS) || !d->status || d->degraded ||
+	    (d->reason != DECIDE_LIMITED && d->reason != DECIDE_CONCURRENCY))
+		return;
+	for (j = 0; j < q->rule->nown && j < q->nlimits; j++)
+		if (!res[j].allowed && q->limits[j].algo != LIMIT_BAN)
+			break;
+	if (j < q->rule->nown && j < q->nlimits)
 		store_penalize(sw, q->rule, q->key);
 }
 
 static inline void count_refusal(struct store_worker *sw, const struct decide_query *q,
-				 const struct decide_decision *d)
+				 const struct limit_result *res, const struct decide_decision *d)
 {
 	if (q->rule->extras)
-		count_refusal_of(sw, q, d);
+		count_refusal_of(sw, q, res, d);
 }
 
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
@@ -231,7 +244,7 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
 	case STORE_DECIDED:
 		decide_result(q, res, decider, d);
-		count_refusal(sw, q, d);
+		count_refusal(sw, q, res, d);
 		return 1;
 	case STORE_PENDING:
 		/* The backend keeps a copy of q, which points into the rules
@@ -257,7 +270,7 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 
 	if (res) {
 		decide_result(q, res, decider, &d);
-		count_refusal(sw, q, &d);
+		count_refusal(sw, q, res, &d);
 	} else {
 		store_without(sw->st, q, &d);
 	}

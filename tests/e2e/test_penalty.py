@@ -1,9 +1,10 @@
 """The penalty box (docs/rules.md, "Penalties"): responses of listed
-statuses, or the rule's own refusals, counted in a sliding window; at the
-limit the client is banned for a while: every request of the rule gets
-429 or 403, reason banned, Retry-After until the ban ends. Raw SPOP in
-memory and on Redis, then the login brute-force example through the real
-haproxy with a backend that answers 401.
+statuses, or the rule's own refusals (never a shared layer's), counted
+in a sliding window; at the limit the client is banned for a while:
+every request of the rule gets 429 or 403, reason banned, Retry-After
+until the ban ends. Raw SPOP in memory and on Redis, then the login
+brute-force example through the real haproxy with a backend that
+answers 401.
 """
 
 import os
@@ -16,7 +17,14 @@ from redis_helper import RedisServer, redis_agent
 
 RULES = """\
 identity: [api_key, ip]
+layers:
+  gate: { identity: global, limits: ["5/1h"] }
 endpoints:
+  - name: gated
+    match: { path: /gated }
+    limits: ["1000/1m"]
+    stack: [gate]
+    penalty: { refusals: true, limit: "3/1m", ban: 5m }
   - name: login
     match: { path: /login }
     limits: ["100/1m"]
@@ -69,6 +77,18 @@ def check_penalties(s):
         assert v["status"] == want and v["reason"] in ("ok", "limited"), (want, v)
     v = s.ask("c3", "/tight")
     assert v["status"] == 403 and v["reason"] == "banned" and v["retry_after"] == 2, v
+    check_shared_layer(s)
+
+
+def check_shared_layer(s):
+    """Only the rule's own refusals count: a layer every client shares,
+    spent by another client, refuses the victim as often as it asks and
+    never puts it in the box."""
+    for _ in range(5):
+        assert s.ask("spender", "/gated")["status"] == 0
+    for i in range(6):
+        v = s.ask("victim", "/gated")
+        assert v["status"] == 429 and v["reason"] == "limited" and v["rule"] == "gate", (i, v)
 
 
 def test_penalty_in_memory(h):
