@@ -4,7 +4,9 @@
  * and two pools, clients and places, each a free list over a
  * preallocated array. A client is one key under one limit; its places
  * are a chain, newest first. Expired places are reclaimed when their
- * client is next looked at, and a client with no place left is freed. */
+ * client is next looked at, and a client with no place left is freed;
+ * when a shard's pools run short, the expired places of every client of
+ * the shard (clients that never came back) are reclaimed at once. */
 #include "inflight.h"
 
 #include <pthread.h>
@@ -40,6 +42,9 @@ struct inflight_shard {
 	 * pools' memory is touched only as they are used */
 	uint32_t fresh_client, fresh_place;
 	uint64_t used;
+	/* at most the earliest deadline of the places held (INT64_MAX: none
+	 * since the last reclaim): no place has ended before it */
+	int64_t min_deadline;
 };
 
 struct inflight {
@@ -78,6 +83,7 @@ struct inflight *inflight_new(size_t max_flights)
 		}
 		sh->mask = nb - 1;
 		sh->cap = cap;
+		sh->min_deadline = INT64_MAX;
 	}
 	return in;
 }
@@ -198,6 +204,47 @@ static uint32_t prune(struct inflight_shard *sh, struct if_client *x, int64_t no
 	return x->n;
 }
 
+/* The pools of sh are short: reclaims the places of every client of sh
+ * that have ended by now, and frees the clients left without one. Walks
+ * the whole shard, so only when a place may have ended (min_deadline),
+ * which then becomes the earliest deadline left. */
+static void reclaim(struct inflight_shard *sh, int64_t now)
+{
+	int64_t earliest = INT64_MAX;
+
+	if (now < sh->min_deadline)
+		return;
+	for (uint32_t b = 0; b <= sh->mask; b++) {
+		uint32_t prev = 0, c = sh->bucket[b];
+
+		while (c) {
+			struct if_client *x = &sh->client[c - 1];
+			uint32_t next = x->next;
+			int64_t last;
+			bool has;
+
+			if (prune(sh, x, now, 0, &has, &last) == 0) {
+				free_client(sh, hash_of(x->key, x->lidh), c, prev);
+			} else {
+				for (uint32_t p = x->places; p; p = sh->place[p - 1].next)
+					if (sh->place[p - 1].deadline < earliest)
+						earliest = sh->place[p - 1].deadline;
+				prev = c;
+			}
+			c = next;
+		}
+	}
+	sh->min_deadline = earliest;
+}
+
+/* Whether sh has no room for one more place (and a client, for a client
+ * it holds none of: !c). */
+static bool no_room(const struct inflight_shard *sh, uint32_t c)
+{
+	return (!c && !sh->free_client && sh->fresh_client == sh->cap) ||
+	       (!sh->free_place && sh->fresh_place == sh->cap);
+}
+
 int inflight_begin(struct inflight *in, const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
 		   uint64_t id, const struct limit_spec *spec, int64_t now_us,
 		   struct limit_result *res, struct inflight_hold *h)
@@ -240,10 +287,13 @@ int inflight_begin(struct inflight *in, const uint8_t key[IDENTITY_KEY_LEN], uin
 		res->reset_us = last - now_us;
 		return 0;
 	}
-	if ((!c && !sh->free_client && sh->fresh_client == sh->cap) ||
-	    (!sh->free_place && sh->fresh_place == sh->cap)) {
-		pthread_mutex_unlock(&sh->lock);
-		return -1;
+	if (no_room(sh, c)) {
+		/* (c, if any, holds places that have not ended: it stays) */
+		reclaim(sh, now_us);
+		if (no_room(sh, c)) {
+			pthread_mutex_unlock(&sh->lock);
+			return -1;
+		}
 	}
 	res->allowed = true;
 	res->remaining = spec->quota - n - 1;
@@ -277,6 +327,8 @@ void inflight_end(struct inflight_hold *h, bool take)
 		sh->client[c - 1].places = p;
 		sh->client[c - 1].n++;
 		sh->used++;
+		if (h->deadline < sh->min_deadline)
+			sh->min_deadline = h->deadline;
 	}
 	pthread_mutex_unlock(&sh->lock);
 }

@@ -912,6 +912,15 @@ size_t memstore_sweep(struct memstore *ms, int64_t now_us)
 	return n;
 }
 
+void memstore_count_full(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
+{
+	struct ms_shard *sh = shard_of(ms, key_hash(key));
+
+	pthread_mutex_lock(&sh->lock);
+	sh->full++;
+	pthread_mutex_unlock(&sh->lock);
+}
+
 void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
 {
 	memset(out, 0, sizeof(*out));

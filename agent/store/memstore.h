@@ -76,6 +76,11 @@ size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 /* Reclaims entries that are back to fresh at now_us. Returns how many. */
 size_t memstore_sweep(struct memstore *ms, int64_t now_us);
 
+/* Counts in memstore_stats.full a decision about key left to the failure
+ * policy for want of room elsewhere in memory (a concurrency limit's
+ * places, inflight.h): the same alert covers both. */
+void memstore_count_full(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
+
 void memstore_get_stats(struct memstore *ms, struct memstore_stats *out);
 
 #endif

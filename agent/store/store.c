@@ -115,8 +115,12 @@ int store_mem_check(struct store *st, const struct decide_query *q,
 		return d == -1 ? j : d;
 	}
 	if (inflight_begin(st->flights, q->key, q->rule->lidh[j], q->request_id, &limits[j],
-			   now_us, &res[j], &h) < 0)
+			   now_us, &res[j], &h) < 0) {
+		/* no place to keep one more request: counted with the memory
+		 * store's own, and left to the failure policy */
+		memstore_count_full(st->mem, q->key);
 		return MEMSTORE_NO_ROOM;
+	}
 	if (!res[j].allowed) {
 		/* nothing taken from the others: they report nothing */
 		for (size_t i = 0; i < q->nlimits; i++)
@@ -213,7 +217,9 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 
 	switch (q->on_failure) {
 	case RULES_FAIL_LOCAL:
-		if (q->nlimits > 0) {
+		/* (the memory store is this agent's memory: what found no room
+		 * there would find none again, and be counted twice) */
+		if (q->nlimits > 0 && st->ops->shared) {
 			decider = store_mem_check(st, q, q->rule->local, clock_now_us(), res);
 			if (decider == MEMSTORE_NO_ROOM)
 				break; /* no room to count it: forwarded */

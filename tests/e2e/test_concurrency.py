@@ -251,3 +251,47 @@ def test_release_and_response_in_one_notify_on_redis(h):
     s = Spop(a.port)
     check_release_and_response(s)
     s.close()
+
+
+def test_full_pool_of_places_in_memory(h):
+    """A pool of places with no room (--mem-max-keys 16: 2 places in each
+    of 16 shards, held by other clients) cannot count a request: it is
+    counted in spoa_rl_memory_full_total and its rule's failure policy
+    decides (closed: 503; open: forwarded, degraded). Places whose clients
+    never came back are taken again once they have ended."""
+    rules = rules_file(h, """\
+identity: [api_key]
+on_store_failure: closed
+tiers:
+  default: free
+  free: { limits: ["1000/1h"], concurrency: 1, max_duration: 5s }
+endpoints:
+  - name: open
+    match: { path: /open }
+    limits: ["1000/1h"]
+    concurrency: 1
+    max_duration: 5s
+    on_store_failure: open
+""")
+    mport = harness.free_port()
+    a = h.agent("--rules", rules, "--mem-max-keys", "16", "--metrics", "127.0.0.1:%d" % mport)
+    a.mport = mport
+    s = Spop(a.port)
+    # 400 clients in 16 shards of 2 places: every shard full
+    for i in range(400):
+        s.ask("holder%d" % i, "h%d" % i)
+    full = metric(a, "spoa_rl_memory_full_total")
+    v = s.ask("newcomer", "n1")
+    assert v["status"] == 503 and v["reason"] == "store_down" and v["degraded"], v
+    v = s.check_rate([("request_id", "n2")], api_key="newcomer", path="/open")
+    assert v["status"] == 0 and v["degraded"] and "slot" not in v, v
+    assert metric(a, "spoa_rl_memory_full_total") == full + 2
+    # the holders' places end after 5 s and go to whoever comes
+    n = iter(range(3, 1000))
+    v = wait_for(lambda: (lambda v: v if v["status"] == 0 else None)(s.ask("newcomer",
+                                                                           "n%d" % next(n))),
+                 15, "the newcomer to get an ended place")
+    assert not v.get("degraded") and v["slot"].startswith("free/"), v
+    v = s.ask("newcomer", "x")
+    assert v["status"] == 429 and v["reason"] == "concurrency", v
+    s.c.close()

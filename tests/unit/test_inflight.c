@@ -128,11 +128,52 @@ static void test_pool(void **unused)
 	inflight_free(in);
 }
 
+/* A pool full of places whose clients never came back: once those places
+ * have ended, new clients get them, whichever shard they fall in; until
+ * then, a newcomer finds no room. */
+static void test_pool_reclaims_ended_places(void **unused)
+{
+	struct inflight *in = inflight_new(16 * 4); /* 5 places per shard */
+	struct limit_spec l = conc(3, 10 * S);
+	struct limit_result res;
+	struct inflight_hold h;
+	uint8_t k[IDENTITY_KEY_LEN];
+	int full = 0, taken = 0;
+
+	(void)unused;
+	for (uint64_t c = 0; c < 200; c++) {
+		make_key(100 + c, k);
+		for (uint64_t r = 0; r < 3; r++)
+			if (inflight_begin(in, k, 1, r + 1, &l, T0, &res, &h) == 0)
+				inflight_end(&h, res.allowed);
+	}
+	assert_int_equal(inflight_count(in), 16 * 5);
+	/* still in flight: no room for anybody new */
+	for (uint64_t c = 0; c < 50; c++) {
+		make_key(1000 + c, k);
+		full += inflight_begin(in, k, 1, 1, &l, T0 + 10 * S - 1, &res, &h) < 0;
+	}
+	assert_int_equal(full, 50);
+	/* ended: newcomers take the whole pool again */
+	for (uint64_t c = 0; c < 2000 && taken < 16 * 5; c++) {
+		make_key(1000 + c, k);
+		if (inflight_begin(in, k, 1, 1, &l, T0 + 10 * S, &res, &h) < 0)
+			continue;
+		assert_true(res.allowed);
+		inflight_end(&h, true);
+		taken++;
+	}
+	assert_int_equal(taken, 16 * 5);
+	assert_int_equal(inflight_count(in), 16 * 5);
+	inflight_free(in);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_places),
 		cmocka_unit_test(test_pool),
+		cmocka_unit_test(test_pool_reclaims_ended_places),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
