@@ -144,15 +144,48 @@ static int64_t bucket_more(i128 ticks, i128 n)
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
  * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
+ * A bucket owes at most its capacity: no admitted request leaves tat past
+ * now + cap * P, so a tat further ahead comes from a clock that stepped
+ * back (a wall clock's step, a store whose clock is behind the one that
+ * wrote it), and is read as an empty bucket, tat = now + cap * P, rather
+ * than owing the whole step; a refusal hands that back as the state that
+ * follows (empty_bucket), for a store that keeps it to run on from the
+ * present. That reading never lets more through than the limit allows:
+ * the true tat, on the clock that reads it, is no later than
+ * now + cap * P.
  * Everything is computed relative to now (tat - now, tat' - now): the same
  * exact values as absolute ticks, but small ones, so that divisions stay
  * within 64 bits (div_floor). */
+/* *next: the empty bucket at now, tat = now + cap * P (saturated), and
+ * res->next_ttl_us its TTL, for a refusal of a bucket that owed more. */
+static __attribute__((noinline)) void empty_bucket(const struct norm *v, int64_t now,
+						  struct limit_state *next,
+						  struct limit_result *res)
+{
+	i128 room = v->cap * v->p, q = room / v->n, a = (i128)now + q;
+
+	next->c = 0;
+	if (a > INT64_MAX) {
+		next->a = INT64_MAX;
+		next->b = 0;
+		res->next_ttl_us = ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
+		return;
+	}
+	next->a = (int64_t)a;
+	next->b = (int64_t)(room - q * v->n);
+}
+
 static void eval_bucket128(const struct norm *v, const struct limit_state *st, int64_t now,
 			   uint32_t cost, struct limit_state *next, struct limit_result *res)
 {
 	i128 d = ((i128)st->a - now) * v->n + st->b;          /* tat - now */
-	i128 rel = (d > 0 ? d : 0) + (i128)cost * v->p;        /* tat' - now */
 	i128 room = v->cap * v->p;
+	i128 rel;
+	bool owed = d > room;
+
+	if (owed)
+		d = room; /* owes its capacity at most (see above) */
+	rel = (d > 0 ? d : 0) + (i128)cost * v->p;             /* tat' - now */
 
 	*next = *st;
 	/* Refused, remaining is 0: one token is there once
@@ -166,6 +199,8 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 		res->retry_after_us = sat64(v->p);
 		res->reset_us = d > 0 ? sat64(div_ceil(d, v->n)) : 0;
 		res->next_ttl_us = ttl_of_reset(res->reset_us);
+		if (owed)
+			empty_bucket(v, now, next, res);
 		return;
 	}
 	if (rel > room) {
@@ -176,6 +211,8 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 		res->retry_after_us = sat64(div_ceil(rel - room, v->n));
 		res->reset_us = sat64(div_ceil(d, v->n));
 		res->next_ttl_us = ttl_of_reset(res->reset_us);
+		if (owed)
+			empty_bucket(v, now, next, res);
 		return;
 	}
 	res->allowed = true;
@@ -214,6 +251,7 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 {
 	int64_t n = (int64_t)v->n, p = (int64_t)v->p, cap = (int64_t)v->cap;
 	int64_t x, d, rel, room, q, a;
+	bool owed;
 
 	if (__builtin_sub_overflow(st->a, now, &x))
 		return false;
@@ -224,8 +262,13 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 		 * only its sign is used below. */
 		d = -1;
 	}
+	if (__builtin_mul_overflow(cap, p, &room))
+		return false;
+	owed = d > room;
+	if (owed)
+		d = room; /* owes its capacity at most (see above) */
 	if (__builtin_mul_overflow((int64_t)cost, p, &x) ||
-	    __builtin_add_overflow(d > 0 ? d : 0, x, &rel) || __builtin_mul_overflow(cap, p, &room))
+	    __builtin_add_overflow(d > 0 ? d : 0, x, &rel))
 		return false;
 	if ((int64_t)cost > cap || rel > room) {
 		/* Refused (see eval_bucket128); d > 0 when rel > room. The
@@ -237,6 +280,8 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 		res->more_us = x > 0 ? (x - 1) / n + 1 : 0;
 		res->next_ttl_us = ttl_of_reset(res->reset_us);
 		*next = *st;
+		if (owed)
+			empty_bucket(v, now, next, res);
 		return true;
 	}
 	/* rel >= 0 (0 only for a look that takes nothing) */

@@ -124,7 +124,8 @@ void limit_format_period(int64_t period_us, char *buf, size_t len);
 
 /* Evaluates one request of weight `cost` (>= 1) against `spec` at `now_us`.
  * Reads *st and writes the state that would follow into *next (the same
- * as *st when refused) without touching *st, so several limits can be
+ * as *st when refused, but for a token bucket that owed more than its
+ * capacity, below) without touching *st, so several limits can be
  * checked and committed all or nothing. Fills *res. A log keeps entries,
  * not a limit_state (limit_log_eval()): here it is taken as an empty log,
  * a fresh client, and *next is *st. cost 0 is a peek: the
@@ -132,7 +133,11 @@ void limit_format_period(int64_t period_us, char *buf, size_t len);
  * nothing. A cost over the capacity can never pass: it is refused with
  * retry_after_us = the period. Windows use the quota as capacity (burst
  * applies to the token bucket only). res->next_ttl_us is *next's TTL, so
- * that a store keeping *next need not work it out again. */
+ * that a store keeping *next need not work it out again. A token bucket
+ * owes at most its capacity: a TAT more than capacity * P / quota ahead
+ * of now (a clock that stepped back) reads as an empty bucket, whose next
+ * token comes one interval later, never as a debt of the whole step; a
+ * refusal's *next is then that empty bucket. */
 void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		int64_t now_us, uint32_t cost, struct limit_state *next,
 		struct limit_result *res);

@@ -36,10 +36,12 @@ static struct limit_result hit(const struct limit_spec *sp, struct limit_state *
 	struct limit_result r;
 
 	limit_eval(sp, st, now, cost, &next, &r);
-	if (r.allowed)
-		*st = next;
-	else
-		assert_memory_equal(&next, st, sizeof(next));
+	if (!r.allowed && memcmp(&next, st, sizeof(next)) != 0) {
+		/* only a bucket that owed more than its capacity: now empty */
+		assert_int_equal(sp->algo, LIMIT_TOKEN_BUCKET);
+		assert_true(next.a < st->a);
+	}
+	*st = next;
 	return r;
 }
 
@@ -701,7 +703,8 @@ static void test_large_values(void **unused)
 /* The token bucket from its definition, in 128-bit arithmetic throughout
  * (limit.c takes 64-bit shortcuts where they are exact): in ticks of
  * 1/quota us, tat' = max(tat, now) + cost * P, allowed when
- * tat' - now <= cap * P. Figures within the notation's bounds. */
+ * tat' - now <= cap * P, a tat past now + cap * P read as that (a bucket
+ * owes at most its capacity). Figures within the notation's bounds. */
 __extension__ typedef __int128 i128;
 
 static i128 ceil_div(i128 a, i128 b) { return a > 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -712,8 +715,12 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 			     struct limit_result *r)
 {
 	i128 n = sp->quota, p = sp->period_us, cap = sp->burst ? sp->burst : sp->quota;
-	i128 d = ((i128)st->a - now) * n + st->b, rel = (d > 0 ? d : 0) + (i128)cost * p;
 	i128 room = cap * p, q;
+	i128 d = ((i128)st->a - now) * n + st->b, rel;
+
+	if (d > room)
+		d = room;
+	rel = (d > 0 ? d : 0) + (i128)cost * p;
 
 	memset(r, 0, sizeof(*r));
 	*next = *st;
@@ -721,6 +728,12 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	if ((i128)cost > cap || rel > room) {
 		r->retry_after_us = (int64_t)((i128)cost > cap ? p : ceil_div(rel - room, n));
 		r->reset_us = d > 0 ? (int64_t)ceil_div(d, n) : 0;
+		if (((i128)st->a - now) * n + st->b > room) {
+			/* (the figures here keep now + cap * P within int64) */
+			next->a = (int64_t)(now + floor_div(room, n));
+			next->b = (int64_t)(room - floor_div(room, n) * n);
+			next->c = 0;
+		}
 	} else {
 		r->allowed = true;
 		r->remaining = (uint64_t)floor_div(room - rel, p);
@@ -799,6 +812,49 @@ static void test_bucket_against_definition(void **unused)
 			assert_true(m == r.more_us || m == r.more_us + 1);
 		}
 	}
+}
+
+/* A clock that stepped back (Redis's after an NTP step, or a failover to a
+ * server whose clock is behind): the bucket owes at most its capacity.
+ * A 100/1m client that used 2 tokens, then the clock an hour back: its
+ * bucket reads as empty, the next token 0.6 s away, not an hour. */
+static void test_bucket_clock_stepped_back(void **unused)
+{
+	struct limit_spec sp = spec(100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+	int64_t now = T0 + 3600 * S;
+
+	(void)unused;
+	assert_true(hit(&sp, &st, now, 1).allowed);
+	assert_true(hit(&sp, &st, now, 1).allowed);
+	now = T0; /* an hour back */
+	r = hit(&sp, &st, now, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 600 * MS);
+	assert_int_equal(r.reset_us, 60 * S);
+	assert_int_equal(r.more_us, 600 * MS);
+	assert_int_equal(r.next_ttl_us, 60 * S);
+	/* the state that follows: the empty bucket (which the library writes) */
+	assert_int_equal(st.a, now + 60 * S);
+	assert_int_equal(st.b, 0);
+	r = hit(&sp, &st, now + 600 * MS, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	/* a heavier request, and a burst: the capacity bounds the debt */
+	sp = spec(100, 60 * S, 400, LIMIT_TOKEN_BUCKET);
+	st = (struct limit_state){T0 + 86400 * S, 0, 0};
+	r = hit(&sp, &st, T0, 5);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 3 * S);
+	assert_int_equal(r.reset_us, 240 * S);
+	/* the 128-bit path (quota x step past 2^63 ticks): the same bound */
+	sp = spec(LIMIT_QUOTA_MAX, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
+	st = (struct limit_state){T0 + 366LL * 86400 * S, 0, 0};
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 1);
+	assert_int_equal(r.reset_us, 3600 * S);
 }
 
 /* ---- the leaky bucket as a meter ------------------------------------------------
@@ -1641,6 +1697,7 @@ int main(void)
 		cmocka_unit_test(test_sliding_retry),
 		cmocka_unit_test(test_large_values),
 		cmocka_unit_test(test_bucket_against_definition),
+		cmocka_unit_test(test_bucket_clock_stepped_back),
 		cmocka_unit_test(test_leaky_meter_is_token_bucket),
 		cmocka_unit_test(test_more_bucket),
 		cmocka_unit_test(test_more_fixed),
