@@ -816,8 +816,10 @@ while i <= #ARGV do
 	elseif val and algo == 3 then
 		val = val:gsub('.', function(c) return string.format('%02x', c:byte()) end)
 	end
+	-- (a refusal has a value only from a clock that stepped back, and
+	-- the need of the value it read only then)
 	out[#out + 1] = string.format('%d %d %d %d %s %d', ok and 1 or 0, rem, ret, res,
-	    val or '-', old or 0)
+	    val or '-', (ok or val) and old or 0)
 	i = i + 7
 end
 return out
@@ -2037,7 +2039,8 @@ def test_log_values_of_another_shape_count_as_absent():
     past 2^53, another algorithm's text, a key of another type) is a fresh
     client: the request passes with quota - 1 left, and the value becomes a
     log of this request alone. A value of the shape is read: one ahead of
-    now (a clock that went back) takes the request at its newest time."""
+    now (a clock that went back) moves back, its newest to now, where it
+    takes the request."""
     r = redis()
     now = now_of_redis()
     fut = now + 5 * S
@@ -2064,7 +2067,8 @@ def test_log_values_of_another_shape_count_as_absent():
         c = new_client()
         r.c.command(cmd[0], key_of(c, lg), *cmd[1:])
         reqs.append((c, 1, [lg]))
-    # and the one readable value: 2 + 1 left 0; recorded at its newest, fut
+    # and the one readable value: 2 + 1 left 0; recorded at its newest,
+    # moved back to now
     cg = new_client()
     r.c.command("SET", key_of(cg, lg), good, "PXAT", expiry_ms(fut + 10 * S, 10 * S))
     reqs.append((cg, 1, [lg]))
@@ -2076,11 +2080,12 @@ def test_log_values_of_another_shape_count_as_absent():
         assert r.c.command("GET", key_of(c, lg)) == _log_bytes(now2, 0, [(now2, 1)]), v
         assert pexpiretime(key_of(c, lg)) == expiry_ms(now2 + 10 * S, 10 * S)
     # the readable one: allowed, 0 left; more when its first leaves; full
-    # again when its newest (now this request too) leaves, so its key
-    # keeps the expiry it had
-    assert got[-1] == (1, 1, [(0, -(fut - S + 10 * S - now2), fut + 10 * S - now2)]), got[-1]
-    assert r.c.command("GET", key_of(cg, lg)) == _log_bytes(fut - S, 0, [(fut - S, 1), (fut, 2)])
-    assert pexpiretime(key_of(cg, lg)) == expiry_ms(fut + 10 * S, 10 * S)
+    # again when its newest (now this request too) leaves, a period from
+    # now: its key's expiry moves back with it
+    assert got[-1] == (1, 1, [(0, -9 * S, 10 * S)]), got[-1]
+    assert r.c.command("GET", key_of(cg, lg)) == _log_bytes(now2 - S, 0, [(now2 - S, 1),
+                                                                         (now2, 2)])
+    assert pexpiretime(key_of(cg, lg)) == expiry_ms(now2 + 10 * S, 10 * S)
     _, got = decide([(cg, 1, [lg])])
     assert got[0][0] == 0, got
 
@@ -2126,6 +2131,9 @@ def test_log_rebase_merge_and_expiry():
 
 
 def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
+    """A window later than the present one (Redis's clock stepped back):
+    its counts hold in the present window, and a refusal moves the key
+    there, so that they stop holding when it ends, not after the step."""
     r = redis()
     c = new_client()
     f, s = (FW, 3, S, 0), (SW, 3, S, 0)
@@ -2141,7 +2149,9 @@ def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
     assert got == [(0, 2, [(-(end - now), end - now, end - now),
                            (-(end - now + 333334), end - now + 333334, end + S - now)])], \
         (now, got)
-    assert get(key_of(c, f)) == "%d:3" % (later + S)
+    assert get(key_of(c, f)) == "%d:3" % end
+    assert get(key_of(c, s)) == "%d:3:0" % (end + S)
+    assert pexpiretime(key_of(c, f)) == expiry_ms(end, S)
     # a sliding window that allows moves its value to the present window
     c = new_client()
     s5 = (SW, 5, S, 0)
@@ -2151,6 +2161,105 @@ def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
     # 3 + 1 * (1 - e/P) + 1: allowed, nothing whole left
     assert got[0][:2] == (1, 1) and got[0][2][0][0] == 0, got
     assert get(key_of(c, s5)) == "%d:4:1" % (ws + 2 * S)
+
+
+# rl7_decide as an EVAL script whose TIME is ARGV[1] (microseconds): the
+# library's run() with the command it calls for TIME answered here, the
+# rest of its arguments rl7_decide's.
+_AT_DRIVER = """
+bind()
+local real, t = rcall, tonumber(ARGV[1])
+rcall = function(cmd, ...)
+	if cmd == 'TIME' then
+		return {string.format('%d', math.floor(t / 1000000)), string.format('%d', t % 1000000)}
+	end
+	return real(cmd, ...)
+end
+local args = {}
+for i = 2, #ARGV do
+	args[i - 1] = ARGV[i]
+end
+return run(args, false)
+"""
+
+
+def decide_at(t, args):
+    """rl7_decide's call of args, its clock at t: the reply parsed."""
+    now, got = parse_reply(redis().c.command("EVAL", _driver(_AT_DRIVER), 0, t, *args))
+    assert now == t, (now, t)
+    return got
+
+
+def test_clock_that_steps_back_owes_at_most_a_period():
+    """Redis's clock an hour back (an NTP step, a failover to a server
+    whose clock is behind): each limit holds the client for at most what
+    one period holds, not for the step, and the refusal writes the state
+    so read, so that the client runs on from the present. (Times ahead of
+    Redis's own clock, so that the keys' expiries are in its future.)"""
+    before = now_of_redis() + 2 * 3600 * S
+    after = before - 3600 * S
+    # a 100/1m client that used 2 tokens: an empty bucket, the next token
+    # 0.6 s away
+    c, tb = new_client(), (TB, 100, 60 * S, 0)
+    for i in range(2):
+        assert decide_at(before + i, decide_args([(c, 1, [tb])]))[0][0] == 1
+    got = decide_at(after, decide_args([(c, 1, [tb])]))
+    assert got == [(0, 1, [(0, 600 * MS, 60 * S)])], got
+    assert get(key_of(c, tb)) == tb_value(tb, after + 60 * S)
+    assert pexpiretime(key_of(c, tb)) == expiry_ms(after + 60 * S, 60 * S)
+    got = decide_at(after + 600 * MS, decide_args([(c, 1, [tb])]))
+    assert got[0][:2] == (1, 1) and got[0][2][0][0] == 0, got
+    # windows and a log of 3/10s, spent, in a rule of several limits (the
+    # general path): refused until the present window ends, or until the
+    # log's oldest, moved back, leaves
+    P = 10 * S
+    fw, sw, lg = (FW, 3, P, 0), (SW, 3, P, 0), (LG, 3, P, 0)
+    roomy = (TB, 1000, 86400 * S, 0)  # a day deep: no step of an hour empties it
+    ends = {}
+    for lim in (fw, sw, lg):
+        c = new_client()
+        for i in range(3):
+            assert decide_at(before + i, decide_args([(c, 1, [lim, roomy])]))[0][0] == 1
+        got = decide_at(after, decide_args([(c, 1, [lim, roomy])]))
+        assert got[0][:2] == (0, 1), (lim, got)
+        retry = got[0][2][0][1]
+        end = after - after % P + P
+        if lim is lg:
+            # the entries moved back by (before + 2) - after: the oldest to
+            # after - 2, leaving 10 s later
+            assert retry == P - 2, (lim, got)
+            assert redis().c.command("GET", key_of(c, lg)) == _log_bytes(
+                after - 2, 0, [(after - 2, 1), (after - 1, 1), (after, 1)])
+            again = after - 2 + P
+        elif lim is fw:
+            assert retry == end - after, (lim, got)
+            assert get(key_of(c, fw)) == "%d:3" % end
+            again = end
+        else:
+            # the 3 fade over the next window: one fits once they weigh 2
+            assert retry == end - after + P // 3 + 1, (lim, got)
+            assert get(key_of(c, sw)) == "%d:3:0" % (end + P)
+            again = after + retry
+        assert retry < P + P // 2, (lim, got)
+        got = decide_at(again, decide_args([(c, 1, [lim, roomy])]))
+        assert got[0][0] == 1, (lim, got)
+        ends[lim] = again
+    # a place in flight of at most 10 s ends 10 s after the step at the
+    # latest
+    c, cc = new_client(), (CC, 1, P, 0)
+    args = lambda n: with_ids(layout([(c, 1, [cc, roomy])])[0], [rid(n)])  # noqa: E731
+    assert decide_at(before, args(1))[0][0] == 1
+    got = decide_at(after, args(2))
+    assert got[0][:2] == (0, 1) and got[0][2][0][1:] == (S, P), got
+    assert decide_at(after + P - 1, args(3))[0][0] == 0
+    assert decide_at(after + P, args(4))[0][0] == 1
+    # a ban of 5 minutes, put before the step: 5 minutes from the step
+    c, ban = new_client(), (BAN, 1, 300 * S, 0)
+    redis().c.command("SET", key_of(c, ban), "%d" % (before + 300 * S))
+    got = decide_at(after, decide_args([(c, 1, [ban, roomy])]))
+    assert got[0][:2] == (0, 1) and got[0][2][0][1] == 300 * S, got
+    assert get(key_of(c, ban)) == "%d" % (after + 300 * S)
+    assert decide_at(after + 300 * S, decide_args([(c, 1, [ban, roomy])]))[0][0] == 1
 
 
 # A reply of every shape: more than 15 results, a rule of more than 15

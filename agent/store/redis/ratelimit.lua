@@ -175,6 +175,21 @@ Every quantity is an integer below 2^53, so Lua's doubles hold it exactly
 (and string.format's %d, a C long here, prints it exactly); products that
 could exceed that go through muldiv().
 
+Clock steps: Redis's clock may step back (an NTP step, a failover to a
+server whose clock is behind). A value then reads as written in the future,
+which no write at the present makes, and would hold the client for the
+whole step. Each limit owes at most what it holds over one period instead:
+a token bucket whose TAT is past now + cap*T is an empty bucket (TAT = now
++ cap*T); a window later than the present one has its counts in the
+present one; a log's entries after now move back together, in order, the
+newest to now; a place in flight ends at most period after now, a ban at
+most its length after now. Each reading is the value's on the new clock
+or a later one (the step is at least what the value is ahead), so none
+lets through more than the limit allows. A request evaluates the value
+so read, and writes it even when it is refused (the only write of a
+refusal), so that the client's state runs on from the present instead of
+staying in the future. The small skew of a failover is such a step too.
+
 Storage: one string per key, and a key is needed until a moment its value
 determines (its need), when its client is back to a full bucket or an empty
 window:
@@ -518,12 +533,27 @@ local function eval_token(v, now, cost, l)
 			end
 		end
 	end
+	-- A bucket owes at most its capacity (see "Clock steps"): a TAT past
+	-- now + cap*T reads as now + cap*T, an empty bucket, which a refusal
+	-- writes too (fix).
+	local tq, tr = l[9], l[10]
+	local fix
+	if dq > tq or (dq == tq and dr > tr) then
+		dq, dr = tq, tr
+		local t0 = now - EPOCH + tq
+		local y = t0 * n + tr
+		if t0 >= 0 and y < TWO53 then
+			fix = y
+		else
+			fix = fmt('%d+%d', now + tq, tr)
+		end
+	end
 	local used = dq
 	if dr > 0 then
 		used = dq + 1
 	end
 	if cost > cap then
-		return false, 0, l[3], used
+		return false, 0, l[3], used, fix, old, whole
 	end
 	-- the request is allowed when d + cost*T <= cap*T
 	local iq, ir
@@ -537,7 +567,6 @@ local function eval_token(v, now, cost, l)
 		nq = nq + 1
 		nr = nr - n
 	end
-	local tq, tr = l[9], l[10]
 	if nq < tq or (nq == tq and nr <= tr) then
 		local xq, xr = tq - nq, tr - nr
 		if xr < 0 then
@@ -575,7 +604,7 @@ local function eval_token(v, now, cost, l)
 	if yr > 0 then
 		yq = yq + 1
 	end
-	return false, 0, yq, used
+	return false, 0, yq, used, fix, old, whole
 end
 
 -- A window's time until more quota (the RateLimit field's t): until a
@@ -614,7 +643,7 @@ local function eval_sliding(v, now, cost, quota, period)
 		e = e + period
 	end
 	local ws = now - e
-	local cur, prev, old = 0, 0, 0
+	local cur, prev, old, moved = 0, 0, 0, false
 	if v then
 		local u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
 		-- digits convert (to inf when too many): s + 0, not the slower
@@ -625,9 +654,13 @@ local function eval_sliding(v, now, cost, quota, period)
 		end
 		if u and u < TWO54 and c <= MAX_VALUE and pv <= MAX_VALUE then
 			local s = u - 2 * period
-			if s >= ws then
-				-- s > ws only when the clock stepped back: keep the counts
+			if s == ws then
 				cur, prev = c, pv
+			elseif s > ws then
+				-- a later window: the clock stepped back (see "Clock
+				-- steps"); its counts hold in this one, which a refusal
+				-- writes too
+				cur, prev, moved = c, pv, true
 			elseif s == ws - period then
 				prev = c
 			end
@@ -641,7 +674,8 @@ local function eval_sliding(v, now, cost, quota, period)
 	end
 	local rest = period - e
 	if cost > quota then
-		return false, 0 - window_more(quota, period, rest, cur, prev, 1), period, reset
+		return false, 0 - window_more(quota, period, rest, cur, prev, 1), period, reset,
+		    moved and fmt('%d:%d:%d', ws + 2 * period, cur, prev) or nil, old
 	end
 	local room = quota - cur - cost
 	local wq, wr = 0, 0
@@ -668,7 +702,8 @@ local function eval_sliding(v, now, cost, quota, period)
 	if cost > 1 then
 		more = window_more(quota, period, rest, cur, prev, 1)
 	end
-	return false, 0 - more, retry, reset
+	return false, 0 - more, retry, reset,
+	    moved and fmt('%d:%d:%d', ws + 2 * period, cur, prev) or nil, old
 end
 
 -- Fixed window over aligned windows [k*P, (k+1)*P).
@@ -679,16 +714,23 @@ local function eval_fixed(v, now, cost, quota, period)
 	end
 	local ws = now - e
 	local left = period - e
-	local cnt, old = 0, 0
+	local cnt, old, moved = 0, 0, false
 	if v then
 		local u, c = match(v, '^(%d+):(%d+)$')
 		if u then
 			u, c = u + 0, c + 0
 			old = u
 		end
-		-- u - P > ws only when the clock stepped back: keep the count
-		if u and u < TWO54 and c <= MAX_VALUE and u - period >= ws then
-			cnt = c
+		if u and u < TWO54 and c <= MAX_VALUE then
+			local s = u - period
+			if s == ws then
+				cnt = c
+			elseif s > ws then
+				-- a later window: the clock stepped back (see "Clock
+				-- steps"); its count holds in this one, which a refusal
+				-- writes too
+				cnt, moved = c, c > 0
+			end
 		end
 	end
 	-- more quota (minus it in the unused slot, see window_more): only
@@ -705,10 +747,11 @@ local function eval_fixed(v, now, cost, quota, period)
 	if cnt >= quota then
 		more = left
 	end
+	local fix = moved and fmt('%d:%d', ws + period, cnt) or nil
 	if cost > quota then
-		return false, 0 - more, period, reset
+		return false, 0 - more, period, reset, fix, old
 	end
-	return false, 0 - more, left, reset
+	return false, 0 - more, left, reset, fix, old
 end
 
 -- Sliding log (see "Storage"): entry i (1-based) is at byte 2 + 8i of the
@@ -759,6 +802,15 @@ local function eval_log(v, now, cost, quota, period)
 			end
 		end
 	end
+	-- entries after now: the clock stepped back (see "Clock steps"). They
+	-- move back together, in order, the newest to now, which a refusal
+	-- writes too.
+	local moved = false
+	if tk > now then
+		base, tk = base - (tk - now), now
+		v = spack('>I7', base) .. sub(v, 8)
+		moved = true
+	end
 	-- f: the oldest entry in the window (k + 1: none), whose time t has
 	-- t + P > now; cf: the running total before it
 	local f, cf, used, reset = k + 1, c0, 0, 0
@@ -787,12 +839,7 @@ local function eval_log(v, now, cost, quota, period)
 			reset = tk + period - now
 		end
 	end
-	-- a clock that went back records the request at the newest's time (it
-	-- counts a little longer than P, never less), so the log stays in order
 	local at = now
-	if k > 0 and tk > now then
-		at = tk
-	end
 	if cost <= quota and used + cost <= quota then
 		local val
 		if f > k then
@@ -819,10 +866,12 @@ local function eval_log(v, now, cost, quota, period)
 	if used >= quota then
 		more = log_wait(v, base, ck, f, k, quota - 1, period, now)
 	end
+	local fix = moved and v or nil
 	if cost > quota then
-		return false, 0 - more, period, reset
+		return false, 0 - more, period, reset, fix, old
 	end
-	return false, 0 - more, log_wait(v, base, ck, f, k, quota - cost, period, now), reset
+	return false, 0 - more, log_wait(v, base, ck, f, k, quota - cost, period, now), reset, fix,
+	    old
 end
 
 -- Requests in flight (algo 4): at most quota at once, each keeping its
@@ -837,7 +886,8 @@ local NO_ID = '\0\0\0\0\0\0\0\0'
 local cbuf = {}
 
 local function eval_concurrency(v, now, id, quota, period)
-	local n, live, last, old, has = 0, 0, 0, 0, false
+	local n, live, last, old, has, moved = 0, 0, 0, 0, false, false
+	local till = now + period
 	if v and #v % 16 == 0 then
 		for pos = 1, #v, 16 do
 			local dl = sunpack('>d', v, pos + 8)
@@ -846,7 +896,14 @@ local function eval_concurrency(v, now, id, quota, period)
 			end
 			if dl > now then
 				n = n + 1
-				cbuf[n] = sub(v, pos, pos + 15)
+				if dl > till then
+					-- the clock stepped back (see "Clock steps"): the
+					-- place ends within period, which a refusal writes too
+					dl, moved = till, true
+					cbuf[n] = sub(v, pos, pos + 7) .. spack('>d', till)
+				else
+					cbuf[n] = sub(v, pos, pos + 15)
+				end
 				if dl > last then
 					last = dl
 				end
@@ -859,7 +916,8 @@ local function eval_concurrency(v, now, id, quota, period)
 	live = n
 	if id and not has then
 		if live >= quota then
-			return false, 0, 1000000, last > now and last - now or 0
+			return false, 0, 1000000, last > now and last - now or 0,
+			    moved and concat(cbuf, '', 1, n) or nil, old
 		end
 		n = n + 1
 		cbuf[n] = id .. spack('>d', now + period)
@@ -875,12 +933,17 @@ end
 
 -- A penalty box (algo 5): the value is when the ban ends (microseconds);
 -- refused until then, allowed after with nothing to write (NOWRITE). The
--- ban is put by rl7_penalize.
+-- ban is put by rl7_penalize, for `length` (the limit's period): one that
+-- ends later comes from a clock that stepped back (see "Clock steps") and
+-- ends `length` after now, which the refusal writes.
 local NOWRITE = {}
 
-local function eval_ban(v, now)
+local function eval_ban(v, now, length)
 	local till = v and tonumber(v)
 	if till and till > now then
+		if till - now > length then
+			return false, 0, length, length, fmt('%d', now + length), 0
+		end
 		return false, 0, till - now, till - now
 	end
 	return true, 1, 0, 0, NOWRITE

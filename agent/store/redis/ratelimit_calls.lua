@@ -486,7 +486,7 @@ local function run(args, cluster)
 		parts[1] = spack('>BBdBH', 0x92, 0xcb, now, 0xdc, m)
 	end
 	local nw = 0
-	local _
+	local ok
 	for i = 1, m do
 		-- (request_at(), inline: a Lua call per request costs Redis more
 		-- than the lines it saves)
@@ -522,7 +522,9 @@ local function run(args, cluster)
 			if mapped then
 				p = kmap[p]
 			end
-			local _, o1, o2, o3, val, old, x = eval_token(sv[p], now, cost, l)
+			-- (val: the new value, or a refusal's of a bucket whose clock
+			-- stepped back, see "Clock steps")
+			local ok, o1, o2, o3, val, old, x = eval_token(sv[p], now, cost, l)
 			if val then
 				if wgen[p] ~= g0 then
 					wgen[p] = g0
@@ -533,7 +535,7 @@ local function run(args, cluster)
 				sv[p] = val
 				wneed[p] = now + o3
 			end
-			parts[i + 1] = reply_one(o1, o2, o3, val ~= nil)
+			parts[i + 1] = reply_one(o1, o2, o3, ok)
 		else
 			local all = true
 			local k = ki - 1
@@ -550,26 +552,26 @@ local function run(args, cluster)
 				local at = 3 * j
 				local val
 				if algo == 0 then
-					_, out[at - 2], out[at - 1], out[at], val, oldv[j], oldn[j] =
+					ok, out[at - 2], out[at - 1], out[at], val, oldv[j], oldn[j] =
 					    eval_token(v, now, cost, l)
 				elseif algo == 1 then
-					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					ok, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_sliding(v, now, cost, l[2], l[3])
 				elseif algo == 3 then
-					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					ok, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_log(v, now, cost, l[2], l[3])
 				elseif algo == 5 then
-					_, out[at - 2], out[at - 1], out[at], val = eval_ban(v, now)
+					ok, out[at - 2], out[at - 1], out[at], val = eval_ban(v, now, l[3])
 					oldv[j] = 0
 				elseif algo == 4 then
 					local rid = ids and sub(ids, 8 * i - 7, 8 * i)
 					if rid == NO_ID then
 						rid = nil
 					end
-					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					ok, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_concurrency(v, now, rid, l[2], l[3])
 				else
-					_, out[at - 2], out[at - 1], out[at], val, oldv[j] =
+					ok, out[at - 2], out[at - 1], out[at], val, oldv[j] =
 					    eval_fixed(v, now, cost, l[2], l[3])
 				end
 				if algo ~= 0 then
@@ -578,9 +580,10 @@ local function run(args, cluster)
 				if l[14] and val and type(val) ~= 'number' then
 					return fail('a packed bucket\'s state must be an integer below 2^53')
 				end
-				-- (a limit that allows, and only such a limit, has a new value)
+				-- (a limit that allows has a new value; one that refuses
+				-- none, unless its clock stepped back: see "Clock steps")
 				valv[j] = val
-				if not val then
+				if not ok then
 					all = false
 				end
 			end
@@ -612,10 +615,31 @@ local function run(args, cluster)
 					end
 				end
 			else
-				local most = -1
+				-- (a refusing limit's retry is positive, an allowing one's
+				-- never is)
+				local most = 0
 				for j = 1, nl do
-					if not valv[j] and out[3 * j - 1] > most then
-						best, most = j, out[3 * j - 1]
+					local r = out[3 * j - 1]
+					if r > 0 then
+						if r > most then
+							best, most = j, r
+						end
+						if valv[j] then
+							-- a refusing limit whose key is written as it
+							-- read (see "Clock steps")
+							local p = k + j
+							if mapped then
+								p = kmap[p]
+							end
+							if wgen[p] ~= g0 then
+								wgen[p] = g0
+								nw = nw + 1
+								wpos[nw] = p
+								wbefore[p], wnum[p], wlim[p] = oldv[j], oldn[j], rule[j]
+							end
+							sv[p] = valv[j]
+							wneed[p] = now + out[3 * j]
+						end
 					end
 				end
 			end
