@@ -77,7 +77,8 @@ struct redis_node_cb {
 };
 
 /* Gives back to Redis what r took at redis_now (the library's
- * rl7_refund), without waiting for the answer: a failure is counted
+ * rl7_refund: every kind of state, a concurrency place and a log's entry
+ * included), without waiting for the answer: a failure is counted
  * (refunds_lost), never retried, since a refund that ran twice would
  * give back twice. Returns 0 when sent, -1 when the node cannot send now. */
 int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now);

@@ -37,26 +37,28 @@ static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
 }
 
 /* One request given back (rl7_refund, rl7_return): what took it, its cost,
- * its rule's limits and each limit's key. */
+ * its id (0: none), its rule's limits and each limit's key. */
 struct give {
 	const char *fn;
 	int64_t take_us;
 	const uint8_t *expect;       /* rl7_return: the values compared */
 	size_t expect_len;
 	uint64_t cost;
+	uint64_t id;                 /* rl7_refund: the place it took, if any */
 	const struct limit_spec *limits;
 	size_t nl;
 	const uint8_t *key[LIMIT_SET_MAX];
 	uint64_t lidh[LIMIT_SET_MAX];
 };
 
-/* FCALL fn 0 <take_us> [<expect>] <requests> <rule> <key>...: one request
- * of g's cost whose keys are 1 .. nl. Returns 0 when sent, else -1. */
+/* FCALL fn 0 <take_us> [<expect>] <requests> <rule> [<id>] <key>...: one
+ * request of g's cost whose keys are 1 .. nl. Returns 0 when sent, else
+ * -1. */
 static int send_give(struct redis_node *rn, const struct give *g, redisCallbackFn *cb)
 {
-	const char *argv[7 + LIMIT_SET_MAX];
-	size_t argvlen[7 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
-	uint8_t req[12], rule[RULE_BYTES_MAX];
+	const char *argv[8 + LIMIT_SET_MAX];
+	size_t argvlen[8 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
+	uint8_t req[12], rule[RULE_BYTES_MAX], id[8];
 	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1];
 
 	argv[argc] = take;
@@ -65,7 +67,8 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 		argv[argc] = (const char *)g->expect;
 		argvlen[argc++] = g->expect_len;
 	}
-	redis_put_be(req, 1, 2);
+	/* one rule, and its id after it when it has one */
+	redis_put_be(req, g->id ? 0x4001 : 1, 2);
 	redis_put_be(req + 2, 1, 4);
 	redis_put_be(req + 6, g->cost, 4);
 	redis_put_be(req + 10, 1, 2);
@@ -73,6 +76,11 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	argvlen[argc++] = sizeof(req);
 	argv[argc] = (const char *)rule;
 	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, redis_node_unexpiring(rn), rule);
+	if (g->id) {
+		redis_put_be(id, g->id, 8);
+		argv[argc] = (const char *)id;
+		argvlen[argc++] = sizeof(id);
+	}
 	for (size_t j = 0; j < g->nl; j++) {
 		argv[argc] = key[j];
 		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], &g->limits[j], key[j]);
@@ -90,6 +98,8 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 	g.fn = redis_node_is_cluster(rn) ? "rl7_refund_cluster" : "rl7_refund";
 	g.take_us = redis_now;
 	g.cost = q->cost;
+	/* (the place its concurrency limit took: the rule's own part) */
+	g.id = q->request_id;
 	g.limits = q->limits;
 	g.nl = q->nlimits;
 	for (size_t j = 0; j < q->nlimits; j++) {

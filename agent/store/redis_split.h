@@ -7,7 +7,9 @@
  * all or nothing there, at once; the decision is allowed when every part
  * is. When a part refuses or cannot be decided, the parts that took are
  * given back (the library's rl7_refund, without waiting: never sent
- * twice). So no limit ever lets through more than it allows; what it
+ * twice): tokens, a window's count, a log's entry, a concurrency place
+ * (the refund names the request's id). So no limit ever lets through more
+ * than it allows; what it
  * costs is a window of about one round trip in which tokens a refused
  * decision took are not yet back, during which another request may be
  * refused that would have passed (and a refund that is lost, counted,

@@ -380,6 +380,21 @@ def test_layers_across_masters(h, cluster):
     assert metric(a, "spoa_rl_redis_refunds_lost_total") == 0
 
 
+def test_refund_gives_back_places_and_logs_on_a_cluster(h, cluster):
+    """A decision split over masters and refused by the part on another
+    master gives back its concurrency place and its log's entry."""
+    import test_stack
+
+    cluster.reset()
+    a = start(h, cluster, "--rules", test_stack.rules_file(h, test_stack.PLACES_RULES),
+              "--hash-key-file", test_stack.fixed_key_file(h), threads=1, metrics=True)
+    s = test_stack.PlacesSpop(a.port)
+    test_stack.check_places_given_back(s)
+    s.close()
+    assert metric(a, "spoa_rl_redis_refunds_total") > 0
+    assert metric(a, "spoa_rl_redis_refunds_lost_total") == 0
+
+
 def test_concurrency_on_a_cluster(h, cluster):
     """Concurrency places on a Cluster: taken where the client's keys live,
     given back there by the release, ended at max_duration

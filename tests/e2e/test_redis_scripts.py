@@ -1473,6 +1473,60 @@ def test_concurrency_places():
             raise AssertionError("short release ids accepted")
 
 
+def test_refund_gives_back_a_log_entry_and_a_place():
+    """rl7_refund gives back every kind of state a decision takes: a log's
+    entry at the take (its weight less the cost, the totals after it
+    less the cost too, the key gone when nothing is left), and the place
+    the take made for the request's id (compared and set: the id ending
+    at the take's time + period); a place the request held before the
+    take stays."""
+    for fn, back in zip(lua_scripts.FUNCTIONS, lua_scripts.REFUNDS):
+        c = new_client()
+        cc, lg = (CC, 1, 60 * S, 0), (LG, 3, 60 * S, 0)
+        lim = [cc, lg]
+        kc, kl = key_of(c, cc), key_of(c, lg)
+
+        def refund(take, n, cost=1):
+            return redis().c.command("FCALL", back, 0, str(take),
+                                     *with_ids(layout([(c, cost, lim)])[0], [rid(n)]))
+
+        take, got = decide_ids([(c, 1, lim)], [rid(1)], fn)
+        assert got[0][0] == 1, got
+        # refused for want of a place, until the refund gives it back
+        assert decide_ids([(c, 1, lim)], [rid(2)], fn)[1][0][0] == 0
+        assert refund(take, 1) == 2
+        assert redis().c.command("EXISTS", kc, kl) == 0
+        assert refund(take, 1) == 0  # nothing left of it
+        t2, got = decide_ids([(c, 2, lim)], [rid(2)], fn)
+        assert got[0][0] == 1 and got[0][2][1][0] == 1, got
+        # the same request again: its place was there before this take,
+        # which the refund leaves; the take's entry goes
+        t3, got = decide_ids([(c, 1, lim)], [rid(2)], fn)
+        assert got[0][0] == 1 and got[0][2][1][0] == 0, got
+        assert refund(t3, 2) == 1
+        assert len(redis().c.command("GET", kc)) == 16
+        assert redis().c.command("GET", kl) == _log_bytes(t2, 0, [(t2, 2)])
+        # an entry before others: it goes, the totals after it follow
+        redis().c.command("FCALL", "rl7_release", 0, rid(2), kc)
+        t4, got = decide_ids([(c, 1, lim)], [rid(4)], fn)
+        assert got[0][0] == 1 and t4 > t2, got
+        assert refund(t2, 2, cost=2) == 1  # (the place of id 2 is gone)
+        assert redis().c.command("GET", kl) == _log_bytes(t2, 0, [(t4, 1)])
+        # a part of an entry of two requests of one microsecond; a cost
+        # over the entry's weight, or at another time, gives nothing back
+        c = new_client()
+        kl = key_of(c, lg)
+        t5, got = decide([(c, 1, [lg]), (c, 1, [lg])], fn)
+        assert [x[0] for x in got] == [1, 1], got
+        assert redis().c.command("GET", kl) == _log_bytes(t5, 0, [(t5, 2)])
+        args = layout([(c, 3, [lg])])[0]
+        assert redis().c.command("FCALL", back, 0, str(t5), *args) == 0
+        args = layout([(c, 1, [lg])])[0]
+        assert redis().c.command("FCALL", back, 0, str(t5 + 1), *args) == 0
+        assert redis().c.command("FCALL", back, 0, str(t5), *args) == 1
+        assert redis().c.command("GET", kl) == _log_bytes(t5, 0, [(t5, 1)])
+
+
 BAN = 5  # a penalty box
 
 

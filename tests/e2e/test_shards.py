@@ -121,6 +121,30 @@ def test_packed_layers_across_shards(h, shards):
     assert zsets > 0
 
 
+def test_refund_gives_back_places_and_logs_on_shards(h, shards):
+    """A decision split over shards and refused by the part on another
+    shard gives back its concurrency place and its log's entry (a place
+    kept would refuse the client until max_duration)."""
+    import harness
+    import test_stack
+    from harness import http_get
+
+    shards.reset()
+    three = ",".join(shards.addrs().split(",")[:3])
+    mport = harness.free_port()
+    a = start(h, three, "--rules", test_stack.rules_file(h, test_stack.PLACES_RULES),
+              "--hash-key-file", test_stack.fixed_key_file(h), "--metrics",
+              "127.0.0.1:%d" % mport, threads=1)
+    s = test_stack.PlacesSpop(a.port)
+    test_stack.check_places_given_back(s)
+    s.close()
+    text = http_get(mport, "/metrics").text
+    refunds = int(re.search(r"^spoa_rl_redis_refunds_total (\d+)$", text, re.M).group(1))
+    lost = int(re.search(r"^spoa_rl_redis_refunds_lost_total (\d+)$", text, re.M).group(1))
+    # (the fixed key puts some of these clients and addresses apart)
+    assert refunds > 0 and lost == 0, (refunds, lost)
+
+
 def test_concurrency_on_shards(h, shards):
     """Concurrency places on shards (test_concurrency's scenario)."""
     import test_concurrency

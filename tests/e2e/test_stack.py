@@ -227,3 +227,63 @@ def test_example_rules_load():
     out = subprocess.run([os.path.join(harness.BUILD, "spoa-ratelimit"),
                           "--rules", path, "--check"], capture_output=True, text=True)
     assert out.returncode == 0 and "ok, 7 rule(s)" in out.stdout + out.stderr, out
+
+
+# A rule whose own limits are a log and places in flight, under a layer
+# counted per address: a request the layer refuses must give back the
+# place and the log's entry its own part took (on a Cluster or shards,
+# where the parts are decided on different servers, by the refund).
+PLACES_RULES = """\
+identity: [api_key]
+layers:
+  per-ip: { identity: ip, limits: ["1/1h"] }
+tiers:
+  default: free
+  free:
+    limits: [{ rate: "3/1h", algorithm: log }]
+    concurrency: 1
+    max_duration: 10m
+    stack: [per-ip]
+"""
+
+
+class PlacesSpop(spop.Session):
+    def ask(self, key, ip, rid):
+        return self.check_rate([("request_id", rid)], api_key=key, ip=ip)
+
+    def release(self, slot, rid):
+        return self.notify([("release", [("slot", slot), ("request_id", rid)])])
+
+
+def check_places_given_back(s, clients=4):
+    """Each client: refused three times by its address's layer, which
+    another client spent; its place and its log are then whole: admitted
+    from other addresses, one request in flight at a time, exactly 3
+    times in the hour."""
+    for c in range(clients):
+        spent = "10.%d.0.1" % c
+        assert s.ask("spender%d" % c, spent, "s%d" % c)["status"] == 0
+        for i in range(3):
+            v = s.ask("client%d" % c, spent, "r%d-%d" % (c, i))
+            assert v["status"] == 429 and v["rule"] == "per-ip", (c, i, v)
+        for i in range(3):
+            v = s.ask("client%d" % c, "10.%d.1.%d" % (c, i), "a%d-%d" % (c, i))
+            assert v["status"] == 0, (c, i, v)
+            assert s.release(v["slot"], "a%d-%d" % (c, i)) == {}
+        v = s.ask("client%d" % c, "10.%d.1.9" % c, "a%d-9" % c)
+        assert v["status"] == 429 and v["rule"] == "free" and v["reason"] == "limited", (c, v)
+
+
+def test_places_given_back_in_memory(h):
+    a = h.agent("--rules", rules_file(h, PLACES_RULES))
+    s = PlacesSpop(a.port)
+    check_places_given_back(s)
+    s.close()
+
+
+def test_places_given_back_on_redis(h):
+    redis = RedisServer(h)
+    a = redis_agent(h, redis, "--rules", rules_file(h, PLACES_RULES))
+    s = PlacesSpop(a.port)
+    check_places_given_back(s)
+    s.close()

@@ -125,7 +125,8 @@ whose limits live on several servers):
     FCALL rl7_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
-taken. A token bucket's TAT goes back by cost * T less the time since the
+taken (their ids too, after the rules, when they carried them). A token
+bucket's TAT goes back by cost * T less the time since the
 take (now - take_us), never below now (a bucket is never lifted above its
 capacity: at full, the key is deleted); nothing when that is not
 positive. Why less: a request decided between the take and the refund
@@ -138,7 +139,15 @@ absorbed: what is given back is never more than the bucket still holds
 of the take, and short of it by at most the refill of the time since the
 take (about one round trip). A window's count goes down by cost in the window
 the take counted it in, while that window still counts, never below 0
-(counts absorb nothing). Replies the number of keys it changed. Its
+(counts absorb nothing). A log loses cost from its entry at take_us (the
+take's, the entry gone when nothing is left of it; nothing when there is
+no such entry, as when a clock step has moved the log since): the log
+is then what it would be without the take, which lets through nothing
+the limit would not. A limit of requests in flight loses the place the
+take made, compared and set as rl7_return does a bucket: the request's
+id ending take_us + period, the end the take gave it; a place the request
+held before the take (its id sent again), or one changed since, stays. A
+penalty box took nothing. Replies the number of keys it changed. Its
 meaning does not change with leases: it undoes a decision split over
 servers, and a lease's tokens go back through rl7_return.
 
@@ -949,13 +958,16 @@ local function eval_ban(v, now, length)
 	return true, 1, 0, 0, NOWRITE
 end
 
--- v without the place of request id: the value left and whether it held one.
+-- v without the place of request id (its 8 bytes, or 16: the place's id
+-- and end, the place one take made): the value left and whether it held
+-- one.
 local function concurrency_without(v, id)
 	if #v % 16 ~= 0 then
 		return v, false
 	end
+	local e = #id - 1
 	for pos = 1, #v, 16 do
-		if sub(v, pos, pos + 7) == id then
+		if sub(v, pos, pos + e) == id then
 			return sub(v, 1, pos - 1) .. sub(v, pos + 16), true
 		end
 	end

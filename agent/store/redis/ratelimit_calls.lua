@@ -758,15 +758,85 @@ local function get_packed(name, p, cluster)
 	return get_here(h, cluster, f)
 end
 
+-- A log's value v without `cost` of its entry at time `take` (see
+-- "Refund"): the value left ('' for none), or nil when v has no entry
+-- there of that weight.
+local function log_without(v, take, cost)
+	local n = (#v - 9) / 8
+	if n < 1 or n % 1 ~= 0 then
+		return nil
+	end
+	local b, z = sunpack('>I7I2', v)
+	local o = take - b
+	-- the entry at offset o, by bisection (times in order)
+	local lo, hi = 1, n
+	while lo < hi do
+		local mid = floor((lo + hi) / 2)
+		if sunpack('>I6', v, 2 + 8 * mid) < o then
+			lo = mid + 1
+		else
+			hi = mid
+		end
+	end
+	local t, c = sunpack('>I6I2', v, 2 + 8 * lo)
+	local before = z
+	if lo > 1 then
+		local _
+		_, before = sunpack('>I6I2', v, 2 + 8 * (lo - 1))
+	end
+	local w = (c - before) % TWO16
+	if t ~= o or w < cost then
+		return nil
+	end
+	-- the entry, lighter or gone; the running totals after it, each less
+	-- cost (mod 2^16, as they are kept)
+	local t1 = { sub(v, 1, 9 + 8 * (lo - 1)) }
+	if w > cost then
+		t1[2] = spack('>I6I2', t, (c - cost) % TWO16)
+	end
+	for i = lo + 1, n do
+		local ti, ci = sunpack('>I6I2', v, 2 + 8 * i)
+		t1[#t1 + 1] = spack('>I6I2', ti, (ci - cost) % TWO16)
+	end
+	local left = concat(t1)
+	if #left == 9 then
+		return ''
+	end
+	return left
+end
+
 -- Gives back `cost` to the key `name` of limit l, holding v, that a
 -- request took at `take` (see "Refund"); a packed bucket's at position pos
 -- (see get_packed()). A token bucket gets cost * T less what `owed`
 -- holds, {q, r}: q + r/n microseconds of the time since the take yet to
 -- be deducted from what goes back to this key in this call (nil: nothing,
 -- the key is known untouched since), and owed keeps what is left of it.
--- Returns 1 when it changed the key, else 0.
-local function refund_key(name, v, l, cost, take, now, pos, owed)
+-- A log loses the request's entry, a limit of requests in flight the
+-- place of request id (nil: none) that the take made. Returns 1 when it
+-- changed the key, else 0.
+local function refund_key(name, v, l, cost, take, now, pos, owed, id)
 	local algo, period = l[1], l[3]
+	if algo >= 3 then
+		local left
+		if algo == 3 then
+			left = log_without(v, take, cost)
+		elseif algo == 4 and id then
+			-- the place the take made: its id, ending period after the take
+			local gone
+			left, gone = concurrency_without(v, id .. spack('>d', take + period))
+			if not gone then
+				left = nil
+			end
+		end
+		if not left then
+			return 0
+		elseif left == '' then
+			rcall('DEL', name)
+		else
+			rcall('SET', name, left, 'KEEPTTL')
+		end
+		return 1
+	end
 	if algo == 0 then
 		local p, n = l[7], l[8]
 		local a, r
@@ -889,7 +959,7 @@ local function give(args, cluster, cas)
 	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
 		return fail('take_us must be an integer in 0..2^53')
 	end
-	local req, m, nr, k0, np, mapped = parse(args, cas and 2 or 1, false)
+	local req, m, nr, k0, np, mapped, ids = parse(args, cas and 2 or 1, false)
 	if not req then
 		return fail(m)
 	end
@@ -934,6 +1004,10 @@ local function give(args, cluster, cas)
 	local changed = 0
 	for i = 1, m do
 		local ki, cost, rule = request_at(req, i, nr, np, 10)
+		local rid = ids and sub(ids, 8 * i - 7, 8 * i)
+		if rid == NO_ID then
+			rid = nil
+		end
 		for j = 1, #rule do
 			local x = ki + j - 1
 			local p = x
@@ -949,8 +1023,9 @@ local function give(args, cluster, cas)
 			end
 			-- (a window's count is given back in the window of the take
 			-- whatever touched it since; a lease's bucket only when
-			-- untouched, and then whole)
-			if v and (not cas or l[1] ~= 0 or v == want[x]) then
+			-- untouched, and then whole; a lease takes nothing else)
+			local a = l[1]
+			if v and (not cas or a == 1 or a == 2 or a == 0 and v == want[x]) then
 				local owed
 				if not cas then
 					owed = owe[name]
@@ -959,7 +1034,7 @@ local function give(args, cluster, cas)
 						owe[name] = owed
 					end
 				end
-				changed = changed + refund_key(name, v, l, cost, take, now, p, owed)
+				changed = changed + refund_key(name, v, l, cost, take, now, p, owed, rid)
 			end
 		end
 	end
