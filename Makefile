@@ -32,9 +32,13 @@ PKG_CFLAGS := $(shell pkg-config --cflags hiredis yaml-0.1 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs hiredis yaml-0.1 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
-# agent/ is the process (main, workers, shared helpers); each folder below
-# it one layer: protocol, rules, policy, store, ops (see docs/development.md).
-AGENT_DIRS := agent agent/protocol agent/rules agent/policy agent/store agent/ops
+# Each folder of agent/ is one layer, from the ground up: base, protocol,
+# policy, rules, decide, store, store/redis, worker, ops; agent/ itself
+# holds only the top (main). A folder includes headers of its own and of
+# the folders below it, never above (docs/development.md, checked by
+# tests/e2e/test_docs.py).
+AGENT_DIRS := agent/base agent/protocol agent/policy agent/rules agent/decide agent/store \
+	agent/store/redis agent/worker agent/ops agent
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
 	$(addprefix -I,$(AGENT_DIRS)) -I$(BUILD)/gen $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SAN) -pthread $(LDFLAGS)
@@ -72,7 +76,7 @@ $(BUILD)/gen/redis_library.h: $(LUA_LIBRARY)
 	  cat $^ | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' \
 	      -e 's/^/"/' -e 's/$$/\\n"/'; \
 	  echo ';'; } > $@.tmp && mv $@.tmp $@
-$(BUILD)/agent/store/redis_node.o: $(BUILD)/gen/redis_library.h
+$(BUILD)/agent/store/redis/redis_node.o: $(BUILD)/gen/redis_library.h
 
 $(AGENT_BIN): $(AGENT_OBJS)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
@@ -89,7 +93,7 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 tools: $(addprefix $(BUILD)/,$(TOOLS))
 
 # The rules as loaded from a file: what a test or fuzzer that loads rules links.
-RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_policy.c agent/rules/rules_derive.c agent/rules/rules_classify.c agent/rules/urlpath.c agent/rules/settings.c agent/addr.c \
+RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_policy.c agent/rules/rules_derive.c agent/rules/rules_classify.c agent/rules/urlpath.c agent/rules/settings.c agent/base/addr.c \
 	agent/rules/yaml_strict.c agent/policy/shed.c agent/policy/limit.c agent/policy/rlheader.c
 
 # ---- unit tests (cmocka): one binary per module ------------------------------

@@ -1,3 +1,3 @@
 # spop-bench: the SPOP load generator behind `make bench` (bench/run.py).
 TOOLS += spop-bench
-spop-bench_SRCS := tools/spop-bench.c agent/protocol/spop.c agent/alloc.c
+spop-bench_SRCS := tools/spop-bench.c agent/protocol/spop.c agent/base/alloc.c

@@ -1,6 +1,6 @@
 """The agent on a Redis Cluster whose nodes ask for a password
 (requirepass): the agent's own question for the slot map (CLUSTER SLOTS,
-agent/store/redis_slots.c) goes after an AUTH, with `--redis-password`
+agent/store/redis/redis_slots.c) goes after an AUTH, with `--redis-password`
 alone (AUTH password) and with `--redis-user` (AUTH user password); its
 decisions are then exact on every master. With a wrong password it gets
 no map and says why."""

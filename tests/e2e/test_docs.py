@@ -80,21 +80,58 @@ def test_operations_options_are_accepted():
     assert not missing, "docs/operations.md lists options --help does not know: %s" % missing
 
 
+def layout_layers():
+    """[(folder, its description)] of docs/development.md's layout, from
+    the ground up."""
+    text = doc("docs/development.md")
+    layout = text[text.index("## Layout of the sources\n"):]
+    layout = layout[layout.index("\n    agent/"):]
+    layout = layout[:layout.index("\n\n", 1)]
+    blocks = re.split(r"^    (agent/[a-z/]*)", layout, flags=re.M)
+    return [(blocks[i].rstrip("/"), blocks[i + 1]) for i in range(1, len(blocks) - 1, 2)]
+
+
+def agent_folders():
+    """Every folder of agent/ that holds sources, agent/ itself included."""
+    out = []
+    for d, _, files in os.walk(os.path.join(harness.ROOT, "agent")):
+        if any(f.endswith((".c", ".h")) for f in files):
+            out.append(os.path.relpath(d, harness.ROOT))
+    return sorted(out)
+
+
+def test_layers_include_only_downwards():
+    """A file includes headers of its own folder and of the folders below
+    it in docs/development.md's layout, never of one above: the include
+    graph between folders has no cycle."""
+    order = [f for f, _ in layout_layers()]
+    assert sorted(order) == agent_folders(), "the layout's folders are not agent/'s"
+    rank = {f: i for i, f in enumerate(order)}
+    where = {}
+    for folder in order:
+        for f in os.listdir(os.path.join(harness.ROOT, folder)):
+            if f.endswith(".h"):
+                where.setdefault(f, folder)
+    bad = []
+    for folder in order:
+        for f in sorted(os.listdir(os.path.join(harness.ROOT, folder))):
+            if not f.endswith((".c", ".h")):
+                continue
+            with open(os.path.join(harness.ROOT, folder, f), encoding="utf-8") as fh:
+                for inc in re.findall(r'^#include "([^"]+)"', fh.read(), flags=re.M):
+                    dest = where.get(inc)
+                    if dest is not None and rank[dest] > rank[folder]:
+                        bad.append("%s/%s includes %s (%s)" % (folder, f, inc, dest))
+    assert not bad, "includes upwards:\n" + "\n".join(bad)
+
+
 def test_layout_names_every_module():
     """The layout section of docs/development.md names every folder of
     agent/ and every module in the folder it lives in."""
     text = doc("docs/development.md")
-    layout = text[text.index("## Layout of the sources\n"):]
-    layout = layout[:layout.index("\n\n", layout.index("agent/"))]
-    blocks = re.split(r"^    (agent/[a-z/]*)", layout, flags=re.M)
-    described = {blocks[i].rstrip("/"): blocks[i + 1] for i in range(1, len(blocks) - 1, 2)}
-    agent = os.path.join(harness.ROOT, "agent")
-    folders = ["agent"] + ["agent/" + d for d in sorted(os.listdir(agent))
-                           if os.path.isdir(os.path.join(agent, d))]
+    described = dict(layout_layers())
     missing = []
-    for folder in folders:
-        if folder == "agent/store/redis" or folder.endswith("/redis"):
-            continue
+    for folder in agent_folders():
         assert folder in described, "the layout has no entry for %s/" % folder
         for f in sorted(os.listdir(os.path.join(harness.ROOT, folder))):
             name, ext = os.path.splitext(f)

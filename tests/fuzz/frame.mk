@@ -1,2 +1,2 @@
 FUZZERS += frame
-fuzz_frame_SRCS := tests/fuzz/fuzz_frame.c agent/protocol/spop.c agent/alloc.c
+fuzz_frame_SRCS := tests/fuzz/fuzz_frame.c agent/protocol/spop.c agent/base/alloc.c

@@ -1,2 +1,2 @@
 FUZZERS += redis_guard
-fuzz_redis_guard_SRCS := tests/fuzz/fuzz_redis_guard.c agent/store/redis_guard.c agent/alloc.c
+fuzz_redis_guard_SRCS := tests/fuzz/fuzz_redis_guard.c agent/store/redis/redis_guard.c agent/base/alloc.c

@@ -1,4 +1,4 @@
 FUZZERS += rules
 # spop.c for the typed-data constructors and rules_args_from_kv.
 fuzz_rules_SRCS := tests/fuzz/fuzz_rules.c $(RULES_SRCS) \
-	agent/protocol/spop.c agent/policy/identity.c agent/alloc.c
+	agent/protocol/spop.c agent/policy/identity.c agent/base/alloc.c

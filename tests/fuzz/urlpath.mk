@@ -1,2 +1,2 @@
 FUZZERS += urlpath
-fuzz_urlpath_SRCS := tests/fuzz/fuzz_urlpath.c agent/rules/urlpath.c agent/alloc.c
+fuzz_urlpath_SRCS := tests/fuzz/fuzz_urlpath.c agent/rules/urlpath.c agent/base/alloc.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += auth
-test_auth_SRCS := tests/unit/test_auth.c agent/ops/auth.c agent/secret.c agent/policy/identity.c
+test_auth_SRCS := tests/unit/test_auth.c agent/ops/auth.c agent/ops/secret.c agent/policy/identity.c

@@ -1,3 +1,3 @@
 UNIT_TESTS += decide
-test_decide_SRCS := tests/unit/test_decide.c agent/policy/decide.c agent/policy/overrides.c agent/protocol/spop.c agent/policy/identity.c \
-	$(RULES_SRCS) agent/alloc.c
+test_decide_SRCS := tests/unit/test_decide.c agent/decide/decide.c agent/decide/overrides.c agent/protocol/spop.c agent/policy/identity.c \
+	$(RULES_SRCS) agent/base/alloc.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += inflight
-test_inflight_SRCS := tests/unit/test_inflight.c agent/store/inflight.c agent/alloc.c
+test_inflight_SRCS := tests/unit/test_inflight.c agent/store/inflight.c agent/base/alloc.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += lease
-test_lease_SRCS := tests/unit/test_lease.c agent/store/lease.c agent/policy/limit.c agent/alloc.c
+test_lease_SRCS := tests/unit/test_lease.c agent/store/lease.c agent/policy/limit.c agent/base/alloc.c

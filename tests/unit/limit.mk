@@ -1,2 +1,2 @@
 UNIT_TESTS += limit
-test_limit_SRCS := tests/unit/test_limit.c agent/policy/limit.c agent/alloc.c
+test_limit_SRCS := tests/unit/test_limit.c agent/policy/limit.c agent/base/alloc.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += log
-test_log_SRCS := tests/unit/test_log.c agent/log.c
+test_log_SRCS := tests/unit/test_log.c agent/base/log.c

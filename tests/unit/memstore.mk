@@ -1,2 +1,2 @@
 UNIT_TESTS += memstore
-test_memstore_SRCS := tests/unit/test_memstore.c agent/store/memstore.c agent/policy/limit.c agent/alloc.c
+test_memstore_SRCS := tests/unit/test_memstore.c agent/store/memstore.c agent/policy/limit.c agent/base/alloc.c

@@ -1,3 +1,3 @@
 UNIT_TESTS += overrides
-test_overrides_SRCS := tests/unit/test_overrides.c agent/policy/overrides.c agent/policy/limit.c agent/policy/identity.c agent/protocol/spop.c \
-	agent/alloc.c
+test_overrides_SRCS := tests/unit/test_overrides.c agent/decide/overrides.c agent/policy/limit.c agent/policy/identity.c agent/protocol/spop.c \
+	agent/base/alloc.c

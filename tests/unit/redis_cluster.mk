@@ -1,2 +1,2 @@
 UNIT_TESTS += redis_cluster
-test_redis_cluster_SRCS := tests/unit/test_redis_cluster.c agent/store/redis_cluster.c agent/alloc.c
+test_redis_cluster_SRCS := tests/unit/test_redis_cluster.c agent/store/redis/redis_cluster.c agent/base/alloc.c

@@ -1,2 +1,2 @@
 UNIT_TESTS += redis_reply
-test_redis_reply_SRCS := tests/unit/test_redis_reply.c agent/store/redis_reply.c
+test_redis_reply_SRCS := tests/unit/test_redis_reply.c agent/store/redis/redis_reply.c

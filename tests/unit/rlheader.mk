@@ -1,2 +1,2 @@
 UNIT_TESTS += rlheader
-test_rlheader_SRCS := tests/unit/test_rlheader.c agent/policy/rlheader.c agent/policy/limit.c agent/alloc.c
+test_rlheader_SRCS := tests/unit/test_rlheader.c agent/policy/rlheader.c agent/policy/limit.c agent/base/alloc.c

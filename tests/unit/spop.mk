@@ -1,2 +1,2 @@
 UNIT_TESTS += spop
-test_spop_SRCS := tests/unit/test_spop.c agent/protocol/spop.c agent/alloc.c
+test_spop_SRCS := tests/unit/test_spop.c agent/protocol/spop.c agent/base/alloc.c
