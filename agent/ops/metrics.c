@@ -24,9 +24,8 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
 	     (unsigned long long)v);
 }
 
-/* Offsets of counters in the structs summed below. An array element is
- * the offset of the array plus its index times sizeof(counter_t). */
-#define WORKER(field) offsetof(struct worker_stats, field)
+/* Offsets of counters in the structs below. An array element is the
+ * offset of the array plus its index times sizeof(counter_t). */
 #define RULE(field) offsetof(struct rule_counters, field)
 #define STORE(field) offsetof(struct store_stats, field)
 
@@ -35,48 +34,9 @@ static uint64_t counter_at(const void *stats, size_t offset)
 	return STAT_GET(*(const counter_t *)((const char *)stats + offset));
 }
 
-/* A counter of struct worker_stats summed over every worker. */
-static uint64_t worker_sum(const struct server *srv, size_t offset)
-{
-	uint64_t s = 0;
-
-	for (int i = 0; i < srv->nworkers; i++)
-		s += counter_at(&srv->workers[i].stats, offset);
-	return s;
-}
-
-/* A counter of struct store_stats summed over every worker's store. */
-struct node_sum {
-	size_t offset;
-	uint64_t sum;
-};
-
-static void add_node(void *arg, const char *name, const struct store_stats *stats)
-{
-	struct node_sum *ns = arg;
-
-	ns->sum += counter_at(stats, ns->offset);
-}
-
-/* A counter of struct store_stats summed over every worker's store and
- * every server the store talks to (each counter is kept in one of the
- * two places). */
-static uint64_t store_sum(const struct server *srv, size_t offset)
-{
-	struct node_sum ns = { offset, 0 };
-
-	for (int i = 0; i < srv->nworkers; i++) {
-		if (srv->workers[i].store)
-			ns.sum += counter_at(&srv->workers[i].store->stats, offset);
-	}
-	if (srv->store->ops->each_node)
-		srv->store->ops->each_node(srv->store, add_node, &ns);
-	return ns.sum;
-}
-
-/* The struct hist at `offset` in struct store_stats, summed over the
- * workers' stores; bounds in seconds. */
-static void histogram(struct out *o, const struct server *srv, const char *name,
+/* The struct hist at `offset` in the store's counters (summed over its
+ * workers and servers, store_get_stats); bounds in seconds. */
+static void histogram(struct out *o, const struct store_stats *sts, const char *name,
 		      const char *help, size_t offset)
 {
 	static const int64_t bound[HIST_BUCKETS - 1] = HIST_BOUNDS_US;
@@ -84,8 +44,8 @@ static void histogram(struct out *o, const struct server *srv, const char *name,
 
 	outf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
 	for (int b = 0; b < HIST_BUCKETS; b++) {
-		cum += store_sum(srv, offset + offsetof(struct hist, bucket) +
-					      (size_t)b * sizeof(counter_t));
+		cum += counter_at(sts, offset + offsetof(struct hist, bucket) +
+					       (size_t)b * sizeof(counter_t));
 		if (b < HIST_BUCKETS - 1) {
 			/* seconds in plain decimals: 0.00005, not 5e-05 */
 			char le[32];
@@ -98,8 +58,8 @@ static void histogram(struct out *o, const struct server *srv, const char *name,
 			outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
 	}
 	outf(o, "%s_sum %.6f\n%s_count %llu\n", name,
-	     (double)store_sum(srv, offset + offsetof(struct hist, sum_us)) / 1e6, name,
-	     (unsigned long long)store_sum(srv, offset + offsetof(struct hist, count)));
+	     (double)counter_at(sts, offset + offsetof(struct hist, sum_us)) / 1e6, name,
+	     (unsigned long long)counter_at(sts, offset + offsetof(struct hist, count)));
 }
 
 /* Per server: one labelled series of each of these. */
@@ -131,23 +91,23 @@ static void node_line(void *arg, const char *node, const struct store_stats *sta
 	     (unsigned long long)counter_at(stats, nl->offset));
 }
 
-static void node_series(struct out *o, const struct server *srv)
+static void node_series(struct out *o, struct store *st)
 {
 	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", STORE(not_evicting) };
 
-	if (!srv->store->ops->each_node)
+	if (!store_has_nodes(st))
 		return;
 	for (size_t k = 0; k < sizeof(node_counters) / sizeof(node_counters[0]); k++) {
 		struct node_line nl = { o, node_counters[k].name, node_counters[k].offset };
 
 		outf(o, "# HELP %s %s\n# TYPE %s counter\n", nl.name, node_counters[k].help, nl.name);
-		srv->store->ops->each_node(srv->store, node_line, &nl);
+		store_each_node(st, node_line, &nl);
 	}
 	outf(o, "# HELP %s 1 while keys written without an expiry may be on the server "
 	     "(--redis-expiry never, or auto once it was found evicting) and it may not evict "
 	     "them: no maxmemory, a policy other than allkeys-lru or allkeys-lfu, or CONFIG "
 	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
-	srv->store->ops->each_node(srv->store, node_line, &gauge);
+	store_each_node(st, node_line, &gauge);
 }
 
 /* The shared store's counters, in the order of the text. */
@@ -235,11 +195,10 @@ static void by_rule(struct out *o, const struct server *srv, const struct rules 
 /* Sheds by rule and priority, then what shedding compares: the load of
  * the most recent request that carried the figures, and the threshold
  * of each priority that has one. */
-static void shed_series(struct out *o, const struct server *srv, const struct rules *rules)
+static void shed_series(struct out *o, const struct server *srv, const struct server_stats *ss,
+			const struct rules *rules)
 {
 	const struct shed_config *sc = rules ? rules_shed(rules) : NULL;
-	double at = 0.;
-	int64_t in_use = 0, free_conns = 0;
 
 	outf(o, "# HELP spoa_rl_shed_total Requests shed with 503, by rule and priority.\n"
 		"# TYPE spoa_rl_shed_total counter\n");
@@ -253,18 +212,8 @@ static void shed_series(struct out *o, const struct server *srv, const struct ru
 	}
 	outf(o, "# HELP spoa_rl_backend_load Backend load, busy / (busy + free) connections, of the last request that carried the figures (absent before one did).\n"
 		"# TYPE spoa_rl_backend_load gauge\n");
-	for (int i = 0; i < srv->nworkers; i++) {
-		const struct worker_load *wl = &srv->workers[i].load;
-		double t = atomic_load_explicit(&wl->at, memory_order_relaxed);
-
-		if (t > at) {
-			at = t;
-			in_use = atomic_load_explicit(&wl->in_use, memory_order_relaxed);
-			free_conns = atomic_load_explicit(&wl->free_conns, memory_order_relaxed);
-		}
-	}
-	if (at > 0. && shed_load(in_use, free_conns) >= 0.)
-		outf(o, "spoa_rl_backend_load %.4f\n", shed_load(in_use, free_conns));
+	if (ss->load_at > 0. && shed_load(ss->in_use, ss->free_conns) >= 0.)
+		outf(o, "spoa_rl_backend_load %.4f\n", shed_load(ss->in_use, ss->free_conns));
 	outf(o, "# HELP spoa_rl_shed_threshold Load at which each priority is shed (P0 never; a priority without a threshold is absent).\n"
 		"# TYPE spoa_rl_shed_threshold gauge\n");
 	for (int p = 1; sc && p < SHED_PRIORITIES; p++)
@@ -273,20 +222,16 @@ static void shed_series(struct out *o, const struct server *srv, const struct ru
 			     (double)sc->threshold_bp[p] / SHED_FULL);
 }
 
-static void render(struct server *srv, struct out *o)
+/* The workers' counters, then the server's (server_get_stats). */
+static void server_series(struct out *o, const struct server *srv, const struct server_stats *ss,
+			  const struct rules *rules)
 {
-	struct rules *rules = atomic_load(&srv->rules);
-	uint64_t acc = worker_sum(srv, WORKER(accepted));
-	uint64_t closed = worker_sum(srv, WORKER(closed));
-
-	counter(o, "spoa_rl_connections_total", "SPOP connections accepted.", acc);
-	gauge(o, "spoa_rl_connections", "SPOP connections open.", acc - closed);
-	counter(o, "spoa_rl_hellos_total", "SPOP handshakes completed.",
-		worker_sum(srv, WORKER(hellos)));
+	counter(o, "spoa_rl_connections_total", "SPOP connections accepted.", ss->accepted);
+	gauge(o, "spoa_rl_connections", "SPOP connections open.", ss->accepted - ss->closed);
+	counter(o, "spoa_rl_hellos_total", "SPOP handshakes completed.", ss->hellos);
 	counter(o, "spoa_rl_healthchecks_total", "HAProxy health checks answered.",
-		worker_sum(srv, WORKER(healthchecks)));
-	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.",
-		worker_sum(srv, WORKER(notifies)));
+		ss->healthchecks);
+	counter(o, "spoa_rl_notify_total", "NOTIFY frames received.", ss->notifies);
 	by_rule(o, srv, rules, "spoa_rl_decisions_total", "check-rate decisions answered, by rule.",
 		RULE(decisions));
 	by_rule(o, srv, rules, "spoa_rl_limited_total", "Decisions with status 429, by rule.",
@@ -295,83 +240,90 @@ static void render(struct server *srv, struct out *o)
 		"Decisions allowed that left the client under a tenth of the quota of the limit that decided, by rule.",
 		RULE(near_limit));
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
-		worker_sum(srv, WORKER(degraded)));
+		ss->degraded);
 	by_rule(o, srv, rules, "spoa_rl_shadow_total",
 		"Requests that would have been refused, forwarded by shadow mode, by rule.",
 		RULE(shadow));
 	counter(o, "spoa_rl_store_down_total",
-		"Requests refused with 503 because the store failed (fail-closed).",
-		worker_sum(srv, WORKER(store_down)));
+		"Requests refused with 503 because the store failed (fail-closed).", ss->store_down);
 	counter(o, "spoa_rl_releases_total",
-		"Release messages: responses giving back a concurrency place.",
-		worker_sum(srv, WORKER(releases)));
+		"Release messages: responses giving back a concurrency place.", ss->releases);
 	counter(o, "spoa_rl_releases_invalid_total",
 		"Release messages without a slot or request_id, or with a malformed slot.",
-		worker_sum(srv, WORKER(releases_bad)));
+		ss->releases_bad);
 	counter(o, "spoa_rl_write_stalls_total",
 		"SPOP connections closed because the peer read nothing of their answers for 5 s.",
-		worker_sum(srv, WORKER(write_stalls)));
+		ss->write_stalls);
 	gauge(o, "spoa_rl_output_grown_bytes",
 	      "Bytes by which SPOP connections' output buffers have grown past their first 16 KiB (answers waiting for peers that read slowly).",
-	      atomic_load_explicit(&srv->out_grown, memory_order_relaxed));
+	      ss->out_grown);
 	counter(o, "spoa_rl_answers_trimmed_total",
 		"Answers sent without policy (and ratelimit if need be): too big for the max-frame-size HAProxy announced.",
-		worker_sum(srv, WORKER(answers_trimmed)));
+		ss->answers_trimmed);
+}
+
+/* The shared store's counters, summed and by server. */
+static void store_series(struct out *o, struct store *st, const struct store_stats *sts)
+{
+	for (size_t k = 0; k < sizeof(store_counters) / sizeof(store_counters[0]); k++)
+		counter(o, store_counters[k].name, store_counters[k].help,
+			counter_at(sts, store_counters[k].offset));
+	histogram(o, sts, "spoa_rl_redis_call_duration_seconds",
+		  "Script calls, from sending to the reply.", STORE(call_time));
+	histogram(o, sts, "spoa_rl_redis_decision_duration_seconds",
+		  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
+		  STORE(wait_time));
+	node_series(o, st);
+}
+
+static void memory_series(struct out *o, const struct store *st)
+{
+	struct memstore_stats ms;
+
+	store_mem_stats(st, &ms);
+	gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
+	/* what keys are measured against (an alert on how full it is) */
+	gauge(o, "spoa_rl_memory_max_keys",
+	      "Client limits the in-memory store can track (--mem-max-keys).", ms.max_keys);
+	counter(o, "spoa_rl_memory_full_total",
+		"In-memory decisions left to the failure policy: no room without forgetting a refused client.",
+		ms.full);
+	counter(o, "spoa_rl_memory_evicted_total",
+		"In-memory entries forgotten to make room for new clients.", ms.evicted);
+	gauge(o, "spoa_rl_memory_log_chunks",
+	      "Chunks of 128 bytes (12 requests) that log limits hold in memory.", ms.log_chunks);
+}
+
+static void render(struct server *srv, struct out *o)
+{
+	struct rules *rules = atomic_load(&srv->rules);
+	struct server_stats ss;
+	struct store_stats sts;
+
+	server_get_stats(srv, &ss);
+	store_get_stats(srv->store, &sts);
+	server_series(o, srv, &ss, rules);
 	counter(o, "spoa_rl_penalty_events_total",
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
-		store_sum(srv, STORE(penalty_events)));
+		counter_at(&sts, STORE(penalty_events)));
 	counter(o, "spoa_rl_override_unapplied_total",
 		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
 		rules_override_refused());
-	shed_series(o, srv, rules);
-	{
-		counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.",
-			STAT_GET(srv->reloads));
-		counter(o, "spoa_rl_reload_failures_total",
-			"SIGHUPs whose file was invalid (the rules in force stayed).",
-			STAT_GET(srv->reload_failures));
-		gauge(o, "spoa_rl_rules_generation", "Generation of the rules in force (1 at start, +1 per reload).",
-		      rules ? rules_gen(rules) : 0);
-	}
+	shed_series(o, srv, &ss, rules);
+	counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.", ss.reloads);
+	counter(o, "spoa_rl_reload_failures_total",
+		"SIGHUPs whose file was invalid (the rules in force stayed).", ss.reload_failures);
+	gauge(o, "spoa_rl_rules_generation", "Generation of the rules in force (1 at start, +1 per reload).",
+	      rules ? rules_gen(rules) : 0);
 	outf(o, "# HELP spoa_rl_disconnects_total AGENT-DISCONNECT frames sent, by status.\n"
 		"# TYPE spoa_rl_disconnects_total counter\n");
-	for (int st = 0; st < 14; st++) {
-		uint64_t v = worker_sum(srv, WORKER(disconnects_sent) +
-					     (size_t)st * sizeof(counter_t));
-
-		if (v)
+	for (int st = 0; st < 14; st++)
+		if (ss.disconnects_sent[st])
 			outf(o, "spoa_rl_disconnects_total{status=\"%d\"} %llu\n",
-			     st == 13 ? 99 : st, (unsigned long long)v);
-	}
-	if (srv->store->ops->shared) {
-		for (size_t k = 0; k < sizeof(store_counters) / sizeof(store_counters[0]); k++)
-			counter(o, store_counters[k].name, store_counters[k].help,
-				store_sum(srv, store_counters[k].offset));
-		histogram(o, srv, "spoa_rl_redis_call_duration_seconds",
-			  "Script calls, from sending to the reply.", STORE(call_time));
-		histogram(o, srv, "spoa_rl_redis_decision_duration_seconds",
-			  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
-			  STORE(wait_time));
-		node_series(o, srv);
-	}
-	{
-		struct memstore_stats ms;
-
-		memstore_get_stats(srv->store->mem, &ms);
-		gauge(o, "spoa_rl_memory_keys", "Client limits tracked in memory.", ms.keys);
-		/* what keys are measured against (an alert on how full it is) */
-		gauge(o, "spoa_rl_memory_max_keys",
-		      "Client limits the in-memory store can track (--mem-max-keys).",
-		      srv->cfg.mem_max_keys);
-		counter(o, "spoa_rl_memory_full_total",
-			"In-memory decisions left to the failure policy: no room without forgetting a refused client.",
-			ms.full);
-		counter(o, "spoa_rl_memory_evicted_total",
-			"In-memory entries forgotten to make room for new clients.", ms.evicted);
-		gauge(o, "spoa_rl_memory_log_chunks",
-		      "Chunks of 128 bytes (12 requests) that log limits hold in memory.",
-		      ms.log_chunks);
-	}
+			     st == 13 ? 99 : st, (unsigned long long)ss.disconnects_sent[st]);
+	if (store_shared(srv->store))
+		store_series(o, srv->store, &sts);
+	memory_series(o, srv->store);
 }
 
 size_t metrics_render(struct server *srv, char **out)

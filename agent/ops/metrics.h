@@ -1,6 +1,8 @@
 /* metrics.h: the Prometheus exposition text of the agent's counters.
- * Worker counters are read with relaxed atomics (stats.h), so rendering
- * never stops a worker; main.c serves the text at GET /metrics. */
+ * Each module's are read through the function it exports for them
+ * (server_get_stats, store_get_stats, store_mem_stats, rulestats_get),
+ * with relaxed atomics (stats.h), so rendering never stops a worker;
+ * main.c serves the text at GET /metrics. */
 #ifndef RL_METRICS_H
 #define RL_METRICS_H
 

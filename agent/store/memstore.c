@@ -933,6 +933,7 @@ void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
 		out->reclaimed += sh->reclaimed;
 		out->evicted += sh->evicted;
 		out->log_chunks += sh->chunks_used;
+		out->max_keys += sh->cap;
 		pthread_mutex_unlock(&sh->lock);
 	}
 }

@@ -32,6 +32,7 @@ struct memstore_stats {
 	uint64_t reclaimed;
 	uint64_t evicted;  /* entries forgotten to make room */
 	uint64_t log_chunks; /* chunks of logs in use (MEMSTORE_LOG_CHUNK_BYTES each) */
+	uint64_t max_keys;   /* memstore_new()'s */
 };
 
 /* A log limit's requests are kept in chunks of this many bytes, 12 requests

@@ -52,16 +52,72 @@ struct store_worker *store_worker_new(struct store *st, struct ev_loop *loop, in
 		xfree(sw);
 		return NULL;
 	}
+	sw->next = st->workers;
+	st->workers = sw;
 	return sw;
 }
 
 void store_worker_free(struct store_worker *sw)
 {
+	struct store_worker **pp;
+
 	if (!sw)
 		return;
+	for (pp = &sw->st->workers; *pp; pp = &(*pp)->next)
+		if (*pp == sw) {
+			*pp = sw->next;
+			break;
+		}
 	if (sw->st->ops->worker_free)
 		sw->st->ops->worker_free(sw);
 	xfree(sw);
+}
+
+bool store_shared(const struct store *st)
+{
+	return st->ops->shared;
+}
+
+/* struct store_stats holds counters only (struct hist and struct
+ * lease_stats too): summed as an array of them. */
+_Static_assert(sizeof(struct store_stats) % sizeof(counter_t) == 0, "counters only");
+
+static void stats_add(struct store_stats *to, const struct store_stats *from)
+{
+	counter_t *t = (counter_t *)to;
+	const counter_t *f = (const counter_t *)from;
+
+	for (size_t i = 0; i < sizeof(*to) / sizeof(counter_t); i++)
+		STAT_ADD(t[i], STAT_GET(f[i]));
+}
+
+static void add_node(void *arg, const char *name, const struct store_stats *stats)
+{
+	stats_add(arg, stats);
+}
+
+void store_get_stats(struct store *st, struct store_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (const struct store_worker *sw = st->workers; sw; sw = sw->next)
+		stats_add(out, &sw->stats);
+	store_each_node(st, add_node, out);
+}
+
+bool store_has_nodes(const struct store *st)
+{
+	return st->ops->each_node != NULL;
+}
+
+void store_each_node(struct store *st, store_node_fn *fn, void *arg)
+{
+	if (st->ops->each_node)
+		st->ops->each_node(st, fn, arg);
+}
+
+void store_mem_stats(const struct store *st, struct memstore_stats *out)
+{
+	memstore_get_stats(st->mem, out);
 }
 
 /* limits[i] for i in [0, n) but `skip` (-1: none), each under its key, in

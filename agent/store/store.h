@@ -174,10 +174,12 @@ struct store {
 	void (*on_overrides)(void *priv, struct overrides *o);
 	void *on_overrides_priv;
 	atomic_uint_fast64_t reset_epoch; /* +1 per admin reset: caches forget */
+	struct store_worker *workers;     /* every worker's part (main thread) */
 };
 
 struct store_worker {
 	struct store *st;
+	struct store_worker *next;        /* in st->workers */
 	struct ev_loop *loop;
 	int idx;
 	store_answer_fn *answer;
@@ -249,6 +251,18 @@ void store_admin(struct store *st, struct store_admin *a);
 void store_admin_done(struct store *st, struct store_admin *a);
 
 uint64_t store_reset_epoch(const struct store *st);
+
+/* For the metrics, on the main thread: whether decisions are shared by a
+ * fleet; the counters of every worker's part and of every server the
+ * store talks to, summed into *out; whether it talks to servers of its
+ * own, and each one's counters (fn, as store_ops.each_node); the memory
+ * store's figures (of the local failure policy's buckets too). */
+bool store_shared(const struct store *st);
+void store_get_stats(struct store *st, struct store_stats *out);
+bool store_has_nodes(const struct store *st);
+void store_each_node(struct store *st, store_node_fn *fn, void *arg);
+struct memstore_stats;
+void store_mem_stats(const struct store *st, struct memstore_stats *out);
 
 /* The shared store keeps one key per limit of a client, 14 bytes:
  * "{TTTT}LLLLLLLL". TTTT is the client's tag (24 bits of its SipHash in

@@ -42,6 +42,38 @@ void server_config_defaults(struct server_config *cfg)
 	cfg->mem_max_keys = 1000000;
 }
 
+void server_get_stats(const struct server *srv, struct server_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (int i = 0; i < srv->nworkers; i++) {
+		const struct worker_stats *ws = &srv->workers[i].stats;
+		const struct worker_load *wl = &srv->workers[i].load;
+		double at = atomic_load_explicit(&wl->at, memory_order_relaxed);
+
+		out->accepted += STAT_GET(ws->accepted);
+		out->closed += STAT_GET(ws->closed);
+		out->hellos += STAT_GET(ws->hellos);
+		out->healthchecks += STAT_GET(ws->healthchecks);
+		out->notifies += STAT_GET(ws->notifies);
+		out->degraded += STAT_GET(ws->degraded);
+		out->store_down += STAT_GET(ws->store_down);
+		out->releases += STAT_GET(ws->releases);
+		out->releases_bad += STAT_GET(ws->releases_bad);
+		for (int st = 0; st < 14; st++)
+			out->disconnects_sent[st] += STAT_GET(ws->disconnects_sent[st]);
+		out->answers_trimmed += STAT_GET(ws->answers_trimmed);
+		out->write_stalls += STAT_GET(ws->write_stalls);
+		if (at > out->load_at) {
+			out->load_at = at;
+			out->in_use = atomic_load_explicit(&wl->in_use, memory_order_relaxed);
+			out->free_conns = atomic_load_explicit(&wl->free_conns, memory_order_relaxed);
+		}
+	}
+	out->out_grown = atomic_load_explicit(&srv->out_grown, memory_order_relaxed);
+	out->reloads = STAT_GET(srv->reloads);
+	out->reload_failures = STAT_GET(srv->reload_failures);
+}
+
 void server_swap_rules(struct server *srv, struct rules *rules)
 {
 	struct rules *old;

@@ -124,6 +124,34 @@ struct server {
 
 void server_config_defaults(struct server_config *cfg);
 
+/* What the workers have counted, summed, and the server's own counters:
+ * a snapshot for the metrics (read with relaxed atomics, stats.h). */
+struct server_stats {
+	uint64_t accepted;
+	uint64_t closed;
+	uint64_t hellos;
+	uint64_t healthchecks;
+	uint64_t notifies;
+	uint64_t degraded;
+	uint64_t store_down;
+	uint64_t releases;
+	uint64_t releases_bad;
+	uint64_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
+	uint64_t answers_trimmed;
+	uint64_t write_stalls;
+	uint64_t out_grown;       /* bytes, server.out_grown */
+	uint64_t reloads;
+	uint64_t reload_failures;
+	/* The load figures of the most recent request that carried them, over
+	 * the workers (load_at 0: none yet). */
+	double load_at;
+	int64_t in_use;
+	int64_t free_conns;
+};
+
+/* Fills *out. Main thread (the workers cannot come or go meanwhile). */
+void server_get_stats(const struct server *srv, struct server_stats *out);
+
 /* Raises the soft limit on descriptors to the hard one (server_listen
  * does too): before anything sizes itself by it. */
 void server_raise_fd_limit(void);

@@ -1,9 +1,11 @@
 /* Unit tests of the metrics text: every counter of two workers, of their
  * rules (three, one slot each), their Redis stores and the in-memory
  * store, rendered and compared byte for byte with the texts of
- * tests/unit/metrics, so that a change in how the figures are summed
- * cannot change what scrapers read. The stores are stand-ins that hold
- * counters only: the rendering is under test. Then the slots of rules
+ * tests/unit/metrics, so that a change in how the figures are read
+ * cannot change what scrapers read. The modules' stats functions are
+ * stand-ins that give every field a distinct figure, as two workers'
+ * counters summed (server.c and store.c sum them: test_server,
+ * test_store): the rendering is under test. Then the slots of rules
  * across reloads (rulestats.c), through the text. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,28 +28,88 @@
 #define FIXTURES "tests/unit/metrics"
 #define NWORKERS 2
 
-static struct store_worker sws[NWORKERS];
-static struct worker workers[NWORKERS];
 static struct rules *rules;
 static struct store store;
-static const struct store_ops shared_ops = { .name = "redis", .shared = true };
-static const struct store_ops memory_ops = { .name = "memory", .shared = false };
+static int shared; /* the store: Redis (1), or the in-memory store alone */
 
-void memstore_get_stats(struct memstore *ms, struct memstore_stats *out)
+/* The figure of field i of a struct of counters in two workers, summed:
+ * worker w (0, 1) counted base * (w + 1) + 3 i + (1 but every fifth). */
+static uint64_t figure(uint64_t base, size_t i)
+{
+	uint64_t v = 0;
+
+	for (int w = 0; w < NWORKERS; w++)
+		v += base * (uint64_t)(w + 1) + 3 * i + (i % 5 == 4 ? 0 : 1);
+	return v;
+}
+
+static void fill(counter_t *c, size_t n, uint64_t base)
+{
+	for (size_t i = 0; i < n; i++)
+		atomic_store(&c[i], base + 3 * i + (i % 5 == 4 ? 0 : 1));
+}
+
+/* ---- the modules' stats functions ------------------------------------------ */
+
+void server_get_stats(const struct server *srv, struct server_stats *out)
+{
+	/* the workers' counters, in the order they were numbered in */
+	uint64_t *field[] = {
+		&out->accepted, &out->closed, &out->hellos, &out->healthchecks, &out->notifies,
+		&out->degraded, &out->store_down, &out->releases, &out->releases_bad,
+	};
+	size_t i = 0;
+
+	memset(out, 0, sizeof(*out));
+	for (; i < sizeof(field) / sizeof(field[0]); i++)
+		*field[i] = figure(1000, i);
+	for (int st = 0; st < 14; st++, i++)
+		out->disconnects_sent[st] = figure(1000, i);
+	out->answers_trimmed = figure(1000, i++);
+	out->write_stalls = figure(1000, i++);
+	/* more opened than closed: the gauge of open connections */
+	out->accepted = 5000 + 10000;
+	/* a status never sent stays out of the text */
+	out->disconnects_sent[3] = 0;
+	/* the later of the two workers' figures: 30 busy of 120 */
+	out->load_at = 2000.5;
+	out->in_use = 30;
+	out->free_conns = 90;
+	out->reloads = 2;
+	out->reload_failures = 1;
+}
+
+bool store_shared(const struct store *st)
+{
+	return shared;
+}
+
+void store_get_stats(struct store *st, struct store_stats *out)
+{
+	counter_t *c = (counter_t *)out;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; shared && i < sizeof(*out) / sizeof(counter_t); i++)
+		atomic_store(&c[i], figure(70000, i));
+}
+
+bool store_has_nodes(const struct store *st)
+{
+	return false;
+}
+
+void store_each_node(struct store *st, store_node_fn *fn, void *arg)
+{
+}
+
+void store_mem_stats(const struct store *st, struct memstore_stats *out)
 {
 	out->keys = 4242;
 	out->full = 17;
 	out->reclaimed = 99;
 	out->evicted = 5;
 	out->log_chunks = 31;
-}
-
-/* Both structs hold nothing but counters: number them all, distinctly per
- * worker, so that a field summed from the wrong place shows. */
-static void fill(counter_t *c, size_t n, uint64_t base)
-{
-	for (size_t i = 0; i < n; i++)
-		atomic_store(&c[i], base + 3 * i + (i % 5 == 4 ? 0 : 1));
+	out->max_keys = 50000;
 }
 
 #define RULES_TEXT                                                            \
@@ -58,7 +120,6 @@ static void fill(counter_t *c, size_t n, uint64_t base)
 static void scenario(struct server *srv, int redis)
 {
 	memset(srv, 0, sizeof(*srv));
-	memset(workers, 0, sizeof(workers));
 	if (!rules)
 		rules = rules_from_text(RULES_TEXT);
 	srv->rulestats = rulestats_new(NWORKERS);
@@ -70,32 +131,11 @@ static void scenario(struct server *srv, int redis)
 			fill((counter_t *)&rulestats_worker(srv->rulestats, i)[slot],
 			     sizeof(struct rule_counters) / sizeof(counter_t),
 			     100000u * (i + 1) + 100u * slot);
-		/* the later of the two workers' figures: 30 busy of 120 */
-		atomic_store(&workers[i].load.in_use, i ? 30 : 90);
-		atomic_store(&workers[i].load.free_conns, i ? 90 : 10);
-		atomic_store(&workers[i].load.at, i ? 2000.5 : 1999.0);
-		fill((counter_t *)&workers[i].stats,
-		     sizeof(workers[i].stats) / sizeof(counter_t), 1000u * (i + 1));
-		/* more opened than closed: the gauge of open connections */
-		atomic_store(&workers[i].stats.accepted, 5000u * (i + 1));
-		/* a status never sent stays out of the text */
-		atomic_store(&workers[i].stats.disconnects_sent[3], 0);
-		memset(&sws[i], 0, sizeof(sws[i]));
-		if (redis)
-			fill((counter_t *)&sws[i].stats, sizeof(sws[i].stats) / sizeof(counter_t),
-			     70000u * (i + 1));
-		workers[i].store = &sws[i];
 	}
 	rules_set_gen(rules, 3);
 	atomic_init(&srv->rules, rules);
-	atomic_store(&srv->reloads, 2);
-	atomic_store(&srv->reload_failures, 1);
-	srv->workers = workers;
-	srv->nworkers = NWORKERS;
-	srv->cfg.mem_max_keys = 50000;
-	store.ops = redis ? &shared_ops : &memory_ops;
-	store.mem = (struct memstore *)&store; /* only passed to the stub */
-	srv->store = &store;
+	shared = redis;
+	srv->store = &store; /* only passed to the stubs */
 }
 
 static char *read_fixture(const char *name, size_t *len)
@@ -204,11 +244,7 @@ static void test_rules_across_reloads(void **unused)
 	struct rules *a, *b, *c;
 
 	memset(&srv, 0, sizeof(srv));
-	memset(workers, 0, sizeof(workers));
-	srv.workers = workers;
-	srv.nworkers = NWORKERS;
-	store.ops = &memory_ops;
-	store.mem = (struct memstore *)&store;
+	shared = 0;
 	srv.store = &store;
 	srv.rulestats = rulestats_new(NWORKERS);
 	assert_non_null(srv.rulestats);

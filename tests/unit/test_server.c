@@ -142,12 +142,49 @@ static void test_allocation_failures(void **state)
 	assert_true(failed < 200);
 }
 
+/* The metrics' figures: every worker's counters summed, the load figures
+ * of the most recent request that carried them, the server's own. */
+static void test_stats_summed(void **state)
+{
+	long live = xalloc_live();
+	struct server_stats ss;
+
+	(void)state;
+	setup_server(2);
+	assert_int_equal(server_start(&srv), 0);
+	for (int i = 0; i < 2; i++) {
+		struct worker *w = &srv.workers[i];
+
+		STAT_ADD(w->stats.notifies, 10u * (uint64_t)(i + 1));
+		STAT_ADD(w->stats.disconnects_sent[13], (uint64_t)(i + 1));
+		STAT_ADD(w->stats.releases_bad, 5u);
+		STAT_SET(w->load.in_use, (int64_t)(i ? 3 : 50));
+		STAT_SET(w->load.free_conns, (int64_t)(i ? 4 : 60));
+		STAT_SET(w->load.at, i ? 10.0 : 20.0);
+	}
+	STAT_ADD(srv.reloads, 2);
+	atomic_store(&srv.out_grown, 4096);
+	server_get_stats(&srv, &ss);
+	assert_int_equal(ss.notifies, 30);
+	assert_int_equal(ss.disconnects_sent[13], 3);
+	assert_int_equal(ss.releases_bad, 10);
+	assert_int_equal(ss.hellos, 0);
+	assert_true(ss.load_at == 20.0);
+	assert_int_equal(ss.in_use, 50);
+	assert_int_equal(ss.free_conns, 60);
+	assert_int_equal(ss.reloads, 2);
+	assert_int_equal(ss.out_grown, 4096);
+	atomic_store(&srv.out_grown, 0);
+	teardown_server(live);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_start_and_stop),
 		cmocka_unit_test(test_loop_failure),
 		cmocka_unit_test(test_thread_failure),
+		cmocka_unit_test(test_stats_summed),
 		cmocka_unit_test(test_allocation_failures),
 	};
 
