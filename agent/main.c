@@ -659,20 +659,20 @@ int main(int argc, char **argv)
 		case OPT_MAX_FRAME:
 			if (parse_num(optarg, 16380, 16 * 1024 * 1024, &num) < 0)
 				BAD("--max-frame-size: expected 16380 to 16777216, got '%s'", optarg);
-			srv.cfg.max_frame_size = (uint32_t)num;
+			srv.cfg.conn.max_frame_size = (uint32_t)num;
 			break;
 		case OPT_MAX_CONNS:
 			if (parse_num(optarg, 1, 1000000, &num) < 0)
 				BAD("--max-conns: expected 1 to 1000000, got '%s'", optarg);
-			srv.cfg.max_conns = (int)num;
+			srv.cfg.conn.max_conns = (int)num;
 			break;
 		case OPT_IDLE_TIMEOUT:
-			if (parse_seconds(optarg, 0.1, 86400., &srv.cfg.idle_timeout) < 0)
+			if (parse_seconds(optarg, 0.1, 86400., &srv.cfg.conn.idle_timeout) < 0)
 				BAD("--idle-timeout: expected a duration from 100ms to 1d (30s, 5m), got '%s'",
 				    optarg);
 			break;
 		case OPT_HELLO_TIMEOUT:
-			if (parse_seconds(optarg, 0.1, 3600., &srv.cfg.hello_timeout) < 0)
+			if (parse_seconds(optarg, 0.1, 3600., &srv.cfg.conn.hello_timeout) < 0)
 				BAD("--hello-timeout: expected a duration from 100ms to 1h (2s, 500ms), got '%s'",
 				    optarg);
 			break;

@@ -13,9 +13,11 @@
 #include "alloc.h"
 #include "clock.h"
 #include "conn.h"
+#include "decide.h"
 #include "log.h"
 #include "overrides.h"
 #include "store.h"
+#include "worker.h"
 
 static int server_bind(struct server *srv);
 
@@ -31,14 +33,14 @@ void server_config_defaults(struct server_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	addr_parse("127.0.0.1:12345", 0, &cfg->listen);
 	cfg->threads = 1;
-	cfg->max_frame_size = SPOP_OWN_FRAME_SIZE;
-	cfg->max_conns = 10000;
-	cfg->hello_timeout = 5.0;
+	cfg->conn.max_frame_size = SPOP_OWN_FRAME_SIZE;
+	cfg->conn.max_conns = 10000;
+	cfg->conn.hello_timeout = 5.0;
 	/* Longer than HAProxy's own idle timeouts (2 or 3 minutes in the
 	 * shipped configurations), so that in normal operation HAProxy
 	 * closes its idle connections first: an agent that closes one as
 	 * HAProxy sends on it fails that request. */
-	cfg->idle_timeout = 300.0;
+	cfg->conn.idle_timeout = 300.0;
 	cfg->mem_max_keys = 1000000;
 }
 
@@ -46,23 +48,24 @@ void server_get_stats(const struct server *srv, struct server_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < srv->nworkers; i++) {
+		const struct conn_stats *cs = &srv->workers[i].conns.stats;
 		const struct worker_stats *ws = &srv->workers[i].stats;
 		const struct worker_load *wl = &srv->workers[i].load;
 		double at = atomic_load_explicit(&wl->at, memory_order_relaxed);
 
-		out->accepted += STAT_GET(ws->accepted);
-		out->closed += STAT_GET(ws->closed);
-		out->hellos += STAT_GET(ws->hellos);
-		out->healthchecks += STAT_GET(ws->healthchecks);
-		out->notifies += STAT_GET(ws->notifies);
+		out->accepted += STAT_GET(cs->accepted);
+		out->closed += STAT_GET(cs->closed);
+		out->hellos += STAT_GET(cs->hellos);
+		out->healthchecks += STAT_GET(cs->healthchecks);
+		out->notifies += STAT_GET(cs->notifies);
 		out->degraded += STAT_GET(ws->degraded);
 		out->store_down += STAT_GET(ws->store_down);
 		out->releases += STAT_GET(ws->releases);
 		out->releases_bad += STAT_GET(ws->releases_bad);
 		for (int st = 0; st < 14; st++)
-			out->disconnects_sent[st] += STAT_GET(ws->disconnects_sent[st]);
+			out->disconnects_sent[st] += STAT_GET(cs->disconnects_sent[st]);
 		out->answers_trimmed += STAT_GET(ws->answers_trimmed);
-		out->write_stalls += STAT_GET(ws->write_stalls);
+		out->write_stalls += STAT_GET(cs->write_stalls);
 		if (at > out->load_at) {
 			out->load_at = at;
 			out->in_use = atomic_load_explicit(&wl->in_use, memory_order_relaxed);
@@ -182,7 +185,7 @@ static void on_accept(struct ev_loop *loop, ev_io *io, int revents)
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-		conn_accept(w, fd);
+		conn_accept(&w->conns, fd);
 	}
 }
 
@@ -206,7 +209,7 @@ static void on_stop(struct ev_loop *loop, ev_async *a, int revents)
 	ev_prepare_start(loop, &w->reap_w);
 	ev_io_stop(loop, &w->accept_w);
 	ev_timer_stop(loop, &w->accept_pause_w);
-	conn_stop_all(w);
+	conn_stop_all(&w->conns);
 	ev_timer_start(loop, &w->grace_w);
 }
 
@@ -296,11 +299,11 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 	struct worker *w = p->data;
 
 	worker_refresh_rules(w);
-	conn_flush_pending(w);
-	conn_reap(w);
+	conn_flush_pending(&w->conns);
+	conn_reap(&w->conns);
 	if (w->stopping && w->conns.nconns == 0)
 		ev_break(loop, EVBREAK_ALL);
-	if (!w->stopping && !w->conns.reap_list && !w->conns.flush_list)
+	if (!w->stopping && !conn_set_busy(&w->conns))
 		ev_prepare_stop(loop, p);
 }
 
@@ -320,8 +323,9 @@ static void worker_fini(struct worker *w)
 	store_worker_free(w->store);
 	w->store = NULL;
 	if (w->loop) {
-		conn_flush_pending(w);
-		conn_table_free(w);
+		conn_flush_pending(&w->conns);
+		conn_set_free(&w->conns);
+		w->fixed = NULL; /* the server's (server_stop) */
 		ev_loop_destroy(w->loop);
 		w->loop = NULL;
 	}
@@ -363,10 +367,18 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 	ev_prepare_init(&w->reap_w, on_prepare);
 	w->reap_w.data = w;
 	ev_prepare_start(w->loop, &w->reap_w);
+	w->conns.loop = w->loop;
+	w->conns.cfg = &srv->cfg.conn;
+	w->conns.handler = worker_handler(srv->cfg.fixed_answer);
+	w->conns.app = w;
+	w->conns.actions_max = DECIDE_ACTIONS_MAX;
+	w->conns.out_grown = &srv->out_grown;
+	w->conns.prepare = &w->reap_w;
+	w->conns.idx = i;
 	ev_async_init(&w->wake_w, on_wake);
 	w->wake_w.data = w;
 	ev_async_start(w->loop, &w->wake_w);
-	w->store = store_worker_new(srv->store, w->loop, i, conn_answer, w);
+	w->store = store_worker_new(srv->store, w->loop, i, worker_answer, w);
 	if (!w->store) {
 		worker_fini(w);
 		return -1;

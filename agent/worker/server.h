@@ -14,79 +14,20 @@
 #include <stdint.h>
 
 #include "addr.h"
+#include "conn.h"
 #include "rulestats.h"
 #include "stats.h"
-
-#include "conn.h"
-#include "decide.h"
+#include "worker.h"
 
 struct store;
-struct store_worker;
 
 struct server_config {
 	struct addr listen;
 	int threads;
-	uint32_t max_frame_size;  /* own maximum, >= 16380 */
-	int max_conns;            /* per worker */
-	double hello_timeout;     /* seconds to complete HELLO, and any frame
-	                           * once its first bytes have arrived */
-	double idle_timeout;      /* seconds a READY connection may stay idle */
+	struct conn_config conn;  /* each worker's connections (conn.h) */
 	size_t mem_max_keys;
 	bool fixed_answer;        /* benchmarks: answer check-rate with the
 	                           * first decision's answer, deciding no more */
-};
-
-/* Counters, written by one worker each, summed when read. Decisions are
- * counted by rule (rulestats.h). */
-struct worker_stats {
-	counter_t accepted;
-	counter_t closed;
-	counter_t hellos;
-	counter_t healthchecks;
-	counter_t notifies;
-	counter_t degraded;
-	counter_t store_down;
-	counter_t releases;     /* release messages */
-	counter_t releases_bad; /* without a slot or request_id, or a malformed slot */
-	counter_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
-	counter_t answers_trimmed; /* sent without optional variables, to fit
-	                            * the negotiated max-frame-size */
-	counter_t write_stalls; /* closed: the peer read nothing for
-	                         * CONN_WRITE_STALL seconds */
-};
-
-/* The load figures (shed.h) of the last request that carried them, and
- * when it was read: the metrics show the most recent over the workers.
- * Three relaxed stores, not one snapshot: a scrape may pair figures of two
- * requests read moments apart, which says the same. */
-struct worker_load {
-	_Atomic int64_t in_use;
-	_Atomic int64_t free_conns;
-	_Atomic double at;        /* ev_now() of the read; 0: none yet */
-};
-
-struct worker {
-	struct server *srv;
-	int idx;
-	pthread_t thread;
-	struct ev_loop *loop;
-	ev_io accept_w;
-	ev_timer accept_pause_w;  /* accepting resumes (after EMFILE) */
-	ev_async stop_w;
-	ev_timer grace_w;         /* stopping: the end of the grace time */
-	int stopping;             /* answering what was read, then leaving */
-	ev_prepare reap_w;
-	struct store_worker *store;
-	struct rules *rules;    /* this worker's reference to the rules */
-	struct overrides *ovt;  /* and to the overrides (NULL: none) */
-	atomic_uint_fast64_t seen_gen; /* generation of `rules` */
-	ev_async wake_w;          /* new rules to pick up */
-	uint32_t rnd;
-	struct conn_table conns;  /* conn.c's: allocated and freed there */
-	struct rule_counters *rule_stats; /* this worker's slots (rulestats.h) */
-	struct worker_stats stats;
-	struct worker_load load;
-	struct fixed_answer *fixed; /* with cfg.fixed_answer: the server's, once seen */
 };
 
 /* Rules replaced by a reload, released once every worker has moved on. */
@@ -110,11 +51,11 @@ struct server {
 	struct overrides *ovt;
 	struct rulestats *rulestats;      /* made by server_start */
 	/* --fixed-answer: the first decision's answer, set once by the worker
-	 * that made it (conn.c), freed by server_stop */
+	 * that made it (worker.c), freed by server_stop */
 	_Atomic(struct fixed_answer *) fixed;
 	/* Bytes by which the connections' output buffers have grown past
-	 * their first size, all workers together (conn.h: bounded by
-	 * CONN_OUTPUT_BUDGET for frames read) */
+	 * their first size, all workers together (conn.h: conn_set.out_grown,
+	 * bounded by CONN_OUTPUT_BUDGET for frames read) */
 	atomic_size_t out_grown;
 	int lfd;
 	struct worker *workers;

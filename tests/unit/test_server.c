@@ -155,8 +155,8 @@ static void test_stats_summed(void **state)
 	for (int i = 0; i < 2; i++) {
 		struct worker *w = &srv.workers[i];
 
-		STAT_ADD(w->stats.notifies, 10u * (uint64_t)(i + 1));
-		STAT_ADD(w->stats.disconnects_sent[13], (uint64_t)(i + 1));
+		STAT_ADD(w->conns.stats.notifies, 10u * (uint64_t)(i + 1));
+		STAT_ADD(w->conns.stats.disconnects_sent[13], (uint64_t)(i + 1));
 		STAT_ADD(w->stats.releases_bad, 5u);
 		STAT_SET(w->load.in_use, (int64_t)(i ? 3 : 50));
 		STAT_SET(w->load.free_conns, (int64_t)(i ? 4 : 60));

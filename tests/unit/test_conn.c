@@ -1,0 +1,317 @@
+/* Unit tests of protocol/conn.c through its handler interface alone: a
+ * peer on a socketpair, the connections on a loop of the test's own, and
+ * a handler that answers a NOTIFY at once, later, or disconnects. What
+ * the messages mean is the handler's: the connection links with no
+ * worker, rule or store. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "alloc.h"
+#include "conn.h"
+#include "spop.h"
+
+/* ---- the handler ------------------------------------------------------------ */
+
+enum how { NOW, LATER, BREAK };
+
+struct app {
+	enum how how;
+	int notified;
+	/* the last NOTIFY deferred */
+	uint32_t id, gen;
+	uint64_t sid, fid;
+};
+
+/* Writes the one action the test's ACKs carry. */
+static int answer(struct conn *c, uint64_t sid, uint64_t fid)
+{
+	struct conn_ack a;
+
+	if (conn_ack_begin(c, sid, fid, &a) < 0)
+		return -1;
+	spop_put_unset_var(&a.wb, SPOP_SCOPE_TXN, "status", 6);
+	return conn_ack_end(&a);
+}
+
+static enum conn_answer on_notify(void *priv, struct conn *c, const struct spop_frame *f)
+{
+	struct app *app = priv;
+
+	app->notified++;
+	switch (app->how) {
+	case NOW:
+		answer(c, f->stream_id, f->frame_id);
+		return CONN_ANSWERED;
+	case LATER:
+		app->id = conn_view(c)->id;
+		app->gen = conn_view(c)->gen;
+		app->sid = f->stream_id;
+		app->fid = f->frame_id;
+		return CONN_DEFERRED;
+	case BREAK:
+		conn_disconnect(c, SPOP_ST_INVALID);
+		return CONN_ANSWERED;
+	}
+	return CONN_ANSWERED;
+}
+
+static const struct conn_handler handler = { .notify = on_notify };
+
+/* ---- fixture ------------------------------------------------------------------ */
+
+static struct ev_loop *loop;
+static struct conn_config cfg;
+static struct conn_set set;
+static ev_prepare prepare;
+static atomic_size_t grown;
+static struct app app;
+
+static void on_prepare(struct ev_loop *l, ev_prepare *p, int revents)
+{
+	conn_flush_pending(&set);
+	conn_reap(&set);
+	if (!conn_set_busy(&set))
+		ev_prepare_stop(l, p);
+}
+
+static int setup(void **state)
+{
+	loop = ev_loop_new(EVFLAG_AUTO);
+	assert_non_null(loop);
+	memset(&set, 0, sizeof(set));
+	memset(&app, 0, sizeof(app));
+	cfg.max_frame_size = SPOP_OWN_FRAME_SIZE;
+	cfg.max_conns = 10;
+	cfg.hello_timeout = 5.;
+	cfg.idle_timeout = 60.;
+	ev_prepare_init(&prepare, on_prepare);
+	set.loop = loop;
+	set.cfg = &cfg;
+	set.handler = &handler;
+	set.app = &app;
+	set.actions_max = 64;
+	set.out_grown = &grown;
+	set.prepare = &prepare;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	conn_flush_pending(&set);
+	conn_set_free(&set);
+	ev_prepare_stop(loop, &prepare);
+	ev_loop_destroy(loop);
+	assert_int_equal(xalloc_live(), 0);
+	return 0;
+}
+
+/* A connection accepted from a new peer; returns the peer's end. */
+static int peer(void)
+{
+	int sv[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+	conn_accept(&set, sv[0]);
+	return sv[1];
+}
+
+static void pump(void)
+{
+	for (int i = 0; i < 4; i++)
+		ev_run(loop, EVRUN_NOWAIT);
+}
+
+static void send_all(int fd, const uint8_t *b, size_t n)
+{
+	assert_int_equal(write(fd, b, n), (ssize_t)n);
+	pump();
+}
+
+static void send_hello(int fd)
+{
+	uint8_t b[256];
+	struct spop_wbuf w;
+
+	spop_wbuf_init(&w, b, sizeof(b));
+	assert_int_equal(spop_encode_haproxy_hello(&w, 16380, "pipelining", 0, NULL), 0);
+	send_all(fd, b, w.len);
+}
+
+static void send_notify(int fd, uint64_t sid, uint64_t fid)
+{
+	uint8_t b[128];
+	struct spop_wbuf w;
+	size_t start;
+
+	spop_wbuf_init(&w, b, sizeof(b));
+	start = spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, sid, fid);
+	spop_put_name(&w, "any", 3);
+	spop_put_u8(&w, 0);
+	assert_int_equal(spop_frame_end(&w, start, 16380), 0);
+	send_all(fd, b, w.len);
+}
+
+/* The next frame the agent sent, whole (0 when there is none yet). */
+static uint8_t next_frame(int fd, struct spop_frame *f, uint8_t *buf, size_t cap)
+{
+	int st;
+	ssize_t n = recv(fd, buf, 4, MSG_PEEK);
+	uint32_t len;
+
+	if (n < 4)
+		return 0;
+	len = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
+	assert_true(4 + (size_t)len <= cap);
+	assert_int_equal(recv(fd, buf, 4 + len, 0), (ssize_t)(4 + len));
+	assert_int_equal(spop_frame_peek(buf, 4 + len, 16384, f, &st), SPOP_OK);
+	return f->type;
+}
+
+static uint8_t buf[20000];
+
+static void expect_ack(int fd, uint64_t sid, uint64_t fid)
+{
+	struct spop_frame f;
+
+	assert_int_equal(next_frame(fd, &f, buf, sizeof(buf)), SPOP_FRAME_ACK);
+	assert_true(f.stream_id == sid && f.frame_id == fid);
+}
+
+static void expect_nothing(int fd)
+{
+	struct spop_frame f;
+
+	assert_int_equal(next_frame(fd, &f, buf, sizeof(buf)), 0);
+}
+
+static int ready_peer(void)
+{
+	struct spop_frame f;
+	uint64_t hellos = STAT_GET(set.stats.hellos);
+	int fd = peer();
+
+	send_hello(fd);
+	assert_int_equal(next_frame(fd, &f, buf, sizeof(buf)), SPOP_FRAME_AGENT_HELLO);
+	assert_int_equal(STAT_GET(set.stats.hellos), hellos + 1);
+	return fd;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+/* Answered at once, answered later (found again by id and generation,
+ * written before the loop blocks), in the order the answers come. */
+static void test_answers_now_and_later(void **state)
+{
+	int fd = ready_peer();
+
+	app.how = NOW;
+	send_notify(fd, 1, 1);
+	expect_ack(fd, 1, 1);
+	app.how = LATER;
+	send_notify(fd, 3, 1);
+	expect_nothing(fd);
+	app.how = NOW;
+	send_notify(fd, 5, 2);
+	expect_ack(fd, 5, 2);
+	{
+		struct conn *c = conn_deferred(&set, app.id, app.gen);
+
+		assert_non_null(c);
+		assert_int_equal(answer(c, app.sid, app.fid), 0);
+		conn_answered(c);
+	}
+	pump();
+	expect_ack(fd, 3, 1);
+	assert_int_equal(app.notified, 3);
+	assert_int_equal(STAT_GET(set.stats.notifies), 3);
+	close(fd);
+	pump();
+	assert_int_equal(set.nconns, 0);
+}
+
+/* An answer whose connection has gone finds nobody, even when a new
+ * connection took the same id. */
+static void test_late_answer_finds_nobody(void **state)
+{
+	int fd = ready_peer(), again;
+	uint32_t id, gen;
+
+	app.how = LATER;
+	send_notify(fd, 1, 1);
+	id = app.id;
+	gen = app.gen;
+	close(fd);
+	pump();
+	assert_int_equal(set.nconns, 0);
+	assert_null(conn_deferred(&set, id, gen));
+	again = ready_peer();
+	app.how = LATER;
+	send_notify(again, 2, 1);
+	assert_int_equal(app.id, id);
+	assert_true(app.gen != gen);
+	assert_null(conn_deferred(&set, id, gen));
+	assert_non_null(conn_deferred(&set, app.id, app.gen));
+	close(again);
+	pump();
+}
+
+/* Stopping: a connection answers what it owes, then disconnects. */
+static void test_stop_waits_for_answers(void **state)
+{
+	struct spop_frame f;
+	int fd = ready_peer();
+	struct conn *c;
+
+	app.how = LATER;
+	send_notify(fd, 7, 1);
+	conn_stop_all(&set);
+	pump();
+	expect_nothing(fd);
+	c = conn_deferred(&set, app.id, app.gen);
+	assert_non_null(c);
+	assert_int_equal(answer(c, app.sid, app.fid), 0);
+	conn_answered(c);
+	pump();
+	expect_ack(fd, 7, 1);
+	assert_int_equal(next_frame(fd, &f, buf, sizeof(buf)), SPOP_FRAME_AGENT_DISCONNECT);
+	close(fd);
+	pump();
+}
+
+/* A handler's disconnect ends the connection with the status it gave. */
+static void test_handler_disconnects(void **state)
+{
+	struct spop_frame f;
+	int fd = ready_peer();
+
+	app.how = BREAK;
+	send_notify(fd, 1, 1);
+	assert_int_equal(next_frame(fd, &f, buf, sizeof(buf)), SPOP_FRAME_AGENT_DISCONNECT);
+	assert_int_equal(STAT_GET(set.stats.disconnects_sent[SPOP_ST_INVALID]), 1);
+	close(fd);
+	pump();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_answers_now_and_later, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_late_answer_finds_nobody, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_waits_for_answers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_handler_disconnects, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
