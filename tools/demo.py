@@ -47,9 +47,9 @@ LOAD_KEY = "key-ent-loadgen"
 FREE_PER_MIN = 10        # tools/demo/rules.yaml: free 10/1m
 REQUESTS = FREE_PER_MIN + 2
 APP_DELAY = 0.3          # seconds per request at the application
-SLOTS = 2 * 20           # backend app: two servers, maxconn 20 each
+CONNS = 2 * 20           # backend app: two servers, maxconn 20 each
 LOADERS = 34             # concurrent held requests: 34/40 = 85% busy
-LOAD_HOLD = 1.0          # seconds each load request holds its slot
+LOAD_HOLD = 1.0          # seconds each load request holds its connection
 ROUNDS = 4               # probes of each class under load
 LOAD_MAX_SECONDS = 20.0  # the load generator stops by then whatever happens
 
@@ -144,7 +144,7 @@ class Demo:
         print("   agent        127.0.0.1:%d, rules tools/demo/rules.yaml, buckets in Redis %s"
               % (agent.port, redis.addr))
         print("   application  127.0.0.1:%d, %.1f s per request, two servers of maxconn 20"
-              " (%d slots)" % (app_port, APP_DELAY, SLOTS))
+              " (%d connections)" % (app_port, APP_DELAY, CONNS))
         print("   rules: the policy of examples/rules.yaml, tier limits divided by 10 so that the")
         print("          demo is quick: free 10/min + 100/h, pro 100/min + 5000/h, enterprise")
         print("          1000/min; endpoints, priorities and shedding unchanged (shed P1 at 90%")
@@ -218,8 +218,8 @@ class Demo:
     def step_shedding(self):
         print("\n3) Under load: %d concurrent POST /api/orders (P1) from %s, each held"
               % (LOADERS, LOAD_KEY))
-        print("   %.0f s by the application, keep %d of the %d slots busy (%d%%)"
-              % (LOAD_HOLD, LOADERS, SLOTS, 100 * LOADERS // SLOTS))
+        print("   %.0f s by the application, keep %d of the %d connections busy (%d%%)"
+              % (LOAD_HOLD, LOADERS, CONNS, 100 * LOADERS // CONNS))
         deadline = time.monotonic() + LOAD_MAX_SECONDS
         for _ in range(LOADERS):
             t = threading.Thread(target=self.loader, args=(deadline,), daemon=True)
@@ -233,7 +233,7 @@ class Demo:
         for rnd in range(1, ROUNDS + 1):
             parts = []
             for row, method, path, extra, want in PROBES:
-                # Each load request leaves its slot for a moment before the
+                # Each load request leaves its connection for a moment before the
                 # next takes it: a probe waits until the backend is busy
                 # again (above P2's 80%), so that a slow machine's gaps do
                 # not decide what the probe shows.

@@ -200,7 +200,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->counted = false;
 	d->near_limit = false;
 	d->counters = q->rule->counters;
-	d->slot_len = 0;
+	d->place_len = 0;
 }
 
 void decide_shed(const struct decide_query *q, struct decide_decision *d)
@@ -230,16 +230,16 @@ static void shadow_shed(const struct decide_query *q, struct decide_decision *d)
 }
 
 /* "<rule>/<client key in hex>": the place an admitted request took. */
-static void put_slot(const struct decide_query *q, struct decide_decision *d)
+static void put_place(const struct decide_query *q, struct decide_decision *d)
 {
 	char hex[IDENTITY_HEX_LEN + 1];
 	size_t n = q->rule->name_len;
 
-	memcpy(d->slot, q->rule->name, n);
-	d->slot[n++] = '/';
+	memcpy(d->place, q->rule->name, n);
+	d->place[n++] = '/';
 	identity_hex(q->key, hex);
-	memcpy(d->slot + n, hex, IDENTITY_HEX_LEN);
-	d->slot_len = (uint8_t)(n + IDENTITY_HEX_LEN);
+	memcpy(d->place + n, hex, IDENTITY_HEX_LEN);
+	d->place_len = (uint8_t)(n + IDENTITY_HEX_LEN);
 }
 
 /* The limit that speaks for an allowed request whose fewest remaining
@@ -285,7 +285,7 @@ static void other_refused(const struct decide_query *q, const struct limit_resul
 /* decide_result() for a rule with a concurrency limit or a penalty: the
  * ban speaks when the client is in the box, whatever else refuses; a place
  * or a ban that refuses answers by itself (returns -1); an allowed request
- * names its place (slot) and is answered by its rate limit (the deciding
+ * names its place and is answered by its rate limit (the deciding
  * limit returned). */
 static __attribute__((noinline)) int extras_decider(const struct decide_query *q,
 						    const struct limit_result *res, int decider,
@@ -303,7 +303,7 @@ static __attribute__((noinline)) int extras_decider(const struct decide_query *q
 	}
 	if (res[decider].allowed && ((q->rule->conc && q->request_id) ||
 				     (q->rule->penalty.kind & RULES_PENALTY_RESPONSES)))
-		put_slot(q, d);
+		put_place(q, d);
 	return decider;
 }
 
@@ -452,8 +452,8 @@ static uint8_t *put_actions_at(uint8_t *p, const struct decide_decision *d, cons
 		p = spop_var_str_at(p, VAR("policy"), policy, policy_len);
 	if (d->ratelimit_len)
 		p = spop_var_str_at(p, VAR("ratelimit"), d->ratelimit, d->ratelimit_len);
-	if (d->slot_len)
-		p = spop_var_str_at(p, VAR("slot"), d->slot, d->slot_len);
+	if (d->place_len)
+		p = spop_var_str_at(p, VAR("place"), d->place, d->place_len);
 	p = spop_var_bool_at(p, VAR("shadow"), d->shadow);
 	return spop_var_bool_at(p, VAR("degraded"), d->degraded);
 }
@@ -463,7 +463,7 @@ void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)
 	const char *rule = d->rule ? d->rule : "";
 	const char *policy = d->policy ? d->policy : "";
 	size_t rule_len = d->rule ? d->rule_len : 0, policy_len = d->policy ? d->policy_len : 0;
-	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len + d->slot_len);
+	size_t max = ACTIONS_MAX(rule_len + policy_len + d->ratelimit_len + d->place_len);
 	uint8_t tmp[ACTIONS_MAX_ALL];
 
 	if (w->err)

@@ -33,8 +33,13 @@
 #define DECIDE_MESSAGE "check-rate"
 #define DECIDE_RELEASE "release"
 #define DECIDE_RESPONSE "response"
+/* Their argument that names the place (the variable place of the answer,
+ * txn.rl.place), and its name before 0.3, still read when it is absent
+ * (deprecated: it goes in a later release). */
+#define DECIDE_PLACE "place"
+#define DECIDE_PLACE_OLD "slot"
 /* A place's name: "<rule>/<client key in hex>" */
-#define DECIDE_SLOT_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1)
+#define DECIDE_PLACE_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1)
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];
@@ -88,11 +93,12 @@ struct decide_decision {
 	bool degraded;
 	bool counted;          /* remaining and reset are known */
 	bool near_limit;       /* allowed, leaving under a tenth of the quota */
-	uint32_t counters;     /* the rule's counters slot (rulestats.h) */
-	/* Allowed by a rule with a concurrency limit: "<rule>/<key in hex>",
-	 * the place it took, for the release message (slot_len 0: none). */
-	char slot[DECIDE_SLOT_MAX];
-	uint8_t slot_len;
+	uint32_t counters;     /* the rule's counters (rulestats.h) */
+	/* Allowed by a rule with a concurrency limit (or a penalty on
+	 * responses): "<rule>/<key in hex>", the place it took, for the
+	 * release and response messages (place_len 0: none). */
+	char place[DECIDE_PLACE_MAX];
+	uint8_t place_len;
 };
 
 /* The key limit j of q is kept under: the client's under the rule (key),
@@ -179,7 +185,7 @@ void decide_closed(const struct decide_query *q, struct decide_decision *d);
 	(6 * SPOP_VAR_INT64_MAX + 5 * SPOP_VAR_STR_MAX(0) + 11 + (strings) + 2 * SPOP_VAR_BOOL_MAX)
 #define DECIDE_ACTIONS_MAX \
 	DECIDE_ACTIONS_MAX_WITH(RULES_NAME_MAX + RULES_POLICY_MAX + \
-				sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_SLOT_MAX)
+				sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_PLACE_MAX)
 
 /* Appends the SET-VAR actions (scope txn) of a decision: at most
  * DECIDE_ACTIONS_MAX bytes, else w->err. */

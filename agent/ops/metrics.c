@@ -249,7 +249,7 @@ static void server_series(struct out *o, const struct server *srv, const struct 
 	counter(o, "spoa_rl_releases_total",
 		"Release messages: responses giving back a concurrency place.", ss->releases);
 	counter(o, "spoa_rl_releases_invalid_total",
-		"Release messages without a slot or request_id, or with a malformed slot.",
+		"Release messages without a place or request_id, or with a malformed place.",
 		ss->releases_bad);
 	counter(o, "spoa_rl_write_stalls_total",
 		"SPOP connections closed because the peer read nothing of their answers for 5 s.",

@@ -341,20 +341,20 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 	rules_release(rules);
 }
 
-int store_response(struct store_worker *sw, const struct rules *rules, const char *slot,
+int store_response(struct store_worker *sw, const struct rules *rules, const char *place,
 		   size_t len, uint64_t id, int status)
 {
 	uint8_t key[IDENTITY_KEY_LEN];
 	char name[RULES_NAME_MAX];
-	const char *sep = memchr(slot, '/', len);
+	const char *sep = memchr(place, '/', len);
 	const struct rule *rule;
 	size_t n;
 
-	if (!sep || (size_t)(sep - slot) >= sizeof(name) || len - (size_t)(sep - slot) - 1 !=
+	if (!sep || (size_t)(sep - place) >= sizeof(name) || len - (size_t)(sep - place) - 1 !=
 	    2 * IDENTITY_KEY_LEN)
 		return -1;
-	n = (size_t)(sep - slot);
-	memcpy(name, slot, n);
+	n = (size_t)(sep - place);
+	memcpy(name, place, n);
 	name[n] = '\0';
 	if (identity_from_hex(sep + 1, IDENTITY_HEX_LEN, key) < 0)
 		return -1;

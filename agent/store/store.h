@@ -42,9 +42,10 @@ struct overrides;
 struct store;
 struct store_worker;
 
-/* Where an answer goes: for the store, an opaque token. */
+/* Where an answer goes: for the store, an opaque token (the worker's:
+ * its connection's id and generation, the NOTIFY's stream and frame). */
 struct store_ref {
-	uint32_t slot;
+	uint32_t id;
 	uint32_t gen;
 	uint64_t stream_id;
 	uint64_t frame_id;
@@ -229,12 +230,12 @@ int store_mem_check(struct store *st, const struct decide_query *q,
 		    const struct limit_spec *limits, int64_t now_us, struct limit_result *res);
 
 /* A response (the release or response message): for the request that
- * slot ("<rule>/<key in hex>", decide.h) names under the rules in force,
+ * place ("<rule>/<key in hex>", decide.h) names under the rules in force,
  * gives back the concurrency place of request id (0: none), and counts
- * status (0: none) for the rule's penalty when it lists it. A slot that
- * names no such rule (changed by a reload, say) does nothing: a place
- * then ends by itself. Returns 0, or -1 for a malformed slot. */
-int store_response(struct store_worker *sw, const struct rules *rules, const char *slot,
+ * status (0: none) for the rule's penalty when it lists it. A place that
+ * names no such rule (changed by a reload, say) does nothing: the place
+ * then ends by itself. Returns 0, or -1 for a malformed place. */
+int store_response(struct store_worker *sw, const struct rules *rules, const char *place,
 		   size_t len, uint64_t id, int status);
 
 /* Counts one event of rule's penalty for client key (store_ops.penalize). */

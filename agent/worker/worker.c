@@ -45,7 +45,7 @@ static int ack(struct worker *w, struct conn *c, uint64_t sid, uint64_t fid,
  * announce as little as 256 bytes, and a rule's RateLimit-Policy alone
  * can take 2 KiB): the same answer without the variables HAProxy only
  * copies into headers, policy first, then ratelimit, and counted. What
- * HAProxy's rules act on (status, retry_after, reason, slot) is never
+ * HAProxy's rules act on (status, retry_after, reason, place) is never
  * dropped: an answer too big without those two disconnects, as our own
  * failure (logged), not the peer's. Returns 0, or -1 after
  * disconnecting. */
@@ -119,7 +119,7 @@ void worker_answer(void *worker, const struct store_ref *ref, const struct decid
 	struct conn *c;
 
 	count_decision(w, d);
-	c = conn_deferred(&w->conns, ref->slot, ref->gen);
+	c = conn_deferred(&w->conns, ref->id, ref->gen);
 	if (!c)
 		return;
 	ack(w, c, ref->stream_id, ref->frame_id, d);
@@ -164,7 +164,7 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 		decide_shed(&q, d);
 		return 1;
 	}
-	ref.slot = v->id;
+	ref.id = v->id;
 	ref.gen = v->gen;
 	ref.stream_id = f->stream_id;
 	ref.frame_id = f->frame_id;
@@ -174,24 +174,27 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 /* ---- release and response ---------------------------------------------------- */
 
 /* A release or response message (checked already): for the request its
- * slot argument names, gives back the concurrency place of its
- * request_id, and counts its status for the rule's penalty. */
+ * place argument names (txn.rl.place), gives back the concurrency place of
+ * its request_id, and counts its status for the rule's penalty. The
+ * argument's name before 0.3, slot, is read when place is absent. */
 static __attribute__((noinline)) void release(struct worker *w, struct spop_cursor kv,
 					      unsigned nargs)
 {
 	struct rules_args args;
-	const struct spop_data *slot, *id, *status;
+	const struct spop_data *place, *id, *status;
 	int64_t st = 0;
 
 	rules_args_from_kv(&args, kv, nargs);
-	slot = rules_args_get(&args, "slot");
+	place = rules_args_get(&args, DECIDE_PLACE);
+	if (!place)
+		place = rules_args_get(&args, DECIDE_PLACE_OLD);
 	id = rules_args_get(&args, RULES_REQUEST_ID);
 	status = rules_args_get(&args, "status");
 	STAT_INC(w->stats.releases);
 	if (status && !spop_data_int(status, &st))
 		st = 0;
-	if (!slot || (!id && !st) || (slot->type != SPOP_T_STR && slot->type != SPOP_T_BIN) ||
-	    store_response(w->store, w->rules, slot->u.str.ptr, slot->u.str.len,
+	if (!place || (!id && !st) || (place->type != SPOP_T_STR && place->type != SPOP_T_BIN) ||
+	    store_response(w->store, w->rules, place->u.str.ptr, place->u.str.len,
 			   id ? decide_request_id(id) : 0, st > 0 && st < 1000 ? (int)st : 0) < 0)
 		STAT_INC(w->stats.releases_bad);
 }

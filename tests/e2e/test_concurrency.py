@@ -23,7 +23,7 @@ tiers:
   default: free
   free: { limits: ["100/1h"], concurrency: 2, max_duration: 2s }
 """
-SLOT_RE = re.compile(r"^free/[0-9a-f]{32}$")
+PLACE_RE = re.compile(r"^free/[0-9a-f]{32}$")
 
 
 def rules_file(h, text=RULES):
@@ -37,45 +37,49 @@ class Spop(spop.Session):
     def ask(self, key, rid):
         return self.check_rate([("request_id", rid)] if rid is not None else (), api_key=key)
 
-    def release(self, slot, rid):
-        return self.notify([("release", [("slot", slot), ("request_id", rid)])])
+    def release(self, place, rid, arg="place"):
+        return self.notify([("release", [(arg, place), ("request_id", rid)])])
 
 
 def check_places(s):
     v = s.ask("c1", "r1")
     # allowed: the rate limit speaks; the place is named for the release
     assert v["status"] == 0 and v["limit"] == 100 and v["remaining"] == 99, v
-    assert SLOT_RE.match(v["slot"]) and v["rule"] == "free", v
+    assert PLACE_RE.match(v["place"]) and v["rule"] == "free", v
     assert v["policy"] == '"free";q=100;w=3600', v
-    slot = v["slot"]
+    place = v["place"]
     v = s.ask("c1", "r2")
-    assert v["status"] == 0 and v["slot"] == slot, v
+    assert v["status"] == 0 and v["place"] == place, v
     # two in flight: the third is refused, reason concurrency, no RateLimit
     v = s.ask("c1", "r3")
     assert v["status"] == 429 and v["reason"] == "concurrency", v
     assert v["retry_after"] == 1 and v["limit"] == 2 and v["remaining"] == 0, v
-    assert "ratelimit" not in v and "slot" not in v, v
+    assert "ratelimit" not in v and "place" not in v, v
     # another client has its own places
     assert s.ask("c2", "r3")["status"] == 0
     # a release gives back its own place (an ACK without variables)
-    assert s.release(slot, "r1") == {}
+    assert s.release(place, "r1") == {}
     v = s.ask("c1", "r3")
     assert v["status"] == 0 and v["remaining"] == 97, v  # r3 refused took nothing
     assert s.ask("c1", "r4")["reason"] == "concurrency"
     # a release that names nothing, twice, or is malformed changes nothing
-    assert s.release(slot, "r1") == {}
+    assert s.release(place, "r1") == {}
     assert s.release("free/zz", "r2") == {}
     assert s.release("gone/" + "0" * 32, "r2") == {}
     assert s.ask("c1", "r4")["reason"] == "concurrency"
     # without request_id the limit cannot be kept: not counted
     v = s.ask("c1", None)
-    assert v["status"] == 0 and "slot" not in v, v
+    assert v["status"] == 0 and "place" not in v, v
     # r2 and r3 never released: their places end 2 s after they were taken
     time.sleep(2.1)
     v = s.ask("c1", "r5")
-    assert v["status"] == 0 and v["slot"] == slot, v
+    assert v["status"] == 0 and v["place"] == place, v
     assert s.ask("c1", "r6")["status"] == 0
     assert s.ask("c1", "r7")["reason"] == "concurrency"
+    # the argument's name before 0.3, slot, still gives a place back
+    assert s.release(place, "r5", arg="slot") == {}
+    assert s.ask("c1", "r7")["status"] == 0
+    assert s.ask("c1", "r8")["reason"] == "concurrency"
 
 
 def test_concurrency_in_memory(h):
@@ -95,7 +99,7 @@ def test_concurrency_on_redis(h):
     time.sleep(2.1)
     s = Spop(a.port)
     v = s.ask("c9", "x")
-    assert s.release(v["slot"], "x") == {}
+    assert s.release(v["place"], "x") == {}
     # left: the rate limits' keys (token buckets: digits), no place
     wait_for(lambda: all((redis.command("GET", k) or b"0").isdigit() for k in redis.rl_keys()),
              3, "the places to be given back")
@@ -201,7 +205,7 @@ def test_concurrency_in_shadow_mode_and_without_the_store(h):
     got = [s.ask("c1", "r%d" % i) for i in range(3)]
     assert [v["status"] for v in got] == [0, 0, 429], got
     assert all(v["degraded"] for v in got) and got[2]["reason"] == "concurrency", got
-    assert s.release(got[0]["slot"], "r0") == {}
+    assert s.release(got[0]["place"], "r0") == {}
     assert s.ask("c1", "r9")["status"] == 0
     s.close()
 
@@ -224,15 +228,15 @@ def check_release_and_response(s):
     both SPOE files gets them on one on-http-response event): the place is
     given back and the status counted, in either order."""
     v = s.ask("c1", "r1")
-    assert v["status"] == 0 and v["slot"].startswith("free/"), v
-    slot = v["slot"]
-    assert s.notify([("response", [("slot", slot), ("status", 401)]),
-                     ("release", [("slot", slot), ("request_id", "r1")])]) == {}
+    assert v["status"] == 0 and v["place"].startswith("free/"), v
+    place = v["place"]
+    assert s.notify([("response", [("place", place), ("status", 401)]),
+                     ("release", [("place", place), ("request_id", "r1")])]) == {}
     # the place came back (concurrency 1), and the first 401 counted
     v = s.ask("c1", "r2")
     assert v["status"] == 0 and v["reason"] == "ok", v
-    assert s.notify([("release", [("slot", slot), ("request_id", "r2")]),
-                     ("response", [("slot", slot), ("status", 401)])]) == {}
+    assert s.notify([("release", [("place", place), ("request_id", "r2")]),
+                     ("response", [("place", place), ("status", 401)])]) == {}
     # the second 401 of the minute bans the client
     v = s.ask("c1", "r3")
     assert v["status"] == 429 and v["reason"] == "banned", v
@@ -284,14 +288,14 @@ endpoints:
     v = s.ask("newcomer", "n1")
     assert v["status"] == 503 and v["reason"] == "store_down" and v["degraded"], v
     v = s.check_rate([("request_id", "n2")], api_key="newcomer", path="/open")
-    assert v["status"] == 0 and v["degraded"] and "slot" not in v, v
+    assert v["status"] == 0 and v["degraded"] and "place" not in v, v
     assert metric(a, "spoa_rl_memory_full_total") == full + 2
     # the holders' places end after 5 s and go to whoever comes
     n = iter(range(3, 1000))
     v = wait_for(lambda: (lambda v: v if v["status"] == 0 else None)(s.ask("newcomer",
                                                                            "n%d" % next(n))),
                  15, "the newcomer to get an ended place")
-    assert not v.get("degraded") and v["slot"].startswith("free/"), v
+    assert not v.get("degraded") and v["place"].startswith("free/"), v
     v = s.ask("newcomer", "x")
     assert v["status"] == 429 and v["reason"] == "concurrency", v
     s.c.close()

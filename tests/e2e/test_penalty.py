@@ -47,24 +47,24 @@ class Spop(spop.Session):
     def ask(self, key, path):
         return self.check_rate(api_key=key, path=path)
 
-    def response(self, slot, status):
-        return self.notify([("response", [("slot", slot), ("status", status)])])
+    def response(self, place, status):
+        return self.notify([("response", [("place", place), ("status", status)])])
 
 
 def check_penalties(s):
     # responses: the third 401 in a minute bans the client for 2 s
     v = s.ask("c1", "/login")
-    assert v["status"] == 0 and v["rule"] == "login" and v["slot"].startswith("login/"), v
-    slot = v["slot"]
+    assert v["status"] == 0 and v["rule"] == "login" and v["place"].startswith("login/"), v
+    place = v["place"]
     for status in (200, 401, 500, 403):
-        assert s.response(slot, status) == {}
+        assert s.response(place, status) == {}
     assert s.ask("c1", "/login")["status"] == 0
     t0 = time.monotonic()
-    assert s.response(slot, 401) == {}
+    assert s.response(place, 401) == {}
     v = s.ask("c1", "/login")
     assert v["status"] == 429 and v["reason"] == "banned", v
     assert v["retry_after"] == 2 and v["limit"] == 3 and v["remaining"] == 0, v
-    assert "ratelimit" not in v and "slot" not in v, v
+    assert "ratelimit" not in v and "place" not in v, v
     # another client is not banned, nor the client under another rule
     assert s.ask("c2", "/login")["status"] == 0
     assert s.ask("c1", "/tight")["status"] == 0
@@ -144,7 +144,7 @@ def test_penalty_in_shadow_mode(h):
     s = Spop(a.port)
     v = s.ask("c1", "/login")
     for _ in range(3):
-        s.response(v["slot"], 401)
+        s.response(v["place"], 401)
     v = s.ask("c1", "/login")
     assert v["status"] == 0 and v["shadow"] is True and v["reason"] == "banned", v
     s.c.close()

@@ -251,8 +251,8 @@ class PlacesSpop(spop.Session):
     def ask(self, key, ip, rid):
         return self.check_rate([("request_id", rid)], api_key=key, ip=ip)
 
-    def release(self, slot, rid):
-        return self.notify([("release", [("slot", slot), ("request_id", rid)])])
+    def release(self, place, rid):
+        return self.notify([("release", [("place", place), ("request_id", rid)])])
 
 
 def check_places_given_back(s, clients=4):
@@ -269,7 +269,7 @@ def check_places_given_back(s, clients=4):
         for i in range(3):
             v = s.ask("client%d" % c, "10.%d.1.%d" % (c, i), "a%d-%d" % (c, i))
             assert v["status"] == 0, (c, i, v)
-            assert s.release(v["slot"], "a%d-%d" % (c, i)) == {}
+            assert s.release(v["place"], "a%d-%d" % (c, i)) == {}
         v = s.ask("client%d" % c, "10.%d.1.9" % c, "a%d-9" % c)
         assert v["status"] == 429 and v["rule"] == "free" and v["reason"] == "limited", (c, v)
 

@@ -153,7 +153,7 @@ static void test_result_allowed_and_limited(void **state)
 
 	(void)state;
 	args_init(&a);
-	/* the slot of the rule's counters goes with its decisions */
+	/* the index of the rule's counters goes with its decisions */
 	rules_set_counters(rules, 0, 7);
 	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
 	decide_result(&q, &r, 0, &d);

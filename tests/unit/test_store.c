@@ -508,7 +508,7 @@ static void prepare_rid(struct rules *rules, const char *api_key, const char *ri
 
 /* A concurrency limit in memory: all or nothing with the rule's rate limit
  * (a request the rate refuses takes no place, one the places refuse takes
- * no token), the slot that names the place, the release through it, and
+ * no token), the name of the place, the release through it, and
  * the admin's look and reset. */
 static void test_memory_concurrency(void **state)
 {
@@ -521,8 +521,8 @@ static void test_memory_concurrency(void **state)
 	struct decide_decision d;
 	struct store_admin_item it = { 0 };
 	struct store_admin a = { .n = 1, .item = &it, .done = admin_done };
-	char slot[DECIDE_SLOT_MAX];
-	size_t slot_len;
+	char place[DECIDE_PLACE_MAX];
+	size_t place_len;
 
 	(void)state;
 	prepare_rid(rules, "k", "a", &q);
@@ -531,9 +531,9 @@ static void test_memory_concurrency(void **state)
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.limit, 3);
 	assert_int_equal(d.remaining, 2);
-	assert_true(d.slot_len > 2 && memcmp(d.slot, "t/", 2) == 0);
-	memcpy(slot, d.slot, d.slot_len);
-	slot_len = d.slot_len;
+	assert_true(d.place_len > 2 && memcmp(d.place, "t/", 2) == 0);
+	memcpy(place, d.place, d.place_len);
+	place_len = d.place_len;
 	prepare_rid(rules, "k", "b", &q);
 	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
 	assert_int_equal(d.status, 0);
@@ -545,7 +545,7 @@ static void test_memory_concurrency(void **state)
 	assert_int_equal(d.retry_after, 1);
 	assert_int_equal(d.limit, 2);
 	assert_int_equal(d.ratelimit_len, 0);
-	assert_int_equal(d.slot_len, 0);
+	assert_int_equal(d.place_len, 0);
 	it.rule = q.rule;
 	memcpy(it.key, q.key, sizeof(it.key));
 	it.out = (struct out){ NULL, 0, 0, 0, 1 };
@@ -555,7 +555,7 @@ static void test_memory_concurrency(void **state)
 			    "{\"concurrency\": 2, \"max_duration\": \"30s\", \"in_flight\": 2}]");
 	xfree(it.out.buf);
 	/* a release gives its place back: c passes, taking the last token */
-	assert_int_equal(store_response(sw, rules, slot, slot_len,
+	assert_int_equal(store_response(sw, rules, place, place_len,
 					decide_request_id(&(struct spop_data){
 						.type = SPOP_T_STR, .u.str = { "a", 1 } }), 0), 0);
 	assert_int_equal(store_response(sw, rules, "t/zz", 4, 1, 0), -1);
@@ -565,7 +565,7 @@ static void test_memory_concurrency(void **state)
 	/* the rate refuses: no place taken (one left after b and c? none:
 	 * a third would find 2 in flight); release b, then d is refused by
 	 * the rate and takes no place, so e still finds one */
-	assert_int_equal(store_response(sw, rules, slot, slot_len,
+	assert_int_equal(store_response(sw, rules, place, place_len,
 					decide_request_id(&(struct spop_data){
 						.type = SPOP_T_STR, .u.str = { "b", 1 } }), 0), 0);
 	prepare_rid(rules, "k", "d", &q);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A slow HTTP application for the demo: every request takes DELAY seconds,
-so a few dozen concurrent requests fill the backend's connection slots
-(maxconn in haproxy.cfg) and HAProxy's load figure rises. Standard library
+so a few dozen concurrent requests take every connection the backend
+allows (maxconn in haproxy.cfg) and HAProxy's load figure rises. Standard library
 only; the loopback demo starts it, and the compose stack runs it with
 Debian's python3 (docker/Dockerfile.backend).
 
@@ -12,7 +12,7 @@ With port 0 the system picks a free port; the first line of output names it
 
 Answers 200 with a one-line JSON body naming the method and path. A request
 with the header X-Delay: SECONDS (at most 5) takes that long instead: the
-demo's load generator holds slots with it.
+demo's load generator holds connections with it.
 """
 
 import argparse
