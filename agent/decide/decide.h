@@ -8,7 +8,7 @@
  *   (the store checks the query's limits at a time of its choosing)
  *   decide_result()    store answer -> decision
  *   decide_open(), decide_closed()  no store answer (store.c chooses by
- *                      the rule's failure policy)
+ *                      the rule's failure mode)
  *   decide_put_actions() decision -> SET-VAR actions of the ACK
  *
  * A query points into the rules it was made under (rules.h: loaded and
@@ -172,7 +172,7 @@ void decide_result(const struct decide_query *q, const struct limit_result *res,
 		   int decider, struct decide_decision *d);
 
 /* Answers without the shared store (store.c picks one by the rule's
- * failure policy). Both are marked degraded. decide_open() forwards;
+ * failure mode). Both are marked degraded. decide_open() forwards;
  * decide_closed() refuses with 503, reason store_down (forwards in shadow
  * mode, and when the rule has no limit). */
 void decide_open(const struct decide_query *q, struct decide_decision *d);

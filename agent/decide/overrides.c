@@ -14,7 +14,7 @@ struct overrides {
 	atomic_uint refs;
 	size_t n;
 	uint32_t mask;
-	uint32_t *slot;           /* entry + 1, 0 empty */
+	uint32_t *cell;           /* entry + 1, 0 empty */
 	struct override_entry e[];
 };
 
@@ -40,35 +40,35 @@ static uint32_t key_hash(const uint8_t *key)
 struct overrides *overrides_new(const struct override_entry *e, size_t n)
 {
 	struct overrides *o;
-	uint32_t nslots = 2;
+	uint32_t ncells = 2;
 
 	if (n > OVERRIDES_MAX)
 		return NULL;
-	while (nslots < 2 * n)
-		nslots <<= 1;
+	while (ncells < 2 * n)
+		ncells <<= 1;
 	o = xmalloc(sizeof(*o) + n * sizeof(o->e[0]));
 	if (!o)
 		return NULL;
-	o->slot = xcalloc(nslots, sizeof(*o->slot));
-	if (!o->slot) {
+	o->cell = xcalloc(ncells, sizeof(*o->cell));
+	if (!o->cell) {
 		xfree(o);
 		return NULL;
 	}
 	atomic_init(&o->refs, 1);
-	o->mask = nslots - 1;
+	o->mask = ncells - 1;
 	o->n = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t s = key_hash(e[i].key) & o->mask;
 
-		for (; o->slot[s]; s = (s + 1) & o->mask)
-			if (memcmp(o->e[o->slot[s] - 1].key, e[i].key, IDENTITY_KEY_LEN) == 0)
+		for (; o->cell[s]; s = (s + 1) & o->mask)
+			if (memcmp(o->e[o->cell[s] - 1].key, e[i].key, IDENTITY_KEY_LEN) == 0)
 				break;
-		if (o->slot[s]) {
-			o->e[o->slot[s] - 1] = e[i]; /* a key twice: the last */
+		if (o->cell[s]) {
+			o->e[o->cell[s] - 1] = e[i]; /* a key twice: the last */
 			continue;
 		}
 		o->e[o->n] = e[i];
-		o->slot[s] = (uint32_t)++o->n;
+		o->cell[s] = (uint32_t)++o->n;
 	}
 	return o;
 }
@@ -82,7 +82,7 @@ void overrides_release(struct overrides *o)
 {
 	if (!o || atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	xfree(o->slot);
+	xfree(o->cell);
 	xfree(o);
 }
 
@@ -101,8 +101,8 @@ const struct override_entry *overrides_find(const struct overrides *o,
 {
 	if (!o || !o->n)
 		return NULL;
-	for (uint32_t s = key_hash(key) & o->mask; o->slot[s]; s = (s + 1) & o->mask) {
-		const struct override_entry *x = &o->e[o->slot[s] - 1];
+	for (uint32_t s = key_hash(key) & o->mask; o->cell[s]; s = (s + 1) & o->mask) {
+		const struct override_entry *x = &o->e[o->cell[s] - 1];
 
 		if (memcmp(x->key, key, IDENTITY_KEY_LEN) == 0)
 			return x->expires_ms && x->expires_ms <= now_ms ? NULL : x;

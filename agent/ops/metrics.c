@@ -286,7 +286,7 @@ static void memory_series(struct out *o, const struct store *st)
 	gauge(o, "spoa_rl_memory_max_keys",
 	      "Client limits the in-memory store can track (--mem-max-keys).", ms.max_keys);
 	counter(o, "spoa_rl_memory_full_total",
-		"In-memory decisions left to the failure policy: no room without forgetting a refused client.",
+		"In-memory decisions left to the failure mode: no room without forgetting a refused client.",
 		ms.full);
 	counter(o, "spoa_rl_memory_evicted_total",
 		"In-memory entries forgotten to make room for new clients.", ms.evicted);

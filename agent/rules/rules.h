@@ -15,7 +15,7 @@
  * A loaded `struct rules` is immutable: any number of threads may classify
  * against it at once without locks. What every answer needs of a rule
  * (its RateLimit-Policy value, the store's field names, the local failure
- * policy's share of each limit) is derived once, at load. Loaded rules
+ * mode's share of each limit) is derived once, at load. Loaded rules
  * are reference-counted: the loader's reference, then one per holder
  * (a worker, a decision waiting for Redis), so a reload can replace them
  * while older decisions finish under the rules they started with; the
@@ -101,19 +101,20 @@ const struct spop_data *rules_args_get(const struct rules_args *args,
 /* ---- one request, as classification reads it ------------------------------
  * Classification reads a few arguments by name: method, path and host when
  * some match condition reads them, the tier, the cost, the identity
- * arguments and the load figures (the "slots"); and any argument when some
- * match condition names arguments (`args`). A request holds the value of
- * each slot (the first argument of that name among the first
- * RULES_ARGS_MAX) and, only when the rules need them, all the arguments. */
-#define RULES_SLOTS_MAX (9 + RULES_IDENTITY_MAX)
+ * arguments and the load figures (each at its "position"); and any
+ * argument when some match condition names arguments (`args`). A request
+ * holds the value at each position (the first argument of that name among
+ * the first RULES_ARGS_MAX) and, only when the rules need them, all the
+ * arguments. */
+#define RULES_POSITIONS_MAX (9 + RULES_IDENTITY_MAX)
 
 struct rules;
 
 struct rules_request {
-	const struct spop_data *slot[RULES_SLOTS_MAX]; /* NULL: absent */
+	const struct spop_data *position[RULES_POSITIONS_MAX]; /* NULL: absent */
 	const struct rules_args *args; /* every argument, or NULL if not needed */
 	/* Storage of rules_request_decode(). */
-	struct spop_data val[RULES_SLOTS_MAX];
+	struct spop_data val[RULES_POSITIONS_MAX];
 	struct rules_args all;
 };
 
@@ -237,13 +238,13 @@ struct rule {
 	/* lid hashed (FNV-1a, 64 bits, of "rl3:" and lid): the limit's part
 	 * of its keys' names (store_key_name) */
 	uint64_t lidh[LIMIT_SET_MAX];
-	/* The local failure policy: each limit divided by the fleet size
+	/* The local failure mode: each limit divided by the fleet size
 	 * (store.agents), at least 1. */
 	struct limit_spec local[LIMIT_SET_MAX];
 	/* strlen() of name and policy, for the answers that copy them. */
 	uint8_t name_len;
 	uint16_t policy_len;
-	/* The slot of the rule's counters (rulestats.h), by its name; set
+	/* The index of the rule's counters (rulestats.h), by its name; set
 	 * by the holder before the rules are used (rules_set_counters). */
 	uint32_t counters;
 };
@@ -324,9 +325,9 @@ unsigned rules_refs(const struct rules *r);
 uint64_t rules_gen(const struct rules *r);
 void rules_set_gen(struct rules *r, uint64_t gen);
 
-/* Sets the counters slot of rule i (rules_rule_at), before the rules are
+/* Sets the counters index of rule i (rules_rule_at), before the rules are
  * used. */
-void rules_set_counters(struct rules *r, size_t i, uint32_t slot);
+void rules_set_counters(struct rules *r, size_t i, uint32_t counters);
 
 /* The key that client keys are hashed under (identity_key): a built-in
  * one until the holder sets the process's (rules_set_secret, before the

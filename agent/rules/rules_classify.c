@@ -132,46 +132,46 @@ static inline __attribute__((always_inline)) int arg_find(const struct rules *r,
 	return -1;
 }
 
-/* Gives every slot of lookup entry j the value val. The callers do it
- * once per entry, for the first argument of its name: then all of an
- * entry's slots are set, or none. */
+/* Gives every position of lookup entry j the value val. The callers do
+ * it once per entry, for the first argument of its name: then all of an
+ * entry's positions are set, or none. */
 static void arg_fill(const struct rules *r, unsigned j, struct rules_request *req,
 		     const struct spop_data *val)
 {
 	const struct arg_lookup *l = &r->lookup[j];
 
-	req->slot[l->slot] = val;
+	req->position[l->position] = val;
 	for (unsigned m = l->also; m; m &= m - 1)
-		req->slot[__builtin_ctz(m)] = val;
+		req->position[__builtin_ctz(m)] = val;
 }
 
-/* memset() of the slots, which GCC compiles to `rep stos`, a string
+/* memset() of the positions, which GCC compiles to `rep stos`, a string
  * instruction slow to start for 120 bytes: sixteen-byte copies of a zero
  * object instead. Every decision clears them. */
-static inline void slots_clear(struct rules_request *req)
+static inline void positions_clear(struct rules_request *req)
 {
 	typedef struct {
-		const struct spop_data *slot[RULES_SLOTS_MAX];
-	} slots;
-	static const slots none;
+		const struct spop_data *position[RULES_POSITIONS_MAX];
+	} positions;
+	static const positions none;
 
-	_Static_assert(sizeof(slots) == sizeof(req->slot), "the slots, as one object");
-	memcpy(req->slot, &none, sizeof(none));
+	_Static_assert(sizeof(positions) == sizeof(req->position), "the positions, as one object");
+	memcpy(req->position, &none, sizeof(none));
 }
 
-/* The slots of a request from arguments decoded already (the first
+/* The positions of a request from arguments decoded already (the first
  * RULES_ARGS_MAX, as args_find sees them). */
 static void request_from_args(const struct rules *r, const struct rules_args *args,
 			      struct rules_request *req)
 {
 	size_t n = args->n < RULES_ARGS_MAX ? args->n : RULES_ARGS_MAX;
 
-	slots_clear(req);
+	positions_clear(req);
 	req->args = args;
 	for (size_t i = 0; i < n; i++) {
 		int j = arg_find(r, args->a[i].name);
 
-		if (j >= 0 && !req->slot[r->lookup[j].slot])
+		if (j >= 0 && !req->position[r->lookup[j].position])
 			arg_fill(r, (unsigned)j, req, &args->a[i].val);
 	}
 }
@@ -188,7 +188,7 @@ int rules_request_decode(const struct rules *r, struct rules_request *req,
 		request_from_args(r, &req->all, req);
 		return 0;
 	}
-	slots_clear(req);
+	positions_clear(req);
 	req->args = NULL;
 	for (unsigned i = 0; i < nargs; i++) {
 		struct spop_data *val = NULL;
@@ -199,9 +199,9 @@ int rules_request_decode(const struct rules *r, struct rules_request *req,
 			return -1;
 		if (i < RULES_ARGS_MAX)
 			j = arg_find(r, name);
-		if (j >= 0 && !req->slot[r->lookup[j].slot])
+		if (j >= 0 && !req->position[r->lookup[j].position])
 			val = &req->val[j];
-		/* Read into its slot, or only checked. */
+		/* Read into its position, or only checked. */
 		if (spop_data_get(&c.p, c.end, val, NULL) != SPOP_OK)
 			return -1;
 		if (val)
@@ -270,7 +270,7 @@ static bool cond_exact(const struct cond *c, const struct spop_data *d)
  * differ (a ".." at the end is resolved as well). */
 static __attribute__((noinline)) void request_path_make(struct request *q)
 {
-	const struct spop_data *d = q->req->slot[SLOT_PATH];
+	const struct spop_data *d = q->req->position[POS_PATH];
 
 	q->path_state = -1;
 	if (!is_text(d))
@@ -373,11 +373,11 @@ static bool cond_arg(const struct cond *c, const struct spop_data *d)
 
 static bool match_holds(const struct match *m, struct request *q)
 {
-	if (m->method.n && !cond_exact(&m->method, q->req->slot[SLOT_METHOD]))
+	if (m->method.n && !cond_exact(&m->method, q->req->position[POS_METHOD]))
 		return false;
 	if (m->path.n && !cond_path(&m->path, q))
 		return false;
-	if (m->host.n && !cond_host(&m->host, q->req->slot[SLOT_HOST], q->host_noport))
+	if (m->host.n && !cond_host(&m->host, q->req->position[POS_HOST], q->host_noport))
 		return false;
 	if (m->ntiers) {
 		size_t i;
@@ -478,7 +478,7 @@ void rules_classify(const struct rules *r, const struct rules_args *args,
 void rules_classify_request(const struct rules *r, const struct rules_request *req,
 			    struct rules_verdict *out)
 {
-	const struct spop_data *const *slot = req->slot;
+	const struct spop_data *const *at = req->position;
 	struct request q;
 	const struct rule *rule;
 	const struct spop_data *d;
@@ -490,10 +490,10 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 	q.r = r;
 	q.path_state = 0;
 	q.host_noport = 0;
-	if (is_text(slot[SLOT_HOST]))
-		q.host_noport = rules_host_noport(slot[SLOT_HOST]->u.str.ptr,
-						  slot[SLOT_HOST]->u.str.len);
-	q.tier = resolve_tier(r, slot[SLOT_TIER]);
+	if (is_text(at[POS_HOST]))
+		q.host_noport = rules_host_noport(at[POS_HOST]->u.str.ptr,
+						  at[POS_HOST]->u.str.len);
+	q.tier = resolve_tier(r, at[POS_TIER]);
 
 	out->tier = &r->rule[q.tier];
 	rule = out->tier;
@@ -518,11 +518,11 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 	out->on_failure = rule->on_failure;
 	out->cost = rule->cost;
 	if (r->cost_arg[0])
-		out->cost = cost_of(slot[SLOT_COST], rule->cost);
+		out->cost = cost_of(at[POS_COST], rule->cost);
 
 	out->identity = -1;
 	for (size_t k = 0; k < r->identity.n; k++) {
-		d = slot[SLOT_IDENTITY + k];
+		d = at[POS_IDENTITY + k];
 		if (d && !data_is_empty(d)) {
 			out->identity = (int)k;
 			out->identity_val = d;
@@ -541,7 +541,7 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 			out->layer_identity[p] = -1;
 			out->layer_val[p] = NULL;
 			for (size_t j = 0; j < l->nidk; j++) {
-				d = slot[SLOT_IDENTITY + l->idk[j]];
+				d = at[POS_IDENTITY + l->idk[j]];
 				if (d && !data_is_empty(d)) {
 					out->layer_identity[p] = l->idk[j];
 					out->layer_val[p] = d;
@@ -552,13 +552,13 @@ void rules_classify_request(const struct rules *r, const struct rules_request *r
 	}
 
 	if (rule->extras) {
-		if (rule->conc && slot[SLOT_REQUEST_ID] && !data_is_empty(slot[SLOT_REQUEST_ID]))
-			out->request_id = slot[SLOT_REQUEST_ID];
-		if (rule->has_max_override && slot[SLOT_OVERRIDE] &&
-		    !data_is_empty(slot[SLOT_OVERRIDE]))
-			out->override = slot[SLOT_OVERRIDE];
+		if (rule->conc && at[POS_REQUEST_ID] && !data_is_empty(at[POS_REQUEST_ID]))
+			out->request_id = at[POS_REQUEST_ID];
+		if (rule->has_max_override && at[POS_OVERRIDE] &&
+		    !data_is_empty(at[POS_OVERRIDE]))
+			out->override = at[POS_OVERRIDE];
 	}
-	if (spop_data_int(slot[SLOT_IN_USE], &in_use) && spop_data_int(slot[SLOT_FREE], &free_conns)) {
+	if (spop_data_int(at[POS_IN_USE], &in_use) && spop_data_int(at[POS_FREE], &free_conns)) {
 		out->load_known = true;
 		out->in_use = in_use;
 		out->free_conns = free_conns;

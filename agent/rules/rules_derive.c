@@ -2,7 +2,7 @@
  * when they load (and the hash states again when the process sets its
  * hashing key): each rule's RateLimit-Policy value and policy names, its
  * limits' names and hashes in the shared store, its share of each limit for the local failure
- * policy; the table that finds the arguments the rules use; the identity
+ * mode; the table that finds the arguments the rules use; the identity
  * hash prefixes. Private to the rules module (rules_int.h). */
 #include "rules_int.h"
 
@@ -72,7 +72,7 @@ static void derive_rule(struct rule *r, int agents)
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
 		r->lidh[i] = lid_hash(r->lid[i]);
-		/* The local policy shares the limit among the agents; each
+		/* The local failure mode shares the limit among the agents; each
 		 * keeps at least one request per period. */
 		*l = r->limits[i];
 		l->quota = r->limits[i].quota / (uint64_t)agents;
@@ -92,39 +92,39 @@ static const struct match *match_at(const struct rules *r, size_t i)
 	return i < r->neps ? &r->ep[i] : &r->classes[i - r->neps].m;
 }
 
-/* The names classification reads (enum arg_slot), each once in a hash
+/* The names classification reads (enum arg_position), each once in a hash
  * chain. Method, path and host are read only when some condition names
  * them; the cost argument only when there is one. */
 static void derive_lookup(struct rules *r)
 {
-	const char *names[SLOT_N] = { NULL };
+	const char *names[POS_N] = { NULL };
 	uint8_t n = 0;
 
 	for (size_t i = 0; i < r->neps + r->nclasses; i++) {
 		const struct match *m = match_at(r, i);
 
 		if (m->method.n)
-			names[SLOT_METHOD] = "method";
+			names[POS_METHOD] = "method";
 		if (m->path.n)
-			names[SLOT_PATH] = "path";
+			names[POS_PATH] = "path";
 		if (m->host.n)
-			names[SLOT_HOST] = "host";
+			names[POS_HOST] = "host";
 		if (m->nargs)
 			r->match_args = true;
 	}
 	for (size_t i = 0; i < r->nrules; i++) {
 		if (r->rule[i].conc)
-			names[SLOT_REQUEST_ID] = RULES_REQUEST_ID;
+			names[POS_REQUEST_ID] = RULES_REQUEST_ID;
 		if (r->rule[i].has_max_override && r->override_arg[0])
-			names[SLOT_OVERRIDE] = r->override_arg;
+			names[POS_OVERRIDE] = r->override_arg;
 	}
-	names[SLOT_TIER] = r->tier_arg;
-	names[SLOT_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
-	names[SLOT_IN_USE] = r->shed.in_use_arg;
-	names[SLOT_FREE] = r->shed.free_arg;
+	names[POS_TIER] = r->tier_arg;
+	names[POS_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
+	names[POS_IN_USE] = r->shed.in_use_arg;
+	names[POS_FREE] = r->shed.free_arg;
 	for (size_t k = 0; k < r->idnames.n; k++)
-		names[SLOT_IDENTITY + k] = r->idnames.name[k];
-	for (unsigned s = 0; s < SLOT_N; s++) {
+		names[POS_IDENTITY + k] = r->idnames.name[k];
+	for (unsigned s = 0; s < POS_N; s++) {
 		size_t len;
 		unsigned b, j;
 
@@ -142,7 +142,7 @@ static void derive_lookup(struct rules *r)
 		r->lookup[n].name = names[s];
 		r->lookup[n].len = (uint8_t)len;
 		r->lookup[n].next = r->bucket[b];
-		r->lookup[n].slot = (uint8_t)s;
+		r->lookup[n].position = (uint8_t)s;
 		r->lookup[n].also = 0;
 		r->bucket[b] = ++n;
 	}
@@ -290,14 +290,14 @@ static bool ov_same(const struct rule *c, unsigned index, const struct limit_spe
 	       c->limits[0].period_us == l->period_us;
 }
 
-/* The index slot of (index, l): where it is, or the empty slot where it
+/* The cell of (index, l): where it is, or the empty cell where it
  * would go. */
 static unsigned ov_find(const struct rules *r, unsigned index, const struct limit_spec *l)
 {
 	unsigned i;
 
-	for (i = ov_hash(index, l); r->ov_slot[i]; i = (i + 1) & (2 * RULES_OVERRIDES_MAX - 1))
-		if (ov_same(r->ov[r->ov_slot[i] - 1], index, l))
+	for (i = ov_hash(index, l); r->ov_cell[i]; i = (i + 1) & (2 * RULES_OVERRIDES_MAX - 1))
+		if (ov_same(r->ov[r->ov_cell[i] - 1], index, l))
 			break;
 	return i;
 }
@@ -323,9 +323,9 @@ static size_t ov_reclaim(struct rules *r)
 	/* before any freed address can be handed out again */
 	atomic_fetch_add_explicit(&r->ov_epoch, 1, memory_order_release);
 	r->nov = kept;
-	memset(r->ov_slot, 0, sizeof(r->ov_slot));
+	memset(r->ov_cell, 0, sizeof(r->ov_cell));
 	for (size_t i = 0; i < kept; i++)
-		r->ov_slot[ov_find(r, r->ov[i]->index, &r->ov[i]->limits[0])] = (uint16_t)(i + 1);
+		r->ov_cell[ov_find(r, r->ov[i]->index, &r->ov[i]->limits[0])] = (uint16_t)(i + 1);
 	return n - kept;
 }
 
@@ -340,8 +340,8 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 
 	pthread_mutex_lock(&r->ov_lock);
 	i = ov_find(r, base->index, ov);
-	if (r->ov_slot[i]) {
-		c = r->ov[r->ov_slot[i] - 1];
+	if (r->ov_cell[i]) {
+		c = r->ov[r->ov_cell[i] - 1];
 		atomic_fetch_add_explicit(&derived_of(c)->holds, 1, memory_order_relaxed);
 		goto out;
 	}
@@ -377,7 +377,7 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 	c->simple = !c->nstack && !c->conc;
 	c->policy_len = (uint16_t)strlen(c->policy);
 	r->ov[r->nov++] = c;
-	r->ov_slot[i] = (uint16_t)r->nov;
+	r->ov_cell[i] = (uint16_t)r->nov;
 out:
 	pthread_mutex_unlock(&r->ov_lock);
 	if (!c)

@@ -59,32 +59,32 @@ struct pclass {
 	struct match m;
 };
 
-/* The slots of struct rules_request (rules.h). */
-enum arg_slot {
-	SLOT_METHOD,
-	SLOT_PATH,
-	SLOT_HOST,
-	SLOT_TIER,
-	SLOT_COST,
-	SLOT_IN_USE,
-	SLOT_FREE,
-	SLOT_REQUEST_ID, /* read when some rule has a concurrency limit */
-	SLOT_OVERRIDE,   /* read when some rule has a max_override */
-	SLOT_IDENTITY, /* + k for the identity argument k */
-	SLOT_N = SLOT_IDENTITY + RULES_IDENTITY_MAX,
+/* The positions of struct rules_request (rules.h). */
+enum arg_position {
+	POS_METHOD,
+	POS_PATH,
+	POS_HOST,
+	POS_TIER,
+	POS_COST,
+	POS_IN_USE,
+	POS_FREE,
+	POS_REQUEST_ID, /* read when some rule has a concurrency limit */
+	POS_OVERRIDE,   /* read when some rule has a max_override */
+	POS_IDENTITY, /* + k for the identity argument k */
+	POS_N = POS_IDENTITY + RULES_IDENTITY_MAX,
 };
-_Static_assert(SLOT_N == RULES_SLOTS_MAX, "one slot per name classification reads");
-_Static_assert(SLOT_N <= 32, "struct arg_lookup keeps its other slots in 32 bits");
+_Static_assert(POS_N == RULES_POSITIONS_MAX, "one position per name classification reads");
+_Static_assert(POS_N <= 32, "struct arg_lookup keeps its other positions in 32 bits");
 
-/* A name classification looks for (pointing into the rules), the slots it
+/* A name classification looks for (pointing into the rules), the positions it
  * fills (one name may serve several: an identity argument may also be the
  * tier's) and the next name of its hash chain (index + 1, 0 for none). */
 struct arg_lookup {
 	const char *name;
 	uint8_t len;
 	uint8_t next;
-	uint8_t slot;   /* enum arg_slot: the first it fills */
-	uint32_t also;  /* bit s for each other slot s it fills */
+	uint8_t position; /* enum arg_position: the first it fills */
+	uint32_t also;    /* bit p for each other position p it fills */
 };
 
 /* The hash chain of a name (first byte, last byte and length): the names
@@ -111,11 +111,11 @@ struct rules {
 	char override_arg[RULES_NAME_MAX]; /* "" when none */
 	/* Rules made for overridden limits (rules_override): made on demand,
 	 * under the lock; one that nothing holds is freed when room is
-	 * needed, the others with the rules. ov_slot[] indexes them; ov_epoch
+	 * needed, the others with the rules. ov_cell[] indexes them; ov_epoch
 	 * counts the times some were freed (rules_override_epoch). */
 	pthread_mutex_t ov_lock;
 	struct rule *ov[RULES_OVERRIDES_MAX];
-	uint16_t ov_slot[2 * RULES_OVERRIDES_MAX]; /* index + 1, 0 empty */
+	uint16_t ov_cell[2 * RULES_OVERRIDES_MAX]; /* index + 1, 0 empty */
 	size_t nov;
 	atomic_uint_fast64_t ov_epoch;
 	char tier_arg[RULES_NAME_MAX];
@@ -139,8 +139,8 @@ struct rules {
 	size_t nclasses;
 	struct arena_block *arena; /* freed with the rules */
 	/* Derived at load (rules_load.c, derive_lookup): the distinct names
-	 * of the slots, hashed, and whether some match reads any argument. */
-	struct arg_lookup lookup[SLOT_N];
+	 * of the positions, hashed, and whether some match reads any argument. */
+	struct arg_lookup lookup[POS_N];
 	/* Derived from the secret: rules_identity_prefix() for each identity
 	 * argument, then for anonymous clients, then for global layers. */
 	struct identity_prefix id_prefix[RULES_IDENTITY_MAX + 2];

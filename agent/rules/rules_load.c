@@ -1048,7 +1048,7 @@ unsigned rules_refs(const struct rules *r) { return atomic_load(&((struct rules 
 
 uint64_t rules_gen(const struct rules *r) { return r->gen; }
 void rules_set_gen(struct rules *r, uint64_t gen) { r->gen = gen; }
-void rules_set_counters(struct rules *r, size_t i, uint32_t slot) { r->rule[i].counters = slot; }
+void rules_set_counters(struct rules *r, size_t i, uint32_t counters) { r->rule[i].counters = counters; }
 const uint8_t *rules_secret(const struct rules *r) { return r->secret; }
 const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k)
 {

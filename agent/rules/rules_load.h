@@ -31,7 +31,7 @@ int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char 
 int rules_parse_limits(struct ctx *c, yaml_node_t *seq, const char *where, struct rule *rule);
 
 /* A tier's or endpoint's `concurrency` and `max_duration` (either may be
- * NULL), and its `penalty` (rules_policy.c). */
+ * NULL), and its `penalty` (rules_extras.c). */
 int rules_parse_concurrency(struct ctx *c, const char *where, yaml_node_t *vconc,
 			    yaml_node_t *vmax, struct rule *rule);
 int rules_parse_penalty(struct ctx *c, const char *where, yaml_node_t *map, struct rule *rule);

@@ -1,5 +1,5 @@
 /* inflight.h: the requests of each client in flight, for the concurrency
- * limits of the in-memory store and of the local failure policy.
+ * limits of the in-memory store and of the local failure mode.
  *
  * A concurrency limit (limit.h, LIMIT_CONCURRENCY) lets a client have at
  * most `quota` requests in flight: a request takes a place when it is

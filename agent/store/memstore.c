@@ -71,8 +71,8 @@ _Static_assert(sizeof(struct ms_chunk) == MEMSTORE_LOG_CHUNK_BYTES, "memstore.h 
 struct ms_shard {
 	pthread_mutex_t lock;
 	struct ms_entry *entries;
-	uint32_t *slots;      /* entry index + 1, 0 for an empty slot */
-	uint32_t mask;        /* slots - 1 */
+	uint32_t *cells;      /* entry index + 1, 0 for an empty cell */
+	uint32_t mask;        /* cells - 1 */
 	uint32_t cap;
 	uint32_t used;
 	uint32_t free_head;   /* entry index + 1, 0 when none is free */
@@ -106,7 +106,7 @@ static uint64_t mix64(uint64_t x)
 }
 
 /* A key is a keyed SipHash output, uniform already: its first eight bytes
- * pick the shard and seed the slots as they are (hashing it again cost as
+ * pick the shard and seed the cells as they are (hashing it again cost as
  * much as the rest of a lookup). */
 static uint64_t key_hash(const uint8_t key[IDENTITY_KEY_LEN])
 {
@@ -116,7 +116,7 @@ static uint64_t key_hash(const uint8_t key[IDENTITY_KEY_LEN])
 	return a;
 }
 
-static uint32_t slot_hash(uint64_t kh, unsigned idx)
+static uint32_t cell_hash(uint64_t kh, unsigned idx)
 {
 	return (uint32_t)mix64(kh + (idx + 1) * 0x9e3779b97f4a7c15ULL);
 }
@@ -133,16 +133,16 @@ static uint64_t spec_fp(const struct limit_spec *s)
 
 static struct ms_shard *shard_of(struct memstore *ms, uint64_t kh)
 {
-	/* High bits pick the shard, low bits (through slot_hash) the slot. */
+	/* High bits pick the shard, low bits (through cell_hash) the cell. */
 	return &ms->shards[(kh >> 58) & (ms->nshards - 1)];
 }
 
-/* Returns the slot holding (key, idx), or -1. */
-static long find_slot(const struct ms_shard *sh, const uint8_t *key, unsigned idx,
+/* Returns the cell holding (key, idx), or -1. */
+static long find_cell(const struct ms_shard *sh, const uint8_t *key, unsigned idx,
 		      uint32_t h)
 {
 	for (uint32_t i = h & sh->mask;; i = (i + 1) & sh->mask) {
-		uint32_t s = sh->slots[i];
+		uint32_t s = sh->cells[i];
 		const struct ms_entry *e;
 
 		if (s == 0)
@@ -291,11 +291,11 @@ static void log_push(struct ms_shard *sh, struct ms_entry *e, int64_t at, uint32
 	e->st.c++;
 }
 
-/* Empties slot i and frees its entry. Later entries of the same probe run
+/* Empties cell i and frees its entry. Later entries of the same probe run
  * move back into the hole, so lookups never need tombstones. */
-static void delete_slot(struct ms_shard *sh, uint32_t i)
+static void delete_cell(struct ms_shard *sh, uint32_t i)
 {
-	uint32_t ent = sh->slots[i] - 1;
+	uint32_t ent = sh->cells[i] - 1;
 	uint32_t j = i;
 
 	log_clear(sh, &sh->entries[ent]);
@@ -303,18 +303,18 @@ static void delete_slot(struct ms_shard *sh, uint32_t i)
 	sh->entries[ent].hash = sh->free_head;
 	sh->free_head = ent + 1;
 	sh->used--;
-	sh->slots[i] = 0;
+	sh->cells[i] = 0;
 	for (;;) {
 		uint32_t home;
 
 		j = (j + 1) & sh->mask;
-		if (sh->slots[j] == 0)
+		if (sh->cells[j] == 0)
 			return;
-		home = sh->entries[sh->slots[j] - 1].hash & sh->mask;
+		home = sh->entries[sh->cells[j] - 1].hash & sh->mask;
 		/* Move it if the hole lies on its probe path (home .. j). */
 		if (((j - home) & sh->mask) >= ((j - i) & sh->mask)) {
-			sh->slots[i] = sh->slots[j];
-			sh->slots[j] = 0;
+			sh->cells[i] = sh->cells[j];
+			sh->cells[j] = 0;
 			i = j;
 		}
 	}
@@ -323,10 +323,10 @@ static void delete_slot(struct ms_shard *sh, uint32_t i)
 static void delete_entry(struct ms_shard *sh, uint32_t ent)
 {
 	const struct ms_entry *e = &sh->entries[ent];
-	long s = find_slot(sh, e->key, e->idx, e->hash);
+	long s = find_cell(sh, e->key, e->idx, e->hash);
 
 	if (s >= 0)
-		delete_slot(sh, (uint32_t)s);
+		delete_cell(sh, (uint32_t)s);
 }
 
 static bool kept(long ent, const long *keep, size_t nkeep)
@@ -509,35 +509,35 @@ static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32
 	memcpy(e->key, key, IDENTITY_KEY_LEN);
 	e->idx = (uint8_t)idx;
 	e->hash = h;
-	for (i = h & sh->mask; sh->slots[i] != 0; i = (i + 1) & sh->mask)
+	for (i = h & sh->mask; sh->cells[i] != 0; i = (i + 1) & sh->mask)
 		;
-	sh->slots[i] = ent + 1;
+	sh->cells[i] = ent + 1;
 	sh->used++;
 	return (long)ent;
 }
 
 static int shard_init(struct ms_shard *sh, uint32_t cap)
 {
-	uint32_t nslots = 2;
+	uint32_t ncells = 2;
 
 	memset(sh, 0, sizeof(*sh));
 	/* At most half full keeps probe runs short. */
-	while (nslots < 2 * (uint64_t)cap)
-		nslots <<= 1;
+	while (ncells < 2 * (uint64_t)cap)
+		ncells <<= 1;
 	sh->entries = xcalloc(cap ? cap : 1, sizeof(*sh->entries));
-	sh->slots = xcalloc(nslots, sizeof(*sh->slots));
+	sh->cells = xcalloc(ncells, sizeof(*sh->cells));
 	/* never written until used (chunk_fresh): as large as it is, the
 	 * pool takes memory only as logs fill it */
 	sh->nchunks = cap > MS_LOG_CHUNKS_MAX ? cap : MS_LOG_CHUNKS_MAX;
 	sh->chunks = xcalloc(sh->nchunks, sizeof(*sh->chunks));
-	if (!sh->entries || !sh->slots || !sh->chunks ||
+	if (!sh->entries || !sh->cells || !sh->chunks ||
 	    pthread_mutex_init(&sh->lock, NULL) != 0) {
 		xfree(sh->entries);
-		xfree(sh->slots);
+		xfree(sh->cells);
 		xfree(sh->chunks);
 		return -1;
 	}
-	sh->mask = nslots - 1;
+	sh->mask = ncells - 1;
 	sh->cap = cap;
 	for (uint32_t k = 0; k < cap; k++) {
 		sh->entries[k].idx = MS_FREE;
@@ -553,7 +553,7 @@ static void shard_destroy(struct ms_shard *sh)
 {
 	pthread_mutex_destroy(&sh->lock);
 	xfree(sh->entries);
-	xfree(sh->slots);
+	xfree(sh->cells);
 	xfree(sh->chunks);
 }
 
@@ -682,9 +682,9 @@ int memstore_check(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN],
 		long s;
 
 		fp[i] = spec_fp(&limits[i]);
-		h[i] = slot_hash(kh, (unsigned)i);
-		s = find_slot(sh, key, (unsigned)i, h[i]);
-		ent[i] = s < 0 ? -1 : (long)sh->slots[s] - 1;
+		h[i] = cell_hash(kh, (unsigned)i);
+		s = find_cell(sh, key, (unsigned)i, h[i]);
+		ent[i] = s < 0 ? -1 : (long)sh->cells[s] - 1;
 		memset(&cur[i], 0, sizeof(cur[i]));
 		if (ent[i] >= 0) {
 			const struct ms_entry *e = &sh->entries[ent[i]];
@@ -773,7 +773,7 @@ int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
 		idx[i] = 0;
 		for (j = 0; j < i; j++)
 			idx[i] += memcmp(keys[j], keys[i], IDENTITY_KEY_LEN) == 0;
-		h[i] = slot_hash(kh, idx[i]);
+		h[i] = cell_hash(kh, idx[i]);
 		sh[i] = shard_of(ms, kh);
 		/* insertion into the sorted set of shards to lock */
 		for (j = 0; j < nlocked && locked[j] < sh[i]; j++)
@@ -787,10 +787,10 @@ int memstore_check_keys(struct memstore *ms, const uint8_t *const *keys,
 	for (size_t j = 0; j < nlocked; j++)
 		pthread_mutex_lock(&locked[j]->lock);
 	for (size_t i = 0; i < n; i++) {
-		long s = find_slot(sh[i], keys[i], idx[i], h[i]);
+		long s = find_cell(sh[i], keys[i], idx[i], h[i]);
 
 		fp[i] = spec_fp(&limits[i]);
-		ent[i] = s < 0 ? -1 : (long)sh[i]->slots[s] - 1;
+		ent[i] = s < 0 ? -1 : (long)sh[i]->cells[s] - 1;
 		memset(&cur[i], 0, sizeof(cur[i]));
 		if (ent[i] >= 0) {
 			const struct ms_entry *e = &sh[i]->entries[ent[i]];
@@ -862,12 +862,12 @@ int memstore_put(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsig
 {
 	uint64_t kh = key_hash(key);
 	struct ms_shard *sh = shard_of(ms, kh);
-	uint32_t h = slot_hash(kh, idx);
+	uint32_t h = cell_hash(kh, idx);
 	long s, ent;
 
 	pthread_mutex_lock(&sh->lock);
-	s = find_slot(sh, key, idx, h);
-	ent = s < 0 ? -1 : (long)sh->slots[s] - 1;
+	s = find_cell(sh, key, idx, h);
+	ent = s < 0 ? -1 : (long)sh->cells[s] - 1;
 	if (ent < 0) {
 		if (make_room(sh, 1, now_us, NULL, 0) < 0) {
 			sh->full++;
@@ -889,10 +889,10 @@ size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
 
 	pthread_mutex_lock(&sh->lock);
 	for (unsigned i = 0; i < LIMIT_SET_MAX; i++) {
-		long s = find_slot(sh, key, i, slot_hash(kh, i));
+		long s = find_cell(sh, key, i, cell_hash(kh, i));
 
 		if (s >= 0) {
-			delete_slot(sh, (uint32_t)s);
+			delete_cell(sh, (uint32_t)s);
 			n++;
 		}
 	}

@@ -12,7 +12,7 @@
  * request and would still refuse it. So a client refused now stays refused
  * however many new identities arrive. When nothing may go, the request is
  * not decided here (MEMSTORE_NO_ROOM; counted in memstore_stats.full) and
- * the caller applies the rule's failure policy. */
+ * the caller applies the rule's failure mode. */
 #ifndef RL_MEMSTORE_H
 #define RL_MEMSTORE_H
 
@@ -78,7 +78,7 @@ size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 size_t memstore_sweep(struct memstore *ms, int64_t now_us);
 
 /* Counts in memstore_stats.full a decision about key left to the failure
- * policy for want of room elsewhere in memory (a concurrency limit's
+ * mode for want of room elsewhere in memory (a concurrency limit's
  * places, inflight.h): the same alert covers both. */
 void memstore_count_full(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 

@@ -49,7 +49,7 @@ void refusals_clear(struct refusals *c)
 	memset(c->e, 0, sizeof(c->e));
 }
 
-static uint32_t slot(const uint8_t *key)
+static uint32_t entry_of(const uint8_t *key)
 {
 	uint32_t h;
 
@@ -60,7 +60,7 @@ static uint32_t slot(const uint8_t *key)
 int refusals_answer(struct refusals *c, const struct decide_query *q, uint64_t epoch,
 		    int64_t now, struct limit_result *res, int *decider)
 {
-	uint32_t i = slot(q->key);
+	uint32_t i = entry_of(q->key);
 	uint64_t bit = 1ULL << (i % 64);
 	struct refusal *e = &c->e[i];
 
@@ -99,7 +99,7 @@ void refusals_store(struct refusals *c, const struct decide_query *q, uint64_t e
 	 * waits, while lighter ones do: nothing worth remembering. */
 	if (q->cost > cap)
 		return;
-	i = slot(q->key);
+	i = entry_of(q->key);
 	c->live[i / 64] |= 1ULL << (i % 64);
 	e = &c->e[i];
 	memcpy(e->key, q->key, IDENTITY_KEY_LEN);

@@ -1,6 +1,6 @@
 /* store.c: the part of every store that is the same for all backends: the
  * life of a query (submitted, decided now or later, answered), and the
- * rule's failure policy when the shared store cannot decide. */
+ * rule's failure mode when the shared store cannot decide. */
 #include "store.h"
 
 #include <string.h>
@@ -173,7 +173,7 @@ int store_mem_check(struct store *st, const struct decide_query *q,
 	if (inflight_begin(st->flights, q->key, q->rule->lidh[j], q->request_id, &limits[j],
 			   now_us, &res[j], &h) < 0) {
 		/* no place to keep one more request: counted with the memory
-		 * store's own, and left to the failure policy */
+		 * store's own, and left to the failure mode */
 		memstore_count_full(st->mem, q->key);
 		return MEMSTORE_NO_ROOM;
 	}
@@ -362,7 +362,7 @@ int store_response(struct store_worker *sw, const struct rules *rules, const cha
 	if (!rule)
 		return 0;
 	if (rule->conc && id) {
-		/* the local policy's places, then the store's own */
+		/* the local failure mode's places, then the store's own */
 		inflight_release(sw->st->flights, key, rule->lidh[rule->conc - 1], id);
 		if (sw->st->ops->release)
 			sw->st->ops->release(sw, rule, rule->conc - 1, key, id);

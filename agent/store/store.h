@@ -4,7 +4,7 @@
  * store (Redis, in any topology) usually later. Callers see one call,
  * store_submit(), which answers now or later through the callback the
  * worker registered, and never learn which store they talk to. What to
- * answer when the shared store cannot decide (the rule's failure policy:
+ * answer when the shared store cannot decide (the rule's failure mode:
  * open, closed or local) is decided here, in store.c, once for every
  * backend; backends only say "decided" or "could not".
  *
@@ -12,7 +12,7 @@
  * (Cluster nodes, shards) and process-wide state:
  *   struct store         one per process: the backend's configuration and
  *                        shared state, the buckets of the memory store and
- *                        of the local policy, the admin-reset epoch;
+ *                        of the local failure mode, the admin-reset epoch;
  *   struct store_worker  one per worker thread, on that worker's loop: the
  *                        backend's connections, queues and counters. Only
  *                        its thread touches it.
@@ -99,7 +99,7 @@ typedef void store_node_fn(void *arg, const char *name, const struct store_stats
 enum store_outcome {
 	STORE_DECIDED,      /* res[] and *decider hold the store's answer */
 	STORE_PENDING,      /* store_complete() will be called later */
-	STORE_UNAVAILABLE,  /* the store cannot decide: failure policy */
+	STORE_UNAVAILABLE,  /* the store cannot decide: failure mode */
 };
 
 /* An admin look at (or reset of) one client: one key per rule. The store
@@ -166,7 +166,7 @@ struct store_ops {
 struct store {
 	const struct store_ops *ops;
 	void *impl;
-	struct memstore *mem;             /* memory store; the local policy */
+	struct memstore *mem;             /* memory store; the local failure mode */
 	struct inflight *flights;         /* their concurrency places */
 	struct overrides *ov;             /* memory store: its overrides (main thread) */
 	/* The holder of the overrides in force (server.c): told of each set
@@ -193,7 +193,7 @@ struct store_worker {
  * memory. */
 struct store *store_memory_new(size_t max_keys);
 
-/* Used by backends' constructors: st->ops, the local policy's buckets.
+/* Used by backends' constructors: st->ops, the local failure mode's buckets.
  * Returns 0 or -1. */
 int store_init(struct store *st, const struct store_ops *ops, size_t mem_max_keys);
 
@@ -214,16 +214,16 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 		 const struct store_ref *ref, struct decide_decision *d);
 
 /* A backend's answer to a pending query: res and decider from the store,
- * or res NULL when it could not decide (failure policy). */
+ * or res NULL when it could not decide (failure mode). */
 void store_complete(struct store_worker *sw, const struct decide_query *q,
 		    const struct store_ref *ref, const struct limit_result *res, int decider);
 
-/* The decision without the shared store, by the rule's failure policy:
+/* The decision without the shared store, by the rule's failure mode:
  * open (forward), closed (503 store_down), local (the limits divided by
  * the fleet size, in this agent's memory). Always marked degraded. */
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d);
 
-/* Checks q's limits (or another spec of each: the local policy's) in an
+/* Checks q's limits (or another spec of each: the local failure mode's) in an
  * in-memory store, each under its key (decide_limit_key): memstore_check's
  * answer. */
 int store_mem_check(struct store *st, const struct decide_query *q,
@@ -257,7 +257,7 @@ uint64_t store_reset_epoch(const struct store *st);
  * fleet; the counters of every worker's part and of every server the
  * store talks to, summed into *out; whether it talks to servers of its
  * own, and each one's counters (fn, as store_ops.each_node); the memory
- * store's figures (of the local failure policy's buckets too). */
+ * store's figures (of the local failure mode's buckets too). */
 bool store_shared(const struct store *st);
 void store_get_stats(struct store *st, struct store_stats *out);
 bool store_has_nodes(const struct store *st);

@@ -21,7 +21,7 @@ static enum store_outcome mem_check(struct store_worker *sw, const struct decide
 					  clock_now_us(), q->cost, res);
 	else
 		*decider = store_mem_check(sw->st, q, q->limits, clock_now_us(), res);
-	/* full of clients it refuses: the failure policy decides */
+	/* full of clients it refuses: the failure mode decides */
 	return *decider == MEMSTORE_NO_ROOM ? STORE_UNAVAILABLE : STORE_DECIDED;
 }
 

@@ -9,13 +9,13 @@
 
 struct rulestats {
 	int nworkers;
-	size_t nused;              /* slots [0, nused) have a name */
+	size_t nused;              /* counters [0, nused) have a name */
 	uint64_t epoch;            /* assignments so far */
-	char name[RULESTATS_SLOTS][RULES_NAME_MAX];
-	uint64_t seen[RULESTATS_SLOTS];  /* the last assignment that named it */
-	/* What a slot had counted when a new name took it over: its counts
+	char name[RULESTATS_NAMES][RULES_NAME_MAX];
+	uint64_t seen[RULESTATS_NAMES];  /* the last assignment that named it */
+	/* What counters had counted when a new name took them over: their counts
 	 * are the sums less these. */
-	uint64_t base[RULESTATS_SLOTS][FIELDS];
+	uint64_t base[RULESTATS_NAMES][FIELDS];
 	struct rule_counters **worker;
 };
 
@@ -31,10 +31,10 @@ struct rulestats *rulestats_new(int nworkers)
 		xfree(rs);
 		return NULL;
 	}
-	/* Pages of slots that no rule uses are never touched: a large
+	/* Pages of counters that no rule uses are never touched: a large
 	 * calloc maps zero pages lazily. */
 	for (int i = 0; i < nworkers; i++) {
-		rs->worker[i] = xcalloc(RULESTATS_SLOTS, sizeof(struct rule_counters));
+		rs->worker[i] = xcalloc(RULESTATS_NAMES, sizeof(struct rule_counters));
 		if (!rs->worker[i]) {
 			rulestats_free(rs);
 			return NULL;
@@ -58,24 +58,24 @@ struct rule_counters *rulestats_worker(struct rulestats *rs, int i)
 	return rs->worker[i];
 }
 
-static uint64_t sum(const struct rulestats *rs, uint32_t slot, size_t field)
+static uint64_t sum(const struct rulestats *rs, uint32_t counters, size_t field)
 {
 	uint64_t s = 0;
 
 	for (int i = 0; i < rs->nworkers; i++)
-		s += STAT_GET(((counter_t *)&rs->worker[i][slot])[field]);
+		s += STAT_GET(((counter_t *)&rs->worker[i][counters])[field]);
 	return s;
 }
 
-uint64_t rulestats_get(const struct rulestats *rs, uint32_t slot, size_t offset)
+uint64_t rulestats_get(const struct rulestats *rs, uint32_t counters, size_t offset)
 {
 	size_t field = offset / sizeof(counter_t);
 
-	return sum(rs, slot, field) - rs->base[slot][field];
+	return sum(rs, counters, field) - rs->base[counters][field];
 }
 
-/* The slot named `name`, or -1. Linear: a reload compares at most
- * RULESTATS_SLOTS short names per rule, a few milliseconds at worst. */
+/* The index of the counters named `name`, or -1. Linear: a reload compares at most
+ * RULESTATS_NAMES short names per rule, a few milliseconds at worst. */
 static long find(const struct rulestats *rs, const char *name)
 {
 	for (size_t s = 0; s < rs->nused; s++)
@@ -84,16 +84,16 @@ static long find(const struct rulestats *rs, const char *name)
 	return -1;
 }
 
-/* A slot for a new name: a free one, else the one whose name left the
+/* Counters for a new name: free ones, else those whose name left the
  * rules longest ago (none of this assignment's names: they were all
  * marked seen first), its counts restarted. */
 static uint32_t take(struct rulestats *rs)
 {
 	uint32_t best = 0;
 
-	if (rs->nused < RULESTATS_SLOTS)
+	if (rs->nused < RULESTATS_NAMES)
 		return (uint32_t)rs->nused++;
-	for (uint32_t s = 1; s < RULESTATS_SLOTS; s++)
+	for (uint32_t s = 1; s < RULESTATS_NAMES; s++)
 		if (rs->seen[s] < rs->seen[best])
 			best = s;
 	for (size_t f = 0; f < FIELDS; f++)
@@ -106,7 +106,7 @@ void rulestats_assign(struct rulestats *rs, struct rules *r)
 	size_t n = rules_count(r);
 
 	rs->epoch++;
-	/* Names already known first, so that no slot of this file's names
+	/* Names already known first, so that no counters of this file's names
 	 * can be taken for another of them. */
 	for (size_t i = 0; i < n; i++) {
 		long s = find(rs, rules_rule_at(r, i)->name);

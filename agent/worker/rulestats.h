@@ -1,17 +1,18 @@
 /* rulestats.h: counters per rule, exported with the rule's name as label.
  *
- * Every rule name the agent has been given gets a slot, kept across
- * reloads: a rule that a reload keeps (by name) goes on counting where it
- * was, wherever it moved in the file, and a decision that finishes under
- * the rules it started with (Redis answering after a reload) counts to its
- * rule's name. A rule that a reload removes keeps its slot, unexported,
- * and counts on from there if a later reload brings it back.
+ * Every rule name the agent has been given gets counters of its own, by
+ * index (rule->counters), kept across reloads: a rule that a reload keeps
+ * (by name) goes on counting where it was, wherever it moved in the file,
+ * and a decision that finishes under the rules it started with (Redis
+ * answering after a reload) counts to its rule's name. A rule that a
+ * reload removes keeps its counters, unexported, and counts on from there
+ * if a later reload brings it back.
  *
- * Each worker has an array of slots of its own, written by that worker
+ * Each worker has an array of counters of its own, written by that worker
  * only with relaxed atomics (stats.h), and the metrics sum the arrays when
- * scraped: counting costs a decision an index and plain increments. Slots
- * are given out, and the sums read, by the main thread only, which also
- * loads and publishes the rules: no lock anywhere.
+ * scraped: counting costs a decision an index and plain increments.
+ * Indexes are given out, and the sums read, by the main thread only, which
+ * also loads and publishes the rules: no lock anywhere.
  */
 #ifndef RL_RULESTATS_H
 #define RL_RULESTATS_H
@@ -32,30 +33,32 @@ struct rule_counters {
 	counter_t shed[4];     /* status 503 by load, by priority (P0 never) */
 };
 
-/* Slots: more than twice the rules one file may hold (RULES_TIERS_MAX +
- * RULES_ENDPOINTS_MAX), so that a slot whose name left the rules can
- * always be taken back for a new name (rulestats_assign). */
-#define RULESTATS_SLOTS 4096
+/* Names with counters: more than twice the rules one file may hold
+ * (RULES_TIERS_MAX + RULES_ENDPOINTS_MAX), so that the counters of a name
+ * that left the rules can always be taken back for a new name
+ * (rulestats_assign). */
+#define RULESTATS_NAMES 4096
 
 struct rulestats;
 
-/* The slots and `nworkers` arrays of them, zeroed. NULL when out of memory. */
+/* The names and `nworkers` arrays of their counters, zeroed. NULL when out
+ * of memory. */
 struct rulestats *rulestats_new(int nworkers);
 void rulestats_free(struct rulestats *rs);
 
-/* Worker i's array of RULESTATS_SLOTS counters (0 <= i < nworkers). */
+/* Worker i's array of RULESTATS_NAMES counters (0 <= i < nworkers). */
 struct rule_counters *rulestats_worker(struct rulestats *rs, int i);
 
-/* Gives each rule of `r` the slot of its name (rules_set_counters), before
- * the rules are published to the workers. A name never seen takes a free
- * slot; when none is free, the slot of the name that left the rules
+/* Gives each rule of `r` the counters of its name (rules_set_counters),
+ * before the rules are published to the workers. A name never seen takes
+ * free ones; when none are free, those of the name that left the rules
  * longest ago, whose counts then restart from zero for the new name (a
  * decision of the old name still in flight may land there: one or two
  * counts, against a name that just appeared). Main thread only. */
 void rulestats_assign(struct rulestats *rs, struct rules *r);
 
-/* The counter at `offset` in struct rule_counters of `slot`, summed over
- * the workers. Main thread only. */
-uint64_t rulestats_get(const struct rulestats *rs, uint32_t slot, size_t offset);
+/* The counter at `offset` in struct rule_counters of index `counters`,
+ * summed over the workers. Main thread only. */
+uint64_t rulestats_get(const struct rulestats *rs, uint32_t counters, size_t offset);
 
 #endif

@@ -82,7 +82,7 @@ void server_swap_rules(struct server *srv, struct rules *rules)
 	struct rules *old;
 	struct retired *r;
 
-	/* before the rules are published: workers read the slots they set */
+	/* before the rules are published: workers read the indexes it sets */
 	rulestats_assign(srv->rulestats, rules);
 	old = atomic_exchange_explicit(&srv->rules, rules, memory_order_acq_rel);
 	r = xcalloc(1, sizeof(*r));

@@ -107,7 +107,7 @@ int server_start(struct server *srv);
 
 /* Seconds that stopping workers give their connections to be answered and
  * disconnected (server_stop). Decisions still waiting for the store then
- * get the rule's failure policy. */
+ * get the rule's failure mode. */
 #define SERVER_STOP_GRACE 3.0
 
 /* Stops the agent: workers accept no more, answer what their connections

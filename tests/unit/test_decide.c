@@ -275,7 +275,7 @@ static void test_result_several_limits(void **state)
 }
 
 /* The two answers without the store; store.c chooses between them (and
- * the local policy) by the rule's failure policy. */
+ * the local failure mode) by the rule's failure mode. */
 static void test_open_and_closed(void **state)
 {
 	struct rules *rules = rules_from_text("limits: [10/1m]\non_store_failure: closed");

@@ -274,7 +274,7 @@ static void test_full(void **unused)
 	assert_true(res[0].allowed);
 	assert_int_equal(res[0].remaining, 0);
 	/* b is refused now: it is not forgotten for a newcomer, who is not
-	 * decided here (the failure policy answers) and takes nothing. */
+	 * decided here (the failure mode answers) and takes nothing. */
 	assert_int_equal(memstore_check(ms, b, &l, 1, T0 + 100 * MS, 1, res), 0);
 	assert_false(res[0].allowed);
 	for (int i = 0; i < 5; i++)

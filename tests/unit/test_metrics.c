@@ -1,11 +1,11 @@
 /* Unit tests of the metrics text: every counter of two workers, of their
- * rules (three, one slot each), their Redis stores and the in-memory
+ * rules (three, counters of their own each), their Redis stores and the in-memory
  * store, rendered and compared byte for byte with the texts of
  * tests/unit/metrics, so that a change in how the figures are read
  * cannot change what scrapers read. The modules' stats functions are
  * stand-ins that give every field a distinct figure, as two workers'
  * counters summed (server.c and store.c sum them: test_server,
- * test_store): the rendering is under test. Then the slots of rules
+ * test_store): the rendering is under test. Then the counters of rules
  * across reloads (rulestats.c), through the text. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,11 +126,11 @@ static void scenario(struct server *srv, int redis)
 	assert_non_null(srv->rulestats);
 	rulestats_assign(srv->rulestats, rules);
 	for (int i = 0; i < NWORKERS; i++) {
-		/* the rules' slots (0, 1, 2) and one past them, never shown */
-		for (uint32_t slot = 0; slot < 4; slot++)
-			fill((counter_t *)&rulestats_worker(srv->rulestats, i)[slot],
+		/* the rules' counters (0, 1, 2) and one past them, never shown */
+		for (uint32_t k = 0; k < 4; k++)
+			fill((counter_t *)&rulestats_worker(srv->rulestats, i)[k],
 			     sizeof(struct rule_counters) / sizeof(counter_t),
-			     100000u * (i + 1) + 100u * slot);
+			     100000u * (i + 1) + 100u * k);
 	}
 	rules_set_gen(rules, 3);
 	atomic_init(&srv->rules, rules);
@@ -274,10 +274,10 @@ static void test_rules_across_reloads(void **unused)
 	rulestats_free(srv.rulestats);
 }
 
-/* When every slot has had a name, a new name takes the slot of the name
+/* When all counters have had a name, a new name takes those of the name
  * that left the rules longest ago, counting from zero; the names in force
  * keep theirs. */
-static void test_slots_taken_back(void **unused)
+static void test_counters_taken_back(void **unused)
 {
 	struct rulestats *rs = rulestats_new(1);
 	struct rules *keep = rules_from_text("tiers: { keep: { limits: [10/1m] } }");
@@ -287,7 +287,7 @@ static void test_slots_taken_back(void **unused)
 	rulestats_assign(rs, keep);
 	kept = rules_rule_at(keep, 0)->counters;
 	STAT_INC(rulestats_worker(rs, 0)[kept].decisions);
-	for (int i = 0; i < RULESTATS_SLOTS + 10; i++) {
+	for (int i = 0; i < RULESTATS_NAMES + 10; i++) {
 		char yaml[128];
 		struct rules *r;
 		uint32_t s;
@@ -300,7 +300,7 @@ static void test_slots_taken_back(void **unused)
 		assert_int_equal(rules_find(r, "keep")->counters, kept);
 		s = rules_rule_at(r, 1)->counters;
 		assert_true(s != kept);
-		/* a fresh name counts from zero, in a new slot or a taken one */
+		/* a fresh name counts from zero, in new counters or taken ones */
 		assert_int_equal(rulestats_get(rs, s, offsetof(struct rule_counters, decisions)), 0);
 		STAT_INC(rulestats_worker(rs, 0)[s].decisions);
 		rules_release(r);
@@ -317,7 +317,7 @@ int main(void)
 		cmocka_unit_test(test_memory_store),
 		cmocka_unit_test(test_allocation_failure),
 		cmocka_unit_test(test_rules_across_reloads),
-		cmocka_unit_test(test_slots_taken_back),
+		cmocka_unit_test(test_counters_taken_back),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -109,14 +109,14 @@ static void test_refusals_not_remembered(void **unused)
 	refusals_free(c);
 }
 
-/* A client in entry `slot` (the key's first four bytes, little-endian,
+/* A client in entry `entry` (the key's first four bytes, little-endian,
  * select it): keys that differ past them. */
-static struct decide_query in_slot(uint32_t slot, uint8_t other)
+static struct decide_query in_entry(uint32_t entry, uint8_t other)
 {
 	struct decide_query q = query(0, 1);
 
-	q.key[0] = (uint8_t)slot;
-	q.key[1] = (uint8_t)(slot >> 8);
+	q.key[0] = (uint8_t)entry;
+	q.key[1] = (uint8_t)(entry >> 8);
 	q.key[15] = other;
 	return q;
 }
@@ -126,35 +126,35 @@ static struct decide_query in_slot(uint32_t slot, uint8_t other)
  * time leaves the others refused. */
 static void test_entries_across_the_table(void **unused)
 {
-	static const uint32_t slots[] = { 0, 1, 62, 63, 64, 65, 127, 128, 4031, 4032, 4095 };
+	static const uint32_t entries[] = { 0, 1, 62, 63, 64, 65, 127, 128, 4031, 4032, 4095 };
 	struct refusals *c = refusals_new();
 	struct limit_result res[2], got[2];
-	size_t n = sizeof(slots) / sizeof(slots[0]);
+	size_t n = sizeof(entries) / sizeof(entries[0]);
 	int d;
 
 	setup_rule();
 	refused(res);
 	for (size_t i = 0; i < n; i++) {
-		struct decide_query q = in_slot(slots[i], 1);
+		struct decide_query q = in_entry(entries[i], 1);
 
 		/* the first ends 5 ms after 10 ms, the others after 20 */
 		refusals_store(c, &q, 0, 1, res, i ? 20 * MS : 10 * MS);
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct decide_query q = in_slot(slots[i], 1), other = in_slot(slots[i], 2),
-				    next = in_slot(slots[i] + 2, 1);
+		struct decide_query q = in_entry(entries[i], 1), other = in_entry(entries[i], 2),
+				    next = in_entry(entries[i] + 2, 1);
 
 		assert_int_equal(refusals_answer(c, &q, 0, 14 * MS, got, &d), 1);
 		assert_int_equal(refusals_answer(c, &other, 0, 14 * MS, got, &d), 0);
 		bool taken = false;
 
 		for (size_t k = 0; k < n; k++)
-			taken |= slots[k] == slots[i] + 2;
-		if (slots[i] + 2 < 4096 && !taken)
+			taken |= entries[k] == entries[i] + 2;
+		if (entries[i] + 2 < 4096 && !taken)
 			assert_int_equal(refusals_answer(c, &next, 0, 14 * MS, got, &d), 0);
 	}
 	for (size_t i = 0; i < n; i++) {
-		struct decide_query q = in_slot(slots[i], 1);
+		struct decide_query q = in_entry(entries[i], 1);
 
 		assert_int_equal(refusals_answer(c, &q, 0, 16 * MS, got, &d), i ? 1 : 0);
 	}

@@ -1,4 +1,4 @@
-/* Unit tests of store.c (the life of a query and the failure policy, with
+/* Unit tests of store.c (the life of a query and the failure mode, with
  * a backend written here) and store_memory.c (the in-memory store). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,7 +152,7 @@ static void test_outcomes(void **state)
 	rules_release(rules);
 }
 
-/* The failure policy: closed refuses, open forwards, local keeps the limit
+/* The failure mode: closed refuses, open forwards, local keeps the limit
  * divided among the agents, each answer marked degraded. */
 static void test_failure_policies(void **state)
 {

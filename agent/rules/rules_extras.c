@@ -1,4 +1,4 @@
-/* rules_policy.c: what a rule may say besides its rates: `concurrency`
+/* rules_extras.c: what a rule may say besides its rates: `concurrency`
  * (requests in flight), `penalty` (the penalty box), `max_override`
  * (how far a client's own limit may go) and `lease` (tokens leased to busy
  * clients, store/lease.h). The first two add a limit to the rule's own,
