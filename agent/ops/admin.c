@@ -62,6 +62,77 @@ static void respond_json(struct http_req *req, int status, struct out *o)
 		http_respond(req, status, "application/json", o->buf, o->len);
 }
 
+/* What the store found for one item (store.h: struct store_admin_item),
+ * as the JSON members that follow its rule and key. */
+static void out_item(struct out *o, const struct store_admin_item *it)
+{
+	const struct rule *rule = it->rule;
+	char period[32];
+
+	if (it->out_of_memory)
+		o->err = 1;
+	switch (it->found) {
+	case STORE_ADMIN_NOTHING:
+		break;
+	case STORE_ADMIN_DELETED:
+		outf(o, ", \"deleted\": %lld", (long long)it->deleted);
+		break;
+	case STORE_ADMIN_STATE:
+		outf(o, ", \"limits\": [");
+		for (size_t k = 0; k < rule->nown; k++) {
+			const struct store_admin_limit *l = &it->limit[k];
+
+			limit_format_period(rule->limits[k].period_us, period, sizeof(period));
+			if (rule->limits[k].algo == LIMIT_CONCURRENCY)
+				outf(o, "%s{\"concurrency\": %llu, \"max_duration\": \"%s\", "
+				     "\"in_flight\": %u}", k ? ", " : "",
+				     (unsigned long long)rule->limits[k].quota, period, l->in_flight);
+			else
+				outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
+				     k ? ", " : "", (unsigned long long)rule->limits[k].quota, period,
+				     (unsigned long long)l->remaining, (long long)limit_ceil_s(l->reset_us));
+		}
+		outf(o, "]");
+		break;
+	case STORE_ADMIN_REFUSED:
+		outf(o, ", \"error\": ");
+		if (it->refusal)
+			out_json_str(o, it->refusal, it->refusal_len);
+		break;
+	case STORE_ADMIN_RAW:
+		/* each limit's key, then the raw values held (a rule without
+		 * limits has no keys) */
+		for (size_t j = 0; j < rule->nown; j++) {
+			outf(o, "%s", j ? ", " : ", \"keys\": {");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+			outf(o, ": \"%s\"%s", it->limit[j].name, j + 1 == rule->nown ? "}" : "");
+		}
+		outf(o, ", \"fields\": {");
+		for (size_t j = 0, any = 0; j < rule->nown; j++) {
+			if (!it->limit[j].raw)
+				continue;
+			outf(o, "%s", any++ ? ", " : "");
+			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+			outf(o, ": ");
+			out_json_str(o, it->limit[j].raw, it->limit[j].raw_len);
+		}
+		outf(o, "}");
+		break;
+	}
+	if (it->has_ttl)
+		outf(o, ", \"ttl_ms\": %lld", (long long)it->ttl_ms);
+}
+
+/* Frees what the store allocated in the items. */
+static void items_free(struct store_admin *a)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		xfree(a->item[i].refusal);
+		for (size_t j = 0; j < LIMIT_RULE_MAX; j++)
+			xfree(a->item[i].limit[j].raw);
+	}
+}
+
 /* The store has answered: render every rule's state. */
 static void admin_done(struct store_admin *a)
 {
@@ -121,10 +192,7 @@ static void admin_done(struct store_admin *a)
 			outf(&o, "%s{\"rule\": ", i ? ", " : "");
 			out_json_str(&o, it->rule->name, strlen(it->rule->name));
 			outf(&o, ", \"key\": \"%s\"", key);
-			if (it->out.err)
-				o.err = 1;
-			else if (it->out.len)
-				outf(&o, "%.*s", (int)it->out.len, it->out.buf);
+			out_item(&o, it);
 			outf(&o, "}");
 		}
 		outf(&o, "]}\n");
@@ -137,8 +205,7 @@ static void admin_done(struct store_admin *a)
 	}
 	respond_json(ar->req, status, &o);
 	xfree(o.buf);
-	for (size_t i = 0; i < a->n; i++)
-		xfree(a->item[i].out.buf);
+	items_free(a);
 	admin_req_free(ar);
 }
 
@@ -354,7 +421,6 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 		/* (held: given back when the request is freed) */
 		if (ovs && (ovr = decide_override_rule(rules, ovs, clock_wall_ms(), it->key, rule)))
 			it->rule = ovr;
-		it->out = (struct out){ NULL, 0, 0, 0, 1 };
 		ar->a.n++;
 		if (override && !remove && override_applies(rules, rule, &ov.spec,
 							     &ar->inforce[ar->a.n - 1]) < 0) {

@@ -7,7 +7,8 @@
  * The parameters are message arguments: the client is named as HAProxy
  * would name it (the first identity argument present). The store answers
  * through the store interface (store_admin), which may answer later: the
- * HTTP answer leaves when it does.
+ * HTTP answer leaves when it does. The store returns data (struct
+ * store_admin_item); this module alone writes the JSON.
  *
  * With a token (--admin-token-file) a request without "Authorization:
  * Bearer TOKEN" gets 401 and touches nothing. Without one (a loopback

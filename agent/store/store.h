@@ -34,7 +34,6 @@
 
 #include "decide.h"
 #include "lease.h"
-#include "out.h"
 #include "stats.h"
 
 struct memstore;
@@ -103,13 +102,49 @@ enum store_outcome {
 };
 
 /* An admin look at (or reset of) one client: one key per rule. The store
- * writes, for item i, JSON members (", \"fields\": {...}" and so on) into
- * item[i].out, or sets `error`; then calls store_admin_done(), perhaps
+ * says, for item i, what it found (data, never text: ops/admin.c writes
+ * the answer), or sets `error`; then calls store_admin_done(), perhaps
  * before store_admin() returns, which calls done(). */
+enum store_admin_found {
+	STORE_ADMIN_NOTHING,  /* not looked at: the request failed (error) */
+	STORE_ADMIN_STATE,    /* a look at buckets the agent holds: limit[].state */
+	STORE_ADMIN_RAW,      /* a look at a shared store: limit[].name, raw,
+	                       * and the longest time to live of the keys */
+	STORE_ADMIN_DELETED,  /* a reset: `deleted` entries or keys went */
+	STORE_ADMIN_REFUSED,  /* the store answered the look with an error
+	                       * (refusal, its text) */
+};
+
+/* A key's name in a shared store, and a NUL. */
+#define STORE_ADMIN_NAME_MAX 32
+
+/* Limit j of an item's rule (rule->limits[j], j < rule->nown). */
+struct store_admin_limit {
+	/* STORE_ADMIN_STATE: what the bucket holds now (a concurrency
+	 * limit: its requests in flight) */
+	uint64_t remaining;
+	int64_t reset_us;
+	unsigned in_flight;
+	/* STORE_ADMIN_RAW: its key, and the value the store holds (raw NULL:
+	 * none); raw is the caller's to xfree */
+	char name[STORE_ADMIN_NAME_MAX];
+	char *raw;
+	size_t raw_len;
+};
+
 struct store_admin_item {
 	const struct rule *rule;
 	uint8_t key[IDENTITY_KEY_LEN];
-	struct out out;
+	/* what the store found, zeroed by the caller */
+	enum store_admin_found found;
+	int64_t deleted;
+	struct store_admin_limit limit[LIMIT_RULE_MAX]; /* rule->nown of them */
+	bool has_ttl;           /* STORE_ADMIN_RAW or _REFUSED: every key's TTL read */
+	int64_t ttl_ms;         /* the longest: -2 no key, -1 no expiry */
+	char *refusal;          /* STORE_ADMIN_REFUSED: the error, the caller's
+	                         * to xfree */
+	size_t refusal_len;
+	bool out_of_memory;     /* a value could not be kept */
 };
 
 struct store_admin {

@@ -85,40 +85,30 @@ static void mem_admin(struct store *st, struct store_admin *a)
 		return;
 	}
 	for (size_t i = 0; i < a->n; i++) {
-		const struct rule *rule = a->item[i].rule;
-		struct out *o = &a->item[i].out;
+		struct store_admin_item *it = &a->item[i];
+		const struct rule *rule = it->rule;
 		struct limit_result res[LIMIT_SET_MAX];
-		char period[32];
 
 		if (a->reset) {
-			outf(o, ", \"deleted\": %zu", memstore_reset(st->mem, a->item[i].key) +
-							 inflight_reset(st->flights, a->item[i].key));
+			it->found = STORE_ADMIN_DELETED;
+			it->deleted = (int64_t)(memstore_reset(st->mem, it->key) +
+						inflight_reset(st->flights, it->key));
 			continue;
 		}
-		if (rule->nown == 0) {
-			outf(o, ", \"limits\": []");
+		it->found = STORE_ADMIN_STATE;
+		if (rule->nown == 0)
 			continue;
-		}
 		/* weight 0: a look that takes nothing */
-		memstore_check(st->mem, a->item[i].key, rule->limits, rule->nown,
-			       clock_now_us(), 0, res);
-		outf(o, ", \"limits\": [");
+		memstore_check(st->mem, it->key, rule->limits, rule->nown, clock_now_us(), 0, res);
 		for (size_t k = 0; k < rule->nown; k++) {
-			limit_format_period(rule->limits[k].period_us, period, sizeof(period));
 			if (rule->limits[k].algo == LIMIT_CONCURRENCY) {
-				outf(o, "%s{\"concurrency\": %llu, \"max_duration\": \"%s\", "
-				     "\"in_flight\": %u}", k ? ", " : "",
-				     (unsigned long long)rule->limits[k].quota, period,
-				     inflight_look(st->flights, a->item[i].key, rule->lidh[k],
-						   clock_now_us()));
+				it->limit[k].in_flight = inflight_look(st->flights, it->key,
+								       rule->lidh[k], clock_now_us());
 				continue;
 			}
-			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
-			     k ? ", " : "", (unsigned long long)rule->limits[k].quota, period,
-			     (unsigned long long)res[k].remaining,
-			     (long long)limit_ceil_s(res[k].reset_us));
+			it->limit[k].remaining = res[k].remaining;
+			it->limit[k].reset_us = res[k].reset_us;
 		}
-		outf(o, "]");
 	}
 	store_admin_done(st, a);
 }

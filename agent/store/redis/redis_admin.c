@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "out.h"
 #include "overrides.h"
 #include "redis_guard.h"
 #include "redis_node.h"
@@ -88,14 +87,29 @@ static void on_admin_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	admin_finish(t->data, "Redis did not answer in time");
 }
 
+/* A copy of n bytes, for the caller of the admin look (store.h), or NULL
+ * with *oom set. */
+static char *admin_copy(const char *p, size_t n, bool *oom)
+{
+	char *c = xmalloc(n ? n : 1);
+
+	if (!c)
+		*oom = true;
+	else if (n)
+		memcpy(c, p, n);
+	return c;
+}
+
+_Static_assert(STORE_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
+
 /* The values of a client's keys under its rule (MGET), by limit, or with
- * reset, how many keys went. */
+ * reset, how many keys went: into the item (store.h), as data. */
 static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 {
 	struct admin_call *call = priv;
 	struct admin_op *op = call->op;
 	redisReply *reply = r;
-	struct out *o;
+	struct store_admin_item *it;
 
 	if (op->finished)
 		return;
@@ -103,39 +117,29 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 		admin_reply(op, redis_guard_errstr(ac));
 		return;
 	}
-	o = &op->a->item[call->item].out;
+	it = &op->a->item[call->item];
 	if (reply->type == REDIS_REPLY_ERROR) {
-		outf(o, ", \"error\": ");
-		out_json_str(o, reply->str, reply->len);
+		it->found = STORE_ADMIN_REFUSED;
+		it->refusal = admin_copy(reply->str, reply->len, &it->out_of_memory);
+		it->refusal_len = reply->len;
 	} else if (op->a->reset) {
-		outf(o, ", \"deleted\": %lld", reply->integer);
+		it->found = STORE_ADMIN_DELETED;
+		it->deleted = reply->integer;
 	} else {
-		const struct rule *rule = op->a->item[call->item].rule;
-		int any = 0;
+		const struct rule *rule = it->rule;
 
-		outf(o, ", \"keys\": {");
-		for (size_t j = 0; j < rule->nown; j++) {
-			char key[STORE_KEY_NAME_MAX + 1];
-
-			store_key_name(op->a->item[call->item].key, rule->lidh[j], &rule->limits[j],
-				       key);
-			outf(o, "%s", j ? ", " : "");
-			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
-			outf(o, ": \"%s\"", key);
-		}
-		outf(o, "}, \"fields\": {");
+		it->found = STORE_ADMIN_RAW;
+		for (size_t j = 0; j < rule->nown; j++)
+			store_key_name(it->key, rule->lidh[j], &rule->limits[j], it->limit[j].name);
 		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
 				   j < rule->nown; j++) {
 			const redisReply *v = reply->element[j];
 
 			if (v->type != REDIS_REPLY_STRING)
 				continue;
-			outf(o, "%s", any++ ? ", " : "");
-			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
-			outf(o, ": ");
-			out_json_str(o, v->str, v->len);
+			it->limit[j].raw = admin_copy(v->str, v->len, &it->out_of_memory);
+			it->limit[j].raw_len = v->len;
 		}
-		outf(o, "}");
 	}
 	admin_reply(op, NULL);
 }
@@ -155,8 +159,10 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
 	if (reply->type == REDIS_REPLY_INTEGER && reply->integer > call->ttl)
 		call->ttl = reply->integer;
-	if (--call->ttl_left == 0)
-		outf(&op->a->item[call->item].out, ", \"ttl_ms\": %lld", call->ttl);
+	if (--call->ttl_left == 0) {
+		op->a->item[call->item].has_ttl = true;
+		op->a->item[call->item].ttl_ms = call->ttl;
+	}
 	admin_reply(op, NULL);
 }
 
@@ -351,8 +357,9 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		op->calls[i].item = i;
 		op->calls[i].ttl = -2;
 		if (!rule->nown) {
-			outf(&a->item[i].out, a->reset ? ", \"deleted\": 0" :
-				", \"fields\": {}, \"ttl_ms\": -2");
+			a->item[i].found = a->reset ? STORE_ADMIN_DELETED : STORE_ADMIN_RAW;
+			a->item[i].has_ttl = !a->reset;
+			a->item[i].ttl_ms = -2;
 			continue;
 		}
 		if (locate(st, a->item[i].key, &to) < 0) {
