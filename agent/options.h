@@ -1,0 +1,73 @@
+/* options.h: the command line. Each option is declared once, in the
+ * table of options.c (name, short name, argument, help text, setter):
+ * getopt_long's table and --help are made from it, and the tests that
+ * check the man page and docs/operations.md against the options read
+ * --help. Settings of the rules file (settings.h) apply where the command
+ * line says nothing (main.c). */
+#ifndef RL_OPTIONS_H
+#define RL_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "addr.h"
+#include "auth.h"
+#include "limit.h"
+#include "server.h"
+#include "store.h"
+#include "store_redis.h"
+
+/* What the command line said. */
+struct options {
+	struct server_config server;
+	bool admin;                  /* --admin */
+	struct redis_config redis;
+	bool use_redis;
+	int log_level;
+	/* the rules of the command line, without a rules file */
+	const char *rules_path;
+	char limits[LIMIT_RULE_MAX][64];
+	const char *algos[LIMIT_RULE_MAX];
+	int nlimits;
+	long long burst;
+	const char *identity;
+	const char *cost_arg;
+	/* what the command line set, the rules file's settings yielding */
+	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
+	int master_set, sentinel_password_set;
+	const char *hash_key_file;
+	bool check;
+	bool packed;                 /* --redis-packed */
+	unsigned packed_bits;        /* --redis-packed-sets: log2 of it */
+	enum store_expiry expiry;    /* --redis-expiry */
+	bool use_metrics;
+	struct addr metrics;
+	const char *admin_token_file;
+	struct auth_token admin_token;  /* read from it */
+	bool admin_token_shared;        /* it can be read by group or others */
+};
+
+/* The defaults, with the passwords the environment gives
+ * (RL_REDIS_PASSWORD, RL_REDIS_SENTINEL_PASSWORD). */
+void options_defaults(struct options *o);
+
+enum options_outcome {
+	OPTIONS_RUN,   /* go on */
+	OPTIONS_DONE,  /* --help or --version printed: exit 0 */
+	OPTIONS_BAD,   /* err says why (or getopt did, and the usage was
+	                * printed): exit 2 */
+};
+
+/* Reads argv into *o and checks the options together (--admin needs
+ * --metrics, ...; the admin token is read). err is empty when the message
+ * went to stderr already. */
+enum options_outcome options_parse(struct options *o, int argc, char **argv, char *err,
+				   size_t errlen);
+
+/* --help: made from the table. */
+void options_usage(FILE *out);
+
+/* What --version prints (main.c's RL_VERSION). */
+void options_version(const char *v);
+
+#endif
