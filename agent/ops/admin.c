@@ -311,10 +311,132 @@ static bool admin_applies(const struct rules *rules, const struct rule *rule, co
 	return false;
 }
 
+/* Answers req with the JSON error in *o (freed). */
+static void respond_error(struct http_req *req, int status, struct out *o)
+{
+	respond_json(req, status, o);
+	xfree(o->buf);
+}
+
+/* Which request req is: 0 with the flags set, or -1 once answered 404. */
+static int route(struct http_req *req, bool *reset, bool *override, bool *remove)
+{
+	const char *method = http_req_method(req), *path = http_req_path(req);
+	struct out o = { NULL, 0, 0, 0, 1 };
+
+	*reset = *override = *remove = false;
+	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0)
+		return 0;
+	if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
+		*reset = true;
+		return 0;
+	}
+	if (strcmp(path, "/admin/override") == 0 &&
+	    (strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0)) {
+		*override = true;
+		*remove = strcmp(method, "DELETE") == 0;
+		return 0;
+	}
+	outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
+		 "PUT /admin/override?ARG=VALUE&limit=N/P[&ttl=DURATION] or "
+		 "DELETE /admin/override?ARG=VALUE\"}\n");
+	respond_error(req, 404, &o);
+	return -1;
+}
+
+/* A request for the client that v names (its value copied) under rules
+ * (referenced until the answer), with room for an item per rule (and an
+ * override per rule). NULL when out of memory. */
+static struct admin_req *admin_req_new(struct server *srv, struct ev_loop *loop,
+				       struct http_req *req, struct rules *rules,
+				       const struct rules_verdict *v, bool override)
+{
+	size_t nrules = rules_count(rules), n = nrules ? nrules : 1;
+	struct admin_req *ar = xcalloc(1, sizeof(*ar));
+	char render[IDENTITY_RENDER_MAX];
+	const char *value;
+	size_t vlen;
+
+	if (ar)
+		ar->a.item = xcalloc(n, sizeof(*ar->a.item));
+	if (!ar || !ar->a.item) {
+		xfree(ar);
+		return NULL;
+	}
+	/* The main thread holds the rules only while it reads them: keep a
+	 * reference until the store answers. */
+	rules_acquire(rules);
+	ar->rules = rules;
+	ar->req = req;
+	ar->store = srv->store;
+	ar->kind = rules_identity(rules)->name[v->identity];
+	/* the value lives in the query's buffer, on the caller's stack */
+	value = identity_value(v->identity_val, render, sizeof(render), &vlen);
+	ar->tlen = vlen < sizeof(ar->text) ? vlen : sizeof(ar->text);
+	memcpy(ar->text, value, ar->tlen);
+	ar->a.loop = loop;
+	ar->a.done = admin_done;
+	ar->a.priv = ar;
+	if (override && (!(ar->ov = xcalloc(n, sizeof(*ar->ov))) ||
+			 !(ar->inforce = xcalloc(n, sizeof(*ar->inforce))))) {
+		admin_req_free(ar);
+		return NULL;
+	}
+	return ar;
+}
+
+/* Every rule of the client, each with its own key: tiers, endpoints, and
+ * the layers that count this client by the argument that named it (not
+ * the global ones, nor those keyed by another argument); for an override
+ * (ov, whose key is set here), the rules that take one (max_override). A
+ * look or a reset goes to the limits in force: a client's override's, as
+ * its decisions do (decide_override()). Returns 0, or the HTTP status of
+ * the error written into *o. */
+static int add_items(struct admin_req *ar, struct server *srv, struct override_entry *ov,
+		     struct out *o)
+{
+	struct store_admin *a = &ar->a;
+	struct overrides *ovs = a->override ? NULL : server_overrides(srv);
+	int status = 0;
+
+	a->n = 0;
+	for (size_t i = 0; i < rules_count(ar->rules) && !status; i++) {
+		const struct rule *rule = rules_rule_at(ar->rules, i), *ovr;
+		struct store_admin_item *it = &a->item[a->n];
+
+		if (a->override ? !rule->has_max_override : !admin_applies(ar->rules, rule, ar->kind))
+			continue;
+		it->rule = rule;
+		decide_key(ar->rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
+		/* (held: given back when the request is freed) */
+		if (ovs && (ovr = decide_override_rule(ar->rules, ovs, clock_wall_ms(), it->key,
+						       rule)))
+			it->rule = ovr;
+		a->n++;
+		if (a->override && !a->ov_remove &&
+		    override_applies(ar->rules, rule, &ov->spec, &ar->inforce[a->n - 1]) < 0) {
+			outf(o, "{\"error\": \"no room for another overridden limit: %d distinct "
+				"ones are in use at once; the override was not set\"}\n",
+			     RULES_OVERRIDES_MAX);
+			status = 503;
+		} else if (a->override) {
+			ar->ov[a->n - 1] = *ov;
+			memcpy(ar->ov[a->n - 1].key, it->key, IDENTITY_KEY_LEN);
+		}
+	}
+	overrides_release(ovs);
+	a->ov = ar->ov;
+	a->nov = a->override ? a->n : 0;
+	if (!status && a->override && a->n == 0) {
+		outf(o, "{\"error\": \"no rule takes an override (max_override)\"}\n");
+		status = 409;
+	}
+	return status;
+}
+
 void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_token *token,
 		 struct http_req *req)
 {
-	const char *method = http_req_method(req), *path = http_req_path(req);
 	char qbuf[ADMIN_TEXT_MAX + 1];
 	struct out o = { NULL, 0, 0, 0, 1 };
 	struct rules_args args;
@@ -323,35 +445,17 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	struct admin_req *ar;
 	struct rules *rules;
 	struct override_entry ov = { 0 };
-	struct overrides *ovs;
-	size_t nrules;
-	bool reset = false, override = false, remove = false;
+	bool reset, override, remove;
+	int status;
 
-	if (!admitted(token, req))
+	if (!admitted(token, req) || route(req, &reset, &override, &remove) < 0)
 		return;
-	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0) {
-		reset = false;
-	} else if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
-		reset = true;
-	} else if (strcmp(path, "/admin/override") == 0 &&
-		   (strcmp(method, "PUT") == 0 || strcmp(method, "DELETE") == 0)) {
-		override = true;
-		remove = strcmp(method, "DELETE") == 0;
-	} else {
-		outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
-			 "PUT /admin/override?ARG=VALUE&limit=N/P[&ttl=DURATION] or "
-			 "DELETE /admin/override?ARG=VALUE\"}\n");
-		respond_json(req, 404, &o);
-		xfree(o.buf);
-		return;
-	}
 	rules = atomic_load(&srv->rules);
 	/* query_parse() decodes in place */
 	snprintf(qbuf, sizeof(qbuf), "%s", http_req_query(req));
 	query_parse(qbuf, &args);
 	if (override && !remove && override_args(&args, &ov, &o) < 0) {
-		respond_json(req, 400, &o);
-		xfree(o.buf);
+		respond_error(req, 400, &o);
 		return;
 	}
 	rules_classify(rules, &args, &v);
@@ -361,90 +465,20 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 		for (size_t i = 0; i < ids->n; i++)
 			outf(&o, "%s%s", i ? ", " : "", ids->name[i]);
 		outf(&o, ")\"}\n");
-		respond_json(req, 400, &o);
-		xfree(o.buf);
+		respond_error(req, 400, &o);
 		return;
 	}
-	nrules = rules_count(rules);
-	ar = xcalloc(1, sizeof(*ar));
-	if (ar)
-		ar->a.item = xcalloc(nrules ? nrules : 1, sizeof(*ar->a.item));
-	if (!ar || !ar->a.item) {
-		xfree(ar);
+	ar = admin_req_new(srv, loop, req, rules, &v, override);
+	if (!ar) {
 		http_respond(req, 500, "text/plain", "", 0);
 		return;
 	}
-	/* The main thread holds the rules only while it reads them: keep a
-	 * reference until the store answers. */
-	rules_acquire(rules);
-	ar->rules = rules;
-	ar->req = req;
-	ar->store = srv->store;
-	ar->kind = ids->name[v.identity];
-	{
-		char render[IDENTITY_RENDER_MAX];
-		size_t vlen;
-		const char *value = identity_value(v.identity_val, render, sizeof(render), &vlen);
-
-		/* the value lives in qbuf, on this stack: keep a copy */
-		ar->tlen = vlen < sizeof(ar->text) ? vlen : sizeof(ar->text);
-		memcpy(ar->text, value, ar->tlen);
-	}
-	ar->a.loop = loop;
 	ar->a.reset = reset;
-	ar->a.done = admin_done;
-	ar->a.priv = ar;
 	ar->a.override = override;
 	ar->a.ov_remove = remove;
-	if (override && (!(ar->ov = xcalloc(nrules ? nrules : 1, sizeof(*ar->ov))) ||
-			 !(ar->inforce = xcalloc(nrules ? nrules : 1, sizeof(*ar->inforce))))) {
-		admin_req_free(ar);
-		http_respond(req, 500, "text/plain", "", 0);
-		return;
-	}
-	/* Every rule of the client, each with its own key: tiers, endpoints,
-	 * and the layers that count this client by the argument that named
-	 * it (not the global ones, nor those keyed by another argument); for
-	 * an override, the rules that take one (max_override). A look or a
-	 * reset goes to the limits in force: a client's override's, as its
-	 * decisions do (decide_override()). */
-	ovs = override ? NULL : server_overrides(srv);
-	ar->a.n = 0;
-	for (size_t i = 0; i < nrules; i++) {
-		const struct rule *rule = rules_rule_at(rules, i), *ovr;
-		struct store_admin_item *it = &ar->a.item[ar->a.n];
-
-		if (override ? !rule->has_max_override : !admin_applies(rules, rule, ar->kind))
-			continue;
-		it->rule = rule;
-		decide_key(rules, ar->kind, ar->text, ar->tlen, it->rule->name, it->key);
-		/* (held: given back when the request is freed) */
-		if (ovs && (ovr = decide_override_rule(rules, ovs, clock_wall_ms(), it->key, rule)))
-			it->rule = ovr;
-		ar->a.n++;
-		if (override && !remove && override_applies(rules, rule, &ov.spec,
-							     &ar->inforce[ar->a.n - 1]) < 0) {
-			outf(&o, "{\"error\": \"no room for another overridden limit: %d distinct "
-				 "ones are in use at once; the override was not set\"}\n",
-			     RULES_OVERRIDES_MAX);
-			respond_json(req, 503, &o);
-			xfree(o.buf);
-			overrides_release(ovs);
-			admin_req_free(ar);
-			return;
-		}
-		if (override) {
-			ar->ov[ar->a.n - 1] = ov;
-			memcpy(ar->ov[ar->a.n - 1].key, it->key, IDENTITY_KEY_LEN);
-		}
-	}
-	overrides_release(ovs);
-	ar->a.ov = ar->ov;
-	ar->a.nov = override ? ar->a.n : 0;
-	if (override && ar->a.n == 0) {
-		outf(&o, "{\"error\": \"no rule takes an override (max_override)\"}\n");
-		respond_json(req, 409, &o);
-		xfree(o.buf);
+	status = add_items(ar, srv, &ov, &o);
+	if (status) {
+		respond_error(req, status, &o);
 		admin_req_free(ar);
 		return;
 	}

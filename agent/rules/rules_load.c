@@ -7,7 +7,9 @@
  * neither loop nor blow up: every list the walk visits is capped. Each
  * parse function returns 0, or -1 with the message already in the
  * context; the first error stops the load and frees what was built. The
- * root's settings keys are read by settings.c.
+ * root's settings keys are read by settings.c, the match conditions by
+ * rules_match.c, a rule's limits and layers by rules_stack.c, what it
+ * says besides its rates by rules_extras.c.
  *
  * The loaded rules (rules_int.h) live in a few arrays plus an arena that
  * holds every string and list of match values, all freed at once by
@@ -28,7 +30,6 @@
 #include "alloc.h"
 #include "rules_load.h"
 #include "settings.h"
-#include "urlpath.h"
 
 /* ---- the arena ----------------------------------------------------------- */
 
@@ -41,8 +42,7 @@ struct arena_block {
 
 #define ARENA_BLOCK 4096
 
-/* Returns n bytes aligned for any type, or NULL when out of memory. */
-static void *arena_alloc(struct rules *r, size_t n)
+void *rules_arena_alloc(struct rules *r, size_t n)
 {
 	const size_t align = alignof(max_align_t);
 	struct arena_block *b = r->arena;
@@ -179,7 +179,7 @@ static void tier_list(struct ctx *c, char *buf, size_t cap)
 		o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", c->r->rule[i].name);
 }
 
-static int find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
+int rules_find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out)
 {
 	struct ys *y = &c->y;
 	char q[YS_PATH_MAX], list[512];
@@ -308,231 +308,10 @@ static int parse_tiers(struct ctx *c, yaml_node_t *map)
 		}
 	}
 	if (def)
-		return find_tier(c, def, "tiers.default", &r->default_tier);
+		return rules_find_tier(c, def, "tiers.default", &r->default_tier);
 	if (r->ntiers > 1)
 		return ys_fail_missing(y, map, "tiers", "default", " (required with more than one tier)");
 	r->default_tier = 0;
-	return 0;
-}
-
-/* ---- match conditions ---------------------------------------------------- */
-
-enum val_kind { V_METHOD, V_PATH, V_HOST, V_ARG };
-
-struct values_arg {
-	struct ctx *c;
-	struct cond *out;
-	enum val_kind kind;
-	size_t count;
-};
-
-/* A byte of an HTTP method (RFC 9110 tchar). */
-static bool tchar(char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
-}
-
-static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
-{
-	struct values_arg *va = arg;
-	struct ctx *c = va->c;
-	struct mval *mv = &va->out->v[i];
-	const char *s;
-	size_t len;
-	char q[YS_PATH_MAX], *copy;
-
-	if (ys_text(y, n, where, &s, &len) < 0)
-		return -1;
-	ys_quote(q, sizeof(q), s, len);
-	switch (va->kind) {
-	case V_METHOD:
-		for (size_t j = 0; j < len; j++) {
-			if (s[j] >= 'a' && s[j] <= 'z') {
-				char up[40];
-				size_t m = len < sizeof(up) - 1 ? len : sizeof(up) - 1;
-
-				for (size_t u = 0; u < m; u++)
-					up[u] = (s[u] >= 'a' && s[u] <= 'z') ? (char)(s[u] - 32) : s[u];
-				up[m] = '\0';
-				return ys_fail(y, n->start_mark, where,
-					       "%s: methods are case-sensitive, write \"%s\"", q, up);
-			}
-			if (!tchar(s[j]))
-				return ys_fail(y, n->start_mark, where, "%s: not a method name", q);
-		}
-		if (len == 0)
-			return ys_fail(y, n->start_mark, where, "%s: not a method name", q);
-		break;
-	case V_PATH:
-		if (len == 0 || s[0] != '/')
-			return ys_fail(y, n->start_mark, where, "%s: a path starts with \"/\"", q);
-		if (len > RULES_PATH_MAX)
-			return ys_fail(y, n->start_mark, where, "longer than %d bytes", RULES_PATH_MAX);
-		if (!c->r->paths_raw) {
-			/* A value the normal form of no path can equal would
-			 * never match: say which one the operator meant. */
-			char nf[RULES_PATH_MAX], qn[YS_PATH_MAX];
-			size_t nlen = urlpath_normalise(s, len, nf, sizeof(nf));
-
-			if (nlen != len || memcmp(nf, s, len) != 0) {
-				ys_quote(qn, sizeof(qn), nf, nlen);
-				return ys_fail(y, n->start_mark, where,
-					       "%s: paths are matched normalised, write %s "
-					       "(or paths: raw)", q, qn);
-			}
-		}
-		if (len + 1 > c->r->path_cap)
-			c->r->path_cap = (uint16_t)(len + 1);
-		break;
-	case V_HOST:
-		if (len == 0)
-			return ys_fail(y, n->start_mark, where, "%s: not a host name", q);
-		for (size_t j = 0; j < len; j++)
-			if ((unsigned char)s[j] <= ' ' || s[j] == '/' || (unsigned char)s[j] >= 0x7f)
-				return ys_fail(y, n->start_mark, where, "%s: not a host name", q);
-		break;
-	case V_ARG:
-		break;
-	}
-	copy = arena_alloc(c->r, len + 1);
-	if (!copy)
-		return ys_fail_oom(y);
-	memcpy(copy, s, len);
-	copy[len] = '\0';
-	if (va->kind == V_HOST) {
-		/* Hosts compare ignoring ASCII case: keep them in lower case. */
-		for (size_t j = 0; j < len; j++)
-			if (copy[j] >= 'A' && copy[j] <= 'Z')
-				copy[j] = (char)(copy[j] + 32);
-		mv->port = rules_host_noport(copy, len) != len;
-	}
-	mv->ptr = copy;
-	mv->len = len;
-	va->out->n = i + 1;
-	return 0;
-}
-
-static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum val_kind kind,
-			struct cond *out)
-{
-	struct ys *y = &c->y;
-	struct values_arg va = {c, out, kind, 0};
-
-	out->v = arena_alloc(c->r, ys_list_count(n, RULES_VALUES_MAX) * sizeof(*out->v));
-	if (!out->v)
-		return ys_fail_oom(y);
-	return ys_string_or_list(y, n, where, RULES_VALUES_MAX, "values", value_item, &va);
-}
-
-struct tiers_arg {
-	struct ctx *c;
-	struct match *m;
-};
-
-static int tier_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
-{
-	struct tiers_arg *ta = arg;
-	struct match *m = ta->m;
-	size_t t;
-
-	if (find_tier(ta->c, n, where, &t) < 0)
-		return -1;
-	m->tiers[i] = (unsigned)t;
-	m->ntiers = i + 1;
-	return 0;
-}
-
-static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
-{
-	struct ys *y = &c->y;
-	yaml_node_pair_t *p;
-	size_t count, i = 0;
-
-	if (ys_expect_mapping(y, map, where) < 0)
-		return -1;
-	count = ys_map_len(map);
-	if (count == 0)
-		return ys_fail(y, map->start_mark, where, "empty mapping");
-	if (count > RULES_MATCH_ARGS_MAX)
-		return ys_fail(y, map->start_mark, where, "more than %d arguments",
-			       RULES_MATCH_ARGS_MAX);
-	m->args = arena_alloc(c->r, count * sizeof(*m->args));
-	if (!m->args)
-		return ys_fail_oom(y);
-	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++, i++) {
-		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
-		struct arg_cond *a = &m->args[i];
-		char sub[YS_PATH_MAX];
-
-		if (ys_check_key(y, k, where) < 0 || rules_get_name(y, k, where, a->name) < 0)
-			return -1;
-		for (size_t j = 0; j < i; j++) {
-			if (strcmp(m->args[j].name, a->name) == 0) {
-				yaml_node_t *prev;
-
-				prev = ys_node(y, map->data.mapping.pairs.start[j].key);
-
-				return ys_fail(y, k->start_mark, where,
-					       "duplicate key \"%s\" (first at %zu:%zu)", a->name,
-					       prev->start_mark.line + 1, prev->start_mark.column + 1);
-			}
-		}
-		a->name_len = strlen(a->name);
-		ys_path_key(sub, where, a->name);
-		if (parse_values(c, v, sub, V_ARG, &a->c) < 0)
-			return -1;
-		m->nargs = i + 1;
-	}
-	return 0;
-}
-
-static int parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
-{
-	struct ys *y = &c->y;
-	enum { K_METHOD, K_PATH, K_HOST, K_TIER, K_ARGS, K_N };
-	static const char *const keys[K_N] = {"method", "path", "host", "tier", "args"};
-	yaml_node_t *k[K_N], *v[K_N];
-	char sub[YS_PATH_MAX];
-
-	memset(m, 0, sizeof(*m));
-	if (ys_map_fields(y, map, where, keys, K_N, k, v) < 0)
-		return -1;
-	if (!v[K_METHOD] && !v[K_PATH] && !v[K_HOST] && !v[K_TIER] && !v[K_ARGS])
-		return ys_fail(y, map->start_mark, where,
-			       "no condition (expected one or more of: method, path, host, tier, args)");
-	if (v[K_METHOD]) {
-		ys_path_key(sub, where, "method");
-		if (parse_values(c, v[K_METHOD], sub, V_METHOD, &m->method) < 0)
-			return -1;
-	}
-	if (v[K_PATH]) {
-		ys_path_key(sub, where, "path");
-		if (parse_values(c, v[K_PATH], sub, V_PATH, &m->path) < 0)
-			return -1;
-	}
-	if (v[K_HOST]) {
-		ys_path_key(sub, where, "host");
-		if (parse_values(c, v[K_HOST], sub, V_HOST, &m->host) < 0)
-			return -1;
-	}
-	if (v[K_TIER]) {
-		struct tiers_arg ta = {c, m};
-
-		ys_path_key(sub, where, "tier");
-		m->tiers = arena_alloc(c->r, ys_list_count(v[K_TIER], RULES_VALUES_MAX) *
-				       sizeof(*m->tiers));
-		if (!m->tiers)
-			return ys_fail_oom(y);
-		if (ys_string_or_list(y, v[K_TIER], sub, RULES_VALUES_MAX, "values", tier_item,
-				      &ta) < 0)
-			return -1;
-	}
-	if (v[K_ARGS]) {
-		ys_path_key(sub, where, "args");
-		if (parse_match_args(c, v[K_ARGS], sub, m) < 0)
-			return -1;
-	}
 	return 0;
 }
 
@@ -586,7 +365,7 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *seq)
 		if (!v[R_MATCH])
 			return ys_fail_missing(y, n, where, "match", "");
 		ys_path_key(sub, where, "match");
-		if (parse_match(c, v[R_MATCH], sub, &r->ep[i]) < 0 ||
+		if (rules_parse_match(c, v[R_MATCH], sub, &r->ep[i]) < 0 ||
 		    parse_rule_common(c, n, where, v, rule) < 0)
 			return -1;
 		r->nrules = ri + 1;
@@ -644,7 +423,7 @@ static int parse_priorities(struct ctx *c, yaml_node_t *map)
 			return -1;
 		r->classes[i].priority = (int)num;
 		ys_path_key(sub, where, "match");
-		if (parse_match(c, cv[C_MATCH], sub, &r->classes[i].m) < 0)
+		if (rules_parse_match(c, cv[C_MATCH], sub, &r->classes[i].m) < 0)
 			return -1;
 		r->nclasses = i + 1;
 	}

@@ -1,5 +1,5 @@
 /* rules_load.h: what the files of the rules loader share (rules_load.c,
- * rules_stack.c); private to them. Nothing here is read once the rules are
+ * rules_stack.c, rules_match.c, rules_extras.c); private to them. Nothing here is read once the rules are
  * loaded. */
 #ifndef RL_RULES_LOAD_H
 #define RL_RULES_LOAD_H
@@ -26,6 +26,16 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* Names are unique among all rules; rule `i` is being named at `mark`. */
 int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where);
+
+/* n bytes of the rules' arena, aligned for any type (freed with the
+ * rules), or NULL when out of memory. */
+void *rules_arena_alloc(struct rules *r, size_t n);
+
+/* The index of the tier a name names, or -1 with the message. */
+int rules_find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out);
+
+/* An endpoint's or a priority class's `match` (rules_match.c). */
+int rules_parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m);
 
 /* A rule's `limits` list (rules_stack.c). */
 int rules_parse_limits(struct ctx *c, yaml_node_t *seq, const char *where, struct rule *rule);
