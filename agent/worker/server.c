@@ -292,7 +292,7 @@ static void on_store_overrides(void *priv, struct overrides *o)
 
 /* Runs before the loop blocks, but only while there is work for it: the
  * connections start it when they queue a closed connection or an answer
- * (conn.c), on_stop when the worker stops. A loop iteration that reads a
+ * (conn.c: conn_set.prepare), on_stop when the worker stops. A loop iteration that reads a
  * NOTIFY and answers it at once has none. */
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
