@@ -12,7 +12,8 @@
 #   make install    the agent, its man page, systemd unit and rules file,
 #                   the guides and the integration examples with installed
 #                   paths (PREFIX=/usr/local, DESTDIR=); make uninstall
-#   make deb        a Debian package in build/deb/ (debhelper)
+#   make deb        a Debian package in build/deb/ (debhelper; installs the
+#                   build dependencies when missing)
 #   make deb-test   that package installed and started in a fresh Debian 12
 #                   chroot (debootstrap; root, network to the mirror)
 #   make deb-docker-test  the package built in a debian:12 container and
@@ -50,7 +51,7 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e asan ubsan fuzz bench demo \
-	compose-test clean deps check install install-doc uninstall deb deb-test \
+	compose-test clean deps check install install-doc uninstall deb deb-deps deb-test \
 	deb-docker-test
 all: agent tools
 
@@ -267,9 +268,13 @@ uninstall:
 # Built from a copy of the sources in build/deb/, so that the tree stays
 # clean and dpkg-buildpackage's output (written to the parent directory)
 # lands in build/deb/. debian/changelog must carry the agent's version.
+# The build dependencies (debian/control's, dpkg-dev) are installed first
+# when any is missing, as `make test` installs its own.
 VERSION = $(shell sed -n 's/^\#define RL_VERSION "\(.*\)"/\1/p' agent/main.c)
 DEB_SRC = build/deb/spoa-ratelimit-$(VERSION)
-deb:
+deb-deps:
+	scripts/install-deps.sh deb
+deb: deb-deps
 	@v=$$(dpkg-parsechangelog -S Version | sed 's/-[^-]*$$//'); \
 	[ "$$v" = "$(VERSION)" ] || { echo "debian/changelog is at $$v, the agent at $(VERSION)"; exit 1; }
 	rm -rf build/deb && mkdir -p $(DEB_SRC)
