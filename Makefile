@@ -17,8 +17,9 @@
 #   make deb-test   that package installed and started in a fresh Debian 12
 #                   chroot (debootstrap; root, network to the mirror)
 #   make deb-docker-test  the package built in a debian:12 container and
-#                   installed and started in a fresh one (Docker, as
-#                   compose-test)
+#                   checked by lintian, installed in a fresh one, its
+#                   files and examples checked, started behind HAProxy
+#                   (Docker, as compose-test)
 
 BUILD ?= build
 CC ?= cc
