@@ -9,14 +9,17 @@
 #   make compose-test  docker-compose.yml built from debian:12 and run, the
 #                   demo's checks through its published ports, then removed
 #                   (Docker; root or sudo: installs docker.io, starts dockerd)
-#   make install    the agent, its man page, systemd unit and rules file
-#                   (PREFIX=/usr/local, DESTDIR=); make uninstall
-#   make deb        a Debian package in build/deb/ (debhelper)
+#   make install    the agent, its man page, systemd unit and rules file,
+#                   the guides and the integration examples with installed
+#                   paths (PREFIX=/usr/local, DESTDIR=); make uninstall
+#   make deb        a Debian package in build/deb/ (debhelper; installs the
+#                   build dependencies when missing)
 #   make deb-test   that package installed and started in a fresh Debian 12
 #                   chroot (debootstrap; root, network to the mirror)
 #   make deb-docker-test  the package built in a debian:12 container and
-#                   installed and started in a fresh one (Docker, as
-#                   compose-test)
+#                   checked by lintian, installed in a fresh one, its
+#                   files and examples checked, started behind HAProxy
+#                   (Docker, as compose-test)
 
 BUILD ?= build
 CC ?= cc
@@ -49,7 +52,8 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e sizes asan ubsan fuzz bench demo \
-	compose-test clean deps check install uninstall deb deb-test deb-docker-test
+	compose-test clean deps check install install-doc uninstall deb deb-deps deb-test \
+	deb-docker-test
 all: agent tools
 
 agent: $(AGENT_BIN)
@@ -200,9 +204,11 @@ SBINDIR ?= $(PREFIX)/sbin
 MAN8DIR ?= $(PREFIX)/share/man/man8
 SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+DOCDIR ?= $(PREFIX)/share/doc/spoa-ratelimit
+HAPROXYDIR ?= $(SYSCONFDIR)/haproxy
 INSTALL ?= install
 
-install: agent
+install: agent install-doc
 	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MAN8DIR) \
 		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit
 	$(INSTALL) -m 755 $(AGENT_BIN) $(DESTDIR)$(SBINDIR)/spoa-ratelimit
@@ -219,10 +225,46 @@ install: agent
 		$(INSTALL) -m 644 examples/rules.yaml $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml; \
 	fi
 
+# The guides as in the source tree, under DOCDIR: README.md and docs/
+# side by side, so that their links hold, BENCHMARKS.md with its figures.
+# Then the integration, its paths made those of an installed system by
+# dist/installed-paths.sed (never relative to HAProxy's directory):
+#   examples/            the rules examples
+#   examples/haproxy/    the haproxy.cfg examples, and what they read from
+#                        HAPROXYDIR: the SPOE files (spoe-conf/NAME.conf
+#                        as spoe-NAME.conf) and the maps
+#   dashboards/ alerts/  Grafana and Prometheus
+DOC_FILES := README.md BENCHMARKS.md $(wildcard CHANGELOG.md)
+INSTALLED_PATHS := $(BUILD)/installed-paths.sed
+install-doc:
+	$(INSTALL) -d $(DESTDIR)$(DOCDIR)/docs $(DESTDIR)$(DOCDIR)/bench-figures \
+		$(DESTDIR)$(DOCDIR)/examples/haproxy $(DESTDIR)$(DOCDIR)/dashboards/provisioning \
+		$(DESTDIR)$(DOCDIR)/alerts
+	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	$(INSTALL) -m 644 bench-figures/*.svg $(DESTDIR)$(DOCDIR)/bench-figures/
+	@mkdir -p $(dir $(INSTALLED_PATHS))
+	sed -e 's|@DOCDIR@|$(DOCDIR)|g' -e 's|@SBINDIR@|$(SBINDIR)|g' \
+		-e 's|@HAPROXYDIR@|$(HAPROXYDIR)|g' dist/installed-paths.sed > $(INSTALLED_PATHS)
+	@set -e; d=$(DESTDIR)$(DOCDIR); \
+	for f in examples/*.yaml haproxy-examples/*.cfg haproxy-examples/*.map \
+		spoe-conf/*.conf dashboards/*.json dashboards/provisioning/*.yaml alerts/*.yml; do \
+		case $$f in \
+		haproxy-examples/*) to=$$d/examples/haproxy/$${f#*/} ;; \
+		spoe-conf/*) to=$$d/examples/haproxy/spoe-$${f#*/} ;; \
+		*) to=$$d/$$f ;; \
+		esac; \
+		echo "sed -f $(INSTALLED_PATHS) $$f > $$to"; \
+		sed -f $(INSTALLED_PATHS) $$f > $$to.tmp; chmod 644 $$to.tmp; mv $$to.tmp $$to; \
+	done
+
 # The rules file goes only when it is still the example: edited, it stays.
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/spoa-ratelimit $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8 \
 		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service
+	rm -rf $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES) docs bench-figures examples \
+		dashboards alerts)
+	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@f=$(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/rules.yaml; \
 	if [ -e $$f ] && ! cmp -s examples/rules.yaml $$f; then echo "keeping $$f (edited)"; \
 	else rm -f $$f; rmdir $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit 2>/dev/null || true; fi
@@ -231,9 +273,13 @@ uninstall:
 # Built from a copy of the sources in build/deb/, so that the tree stays
 # clean and dpkg-buildpackage's output (written to the parent directory)
 # lands in build/deb/. debian/changelog must carry the agent's version.
+# The build dependencies (debian/control's, dpkg-dev) are installed first
+# when any is missing, as `make test` installs its own.
 VERSION = $(shell sed -n 's/^\#define RL_VERSION "\(.*\)"/\1/p' agent/main.c)
 DEB_SRC = build/deb/spoa-ratelimit-$(VERSION)
-deb:
+deb-deps:
+	scripts/install-deps.sh deb
+deb: deb-deps
 	@v=$$(dpkg-parsechangelog -S Version | sed 's/-[^-]*$$//'); \
 	[ "$$v" = "$(VERSION)" ] || { echo "debian/changelog is at $$v, the agent at $(VERSION)"; exit 1; }
 	rm -rf build/deb && mkdir -p $(DEB_SRC)
