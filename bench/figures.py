@@ -9,8 +9,8 @@ BENCHMARKS.md), under names that never change, and linked from it.
   redis-cost          the same rows: Redis us per decision (in the top-level
                       command, and Redis CPU) against R1, with the targets
   redis-latency       R5, N5, R6, N6: latency by percentile
-  haproxy-throughput  H, F, A, M, R and A, M, R with 200 connections:
-                      requests/s against A, with the targets
+  haproxy-throughput  H, F, A, M, R, S: requests/s against F, a bar per
+                      HAProxy version, with the targets
 
 A bar is the median run, as in the tables; every run is a dot beside it,
 so the spread shows. A latency curve is drawn from the run's whole
@@ -36,11 +36,11 @@ OPEN_SHARES = {"half": "50%", "quarter": "25%"}
 REDIS_LABELS = {"R1": ["redis-benchmark,", "naive script"], "R2": ["1 per call"],
                 "R2w": ["1 per call,", "whole interval"], "R3": ["batched"],
                 "R3w": ["batched,", "whole interval"], "C3": ["batched,", "cluster"]}
-HAPROXY_LABELS = {"H": ["no SPOE filter"], "F": ["SPOE, no", "variables"],
-                  "A": ["answer floor", "(no decision)"],
+HAPROXY_LABELS = {"H": ["no SPOE filter"], "F": ["SPOE floor, no", "variables"],
+                  "A": ["same answer,", "no decision"],
                   "M": ["in-memory", "store"], "R": ["Redis store"],
-                  "A200": ["A, 200", "connections"], "M200": ["M, 200", "connections"],
-                  "R200": ["R, 200", "connections"]}
+                  "S": ["stick table,", "no SPOE"]}
+HAPROXY_ORDER = ("H", "F", "A", "M", "R", "S")
 
 
 def figures_dir(report):
@@ -194,30 +194,37 @@ def redis_latency(rows):
                 series=series, hlines=[(1000.0, "1 ms: R5's p99 target")])
 
 
-def haproxy_throughput(rows, targets):
-    if not rows or "skipped" in rows:
-        return None
-    keys = [k for k in ("H", "F", "A", "M", "R", "A200", "M200", "R200") if k in rows]
-    f = rows.get("A", {}).get("median")
-    if not any(rows[k].get("median") for k in keys):
+def haproxy_versions(result):
+    """[(label, rows)] of the HAProxy section's result: its versions that
+    ran, or one unnamed version for a bare {key: row} of one HAProxy."""
+    if not result or "skipped" in result:
+        return []
+    if "versions" not in result:
+        return [("", result)]
+    return [(v["version"].replace("HAProxy ", ""), v["rows"]) for v in result["versions"]
+            if v.get("binary")]
+
+
+def haproxy_throughput(result, targets):
+    versions = haproxy_versions(result)
+    keys = [k for k in HAPROXY_ORDER if any(k in rows for _, rows in versions)]
+    if not any(rows.get(k, {}).get("median") for _, rows in versions for k in keys):
         return None
     rps = lambda r: r["rps"]
-
-    def floor(k):
-        # each row against A at its own number of connections
-        m = rows.get("A" + k[1:], {}).get("median")
-        return m["rps"] if m else None
-
+    series = []
+    for label, rows in versions:
+        f = rows.get("F", {}).get("median")
+        base = f["rps"] if f else None
+        series.append({"name": label or "requests/s", "bars": [
+            _bar(rows.get(k), rps, base if k != "F" else None,
+                 base * targets[k] if base and k in targets else None) for k in keys]})
+    f = versions[0][1].get("F", {}).get("median") if len(versions) == 1 else None
     return dict(
-        title="Through HAProxy: requests/s against A, the answer floor",
+        title="Through HAProxy: requests/s against F, the SPOE floor",
         y_label="HTTP requests/s (wrk)",
         categories=[(k, HAPROXY_LABELS.get(k, [])) for k in keys],
-        series=[{"name": "requests/s",
-                 "bars": [_bar(rows[k], rps,
-                               floor(k) if k[0] != "A" else None,
-                               floor(k) * targets[k] if floor(k) and k in targets else None)
-                          for k in keys]}],
-        baseline=(f["rps"], "A, the answer floor: %s/s" % svg.si(f["rps"])) if f else None)
+        series=series,
+        baseline=(f["rps"], "F, the SPOE floor: %s/s" % svg.si(f["rps"])) if f else None)
 
 
 def render(spec, desc):
@@ -230,12 +237,13 @@ def render(spec, desc):
 
 
 def draw(report, source, memory_rows, redis_rows, haproxy_rows, redis_targets=None,
-         haproxy_targets=None):
+         haproxy_targets=None, names=None):
     """Writes the figures the rows allow into figures_dir(report) and
     removes those of FIGURES that this run could not draw, so that the
     folder matches the report. source says how the figures were made
     (the command, the date); it goes into each file's <desc>. Returns
-    {name: (path relative to the report's folder, title)}."""
+    {name: (path relative to the report's folder, title)}. With names, only
+    those figures are drawn (or removed), the others left as they are."""
     specs = {
         "memory-throughput": memory_throughput(memory_rows or []),
         "memory-latency": memory_latency(memory_rows or []),
@@ -248,6 +256,8 @@ def draw(report, source, memory_rows, redis_rows, haproxy_rows, redis_targets=No
     os.makedirs(folder, exist_ok=True)
     out = {}
     for name in FIGURES:
+        if names is not None and name not in names:
+            continue
         path = os.path.join(folder, name + ".svg")
         spec = specs[name]
         if spec is None:

@@ -1,5 +1,8 @@
 """The end-to-end benchmarks through a real HAProxy, run by bench/run.py in
-the same invocation as the others (or alone with `--only haproxy`).
+the same invocation as the others (or alone with `--only haproxy`), on
+every HAProxy binary `--haproxy` lists (comma-separated names or paths;
+without it the one HAPROXY names, as for the end-to-end tests, else
+Debian's), with a table per version.
 
 Every run starts a fresh HAProxy (`nbthread 1`), a fresh agent `-t 1` and,
 for R, a fresh redis-server, all on free loopback ports, then runs wrk
@@ -10,29 +13,33 @@ whatever happens. The rows:
   F  the SPOE floor: the shipped SPOE configuration with its message
      renamed `noop`, which the agent acknowledges without deciding (as it
      does every message it does not know): HAProxy's SPOE path and the
-     agent's protocol and I/O, no decision
-  A  the answer floor: the shipped configuration (check-rate), the agent
-     with --fixed-answer: every request gets the answer of the first one
-     (the same variables M's answers set, for HAProxy to store and its
-     rules to read), no decision
+     agent's protocol and I/O, no decision, no variable. The reference.
+  A  the shipped configuration (check-rate), the agent with
+     --fixed-answer: every request gets the answer of the first one, no
+     decision (kept to tell the answer's cost from the decision's)
   M  the shipped configuration (check-rate), the in-memory store deciding,
      a limit high enough that nothing is refused
   R  the same with a fresh redis-server, default batching
+  S  no SPOE: the same per-client limit done by HAProxy itself with a
+     stick table (`track-sc0 src`, `sc_http_req_rate(0)`, `deny
+     deny_status 429`), what an operator compares the agent with
 
-The targets compare M and R with A, which differs from them only by the
-decision; F, whose answer sets no variable, shows beside it what HAProxy's
-own work on the variables costs.
+The targets compare M and R with F, and HAProxy's CPU per request in M
+with F's. After the closed-loop rounds, an open loop (tools/http-open-loop,
+a fixed rate at half of M's median requests/s) measures the latency of F,
+M and R at the same rate.
 
-The rows run round by round (H, F, A, M, R, then again), so that load from
-elsewhere on the machine falls on all of them alike; the median run of each
-is shown with every run listed. The backend answers inside HAProxy
-(`http-request return status 200` in backend `app`): the request takes the
-whole path a forwarded request takes up to the choice of a server, and no
-application server shares the CPUs. It is the cheapest realistic backend,
-and it makes the SPOE's share of HAProxy's work the largest it can be, so
-the ratios to A and F are the harshest.
+The rows run round by round (H, F, A, M, R, S for each HAProxy, then
+again), so that load from elsewhere on the machine falls on all of them
+alike; the median run of each is shown with every run listed. The backend
+answers inside HAProxy (`http-request return status 200` in backend
+`app`): the request takes the whole path a forwarded request takes up to
+the choice of a server, and no application server shares the CPUs. It is
+the cheapest realistic backend, and it makes the SPOE's share of HAProxy's
+work the largest it can be, so the ratios to F are the harshest.
 
-run(ctx) returns the rows; report(ctx, rows) returns the Markdown lines.
+run(ctx) returns the versions and their rows; report(ctx, result) returns
+the Markdown lines.
 """
 
 import contextlib
@@ -52,26 +59,29 @@ MESSAGE = "check-rate"
 NOOP = "noop"
 
 WRK_THREADS, WRK_CONNS = 1, 50
-# The rows A, M and R again with this many connections: enough requests in
-# flight for HAProxy's thread to set the pace with Redis too, where 50
-# leave R's rate to its latency (a closed loop runs at connections over
-# latency).
-SAT_CONNS = 200
-SAT = str(SAT_CONNS)
 # Clients by API key, in turn: the agent keeps (and Redis stores) a bucket
 # per key, as for a real population of clients.
 KEYS = 10000
 WRK_TIMEOUT = "2s"
 
-TARGETS = (("M", 0.95), ("R", 0.8), ("M" + SAT, 0.95), ("R" + SAT, 0.8))
+# Each a ratio within one run, against F.
+TARGETS = (("M", 0.90), ("R", 0.85))
+# HAProxy's CPU per request in M at most F's plus this many microseconds.
+CPU_TARGET_US = 1.5
 # A process at or above this share of one CPU is taken to set the pace.
 PACE_CPU = 90
-ORDER = ("H", "F", "A", "M", "R", "A" + SAT, "M" + SAT, "R" + SAT)
+ORDER = ("H", "F", "A", "M", "R", "S")
+# The open loop: these rows at this share of M's median requests/s.
+LATENCY_ROWS = ("F", "M", "R")
+LATENCY_SHARE = 0.5
+# S refuses above this many requests per hour from one source: as high as
+# the agent's --limit in M and R, so nothing is refused.
+STICK_LIMIT = 1000000000
 
 
 def floor_of(key):
-    """The row key is measured against: A at its number of connections."""
-    return "A" + key[1:]
+    """The row every row is measured against: F, the SPOE floor."""
+    return "F"
 
 HAPROXY_START_S = 10.0
 HAPROXY_STOP_S = 5.0
@@ -122,6 +132,13 @@ CFG_SPOE = """\
     http-after-response set-header RateLimit "%%[var(txn.rl.ratelimit)]" if { var(txn.rl.ratelimit) -m found }
 """
 
+CFG_STICK = """\
+    # S: the same per-client limit done by HAProxy itself, no SPOE.
+    stick-table type ip size 100k expire 1h store http_req_rate(1h)
+    http-request track-sc0 src
+    http-request deny deny_status 429 if { sc_http_req_rate(0) gt %(limit)d }
+"""
+
 CFG_APP = """\
     default_backend app
 
@@ -141,11 +158,14 @@ backend ratelimit-agents
 """
 
 
-def haproxy_cfg(port, spoe=None, agent_port=None):
-    """haproxy.cfg for one run; without spoe, no SPOE filter (row H)."""
+def haproxy_cfg(port, spoe=None, agent_port=None, stick=False):
+    """haproxy.cfg for one run; without spoe, no SPOE filter (rows H and
+    S), with stick the stick-table limit (row S)."""
     text = CFG_HEAD % {"port": port}
     if spoe:
         text += CFG_SPOE % {"spoe": spoe}
+    if stick:
+        text += CFG_STICK % {"limit": STICK_LIMIT}
     text += CFG_APP
     if spoe:
         text += CFG_AGENTS % {"agent_port": agent_port}
@@ -287,8 +307,36 @@ def during(before, after, figure=lambda v: v):
                 if before[k] is not None and after[k] is not None else None) for k in before}
 
 
-def once(ctx, row, workdir):
-    """One run of a row: fresh Redis (R), agent (not H), HAProxy, then wrk.
+def parse_open_loop(out):
+    """tools/http-open-loop's JSON line as a result like parse_wrk's, or
+    None."""
+    import json
+    lines = out.strip().splitlines()
+    try:
+        j = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    if not isinstance(j, dict) or "answered" not in j:
+        return None
+    errs = {k: v for k, v in (("lost", j["lost"]), ("errors", j["errors"])) if v}
+    return dict(j, requests=j["answered"], socket_errors=errs)
+
+
+def load_command(ctx, row, port, rate=None):
+    """The load of one run: wrk (closed loop), or with rate the open loop at
+    that many requests/s."""
+    if rate is None:
+        return ["wrk", "-t", str(WRK_THREADS), "-c", str(row["conns"]), "-d",
+                "%gs" % ctx.duration, "--timeout", WRK_TIMEOUT, "--latency", "-s",
+                ctx.wrk_script, "http://127.0.0.1:%d/" % port]
+    return [ctx.open_loop_bin, "--addr", "127.0.0.1:%d" % port, "--rate", "%d" % rate,
+            "--duration", "%g" % ctx.duration, "--conns", str(row["conns"]),
+            "--keys", str(KEYS)]
+
+
+def once(ctx, binary, row, workdir, rate=None):
+    """One run of a row on one HAProxy binary: fresh Redis (R), agent (not
+    H or S), HAProxy, then wrk, or the open loop at rate requests/s.
     Returns (result, None) or (None, error)."""
     key = row["key"][0]
     with contextlib.ExitStack() as stack:
@@ -303,14 +351,12 @@ def once(ctx, row, workdir):
         elif key == "A":
             ag = stack.enter_context(MemoryAgent(ctx, agent_args + ["--fixed-answer"]))
         if ag is None:
-            make = haproxy_cfg
+            make = lambda port: haproxy_cfg(port, stick=key == "S")
         else:
             spoe, aport = row["spoe_path"], ag.agent.port
             make = lambda port: haproxy_cfg(port, spoe, aport)
-        hp = stack.enter_context(HAProxy(ctx, ctx.haproxy, workdir, make, ag))
-        wrk = ["wrk", "-t", str(WRK_THREADS), "-c", str(row["conns"]), "-d", "%gs" % ctx.duration,
-               "--timeout", WRK_TIMEOUT, "--latency", "-s", ctx.wrk_script,
-               "http://127.0.0.1:%d/" % hp.port]
+        hp = stack.enter_context(HAProxy(ctx, binary, workdir, make, ag))
+        wrk = load_command(ctx, row, hp.port, rate)
         pids = {"haproxy": hp.proc.pid}
         if ag:
             pids["agent"] = ag.agent.proc.pid
@@ -327,16 +373,19 @@ def once(ctx, row, workdir):
             p = subprocess.run(wrk, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                timeout=ctx.duration + 30, cwd=ctx.root)
         except subprocess.TimeoutExpired:
-            return None, "wrk did not finish in %.0f s" % (ctx.duration + 30)
+            return None, "%s did not finish in %.0f s" % (os.path.basename(wrk[0]),
+                                                           ctx.duration + 30)
         wall = time.monotonic() - t0
         c1, w1, s1 = ({k: read(p) for k, p in pids.items()} for read in readers)
         g1, i1 = ctx.children_cpu_s(), redis_bench.machine_idle()
         m1 = ag.metrics() if ag else {}
         f1 = rd.command_stats() if rd else None
-        res = parse_wrk(p.stdout)
-        if res is None or p.returncode != 0:
-            return None, "wrk exit %d, no result: %s" % (
-                p.returncode, (p.stderr or p.stdout).strip()[-600:])
+        res = parse_wrk(p.stdout) if rate is None else parse_open_loop(p.stdout)
+        # the open loop's exit status 1 (a request without a 2xx answer) is
+        # in its counts, which the checks report
+        if res is None or p.returncode not in (0, 0 if rate is None else 1):
+            return None, "%s exit %d, no result: %s" % (
+                os.path.basename(wrk[0]), p.returncode, (p.stderr or p.stdout).strip()[-600:])
         cpu_s = during(c0, c1, sum)
         res["cpu"] = {k: 100 * v / wall if v is not None else None for k, v in cpu_s.items()}
         # of that, the kernel's: system time
@@ -360,7 +409,7 @@ def once(ctx, row, workdir):
         res["fcall"] = ((f1[0] - f0[0], f1[1] - f0[1]) if f0 and f1 else None)
         res["cmds"] = ([rd.cmdline()] if rd else []) + (
             [redis_bench.quote(ag.agent.cmdline())] if ag else []) + [
-            redis_bench.quote([ctx.haproxy, "-db", "-f", hp.cfg_path]),
+            redis_bench.quote([binary, "-db", "-f", hp.cfg_path]),
             redis_bench.quote(wrk)]
         res["cfg"] = hp.cfg_text
         res["wrk_out"] = p.stdout
@@ -490,10 +539,10 @@ def per_request_us(m):
 
 
 def cpu_budget(rows, key, ncpu=None):
-    """The CPU a request of row key costs against A's, and the rate it
+    """The CPU a request of row key costs against F's, and the rate it
     allows: the figures of the report's CPU line, or None. A closed loop
     runs at its CPU time per request over the CPUs it keeps busy, at
-    best; so a row's ceiling at A's use of the CPUs, and at all of them,
+    best; so a row's ceiling at F's use of the CPUs, and at all of them,
     says whether latency or CPU holds it under its target."""
     m, a = rows[key].get("median"), rows[floor_of(key)].get("median")
     target = dict(TARGETS).get(key)
@@ -535,80 +584,144 @@ def haproxy_binary(named):
     return (path, None) if path else (None, "haproxy is not installed (Debian package haproxy)")
 
 
-def run(ctx):
-    """Runs the rows round by round; returns them for report(), or a dict
-    with only "skipped" when HAProxy or wrk is missing."""
-    ctx.haproxy, skipped = haproxy_binary(os.environ.get("HAPROXY"))
-    if ctx.haproxy is None:
-        return {"skipped": skipped}
-    if tool("wrk") is None:
-        return {"skipped": "wrk is not installed (Debian package wrk; "
-                           "scripts/install-deps.sh installs it)"}
-    try:
-        v = subprocess.run([ctx.haproxy, "-v"], capture_output=True, text=True, timeout=10)
-        m = re.search(r"version (\S+)", v.stdout)
-        ctx.haproxy_version = "HAProxy " + m.group(1) if m else None
-    except (OSError, subprocess.TimeoutExpired):
-        ctx.haproxy_version = None
-    workdir = os.path.join(ctx.logdir, "haproxy")
-    os.makedirs(workdir, exist_ok=True)
-    ctx.wrk_script = os.path.join(workdir, "clients.lua")
-    with open(ctx.wrk_script, "w") as f:
-        f.write(WRK_SCRIPT % {"keys": KEYS})
+def haproxy_names(option, env):
+    """The HAProxy binaries to measure, in order: those --haproxy lists
+    (comma-separated), else the one HAPROXY names, else Debian's (None)."""
+    if option:
+        names = [n.strip() for n in option.split(",") if n.strip()]
+        return names or [None]
+    return [env or None]
 
+
+def haproxy_version(binary):
+    """"HAProxy 2.6.12-1+deb12u4" from `haproxy -v`, or None."""
+    try:
+        v = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10)
+        m = re.search(r"version (\S+)", v.stdout)
+        return "HAProxy " + m.group(1) if m else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def make_rows(ctx, workdir):
+    """The rows of one HAProxy, without runs."""
     rows = {
         "H": {"title": "HAProxy alone: no SPOE filter (context)"},
         "F": {"title": "SPOE floor: message `%s`, acknowledged without a decision" % NOOP,
               "message": NOOP},
-        "A": {"title": "answer floor: `check-rate` answered with the first request's "
-                       "answer, no decision (`--fixed-answer`)", "message": MESSAGE},
+        "A": {"title": "`check-rate` answered with the first request's answer, no "
+                       "decision (`--fixed-answer`, for diagnosis)", "message": MESSAGE},
         "M": {"title": "`check-rate`, in-memory store, nothing refused", "message": MESSAGE},
         "R": {"title": "`check-rate`, Redis (fresh redis-server), default batching, "
                        "nothing refused", "message": MESSAGE},
+        "S": {"title": "no SPOE: the limit in a stick table (`track-sc0 src`, "
+                       "`sc_http_req_rate`, `deny` 429), nothing refused"},
     }
-    for key in "AMR":
-        rows[key + SAT] = dict(rows[key], title="%s with %d connections" % (key, SAT_CONNS))
     for key, row in rows.items():
-        row.update(key=key, runs=[], conns=SAT_CONNS if key.endswith(SAT) else WRK_CONNS)
+        row.update(key=key, runs=[], conns=WRK_CONNS)
         if "message" in row:
             row["spoe_text"] = spoe_conf(ctx.root, row["message"])
             row["spoe_path"] = os.path.join(workdir, "ratelimit-%s.conf" % row["message"])
             with open(row["spoe_path"], "w") as f:
                 f.write(row["spoe_text"])
     if shutil.which("redis-server") is None:
-        rows["R"]["skipped"] = rows["R" + SAT]["skipped"] = "redis-server is not installed"
-        ctx.problems.append("HAProxy R: skipped, redis-server is not installed")
+        rows["R"]["skipped"] = "redis-server is not installed"
+    return rows
+
+
+def _measure(ctx, v, row, workdir, label, rate=None):
+    """One run of row on version v, checked: the result, or None (its
+    problem recorded)."""
+    try:
+        res, err = once(ctx, v["binary"], row, workdir, rate)
+    except (RuntimeError, OSError, ConnectionError) as e:
+        res, err = None, str(e)
+    if res is None:
+        ctx.problems.append("%s: %s" % (label, err))
+        print("%s: %s" % (label, err), flush=True)
+        return None
+    bad = checks(row, res)
+    for b in bad:
+        ctx.problems.append("%s: %s" % (label, b))
+    print("%s: %.0f requests/s p50 %s us p99 %s us%s, %d requests, CPU HAProxy / agent / "
+          "Redis / load %s, machine idle %s%s" % (
+              label, res["rps"], _us(ctx, res["p50_us"]), _us(ctx, res["p99_us"]),
+              "" if rate is None else " p99.9 %s us" % _us(ctx, res["p999_us"]),
+              res["requests"], cpu_text(res), _pct(res["idle"]),
+              "" if not bad else "  PROBLEM: " + "; ".join(bad)), flush=True)
+    if bad:
+        print(res["wrk_out"].strip(), flush=True)
+    return res
+
+
+def run(ctx):
+    """Runs every HAProxy's rows, round by round across the versions, then
+    the open loop of each; returns {"versions": [...]} for report(), or a
+    dict with only "skipped" when no HAProxy or wrk is there."""
+    names = haproxy_names(getattr(ctx, "haproxy_list", None), os.environ.get("HAPROXY"))
+    if tool("wrk") is None:
+        return {"skipped": "wrk is not installed (Debian package wrk; "
+                           "scripts/install-deps.sh installs it)"}
+    workdir = os.path.join(ctx.logdir, "haproxy")
+    os.makedirs(workdir, exist_ok=True)
+    ctx.wrk_script = os.path.join(workdir, "clients.lua")
+    with open(ctx.wrk_script, "w") as f:
+        f.write(WRK_SCRIPT % {"keys": KEYS})
+    ctx.open_loop_bin = os.path.join(os.path.dirname(ctx.bench_bin), "http-open-loop")
+    versions = []
+    for name in names:
+        binary, why = haproxy_binary(name)
+        if binary is None:
+            # Not replaced by another HAProxy: its figures would stand under
+            # the version asked for.
+            ctx.problems.append("HAProxy %s: skipped, %s" % (name, why))
+            versions.append({"name": name, "binary": None, "skipped": why})
+            continue
+        versions.append({"name": name, "binary": binary,
+                         "version": haproxy_version(binary) or "HAProxy (%s)" % binary,
+                         "rows": make_rows(ctx, workdir), "latency": {}})
+    live = [v for v in versions if v["binary"]]
+    if not live:
+        return {"skipped": "; ".join(v["skipped"] for v in versions)}
+    for v in live:
+        if v["rows"]["R"].get("skipped"):
+            ctx.problems.append("%s R: skipped, redis-server is not installed" % v["version"])
 
     for r in range(ctx.runs):
-        for key in ORDER:
-            row = rows[key]
+        for v in live:
+            for key in ORDER:
+                row = v["rows"][key]
+                if row.get("skipped"):
+                    continue
+                label = "[%s %s] run %d/%d" % (v["version"], key, r + 1, ctx.runs)
+                res = _measure(ctx, v, row, workdir, label)
+                if res is not None:
+                    res["round"] = r
+                    row["runs"].append(res)
+    for v in live:
+        for row in v["rows"].values():
+            if row["runs"]:
+                row["median"] = ctx.pick_median(row["runs"], False)
+    # The open loop, after every closed loop: at half of M's median rate.
+    if not os.access(ctx.open_loop_bin, os.X_OK):
+        ctx.latency_skipped = "%s is missing (`make tools`)" % ctx.rel(ctx.open_loop_bin)
+        ctx.problems.append("HAProxy latency rows: skipped, " + ctx.latency_skipped)
+        return {"versions": versions}
+    for v in live:
+        m = v["rows"]["M"].get("median")
+        if not m:
+            v["latency_skipped"] = "M has no result"
+            continue
+        v["latency_rate"] = max(1, round(m["rps"] * LATENCY_SHARE))
+        for key in LATENCY_ROWS:
+            row = v["rows"][key]
             if row.get("skipped"):
                 continue
-            label = "[HAProxy %s] run %d/%d" % (key, r + 1, ctx.runs)
-            try:
-                res, err = once(ctx, row, workdir)
-            except (RuntimeError, OSError, ConnectionError) as e:
-                res, err = None, str(e)
-            if res is None:
-                ctx.problems.append("%s: %s" % (label, err))
-                print("%s: %s" % (label, err), flush=True)
-                continue
-            res["round"] = r
-            bad = checks(row, res)
-            for b in bad:
-                ctx.problems.append("%s: %s" % (label, b))
-            row["runs"].append(res)
-            print("%s: %.0f requests/s p50 %s us p99 %s us, %d requests, CPU HAProxy / "
-                  "agent / Redis / wrk %s, machine idle %s%s" % (
-                      label, res["rps"], _us(ctx, res["p50_us"]), _us(ctx, res["p99_us"]),
-                      res["requests"], cpu_text(res), _pct(res["idle"]),
-                "" if not bad else "  PROBLEM: " + "; ".join(bad)), flush=True)
-            if bad:
-                print(res["wrk_out"].strip(), flush=True)
-    for row in rows.values():
-        if row["runs"]:
-            row["median"] = ctx.pick_median(row["runs"], False)
-    return rows
+            label = "[%s %s] open loop at %d/s" % (v["version"], key, v["latency_rate"])
+            res = _measure(ctx, v, row, workdir, label, v["latency_rate"])
+            if res is not None:
+                v["latency"][key] = res
+    return {"versions": versions}
 
 
 def _us(ctx, v):
@@ -631,212 +744,289 @@ def per_round(rows, key):
             if f.get(r["round"])]
 
 
-def report(ctx, rows):
-    """The "Through HAProxy" section of BENCHMARKS.md, as a list of lines."""
-    L = ["## Through HAProxy", ""]
-    if "skipped" in rows:
-        L += ["Skipped: %s." % rows["skipped"], ""]
-        return L
-    if not any(r["runs"] for r in rows.values()):
-        L += ["No run succeeded (see Checks).", ""]
-        return L
-    L.append("End to end: wrk sends HTTP requests to HAProxy (%s, `nbthread 1`), whose "
-             "SPOE filter asks the agent (`-t 1`) about each one. Every run starts a "
-             "fresh HAProxy, agent and (R) redis-server on free loopback ports; the rows "
-             "run round by round (%s, then again), %d rounds of %g s, and the "
-             "median run of each row is shown. HAProxy, the agent, Redis and wrk share "
-             "the machine's CPUs. wrk keeps %d connections busy, and %d in A%s, M%s "
-             "and R%s (the same rows with enough requests in flight for HAProxy to set "
-             "R's pace too); each row is compared with A at its number of connections."
-             % (getattr(ctx, "haproxy_version", None) or "haproxy", ", ".join(ORDER),
-                ctx.runs, ctx.duration, WRK_CONNS, SAT_CONNS, SAT, SAT, SAT))
-    L.append("")
-    L.append("| # | configuration | requests/s | vs A | vs A, round by round | vs F "
-             "| p50 us | p99 us "
-             "| HAProxy CPU us per request | CPU HAProxy / agent / Redis / wrk "
-             "| machine idle | stolen by the host | non-2xx, socket errors (all runs) "
-             "| all runs (requests/s) |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+def target_lines(rows):
+    """[(what, figure, target, met)] of one HAProxy's rows: M and R against
+    F, and HAProxy's CPU per request in M against F's; met is None when a
+    row has no result."""
+    f = rows["F"].get("median")
+    out = []
+    for key, target in TARGETS:
+        m = rows[key].get("median")
+        if not (m and f):
+            out.append(("%s against F" % key, "not measured", ">= %.2fx" % target, None))
+            continue
+        x = m["rps"] / f["rps"]
+        out.append(("%s against F" % key, "%.2fx (%.0f against %.0f requests/s)"
+                    % (x, m["rps"], f["rps"]), ">= %.2fx" % target, x >= target))
+    m = rows["M"].get("median")
+    if m and f and m["haproxy_us"] is not None and f["haproxy_us"] is not None:
+        d = m["haproxy_us"] - f["haproxy_us"]
+        out.append(("HAProxy CPU per request in M", "%.1f us against F's %.1f (%+.1f us)"
+                    % (m["haproxy_us"], f["haproxy_us"], d),
+                    "<= F's + %.1f us" % CPU_TARGET_US, d <= CPU_TARGET_US))
+    else:
+        out.append(("HAProxy CPU per request in M", "not measured",
+                    "<= F's + %.1f us" % CPU_TARGET_US, None))
+    return out
+
+
+def met_text(met):
+    return "not measured" if met is None else ("met" if met else "not met")
+
+
+def row_target(rows, key):
+    """The target cell of a row of the table."""
+    for what, _, target, met in target_lines(rows):
+        if what.startswith(key + " against"):
+            return "%s: %s" % (target, met_text(met))
+    return ""
+
+
+def version_section(ctx, v):
+    """One HAProxy's table, its targets, the notes on it and its latency
+    rows."""
+    rows = v["rows"]
+    L = ["### %s (`%s`)" % (v["version"], v["binary"]), ""]
+    L.append("| # | configuration | requests/s | vs F | vs F, round by round | target "
+             "| HAProxy CPU us per request | p50 us | p99 us "
+             "| CPU HAProxy / agent / Redis / wrk | machine idle "
+             "| non-2xx, socket errors (all runs) | all runs (requests/s) |")
+    L.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     f = rows["F"].get("median")
     for key in ORDER:
         row = rows[key]
         m = row.get("median")
-        base = floor_of(key)
-        fm = rows[base].get("median")  # the floor at this row's connections
         if not m:
-            L.append("| %s | %s | %s | | | | | | | | | | | |"
+            L.append("| %s | %s | %s | | | | | | | | | | |"
                      % (key, row["title"], "skipped: " + row["skipped"]
                         if row.get("skipped") else "failed"))
             continue
-        vs = "%.2fx" % (m["rps"] / fm["rps"]) if fm and key != base else "-"
-        rounds = ", ".join(per_round(rows, key)) if fm and key != base else "-"
-        vs_f = "%.2fx" % (m["rps"] / f["rps"]) if f and key[0] != "F" else "-"
+        vs = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
+        rounds = ", ".join(per_round(rows, key)) if f and key != "F" else "-"
         errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
-        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
-                 % (key, row["title"], m["rps"], vs, rounds, vs_f, _us(ctx, m["p50_us"]),
-            _us(ctx, m["p99_us"]),
-            "-" if m["haproxy_us"] is None else "%.1f" % m["haproxy_us"], cpu_text(m),
-            _pct(m["idle"]), _pct(m["steal"]),
-            sum(r["non2xx"] for r in row["runs"]), errs,
-            ", ".join("%.0f" % r["rps"] for r in row["runs"])))
+        L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
+                 % (key, row["title"], m["rps"], vs, rounds, row_target(rows, key) or "-",
+                    "-" if m["haproxy_us"] is None else "%.1f" % m["haproxy_us"],
+                    _us(ctx, m["p50_us"]), _us(ctx, m["p99_us"]), cpu_text(m),
+                    _pct(m["idle"]), sum(r["non2xx"] for r in row["runs"]), errs,
+                    ", ".join("%.0f" % r["rps"] for r in row["runs"])))
     L.append("")
-    for key, target in TARGETS:
-        m = rows[key].get("median")
-        base = floor_of(key)
-        fm = rows[base].get("median")
-        if not (m and fm):
-            L.append("- %s >= %.2fx of %s: not measured." % (key, target, base))
-            continue
-        x = m["rps"] / fm["rps"]
-        conns = rows[key]["conns"]
-        L.append("- %s against %s (%d connections): %.2fx (%.0f against %.0f requests/s); "
-                 "the target of at least %.2fx is %s.%s" % (
-                     key, base, conns, x, m["rps"], fm["rps"], target,
-                     "met" if x >= target else "NOT met",
-                     " Against F, whose answer sets no variable: %.2fx." % (m["rps"] / f["rps"])
-                     if f and conns == WRK_CONNS else ""))
-    a = rows["A"].get("median")
-    h = rows["H"].get("median")
+    for what, figure, target, met in target_lines(rows):
+        L.append("- %s: %s; the target (%s) is %s." % (what, figure, target, met_text(met)))
+    h, a, mm, st = (rows[k].get("median") for k in ("H", "A", "M", "S"))
     if h and f:
         L.append("- The SPOE floor itself: F answers %.2fx of H's requests/s (HAProxy "
                  "without the filter), and HAProxy spends %s us of CPU per request with "
                  "it against %s us without." % (
-                     f["rps"] / h["rps"],
-                     "-" if f["haproxy_us"] is None else "%.1f" % f["haproxy_us"],
+                     f["rps"] / h["rps"], "-" if f["haproxy_us"] is None
+                     else "%.1f" % f["haproxy_us"],
                      "-" if h["haproxy_us"] is None else "%.1f" % h["haproxy_us"]))
-    mm = rows["M"].get("median")
+    if st and mm and h and st["haproxy_us"] is not None and mm["haproxy_us"] is not None:
+        L.append("- S, the limit in HAProxy's own stick table: %.0f requests/s, %.2fx of H, "
+                 "%.1f us of HAProxy's CPU per request; M answers %.2fx of S's requests/s "
+                 "at %.1f us." % (st["rps"], st["rps"] / h["rps"], st["haproxy_us"],
+                                  mm["rps"] / st["rps"], mm["haproxy_us"]))
     if mm and f and a and mm["haproxy_us"] and f["haproxy_us"] and a["haproxy_us"]:
         L.append("- HAProxy's CPU per request is %.1f us in M, %.1f us in A (the same "
                  "answer, no decision) and %.1f us in F, whose agent answers without "
                  "variables: F to A is HAProxy's own work on the variables of the "
                  "answer (and on the rules and headers that read them), A to M what "
-                 "the decision changes in HAProxy's work (its answers come later)."
+                 "the decision changes in HAProxy's work (when its answers come)."
                  % (mm["haproxy_us"], a["haproxy_us"], f["haproxy_us"]))
     r = rows["R"].get("median")
     if r and r["cpu"].get("haproxy") is not None and r["cpu"]["haproxy"] < PACE_CPU:
-        L.append("- In R HAProxy used %.0f%% of a CPU (machine idle %s): "
-                 "in a closed loop the rate is the %d connections over the latency "
-                 "(%d / %s us at p50 = %.0f/s), and R's latency holds a round trip to "
-                 "Redis and the wait for a batch." % (
-                     r["cpu"]["haproxy"], _pct(r["idle"]), WRK_CONNS, WRK_CONNS,
-                     _us(ctx, r["p50_us"]), 1e6 * WRK_CONNS / r["p50_us"]))
-        split = call_split(r)
-        if split:
-            L.append("- Where R's round trip goes: the agent's calls carried %.1f decisions "
-                     "each and took %.0f us from sent to answered on average "
-                     "(`spoa_rl_redis_call_duration_seconds`), of which Redis ran the call "
-                     "for %.0f us (`cmdstat_fcall` usec per call): the rest, %.0f us, is "
-                     "the hops between the agent and Redis, processes that share the "
-                     "machine's CPUs with HAProxy and wrk." % split)
-        waits = cpu_waits(r)
-        if waits:
-            a = rows["A"].get("median")
-            aw = (a.get("waited") or {}).get("haproxy") if a else None
-            L.append("- Waiting for a CPU (runnable, not running: `/proc/PID/task/*/schedstat`) "
-                     "in the same run: HAProxy %.0f%% of the run%s; the agent %.0f us and "
-                     "Redis %.0f us per call on average, each woken by the other's write "
-                     "while HAProxy and wrk hold the CPUs." % (
-                         waits[0], " (%.0f%% in A)" % (100 * aw / a["wall"])
-                         if aw is not None and a.get("wall") else "", waits[1], waits[2]))
+        L.append("- In R HAProxy used %.0f%% of a CPU (machine idle %s): in a closed loop "
+                 "the rate is the %d connections over the latency (%d / %s us at p50 = "
+                 "%.0f/s), and R's latency holds a round trip to Redis and the wait for a "
+                 "batch." % (r["cpu"]["haproxy"], _pct(r["idle"]), WRK_CONNS, WRK_CONNS,
+                             _us(ctx, r["p50_us"]), 1e6 * WRK_CONNS / r["p50_us"]))
+    split = call_split(r) if r else None
+    if split:
+        L.append("- Where R's round trip goes: the agent's calls carried %.1f decisions "
+                 "each and took %.0f us from sent to answered on average "
+                 "(`spoa_rl_redis_call_duration_seconds`), of which Redis ran the call "
+                 "for %.0f us (`cmdstat_fcall` usec per call): the rest, %.0f us, is "
+                 "the hops between the agent and Redis." % split)
     budget = cpu_budget(rows, "R")
     if budget:
         L.append("- What a request costs the CPUs (us of CPU per request, HAProxy + agent "
-                 "+ Redis + wrk): A %s, R %s. A kept %.2f of the machine's %d CPUs busy "
+                 "+ Redis + wrk): F %s, R %s. F kept %.2f of the machine's %d CPUs busy "
                  "with its processes; at that R's cost allows %.0f requests/s (%.2fx of "
-                 "A), and %.0f (%.2fx) with all of them busy. The target of %.2fx needs R's "
-                 "processes to keep %.2f CPUs busy (%.0f%% of the machine), or, at A's "
+                 "F), and %.0f (%.2fx) with all of them busy. The target of %.2fx needs R's "
+                 "processes to keep %.2f CPUs busy (%.0f%% of the machine), or, at F's "
                  "use, the agent and Redis to spend %.1f us per request between them "
                  "where they spend %.1f." % budget)
-    kernel, extra = kernel_per_request(rows)
+    kernel, _ = kernel_per_request(rows, ("F", "M", "R"))
     if kernel:
         L.append("- Of that CPU, the kernel's (system time, `/proc/PID/stat` stime), us "
-                 "per request, HAProxy / agent / Redis: %s.%s" % ("; ".join(
-                     "%s %s" % (key, " / ".join("%.1f of %.1f" % (per[k][1], per[k][0]) if k in per
-                                                else "-" for k in PROCS[:3]))
-                     for key, per in kernel),
-                     " The agent's CPU per request in R differs from M's by %+.1f us, its "
-                     "kernel time by %+.1f us." % extra if extra else ""))
-    slept = sleeps_per_request(rows)
+                 "per request, HAProxy / agent / Redis: %s." % "; ".join(
+                     "%s %s" % (key, " / ".join("%.1f of %.1f" % (per[k][1], per[k][0])
+                                                if k in per else "-" for k in PROCS[:3]))
+                     for key, per in kernel))
+    slept = sleeps_per_request(rows, ("F", "M", "R"))
     if slept:
-        L.append("- Sleeps per request (each a wake-up: voluntary context switches of a "
-                 "process's threads over the requests, `/proc/PID/task/*/status`), "
-                 "HAProxy / agent / Redis: %s. Under one, a process handles several "
-                 "requests each time it wakes (HAProxy's SPOE hands the agent several "
-                 "NOTIFYs per read); near one, it pays a wake-up, mostly the kernel's "
-                 "work, for nearly every request." % "; ".join(
+        L.append("- Sleeps per request (voluntary context switches over the requests, "
+                 "`/proc/PID/task/*/status`), HAProxy / agent / Redis: %s. Under one, a "
+                 "process handles several requests each time it wakes." % "; ".join(
                      "%s %s" % (key, " / ".join("%.2f" % per[k] if k in per else "-"
                                                 for k in PROCS[:3]))
                      for key, per in slept))
-    rs = rows["R" + SAT].get("median")
-    if r and rs and rs["cpu"].get("haproxy") is not None:
-        L.append("- With %d connections R%s answered %.0f requests/s with HAProxy at %.0f%% "
-                 "of a CPU, against %.0f with %d: more requests in flight cover Redis's "
-                 "round trip, at the price of queueing (p50 %s us against %s)." % (
-                     SAT_CONNS, SAT, rs["rps"], rs["cpu"]["haproxy"], r["rps"], WRK_CONNS,
-                     _us(ctx, rs["p50_us"]), _us(ctx, r["p50_us"])))
-    for key in ORDER:
-        m = rows[key].get("median")
-        if not m:
-            continue
-        # Who set the pace, when one process had a CPU to itself.
-        for who, name in (("wrk", "wrk"), ("haproxy", "HAProxy's thread")):
-            v = m["cpu"].get(who)
-            if v is not None and v >= PACE_CPU:
-                L.append("- In %s's median run %s used %.0f%% of a CPU: the figure is "
-                         "%s's limit on this machine as much as anything else's."
-                         % (key, name, v, name))
+    paced = [key for key in ORDER if rows[key].get("median") and
+             (rows[key]["median"]["cpu"].get("haproxy") or 0) >= PACE_CPU]
+    if paced:
+        L.append("- HAProxy's thread used %d%% of a CPU or more in %s: there the figure is "
+                 "HAProxy's limit on this machine." % (PACE_CPU, ", ".join(paced)))
+    if any(met is False for *_, met in target_lines(rows)):
+        L.append("- Where HAProxy's CPU goes, per function, M against F (callgrind on "
+                 "HAProxy's side, a fixed number of requests): `python3 "
+                 "bench/haproxy_profile.py --build %s --haproxy %s`." % (
+                     ctx.rel(os.path.dirname(ctx.bench_bin)), v["binary"]))
     L.append("")
+    L += latency_lines(ctx, v)
+    return L
+
+
+def latency_lines(ctx, v):
+    """One HAProxy's open-loop table."""
+    if getattr(ctx, "latency_skipped", None) or v.get("latency_skipped"):
+        return ["Latency at a set rate: skipped, %s." % (
+            getattr(ctx, "latency_skipped", None) or v["latency_skipped"]), ""]
+    L = ["Latency at a set rate (open loop, `tools/http-open-loop`): %d requests/s, half "
+         "of M's median above, for %g s, over %d connections, each time taken from when "
+         "the request was due:" % (v["latency_rate"], ctx.duration, WRK_CONNS), ""]
+    L.append("| # | requests/s sent | p50 us | p90 us | p99 us | p99.9 us | max us "
+             "| latest send, us | HAProxy CPU us per request | CPU HAProxy / agent / Redis "
+             "/ generator |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key in LATENCY_ROWS:
+        res = v["latency"].get(key)
+        if not res:
+            L.append("| %s | %s | | | | | | | | |" % (
+                key, "skipped" if v["rows"][key].get("skipped") else "failed"))
+            continue
+        L.append("| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            key, res["rps"], _us(ctx, res["p50_us"]), _us(ctx, res["p90_us"]),
+            _us(ctx, res["p99_us"]), _us(ctx, res["p999_us"]), _us(ctx, res["max_us"]),
+            _us(ctx, res["max_send_lag_us"]),
+            "-" if res["haproxy_us"] is None else "%.1f" % res["haproxy_us"],
+            cpu_text(res)))
+    L.append("")
+    f, m = v["latency"].get("F"), v["latency"].get("M")
+    if f and m:
+        L.append("- At the same rate, M's p50 is %s us against F's %s, its p99 %s "
+                 "against %s: the difference is what the decision adds to a request's "
+                 "time through HAProxy (one run each, so within that run's noise)."
+                 % (_us(ctx, m["p50_us"]), _us(ctx, f["p50_us"]), _us(ctx, m["p99_us"]),
+                    _us(ctx, f["p99_us"])))
+        L.append("")
+    return L
+
+
+def summary_lines(ctx, live):
+    """One line per HAProxy: the ratios and the targets."""
+    L = ["| HAProxy | H req/s | F req/s | M vs F | R vs F | S vs F | A vs F "
+         "| HAProxy CPU us/req F / M / S | targets met |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for v in live:
+        rows = v["rows"]
+        med = {k: rows[k].get("median") for k in ORDER}
+        f = med["F"]
+        ratio = lambda k: "%.2fx" % (med[k]["rps"] / f["rps"]) if med[k] and f else "-"
+        cpu = lambda k: "%.1f" % med[k]["haproxy_us"] if med[k] and \
+            med[k]["haproxy_us"] is not None else "-"
+        t = target_lines(rows)
+        L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |" % (
+            v["version"][len("HAProxy "):] if v["version"].startswith("HAProxy ")
+            else v["version"], "%.0f" % med["H"]["rps"] if med["H"] else "-",
+            "%.0f" % f["rps"] if f else "-", ratio("M"), ratio("R"), ratio("S"), ratio("A"),
+            " / ".join(cpu(k) for k in ("F", "M", "S")),
+            sum(1 for *_, met in t if met), len(t)))
+    L.append("")
+    return L
+
+
+def report(ctx, result):
+    """The "Through HAProxy" section of BENCHMARKS.md, as a list of lines."""
+    L = ["## Through HAProxy", ""]
+    if "skipped" in result:
+        L += ["Skipped: %s." % result["skipped"], ""]
+        return L
+    versions = result["versions"]
+    live = [v for v in versions if v["binary"]]
+    if not any(r["runs"] for v in live for r in v["rows"].values()):
+        L += ["No run succeeded (see Checks).", ""]
+        return L
+    L.append("End to end: wrk sends HTTP requests to HAProxy (`nbthread 1`), whose SPOE "
+             "filter asks the agent (`-t 1`) about each one, on each HAProxy below (%s). "
+             "Every run starts a fresh HAProxy, agent and (R) redis-server on free "
+             "loopback ports; the rows run round by round (%s of each HAProxy, then "
+             "again), %d rounds of %g s, and the median run of each row is shown; then "
+             "F, M and R once each in an open loop at half of M's rate. HAProxy, the "
+             "agent, Redis and wrk share the machine's CPUs, so compare rows within a "
+             "table; every row is compared with F, the SPOE floor, and the targets are "
+             "ratios within the run: M >= %.2fx F, R >= %.2fx F (%d connections), "
+             "HAProxy's CPU per request in M at most F's + %.1f us."
+             % (", ".join(v["version"] for v in live), ", ".join(ORDER), ctx.runs,
+                ctx.duration, dict(TARGETS)["M"], dict(TARGETS)["R"], WRK_CONNS,
+                CPU_TARGET_US))
+    L.append("")
+    for v in versions:
+        if not v["binary"]:
+            L += ["### %s" % v["name"], "", "Skipped: %s." % v["skipped"], ""]
+    L += summary_lines(ctx, live)
     L.extend(figures.links(getattr(ctx, "figures", None), "haproxy-throughput"))
+    for v in live:
+        L += version_section(ctx, v)
 
     L.append("### How to read it")
     L.append("")
-    L.append("- H is HAProxy with no SPOE filter, for context. A is the floor the agent "
-             "is measured against: the same HAProxy configuration and SPOE file as M and "
-             "R, and the agent started with `--fixed-answer`, which decides the first "
-             "`%s` (the warm-up request) and answers every later one with that answer "
-             "without deciding: HAProxy's SPOE work, the variables it sets and the rules "
-             "and headers that read them, the agent's SPOP and I/O, no decision. F, for "
-             "comparison, is the shipped SPOE file (`%s`) with its message renamed `%s` "
-             "(`messages %s`, `spoe-message %s`), which the agent acknowledges with "
-             "one action and no variable, as it does every message it does not know. "
+    L.append("- H is HAProxy with no SPOE filter, for context. F, the floor every row is "
+             "measured against, is the shipped SPOE file (`%s`) with its message renamed "
+             "`%s` (`messages %s`, `spoe-message %s`), which the agent acknowledges with "
+             "one action and no variable, as it does every message it does not know: "
+             "HAProxy's SPOE work and the agent's SPOP and I/O, no variable, no decision. "
              "M sends `%s` and the agent decides with its in-memory store; R decides "
              "with a fresh redis-server (`--redis`, default batching). Both run "
-             "`--limit %s`, so nothing is refused." % (
-                 MESSAGE, SPOE_CONF, NOOP, NOOP, NOOP, MESSAGE, ctx.high_limit))
+             "`--limit %s`, so nothing is refused. A, kept for diagnosis, is M's "
+             "configuration with the agent started with `--fixed-answer`: every request "
+             "gets the warm-up request's answer without a decision, so F to A is what "
+             "the answer's variables cost HAProxy and A to M what the decision changes. "
+             "S is HAProxy alone with the same limit in a stick table (`http-request "
+             "track-sc0 src`, `sc_http_req_rate(0)`, `http-request deny deny_status "
+             "429`, at %d requests an hour): what an operator compares the agent with. "
+             "wrk's connections all come from 127.0.0.1, so S's table holds one entry."
+             % (SPOE_CONF, NOOP, NOOP, NOOP, MESSAGE, ctx.high_limit, STICK_LIMIT))
     L.append("- The backend answers inside HAProxy (`http-request return status 200` in "
              "backend `app`): each request goes through the frontend, the SPOE filter, "
              "the rate-limit rules and the backend, as a forwarded request does up to "
              "the choice of a server, and no application server competes for the CPUs. "
              "That is the cheapest realistic backend, and it makes the SPOE's share of "
              "HAProxy's work the largest it can be: with a real application behind "
-             "HAProxy the ratios to A and F would be closer to 1.")
-    L.append("- wrk: %d thread, %d connections kept alive (%d in the rows marked %s), "
-             "%g s per run, `--latency` "
+             "HAProxy the ratios to F would be closer to 1.")
+    L.append("- wrk: %d thread, %d connections kept alive, %g s per run, `--latency` "
              "(p50 and p99 are wrk's, from the send of a request to its answer, in "
              "microseconds), %d clients by `X-Api-Key` in turn (a bucket each, in the "
              "agent or in Redis). It is a closed loop: a row runs at its connections "
-             "over its latency, which is mostly queueing behind the requests in flight "
-             "once a process sets the pace; where none does (R with %d connections), "
-             "the latency of a decision sets the rate, and the rows with %d show what "
-             "HAProxy can do when enough requests are in flight to cover it."
-             % (WRK_THREADS, WRK_CONNS, SAT_CONNS, SAT, ctx.duration, KEYS, WRK_CONNS,
-                SAT_CONNS))
-    L.append("- \"vs A\" and \"vs F\" compare medians (A%s for the rows with %d "
-             "connections); \"round by round\" divides each run by A's run "
+             "over its latency, mostly queueing once a process sets the pace. The open "
+             "loop (`build/http-open-loop`, built from `tools/http-open-loop.c`) sends "
+             "on a timetable fixed before the run, the requests taking the %d "
+             "connections in turn (pipelined behind a late answer), and times each "
+             "answer from when its request was due, so that a late send counts; "
+             "\"latest send\" says how far behind its timetable it fell (a figure near "
+             "the latencies means the generator, not HAProxy, was short of a CPU)."
+             % (WRK_THREADS, WRK_CONNS, ctx.duration, KEYS, WRK_CONNS))
+    L.append("- \"vs F\" compares medians; \"round by round\" divides each run by F's run "
              "of the same round, which shows how much the machine moved between rounds. "
              "CPU is percent of one CPU during the run (/proc/PID/stat utime + stime for "
              "HAProxy, the agent and Redis; rusage of the finished child for wrk). "
-             "HAProxy near 100%% means HAProxy's single thread set the pace; \"HAProxy "
-             "CPU us per request\" is its CPU time over the requests wrk counted, what "
-             "the SPOE (and the variables of the agent's answer, which the rules read) "
-             "costs HAProxy itself whatever the pace. \"Machine idle\" is the idle "
-             "share of all CPUs and \"stolen by the host\" the share the virtual "
-             "machine's host gave to something else (/proc/stat)." % (SAT, SAT_CONNS))
-    L.append("- Checks, every run: wrk saw no non-2xx answer and no socket error (the "
+             "\"HAProxy CPU us per request\" is its CPU time over the requests counted, "
+             "what the SPOE and the answer cost HAProxy itself whatever the pace. "
+             "\"Machine idle\" is the idle share of all CPUs (/proc/stat).")
+    L.append("- Checks, every run: no non-2xx answer and no socket error (the "
              "configuration turns an SPOE error or timeout into a 500, so a request that "
              "went on without a decision is counted); the agent's metrics show no "
              "decision in F and A and a NOTIFY per request, and in M and R a decision per "
-             "request (between the requests wrk counted and as many more as it has "
+             "request (between the requests counted and as many more as there are "
              "connections, those in flight at the end), none refused, none degraded; "
              "every agent stopped cleanly on SIGTERM. A run that fails a check is listed "
              "under Checks and the exit status is 1.")
@@ -844,17 +1034,26 @@ def report(ctx, rows):
 
     L.append("### Configuration and commands")
     L.append("")
-    m = next((rows[k]["median"] for k in ("M", "R", "F") if rows[k].get("median")), None)
+    first = live[0]["rows"]
+    m = next((first[k]["median"] for k in ("M", "R", "F") if first[k].get("median")), None)
     if m:
-        L.append("haproxy.cfg of M's median run, written to a temporary directory (A's "
-                 "is the same, F's differs only in the SPOE file it names, H's has no `filter spoe`, "
-                 "rate-limit rules or agents' backend):")
+        L.append("haproxy.cfg of M's median run on %s, written to a temporary directory "
+                 "(A's is the same, F's differs only in the SPOE file it names, H's has no "
+                 "`filter spoe`, rate-limit rules or agents' backend; every HAProxy runs "
+                 "the same):" % live[0]["version"])
         L.append("")
         L.append("```")
         L.extend(m["cfg"].rstrip("\n").splitlines())
         L.append("```")
         L.append("")
-    spoe = rows["M"].get("spoe_text")
+    L.append("S's frontend has, in place of the SPOE filter and the rules that read its "
+             "answer:")
+    L.append("")
+    L.append("```")
+    L.extend((CFG_STICK % {"limit": STICK_LIMIT}).rstrip("\n").splitlines())
+    L.append("```")
+    L.append("")
+    spoe = first["M"].get("spoe_text")
     if spoe:
         L.append("The SPOE file A, M and R load: `%s` as shipped, without its comments:"
                  % SPOE_CONF)
@@ -870,11 +1069,16 @@ def report(ctx, rows):
         L.extend((WRK_SCRIPT % {"keys": KEYS}).rstrip("\n").splitlines())
         L.append("```")
         L.append("")
-    L.append("The median run's exact commands (ports are picked free at run time, files "
-             "are in a temporary directory):")
+    L.append("The median run's exact commands on %s (ports are picked free at run time, "
+             "files are in a temporary directory; on the other HAProxy binaries only the "
+             "binary differs), then the open loop's:" % live[0]["version"])
     L.append("")
     for key in ORDER:
-        row = rows[key]
+        row = first[key]
         L += redis_bench.command_block(key, row["title"], row["median"]["cmds"]
                                        if row.get("median") else None)
+    for key in LATENCY_ROWS:
+        res = live[0]["latency"].get(key)
+        L += redis_bench.command_block("%s, open loop" % key, first[key]["title"],
+                                       res["cmds"] if res else None)
     return L

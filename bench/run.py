@@ -2,7 +2,7 @@
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
     python3 bench/run.py --build build [--quick] [--only memory|redis|lease|haproxy]
-                         [--output FILE]
+                         [--haproxy BIN,BIN...] [--update] [--output FILE]
 
 Every configuration runs in the same invocation, so the ratios between them
 hold even on a noisy shared machine. Each run starts a fresh agent on a free
@@ -19,6 +19,13 @@ the whole path through a real HAProxy with wrk (skipped without wrk).
 bench/figures.py then draws the throughputs and latency distributions as SVG
 files beside the report (bench-figures/ beside BENCHMARKS.md), which the
 report shows.
+
+The HAProxy rows run on each binary --haproxy lists (comma-separated names
+or paths, e.g. `--haproxy haproxy,/usr/local/bin/haproxy34`), a table each;
+without it on the one HAPROXY names, else Debian's. `--only haproxy
+--update` measures them alone and replaces only the "Through HAProxy"
+section (and its Checks paragraph) of BENCHMARKS.md, keeping the others,
+with a line under the header saying which command made it.
 
 The report may end with notes written by hand: from a line that starts
 with NOTES_MARK to the end of the file. Writing the report again keeps
@@ -379,9 +386,66 @@ def in_memory_section(rows, ncpu, only, figs=None):
 
 def command(meta):
     """The command that makes the report, as the report and figures say it."""
-    return "python3 bench/run.py --build %s%s%s" % (
+    return "python3 bench/run.py --build %s%s%s%s%s" % (
         meta["build"], " --quick" if meta["quick"] else "",
-        " --only " + meta["only"] if meta["only"] else "")
+        " --only " + meta["only"] if meta["only"] else "",
+        " --haproxy " + meta["haproxy"] if meta.get("haproxy") else "",
+        " --update" if meta.get("update") else "")
+
+
+UPDATABLE = {"haproxy": ("## Through HAProxy", "HAProxy runs:")}
+
+
+def haproxy_checks(problems):
+    """The Checks paragraph of the HAProxy runs."""
+    if problems:
+        return "HAProxy runs: FAILED: %s." % "; ".join(problems)
+    return ("HAProxy runs: every answer 2xx, no socket error, a decision per request in "
+            "M and R and none in F and A (after the warm-up), none refused or degraded, "
+            "every open-loop request answered, every agent stopped cleanly on SIGTERM.")
+
+
+def spliced(text, meta, heading, section, para_start, para):
+    """The report text with its section under heading replaced by section
+    (lines), the Checks paragraph that starts with para_start by para, and
+    a line under the header saying which command made that section; None
+    when the report has no such section or no Checks."""
+    lines = text.rstrip("\n").split("\n")
+    heads = [i for i, ln in enumerate(lines) if ln.startswith("## ")]
+    if heading not in [lines[i] for i in heads] or "## Checks" not in lines:
+        return None
+    i = lines.index(heading)
+    j = next(k for k in heads if k > i)
+    body = list(section)
+    while body and not body[-1]:
+        body.pop()
+    lines[i:j] = body + [""]
+    c = lines.index("## Checks")
+    end = next((k for k in range(c + 1, len(lines)) if lines[k].startswith("## ")
+                or lines[k].startswith(NOTES_MARK)), len(lines))
+    k = next((k for k in range(c, end) if lines[k].startswith(para_start)), None)
+    if k is None:
+        # before the blank line that ends the section
+        k = end
+        while k > c + 1 and not lines[k - 1]:
+            k -= 1
+        lines[k:k] = ["", para]
+    else:
+        e = k
+        while e < end and lines[e]:
+            e += 1
+        lines[k:e] = [para]
+    what = "- %s: made alone by `%s`, %s, commit %s, %d runs of %g s" % (
+        heading[3:], command(meta), meta["date"], meta["commit"] or "unknown",
+        meta["runs"], meta["duration"])
+    prefix = "- %s: made alone by" % heading[3:]
+    old = [n for n, ln in enumerate(lines[:heads[0]]) if ln.startswith(prefix)]
+    if old:
+        lines[old[0]] = what
+    else:
+        n = max(n for n, ln in enumerate(lines[:heads[0]]) if ln.startswith("- "))
+        lines.insert(n + 1, what)
+    return "\n".join(lines) + "\n"
 
 
 def kept_notes(path):
@@ -473,9 +537,7 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_li
                             redis_bench.CLUSTER_KEYS, redis_bench.CLUSTER_QUOTA))
             L.append("")
         if getattr(ctx, "haproxy_rows", False):
-            L.append("HAProxy runs: every answer 2xx, no socket error, a decision per "
-                     "request in M and R and none in F, none refused or degraded, every "
-                     "agent stopped cleanly on SIGTERM.")
+            L.append(haproxy_checks([]))
             L.append("")
     if notes:
         while L and not L[-1]:
@@ -494,6 +556,14 @@ def main():
     ap.add_argument("--only", choices=("memory", "redis", "lease", "haproxy"),
                     help="run only the in-memory, the Redis, the leased tokens' or the "
                     "HAProxy configurations")
+    ap.add_argument("--haproxy", metavar="LIST",
+                    help="the HAProxy binaries the HAProxy rows run on, comma-separated "
+                    "names or paths, a table each (default: the one HAPROXY names, else "
+                    "haproxy on the PATH)")
+    ap.add_argument("--update", action="store_true",
+                    help="with --only: replace that section (and its checks) in the "
+                    "report, BENCHMARKS.md unless --output says otherwise, keeping the "
+                    "others as they are")
     ap.add_argument("--output", help="report path (default BENCHMARKS.md at the "
                     "repository root; BUILD/BENCHMARKS-quick.md with --quick, "
                     "BUILD/BENCHMARKS-ONLY.md with --only)")
@@ -507,8 +577,14 @@ def main():
             print("bench: %s is missing; run `make agent tools` first" % rel(b),
                   file=sys.stderr)
             return 2
+    if a.update and a.only not in UPDATABLE:
+        print("bench: --update needs --only %s" % " or ".join(sorted(UPDATABLE)),
+              file=sys.stderr)
+        return 2
     if a.output:
         out = a.output
+    elif a.update:
+        out = os.path.join(ROOT, "BENCHMARKS.md")
     elif a.quick:
         out = os.path.join(build, "BENCHMARKS-quick.md")
     elif a.only:
@@ -517,6 +593,17 @@ def main():
     else:
         out = os.path.join(ROOT, "BENCHMARKS.md")
     runs, duration = (2, 2.0) if a.quick else (3, 8.0)
+    if a.update:
+        try:
+            with open(out, encoding="utf-8") as f:
+                old_report = f.read()
+        except OSError as e:
+            print("bench: --update: %s" % e, file=sys.stderr)
+            return 2
+        if UPDATABLE[a.only][0] not in old_report.split("\n"):
+            print("bench: --update: %s has no line %r" % (rel(out), UPDATABLE[a.only][0]),
+                  file=sys.stderr)
+            return 2
 
     # SIGTERM must unwind through the `with Agent` blocks like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -525,6 +612,8 @@ def main():
         "build": rel(a.build) if os.path.isabs(a.build) else a.build,
         "quick": a.quick,
         "only": a.only,
+        "haproxy": a.haproxy,
+        "update": a.update,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "kernel": platform.release(),
@@ -545,7 +634,7 @@ def main():
             Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
             free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
             proc_times_s=proc_times_s,
-            rel=rel, fmt_us=fmt_us, memory=done)
+            rel=rel, fmt_us=fmt_us, memory=done, haproxy_list=a.haproxy)
 
         def once(row, r):
             """Run r of row: appends its result, or records why there is none."""
@@ -630,7 +719,8 @@ def main():
                 print("HAProxy configurations skipped: %s" % haproxy_rows["skipped"],
                       flush=True)
             else:
-                ctx.haproxy_rows = any(r["runs"] for r in haproxy_rows.values())
+                ctx.haproxy_rows = any(r["runs"] for v in haproxy_rows["versions"]
+                                       if v["binary"] for r in v["rows"].values())
     steal1 = redis_bench.machine_idle()
     if steal0 and steal1 and steal1[2] > steal0[2]:
         meta["steal"] = 100 * (steal1[1] - steal0[1]) / (steal1[2] - steal0[2])
@@ -640,7 +730,8 @@ def main():
             out, "`%s` (make bench), %s, commit %s; %d runs of %g s per row" % (
                 command(meta), meta["date"], meta["commit"] or "unknown", runs, duration),
             rows, redis_rows, haproxy_rows, redis_bench.TARGETS_VS_R1,
-            dict(haproxy_bench.TARGETS))
+            dict(haproxy_bench.TARGETS),
+            names=("haproxy-throughput",) if a.update else None)
     except Exception as e:  # noqa: BLE001  (any bug in drawing)
         traceback.print_exc()
         problems.append("figures: not drawn: %s: %s" % (type(e).__name__, e))
@@ -649,8 +740,14 @@ def main():
     lease_lines = lease_bench.report(ctx, lease_rows) if lease_rows is not None else []
     haproxy_lines = (haproxy_bench.report(ctx, haproxy_rows)
                      if haproxy_rows is not None else [])
-    write_report(out, meta, rows, problems, redis_lines, insn_lines, haproxy_lines, ctx,
-                 ctx.figures, lease_lines)
+    if a.update:
+        text = spliced(old_report, meta, UPDATABLE[a.only][0], haproxy_lines,
+                       UPDATABLE[a.only][1], haproxy_checks(problems))
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        write_report(out, meta, rows, problems, redis_lines, insn_lines, haproxy_lines, ctx,
+                     ctx.figures, lease_lines)
     print("bench: wrote %s" % rel(out))
     if ctx.figures:
         print("bench: drew %s" % ", ".join(
