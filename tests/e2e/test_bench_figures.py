@@ -66,17 +66,29 @@ def redis_rows():
 
 def haproxy_rows():
     rows = {}
-    for key, rps in (("H", 30000), ("F", 24000), ("A", 20000), ("M", 19000), ("R", 16000),
-                     ("A200", 10000), ("M200", 9800), ("R200", 9000)):
+    for key, rps in (("H", 30000), ("F", 24000), ("A", 20000), ("M", 22000), ("R", 19000),
+                     ("S", 28000)):
         runs = [{"rps": rps + d} for d in (-500, 0, 300)]
         rows[key] = {"key": key, "runs": runs, "median": runs[1]}
     return rows
 
 
+def haproxy_result():
+    """Two HAProxy versions: 2.6 as haproxy_rows(), 3.4 slower in M."""
+    other = haproxy_rows()
+    for r in other["M"]["runs"]:
+        r["rps"] -= 6000
+    return {"versions": [
+        {"name": None, "binary": "/usr/sbin/haproxy", "version": "HAProxy 2.6.12",
+         "rows": haproxy_rows()},
+        {"name": "haproxy34", "binary": "/usr/local/bin/haproxy34",
+         "version": "HAProxy 3.4.0", "rows": other}]}
+
+
 def draw(folder, report="BENCHMARKS.md"):
     return figures.draw(os.path.join(folder, report), SOURCE, memory_rows(), redis_rows(),
-                        haproxy_rows(), {"R2": 1.0, "R3": 0.4, "R2w": 1.0, "R3w": 0.4},
-                        {"M": 0.95, "R": 0.8})
+                        haproxy_result(), {"R2": 1.0, "R3": 0.4, "R2w": 1.0, "R3w": 0.4},
+                        {"M": 0.90, "R": 0.85})
 
 
 def parse(path):
@@ -174,11 +186,18 @@ def test_bars_and_runs_stand_at_their_values():
 
         _, root = parse(os.path.join(d, "bench-figures", "haproxy-throughput.svg"))
         t = texts(root)
-        assert "0.95x" in t and "A, the answer floor: 20k/s" in t, t
-        assert "HTTP requests/s (wrk)" in t and "1.20x" in t, t
-        # the rows with 200 connections against A200, not A
-        assert "0.98x" in t and "0.90x" in t and "A, 200" in t, t
-        assert len(with_class(root, "line", "target")) == 2
+        # every row against F of its own HAProxy: a bar per version
+        assert "HTTP requests/s (wrk)" in t and "1.25x" in t and "0.92x" in t, t
+        assert "0.67x" in t and "1.17x" in t and "S" in t, t
+        assert "2.6.12" in t and "3.4.0" in t, t
+        assert len(with_class(root, "rect", "bar")) == 12
+        # M and R, each version
+        assert len(with_class(root, "line", "target")) == 4
+        # one version: a single series, F's rate as the baseline
+        one = figures.haproxy_throughput({"versions": haproxy_result()["versions"][:1]},
+                                         {"M": 0.9})
+        assert one["baseline"] == (24000, "F, the SPOE floor: 24k/s"), one["baseline"]
+        assert len(one["series"]) == 1
 
 
 def test_quantile_and_curve():
@@ -306,24 +325,234 @@ def test_haproxy_cpu_waits():
 
 
 def test_haproxy_cpu_budget():
-    """R's CPU per request against A's and the rates they allow, worked
-    by hand: A 20 + 2 + 15 = 37 us at 50000/s keeps 1.85 CPUs busy; R's
-    45 us allow 41111/s there (0.82x), 44444/s on 2 CPUs; 0.8x of A
-    (40000/s) takes 1.8 CPUs, or 46.25 - 20 - 15 us for the agent and
-    Redis at A's 1.85."""
+    """R's CPU per request against F's and the rates they allow, worked
+    by hand: F 20 + 2 + 15 = 37 us at 50000/s keeps 1.85 CPUs busy; R's
+    45 us allow 41111/s there (0.82x), 44444/s on 2 CPUs; 0.85x of F
+    (42500/s) takes 1.9125 CPUs, or 43.53 - 20 - 15 us for the agent and
+    Redis at F's 1.85."""
     import haproxy_bench
-    rows = {"A": {"median": {"rps": 50000, "cpu": {"haproxy": 100, "agent": 10, "wrk": 75}}},
+    rows = {"F": {"median": {"rps": 50000, "cpu": {"haproxy": 100, "agent": 10, "wrk": 75}}},
             "R": {"median": {"rps": 40000, "cpu": {"haproxy": 80, "agent": 20, "redis": 20,
                                                    "wrk": 60}}}}
     b = haproxy_bench.cpu_budget(rows, "R", ncpu=2)
     assert b[:2] == ("20.0 + 2.0 + - + 15.0 = 37.0", "20.0 + 5.0 + 5.0 + 15.0 = 45.0"), b
     assert [round(x, 4) for x in b[2:]] == [1.85, 2, 41111.1111, 0.8222, 44444.4444, 0.8889,
-                                            0.8, 1.8, 90.0, 11.25, 10.0], b
-    # no target for A itself; nothing without a process's share or a floor
-    assert haproxy_bench.cpu_budget(rows, "A", ncpu=2) is None
-    rows_no_wrk = {"A": rows["A"], "R": {"median": dict(rows["R"]["median"], cpu={"haproxy": 80})}}
+                                            0.85, 1.9125, 95.625, 8.5294, 10.0], b
+    # no target for F itself; nothing without a process's share or a floor
+    assert haproxy_bench.cpu_budget(rows, "F", ncpu=2) is None
+    rows_no_wrk = {"F": rows["F"], "R": {"median": dict(rows["R"]["median"], cpu={"haproxy": 80})}}
     assert haproxy_bench.cpu_budget(rows_no_wrk, "R", ncpu=2) is None
-    assert haproxy_bench.cpu_budget({"A": {}, "R": rows["R"]}, "R", ncpu=2) is None
+    assert haproxy_bench.cpu_budget({"F": {}, "R": rows["R"]}, "R", ncpu=2) is None
+
+
+def test_haproxy_targets_against_f():
+    """The targets, worked by hand from haproxy_rows(): M 22000 of F's
+    24000 (0.92x, met at 0.90x), R 19000 (0.79x, not met at 0.85x); HAProxy
+    CPU per request 12.0 us in M against 10.0 in F is +2.0 us, over the
+    1.5 allowed, and +1.5 exactly is met; a row without a run is not
+    measured."""
+    import haproxy_bench
+    rows = haproxy_rows()
+    rows["F"]["median"]["haproxy_us"], rows["M"]["median"]["haproxy_us"] = 10.0, 12.0
+    got = haproxy_bench.target_lines(rows)
+    assert [(w, t, m) for w, _, t, m in got] == [
+        ("M against F", ">= 0.90x", True), ("R against F", ">= 0.85x", False),
+        ("HAProxy CPU per request in M", "<= F's + 1.5 us", False)], got
+    assert got[0][1] == "0.92x (22000 against 24000 requests/s)", got[0]
+    assert got[2][1] == "12.0 us against F's 10.0 (+2.0 us)", got[2]
+    rows["M"]["median"]["haproxy_us"] = 11.5
+    assert haproxy_bench.target_lines(rows)[2][3] is True
+    del rows["R"]["median"]
+    assert haproxy_bench.target_lines(rows)[1] == ("R against F", "not measured", ">= 0.85x",
+                                                  None)
+    assert haproxy_bench.row_target(rows, "M") == ">= 0.90x: met"
+    assert haproxy_bench.row_target(rows, "S") == ""
+
+
+def full_result():
+    """haproxy_result() with every figure a report reads."""
+    result = haproxy_result()
+    for v in result["versions"]:
+        for key, row in v["rows"].items():
+            row["title"] = "row " + key
+            for i, r in enumerate(row["runs"]):
+                r.update(round=i, p50_us=900.0, p99_us=2000.0, requests=int(r["rps"] * 8),
+                         haproxy_us=10.0 + (key == "M") * (1.0 if "2.6" in v["version"]
+                                                            else 3.0),
+                         cpu={"haproxy": 99.0, "agent": 5.0, "redis": None, "wrk": 50.0},
+                         sys={}, idle=10.0, non2xx=0, socket_errors={}, metrics={},
+                         cmds=["haproxy -db -f x.cfg", "wrk ..."], cfg="global\n")
+            if key == "M":
+                row["spoe_text"] = "[ratelimit]\nspoe-agent a\n"
+        v["latency_rate"] = 11000
+        v["latency"] = {k: {"rps": 11000.0, "p50_us": 300.0, "p90_us": 500.0, "p99_us": 900.0,
+                            "p999_us": 2000.0, "max_us": 3000.0, "max_send_lag_us": 40.0,
+                            "haproxy_us": 12.0, "cpu": {"haproxy": 50.0},
+                            "cmds": ["http-open-loop --rate 11000"]}
+                        for k in ("F", "M", "R")}
+    return result
+
+
+def test_haproxy_report_has_a_table_per_version():
+    """The section: a summary line per HAProxy, then per version a heading
+    naming it and its binary, a row per configuration with its ratio to F
+    and its target, the three targets met or not, and the open loop's
+    table; the profile command only where a target is not met."""
+    import types
+    import haproxy_bench
+    ctx = types.SimpleNamespace(runs=3, duration=8.0, high_limit="1000000000/1h",
+                                fmt_us=lambda v: "%.0f" % v, rel=lambda p: p,
+                                bench_bin="build/spop-bench")
+    L = haproxy_bench.report(ctx, full_result())
+    text = "\n".join(L)
+    assert L[0] == "## Through HAProxy"
+    assert "| 2.6.12 | 30000 | 24000 | 0.92x | 0.79x | 1.17x | 0.83x | 10.0 / 11.0 / 10.0 " \
+        "| 2 of 3 |" in L, text
+    assert "| 3.4.0 | 30000 | 24000 | 0.67x | 0.79x | 1.17x | 0.83x | 10.0 / 13.0 / 10.0 " \
+        "| 0 of 3 |" in L, text
+    heads = [ln for ln in L if ln.startswith("### ")]
+    assert heads == ["### HAProxy 2.6.12 (`/usr/sbin/haproxy`)",
+                     "### HAProxy 3.4.0 (`/usr/local/bin/haproxy34`)",
+                     "### How to read it", "### Configuration and commands"], heads
+    v26 = text[text.index(heads[0]):text.index(heads[1])]
+    v34 = text[text.index(heads[1]):text.index(heads[2])]
+    for part in (v26, v34):
+        for key in ("H", "F", "A", "M", "R", "S"):
+            assert "\n| %s | row %s | " % (key, key) in part, (key, part)
+        for key in ("F", "M", "R"):
+            assert "\n| %s | 11000 | 300 | 500 | 900 | 2000 | 3000 | 40 | 12.0 |" % key \
+                in part, (key, part)
+    assert "| >= 0.90x: met | 11.0 |" in v26 and "| >= 0.90x: not met | 13.0 |" in v34
+    assert "- M against F: 0.92x (22000 against 24000 requests/s); the target (>= 0.90x) " \
+        "is met." in v26
+    assert "- R against F: 0.79x (19000 against 24000 requests/s); the target (>= 0.85x) " \
+        "is not met." in v26
+    assert "- HAProxy CPU per request in M: 11.0 us against F's 10.0 (+1.0 us); the target " \
+        "(<= F's + 1.5 us) is met." in v26
+    assert "(+3.0 us); the target (<= F's + 1.5 us) is not met." in v34
+    assert "bench/haproxy_profile.py --build build --haproxy /usr/local/bin/haproxy34" in v34
+    # a version that could not run is said, not measured under another's name
+    result = full_result()
+    result["versions"].append({"name": "haproxy99", "binary": None,
+                               "skipped": "HAPROXY=haproxy99: not found"})
+    text = "\n".join(haproxy_bench.report(ctx, result))
+    assert "### haproxy99\n\nSkipped: HAPROXY=haproxy99: not found." in text
+
+
+def test_haproxy_names():
+    """--haproxy lists the binaries, comma-separated, in order; without it
+    the one HAPROXY names, else Debian's (None)."""
+    import haproxy_bench
+    assert haproxy_bench.haproxy_names("haproxy, /usr/local/bin/haproxy34,", "x") == [
+        "haproxy", "/usr/local/bin/haproxy34"]
+    assert haproxy_bench.haproxy_names(None, "haproxy32") == ["haproxy32"]
+    assert haproxy_bench.haproxy_names(None, None) == [None]
+    assert haproxy_bench.haproxy_names("", "") == [None]
+
+
+def test_update_replaces_only_the_haproxy_section():
+    """--only haproxy --update: the HAProxy section and its Checks paragraph
+    are the new ones, every other line of the report stays, the header says
+    which command made the section (once, however often it runs), and a
+    report without the section is left to the caller."""
+    run = bench_run_module()
+    meta = {"build": "build", "quick": False, "only": "haproxy", "haproxy": "haproxy,haproxy34",
+            "update": True, "date": "2026-12-04 05:00 UTC", "commit": "abc1234", "runs": 3,
+            "duration": 8.0}
+    old = "\n".join([
+        "# Benchmarks", "", "Generated by `python3 bench/run.py --build build`.", "",
+        "- Date: 2026-12-03", "- Runs: 3 per configuration", "", "## In-memory store", "",
+        "memory table", "", "## Through HAProxy", "", "old haproxy table", "",
+        "### How to read it", "", "old text", "", "## Checks", "", "All runs: fine.", "",
+        "HAProxy runs: old", "paragraph.", "", "Other runs: fine.", "",
+        run.NOTES_MARK + " -->", "", "## Notes on the figures", "", "hand-written", ""])
+    section = ["## Through HAProxy", "", "new table", "", "### How to read it", "", "new", ""]
+    para = run.haproxy_checks(["a problem"])
+    text = run.spliced(old, meta, "## Through HAProxy", section, "HAProxy runs:", para)
+    lines = text.split("\n")
+    assert "old haproxy table" not in text and "old text" not in text
+    assert "HAProxy runs: old" not in text and "paragraph." not in lines
+    assert lines[lines.index("## Through HAProxy"):lines.index("## Checks")] == section
+    assert "HAProxy runs: FAILED: a problem." in lines
+    for keep in ("memory table", "All runs: fine.", "Other runs: fine.", "hand-written",
+                 "Generated by `python3 bench/run.py --build build`."):
+        assert keep in lines, keep
+    made = ("- Through HAProxy: made alone by `python3 bench/run.py --build build --only "
+            "haproxy --haproxy haproxy,haproxy34 --update`, 2026-12-04 05:00 UTC, commit "
+            "abc1234, 3 runs of 8 s")
+    assert lines[6] == made, lines[:8]
+    again = run.spliced(text, dict(meta, date="2026-12-05 05:00 UTC"), "## Through HAProxy",
+                        section, "HAProxy runs:", run.haproxy_checks([]))
+    assert again.count("made alone by") == 1 and "2026-12-05" in again
+    assert "HAProxy runs: every answer 2xx" in again and "FAILED" not in again
+    assert again.split("\n")[:6] == lines[:6]
+    assert run.spliced("# B\n\n## Checks\n", meta, "## Through HAProxy", section,
+                       "HAProxy runs:", para) is None
+
+
+def test_open_loop_generator_sends_its_timetable():
+    """tools/http-open-loop against a loopback server that answers every
+    request: exactly rate x duration requests sent, each answered once,
+    the counts in its JSON line and exit status 0; a 429 in the answers
+    is counted and makes it exit 1."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    port = srv.getsockname()[1]
+    status = {"code": b"200 OK"}
+    seen = []
+
+    def serve(conn):
+        buf = b""
+        with conn:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\r\n\r\n" in buf:
+                    req, buf = buf.split(b"\r\n\r\n", 1)
+                    seen.append(req.split(b"X-Api-Key: ")[1])
+                    conn.sendall(b"HTTP/1.1 " + status["code"] +
+                                 b"\r\nContent-Length: 2\r\n\r\nok")
+
+    def accept():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    exe = os.path.join(harness.BUILD, "http-open-loop")
+    try:
+        r = subprocess.run([exe, "--addr", "127.0.0.1:%d" % port, "--rate", "2000",
+                            "--duration", "0.5", "--conns", "4", "--keys", "300"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        assert (res["sent"], res["answered"], res["lost"], res["non2xx"], res["errors"]) == (
+            1000, 1000, 0, 0, 0), res
+        assert res["p50_us"] <= res["p99_us"] <= res["p999_us"] <= res["max_us"], res
+        # the clients in turn, from k00001: the first 100 four times, the others three
+        import collections
+        want = collections.Counter({b"k%05d" % k: 4 if k <= 100 else 3
+                                    for k in range(1, 301)})
+        assert collections.Counter(seen) == want, collections.Counter(seen).most_common(3)
+        status["code"] = b"429 Too Many Requests"
+        r = subprocess.run([exe, "--addr", "127.0.0.1:%d" % port, "--rate", "1000",
+                            "--duration", "0.2"], capture_output=True, text=True, timeout=30)
+        res = json.loads(r.stdout.strip().splitlines()[-1])
+        assert r.returncode == 1 and res["non2xx"] == res["answered"] == 200, (r.returncode,
+                                                                                res)
+        r = subprocess.run([exe, "--addr", "127.0.0.1:%d" % port], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 2 and "usage" in r.stderr, r
+    finally:
+        srv.close()
 
 
 def test_haproxy_binary_is_the_one_named():
