@@ -5,6 +5,8 @@
 #   make ubsan      the whole suite under UndefinedBehaviorSanitizer
 #   make fuzz       libFuzzer runs of every fuzz target (clang), bounded
 #   make bench      SPOP and HTTP load against the agent, HAProxy -> BENCHMARKS.md
+#                   (BENCH_HAPROXY=haproxy,/usr/local/bin/haproxy34: the
+#                   HAProxy binaries the HAProxy rows run on, a table each)
 #   make demo       HAProxy + agent + Redis on loopback, with traffic
 #   make compose-test  docker-compose.yml built from debian:12 and run, the
 #                   demo's checks through its published ports, then removed
@@ -173,7 +175,7 @@ ubsan:
 		SAN="-fsanitize=undefined -fno-sanitize-recover=all" check
 
 bench: agent tools
-	$(PYTHON) bench/run.py --build $(BUILD)
+	$(PYTHON) bench/run.py --build $(BUILD) $(if $(BENCH_HAPROXY),--haproxy $(BENCH_HAPROXY))
 
 demo: deps
 	$(MAKE) agent
