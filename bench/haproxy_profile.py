@@ -106,16 +106,25 @@ def instrument(pid, on):
 
 
 def per_function(path):
-    """{function: instructions} of a callgrind file, self cost."""
-    p = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", path],
+    """{function: instructions} of a callgrind file, self cost: the
+    summary table of callgrind_annotate, without source annotation."""
+    p = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no",
+                        "--threshold=100", path],
                        capture_output=True, text=True, check=True, timeout=300)
     out = {}
+    table = False
     for line in p.stdout.splitlines():
-        m = re.match(r"^\s*([\d,]+)\s+(?:\([\s\d.]+%\)\s+)?(\S.*?)(?:\s+\[[^\]]*\])?$", line)
-        if not m or ":" not in m.group(2) or "PROGRAM TOTALS" in line:
+        if re.match(r"^\s*Ir\s+file:function", line):
+            table = True
             continue
-        name = m.group(2).split(":", 1)[1] if not m.group(2).startswith("???:") \
-            else m.group(2)[4:]
+        if not table:
+            continue
+        if out and not line.strip():
+            break
+        m = re.match(r"^\s*([\d,]+)\s+(?:\([\s\d.]+%\)\s+)?(\S.*?)(?:\s+\[[^\]]*\])?$", line)
+        if not m or ":" not in m.group(2):
+            continue
+        name = re.sub(r"\s+\([\d,]+x\)$", "", m.group(2).split(":", 1)[1])
         out[name] = out.get(name, 0) + int(m.group(1).replace(",", ""))
     return out
 

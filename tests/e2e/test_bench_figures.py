@@ -802,3 +802,53 @@ def test_report_keeps_its_hand_written_notes():
     marks = [i for i, line in enumerate(lines) if line.startswith(run.NOTES_MARK)]
     assert len(marks) == 1, "BENCHMARKS.md: %d lines start with the notes' mark" % len(marks)
     assert "## Checks" in lines[:marks[0]], "BENCHMARKS.md: the notes come before Checks"
+
+
+def test_committed_report_has_a_haproxy_table_per_version():
+    """BENCHMARKS.md's HAProxy section as committed: a summary line and a
+    section per HAProxy, 2.x and 3.x among them; in each, the rows H, F,
+    A, M, R and S in order, M's and R's target cells agreeing with their
+    ratio to F, the three targets stated as met or not, and the open
+    loop's F, M and R with their percentiles."""
+    import re
+    import haproxy_bench
+    with open(os.path.join(harness.ROOT, "BENCHMARKS.md"), encoding="utf-8") as f:
+        text = f.read()
+    lines = text.split("\n")
+    start = lines.index("## Through HAProxy")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
+    section = lines[start:end]
+    # which command made it, when it was made alone
+    if "--update" in text.split("## ")[1]:
+        assert any(ln.startswith("- Through HAProxy: made alone by `python3 bench/run.py")
+                   for ln in lines[:start]), lines[:12]
+    heads = [i for i, ln in enumerate(section) if re.match(r"### HAProxy \S+ \(`", ln)]
+    versions = [re.match(r"### HAProxy (\S+)", section[i]).group(1) for i in heads]
+    assert any(v.startswith("2.") for v in versions) and \
+        any(v.startswith("3.") for v in versions), versions
+    for v in versions:
+        assert any(ln.startswith("| %s | " % v) for ln in section), "no summary line " + v
+    bounds = heads + [next(i for i, ln in enumerate(section) if ln == "### How to read it")]
+    targets = dict(haproxy_bench.TARGETS)
+    for v, a, b in zip(versions, bounds, bounds[1:]):
+        part = section[a:b]
+        rows = [ln.split(" | ") for ln in part if re.match(r"\| [HFAMRS] \| ", ln)
+                and not re.match(r"\| [FMR] \| [\d.]+ \| [\d.]+ \| ", ln)]
+        assert [r[0][2:] for r in rows] == list(haproxy_bench.ORDER), (v, rows)
+        f_rps = float(rows[1][2])
+        for r in rows:
+            key = r[0][2:]
+            if key in targets:
+                ratio = float(r[3].rstrip("x"))
+                assert abs(ratio - float(r[2]) / f_rps) < 0.006, (v, r)
+                assert r[5] == ">= %.2fx: %s" % (targets[key], "met" if ratio >= targets[key]
+                                                 else "not met"), (v, r)
+        said = [ln for ln in part if re.match(r"- (M against F|R against F|HAProxy CPU per "
+                                               r"request in M): ", ln)]
+        assert len(said) == 3 and all(re.search(r"is (met|not met|not measured)\.$", ln)
+                                      for ln in said), (v, said)
+        lat = [ln for ln in part if re.match(r"\| [FMR] \| [\d.]+ \| [\d.]+ \| ", ln)]
+        assert [ln[2] for ln in lat] == ["F", "M", "R"], (v, lat)
+        for ln in lat:
+            p50, p90, p99, p999 = (float(x) for x in ln.split(" | ")[2:6])
+            assert p50 <= p90 <= p99 <= p999, (v, ln)
