@@ -744,6 +744,14 @@ def per_round(rows, key):
             if f.get(r["round"])]
 
 
+def ratio_text(x, target=None):
+    """A ratio as "0.92x"; with three decimals where two would show a
+    ratio under its target as the target itself."""
+    if target is not None and x < target and "%.2f" % x == "%.2f" % target:
+        return "%.3fx" % x
+    return "%.2fx" % x
+
+
 def target_lines(rows):
     """[(what, figure, target, met)] of one HAProxy's rows: M and R against
     F, and HAProxy's CPU per request in M against F's; met is None when a
@@ -756,8 +764,9 @@ def target_lines(rows):
             out.append(("%s against F" % key, "not measured", ">= %.2fx" % target, None))
             continue
         x = m["rps"] / f["rps"]
-        out.append(("%s against F" % key, "%.2fx (%.0f against %.0f requests/s)"
-                    % (x, m["rps"], f["rps"]), ">= %.2fx" % target, x >= target))
+        out.append(("%s against F" % key, "%s (%.0f against %.0f requests/s)"
+                    % (ratio_text(x, target), m["rps"], f["rps"]), ">= %.2fx" % target,
+                    x >= target))
     m = rows["M"].get("median")
     if m and f and m["haproxy_us"] is not None and f["haproxy_us"] is not None:
         d = m["haproxy_us"] - f["haproxy_us"]
@@ -801,7 +810,8 @@ def version_section(ctx, v):
                      % (key, row["title"], "skipped: " + row["skipped"]
                         if row.get("skipped") else "failed"))
             continue
-        vs = "%.2fx" % (m["rps"] / f["rps"]) if f and key != "F" else "-"
+        vs = ratio_text(m["rps"] / f["rps"], dict(TARGETS).get(key)) \
+            if f and key != "F" else "-"
         rounds = ", ".join(per_round(rows, key)) if f and key != "F" else "-"
         errs = sum(sum(r["socket_errors"].values()) for r in row["runs"])
         L.append("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d, %d | %s |"
@@ -931,7 +941,8 @@ def summary_lines(ctx, live):
         rows = v["rows"]
         med = {k: rows[k].get("median") for k in ORDER}
         f = med["F"]
-        ratio = lambda k: "%.2fx" % (med[k]["rps"] / f["rps"]) if med[k] and f else "-"
+        ratio = lambda k: ratio_text(med[k]["rps"] / f["rps"], dict(TARGETS).get(k)) \
+            if med[k] and f else "-"
         cpu = lambda k: "%.1f" % med[k]["haproxy_us"] if med[k] and \
             med[k]["haproxy_us"] is not None else "-"
         t = target_lines(rows)
