@@ -372,6 +372,10 @@ bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */
 int rules_default_priority(const struct rules *r);
 const struct shed_config *rules_shed(const struct rules *r);
+/* What an answer carries (settings.h: SETTINGS_ANSWER_*), the file's
+ * `answer` with the priority added to the default when the file has
+ * priorities. */
+unsigned rules_answer(const struct rules *r);
 
 /* Every rule: tiers in file order (or the built-in default), then
  * endpoints in file order. */

@@ -124,6 +124,7 @@ struct rules {
 	int64_t lease_us;          /* the top-level `lease` (struct rule's) */
 	uint8_t lease_share;
 	int default_priority;
+	unsigned answer;           /* rules_answer() */
 	struct shed_config shed;
 	struct rule *rule;   /* tiers, then endpoints, then layers */
 	size_t nrules;

@@ -556,6 +556,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
+	r->answer = r->settings.answer;
 	snprintf(r->identity.name[0], RULES_NAME_MAX, "api_key");
 	snprintf(r->identity.name[1], RULES_NAME_MAX, "user");
 	snprintf(r->identity.name[2], RULES_NAME_MAX, "ip");
@@ -646,6 +647,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 		return -1;
 	if (v[K_SHEDDING] && parse_shedding(c, v[K_SHEDDING]) < 0)
 		return -1;
+	/* The default answer carries the priority when the file classifies
+	 * requests (HAProxy's rules then read it). */
+	r->answer = r->settings.answer;
+	if ((r->answer & SETTINGS_ANSWER_READ) && v[K_PRIORITIES])
+		r->answer |= SETTINGS_VAR_PRIORITY;
 	return 0;
 }
 
@@ -868,6 +874,7 @@ bool rules_any_lease(const struct rules *r)
 enum rules_failure rules_on_failure(const struct rules *r) { return r->on_failure; }
 int rules_default_priority(const struct rules *r) { return r->default_priority; }
 const struct shed_config *rules_shed(const struct rules *r) { return &r->shed; }
+unsigned rules_answer(const struct rules *r) { return r->answer; }
 size_t rules_count(const struct rules *r) { return r->nrules; }
 
 const struct rule *rules_rule_at(const struct rules *r, size_t i)

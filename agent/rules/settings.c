@@ -8,7 +8,12 @@
 #include "limit.h"
 #include "yaml_strict.h"
 
-const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store"};
+const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store", "answer"};
+
+const char *const settings_answer_names[SETTINGS_NVARS] = {
+	"status", "retry_after", "limit", "remaining", "reset", "priority", "reason",
+	"rule", "policy", "ratelimit", "place", "shadow", "degraded",
+};
 
 void settings_defaults(struct settings *s)
 {
@@ -19,6 +24,7 @@ void settings_defaults(struct settings *s)
 	addr_parse("127.0.0.1:6379", 0, &s->address);
 	s->timeout_ms = 20;
 	s->agents = 1;
+	s->answer = SETTINGS_ANSWER_READ;
 }
 
 static bool nodes_equal(const struct settings *a, const struct settings *b)
@@ -249,9 +255,46 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 	return 0;
 }
 
+/* One item of `answer`: a variable's name, or alone, full or default. */
+static int answer_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	unsigned *a = arg;
+	const char *p;
+	size_t len;
+	char q[YS_PATH_MAX];
+
+	if (ys_text(y, n, where, &p, &len) < 0)
+		return -1;
+	if ((len == 4 && memcmp(p, "full", 4) == 0) || (len == 7 && memcmp(p, "default", 7) == 0)) {
+		if (i > 0 || *a != SETTINGS_ANSWER_LIST)
+			return ys_fail(y, n->start_mark, where,
+				       "%.*s stands alone, not in a list of variables", (int)len, p);
+		*a = len == 4 ? SETTINGS_ANSWER_FULL : SETTINGS_ANSWER_READ;
+		return 0;
+	}
+	for (unsigned b = 0; b < SETTINGS_NVARS; b++) {
+		if (strlen(settings_answer_names[b]) != len ||
+		    memcmp(settings_answer_names[b], p, len) != 0)
+			continue;
+		if (!(*a & SETTINGS_ANSWER_LIST))
+			return ys_fail(y, n->start_mark, where,
+				       "full and default stand alone, not in a list of variables");
+		if (*a & 1u << b)
+			return ys_fail(y, n->start_mark, where, "%s listed twice",
+				       settings_answer_names[b]);
+		*a |= 1u << b;
+		return 0;
+	}
+	return ys_fail(y, n->start_mark, where,
+		       "unknown variable %s (expected full, default, or a list of status, "
+		       "retry_after, limit, remaining, reset, priority, reason, rule, policy, "
+		       "ratelimit, place, shadow, degraded)",
+		       ys_quote(q, sizeof(q), p, len));
+}
+
 int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct settings *s)
 {
-	enum { K_LISTEN, K_THREADS, K_STORE };
+	enum { K_LISTEN, K_THREADS, K_STORE, K_ANSWER };
 	long long num;
 
 	if (vals[K_LISTEN]) {
@@ -268,5 +311,14 @@ int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct
 	}
 	if (vals[K_STORE] && parse_store(y, vals[K_STORE], s) < 0)
 		return -1;
+	if (vals[K_ANSWER]) {
+		unsigned a = SETTINGS_ANSWER_LIST;
+
+		if (ys_string_or_list(y, vals[K_ANSWER], "answer", SETTINGS_NVARS, "variables",
+				      answer_item, &a) < 0)
+			return -1;
+		s->answer = a;
+		s->has_answer = true;
+	}
 	return 0;
 }

@@ -140,7 +140,7 @@ def test_reload_under_traffic_loses_no_request(h):
         write_atomically(rules, INVALID)
         line = sighup_and_wait(agent, "the agent to refuse the file", r"^.*reload failed.*$")
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
-                             '"endpointz" (expected one of: listen, threads, store, '
+                             '"endpointz" (expected one of: listen, threads, store, answer, '
                              'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
                              'tiers, endpoints, layers, stack, priorities, shedding, lease, paths)' % rules), line
         time.sleep(0.7)
