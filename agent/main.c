@@ -41,6 +41,26 @@ static struct options opt;
 static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
 static uint8_t hash_key[16];  /* client keys are hashed under it */
 
+/* --answer as the rules file's `answer`: a word, or a list of names
+ * separated by commas (the loader checks the names). */
+static int answer_from_cli(char *yaml, size_t cap, size_t *n, char *err, size_t errlen)
+{
+	char list[512], *tok, *save = NULL;
+
+	snprintf(list, sizeof(list), "%s", opt.answer);
+	*n += (size_t)snprintf(yaml + *n, cap - *n, "answer: [");
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!safe_name(tok, RULES_NAME_MAX)) {
+			snprintf(err, errlen, "--answer: bad variable name '%s'", tok);
+			return -1;
+		}
+		*n += (size_t)snprintf(yaml + *n, cap - *n, "%s%s", yaml[*n - 1] == '[' ? "" : ", ",
+				       tok);
+	}
+	*n += (size_t)snprintf(yaml + *n, cap - *n, "]\n");
+	return 0;
+}
+
 /* The rules the command line describes, as a rules file would: the same
  * loader validates both. */
 static struct rules *rules_from_cli(char *err, size_t errlen)
@@ -48,7 +68,7 @@ static struct rules *rules_from_cli(char *err, size_t errlen)
 	char yaml[8192];
 	size_t n = 0;
 
-	if (opt.nlimits == 0 && !opt.identity && !opt.cost_arg && !opt.burst)
+	if (opt.nlimits == 0 && !opt.identity && !opt.cost_arg && !opt.burst && !opt.answer)
 		return rules_default();
 	if (opt.nlimits == 0) {
 		snprintf(opt.limits[0], sizeof(opt.limits[0]), "100/1m");
@@ -88,6 +108,8 @@ static struct rules *rules_from_cli(char *err, size_t errlen)
 		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "cost_argument: %s\n",
 				      opt.cost_arg);
 	}
+	if (opt.answer && answer_from_cli(yaml, sizeof(yaml), &n, err, errlen) < 0)
+		return NULL;
 	if (n >= sizeof(yaml)) {
 		snprintf(err, errlen, "command line too long");
 		return NULL;

@@ -152,6 +152,12 @@ static int set_cost_arg(struct options *o, const char *arg, char *err, size_t er
 	return 0;
 }
 
+static int set_answer(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->answer = arg;
+	return 0;
+}
+
 static int one_store(struct options *o, char *err, size_t errlen)
 {
 	if (o->redis_set)
@@ -463,6 +469,9 @@ static const struct option_def defs[] = {
 	  "arguments naming the client, first non-empty\nwins (default api_key,user,ip)",
 	  set_identity },
 	{ "cost-arg", 0, "NAME", NULL, "integer argument giving a request's weight", set_cost_arg },
+	{ "answer", 0, "LIST", NULL,
+	  "variables an answer carries: default (what\nHAProxy's rules read), full, or names\n"
+	  "such as status,retry_after,ratelimit", set_answer },
 	{ "redis", 0, "ADDR", "Redis (default: the in-memory store of this agent alone):",
 	  "HOST:PORT or a Unix socket path", set_redis },
 	{ "redis-sentinel", 0, "LIST", NULL,
@@ -608,10 +617,10 @@ static int check_together(struct options *o, char *err, size_t errlen)
 	if (o->admin_token_file && auth_token_load(o->admin_token_file, &o->admin_token,
 						   &o->admin_token_shared, why, sizeof(why)) < 0)
 		return fail(err, errlen, "--admin-token-file %s", why);
-	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg))
+	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg || o->answer))
 		return fail(err, errlen,
-			    "--limit, --burst, --identity and --cost-arg describe the rules of the "
-			    "command line; with -f, write them in the rules file");
+			    "--limit, --burst, --identity, --cost-arg and --answer describe the rules "
+			    "of the command line; with -f, write them in the rules file");
 	return 0;
 }
 

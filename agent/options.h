@@ -32,6 +32,7 @@ struct options {
 	long long burst;
 	const char *identity;
 	const char *cost_arg;
+	const char *answer;          /* --answer: the rules' `answer` (settings.h) */
 	/* what the command line set, the rules file's settings yielding */
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int master_set, sentinel_password_set;
