@@ -17,6 +17,8 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
 
 RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key, ip]
 tiers:
   argument: tier
@@ -211,6 +213,8 @@ def test_concurrency_in_shadow_mode_and_without_the_store(h):
 
 
 BOTH_RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key, ip]
 tiers:
   argument: tier

@@ -38,6 +38,9 @@ BAD_LOG_RE = re.compile(r"\d\dZ (error|warning): |disconnect, status|Sanitizer|"
 DEBUG_HEADERS = (
     '    http-after-response set-header X-RL-Degraded "%[var(txn.rl.degraded)]"'
     ' if { var(txn.rl.degraded) -m found }\n'
+    # (the agent sends degraded only when true: an answer without it is 0)
+    '    http-after-response set-header X-RL-Degraded 0'
+    ' if !{ var(txn.rl.degraded) -m found } !{ var(txn.rl.error) -m found }\n'
     '    http-after-response set-header X-RL-Error "%[var(txn.rl.error)]"'
     ' if { var(txn.rl.error) -m found }\n'
 )
