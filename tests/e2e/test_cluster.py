@@ -36,7 +36,8 @@ def fixture_cluster():
 def rules(h, limit, failure="open"):
     path = os.path.join(h.dir, "rules.yaml")
     with open(path, "w") as f:
-        f.write("limits: [%s]\non_store_failure: %s\n" % (limit, failure))
+        # (the tests read every variable of a decision)
+        f.write("answer: full\nlimits: [%s]\non_store_failure: %s\n" % (limit, failure))
     return path
 
 

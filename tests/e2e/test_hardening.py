@@ -52,7 +52,7 @@ class Ask:
         t = time.monotonic()
         self.c.send(self.spop.check_rate(self.sid, 1, api_key=key))
         f = self.c.expect(self.spop.ACK, timeout=10)
-        return f.vars(), time.monotonic() - t
+        return self.spop.as_read(f.vars()), time.monotonic() - t
 
 
 def start_on(h, redis_addr, *args):
