@@ -85,8 +85,11 @@ def degraded(quota, window):
 def start_agent(h, redis, *args, threads=1, name=None, ready=True):
     """An agent on `redis`; with ready, returns once every worker has
     loaded the decision script (so no first request races the connect)."""
+    # (the tests read every variable of a decision: a rules file of theirs
+    # says answer: full)
+    full = () if ("-f" in args or "--rules" in args) else ("--answer", "full")
     a = h.agent("--threads", str(threads), "--redis", redis.addr,
-                "--hash-key-file", h.hash_key_file(), *args, name=name)
+                "--hash-key-file", h.hash_key_file(), *full, *args, name=name)
     if ready:
         wait_for(lambda: len(set(re.findall(r"redis: worker (\d+) ready", a.log()))) >= threads
                  or not a.alive(), 5, "%s's workers to be ready with Redis" % a.name)
@@ -116,7 +119,7 @@ class Spop:
         f = self.c.expect(ACK)
         assert (f.sid, f.fid) == (self.sid, 1), f
         assert f.flags == spop.FLAG_FIN, f
-        return f.vars()
+        return spop.as_read(f.vars())
 
     def timed(self, key, extra=()):
         t = time.monotonic()
@@ -464,7 +467,7 @@ def test_log_refuses_at_n_through_haproxy(h):
     redis = RedisServer(h)
     rules = os.path.join(h.dir, "log.yaml")
     with open(rules, "w") as f:
-        f.write("endpoints:\n"
+        f.write("answer: full\nendpoints:\n"
                 "  - { name: fixed, match: { path: /fixed }, "
                 "limits: [{ rate: 5/2s, algorithm: fixed }] }\n"
                 "  - { name: log, match: { path: /log }, "
@@ -786,7 +789,7 @@ def test_several_rules_in_one_call(h):
     meet their own rule's limits exactly, and share calls."""
     rules = os.path.join(h.dir, "rules.yaml")
     with open(rules, "w") as f:
-        f.write("tiers:\n  default: t\n  t: { limits: [\"6/1h\"] }\n"
+        f.write("answer: full\ntiers:\n  default: t\n  t: { limits: [\"6/1h\"] }\n"
                 "endpoints:\n"
                 "  - { name: a, match: { path: /a }, limits: [\"3/1h\"] }\n"
                 "  - { name: b, match: { path: /b }, limits: [\"2/1h\", \"4/1m\"] }\n")
@@ -1028,7 +1031,7 @@ def test_rules_naming_the_same_limit_keep_their_own_keys(h):
     decisions interleaved."""
     rules = os.path.join(h.dir, "rules.yaml")
     with open(rules, "w") as f:
-        f.write("tiers:\n  default: t\n  t: { limits: [\"100/1h\"] }\n"
+        f.write("answer: full\ntiers:\n  default: t\n  t: { limits: [\"100/1h\"] }\n"
                 "endpoints:\n"
                 "  - { name: a, match: { path: /a }, limits: [\"5/1h\"] }\n"
                 "  - { name: b, match: { path: /b }, limits: [\"5/1h\", \"50/1m\"] }\n")
