@@ -31,7 +31,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 132
+#define ERR_FIXTURES 133
 
 static char err[1024];
 
