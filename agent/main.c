@@ -484,6 +484,7 @@ int main(int argc, char **argv)
 	int status = 2;
 
 	options_version(RL_VERSION);
+	metrics_set_version(RL_VERSION);
 	options_defaults(&opt);
 	switch (options_parse(&opt, argc, argv, err, sizeof(err))) {
 	case OPTIONS_DONE:

@@ -5,12 +5,22 @@
 
 #include "alloc.h"
 #include "out.h"
+#include "procstat.h"
 #include "rules.h"
 #include "rulestats.h"
 #include "server.h"
+#include "worker.h"
+#include "sha256.h"
 #include "shed.h"
 #include "memstore.h"
 #include "store.h"
+
+static const char *build_version = "unknown";
+
+void metrics_set_version(const char *version)
+{
+	build_version = version;
+}
 
 static void counter(struct out *o, const char *name, const char *help, uint64_t v)
 {
@@ -294,6 +304,33 @@ static void memory_series(struct out *o, const struct store *st)
 	      "Chunks of 128 bytes (12 requests) that log limits hold in memory.", ms.log_chunks);
 }
 
+/* What this agent runs and has loaded: its version, its rules file's
+ * digest (agents that disagree show two values), and the arguments the
+ * rules read that HAProxy never sent (server_args_missing, judged under
+ * the rules in force). */
+static void info_series(struct out *o, struct server *srv, const struct rules *rules)
+{
+	char hex[SHA256_HEX_LEN];
+	uint64_t gen, missing = server_args_missing(srv, &gen);
+
+	outf(o, "# HELP spoa_rl_build_info The agent's version (always 1).\n"
+		"# TYPE spoa_rl_build_info gauge\nspoa_rl_build_info{version=\"%s\"} 1\n",
+	     build_version);
+	outf(o, "# HELP spoa_rl_rules_info SHA-256 of the rules file in force (always 1): agents "
+		"of one fleet should show one value.\n# TYPE spoa_rl_rules_info gauge\n");
+	if (rules) {
+		sha256_hex(rules_sha256(rules), hex);
+		outf(o, "spoa_rl_rules_info{sha256=\"%s\"} 1\n", hex);
+	}
+	outf(o, "# HELP spoa_rl_argument_missing 1 for each argument the rules read that none "
+		"of a worker's first %d check-rate messages carried (misspelt in the rules or in "
+		"the SPOE file).\n# TYPE spoa_rl_argument_missing gauge\n", WORKER_ARGS_JUDGED);
+	for (size_t i = 0; rules && gen == rules_gen(rules) && i < rules_checked_count(rules); i++)
+		if (missing & ((uint64_t)1 << i))
+			outf(o, "spoa_rl_argument_missing{name=\"%s\"} 1\n",
+			     rules_checked_name(rules, i));
+}
+
 static void render(struct server *srv, struct out *o)
 {
 	struct rules *rules = atomic_load(&srv->rules);
@@ -324,6 +361,8 @@ static void render(struct server *srv, struct out *o)
 	if (store_shared(srv->store))
 		store_series(o, srv->store, &sts);
 	memory_series(o, srv->store);
+	info_series(o, srv, rules);
+	procstat_series(o);
 }
 
 size_t metrics_render(struct server *srv, char **out)

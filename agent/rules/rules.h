@@ -382,6 +382,23 @@ const struct rule *rules_find(const struct rules *r, const char *name);
 
 const char *rules_failure_str(enum rules_failure f);
 
+/* SHA-256 of the bytes the rules were loaded from (of "{}" for
+ * rules_default): agents that show the same loaded the same file. */
+const uint8_t *rules_sha256(const struct rules *r);
+
+/* ---- arguments checked against traffic -------------------------------------
+ * The argument names the file wrote (identity, tier once there are tiers,
+ * shedding figures once it has a `shedding` section, cost, override,
+ * request_id, every name a match condition reads): a name HAProxy never
+ * sends is most likely misspelt on one side. At most RULES_CHECKED_MAX,
+ * in a fixed order. */
+#define RULES_CHECKED_MAX 64
+size_t rules_checked_count(const struct rules *r);
+const char *rules_checked_name(const struct rules *r, size_t i); /* NULL past the end */
+/* Bit i set for each checked name i among the nargs arguments at kv (a
+ * message's, after spop_msg_head; a broken item ends the walk). */
+uint64_t rules_args_seen(const struct rules *r, struct spop_cursor kv, unsigned nargs);
+
 /* ---- classification --------------------------------------------------------- */
 
 struct rules_verdict {

@@ -227,6 +227,7 @@ void rules_derive(struct rules *r)
 	}
 	derive_lookup(r);
 	derive_prefixes(r);
+	rules_derive_checked(r);
 }
 
 int rules_override_spec(const struct rule *rule, const char *s, size_t len,

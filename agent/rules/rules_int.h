@@ -21,6 +21,7 @@
 #include "identity.h"
 #include "rules.h"
 #include "settings.h"
+#include "sha256.h"
 
 /* One value of a match condition. `port` (hosts only): the value names a
  * port, so it is compared with the request's host as sent, port included. */
@@ -105,6 +106,13 @@ struct rules {
 	uint64_t gen;
 	uint8_t secret[16];
 	char source[256];
+	uint8_t sha256[SHA256_LEN]; /* of the bytes loaded */
+	/* What the file wrote itself (rather than took from the defaults):
+	 * the arguments it names are checked against traffic (rules_seen.c). */
+	bool identity_set, tiers_set, shedding_set;
+	/* The arguments checked (rules_checked_name): derived at load. */
+	const char *checked[RULES_CHECKED_MAX];
+	uint8_t nchecked;
 	struct settings settings;
 	struct rules_names identity;
 	char cost_arg[RULES_NAME_MAX];
@@ -166,6 +174,10 @@ size_t rules_host_noport(const char *h, size_t len);
 /* Derives, once the file is read, what every answer needs of the rules
  * (rules_derive.c). */
 void rules_derive(struct rules *r);
+
+/* The arguments checked against traffic (rules_seen.c), once the rest
+ * is derived. */
+void rules_derive_checked(struct rules *r);
 
 /* Frees every derived rule of r (rules_override), held or not: the
  * rules are going. */
