@@ -386,6 +386,58 @@ const char *rules_failure_str(enum rules_failure f);
  * rules_default): agents that show the same loaded the same file. */
 const uint8_t *rules_sha256(const struct rules *r);
 
+/* ---- the rules as loaded, for those who show them ------------------------
+ * Read-only views of what classification compares (GET /admin/rules): they
+ * live as long as the rules. */
+
+/* One value of a match condition. `port` (hosts only): the value names a
+ * port, so it is compared with the request's host as sent, port included. */
+struct rules_value {
+	const char *ptr;
+	size_t len;
+	bool port;
+};
+
+/* A condition holds when the request's value equals any of its values;
+ * n == 0 means no condition. */
+struct rules_cond {
+	struct rules_value *v;
+	size_t n;
+};
+
+struct rules_arg_cond {
+	char name[RULES_NAME_MAX];
+	size_t name_len;
+	struct rules_cond c;
+};
+
+/* Every condition present must hold; tiers[] are indexes of
+ * rules_rule_at(). */
+struct rules_match {
+	struct rules_cond method;
+	struct rules_cond path;
+	struct rules_cond host;
+	unsigned *tiers;   /* indexes of tiers */
+	size_t ntiers;
+	struct rules_arg_cond *args;
+	size_t nargs;
+};
+
+/* The argument that carries a client's override ("" when none), and the
+ * fleet size the local failure mode divides each limit by (store.agents). */
+const char *rules_override_argument(const struct rules *r);
+int rules_agents(const struct rules *r);
+
+/* Endpoint i's match (0 <= i < rules_endpoint_count); the endpoint is
+ * the rule at rules_endpoint_first() + i. */
+size_t rules_endpoint_count(const struct rules *r);
+size_t rules_endpoint_first(const struct rules *r);
+const struct rules_match *rules_endpoint_match(const struct rules *r, size_t i);
+/* Priority class i (0 <= i < rules_class_count), in file order: the first
+ * whose match holds gives its priority. */
+size_t rules_class_count(const struct rules *r);
+const struct rules_match *rules_class_match(const struct rules *r, size_t i, int *priority);
+
 /* ---- arguments checked against traffic -------------------------------------
  * The argument names the file wrote (identity, tier once there are tiers,
  * shedding figures once it has a `shedding` section, cost, override,

@@ -87,7 +87,7 @@ static void derive_rule(struct rule *r, int agents)
 }
 
 /* The match conditions of the file: every endpoint's, then every class's. */
-static const struct match *match_at(const struct rules *r, size_t i)
+static const struct rules_match *match_at(const struct rules *r, size_t i)
 {
 	return i < r->neps ? &r->ep[i] : &r->classes[i - r->neps].m;
 }
@@ -101,7 +101,7 @@ static void derive_lookup(struct rules *r)
 	uint8_t n = 0;
 
 	for (size_t i = 0; i < r->neps + r->nclasses; i++) {
-		const struct match *m = match_at(r, i);
+		const struct rules_match *m = match_at(r, i);
 
 		if (m->method.n)
 			names[POS_METHOD] = "method";

@@ -23,41 +23,9 @@
 #include "settings.h"
 #include "sha256.h"
 
-/* One value of a match condition. `port` (hosts only): the value names a
- * port, so it is compared with the request's host as sent, port included. */
-struct mval {
-	const char *ptr;
-	size_t len;
-	bool port;
-};
-
-/* A condition holds when the request's value equals any of its values;
- * n == 0 means no condition. */
-struct cond {
-	struct mval *v;
-	size_t n;
-};
-
-struct arg_cond {
-	char name[RULES_NAME_MAX];
-	size_t name_len;
-	struct cond c;
-};
-
-/* Every condition present must hold. */
-struct match {
-	struct cond method;
-	struct cond path;
-	struct cond host;
-	unsigned *tiers;   /* indexes of tiers */
-	size_t ntiers;
-	struct arg_cond *args;
-	size_t nargs;
-};
-
 struct pclass {
 	int priority;
-	struct match m;
+	struct rules_match m;
 };
 
 /* The positions of struct rules_request (rules.h). */
@@ -142,7 +110,7 @@ struct rules {
 	 * then those only layers read (rules_identity_names). */
 	struct rules_names idnames;
 	size_t default_tier;
-	struct match *ep;          /* ep[i] is the match of rule[ntiers + i] */
+	struct rules_match *ep;          /* ep[i] is the match of rule[ntiers + i] */
 	struct pclass *classes;
 	size_t nclasses;
 	struct arena_block *arena; /* freed with the rules */

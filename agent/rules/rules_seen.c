@@ -1,5 +1,6 @@
-/* rules_seen.c: the argument names the rules read, to be checked against
- * the names HAProxy sends (rules.h: rules_checked_name, rules_args_seen).
+/* rules_seen.c: the rules as others see them: the argument names the rules
+ * read, to be checked against the names HAProxy sends (rules.h:
+ * rules_checked_name, rules_args_seen), and the views of the matches.
  *
  * A name the file wrote (an identity argument, the tier's once there are
  * tiers, the shedding figures once there is a `shedding` section, the
@@ -22,7 +23,7 @@ static void add(struct rules *r, const char *name)
 	r->checked[r->nchecked++] = name;
 }
 
-static void add_match(struct rules *r, const struct match *m)
+static void add_match(struct rules *r, const struct rules_match *m)
 {
 	if (m->method.n)
 		add(r, "method");
@@ -81,4 +82,29 @@ uint64_t rules_args_seen(const struct rules *r, struct spop_cursor kv, unsigned 
 				seen |= (uint64_t)1 << i;
 	}
 	return seen;
+}
+
+size_t rules_endpoint_count(const struct rules *r) { return r->neps; }
+size_t rules_endpoint_first(const struct rules *r) { return r->ntiers; }
+
+const struct rules_match *rules_endpoint_match(const struct rules *r, size_t i)
+{
+	return i < r->neps ? &r->ep[i] : NULL;
+}
+
+size_t rules_class_count(const struct rules *r) { return r->nclasses; }
+
+const struct rules_match *rules_class_match(const struct rules *r, size_t i, int *priority)
+{
+	if (i >= r->nclasses)
+		return NULL;
+	*priority = r->classes[i].priority;
+	return &r->classes[i].m;
+}
+
+const char *rules_override_argument(const struct rules *r) { return r->override_arg; }
+
+int rules_agents(const struct rules *r)
+{
+	return r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
 }
