@@ -69,6 +69,7 @@ static void out_item(struct out *o, const struct store_admin_item *it)
 {
 	const struct rule *rule = it->rule;
 	char period[32];
+	size_t any;
 
 	if (it->out_of_memory)
 		o->err = 1;
@@ -108,8 +109,23 @@ static void out_item(struct out *o, const struct store_admin_item *it)
 			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
 			outf(o, ": \"%s\"%s", it->limit[j].name, j + 1 == rule->nown ? "}" : "");
 		}
+		/* and what the values hold, where the store could read them */
+		any = 0;
+		for (size_t j = 0; j < rule->nown; j++) {
+			const struct store_admin_limit *l = &it->limit[j];
+
+			if (!l->has_state)
+				continue;
+			limit_format_period(rule->limits[j].period_us, period, sizeof(period));
+			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
+			     any++ ? ", " : ", \"limits\": [", (unsigned long long)rule->limits[j].quota,
+			     period, (unsigned long long)l->remaining, (long long)limit_ceil_s(l->reset_us));
+		}
+		if (any)
+			outf(o, "]");
 		outf(o, ", \"fields\": {");
-		for (size_t j = 0, any = 0; j < rule->nown; j++) {
+		any = 0;
+		for (size_t j = 0; j < rule->nown; j++) {
 			if (!it->limit[j].raw)
 				continue;
 			outf(o, "%s", any++ ? ", " : "");

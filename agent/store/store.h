@@ -126,7 +126,9 @@ struct store_admin_limit {
 	int64_t reset_us;
 	unsigned in_flight;
 	/* STORE_ADMIN_RAW: its key, and the value the store holds (raw NULL:
-	 * none); raw is the caller's to xfree */
+	 * none); raw is the caller's to xfree. has_state: remaining and
+	 * reset_us read from that value too (a token bucket or a window) */
+	bool has_state;
 	char name[STORE_ADMIN_NAME_MAX];
 	char *raw;
 	size_t raw_len;

@@ -252,3 +252,77 @@ def test_arguments_sent_are_not_named(h):
     send(c, 1000, 1, api_key=None, user=None, tier=None)
     assert series(metrics(mport), "spoa_rl_argument_missing") == {}
     c.close()
+
+
+LIMITS = ('limits: ["3/1m", {rate: 10/1h, algorithm: sliding}, '
+          '{rate: 20/1d, algorithm: fixed}]\n')
+
+
+def look(mport, key):
+    r = http_get(mport, "/admin/client?api_key=" + key)
+    assert r.status == 200, r
+    (rule,) = json.loads(r.text)["rules"]
+    return rule
+
+
+def test_admin_client_with_redis_reads_like_memory(h):
+    """/admin/client with Redis shows each limit's remaining requests and
+    the seconds until it is full again, read from the values Redis holds,
+    as the in-memory store shows its own after the same requests."""
+    redis = RedisServer(h)
+    mem_rules = write(h, "memory.yaml", LIMITS)
+    redis_rules = write(h, "redis.yaml", LIMITS + "store: {type: redis, address: \"%s\"}\n"
+                        % redis.addr)
+    looks = {}
+    for name, path in (("memory", mem_rules), ("redis", redis_rules)):
+        mport = harness.free_port()
+        a = h.agent("-f", path, "--metrics", "127.0.0.1:%d" % mport, "--admin", "-t", "1",
+                    "--hash-key-file", h.hash_key_file())
+        c = spop.Conn(a.port)
+        c.handshake()
+        answers = [c.check_rate(sid, 1, api_key="k1") for sid in (1, 3)]
+        assert [v["status"] for v in answers] == [0, 0], answers
+        looks[name] = (look(mport, "k1"), look(mport, "nobody"))
+        c.close()
+    (mem, mem_fresh), (red, red_fresh) = looks["memory"], looks["redis"]
+    assert [(l["limit"], l["remaining"]) for l in red["limits"]] == [
+        ("3/1m", 1), ("10/1h", 8), ("20/1d", 18)], red
+    assert [l["remaining"] for l in red["limits"]] == [l["remaining"] for l in mem["limits"]]
+    # the token bucket: the same seconds until full, on either clock
+    assert abs(red["limits"][0]["reset"] - mem["limits"][0]["reset"]) <= 1, (red, mem)
+    assert 39 <= red["limits"][0]["reset"] <= 40, red
+    # windows start where each store's clock puts them: Redis's on the
+    # wall clock (the fixed window ends at U, its value "U:C"), the
+    # memory store's on the agent's monotonic one
+    (fixed,) = [v for k, v in red["fields"].items() if k.startswith("f")]
+    end_us, count = (int(x) for x in fixed.split(":"))
+    assert count == 2, red
+    assert abs(red["limits"][2]["reset"] - (end_us / 1e6 - time.time())) <= 2, (red, fixed)
+    assert 0 < red["limits"][1]["reset"] <= 7200, red
+    # the raw values stay beside them
+    assert len(red["fields"]) == 3 and "ttl_ms" in red, red
+    # a client without keys: full buckets
+    assert [(l["remaining"], l["reset"]) for l in red_fresh["limits"]] == [
+        (3, 0), (10, 0), (20, 0)], red_fresh
+    assert red_fresh["limits"] == mem_fresh["limits"], (red_fresh, mem_fresh)
+
+
+def test_admin_client_reads_a_packed_bucket(h):
+    """A packed bucket (--redis-packed: a member of a sorted set, its score
+    the bucket's integer state) reads as a key does."""
+    redis = RedisServer(h)
+    mport = harness.free_port()
+    a = h.agent("--redis", redis.addr, "--redis-packed", "--limit", "4/1h", "--metrics",
+                "127.0.0.1:%d" % mport, "--admin", "-t", "1", "--hash-key-file",
+                h.hash_key_file())
+    wait_for(lambda: "redis: worker 0 ready" in a.log(), 10, "the worker ready with Redis")
+    c = spop.Conn(a.port)
+    c.handshake()
+    for sid in (1, 3, 5):
+        assert c.check_rate(sid, 1, api_key="p1")["status"] == 0
+    rule = look(mport, "p1")
+    (limit,) = rule["limits"]
+    # a token every 15 minutes: three taken, 45 minutes until full
+    assert (limit["limit"], limit["remaining"]) == ("4/1h", 1), rule
+    assert 2699 <= limit["reset"] <= 2700, rule
+    c.close()

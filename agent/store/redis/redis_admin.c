@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
+#include "limit.h"
 #include "overrides.h"
 #include "redis_guard.h"
 #include "redis_node.h"
@@ -102,6 +104,122 @@ static char *admin_copy(const char *p, size_t n, bool *oom)
 
 _Static_assert(STORE_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
 
+/* Redis's clock counts a token bucket's state from this moment (the
+ * library's EPOCH, 2024-01-01, in microseconds; ratelimit.lua "Storage"). */
+#define ADMIN_EPOCH_US 1704067200000000LL
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t r = a % b;
+
+		a = b;
+		b = r;
+	}
+	return a;
+}
+
+/* Reads a decimal integer of v[0..len) up to `stop` (or the end) into
+ * *out; returns the byte after it, or NULL when there are no digits or
+ * too many. */
+static const char *read_int(const char *v, const char *end, char stop, int64_t *out)
+{
+	int64_t x = 0;
+	const char *p = v;
+
+	if (p < end && *p == '-')
+		p++;
+	if (p == end || *p < '0' || *p > '9')
+		return NULL;
+	for (; p < end && *p != stop; p++) {
+		if (*p < '0' || *p > '9' || x > (INT64_MAX - 9) / 10)
+			return NULL;
+		x = x * 10 + (*p - '0');
+	}
+	*out = *v == '-' ? -x : x;
+	return p;
+}
+
+/* The state the value v (len bytes; NULL: no key) of limit l holds, as
+ * the library stores it (ratelimit.lua, "Storage"): a token bucket's
+ * integer (A - EPOCH) * n + R or text "A+R", where T = p/n is
+ * period/quota in lowest terms; a sliding window's "U:C:V" (its start
+ * U - 2P); a fixed window's "U:C" (its start U - P). Returns 0, or -1
+ * for another algorithm or a value of another shape, which the library
+ * reads as no key (a full bucket) but is better shown as it is. */
+static int admin_state(const struct limit_spec *l, const char *v, size_t len,
+		       struct limit_state *st)
+{
+	const char *end = v + len, *p;
+	int64_t x, y, z;
+	uint64_t g;
+
+	memset(st, 0, sizeof(*st));
+	if (l->algo != LIMIT_TOKEN_BUCKET && l->algo != LIMIT_SLIDING_WINDOW &&
+	    l->algo != LIMIT_FIXED_WINDOW)
+		return -1;
+	if (!v)
+		return 0;
+	switch (l->algo) {
+	case LIMIT_TOKEN_BUCKET:
+		g = gcd((uint64_t)l->period_us, l->quota);
+		if ((p = read_int(v, end, '+', &x)) && p < end) {
+			if (!read_int(p + 1, end, '\0', &y) || y < 0 || (uint64_t)y >= l->quota / g)
+				return -1;
+			st->a = x;
+			st->b = y * (int64_t)g;
+			return 0;
+		}
+		if (!p || x < 0)
+			return -1;
+		/* 1/n microsecond is g/quota of one */
+		st->a = ADMIN_EPOCH_US + x / (int64_t)(l->quota / g);
+		st->b = (x % (int64_t)(l->quota / g)) * (int64_t)g;
+		return 0;
+	case LIMIT_SLIDING_WINDOW:
+		if (!(p = read_int(v, end, ':', &x)) || p == end ||
+		    !(p = read_int(p + 1, end, ':', &y)) || p == end ||
+		    !read_int(p + 1, end, '\0', &z))
+			return -1;
+		st->a = x - 2 * l->period_us;
+		st->b = y;
+		st->c = z;
+		return 0;
+	case LIMIT_FIXED_WINDOW:
+		if (!(p = read_int(v, end, ':', &x)) || p == end || !read_int(p + 1, end, '\0', &y))
+			return -1;
+		st->a = x - l->period_us;
+		st->b = y;
+		return 0;
+	case LIMIT_LOG:
+	case LIMIT_CONCURRENCY:
+	case LIMIT_BAN:
+		break;
+	}
+	return -1;
+}
+
+/* What a look at the client's key of limit j shows beside its value: the
+ * requests left and the time until full, as the memory store shows them,
+ * on the agent's wall clock (Redis's TIME decides; on one machine, or
+ * with NTP, they differ by far less than a second). */
+static void admin_look(struct store_admin_limit *out, const struct limit_spec *l,
+		       const char *v, size_t len)
+{
+	struct limit_state st, next;
+	struct limit_result res;
+	struct timespec ts;
+
+	if (admin_state(l, v, len, &st) < 0)
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	/* cost 0: a peek */
+	limit_eval(l, &st, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, 0, &next, &res);
+	out->remaining = res.remaining;
+	out->reset_us = res.reset_us;
+	out->has_state = true;
+}
+
 /* The values of a client's keys under its rule (MGET), by limit, or with
  * reset, how many keys went: into the item (store.h), as data. */
 static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
@@ -135,10 +253,13 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 				   j < rule->nown; j++) {
 			const redisReply *v = reply->element[j];
 
-			if (v->type != REDIS_REPLY_STRING)
+			if (v->type != REDIS_REPLY_STRING) {
+				admin_look(&it->limit[j], &rule->limits[j], NULL, 0);
 				continue;
+			}
 			it->limit[j].raw = admin_copy(v->str, v->len, &it->out_of_memory);
 			it->limit[j].raw_len = v->len;
+			admin_look(&it->limit[j], &rule->limits[j], v->str, v->len);
 		}
 	}
 	admin_reply(op, NULL);
