@@ -10,8 +10,9 @@ runs it, and nothing else:
   time, put where the guide writes 8000, 8080, 9102 and 12345);
 - the SPOE file's `timeout processing 50ms` becomes 1s once copied, so
   that a busy test machine cannot let a request through unchecked;
-- `cd DIR` moves the following commands; `CMD &` starts a process that
-  the harness stops, and the next command waits until it listens.
+- `cd DIR` moves the following commands, `export` sets variables for
+  them; `CMD &` starts a process that the harness stops, and the next
+  command waits until it listens.
 
 Used by tests/e2e/test_docs.py."""
 
@@ -43,7 +44,8 @@ def run(h):
     binary = os.path.join(harness.BUILD, "spoa-ratelimit")
     ports = {"8000": harness.free_port(), "8080": harness.free_port(),
              "9102": harness.free_port()}
-    env = dict(os.environ, RL_FRONTEND="127.0.0.1:%d" % ports["8080"],
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RL_")}
+    env.update(RL_FRONTEND="127.0.0.1:%d" % ports["8080"],
                RL_APP="127.0.0.1:%d" % ports["8000"])
     state = {"cwd": ROOT, "agent": None}
 
@@ -66,7 +68,7 @@ def run(h):
             state["agent"] = agent
             return
         if argv[0] == "haproxy":
-            spoe = os.path.join(state["cwd"], "known-keys-spoe.conf")
+            spoe = env["RL_SPOE_CONF"]
             with open(spoe) as f:
                 text = f.read()
             assert text.count("timeout processing 50ms\n") == 1
@@ -84,6 +86,13 @@ def run(h):
         m = re.fullmatch(r"cd (\S+)", cmd)
         if m:
             state["cwd"] = m.group(1)
+            return ""
+        if cmd.startswith("export "):
+            # the variables for the commands that follow, as the shell has them
+            r = subprocess.run(["bash", "-c", cmd + " && env -0"], cwd=state["cwd"], env=env,
+                               capture_output=True, text=True, timeout=30)
+            assert r.returncode == 0, (cmd, r)
+            env.update(kv.split("=", 1) for kv in r.stdout.split("\0") if "=" in kv)
             return ""
         r = subprocess.run(["bash", "-c", cmd], cwd=state["cwd"], env=env,
                            capture_output=True, text=True, timeout=30)

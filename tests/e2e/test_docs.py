@@ -382,6 +382,6 @@ def test_integration_walkthrough_runs_as_shown(h):
     text = doc("docs/integration.md")
     recipe = section(text, "## Known keys by plan, others per address")
     shown = re.search(r"^```\n(args .*?)^```", recipe, re.S | re.M).group(1).splitlines()
-    with open(os.path.join(harness.ROOT, "haproxy-examples", "known-keys-spoe.conf")) as f:
+    with open(os.path.join(harness.ROOT, "spoe-conf", "ratelimit-known-keys.conf")) as f:
         spoe = [line.strip() for line in f]
     assert shown and all(line in spoe for line in shown), shown

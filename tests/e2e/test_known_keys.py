@@ -1,6 +1,7 @@
 """The recipe "known keys by plan, unknown or missing keys per address"
 (docs/integration.md) through a real HAProxy: haproxy-examples/known-keys.cfg
-with its SPOE file and plans.map, examples/rules-known-keys.yaml.
+with spoe-conf/ratelimit-known-keys.conf and haproxy-examples/plans.map,
+examples/rules-known-keys.yaml.
 
 A key plans.map lists is a client of its own under its plan; any other key,
 or none, is its address under the anonymous plan, so a made-up key per
@@ -15,7 +16,7 @@ from test_examples import VERIFIED_KEY_RE, assert_log_clean, message_args
 
 EXAMPLES = os.path.join(ROOT, "haproxy-examples")
 RULES = os.path.join(ROOT, "examples", "rules-known-keys.yaml")
-SPOE = os.path.join(EXAMPLES, "known-keys-spoe.conf")
+SPOE = os.path.join(ROOT, "spoe-conf", "ratelimit-known-keys.conf")
 
 ANONYMOUS = '"anonymous";q=5;w=60'
 FREE = '"free-1m";q=20;w=60, "free-1d";q=1000;w=86400'
@@ -23,28 +24,27 @@ PRO = '"pro";q=100;w=60'
 
 
 def start(h):
-    """The agent, an application, and haproxy started in a directory holding
-    the example's three files, as an operator would (its paths are
-    relative), but for the ports and a `timeout processing` that a busy
-    test machine cannot miss."""
+    """The agent, an application, and haproxy on the example's files from
+    the repository root, as the file's header says to run it by hand, but
+    for the ports and a `timeout processing` that a busy test machine
+    cannot miss."""
     agent = h.agent("-f", RULES, "--threads", "2")
     app = h.backend()
-    d = os.path.join(h.dir, "haproxy")
-    os.makedirs(d)
-    for name in ("known-keys.cfg", "plans.map"):
-        shutil.copy(os.path.join(EXAMPLES, name), d)
     with open(SPOE) as f:
         spoe = f.read()
     assert spoe.count("timeout processing 50ms\n") == 1
-    with open(os.path.join(d, "known-keys-spoe.conf"), "w") as f:
+    spoe_copy = os.path.join(h.dir, "ratelimit-known-keys.conf")
+    with open(spoe_copy, "w") as f:
         f.write(spoe.replace("timeout processing 50ms\n", "timeout processing 1s\n"))
     if shutil.which(harness.HAPROXY) is None:
         raise harness.Skip("haproxy is not installed")
     front = harness.free_port()
-    env = dict(os.environ, RL_FRONTEND="127.0.0.1:%d" % front,
-               RL_APP="127.0.0.1:%d" % app.port, RL_AGENT="127.0.0.1:%d" % agent.port)
-    hp = harness.Proc("haproxy", [harness.HAPROXY, "-db", "-f", "known-keys.cfg"],
-                      os.path.join(h.dir, "haproxy.log"), env=env, cwd=d)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RL_")}
+    env.update(RL_FRONTEND="127.0.0.1:%d" % front, RL_APP="127.0.0.1:%d" % app.port,
+               RL_AGENT="127.0.0.1:%d" % agent.port, RL_SPOE_CONF=spoe_copy)
+    hp = harness.Proc("haproxy", [harness.HAPROXY, "-db", "-f",
+                                  os.path.join(EXAMPLES, "known-keys.cfg")],
+                      os.path.join(h.dir, "haproxy.log"), env=env, cwd=ROOT)
     h.procs.append(hp)
     harness.wait_port(front, 10, hp.popen)
     return agent, app, front
@@ -94,5 +94,5 @@ def test_known_keys_files_follow_the_identity_rules():
     args = message_args(SPOE)
     assert args["ip"] == "src,ipmask(32,64)" and args["path"] == "path", args
     assert VERIFIED_KEY_RE.fullmatch(args["api_key"]), args["api_key"]
-    assert args["tier"] == 'req.hdr(x-api-key),map(${RL_PLANS_MAP-plans.map},anonymous)', args
+    assert args["tier"] == 'req.hdr(x-api-key),map(${RL_PLANS_MAP-haproxy-examples/plans.map},anonymous)', args
     assert set(args) == {"ip", "method", "path", "host", "api_key", "tier"}, args
