@@ -17,6 +17,7 @@
 #include "options.h"
 #include "rules.h"
 #include "rules_reader.h"
+#include "sdnotify.h"
 #include "server.h"
 #include "secret.h"
 #include "settings.h"
@@ -134,10 +135,21 @@ static void reload_start(void)
 	reload_rr = rules_reader_start(opt.rules_path, reload_ready, NULL, err, sizeof(err));
 	if (!reload_rr) {
 		reload_failed(err);
+		sdnotify_ready();
 		return;
 	}
 	ev_timer_set(&reload_timeout_w, RULES_READER_TIMEOUT, 0.);
 	ev_timer_start(main_loop, &reload_timeout_w);
+}
+
+/* A reload is over, applied or not: the next one asked for meanwhile, or
+ * systemd told that the agent serves again. */
+static void reload_next(void)
+{
+	if (reload_again)
+		reload_start();
+	else
+		sdnotify_ready();
 }
 
 static void reload_apply(struct rules *r)
@@ -171,8 +183,7 @@ static void on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
 		reload_apply(r);
 	else
 		reload_failed(err);
-	if (reload_again)
-		reload_start();
+	reload_next();
 }
 
 static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
@@ -186,26 +197,36 @@ static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	snprintf(err, sizeof(err), "%s: not read after %.0f s (a mount that does not answer?)",
 		 opt.rules_path, RULES_READER_TIMEOUT);
 	reload_failed(err);
-	if (reload_again)
-		reload_start();
+	reload_next();
 }
 
+/* SIGINT, SIGTERM: drain and stop. SIGHUP and SIGUSR2 (HAProxy's
+ * master-worker habit): reload the rules file. SIGUSR1: logged, nothing
+ * else (its default action would kill the agent). */
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	if (s->signum != SIGHUP) {
+	const char *name = s->signum == SIGHUP ? "SIGHUP" : "SIGUSR2";
+
+	if (s->signum == SIGUSR1) {
+		log_info("SIGUSR1: ignored (SIGHUP or SIGUSR2 reload the rules, SIGTERM stops)");
+		return;
+	}
+	if (s->signum != SIGHUP && s->signum != SIGUSR2) {
 		log_info("signal %d: stopping", s->signum);
+		sdnotify_stopping();
 		ev_break(loop, EVBREAK_ALL);
 		return;
 	}
 	if (!opt.rules_path) {
-		log_info("SIGHUP: no rules file to reload");
+		log_info("%s: no rules file to reload", name);
 		return;
 	}
 	if (reload_rr) {
-		log_info("SIGHUP: a reload is under way; the file is read again after it");
+		log_info("%s: a reload is under way; the file is read again after it", name);
 		reload_again = 1;
 		return;
 	}
+	sdnotify_reloading();
 	reload_start();
 }
 
@@ -390,14 +411,13 @@ static struct rules *prepare(char *err, size_t errlen)
  * agent stopping cleanly, not killed by the default action. */
 static void watch_signals(void)
 {
-	static ev_signal sig_int, sig_term, sig_hup;
+	static const int signums[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
+	static ev_signal sigs[sizeof(signums) / sizeof(signums[0])];
 
-	ev_signal_init(&sig_int, on_signal, SIGINT);
-	ev_signal_init(&sig_term, on_signal, SIGTERM);
-	ev_signal_init(&sig_hup, on_signal, SIGHUP);
-	ev_signal_start(main_loop, &sig_int);
-	ev_signal_start(main_loop, &sig_term);
-	ev_signal_start(main_loop, &sig_hup);
+	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
+		ev_signal_init(&sigs[i], on_signal, signums[i]);
+		ev_signal_start(main_loop, &sigs[i]);
+	}
 	ev_async_init(&reload_done_w, on_reload_done);
 	ev_async_start(main_loop, &reload_done_w);
 	ev_timer_init(&reload_timeout_w, on_reload_timeout, RULES_READER_TIMEOUT, 0.);
@@ -461,6 +481,7 @@ static int run(struct rules *rules)
 	ev_timer_start(main_loop, &log_reports);
 	if (server_start(&srv) == 0) {
 		log_started(rules);
+		sdnotify_ready();
 		ev_run(main_loop, 0);
 		rc = 0;
 	}
