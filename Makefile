@@ -9,7 +9,8 @@
 #   make compose-test  docker-compose.yml built from debian:12 and run, the
 #                   demo's checks through its published ports, then removed
 #                   (Docker; root or sudo: installs docker.io, starts dockerd)
-#   make install    the agent, its man page, systemd unit and rules file,
+#   make install    the agent, its man page, bash completion, systemd unit
+#                   and rules file,
 #                   the guides and the integration examples with installed
 #                   paths (PREFIX=/usr/local, DESTDIR=); make uninstall
 #   make deb        a Debian package in build/deb/ (debhelper; installs the
@@ -205,14 +206,18 @@ MAN8DIR ?= $(PREFIX)/share/man/man8
 SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
 DOCDIR ?= $(PREFIX)/share/doc/spoa-ratelimit
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 HAPROXYDIR ?= $(SYSCONFDIR)/haproxy
 INSTALL ?= install
 
 install: agent install-doc
 	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MAN8DIR) \
-		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit \
+		$(DESTDIR)$(BASHCOMPDIR)
 	$(INSTALL) -m 755 $(AGENT_BIN) $(DESTDIR)$(SBINDIR)/spoa-ratelimit
 	$(INSTALL) -m 644 dist/spoa-ratelimit.8 $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8
+	$(INSTALL) -m 644 dist/spoa-ratelimit.bash-completion \
+		$(DESTDIR)$(BASHCOMPDIR)/spoa-ratelimit
 	sed 's|@SBINDIR@|$(SBINDIR)|g' dist/spoa-ratelimit.service.in \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
 	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
@@ -261,7 +266,8 @@ install-doc:
 # The rules file goes only when it is still the example: edited, it stays.
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/spoa-ratelimit $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8 \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service
+		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service \
+		$(DESTDIR)$(BASHCOMPDIR)/spoa-ratelimit
 	rm -rf $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES) docs bench-figures examples \
 		dashboards alerts)
 	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true

@@ -286,7 +286,11 @@ static struct http_server *ops_start(void)
 		http_free(h);
 		return NULL;
 	}
-	log_info("metrics on http://%s/metrics", addr_format(&opt.metrics, where, sizeof(where)));
+	if (opt.metrics.path[0])
+		log_info("metrics on unix@%s, at /metrics", opt.metrics.path);
+	else
+		log_info("metrics on http://%s/metrics",
+			 addr_format(&opt.metrics, where, sizeof(where)));
 	return h;
 }
 
@@ -389,6 +393,34 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 	return -1;
 }
 
+/* Options that the store or the rules leave without effect: said, so
+ * that nobody tunes a knob that turns nothing. */
+static void warn_idle_options(void)
+{
+	int tokens = 0;
+
+	if (opt.redis_only && !opt.use_redis)
+		log_warn("%s: an option of the Redis store, which this agent does not use: "
+			 "ignored", opt.redis_only);
+	if (opt.use_redis && opt.redis.topology != REDIS_SENTINEL) {
+		if (opt.master_set)
+			log_warn("--redis-master: the master's name in Sentinel, without "
+				 "--redis-sentinel: ignored");
+		if (opt.sentinel_password_arg)
+			log_warn("--redis-sentinel-password: without --redis-sentinel: ignored");
+	}
+	for (int i = 0; opt.burst && i < opt.nlimits; i++) {
+		if (strcmp(opt.algos[i], "token") != 0)
+			log_warn("--burst: the capacity of token buckets; the %s limit %s has "
+				 "none and ignores it", opt.algos[i], opt.limits[i]);
+		else
+			tokens++;
+	}
+	if (tokens > 1)
+		log_warn("--burst %lld: the capacity of each of the %d token limits alike; "
+			 "a rules file gives each its own", opt.burst, tokens);
+}
+
 /* The rules at start, and everything checked against them: NULL with err
  * set (empty: logged already). */
 static struct rules *prepare(char *err, size_t errlen)
@@ -399,6 +431,7 @@ static struct rules *prepare(char *err, size_t errlen)
 		return NULL;
 	err[0] = '\0';
 	apply_settings(rules_settings(rules));
+	warn_idle_options();
 	if (check_with_rules(rules, err, errlen) < 0) {
 		rules_release(rules);
 		return NULL;
@@ -524,8 +557,10 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	if (opt.check) {
-		printf("%s: ok, %zu rule(s)\n", opt.rules_path ? opt.rules_path : "command line",
-		       rules_count(rules));
+		/* -q: the exit status says it all (systemd's ExecReload=) */
+		if (opt.log_level >= LOG_INFO)
+			printf("%s: ok, %zu rule(s)\n",
+			       opt.rules_path ? opt.rules_path : "command line", rules_count(rules));
 		rules_release(rules);
 		return 0;
 	}

@@ -45,6 +45,9 @@ struct options {
 	const char *admin_token_file;
 	struct auth_token admin_token;  /* read from it */
 	bool admin_token_shared;        /* it can be read by group or others */
+	/* options that may do nothing, warned about once the rules are read */
+	const char *redis_only;         /* the first Redis option given */
+	int sentinel_password_arg;      /* --redis-sentinel-password given */
 };
 
 /* The defaults, with the passwords the environment gives
