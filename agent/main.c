@@ -110,6 +110,8 @@ static struct rules *load_rules(char *err, size_t errlen)
  * for a file: the result comes back through reload_done_w, or the reload
  * fails after RULES_READER_TIMEOUT. One at a time; a SIGHUP meanwhile
  * reads the file once more after it. */
+static int read_passwords(const struct settings *st, struct redis_config *cfg, char *err,
+			  size_t errlen);
 static struct rules_reader *reload_rr;
 static int reload_again;
 static ev_async reload_done_w;
@@ -117,7 +119,8 @@ static ev_timer reload_timeout_w;
 
 static void reload_failed(const char *err)
 {
-	log_err("reload failed, the rules in force stay: %s", err);
+	log_err_kv(LOG_KV("file", opt.rules_path), "reload failed, the rules in force stay: %s",
+		   err);
 	STAT_INC(srv.reload_failures);
 }
 
@@ -155,7 +158,22 @@ static void reload_next(void)
 static void reload_apply(struct rules *r)
 {
 	const struct settings *old;
+	struct redis_config now = opt.redis;
+	char err[1024];
+	int changed;
 
+	/* The password files are read again: an unreadable one fails the
+	 * reload, as --check (systemd's ExecReload=) would. */
+	changed = opt.use_redis ? read_passwords(rules_settings(r), &now, err, sizeof(err)) : 0;
+	memset(&now, 0, sizeof(now));
+	if (changed < 0) {
+		rules_release(r);
+		reload_failed(err);
+		return;
+	}
+	if (changed > 0)
+		log_warn("reload: the password file holds a new password: connections to Redis "
+			 "take it at restart (the one in force stays until then)");
 	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
@@ -166,7 +184,8 @@ static void reload_apply(struct rules *r)
 	rules_set_secret(r, hash_key);
 	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
-	log_info("reloaded %s: %zu rule(s)", opt.rules_path, rules_count(r));
+	log_info_kv(LOG_KV("file", opt.rules_path), "reloaded %s: %zu rule(s)", opt.rules_path,
+		    rules_count(r));
 }
 
 static void on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
@@ -393,6 +412,63 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 	return -1;
 }
 
+/* The password files in force: the command line's, else the rules file's
+ * (store.password_file, store.sentinel_password_file) where no password
+ * was given otherwise. */
+static const char *password_path(const struct settings *st)
+{
+	if (opt.password_file)
+		return opt.password_file;
+	return opt.password_set || !st->password_file[0] ? NULL : st->password_file;
+}
+
+static const char *sentinel_password_path(const struct settings *st)
+{
+	if (opt.sentinel_password_file)
+		return opt.sentinel_password_file;
+	return opt.sentinel_password_set || !st->sentinel_password_file[0]
+		       ? NULL : st->sentinel_password_file;
+}
+
+/* Reads the password file `path` (when not NULL) into out[0..cap). Returns
+ * 1 when it differs from what out held, 0 when not, -1 with err set. */
+static int read_password(const char *path, const char *what, char *out, size_t cap,
+			 char *err, size_t errlen)
+{
+	char pw[256], why[512];
+	bool loose;
+	int changed;
+
+	if (!path)
+		return 0;
+	if (secret_read_password(path, pw, sizeof(pw), &loose, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%s: %s", what, why);
+		return -1;
+	}
+	if (loose)
+		log_warn("%s: %s can be read by group or others: chmod 600 it, or give it as "
+			 "a systemd credential (LoadCredential=)", what, path);
+	changed = strcmp(out, pw) != 0;
+	snprintf(out, cap, "%s", pw);
+	memset(pw, 0, sizeof(pw));
+	return changed;
+}
+
+/* The passwords of the files in force, into the store's configuration at
+ * start (cfg: &opt.redis) or into a copy at reload. Returns how many
+ * changed, or -1 with err set. */
+static int read_passwords(const struct settings *st, struct redis_config *cfg, char *err,
+			  size_t errlen)
+{
+	int a = read_password(password_path(st), "Redis password file", cfg->password,
+			      sizeof(cfg->password), err, errlen);
+	int b = a < 0 ? -1 : read_password(sentinel_password_path(st),
+					   "Sentinel password file", cfg->sentinel_password,
+					   sizeof(cfg->sentinel_password), err, errlen);
+
+	return a < 0 || b < 0 ? -1 : a + b;
+}
+
 /* Options that the store or the rules leave without effect: said, so
  * that nobody tunes a knob that turns nothing. */
 static void warn_idle_options(void)
@@ -432,6 +508,10 @@ static struct rules *prepare(char *err, size_t errlen)
 	err[0] = '\0';
 	apply_settings(rules_settings(rules));
 	warn_idle_options();
+	if (read_passwords(rules_settings(rules), &opt.redis, err, errlen) < 0) {
+		rules_release(rules);
+		return NULL;
+	}
 	if (check_with_rules(rules, err, errlen) < 0) {
 		rules_release(rules);
 		return NULL;
@@ -548,6 +628,8 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(opt.log_level);
+	log_set_format(opt.log_format);
+	log_detect_journal();
 	if (opt.admin_token_shared)
 		log_warn("--admin-token-file %s can be read or written by group or others: "
 			 "chmod 600 it", opt.admin_token_file);

@@ -243,12 +243,43 @@ static int set_password(struct options *o, const char *arg, char *err, size_t er
 {
 	snprintf(o->redis.password, sizeof(o->redis.password), "%s", arg);
 	o->password_set = 1;
+	o->password_arg = 1;
 	redis_only(o, "--redis-password");
 	return 0;
 }
 
 /* A duration as every other ("250ms", "1s"); a bare number is
  * milliseconds, as this option took before it took units. */
+/* ---- secrets from files, read by main.c at start and at each reload -------- */
+
+static int set_password_file(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->password_file = arg;
+	o->password_set = 1;
+	redis_only(o, "--redis-password-file");
+	return 0;
+}
+
+static int set_sentinel_password_file(struct options *o, const char *arg, char *err,
+				      size_t errlen)
+{
+	o->sentinel_password_file = arg;
+	o->sentinel_password_set = 1;
+	o->sentinel_password_arg = 1;
+	return 0;
+}
+
+static int set_log_format(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	if (!strcmp(arg, "text"))
+		o->log_format = LOG_FORMAT_TEXT;
+	else if (!strcmp(arg, "json"))
+		o->log_format = LOG_FORMAT_JSON;
+	else
+		return fail(err, errlen, "--log-format: text or json, not '%s'", arg);
+	return 0;
+}
+
 static int set_timeout(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	long long n;
@@ -502,6 +533,11 @@ static const struct option_def defs[] = {
 	{ "redis-user", 0, "NAME", NULL, "ACL user for AUTH", set_user },
 	{ "redis-password", 0, "PW", NULL, "AUTH password (or env RL_REDIS_PASSWORD)",
 	  set_password },
+	{ "redis-password-file", 0, "FILE", NULL,
+	  "AUTH password read from FILE, at start and\nat each reload (a systemd credential)",
+	  set_password_file },
+	{ "redis-sentinel-password-file", 0, "FILE", NULL,
+	  "the sentinels' AUTH password, from FILE", set_sentinel_password_file },
 	{ "redis-timeout", 0, "D", NULL,
 	  "deadline of a decision (default 20ms; a bare\nnumber is milliseconds)", set_timeout },
 	{ "redis-batch", 0, "N", NULL, "decisions per Redis call (default 64)", set_batch },
@@ -550,6 +586,9 @@ static const struct option_def defs[] = {
 	{ "check", 0, NULL, NULL, "validate the options and rules, then exit", set_check },
 	{ "verbose", 'v', NULL, NULL, "more logs (repeat for debug)", set_verbose },
 	{ "quiet", 'q', NULL, NULL, "errors and warnings only", set_quiet },
+	{ "log-format", 0, "FMT", NULL,
+	  "text (default) or json: one object a line\nwith time, level, msg and the line's fields",
+	  set_log_format },
 	{ "version", 0, NULL, NULL, "print the version and exit", set_version },
 	{ "help", 'h', NULL, NULL, "this text", set_help },
 };
@@ -633,6 +672,8 @@ static int check_together(struct options *o, char *err, size_t errlen)
 	if (o->admin_token_file && auth_token_load(o->admin_token_file, &o->admin_token,
 						   &o->admin_token_shared, why, sizeof(why)) < 0)
 		return fail(err, errlen, "--admin-token-file %s", why);
+	if (o->password_arg && o->password_file)
+		return fail(err, errlen, "give --redis-password or --redis-password-file, not both");
 	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg))
 		return fail(err, errlen,
 			    "--limit, --burst, --identity and --cost-arg describe the rules of the "
