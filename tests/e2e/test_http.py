@@ -135,7 +135,7 @@ def test_http_bad_requests(h):
         status, _, _ = exchange(port, b"GET " + path + b" HTTP/1.1\r\n\r\n")
         assert status == 404, (path, status)
     status, headers, _ = exchange(port, b"POST /metrics HTTP/1.1\r\n\r\n")
-    assert status == 405 and headers["allow"] == "GET", (status, headers)
+    assert status == 405 and headers["allow"] == "GET, HEAD", (status, headers)
     assert http_get(port, "/healthz").status == 200
 
 
