@@ -122,21 +122,37 @@ def is_serial(fn):
 
 
 def groups(tests):
-    """The tests cut into groups: [(serial, [full names])]. The tests of a
-    module that take a fixture make one group, in order; others one each."""
+    """The tests cut into groups: [(serial, [full names])]. Tests of a
+    module that share a fixture (directly, or through another test taking
+    both) make one group, in file order; every other test is a group."""
     out = []
-    by_module = {}
+    owner = {}  # (module, fixture) -> its group
     for full, fn in tests:
         mod = full.split("::")[0]
-        if fixture_names(fn):
-            if mod not in by_module:
-                by_module[mod] = [False, []]
-                out.append(by_module[mod])
-            by_module[mod][0] |= is_serial(fn)
-            by_module[mod][1].append(full)
+        keys = [(mod, n) for n in fixture_names(fn)]
+        mine = []
+        for k in keys:
+            g = owner.get(k)
+            if g is not None and all(g is not m for m in mine):
+                mine.append(g)
+        if not mine:
+            group = [is_serial(fn), [], set()]
+            out.append(group)
         else:
-            out.append([is_serial(fn), [full]])
-    return [(s, names) for s, names in out]
+            group = mine[0]
+            for other in mine[1:]:  # this test joins two groups: one now
+                group[0] |= other[0]
+                group[1] = sorted(group[1] + other[1], key=[t[0] for t in tests].index)
+                group[2] |= other[2]
+                for k in other[2]:
+                    owner[k] = group
+                out.remove(other)
+        group[0] |= is_serial(fn)
+        group[1].append(full)
+        group[2].update(keys)
+        for k in keys:
+            owner[k] = group
+    return [(s, names) for s, names, _ in out]
 
 
 # ---- running tests (in a worker) ---------------------------------------------

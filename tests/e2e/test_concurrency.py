@@ -106,6 +106,7 @@ def test_concurrency_on_redis(h):
     s.c.close()
 
 
+@harness.serial
 def test_concurrency_through_haproxy(h):
     """Three requests of one client at once to a slow backend (concurrency
     2): two reach it, one gets 429 concurrency with Retry-After 1; once

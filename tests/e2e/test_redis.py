@@ -724,6 +724,7 @@ def test_redis_restart_and_script_flush_through_haproxy(h):
 # -------------------------------------------------------------- 8: deadline
 
 
+@harness.serial
 def test_deadline_when_redis_is_paused(h):
     redis = RedisServer(h)
     a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20")
@@ -827,6 +828,7 @@ def histogram(port, name):
     return buckets, float(total.group(1)), int(count.group(1))
 
 
+@harness.serial
 def test_latency_histograms(h):
     redis = RedisServer(h)
     mport = harness.free_port()
