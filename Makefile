@@ -39,7 +39,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # policy, rules, decide, store, store/redis, worker, ops; agent/ itself
 # holds only the top (main). A folder includes headers of its own and of
 # the folders below it, never above (docs/development.md, checked by
-# tests/e2e/test_docs.py).
+# tests/docs/test_docs.py).
 AGENT_DIRS := agent/base agent/protocol agent/policy agent/rules agent/decide agent/store \
 	agent/store/redis agent/worker agent/ops agent
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
@@ -153,7 +153,7 @@ $(foreach f,$(FUZZERS),$(eval $(call libfuzzer_rule,$(f))))
 # The runner runs E2E_JOBS tests at once (default: twice the CPUs; see
 # docs/development.md), those of E2E_DIRS.
 E2E_ARGS ?=
-E2E_DIRS ?= tests/e2e
+E2E_DIRS ?= tests/e2e tests/docs tests/ops tests/bench tests/compose
 e2e: agent tools
 	$(PYTHON) tests/e2e/run.py --build $(BUILD) $(E2E_ARGS) $(E2E_DIRS)
 

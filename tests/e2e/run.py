@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs the end-to-end tests: every function named test_* in the files
-test_*.py of the folders given (default: this one), in parallel groups.
+test_*.py of the folders given (default: every folder of tests/ that has
+such files), in parallel groups.
 
     python3 tests/e2e/run.py --build build [-j N] [-k PATTERN] [--keep] [FOLDER...]
 
@@ -537,6 +538,18 @@ def estimate(names, times):
     return sum(known) + setup
 
 
+def default_folders():
+    """The folders of tests/ that hold test_*.py files, this one first."""
+    tests = os.path.dirname(HERE)
+    out = [HERE]
+    for d in sorted(os.listdir(tests)):
+        full = os.path.join(tests, d)
+        if full != HERE and os.path.isdir(full) and any(
+                f.startswith("test_") and f.endswith(".py") for f in os.listdir(full)):
+            out.append(full)
+    return out
+
+
 def default_jobs():
     env = os.environ.get("E2E_JOBS")
     if env:
@@ -553,9 +566,9 @@ def main():
                     help="tests at once (default: $E2E_JOBS, else twice the CPUs)")
     ap.add_argument("--keep", action="store_true", help="keep the logs of passed tests")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("folders", nargs="*", default=[HERE],
-                    help="folders whose test_*.py to run (default: %s)"
-                    % os.path.relpath(HERE, harness.ROOT))
+    ap.add_argument("folders", nargs="*", default=default_folders(),
+                    help="folders whose test_*.py to run (default: those of tests/ that "
+                    "have some)")
     args = ap.parse_args()
 
     harness.BUILD = os.path.abspath(os.path.join(harness.ROOT, args.build)
