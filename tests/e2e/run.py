@@ -299,6 +299,15 @@ def run_one(full, fn, keep, fixtures):
     return outcome, time.monotonic() - t0, report
 
 
+def _output_size(output):
+    """The length of the output file so far, what Python holds flushed."""
+    if output is None:
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return os.fstat(output.fileno()).st_size
+
+
 def run_group(tests, keep, say, output=None):
     """Runs one group's tests in order, telling say() each event. output:
     the file this process's stdout and stderr go to, whose new text a
@@ -306,12 +315,12 @@ def run_group(tests, keep, say, output=None):
     fixtures = Fixtures(tests, keep, say)
     try:
         for i, (full, fn) in enumerate(tests):
-            at = output.tell() if output else 0
+            at = _output_size(output)
             outcome, secs, report = run_one(full, fn, keep, fixtures)
             if outcome == "FAIL" and output:
+                _output_size(output)
                 output.seek(at)
                 text = output.read(200000).decode("utf-8", "replace").rstrip()
-                output.seek(0, os.SEEK_END)
                 if text:
                     report += "\n---- output of the test:\n" + text
             say({"ev": "test", "name": full, "outcome": outcome, "secs": secs,
