@@ -138,6 +138,13 @@ void redis_guard_reader(redisReader *r, const redisAsyncContext *ac)
 	install(r, ac);
 }
 
+const char *redis_guard_refusal(const redisReader *r)
+{
+	if (r->err == REDIS_ERR_OOM && !r->privdata && !refused.ac && refused.why[0])
+		return refused.why;
+	return NULL;
+}
+
 const char *redis_guard_errstr(const redisAsyncContext *ac)
 {
 	if (refused.ac == ac && ac->err == REDIS_ERR_OOM)

@@ -33,6 +33,12 @@ void redis_guard_attach(redisAsyncContext *ac);
  * hiredis's own builders (redisReaderCreate). For tests. */
 void redis_guard_reader(redisReader *r, const redisAsyncContext *ac);
 
+/* Why reader r, set up by redis_guard_reader(r, NULL), stopped on a
+ * refusal of the guards (what the reader itself calls "Out of memory"),
+ * or NULL when it did not. Right after the feed or read that failed, on
+ * r's thread. */
+const char *redis_guard_refusal(const redisReader *r);
+
 /* Why ac failed, for a log or an answer: the cause a guard found, else
  * ac's own error. Valid while ac is, on ac's thread. */
 const char *redis_guard_errstr(const redisAsyncContext *ac);

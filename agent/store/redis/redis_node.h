@@ -1,8 +1,9 @@
 /* redis_node.h: one Redis server as one worker sees it.
  *
- * An asynchronous hiredis connection on the worker's loop, the decision
- * library loaded on it, and the decisions waiting for it: a bounded queue
- * that leaves in batches (redis_send.c), one FCALL per batch and loop
+ * A connection on the worker's loop (redis_conn.h, over the transport of
+ * redis_transport.h), the decision library loaded on it, and the
+ * decisions waiting for it: a bounded queue that leaves in batches (each
+ * encoded by redis_batch.c), one FCALL per batch and loop
  * iteration, a few batches in flight (pipelined). Every query has a
  * deadline; a query whose answer is not back in time, or that a failed
  * call or a lost connection leaves without one, is reported failed,
@@ -16,33 +17,19 @@
 #define RL_REDIS_NODE_H
 
 #include <ev.h>
-#include <hiredis/async.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "addr.h"
 #include "decide.h"
 #include "lease.h"
+#include "redis_batch.h"
 #include "redis_cluster.h"
+#include "redis_conn.h"
 #include "store.h"
 
 struct redis_config;
 struct redis_node;
-
-/* One query for Redis: where its answer goes, what to decide, when. */
-struct redis_query {
-	struct store_ref ref;
-	struct decide_query q;
-	int64_t queued;     /* local monotonic microseconds */
-	int64_t deadline;
-	unsigned moves;     /* Cluster: times sent again after "moved" */
-	bool asking;        /* Cluster: send after ASKING (a migrating slot) */
-	/* The owner's: a part of a decision whose limits live on several
-	 * servers (NULL otherwise), and which. */
-	void *split;
-	unsigned part;
-	uint32_t lease;     /* tokens asked for with it, 0: none (lease.h) */
-};
 
 struct redis_node_cb {
 	/* Redis decided r: res[0..nlimits) and the deciding limit's index;
@@ -117,7 +104,7 @@ bool redis_node_unexpiring(const struct redis_node *rn);
 
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */
-int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,
+int redis_node_command(struct redis_node *rn, redis_reply_fn *cb, void *priv, int argc,
 		       const char **argv, const size_t *argvlen);
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
