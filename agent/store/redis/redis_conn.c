@@ -14,7 +14,6 @@
 enum conn_state {
 	CONN_CONNECTING,
 	CONN_UP,
-	CONN_DISCONNECTING,  /* no more commands; ends once all are answered */
 };
 
 struct waiting {
@@ -29,6 +28,7 @@ struct redis_conn {
 	void *owner;
 	enum conn_state state;
 	bool made;               /* connected() said ok */
+	bool disconnecting;      /* no more commands; ends once all are answered */
 	bool failed;             /* an error ends it: errstr says why */
 	bool freeing;            /* ended inside a callback: freed after it */
 	bool ending;             /* finish() under way */
@@ -148,9 +148,9 @@ void redis_conn_free(struct redis_conn *c)
 
 void redis_conn_disconnect(struct redis_conn *c)
 {
-	if (c->state == CONN_DISCONNECTING || c->freeing)
+	if (c->disconnecting || c->freeing)
 		return;
-	c->state = CONN_DISCONNECTING;
+	c->disconnecting = true;
 	if (!c->flen && !c->in_callback)
 		finish(c, false);
 }
@@ -159,7 +159,7 @@ void redis_conn_disconnect(struct redis_conn *c)
 
 static int append(struct redis_conn *c, const char *cmd, size_t len, redis_reply_fn *fn, void *priv)
 {
-	if (c->state == CONN_DISCONNECTING || c->freeing || c->failed)
+	if (c->disconnecting || c->freeing || c->failed)
 		return -1;
 	if (c->flen == c->fcap) {
 		size_t cap = c->fcap ? 2 * c->fcap : 16;
@@ -354,7 +354,9 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)loop;
 	c->in_callback++;
-	if (c->state == CONN_CONNECTING) {
+	if (c->freeing) {
+		/* failed or freed since: an event fed by fail() */
+	} else if (c->state == CONN_CONNECTING) {
 		handshake(c);
 	} else {
 		if ((revents & EV_WRITE) || c->write_wants_read)
@@ -362,11 +364,12 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 		if (!c->failed && ((revents & EV_READ) || c->read_wants_write))
 			read_some(c);
 	}
+	c->in_callback--;
 	if (c->freeing) {
 		finish(c, c->failed);
 		return;
 	}
-	if (c->state == CONN_DISCONNECTING && !c->flen) {
+	if (c->disconnecting && !c->flen) {
 		finish(c, false);
 		return;
 	}
