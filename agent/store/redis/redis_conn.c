@@ -39,6 +39,8 @@ struct redis_conn {
 	redisReader *reader;
 	char *obuf;              /* obuf[opos..olen) waits to be written */
 	size_t opos, olen, ocap;
+	redis_reply_fn *sub_fn;  /* subscribed: every message goes to it */
+	void *sub_priv;
 	struct waiting *fifo;    /* a ring of fcap */
 	size_t fhead, flen, fcap;
 	char errstr[160];
@@ -104,7 +106,7 @@ static void finish(struct redis_conn *c, bool lost)
 	ev_io_stop(c->loop, &c->rio);
 	ev_io_stop(c->loop, &c->wio);
 	c->in_callback++;
-	if (!c->made && lost && c->cb->connected && c->owner)
+	if (!c->made && lost && c->cb && c->cb->connected && c->owner)
 		c->cb->connected(c->owner, c, false);
 	while (c->flen) {
 		struct waiting w = c->fifo[c->fhead];
@@ -114,7 +116,9 @@ static void finish(struct redis_conn *c, bool lost)
 		if (w.fn)
 			w.fn(c, NULL, w.priv);
 	}
-	if (c->made && c->cb->disconnected && c->owner)
+	if (c->sub_fn)
+		c->sub_fn(c, NULL, c->sub_priv);
+	if (c->made && c->cb && c->cb->disconnected && c->owner)
 		c->cb->disconnected(c->owner, c, lost);
 	c->in_callback--;
 	release(c);
@@ -157,7 +161,8 @@ void redis_conn_disconnect(struct redis_conn *c)
 
 /* ---- writing -------------------------------------------------------------------- */
 
-static int append(struct redis_conn *c, const char *cmd, size_t len, redis_reply_fn *fn, void *priv)
+static int append(struct redis_conn *c, const char *cmd, size_t len, redis_reply_fn *fn, void *priv,
+		  bool waits)
 {
 	if (c->disconnecting || c->freeing || c->failed)
 		return -1;
@@ -196,8 +201,8 @@ static int append(struct redis_conn *c, const char *cmd, size_t len, redis_reply
 	}
 	memcpy(c->obuf + c->olen, cmd, len);
 	c->olen += len;
-	c->fifo[(c->fhead + c->flen) % c->fcap] = (struct waiting){ fn, priv };
-	c->flen++;
+	if (waits)
+		c->fifo[(c->fhead + c->flen++) % c->fcap] = (struct waiting){ fn, priv };
 	if (c->state != CONN_CONNECTING)
 		want_write(c, true);
 	return 0;
@@ -206,11 +211,12 @@ static int append(struct redis_conn *c, const char *cmd, size_t len, redis_reply
 int redis_conn_formatted(struct redis_conn *c, redis_reply_fn *fn, void *priv, const char *cmd,
 			 size_t len)
 {
-	return append(c, cmd, len, fn, priv);
+	return append(c, cmd, len, fn, priv, true);
 }
 
-int redis_conn_command(struct redis_conn *c, redis_reply_fn *fn, void *priv, int argc,
-		       const char **argv, const size_t *argvlen)
+/* A command, waiting for its reply in the FIFO or (`waits` false) not. */
+static int command(struct redis_conn *c, redis_reply_fn *fn, void *priv, int argc,
+		   const char **argv, const size_t *argvlen, bool waits)
 {
 	char small[512], *cmd = small;
 	size_t len = redis_resp_len((size_t)argc, argvlen);
@@ -219,10 +225,31 @@ int redis_conn_command(struct redis_conn *c, redis_reply_fn *fn, void *priv, int
 	if (len > sizeof(small) && !(cmd = xmalloc(len)))
 		return -1;
 	redis_resp_put(cmd, (size_t)argc, argv, argvlen);
-	rc = append(c, cmd, len, fn, priv);
+	rc = append(c, cmd, len, fn, priv, waits);
 	if (cmd != small)
 		xfree(cmd);
 	return rc;
+}
+
+int redis_conn_command(struct redis_conn *c, redis_reply_fn *fn, void *priv, int argc,
+		       const char **argv, const size_t *argvlen)
+{
+	return command(c, fn, priv, argc, argv, argvlen, true);
+}
+
+int redis_conn_subscribe(struct redis_conn *c, redis_reply_fn *fn, void *priv, int argc,
+			 const char **argv, const size_t *argvlen)
+{
+	if (c->sub_fn || command(c, fn, priv, argc, argv, argvlen, false) < 0)
+		return -1;
+	c->sub_fn = fn;
+	c->sub_priv = priv;
+	return 0;
+}
+
+bool redis_conn_lost(const struct redis_conn *c)
+{
+	return c->failed;
 }
 
 /* Writes until done or the transport waits. Returns -1 when c failed. */
@@ -264,6 +291,30 @@ static const char *reader_error(const redisReader *r)
 	return why ? why : r->errstr;
 }
 
+/* A subscribed connection's message (or the subscription's answer): an
+ * array of at least 3, its kind and channel strings. Anything else ends
+ * the connection: returns 1. */
+static int message_refused(struct redis_conn *c, const redisReply *m)
+{
+	char why[96];
+
+	if (m->type != REDIS_REPLY_ARRAY) {
+		fail(c, "an unsolicited reply on a subscribed connection");
+		return 1;
+	}
+	if (m->elements < 3) {
+		snprintf(why, sizeof(why), "a message of %zu elements on a subscribed connection",
+			 m->elements);
+		fail(c, why);
+		return 1;
+	}
+	if (m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_STRING) {
+		fail(c, "a message whose kind or channel is no string");
+		return 1;
+	}
+	return 0;
+}
+
 /* Hands every complete reply to its command's callback. */
 static void dispatch(struct redis_conn *c)
 {
@@ -278,14 +329,21 @@ static void dispatch(struct redis_conn *c)
 		}
 		if (!reply)
 			break;
-		if (!c->flen) {
+		if (!c->flen && !c->sub_fn) {
 			freeReplyObject(reply);
 			fail(c, "an unsolicited reply (no command waits for one)");
 			return;
 		}
-		w = c->fifo[c->fhead];
-		c->fhead = (c->fhead + 1) % c->fcap;
-		c->flen--;
+		if (c->flen) {
+			w = c->fifo[c->fhead];
+			c->fhead = (c->fhead + 1) % c->fcap;
+			c->flen--;
+		} else if (message_refused(c, reply)) {
+			freeReplyObject(reply);
+			return;
+		} else {
+			w = (struct waiting){ c->sub_fn, c->sub_priv };
+		}
 		if (w.fn) {
 			c->in_callback++;
 			w.fn(c, reply, w.priv);
@@ -339,7 +397,7 @@ static void handshake(struct redis_conn *c)
 	}
 	c->state = CONN_UP;
 	c->made = true;
-	if (c->cb->connected && c->owner) {
+	if (c->cb && c->cb->connected && c->owner) {
 		c->in_callback++;
 		c->cb->connected(c->owner, c, true);
 		c->in_callback--;

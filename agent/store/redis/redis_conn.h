@@ -28,6 +28,7 @@ struct redis_conn;
  * The reply is freed when the callback returns. */
 typedef void redis_reply_fn(struct redis_conn *c, redisReply *reply, void *priv);
 
+/* Either callback may be NULL, and so may the whole set. */
 struct redis_conn_cb {
 	/* The connection is made (ok), or it could not be (!ok, errstr says
 	 * why): every command waiting then gets NULL, and the connection is
@@ -56,6 +57,14 @@ int redis_conn_command(struct redis_conn *c, redis_reply_fn *fn, void *priv, int
 int redis_conn_formatted(struct redis_conn *c, redis_reply_fn *fn, void *priv, const char *cmd,
 			 size_t len);
 
+/* Sends a SUBSCRIBE (argv): fn gets its answers and every message after
+ * it, with priv, and NULL once when the connection goes. A subscribed
+ * connection takes no other command that waits for a reply; a message
+ * that is not an array of at least 3 whose first two are strings ends
+ * it. Returns 0, or -1 (going, or subscribed already). */
+int redis_conn_subscribe(struct redis_conn *c, redis_reply_fn *fn, void *priv, int argc,
+			 const char **argv, const size_t *argvlen);
+
 /* Writes what is buffered now, as far as the transport takes it without
  * waiting; the rest goes when the socket is writable again. */
 void redis_conn_flush(struct redis_conn *c);
@@ -72,6 +81,9 @@ void redis_conn_free(struct redis_conn *c);
  * (the reply callbacks still are, with their own priv). */
 void *redis_conn_owner(const struct redis_conn *c);
 void redis_conn_set_owner(struct redis_conn *c, void *owner);
+
+/* Whether it failed or was lost (rather than closed when asked). */
+bool redis_conn_lost(const struct redis_conn *c);
 
 /* Why the connection failed or was lost. */
 const char *redis_conn_errstr(const struct redis_conn *c);
