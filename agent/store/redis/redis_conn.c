@@ -453,7 +453,7 @@ struct redis_conn *redis_conn_new(struct ev_loop *loop, struct redis_transport *
 		t->ops->close(t);
 		return NULL;
 	}
-	redis_guard_reader(c->reader, NULL);
+	redis_guard_reader(c->reader);
 	c->loop = loop;
 	c->t = t;
 	c->cb = cb;
