@@ -806,7 +806,10 @@ static void test_connection_lost(void **unused)
  * have aborted); so does a malformed one. */
 static void test_unsolicited_and_malformed(void **unused)
 {
-	static const char *const bad[] = { ":1\r\n", "?what\r\n", "*100000\r\n" };
+	static const char *const bad[] = {
+		":1\r\n", "?what\r\n", "*100000\r\n",
+		"*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1\r\ny\r\n", /* not subscribed */
+	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct redis_node *rn;
@@ -933,6 +936,93 @@ static void test_free_fails_everything(void **unused)
 	assert_int_equal(seen.failed_sent, 1);
 }
 
+/* ---- the connection alone ------------------------------------------------------------ */
+
+static struct {
+	int replies, nulls, messages;
+	char last[32];
+} got;
+
+static void on_reply(struct redis_conn *c, redisReply *reply, void *priv)
+{
+	if (!reply) {
+		got.nulls++;
+		return;
+	}
+	got.replies++;
+	if (reply->type == REDIS_REPLY_ARRAY && reply->elements >= 3 &&
+	    !strcmp(reply->element[0]->str, "message")) {
+		got.messages++;
+		snprintf(got.last, sizeof(got.last), "%s", reply->element[2]->str);
+	}
+}
+
+static struct redis_conn *conn_new(void)
+{
+	struct addr a;
+	char why[64];
+	struct redis_conn *c;
+
+	memset(&got, 0, sizeof(got));
+	assert_int_equal(addr_parse("/tmp/redis.sock", ADDR_UNIX, &a), 0);
+	c = redis_conn_new(loop, redis_transport_new(NULL), &a, NULL, &got, why, sizeof(why));
+	assert_non_null(c);
+	return c;
+}
+
+/* A subscription: its answer and each message go to its callback, NULL
+ * once when the connection goes; a malformed message ends it. */
+static void test_subscription(void **unused)
+{
+	struct redis_conn *c = conn_new();
+	static const char confirm[] = "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+
+	assert_int_equal(redis_conn_command(c, on_reply, NULL, 2, (const char *[]){ "AUTH", "pw" },
+					    (const size_t[]){ 4, 2 }), 0);
+	assert_int_equal(redis_conn_subscribe(c, on_reply, NULL, 2,
+					      (const char *[]){ "SUBSCRIBE", "ch" },
+					      (const size_t[]){ 9, 2 }), 0);
+	run();
+	assert_int_equal(nheld, 1);
+	answer("SUBSCRIBE", confirm, sizeof(confirm) - 1);
+	serve_str("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n");
+	run();
+	assert_int_equal(got.replies, 3);
+	assert_int_equal(got.messages, 1);
+	assert_string_equal(got.last, "hello");
+	assert_int_equal(got.nulls, 0);
+	serve_str("*1\r\n$7\r\nmessage\r\n");
+	run();
+	assert_int_equal(got.replies, 3);
+	assert_int_equal(got.nulls, 1);
+	assert_int_equal(fk.closed, 1);
+}
+
+/* A disconnection asked for waits for the replies due, takes no more
+ * commands, then closes. */
+static void test_disconnect_after_replies(void **unused)
+{
+	struct redis_conn *c = conn_new();
+
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(redis_conn_command(c, on_reply, NULL, 1, (const char *[]){ "PING" },
+						    (const size_t[]){ 4 }), 0);
+	run();
+	assert_int_equal(nheld, 2);
+	redis_conn_disconnect(c);
+	assert_int_equal(redis_conn_command(c, on_reply, NULL, 1, (const char *[]){ "PING" },
+					    (const size_t[]){ 4 }), -1);
+	answer("PING", "+PONG\r\n", 7);
+	run();
+	assert_int_equal(got.replies, 1);
+	assert_int_equal(fk.closed, 0);
+	answer("PING", "+PONG\r\n", 7);
+	run();
+	assert_int_equal(got.replies, 2);
+	assert_int_equal(got.nulls, 0);
+	assert_int_equal(fk.closed, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -950,6 +1040,8 @@ int main(void)
 		cmocka_unit_test_setup(test_library_missing, setup),
 		cmocka_unit_test_setup(test_handshake_deadline, setup),
 		cmocka_unit_test_setup(test_free_fails_everything, setup),
+		cmocka_unit_test_setup(test_subscription, setup),
+		cmocka_unit_test_setup(test_disconnect_after_replies, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
