@@ -10,6 +10,7 @@
 #include "redis_guard.h"
 
 #define READ_CHUNK 16384
+#define OBUF_KEEP 65536     /* room kept once all is written */
 
 enum conn_state {
 	CONN_CONNECTING,
@@ -269,6 +270,13 @@ static int write_some(struct redis_conn *c)
 			return 0;
 		fail(c, n == 0 ? "the transport took nothing" : c->t->errstr);
 		return -1;
+	}
+	c->opos = c->olen = 0;
+	if (c->ocap > OBUF_KEEP) {
+		/* a large command (the library) went: its room goes too */
+		xfree(c->obuf);
+		c->obuf = NULL;
+		c->ocap = 0;
 	}
 	return 0;
 }

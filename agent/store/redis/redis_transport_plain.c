@@ -50,16 +50,19 @@ static int connect_unix(struct redis_transport *t, const char *path)
 	return start(t, (const struct sockaddr *)&sun, sizeof(sun));
 }
 
-/* The first of the host's addresses that a connection starts to (the
- * names are resolved here, blocking, as a connection to Redis always
- * was: a name in the configuration is looked up at each connection). */
-static int connect_tcp(struct redis_transport *t, const char *host, const char *port)
+/* The first of the host's addresses that a connection starts to, IPv4
+ * first, then IPv6 (a name such as localhost reaches a server listening on
+ * 127.0.0.1 alone). The names are resolved here, blocking, as a connection
+ * to Redis always was: a name in the configuration is looked up at each
+ * connection. */
+static int connect_family(struct redis_transport *t, const char *host, const char *port,
+			  int family)
 {
 	struct addrinfo hints, *res, *ai;
 	int rc = REDIS_T_ERROR, one = 1, gai;
 
 	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
+	hints.ai_family = family;
 	hints.ai_socktype = SOCK_STREAM;
 	gai = getaddrinfo(host, port, &hints, &res);
 	if (gai) {
@@ -78,6 +81,13 @@ static int connect_tcp(struct redis_transport *t, const char *host, const char *
 	}
 	freeaddrinfo(res);
 	return rc;
+}
+
+static int connect_tcp(struct redis_transport *t, const char *host, const char *port)
+{
+	int rc = connect_family(t, host, port, AF_INET);
+
+	return rc == REDIS_T_ERROR ? connect_family(t, host, port, AF_INET6) : rc;
 }
 
 static int plain_connect(struct redis_transport *t, const struct addr *a)
