@@ -1,4 +1,5 @@
 /* Unit tests of a Redis node (redis_node.c, redis_conn.c, redis_batch.c)
+ * and of the slot map's question (redis_slots.c)
  * over a fake transport and a fake loop: no socket, no sleep.
  *
  * The test links its own redis_transport_new(), whose transport reads what
@@ -23,6 +24,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "redis_node.h"
+#include "redis_slots.h"
 #include "redis_transport.h"
 #include "store_redis.h"
 
@@ -1023,6 +1025,84 @@ static void test_disconnect_after_replies(void **unused)
 	assert_int_equal(fk.closed, 1);
 }
 
+/* ---- the slot map's question ------------------------------------------------------------ */
+
+static struct {
+	int done;
+	size_t nmasters, covered;
+	char port[8], why[64];
+} slots;
+
+static void on_slots(void *owner, const struct addr *node, const struct redis_cluster_map *map,
+		     const char *why)
+{
+	slots.done++;
+	if (map) {
+		slots.nmasters = map->nmasters;
+		slots.covered = map->covered;
+		snprintf(slots.port, sizeof(slots.port), "%s", map->master[0].port);
+	}
+	if (why)
+		snprintf(slots.why, sizeof(slots.why), "%s", why);
+}
+
+static struct redis_slots *slots_ask(const char *password)
+{
+	struct addr a;
+	struct redis_slots *q;
+
+	memset(&slots, 0, sizeof(slots));
+	memset(&cfg, 0, sizeof(cfg));
+	snprintf(cfg.password, sizeof(cfg.password), "%s", password);
+	assert_int_equal(addr_parse("127.0.0.1:7000", 0, &a), 0);
+	q = redis_slots_ask(loop, &a, &cfg, 1.0, on_slots, NULL);
+	assert_non_null(q);
+	return q;
+}
+
+/* CLUSTER SLOTS (after AUTH) through a transport that gives a byte at a
+ * time: the map, once, and the transport closed. */
+static void test_slots_through_the_transport(void **unused)
+{
+	static const char map[] = "*1\r\n*3\r\n:0\r\n:16383\r\n"
+				  "*3\r\n$9\r\n127.0.0.1\r\n:7001\r\n$2\r\nid\r\n";
+
+	fk.write_max = 5;
+	fk.read_max = 1;
+	slots_ask("pw");
+	run();
+	assert_int_equal(nheld, 1); /* AUTH was answered at once */
+	answer("CLUSTER SLOTS", map, sizeof(map) - 1);
+	run();
+	assert_int_equal(slots.done, 1);
+	assert_int_equal(slots.nmasters, 1);
+	assert_int_equal(slots.covered, 16384);
+	assert_string_equal(slots.port, "7001");
+	assert_int_equal(fk.closed, 1);
+}
+
+/* No answer: the question ends at its deadline; a connection refused
+ * ends it with the transport's reason. */
+static void test_slots_deadline_and_refusal(void **unused)
+{
+	slots_ask("");
+	run();
+	assert_int_equal(nheld, 1);
+	advance(999999);
+	assert_int_equal(slots.done, 0);
+	advance(1);
+	assert_int_equal(slots.done, 1);
+	assert_string_equal(slots.why, "no answer in time");
+	assert_int_equal(fk.closed, 1);
+
+	fk.handshake_rc = REDIS_T_ERROR;
+	slots_ask("");
+	run();
+	assert_int_equal(slots.done, 1);
+	assert_string_equal(slots.why, "Connection refused");
+	assert_int_equal(fk.closed, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1042,6 +1122,8 @@ int main(void)
 		cmocka_unit_test_setup(test_free_fails_everything, setup),
 		cmocka_unit_test_setup(test_subscription, setup),
 		cmocka_unit_test_setup(test_disconnect_after_replies, setup),
+		cmocka_unit_test_setup(test_slots_through_the_transport, setup),
+		cmocka_unit_test_setup(test_slots_deadline_and_refusal, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

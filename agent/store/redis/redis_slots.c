@@ -1,6 +1,7 @@
 /* redis_slots.c: CLUSTER SLOTS over a bare transport (see redis_slots.h). */
 #include "redis_slots.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
@@ -78,9 +79,14 @@ static void wait_for(struct redis_slots *q, int events)
  * then q is freed. */
 static void finish(struct redis_slots *q, const struct redis_cluster_map *map, const char *why)
 {
+	char text[sizeof(q->t->errstr)];
+
+	/* why may be the transport's, which closing frees */
+	if (why)
+		snprintf(text, sizeof(text), "%s", why);
 	ev_timer_stop(q->loop, &q->timer);
 	close_transport(q);
-	q->done(q->owner, &q->node, map, why);
+	q->done(q->owner, &q->node, map, why ? text : NULL);
 	redis_slots_cancel(q);
 }
 
