@@ -1,10 +1,9 @@
 /* redis_oneway.c: the calls a node sends without waiting for their
- * answer (redis_node.h): a refund of a decision made in parts, a
- * concurrency place given back, a penalty's event, a lease's unspent
- * tokens. Each is sent once and never again, whatever comes back: sent
- * twice, a refund would give back twice. The connection copies a command
- * out before redis_node_command()
+ * answer (redis_oneway.h). Sent twice, a refund would give back twice.
+ * The connection copies a command out before redis_node_command()
  * returns, so the arguments live on the stack. */
+#include "redis_oneway.h"
+
 #include <stdio.h>
 #include <string.h>
 
