@@ -23,6 +23,7 @@
 
 #include "alloc.h"
 #include "clock.h"
+#include "log.h"
 #include "redis_node.h"
 #include "redis_slots.h"
 #include "redis_transport.h"
@@ -1126,5 +1127,6 @@ int main(void)
 		cmocka_unit_test_setup(test_slots_deadline_and_refusal, setup),
 	};
 
+	log_set_level(LOG_ERR - 1); /* quiet: failures are what is tested */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
