@@ -262,9 +262,15 @@ static void serve_str(const char *s)
 	serve(s, strlen(s));
 }
 
+static int auth_refused; /* AUTH refused, and what follows it */
+
 static int auto_answer(const char *name)
 {
-	if (!strncmp(name, "FUNCTION", 8))
+	if (auth_refused && (!strncmp(name, "FUNCTION", 8) || !strncmp(name, "CONFIG", 6)))
+		serve_str("-NOAUTH Authentication required.\r\n");
+	else if (auth_refused && !strncmp(name, "AUTH", 4))
+		serve_str("-WRONGPASS invalid username-password pair\r\n");
+	else if (!strncmp(name, "FUNCTION", 8))
 		serve_str("$9\r\nratelimit\r\n");
 	else if (!strncmp(name, "CONFIG", 6))
 		serve_str("*0\r\n");
@@ -564,6 +570,7 @@ static int setup(void **state)
 	memset(prepares, 0, sizeof(prepares));
 	memset(timers, 0, sizeof(timers));
 	nfed = nheld = 0;
+	auth_refused = 0;
 	memset(&rule1, 0, sizeof(rule1));
 	rule1.nlimits = rule1.nown = 1;
 	rule1.limits[0] = (struct limit_spec){ .quota = 10, .period_us = 1000000,
@@ -939,6 +946,38 @@ static void test_free_fails_everything(void **unused)
 	assert_int_equal(seen.failed_sent, 1);
 }
 
+/* AUTH refused: the node is down, the connection closes once the
+ * commands behind AUTH are answered (refused too), and the next one, with
+ * AUTH accepted, makes the node ready. */
+static void test_auth_refused(void **unused)
+{
+	struct addr a;
+	struct redis_node *rn;
+	struct redis_query r = query(12, 100000);
+
+	auth_refused = 1;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.max_pending = 8;
+	cfg.batch_max = 4;
+	cfg.pipeline = 2;
+	snprintf(cfg.password, sizeof(cfg.password), "wrong");
+	assert_int_equal(addr_parse("127.0.0.1:6379", 0, &a), 0);
+	rn = redis_node_new(loop, 0, &a, &cfg, &node_cb, &seen, &stats);
+	assert_non_null(rn);
+	run();
+	assert_false(redis_node_ready(rn));
+	assert_int_not_equal(redis_node_down_since(rn), 0);
+	assert_int_equal(redis_node_submit(rn, &r), -1);
+	assert_int_equal(fk.closed, 1);
+	assert_int_equal(seen.trouble, 1);
+	auth_refused = 0;
+	advance(50000);
+	assert_int_equal(fk.created, 2);
+	assert_true(redis_node_ready(rn));
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	redis_node_free(rn);
+}
+
 /* ---- the connection alone ------------------------------------------------------------ */
 
 static struct {
@@ -1121,6 +1160,7 @@ int main(void)
 		cmocka_unit_test_setup(test_library_missing, setup),
 		cmocka_unit_test_setup(test_handshake_deadline, setup),
 		cmocka_unit_test_setup(test_free_fails_everything, setup),
+		cmocka_unit_test_setup(test_auth_refused, setup),
 		cmocka_unit_test_setup(test_subscription, setup),
 		cmocka_unit_test_setup(test_disconnect_after_replies, setup),
 		cmocka_unit_test_setup(test_slots_through_the_transport, setup),
