@@ -4,17 +4,16 @@
  * topology a worker learned), asked on connections of the request's own. */
 #include "redis_admin.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/adapters/libev.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "overrides.h"
-#include "redis_guard.h"
+#include "redis_conn.h"
 #include "redis_node.h"
+#include "redis_transport.h"
 
 /* An admin look or reset under way, on the caller's loop: one
  * asynchronous connection per server the client's keys live on, a
@@ -41,7 +40,7 @@ struct admin_op {
 	size_t nconns;
 	struct {
 		struct addr addr;
-		redisAsyncContext *ac;
+		struct redis_conn *ac;
 	} conn[ADMIN_CONNS_MAX];
 	struct admin_call *calls;  /* one per item */
 };
@@ -59,11 +58,11 @@ static void admin_finish(struct admin_op *op, const char *error)
 	ev_timer_stop(a->loop, &op->timer);
 	/* pending callbacks run now with no reply and find op finished */
 	for (size_t i = 0; i < op->nconns; i++) {
-		redisAsyncContext *ac = op->conn[i].ac;
+		struct redis_conn *ac = op->conn[i].ac;
 
 		op->conn[i].ac = NULL;
 		if (ac)
-			redisAsyncFree(ac);
+			redis_conn_free(ac);
 	}
 	xfree(op->calls);
 	xfree(op);
@@ -104,7 +103,7 @@ _Static_assert(STORE_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the
 
 /* The values of a client's keys under its rule (MGET), by limit, or with
  * reset, how many keys went: into the item (store.h), as data. */
-static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_main(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_call *call = priv;
 	struct admin_op *op = call->op;
@@ -114,7 +113,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	it = &op->a->item[call->item];
@@ -144,7 +143,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	admin_reply(op, NULL);
 }
 
-static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_ttl(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_call *call = priv;
 	struct admin_op *op = call->op;
@@ -153,7 +152,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
@@ -166,7 +165,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	admin_reply(op, NULL);
 }
 
-static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_auth(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_op *op = priv;
 	redisReply *reply = r;
@@ -179,33 +178,28 @@ static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
 }
 
 /* The connection to `to` for this operation, opened on first use. */
-static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_config *cfg,
+static struct redis_conn *admin_conn(struct admin_op *op, const struct redis_config *cfg,
 				     const struct addr *to)
 {
 	const char *argv[3];
 	size_t argvlen[3];
+	char why[160];
 	int argc;
-	redisAsyncContext *ac;
+	struct redis_conn *ac;
 
 	for (size_t i = 0; i < op->nconns; i++)
 		if (addr_equal(&op->conn[i].addr, to))
 			return op->conn[i].ac;
 	if (op->nconns == ADMIN_CONNS_MAX)
 		return NULL;
-	ac = to->path[0] ? redisAsyncConnectUnix(to->path)
-			 : redisAsyncConnect(to->host, atoi(to->port));
-	if (!ac || ac->err) {
-		if (ac)
-			redisAsyncFree(ac);
+	ac = redis_conn_new(op->a->loop, redis_transport_new(cfg), to, NULL, op, why, sizeof(why));
+	if (!ac)
 		return NULL;
-	}
-	redis_guard_attach(ac);
-	redisLibevAttach(op->a->loop, ac);
 	op->conn[op->nconns].addr = *to;
 	op->conn[op->nconns++].ac = ac;
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
-		redisAsyncCommandArgv(ac, on_admin_auth, op, argc, argv, argvlen);
+		redis_conn_command(ac, on_admin_auth, op, argc, argv, argvlen);
 	return ac;
 }
 
@@ -229,7 +223,7 @@ static const char put_script[] =
 
 /* The reply to an override set (put_script) or removed (HDEL, then INCR
  * of the version, store_overrides_key). */
-static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
+static void on_override_reply(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_op *op = priv;
 	redisReply *reply = r;
@@ -238,7 +232,7 @@ static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "FULL ", 5) == 0) {
@@ -269,7 +263,7 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX], most[16];
 	const char *incr[2] = { "INCR", ver };
 	size_t incrlen[2] = { 4, 0 };
-	redisAsyncContext *ac = NULL;
+	struct redis_conn *ac = NULL;
 	struct addr to;
 
 	if (!argv || !argvlen || !field || !value) {
@@ -313,10 +307,10 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 			argvlen[argc++] = overrides_value(&a->ov[i], value[i]);
 		}
 	}
-	if (redisAsyncCommandArgv(ac, on_override_reply, op, (int)argc, argv, argvlen) == REDIS_OK)
+	if (redis_conn_command(ac, on_override_reply, op, (int)argc, argv, argvlen) == 0)
 		op->pending++;
 	if (a->ov_remove &&
-	    redisAsyncCommandArgv(ac, on_override_reply, op, 2, incr, incrlen) == REDIS_OK)
+	    redis_conn_command(ac, on_override_reply, op, 2, incr, incrlen) == 0)
 		op->pending++;
 out:
 	xfree(argv);
@@ -351,7 +345,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		size_t argvlen[3 + LIMIT_SET_MAX], argc = 0;
 		bool packed = false;
 		struct addr to;
-		redisAsyncContext *ac;
+		struct redis_conn *ac;
 
 		op->calls[i].op = op;
 		op->calls[i].item = i;
@@ -391,16 +385,16 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			argvlen[argc++] = store_key_name(a->item[i].key, rule->lidh[j],
 							 &rule->limits[j], key[j]);
 		}
-		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)argc, argv,
-					  argvlen) == REDIS_OK)
+		if (redis_conn_command(ac, on_admin_main, &op->calls[i], (int)argc, argv,
+				       argvlen) == 0)
 			op->pending++;
 		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
 			const char *pttl[2] = { "PTTL", key[j] };
 			size_t pttllen[2] = { 4, store_key_held_len(&rule->limits[j],
 								    strlen(key[j])) };
 
-			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
-						  pttllen) == REDIS_OK) {
+			if (redis_conn_command(ac, on_admin_ttl, &op->calls[i], 2, pttl,
+					       pttllen) == 0) {
 				op->pending++;
 				op->calls[i].ttl_left++;
 			}

@@ -1,9 +1,9 @@
 /* redis_oneway.c: the calls a node sends without waiting for their
- * answer (redis_node.h): a refund of a decision made in parts, a
- * concurrency place given back, a penalty's event, a lease's unspent
- * tokens. Each is sent once and never again, whatever comes back: sent
- * twice, a refund would give back twice. hiredis copies a command out before redis_node_command()
+ * answer (redis_oneway.h). Sent twice, a refund would give back twice.
+ * The connection copies a command out before redis_node_command()
  * returns, so the arguments live on the stack. */
+#include "redis_oneway.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +23,7 @@ static size_t fcall_head(const char **argv, size_t *argvlen, const char *fn)
 	return 3;
 }
 
-static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
+static void on_refund_reply(struct redis_conn *ac, redisReply *reply_, void *priv)
 {
 	struct redis_node *rn = priv;
 	const redisReply *reply = reply_;
@@ -54,7 +54,7 @@ struct give {
 /* FCALL fn 0 <take_us> [<expect>] <requests> <rule> [<id>] <key>...: one
  * request of g's cost whose keys are 1 .. nl. Returns 0 when sent, else
  * -1. */
-static int send_give(struct redis_node *rn, const struct give *g, redisCallbackFn *cb)
+static int send_give(struct redis_node *rn, const struct give *g, redis_reply_fn *cb)
 {
 	const char *argv[8 + LIMIT_SET_MAX];
 	size_t argvlen[8 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
@@ -126,13 +126,13 @@ static void oneway_error(void *priv, void *reply_, const char *what)
 	}
 }
 
-static void on_release_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_release_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "release");
 }
 
-static void on_penalize_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_penalize_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "penalty event");
@@ -184,7 +184,7 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	return redis_node_command(rn, on_penalize_reply, rn, 7, argv, argvlen);
 }
 
-static void on_return_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_return_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "lease return");

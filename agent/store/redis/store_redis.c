@@ -36,6 +36,7 @@
 #include "redis_admin.h"
 #include "redis_cluster.h"
 #include "redis_node.h"
+#include "redis_oneway.h"
 #include "redis_overrides.h"
 #include "redis_sentinel.h"
 #include "redis_slots.h"
