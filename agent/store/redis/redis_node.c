@@ -120,7 +120,7 @@ static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
 
 int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 {
-	char key[STORE_KEY_NAME_MAX + 1];
+	char key[REDIS_KEY_NAME_MAX + 1];
 	size_t len;
 	struct where *w;
 
@@ -132,8 +132,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	len = store_key_held_len(&r->q.limits[0],
-				 store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
+	len = redis_key_held_len(&rn->cfg->keys, &r->q.limits[0],
+				 redis_key_name(&rn->cfg->keys, r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
 	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key, len) != REDIS_OK) {
 		xfree(w);
 		return -1;
@@ -337,7 +337,7 @@ static void eviction_found(struct redis_node *rn, bool evicting, const char *max
 			   const char *policy, const char *refused)
 {
 	uint64_t seen = evicting ? 1 : 2;
-	bool forced = store_key_expiry_mode() == STORE_EXPIRY_NEVER, before;
+	bool forced = rn->cfg->keys.expiry == REDIS_EXPIRY_NEVER, before;
 
 	rn->evicting = evicting;
 	if (evicting)
@@ -421,7 +421,7 @@ static void look_at_eviction(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (rn->ac && store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
+	if (rn->ac && rn->cfg->keys.expiry != REDIS_EXPIRY_ALWAYS)
 		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
 }
 
@@ -434,7 +434,12 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
 
 bool redis_node_unexpiring(const struct redis_node *rn)
 {
-	return store_key_expiry_dropped(rn->evicting);
+	return redis_key_expiry_dropped(&rn->cfg->keys, rn->evicting);
+}
+
+const struct redis_keys *redis_node_keys(const struct redis_node *rn)
+{
+	return &rn->cfg->keys;
 }
 
 static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
@@ -762,7 +767,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
 	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
 	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + 8 + RULE_BYTES_MAX +
-						      LIMIT_SET_MAX * (STORE_KEY_NAME_MAX + 1 + 4));
+						      LIMIT_SET_MAX * (REDIS_KEY_NAME_MAX + 1 + 4));
 	rn->arena = xmalloc(rn->arena_cap);
 	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
 		free_buffers(rn);

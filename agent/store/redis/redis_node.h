@@ -26,6 +26,8 @@
 #include "redis_cluster.h"
 #include "store.h"
 
+struct redis_keys;
+
 struct redis_config;
 struct redis_node;
 
@@ -114,6 +116,8 @@ bool redis_node_is_cluster(const struct redis_node *rn);
 /* Whether the limits' keys go to it without an expiry (--redis-expiry:
  * never, or auto while the connection's last look found it evicting). */
 bool redis_node_unexpiring(const struct redis_node *rn);
+/* How the node's store names its keys (its configuration's). */
+const struct redis_keys *redis_node_keys(const struct redis_node *rn);
 
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */

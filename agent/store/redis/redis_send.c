@@ -27,7 +27,7 @@ static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
 
 static size_t rule_bytes(const struct redis_node *rn, const struct decide_query *q, uint8_t *p)
 {
-	return redis_limits_bytes(q->limits, q->nlimits, redis_node_unexpiring(rn), p);
+	return redis_limits_bytes(&rn->cfg->keys, q->limits, q->nlimits, redis_node_unexpiring(rn), p);
 }
 
 /* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
@@ -71,11 +71,11 @@ static int put_keys_mapped(struct redis_node *rn, const struct rbatch *b, uint32
 
 		first[i] = (uint32_t)npos + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			char name[STORE_KEY_NAME_MAX + 1];
+			char name[REDIS_KEY_NAME_MAX + 1];
 			size_t k, len;
 			uint8_t *p;
 
-			len = store_key_name(decide_limit_key(q, j), q->rule->lidh[j],
+			len = redis_key_name(&rn->cfg->keys, decide_limit_key(q, j), q->rule->lidh[j],
 					     &q->limits[j], name);
 			for (k = 0; k < nkeys; k++)
 				if (rn->argvlen[k0 + k] == len &&
@@ -178,10 +178,10 @@ int redis_send_batch(struct redis_node *rn, struct rbatch *b)
 		}
 		first[i] = (uint32_t)nkeys + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			if (!(p = arena_take(rn, &used, STORE_KEY_NAME_MAX + 1)))
+			if (!(p = arena_take(rn, &used, REDIS_KEY_NAME_MAX + 1)))
 				return -1;
 			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = store_key_name(q->key, q->rule->lidh[j], &q->limits[j],
+			rn->argvlen[argc++] = redis_key_name(&rn->cfg->keys, q->key, q->rule->lidh[j], &q->limits[j],
 							     (char *)p);
 		}
 		nkeys += q->nlimits;

@@ -123,6 +123,7 @@ void store_redis_defaults(struct redis_config *cfg)
 	cfg->local_cache = 1;
 	cfg->lease_us = 0;
 	cfg->lease_share = 10;
+	redis_keys_defaults(&cfg->keys);
 }
 
 int store_redis_set_addr(struct redis_config *cfg, const char *addr)
@@ -303,11 +304,11 @@ static size_t shard_of(const uint8_t *key, size_t n)
 }
 
 /* The slot of a client's keys, as the cluster hashes their tag. */
-static unsigned slot_of(const uint8_t *key)
+static unsigned slot_of(const struct redis_keys *k, const uint8_t *key)
 {
-	char tag[STORE_KEY_TAG_MAX + 1];
+	char tag[REDIS_KEY_TAG_MAX + 1];
 
-	return redis_cluster_slot(tag, store_key_tag(key, tag));
+	return redis_cluster_slot(tag, redis_key_tag(k, key, tag));
 }
 
 /* The node that decides a client now, or NULL when none can (no master
@@ -325,7 +326,7 @@ static struct redis_node *route(struct redis_worker *rw, const uint8_t *key)
 	case REDIS_CLUSTER:
 		if (!rw->map)
 			return NULL;
-		m = redis_cluster_master_of(rw->map, slot_of(key));
+		m = redis_cluster_master_of(rw->map, slot_of(&rw->cfg->keys, key));
 		if (m < 0)
 			return NULL;
 		if (!rw->node[m])
@@ -758,8 +759,8 @@ static int locate(struct store *st, const uint8_t *key, struct addr *to)
 			rc = -1;
 		break;
 	case REDIS_CLUSTER:
-		if (rst->map && redis_cluster_node_of(rst->map, slot_of(key)))
-			*to = *redis_cluster_node_of(rst->map, slot_of(key));
+		if (rst->map && redis_cluster_node_of(rst->map, slot_of(&cfg->keys, key)))
+			*to = *redis_cluster_node_of(rst->map, slot_of(&cfg->keys, key));
 		else
 			rc = -1;
 		break;
@@ -798,7 +799,7 @@ static void on_ov_set(void *owner, struct overrides *o)
 static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_worker *rw = t->data;
-	struct redis_node *rn = route(rw, store_overrides_at);
+	struct redis_node *rn = route(rw, redis_overrides_at);
 
 	(void)loop;
 	(void)revents;
@@ -1101,6 +1102,8 @@ struct store *store_redis_new(const struct redis_config *cfg, size_t mem_max_key
 		return NULL;
 	}
 	rst->cfg = *cfg;
+	redis_keys_settle(&rst->cfg.keys);
+	st->limit_space = REDIS_KEYS_LIMIT_SPACE;
 	pthread_mutex_init(&rst->lock, NULL);
 	snprintf(rst->overflow.name, sizeof(rst->overflow.name), "other");
 	st->impl = rst;

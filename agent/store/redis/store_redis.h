@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "addr.h"
+#include "redis_keys.h"
 
 struct store;
 
@@ -47,6 +48,7 @@ struct redis_config {
 	int local_cache;         /* answer known-refused clients locally */
 	int64_t lease_us;        /* leases (lease.h) of this interval; 0: none */
 	unsigned lease_share;    /* a lease's most, in percent of a capacity */
+	struct redis_keys keys;  /* how keys are named: packing, expiry */
 };
 
 void store_redis_defaults(struct redis_config *cfg);
