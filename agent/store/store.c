@@ -91,28 +91,11 @@ static void stats_add(struct store_stats *to, const struct store_stats *from)
 		STAT_ADD(t[i], STAT_GET(f[i]));
 }
 
-static void add_node(void *arg, const char *name, const struct store_stats *stats)
-{
-	stats_add(arg, stats);
-}
-
 void store_get_stats(struct store *st, struct store_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	for (const struct store_worker *sw = st->workers; sw; sw = sw->next)
 		stats_add(out, &sw->stats);
-	store_each_node(st, add_node, out);
-}
-
-bool store_has_nodes(const struct store *st)
-{
-	return st->ops->each_node != NULL;
-}
-
-void store_each_node(struct store *st, store_node_fn *fn, void *arg)
-{
-	if (st->ops->each_node)
-		st->ops->each_node(st, fn, arg);
 }
 
 void store_mem_stats(const struct store *st, struct memstore_stats *out)

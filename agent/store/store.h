@@ -55,44 +55,11 @@ struct store_ref {
 typedef void store_answer_fn(void *priv, const struct store_ref *ref,
 			     const struct decide_decision *d);
 
-/* Counters of one worker's store, summed over workers by the metrics. */
+/* Counters of one worker's store, summed over workers by the metrics.
+ * (A backend keeps its own, and exports them: store_redis.h.) */
 struct store_stats {
-	counter_t queries;        /* submitted */
-	counter_t calls;          /* calls sent to the shared store (batches) */
-	counter_t replies;        /* decisions the shared store made */
-	counter_t local_refusals; /* answered from the refused-until cache */
-	counter_t timeouts;       /* without the store: deadline passed */
-	counter_t unavailable;    /* without the store: no connection, queue full */
-	counter_t errors;         /* error replies */
-	counter_t connects;       /* connection attempts */
-	counter_t library_missing; /* calls that found the library gone: loaded again */
-	counter_t breaker_trips;  /* circuit breaker opened */
-	counter_t breaker_skips;  /* decided without the store while open */
-	struct hist call_time;    /* a call sent -> its reply */
-	struct hist wait_time;    /* a query submitted -> decided by the store */
-	counter_t moved;          /* Cluster: sent where their key was not */
-	counter_t asked;          /* Cluster: sent after ASKING (slot migrating) */
-	counter_t topology_changes; /* a new master, slot map or shard set */
-	counter_t split;          /* decisions whose limits live on several servers */
-	counter_t refunds;        /* refunds sent: parts of refused split decisions */
-	counter_t refunds_lost;   /* refunds that could not be sent or failed */
-	counter_t releases_lost;  /* concurrency places not given back: no connection */
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
-	counter_t penalty_lost;   /* such events Redis could not be told of */
-	struct lease_stats lease; /* leased tokens (lease.h) */
-	/* a gauge, per server: 1 while keys written without an expiry
-	 * (--redis-expiry) may be on it and it may not evict them (the last
-	 * look at its maxmemory and policy), else 0; that look's finding (0
-	 * none yet, 1 evicting, 2 not), logged when it changes; and whether
-	 * a look found it evicting once (with auto, keys without an expiry
-	 * may have been written since) */
-	counter_t not_evicting;
-	counter_t eviction_seen;
-	counter_t evicting_once;
 };
-
-/* Receives one server's counters (see store_ops.each_node). */
-typedef void store_node_fn(void *arg, const char *name, const struct store_stats *stats);
 
 /* What a backend's check returns. */
 enum store_outcome {
@@ -187,9 +154,6 @@ struct store_ops {
 	void (*rules_changed)(struct store_worker *sw);
 	/* See struct store_admin. Runs on the caller's (main) thread. */
 	void (*admin)(struct store *st, struct store_admin *a);
-	/* Calls fn for the counters of each server the store talks to
-	 * (NULL: none apart from the workers' own). Any thread. */
-	void (*each_node)(struct store *st, store_node_fn *fn, void *arg);
 	/* Gives back the concurrency place of request id (decide.h), which
 	 * took it under limit j of rule for client key: at once, answering
 	 * nothing (NULL: the local places only, see store_response). */
@@ -303,14 +267,10 @@ uint64_t store_reset_epoch(const struct store *st);
 const char *store_limit_space(const struct store *st);
 
 /* For the metrics, on the main thread: whether decisions are shared by a
- * fleet; the counters of every worker's part and of every server the
- * store talks to, summed into *out; whether it talks to servers of its
- * own, and each one's counters (fn, as store_ops.each_node); the memory
- * store's figures (of the local failure mode's buckets too). */
+ * fleet; the counters of every worker's part, summed into *out; the
+ * memory store's figures (of the local failure mode's buckets too). */
 bool store_shared(const struct store *st);
 void store_get_stats(struct store *st, struct store_stats *out);
-bool store_has_nodes(const struct store *st);
-void store_each_node(struct store *st, store_node_fn *fn, void *arg);
 struct memstore_stats;
 void store_mem_stats(const struct store *st, struct memstore_stats *out);
 

@@ -427,23 +427,10 @@ static void test_memory_concurrency(void **state)
 	rules_release(rules);
 }
 
-/* Per server: the fake store talks to two, whose counters count too. */
-static void fake_each_node(struct store *st, store_node_fn *fn, void *arg)
-{
-	static struct store_stats node[2];
-
-	STAT_SET(node[0].calls, 100);
-	STAT_SET(node[1].calls, 1000);
-	STAT_SET(node[1].wait_time.bucket[3], 7);
-	fn(arg, "a", &node[0]);
-	fn(arg, "b", &node[1]);
-}
-
-/* The metrics' figures: every worker's part and every server summed, a
- * part freed no longer counted. */
+/* The metrics' figures: every worker's part summed, a part freed no
+ * longer counted. */
 static void test_stats_summed(void **state)
 {
-	struct store_ops ops = fake_ops;
 	struct store *st = fake_store();
 	struct store_worker *sw[3];
 	struct store_stats sum;
@@ -452,27 +439,17 @@ static void test_stats_summed(void **state)
 	for (int i = 0; i < 3; i++) {
 		sw[i] = store_worker_new(st, NULL, i, on_answer, &answers);
 		assert_non_null(sw[i]);
-		STAT_SET(sw[i]->stats.calls, (uint64_t)(i + 1));
-		STAT_SET(sw[i]->stats.lease.dropped, 10u * (uint64_t)(i + 1));
+		STAT_SET(sw[i]->stats.penalty_events, (uint64_t)(i + 1));
 	}
-	assert_false(store_has_nodes(st));
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 6);
-	assert_int_equal(STAT_GET(sum.lease.dropped), 60);
-	assert_int_equal(STAT_GET(sum.wait_time.bucket[3]), 0);
+	assert_int_equal(STAT_GET(sum.penalty_events), 6);
 	store_worker_free(sw[1]);
-	ops.each_node = fake_each_node;
-	st->ops = &ops;
-	assert_true(store_has_nodes(st));
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 1 + 3 + 100 + 1000);
-	assert_int_equal(STAT_GET(sum.lease.dropped), 40);
-	assert_int_equal(STAT_GET(sum.wait_time.bucket[3]), 7);
-	st->ops = &fake_ops;
+	assert_int_equal(STAT_GET(sum.penalty_events), 1 + 3);
 	store_worker_free(sw[0]);
 	store_worker_free(sw[2]);
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 0);
+	assert_int_equal(STAT_GET(sum.penalty_events), 0);
 	store_free(st);
 }
 

@@ -66,7 +66,7 @@ struct redis_node {
 	size_t arena_cap;
 	char *cmd;                   /* the call's RESP (cheaper than hiredis's) */
 	size_t cmd_cap;
-	struct store_stats *stats;
+	struct redis_stats *stats;
 	bool cluster;                /* rl7_decide_cluster (see redis_send_batch) */
 	bool evicting;               /* the connection's last look at the server's
 				      * eviction found it evicting */

@@ -541,7 +541,7 @@ const char *redis_node_name(const struct redis_node *rn)
 	return rn->name;
 }
 
-struct store_stats *redis_node_stats(struct redis_node *rn)
+struct redis_stats *redis_node_stats(struct redis_node *rn)
 {
 	return rn->stats;
 }
@@ -742,7 +742,7 @@ static void free_buffers(struct redis_node *rn)
 
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats)
+				  void *owner, struct redis_stats *stats)
 {
 	struct redis_node *rn = xcalloc(1, sizeof(*rn));
 	size_t max_argc;

@@ -111,7 +111,7 @@ void redis_node_flush(struct redis_node *rn);
 
 /* The node's name (its address), counters, and whether it is a Cluster's. */
 const char *redis_node_name(const struct redis_node *rn);
-struct store_stats *redis_node_stats(struct redis_node *rn);
+struct redis_stats *redis_node_stats(struct redis_node *rn);
 bool redis_node_is_cluster(const struct redis_node *rn);
 /* Whether the limits' keys go to it without an expiry (--redis-expiry:
  * never, or auto while the connection's last look found it evicting). */
@@ -128,7 +128,7 @@ int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, i
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats);
+				  void *owner, struct redis_stats *stats);
 
 /* Reports every query still waiting as failed, then frees the node. */
 void redis_node_free(struct redis_node *rn);

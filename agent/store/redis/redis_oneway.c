@@ -10,6 +10,7 @@
 #include "log.h"
 #include "redis_encode.h"
 #include "redis_node.h"
+#include "store_redis.h"
 
 /* FCALL <fn> 0, the head of every call here: argv[0..3). Returns 3. */
 static size_t fcall_head(const char **argv, size_t *argvlen, const char *fn)
