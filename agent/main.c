@@ -356,7 +356,8 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 			 opt.redis.lease_us ? "--lease" : "lease (rules file)");
 	else if (!opt.use_redis && opt.redis.keys.packed)
 		snprintf(err, errlen, "--redis-packed: with a Redis store only");
-	else if ((!opt.use_redis || opt.redis.keys.packed) && opt.redis.keys.expiry == REDIS_EXPIRY_NEVER)
+	else if ((!opt.use_redis || opt.redis.keys.packed) &&
+		 opt.redis.keys.expiry == REDIS_EXPIRY_NEVER)
 		snprintf(err, errlen, "--redis-expiry never: %s",
 			 opt.use_redis ? "packed buckets have their sets' expiry: one or the other"
 				       : "with a Redis store only");

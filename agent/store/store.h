@@ -33,7 +33,6 @@
 #include <stdint.h>
 
 #include "decide.h"
-#include "lease.h"
 #include "stats.h"
 
 struct memstore;

@@ -313,6 +313,10 @@ static void test_memory_store(void **state)
 	memcpy(it.key, q.key, sizeof(it.key));
 	store_admin(st, &a);
 	assert_int_equal(it.found, STORE_ADMIN_STATE);
+	/* the answer names the client by 24 bits of its key */
+	assert_int_equal(strlen(it.label), 6);
+	assert_true(it.label[0] == '{' && it.label[5] == '}');
+	assert_int_equal(strcspn(it.label + 1, "{}~"), 4);
 	assert_int_equal(it.limit[0].remaining, 0);
 	assert_int_equal(limit_ceil_s(it.limit[0].reset_us), 3600);
 	assert_false(it.has_ttl || it.out_of_memory);

@@ -132,8 +132,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	len = redis_key_held_len(&rn->cfg->keys, &r->q.limits[0],
-				 redis_key_name(&rn->cfg->keys, r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
+	len = redis_key_name(&rn->cfg->keys, r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key);
+	len = redis_key_held_len(&rn->cfg->keys, &r->q.limits[0], len);
 	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key, len) != REDIS_OK) {
 		xfree(w);
 		return -1;

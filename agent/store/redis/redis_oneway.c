@@ -76,8 +76,8 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	argv[argc] = (const char *)req;
 	argvlen[argc++] = sizeof(req);
 	argv[argc] = (const char *)rule;
-	argvlen[argc++] = redis_limits_bytes(redis_node_keys(rn), g->limits, g->nl, redis_node_unexpiring(rn),
-					      rule);
+	argvlen[argc++] = redis_limits_bytes(redis_node_keys(rn), g->limits, g->nl,
+					     redis_node_unexpiring(rn), rule);
 	if (g->id) {
 		redis_put_be(id, g->id, 8);
 		argv[argc] = (const char *)id;
@@ -182,8 +182,8 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	argv[5] = ck;
 	argvlen[5] = redis_key_name(redis_node_keys(rn), key, p->count_lidh, &p->count, ck);
 	argv[6] = bk;
-	argvlen[6] = redis_key_name(redis_node_keys(rn), key, rule->lidh[p->ban - 1], &rule->limits[p->ban - 1],
-				    bk);
+	argvlen[6] = redis_key_name(redis_node_keys(rn), key, rule->lidh[p->ban - 1],
+				    &rule->limits[p->ban - 1], bk);
 	return redis_node_command(rn, on_penalize_reply, rn, 7, argv, argvlen);
 }
 

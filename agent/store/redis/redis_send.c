@@ -27,7 +27,8 @@ static uint8_t *arena_take(struct redis_node *rn, size_t *used, size_t len)
 
 static size_t rule_bytes(const struct redis_node *rn, const struct decide_query *q, uint8_t *p)
 {
-	return redis_limits_bytes(&rn->cfg->keys, q->limits, q->nlimits, redis_node_unexpiring(rn), p);
+	return redis_limits_bytes(&rn->cfg->keys, q->limits, q->nlimits, redis_node_unexpiring(rn),
+				  p);
 }
 
 /* The requests' ids (8 bytes each, 0 for none), for concurrency limits. */
@@ -181,8 +182,8 @@ int redis_send_batch(struct redis_node *rn, struct rbatch *b)
 			if (!(p = arena_take(rn, &used, REDIS_KEY_NAME_MAX + 1)))
 				return -1;
 			rn->argv[argc] = (const char *)p;
-			rn->argvlen[argc++] = redis_key_name(&rn->cfg->keys, q->key, q->rule->lidh[j], &q->limits[j],
-							     (char *)p);
+			rn->argvlen[argc++] = redis_key_name(&rn->cfg->keys, q->key, q->rule->lidh[j],
+							     &q->limits[j], (char *)p);
 		}
 		nkeys += q->nlimits;
 	}
