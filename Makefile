@@ -69,10 +69,9 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-# The Redis decision library becomes a C string: its parts, in this order,
-# as one text. `?` is escaped so that no "??x" in Lua turns into a C
-# trigraph.
-LUA_LIBRARY := agent/store/redis/ratelimit.lua agent/store/redis/ratelimit_calls.lua
+# The Redis decision library becomes a C string. `?` is escaped so that
+# no "??x" in Lua turns into a C trigraph.
+LUA_LIBRARY := agent/store/redis/ratelimit.lua
 $(BUILD)/gen/redis_library.h: $(LUA_LIBRARY)
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from $(LUA_LIBRARY) */'; \

@@ -485,7 +485,7 @@ static const struct redis_node_cb node_cb = {
 };
 
 static struct redis_config cfg;
-static struct store_stats stats;
+static struct redis_stats stats;
 static struct rule rule1;
 
 static struct redis_node *node_new(enum redis_topology topology)

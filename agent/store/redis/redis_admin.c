@@ -34,6 +34,7 @@ struct admin_call {
 struct admin_op {
 	struct store *st;
 	struct store_admin *a;
+	const struct redis_keys *keys; /* the store's naming */
 	ev_timer timer;
 	size_t pending;            /* replies still expected */
 	bool finished;
@@ -99,7 +100,7 @@ static char *admin_copy(const char *p, size_t n, bool *oom)
 	return c;
 }
 
-_Static_assert(STORE_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
+_Static_assert(REDIS_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
 
 /* The values of a client's keys under its rule (MGET), by limit, or with
  * reset, how many keys went: into the item (store.h), as data. */
@@ -129,7 +130,8 @@ static void on_admin_main(struct redis_conn *ac, redisReply *r, void *priv)
 
 		it->found = STORE_ADMIN_RAW;
 		for (size_t j = 0; j < rule->nown; j++)
-			store_key_name(it->key, rule->lidh[j], &rule->limits[j], it->limit[j].name);
+			redis_key_name(op->keys, it->key, rule->lidh[j], &rule->limits[j],
+				       it->limit[j].name);
 		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
 				   j < rule->nown; j++) {
 			const redisReply *v = reply->element[j];
@@ -222,7 +224,7 @@ static const char put_script[] =
 	"return redis.call('INCR', KEYS[2])\n";
 
 /* The reply to an override set (put_script) or removed (HDEL, then INCR
- * of the version, store_overrides_key). */
+ * of the version, redis_overrides_key). */
 static void on_override_reply(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_op *op = priv;
@@ -260,7 +262,7 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 	size_t *argvlen = xcalloc(6 + nv * a->nov, sizeof(*argvlen));
 	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(a->nov + 1, sizeof(*field));
 	char (*value)[OVERRIDE_VALUE_MAX] = xcalloc(a->nov + 1, sizeof(*value));
-	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX], most[16];
+	char hash[REDIS_OVERRIDES_KEY_MAX], ver[REDIS_OVERRIDES_KEY_MAX], most[16];
 	const char *incr[2] = { "INCR", ver };
 	size_t incrlen[2] = { 4, 0 };
 	struct redis_conn *ac = NULL;
@@ -270,7 +272,7 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		snprintf(a->error, sizeof(a->error), "out of memory");
 		goto out;
 	}
-	if (locate(op->st, store_overrides_at, &to) < 0) {
+	if (locate(op->st, redis_overrides_at, &to) < 0) {
 		snprintf(a->error, sizeof(a->error), "no Redis node known yet");
 		goto out;
 	}
@@ -278,12 +280,12 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 		goto out;
 	}
-	incrlen[1] = store_overrides_key(true, ver);
+	incrlen[1] = redis_overrides_key(true, ver);
 	if (a->ov_remove) {
 		argv[argc] = "HDEL";
 		argvlen[argc++] = 4;
 		argv[argc] = hash;
-		argvlen[argc++] = store_overrides_key(false, hash);
+		argvlen[argc++] = redis_overrides_key(false, hash);
 	} else {
 		argv[argc] = "EVAL";
 		argvlen[argc++] = 4;
@@ -292,7 +294,7 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		argv[argc] = "2";
 		argvlen[argc++] = 1;
 		argv[argc] = hash;
-		argvlen[argc++] = store_overrides_key(false, hash);
+		argvlen[argc++] = redis_overrides_key(false, hash);
 		argv[argc] = ver;
 		argvlen[argc++] = incrlen[1];
 		argv[argc] = most;
@@ -332,6 +334,10 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 	}
 	op->st = st;
 	op->a = a;
+	op->keys = &cfg->keys;
+	_Static_assert(REDIS_KEY_TAG_MAX < STORE_ADMIN_LABEL_MAX, "a tag fits the label");
+	for (size_t i = 0; i < a->n; i++)
+		redis_key_tag(&cfg->keys, a->item[i].key, a->item[i].label);
 	ev_timer_init(&op->timer, on_admin_timeout, ADMIN_TIMEOUT, 0.);
 	op->timer.data = op;
 	/* each item's replies count before any can arrive */
@@ -340,7 +346,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		override_op(op, cfg, locate);
 	for (size_t i = 0; !a->override && i < a->n; i++) {
 		const struct rule *rule = a->item[i].rule;
-		char key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1], nkeys[8];
+		char key[LIMIT_SET_MAX][REDIS_KEY_NAME_MAX + 1], nkeys[8];
 		const char *argv[3 + LIMIT_SET_MAX];
 		size_t argvlen[3 + LIMIT_SET_MAX], argc = 0;
 		bool packed = false;
@@ -369,7 +375,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		 * MGET or DEL, or the library's rl7_peek or rl7_forget, which
 		 * read and delete packed buckets too, with the same replies */
 		for (size_t j = 0; j < rule->nown; j++)
-			packed |= store_key_packed(&rule->limits[j]);
+			packed |= redis_key_packed(&cfg->keys, &rule->limits[j]);
 		if (packed) {
 			argv[argc++] = "FCALL";
 			argv[argc++] = a->reset ? "rl7_forget" : "rl7_peek";
@@ -382,7 +388,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			argvlen[j] = strlen(argv[j]);
 		for (size_t j = 0; j < rule->nown; j++) {
 			argv[argc] = key[j];
-			argvlen[argc++] = store_key_name(a->item[i].key, rule->lidh[j],
+			argvlen[argc++] = redis_key_name(&cfg->keys, a->item[i].key, rule->lidh[j],
 							 &rule->limits[j], key[j]);
 		}
 		if (redis_conn_command(ac, on_admin_main, &op->calls[i], (int)argc, argv,
@@ -390,7 +396,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			op->pending++;
 		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
 			const char *pttl[2] = { "PTTL", key[j] };
-			size_t pttllen[2] = { 4, store_key_held_len(&rule->limits[j],
+			size_t pttllen[2] = { 4, redis_key_held_len(&cfg->keys, &rule->limits[j],
 								    strlen(key[j])) };
 
 			if (redis_conn_command(ac, on_admin_ttl, &op->calls[i], 2, pttl,

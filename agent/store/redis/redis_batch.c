@@ -5,6 +5,7 @@
 
 #include "alloc.h"
 #include "redis_encode.h"
+#include "redis_keys.h"
 
 /* FCALL, its name, 0 and the requests; a rule and a key per limit per
  * query, at most */
@@ -13,14 +14,15 @@ static size_t max_argc(size_t batch_max)
 	return 6 + batch_max * (1 + LIMIT_SET_MAX);
 }
 
-int redis_batch_init(struct redis_batch_enc *e, size_t batch_max)
+int redis_batch_init(struct redis_batch_enc *e, size_t batch_max, const struct redis_keys *keys)
 {
 	memset(e, 0, sizeof(*e));
 	e->batch_max = batch_max;
+	e->keys = keys;
 	e->argv = xcalloc(max_argc(batch_max), sizeof(*e->argv));
 	e->argvlen = xcalloc(max_argc(batch_max), sizeof(*e->argvlen));
 	e->arena_cap = 2 + batch_max * (10 + 8 + RULE_BYTES_MAX +
-					LIMIT_SET_MAX * (STORE_KEY_NAME_MAX + 1 + 4));
+					LIMIT_SET_MAX * (REDIS_KEY_NAME_MAX + 1 + 4));
 	e->arena = xmalloc(e->arena_cap);
 	if (!e->argv || !e->argvlen || !e->arena) {
 		redis_batch_free(e);
@@ -94,11 +96,11 @@ static int put_keys_mapped(struct redis_batch_enc *e, const struct redis_query *
 
 		first[i] = (uint32_t)npos + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			char name[STORE_KEY_NAME_MAX + 1];
+			char name[REDIS_KEY_NAME_MAX + 1];
 			size_t k, len;
 			uint8_t *p;
 
-			len = store_key_name(decide_limit_key(q, j), q->rule->lidh[j],
+			len = redis_key_name(e->keys, decide_limit_key(q, j), q->rule->lidh[j],
 					     &q->limits[j], name);
 			for (k = 0; k < nkeys; k++)
 				if (e->argvlen[k0 + k] == len &&
@@ -142,10 +144,10 @@ static int put_keys(struct redis_batch_enc *e, const struct redis_query *rq, siz
 		}
 		first[i] = (uint32_t)nkeys + 1;
 		for (size_t j = 0; j < q->nlimits; j++) {
-			if (!(p = arena_take(e, used, STORE_KEY_NAME_MAX + 1)))
+			if (!(p = arena_take(e, used, REDIS_KEY_NAME_MAX + 1)))
 				return -1;
 			e->argv[*argc] = (const char *)p;
-			e->argvlen[(*argc)++] = store_key_name(q->key, q->rule->lidh[j],
+			e->argvlen[(*argc)++] = redis_key_name(e->keys, q->key, q->rule->lidh[j],
 							       &q->limits[j], (char *)p);
 		}
 		nkeys += q->nlimits;
@@ -205,7 +207,7 @@ static size_t batch_argv(struct redis_batch_enc *e, const struct redis_query *rq
 				return 0;
 			rule_q[nrules++] = q;
 			e->argv[argc] = (const char *)p;
-			e->argvlen[argc++] = redis_limits_bytes(q->limits, q->nlimits, unexpiring, p);
+			e->argvlen[argc++] = redis_limits_bytes(e->keys, q->limits, q->nlimits, unexpiring, p);
 		}
 		ruleidx[i] = (uint16_t)(k + 1);
 	}

@@ -12,6 +12,8 @@
 #include "decide.h"
 #include "store.h"
 
+struct redis_keys;
+
 /* One query for Redis: where its answer goes, what to decide, when. */
 struct redis_query {
 	struct store_ref ref;
@@ -30,6 +32,7 @@ struct redis_query {
 /* The encoder's buffers, sized for calls of batch_max queries. */
 struct redis_batch_enc {
 	size_t batch_max;
+	const struct redis_keys *keys;  /* how the keys are named */
 	const char **argv;
 	size_t *argvlen;
 	char *arena;          /* the bytes of the argv */
@@ -38,8 +41,9 @@ struct redis_batch_enc {
 	size_t cmd_cap;
 };
 
-/* Returns 0, or -1 when out of memory (e then holds nothing to free). */
-int redis_batch_init(struct redis_batch_enc *e, size_t batch_max);
+/* Keys are named by `keys` (kept: it outlives e). Returns 0, or -1 when
+ * out of memory (e then holds nothing to free). */
+int redis_batch_init(struct redis_batch_enc *e, size_t batch_max, const struct redis_keys *keys);
 void redis_batch_free(struct redis_batch_enc *e);
 
 /* The RESP of the call for rq[0..n) (n <= batch_max): rl7_decide, or

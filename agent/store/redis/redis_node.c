@@ -83,7 +83,7 @@ struct redis_node {
 	int *shared_calls;           /* calls in flight of all the owner's nodes */
 	ev_timer handshake_w;        /* connecting and loading the library */
 	struct redis_batch_enc enc;  /* the calls' encoder */
-	struct store_stats *stats;
+	struct redis_stats *stats;
 	bool cluster;                /* rl7_decide_cluster (see redis_batch.h) */
 	bool evicting;               /* the connection's last look at the server's
 				      * eviction found it evicting */
@@ -174,7 +174,7 @@ static void on_where(struct redis_conn *c, redisReply *reply, void *priv)
 
 int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 {
-	char key[STORE_KEY_NAME_MAX + 1];
+	char key[REDIS_KEY_NAME_MAX + 1];
 	size_t len;
 	struct where *w;
 
@@ -186,8 +186,8 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	len = store_key_held_len(&r->q.limits[0],
-				 store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
+	len = redis_key_name(&rn->cfg->keys, r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key);
+	len = redis_key_held_len(&rn->cfg->keys, &r->q.limits[0], len);
 	if (redis_conn_command(rn->conn, on_where, w, 2, (const char *[]){ "EXISTS", key },
 			       (const size_t[]){ 6, len }) < 0) {
 		xfree(w);
@@ -392,7 +392,7 @@ static void eviction_found(struct redis_node *rn, bool evicting, const char *max
 			   const char *policy, const char *refused)
 {
 	uint64_t seen = evicting ? 1 : 2;
-	bool forced = store_key_expiry_mode() == STORE_EXPIRY_NEVER, before;
+	bool forced = rn->cfg->keys.expiry == REDIS_EXPIRY_NEVER, before;
 
 	rn->evicting = evicting;
 	if (evicting)
@@ -474,7 +474,7 @@ static void look_at_eviction(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (rn->conn && store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
+	if (rn->conn && rn->cfg->keys.expiry != REDIS_EXPIRY_ALWAYS)
 		redis_conn_command(rn->conn, on_eviction_policy, rn, 4, argv, argvlen);
 }
 
@@ -487,7 +487,12 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
 
 bool redis_node_unexpiring(const struct redis_node *rn)
 {
-	return store_key_expiry_dropped(rn->evicting);
+	return redis_key_expiry_dropped(&rn->cfg->keys, rn->evicting);
+}
+
+const struct redis_keys *redis_node_keys(const struct redis_node *rn)
+{
+	return &rn->cfg->keys;
 }
 
 static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *priv)
@@ -681,7 +686,7 @@ const char *redis_node_name(const struct redis_node *rn)
 	return rn->name;
 }
 
-struct store_stats *redis_node_stats(struct redis_node *rn)
+struct redis_stats *redis_node_stats(struct redis_node *rn)
 {
 	return rn->stats;
 }
@@ -871,7 +876,7 @@ static void free_buffers(struct redis_node *rn)
 
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats)
+				  void *owner, struct redis_stats *stats)
 {
 	struct redis_node *rn = xcalloc(1, sizeof(*rn));
 
@@ -889,7 +894,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->backoff = RECONNECT_MIN;
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
-	if (!rn->queue || !rn->decoded || redis_batch_init(&rn->enc, (size_t)cfg->batch_max) < 0) {
+	if (!rn->queue || !rn->decoded || redis_batch_init(&rn->enc, (size_t)cfg->batch_max, &cfg->keys) < 0) {
 		free_buffers(rn);
 		return NULL;
 	}

@@ -28,6 +28,8 @@
 #include "redis_conn.h"
 #include "store.h"
 
+struct redis_keys;
+
 struct redis_config;
 struct redis_node;
 
@@ -70,11 +72,13 @@ void redis_node_flush(struct redis_node *rn);
 
 /* The node's name (its address), counters, and whether it is a Cluster's. */
 const char *redis_node_name(const struct redis_node *rn);
-struct store_stats *redis_node_stats(struct redis_node *rn);
+struct redis_stats *redis_node_stats(struct redis_node *rn);
 bool redis_node_is_cluster(const struct redis_node *rn);
 /* Whether the limits' keys go to it without an expiry (--redis-expiry:
  * never, or auto while the connection's last look found it evicting). */
 bool redis_node_unexpiring(const struct redis_node *rn);
+/* How the node's store names its keys (its configuration's). */
+const struct redis_keys *redis_node_keys(const struct redis_node *rn);
 
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */
@@ -85,7 +89,7 @@ int redis_node_command(struct redis_node *rn, redis_reply_fn *cb, void *priv, in
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats);
+				  void *owner, struct redis_stats *stats);
 
 /* Reports every query still waiting as failed, then frees the node. */
 void redis_node_free(struct redis_node *rn);

@@ -168,9 +168,9 @@ static void on_page(struct redis_conn *ac, redisReply *r, void *priv);
 
 static void ask_page(struct redis_overrides *p, const char *cursor, size_t len)
 {
-	char key[STORE_OVERRIDES_KEY_MAX];
+	char key[REDIS_OVERRIDES_KEY_MAX];
 	const char *argv[5] = { "HSCAN", key, cursor, "COUNT", PAGE };
-	size_t argvlen[5] = { 5, store_overrides_key(false, key), len, 5, sizeof(PAGE) - 1 };
+	size_t argvlen[5] = { 5, redis_overrides_key(false, key), len, 5, sizeof(PAGE) - 1 };
 
 	if (redis_conn_command(p->ac, on_page, p, 5, argv, argvlen) < 0)
 		p->busy = false;
@@ -304,7 +304,7 @@ static void on_purged(struct redis_conn *ac, redisReply *r, void *priv)
 static void purge_batch(struct redis_overrides *p, const struct override_entry *const *e,
 			size_t n, int64_t now_ms)
 {
-	char key[STORE_OVERRIDES_KEY_MAX], now[24];
+	char key[REDIS_OVERRIDES_KEY_MAX], now[24];
 	const char **argv = xcalloc(5 + n, sizeof(*argv));
 	size_t *argvlen = xcalloc(5 + n, sizeof(*argvlen));
 	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(n, sizeof(*field));
@@ -318,7 +318,7 @@ static void purge_batch(struct redis_overrides *p, const struct override_entry *
 		argv[argc] = "1";
 		argvlen[argc++] = 1;
 		argv[argc] = key;
-		argvlen[argc++] = store_overrides_key(false, key);
+		argvlen[argc++] = redis_overrides_key(false, key);
 		argv[argc] = now;
 		argvlen[argc++] = (size_t)snprintf(now, sizeof(now), "%lld", (long long)now_ms);
 		for (size_t i = 0; i < n; i++) {
@@ -369,7 +369,7 @@ static void purge(struct redis_overrides *p)
 
 void redis_overrides_poll(struct redis_overrides *p, const struct addr *at, bool touch)
 {
-	char key[STORE_OVERRIDES_KEY_MAX];
+	char key[REDIS_OVERRIDES_KEY_MAX];
 	const char *argv[2] = { "GET", key };
 	size_t argvlen[2] = { 3, 0 };
 
@@ -390,12 +390,12 @@ void redis_overrides_poll(struct redis_overrides *p, const struct addr *at, bool
 		 * the version is, so that it is never among them. */
 		argv[0] = "TOUCH";
 		argvlen[0] = 5;
-		argvlen[1] = store_overrides_key(false, key);
+		argvlen[1] = redis_overrides_key(false, key);
 		redis_conn_command(p->ac, NULL, NULL, 2, argv, argvlen);
 		argv[0] = "GET";
 		argvlen[0] = 3;
 	}
-	argvlen[1] = store_overrides_key(true, key);
+	argvlen[1] = redis_overrides_key(true, key);
 	if (redis_conn_command(p->ac, on_version, p, 2, argv, argvlen) == 0) {
 		p->busy = true;
 		p->busy_since = clock_now_us();
