@@ -182,6 +182,7 @@ static void reload_apply(struct rules *r)
 			 "this agent keeps its buckets in memory");
 	rules_set_gen(r, ++generation);
 	rules_set_secret(r, hash_key);
+	rules_set_limit_space(r, store_limit_space(srv.store));
 	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
 	log_info_kv(LOG_KV("file", opt.rules_path), "reloaded %s: %zu rule(s)", opt.rules_path,
@@ -397,9 +398,10 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 	if (!opt.use_redis && (opt.redis.lease_us || rules_any_lease(rules)))
 		snprintf(err, errlen, "%s: leases are taken from Redis: give a Redis store",
 			 opt.redis.lease_us ? "--lease" : "lease (rules file)");
-	else if (!opt.use_redis && opt.packed)
+	else if (!opt.use_redis && opt.redis.keys.packed)
 		snprintf(err, errlen, "--redis-packed: with a Redis store only");
-	else if ((!opt.use_redis || opt.packed) && opt.expiry == STORE_EXPIRY_NEVER)
+	else if ((!opt.use_redis || opt.redis.keys.packed) &&
+		 opt.redis.keys.expiry == REDIS_EXPIRY_NEVER)
 		snprintf(err, errlen, "--redis-expiry never: %s",
 			 opt.use_redis ? "packed buckets have their sets' expiry: one or the other"
 				       : "with a Redis store only");
@@ -539,14 +541,15 @@ static void watch_signals(void)
 /* The line that says the agent runs, and how. */
 static void log_started(const struct rules *rules)
 {
+	const struct redis_keys *k = &opt.redis.keys;
 	char layout[64] = "";
 
-	if (opt.packed)
+	if (k->packed)
 		snprintf(layout, sizeof(layout), ", packed buckets (%u sets per limit)",
-			 1U << opt.packed_bits);
-	else if (opt.expiry == STORE_EXPIRY_NEVER)
+			 1U << k->packed_bits);
+	else if (k->expiry == REDIS_EXPIRY_NEVER)
 		snprintf(layout, sizeof(layout), ", keys without an expiry");
-	else if (opt.use_redis && opt.expiry == STORE_EXPIRY_AUTO)
+	else if (opt.use_redis && k->expiry == REDIS_EXPIRY_AUTO)
 		snprintf(layout, sizeof(layout),
 			 ", keys without an expiry where the server evicts them");
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
@@ -566,21 +569,18 @@ static int run(struct rules *rules)
 	srv.cfg = opt.server;
 	srv.admin = opt.admin;
 	srv.lfd = -1;
-	rules_set_gen(rules, ++generation);
-	rules_set_secret(rules, hash_key);
-	atomic_init(&srv.rules, rules);
-	/* (before the workers name any key) */
-	store_key_packing(opt.packed, opt.packed_bits);
-	/* packed buckets: their sets' expiry is how their members go */
-	store_key_expiry(opt.packed && opt.expiry == STORE_EXPIRY_AUTO ? STORE_EXPIRY_ALWAYS
-								      : opt.expiry);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = opt.use_redis ? store_redis_new(&opt.redis, srv.cfg.mem_max_keys)
 				  : store_memory_new(srv.cfg.mem_max_keys);
 	if (!srv.store) {
 		log_err("cannot allocate the store");
+		rules_release(rules);
 		return 1;
 	}
+	rules_set_gen(rules, ++generation);
+	rules_set_secret(rules, hash_key);
+	rules_set_limit_space(rules, store_limit_space(srv.store));
+	atomic_init(&srv.rules, rules);
 	main_loop = ev_default_loop(EVFLAG_AUTO);
 	watch_signals();
 	/* Metrics listen before the SPOP port does, so whoever waits for the

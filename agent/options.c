@@ -331,18 +331,18 @@ static int set_max_pending(struct options *o, const char *arg, char *err, size_t
 
 static int set_packed(struct options *o, const char *arg, char *err, size_t errlen)
 {
-	o->packed = true;
+	o->redis.keys.packed = true;
 	return 0;
 }
 
 static int set_expiry(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	if (!strcmp(arg, "auto"))
-		o->expiry = STORE_EXPIRY_AUTO;
+		o->redis.keys.expiry = REDIS_EXPIRY_AUTO;
 	else if (!strcmp(arg, "always"))
-		o->expiry = STORE_EXPIRY_ALWAYS;
+		o->redis.keys.expiry = REDIS_EXPIRY_ALWAYS;
 	else if (!strcmp(arg, "never"))
-		o->expiry = STORE_EXPIRY_NEVER;
+		o->redis.keys.expiry = REDIS_EXPIRY_NEVER;
 	else
 		return fail(err, errlen, "--redis-expiry: auto, always or never, not '%s'", arg);
 	return 0;
@@ -350,7 +350,7 @@ static int set_expiry(struct options *o, const char *arg, char *err, size_t errl
 
 static int set_no_expiry(struct options *o, const char *arg, char *err, size_t errlen)
 {
-	o->expiry = STORE_EXPIRY_NEVER;
+	o->redis.keys.expiry = REDIS_EXPIRY_NEVER;
 	return 0;
 }
 
@@ -358,12 +358,13 @@ static int set_packed_sets(struct options *o, const char *arg, char *err, size_t
 {
 	long long n;
 
-	if (parse_num(arg, 1, 1 << STORE_KEY_PACKED_BITS_MAX, &n) < 0 || (n & (n - 1)))
+	if (parse_num(arg, 1, 1 << REDIS_KEY_PACKED_BITS_MAX, &n) < 0 || (n & (n - 1)))
 		return fail(err, errlen,
 			    "--redis-packed-sets: expected a power of two from 1 to %d, got '%s'",
-			    1 << STORE_KEY_PACKED_BITS_MAX, arg);
-	o->packed = true;
-	for (o->packed_bits = 0; (1LL << o->packed_bits) < n; o->packed_bits++)
+			    1 << REDIS_KEY_PACKED_BITS_MAX, arg);
+	o->redis.keys.packed = true;
+	for (o->redis.keys.packed_bits = 0; (1LL << o->redis.keys.packed_bits) < n;
+	     o->redis.keys.packed_bits++)
 		;
 	return 0;
 }
@@ -638,7 +639,6 @@ void options_defaults(struct options *o)
 	server_config_defaults(&o->server);
 	o->server.threads = ncpu > 0 ? (int)ncpu : 1;
 	o->log_level = LOG_INFO;
-	o->packed_bits = STORE_KEY_PACKED_BITS_DEFAULT;
 	store_redis_defaults(&o->redis);
 	if (spw) {
 		snprintf(o->redis.sentinel_password, sizeof(o->redis.sentinel_password), "%s", spw);

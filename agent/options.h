@@ -38,9 +38,6 @@ struct options {
 	int master_set, sentinel_password_set;
 	const char *hash_key_file;
 	bool check;
-	bool packed;                 /* --redis-packed */
-	unsigned packed_bits;        /* --redis-packed-sets: log2 of it */
-	enum store_expiry expiry;    /* --redis-expiry */
 	bool use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;

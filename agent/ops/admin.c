@@ -190,12 +190,10 @@ static void admin_done(struct store_admin *a)
 		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
 		for (size_t i = 0; i < a->n; i++) {
 			const struct store_admin_item *it = &a->item[i];
-			char key[STORE_KEY_TAG_MAX + 1];
 
-			store_key_tag(it->key, key);
 			outf(&o, "%s{\"rule\": ", i ? ", " : "");
 			out_json_str(&o, it->rule->name, strlen(it->rule->name));
-			outf(&o, ", \"key\": \"%s\"", key);
+			outf(&o, ", \"key\": \"%s\"", it->label);
 			out_item(&o, it);
 			outf(&o, "}");
 		}

@@ -104,6 +104,8 @@ struct rules {
 	atomic_uint refs;
 	uint64_t gen;
 	uint8_t secret[16];
+	/* what the limits' hashes are taken under (rules_set_limit_space) */
+	char limit_space[RULES_LIMIT_SPACE_MAX];
 	char source[256];
 	struct settings settings;
 	struct rules_names identity;
