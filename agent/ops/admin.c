@@ -193,8 +193,12 @@ static void admin_done(struct store_admin *a)
 			outf(&o, "%s", i + 1 == a->n ? "}" : "");
 		}
 		outf(&o, "}\n");
-		log_info("admin: %s the override of %s=%.*s", a->ov_remove ? "removed" : "set",
-			 ar->kind, (int)(ar->tlen < 64 ? ar->tlen : 64), ar->text);
+		char text[256]; /* longer values end in "..." */
+
+		logtext(text, sizeof(text), ar->text, ar->tlen);
+		log_info_kv(LOG_KV("identity", ar->kind, "client", text),
+			    "admin: %s the override of %s=%s", a->ov_remove ? "removed" : "set",
+			    ar->kind, text);
 	} else {
 		outf(&o, "{\"identity\": ");
 		out_json_str(&o, ar->kind, strlen(ar->kind));
@@ -203,12 +207,10 @@ static void admin_done(struct store_admin *a)
 		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
 		for (size_t i = 0; i < a->n; i++) {
 			const struct store_admin_item *it = &a->item[i];
-			char key[STORE_KEY_TAG_MAX + 1];
 
-			store_key_tag(it->key, key);
 			outf(&o, "%s{\"rule\": ", i ? ", " : "");
 			out_json_str(&o, it->rule->name, strlen(it->rule->name));
-			outf(&o, ", \"key\": \"%s\"", key);
+			outf(&o, ", \"key\": \"%s\"", it->label);
 			out_item(&o, it);
 			outf(&o, "}");
 		}
@@ -216,8 +218,9 @@ static void admin_done(struct store_admin *a)
 		if (a->reset) {
 			char text[256]; /* longer values end in "..." */
 
-			log_info("admin: reset the buckets of %s=%s", ar->kind,
-				 logtext(text, sizeof(text), ar->text, ar->tlen));
+			logtext(text, sizeof(text), ar->text, ar->tlen);
+			log_info_kv(LOG_KV("identity", ar->kind, "client", text),
+				    "admin: reset the buckets of %s=%s", ar->kind, text);
 		}
 	}
 	respond_json(ar->req, status, &o);

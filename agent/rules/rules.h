@@ -235,8 +235,8 @@ struct rule {
 	 * limit starts fresh in the shared store instead of misreading old
 	 * state. */
 	char lid[LIMIT_SET_MAX][RULES_LID_MAX];
-	/* lid hashed (FNV-1a, 64 bits, of "rl3:" and lid): the limit's part
-	 * of its keys' names (store_key_name) */
+	/* lid hashed (FNV-1a, 64 bits, of the store's space and lid,
+	 * rules_set_limit_space): the limit's part of its keys' names */
 	uint64_t lidh[LIMIT_SET_MAX];
 	/* The local failure mode: each limit divided by the fleet size
 	 * (store.agents), at least 1. */
@@ -334,6 +334,14 @@ void rules_set_counters(struct rules *r, size_t i, uint32_t counters);
  * rules are used). */
 const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
+
+/* The limits' hashes (rule->lidh, rule_penalty.count_lidh) are FNV-1a of
+ * a space and each limit's name: the store's (store_limit_space(), a
+ * shared store's layout of its values, so that a changed layout never
+ * reads old state as new), set by the holder before the rules are used;
+ * "" until then. At most RULES_LIMIT_SPACE_MAX - 1 bytes. */
+#define RULES_LIMIT_SPACE_MAX 16
+void rules_set_limit_space(struct rules *r, const char *space);
 
 /* The hash state after "kind\0" under the rules' secret, for the clients
  * identity argument k (of rules_identity_names) names (k < 0: anonymous

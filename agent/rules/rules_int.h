@@ -73,6 +73,8 @@ struct rules {
 	atomic_uint refs;
 	uint64_t gen;
 	uint8_t secret[16];
+	/* what the limits' hashes are taken under (rules_set_limit_space) */
+	char limit_space[RULES_LIMIT_SPACE_MAX];
 	char source[256];
 	uint8_t sha256[SHA256_LEN]; /* of the bytes loaded */
 	/* What the file wrote itself (rather than took from the defaults):

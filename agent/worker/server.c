@@ -153,6 +153,10 @@ static int server_bind(struct server *srv)
 	}
 	/* With port 0 the kernel picks one: say which, so a supervisor (or a
 	 * test) can read it from the log. */
+	if (bound.path[0]) {
+		log_info("listening on unix@%s", bound.path);
+		return 0;
+	}
 	snprintf(bound.port, sizeof(bound.port), "%u", addr_local_port(srv->lfd));
 	log_info("listening on %s", addr_format(&bound, where, sizeof(where)));
 	return 0;
