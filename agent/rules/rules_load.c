@@ -602,6 +602,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 			return -1;
 		r->identity = ids;
 		r->idnames = ids;
+		r->identity_set = true;
 	}
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
@@ -623,6 +624,8 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 			       "exclude each other: put the limits in a tier");
 	if (parse_tiers(c, v[K_TIERS]) < 0)
 		return -1;
+	r->tiers_set = v[K_TIERS] != NULL;
+	r->shedding_set = v[K_SHEDDING] != NULL;
 	if (!v[K_TIERS]) {
 		/* the built-in rule "default" takes the file's lease too */
 		r->rule[0].lease_us = r->lease_us;
@@ -725,6 +728,7 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 	c.r = r;
 	rc = parse_root(&c, root);
 	if (rc == 0) {
+		sha256(buf, len, r->sha256);
 		rules_derive(r);
 		measure_rules(r);
 	}
@@ -846,6 +850,7 @@ const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k
 const struct settings *rules_settings(const struct rules *r) { return &r->settings; }
 
 const char *rules_source(const struct rules *r) { return r->source; }
+const uint8_t *rules_sha256(const struct rules *r) { return r->sha256; }
 const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }
 const struct rules_names *rules_identity_names(const struct rules *r) { return &r->idnames; }
 const struct identity_prefix *rules_global_prefix(const struct rules *r)

@@ -52,7 +52,9 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       a->has_hash_key_file == b->has_hash_key_file &&
 	       strcmp(a->hash_key_file, b->hash_key_file) == 0 &&
 	       a->has_sentinel_password == b->has_sentinel_password &&
-	       strcmp(a->sentinel_password, b->sentinel_password) == 0;
+	       strcmp(a->sentinel_password, b->sentinel_password) == 0 &&
+	       strcmp(a->password_file, b->password_file) == 0 &&
+	       strcmp(a->sentinel_password_file, b->sentinel_password_file) == 0;
 }
 
 /* An address as addr_parse() reads it with `flags`; `expected` says what
@@ -135,21 +137,66 @@ static int node_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, 
 	return 0;
 }
 
+/* Keys that would have no effect are errors: an operator who wrote an
+ * address expects Redis to be used. k[1..n): the keys given (NULL: not),
+ * `allowed` a bit per key of those the store type takes. */
+static int keys_apply(struct ys *y, yaml_node_t **k, const char *const *keys, int n,
+		      unsigned allowed, int type, const char *type_name)
+{
+	for (int i = 1; i < n; i++) {
+		char where[YS_PATH_MAX];
+
+		if (!k[i] || (allowed & 1u << i))
+			continue;
+		ys_path_key(where, "store", keys[i]);
+		if (type == 0)
+			return ys_fail(y, k[i]->start_mark, where,
+				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
+		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s", type_name);
+	}
+	return 0;
+}
+
+/* store.NAME_file: the file that holds the password NAME (read by main
+ * at start and at every reload), into out[256]; NAME or NAME_file, not
+ * both. Nothing when key is NULL. */
+static int password_file(struct ys *y, const char *name, yaml_node_t *plain, yaml_node_t *key,
+			 yaml_node_t *val, char *out)
+{
+	char where[YS_PATH_MAX], file_key[64];
+
+	if (!key)
+		return 0;
+	snprintf(file_key, sizeof(file_key), "%s_file", name);
+	ys_path_key(where, "store", file_key);
+	if (plain)
+		return ys_fail(y, key->start_mark, where, "give %s or %s, not both", name, file_key);
+	if (ys_cstr(y, val, where, out, 256) < 0)
+		return -1;
+	if (!out[0])
+		return ys_fail(y, val->start_mark, where, "must not be empty");
+	return 0;
+}
+
 static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 {
 	enum { K_TYPE, K_ADDRESS, K_NODES, K_SENTINELS, K_MASTER, K_SENTINEL_PASSWORD, K_USER,
-	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_N };
+	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_PASSWORD_FILE,
+	       K_SENTINEL_PASSWORD_FILE, K_N };
 	static const char *const keys[K_N] = {"type", "address", "nodes", "sentinels",
 					      "master", "sentinel_password", "user",
-					      "password", "timeout", "agents", "hash_key_file"};
+					      "password", "timeout", "agents", "hash_key_file",
+					      "password_file", "sentinel_password_file"};
 	static const char *const types[] = {"memory", "redis", "sentinel", "cluster", "shards"};
 	/* which keys each type takes (bit per key), the others are errors */
 	static const unsigned common = 1u << K_TYPE | 1u << K_USER | 1u << K_PASSWORD |
-				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE;
+				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE |
+				       1u << K_PASSWORD_FILE;
 	static const unsigned allowed[] = {
 		1u << K_TYPE | 1u << K_HASH_KEY_FILE,
 		common | 1u << K_ADDRESS,
-		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD,
+		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD |
+			1u << K_SENTINEL_PASSWORD_FILE,
 		common | 1u << K_NODES,
 		common | 1u << K_NODES,
 	};
@@ -167,20 +214,8 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 		s->has_store = true;
 		s->store = (enum settings_store)type;
 	}
-	/* Keys that would have no effect are errors: an operator who wrote an
-	 * address expects Redis to be used. */
-	for (int i = K_ADDRESS; i < K_N; i++) {
-		char where[YS_PATH_MAX];
-
-		if (!k[i] || (allowed[type] & 1u << i))
-			continue;
-		ys_path_key(where, "store", keys[i]);
-		if (type == 0)
-			return ys_fail(y, k[i]->start_mark, where,
-				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
-		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s",
-			       types[type]);
-	}
+	if (keys_apply(y, k, keys, K_N, allowed[type], type, types[type]) < 0)
+		return -1;
 	if (v[K_HASH_KEY_FILE]) {
 		if (ys_cstr(y, v[K_HASH_KEY_FILE], "store.hash_key_file", s->hash_key_file,
 			    sizeof(s->hash_key_file)) < 0)
@@ -239,6 +274,12 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 			return -1;
 		s->has_password = true;
 	}
+	if (password_file(y, "password", v[K_PASSWORD], k[K_PASSWORD_FILE],
+			  v[K_PASSWORD_FILE], s->password_file) < 0 ||
+	    password_file(y, "sentinel_password", v[K_SENTINEL_PASSWORD],
+			  k[K_SENTINEL_PASSWORD_FILE], v[K_SENTINEL_PASSWORD_FILE],
+			  s->sentinel_password_file) < 0)
+		return -1;
 	if (v[K_TIMEOUT]) {
 		if (ys_duration(y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
 				"1ms to 60s such as 20ms", &us) < 0)
@@ -298,7 +339,9 @@ int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct
 	long long num;
 
 	if (vals[K_LISTEN]) {
-		if (get_addr(y, vals[K_LISTEN], "listen", 0, "ADDR:PORT such as 127.0.0.1:12345",
+		/* (unix@PATH too: the message keeps to the common case) */
+		if (get_addr(y, vals[K_LISTEN], "listen", ADDR_UNIX_AT,
+			     "ADDR:PORT such as 127.0.0.1:12345",
 			     &s->listen) < 0)
 			return -1;
 		s->has_listen = true;

@@ -73,7 +73,7 @@ extern const char *const settings_answer_names[SETTINGS_NVARS];
  * compare with settings_equal. */
 struct settings {
 	bool has_listen;
-	struct addr listen;      /* a host and port, never a path */
+	struct addr listen;      /* a host and port, or unix@PATH */
 	bool has_threads;
 	int threads;             /* 1..256; 0 when not set */
 	bool has_store;
@@ -93,6 +93,11 @@ struct settings {
 	char user[128];
 	bool has_password;
 	char password[256];      /* ${NAME} already replaced */
+	/* files holding a password, "" when not set: read by main() at
+	 * start, and again at each reload (settings_equal compares the names,
+	 * main the contents) */
+	char password_file[256];
+	char sentinel_password_file[256];
 	bool has_timeout;
 	int timeout_ms;          /* 1..60000 */
 	bool has_agents;

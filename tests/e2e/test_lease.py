@@ -84,6 +84,7 @@ def ask(port, key=CLIENT):
         return spop.as_read(c.expect(ACK).vars())
 
 
+@harness.serial
 def test_hot_client_never_over_its_limit_across_agents_one_skewed(h):
     """Three agents (one 5 hours ahead), one client far above 200/s from
     all of them for about 3 s: it gets at most what the bucket allows over
@@ -419,6 +420,7 @@ def test_a_lease_asked_with_a_request_answered_locally_is_not_awaited(h):
     assert fcalls(redis, "rl7_decide") - calls0 <= 3
 
 
+@harness.serial
 def test_a_hot_client_s_calls_stay_few_at_a_steady_rate(h):
     """One client at 20x its limit from two agents on a timetable (the
     bench's H0/HL, shorter): with leases Redis sees a call per hundreds of

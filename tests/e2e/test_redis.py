@@ -730,6 +730,7 @@ def test_redis_restart_and_script_flush_through_haproxy(h):
 # -------------------------------------------------------------- 8: deadline
 
 
+@harness.serial
 def test_deadline_when_redis_is_paused(h):
     redis = RedisServer(h)
     a = start_agent(h, redis, "--limit", "100/1m", "--redis-timeout", "20")
@@ -833,6 +834,7 @@ def histogram(port, name):
     return buckets, float(total.group(1)), int(count.group(1))
 
 
+@harness.serial
 def test_latency_histograms(h):
     redis = RedisServer(h)
     mport = harness.free_port()
@@ -938,10 +940,13 @@ def test_auth_with_password_and_env(h):
         b = start_agent(h, redis, "--limit", "10/1m", name="agent-env")
     finally:
         del os.environ["RL_REDIS_PASSWORD"]
-    assert Spop(b.port).ask("auth") == ok(10, 60, 8, 12, 6)
+    # the same bucket, a token less (its times count from the first ask)
+    v = Spop(b.port).ask("auth")
+    assert (v["status"], v["remaining"], v["degraded"]) == (0, 8, False), v
     assert_log_clean(b)
 
 
+@harness.serial
 def test_auth_with_a_wrong_password_answers_degraded(h):
     redis = RedisServer(h, extra=["--requirepass", "secret"], password="secret")
     a = start_agent(h, redis, "--redis-password", "wrong", "--limit", "10/1m", ready=False)
@@ -952,7 +957,8 @@ def test_auth_with_a_wrong_password_answers_degraded(h):
         assert v == degraded(10, 60), v
         assert dt < 0.1, dt
     assert redis.rl_keys() == []
-    line = [x for x in a.log().splitlines() if "AUTH failed" in x][0]
+    # (the overrides' reader, on a thread of its own, may log first)
+    line = [x for x in a.log().splitlines() if "AUTH failed" in x and "worker" in x][0]
     assert "error: " in line and "WRONGPASS" in line, line
 
 

@@ -118,7 +118,7 @@ static void test_values(void **unused)
 	fails("store: { type: redis, adress: x }",
 	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, nodes, "
 	      "sentinels, master, sentinel_password, user, password, timeout, agents, "
-	      "hash_key_file)");
+	      "hash_key_file, password_file, sentinel_password_file)");
 	fails("store: { user: spoa }",
 	      "t.yaml:1:10: store.user: applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 }
