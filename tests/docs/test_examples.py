@@ -984,3 +984,18 @@ def test_shipped_files_name_clients_by_what_they_cannot_choose():
         for line in text.splitlines():
             if line.split()[:1] == ["unique-id-format"]:
                 assert line.split()[1:] == ["%[uuid()]"], (name, line)
+
+
+def test_shipped_spoe_files_log_only_failed_messages():
+    """Every shipped SPOE agent section sets option dontlog-normal: HAProxy
+    otherwise logs a line for each message answered, which costs it CPU
+    on every request (docs/integration.md)."""
+    for path in SPOE_FILES:
+        with open(path) as f:
+            sections = re.split(r"(?m)^(?=spoe-\w+ )", f.read())
+        agents = [s for s in sections if s.startswith("spoe-agent ")]
+        assert agents, path
+        for sec in agents:
+            opts = [l.split() for l in sec.splitlines()]
+            assert ["option", "dontlog-normal"] in opts, \
+                (os.path.relpath(path, harness.ROOT), sec.splitlines()[0])
