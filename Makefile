@@ -11,7 +11,8 @@
 #   make compose-test  docker-compose.yml built from debian:12 and run, the
 #                   demo's checks through its published ports, then removed
 #                   (Docker; root or sudo: installs docker.io, starts dockerd)
-#   make install    the agent, its man page, systemd unit and rules file,
+#   make install    the agent, its man page, bash completion, systemd unit
+#                   and rules file,
 #                   the guides and the integration examples with installed
 #                   paths (PREFIX=/usr/local, DESTDIR=); make uninstall
 #   make deb        a Debian package in build/deb/ (debhelper; installs the
@@ -41,7 +42,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # policy, rules, decide, store, store/redis, worker, ops; agent/ itself
 # holds only the top (main). A folder includes headers of its own and of
 # the folders below it, never above (docs/development.md, checked by
-# tests/e2e/test_docs.py).
+# tests/docs/test_docs.py).
 AGENT_DIRS := agent/base agent/protocol agent/policy agent/rules agent/decide agent/store \
 	agent/store/redis agent/worker agent/ops agent
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(WERROR) $(SAN) -pthread \
@@ -54,7 +55,7 @@ AGENT_OBJS := $(AGENT_SRCS:%.c=$(BUILD)/%.o)
 AGENT_BIN := $(BUILD)/spoa-ratelimit
 
 .PHONY: all agent tools test unit fuzz-replay e2e sizes asan ubsan fuzz bench demo \
-	compose-test clean deps check install install-doc uninstall deb deb-deps deb-test \
+	compose-test clean deps check check-build install install-doc uninstall deb deb-deps deb-test \
 	deb-docker-test
 all: agent tools
 
@@ -71,10 +72,9 @@ $(BUILD)/%.o: %.c $(FLAGS_FILE)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-# The Redis decision library becomes a C string: its parts, in this order,
-# as one text. `?` is escaped so that no "??x" in Lua turns into a C
-# trigraph.
-LUA_LIBRARY := agent/store/redis/ratelimit.lua agent/store/redis/ratelimit_calls.lua
+# The Redis decision library becomes a C string. `?` is escaped so that
+# no "??x" in Lua turns into a C trigraph.
+LUA_LIBRARY := agent/store/redis/ratelimit.lua
 $(BUILD)/gen/redis_library.h: $(LUA_LIBRARY)
 	@mkdir -p $(dir $@)
 	{ echo '/* generated from $(LUA_LIBRARY) */'; \
@@ -99,7 +99,7 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 tools: $(addprefix $(BUILD)/,$(TOOLS))
 
 # The rules as loaded from a file: what a test or fuzzer that loads rules links.
-RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_extras.c agent/rules/rules_match.c agent/rules/rules_derive.c agent/rules/rules_classify.c agent/rules/urlpath.c agent/rules/settings.c agent/base/addr.c \
+RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_extras.c agent/rules/rules_match.c agent/rules/rules_derive.c agent/rules/rules_seen.c agent/rules/rules_classify.c agent/base/sha256.c agent/rules/urlpath.c agent/rules/settings.c agent/base/addr.c \
 	agent/rules/yaml_strict.c agent/policy/shed.c agent/policy/limit.c agent/policy/rlheader.c
 
 # ---- unit tests (cmocka): one binary per module ------------------------------
@@ -152,21 +152,33 @@ endef
 $(foreach f,$(FUZZERS),$(eval $(call libfuzzer_rule,$(f))))
 
 # ---- end-to-end ---------------------------------------------------------------
+# The runner runs E2E_JOBS tests at once (default: twice the CPUs; see
+# docs/development.md), those of E2E_DIRS.
 E2E_ARGS ?=
+E2E_DIRS ?= tests/e2e tests/docs tests/ops tests/bench tests/compose
 e2e: agent tools
-	$(PYTHON) tests/e2e/run.py --build $(BUILD) $(E2E_ARGS)
+	$(PYTHON) tests/e2e/run.py --build $(BUILD) $(E2E_ARGS) $(E2E_DIRS)
 
 # `make test` and `make demo` first install missing Debian packages (a
 # no-op when all are there), then run.
 test: deps
 	$(MAKE) check
-check: sizes agent tools unit fuzz-replay e2e
+# check builds everything it runs at once (-j as many as CPUs, unless make
+# was given a -j), then runs the size check, the unit tests, the fuzz
+# replays and the end-to-end suite, one after the other: each is parallel
+# within (the suite), or takes seconds.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+check:
+	$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) check-build
+	$(MAKE) --no-print-directory sizes unit fuzz-replay e2e
+check-build: agent tools $(UNIT_BINS) $(REPLAY_BINS)
 
 # No file of agent/ over 1,000 lines, no function over 120 (tests/sizes.py).
 sizes:
 	$(PYTHON) tests/sizes.py
 
-# Sanitizer builds run the same suite against their own objects.
+# Sanitizer builds run the same suite against their own objects, built and
+# run in parallel as check does.
 asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -g" \
 		SAN="-fsanitize=address -fno-omit-frame-pointer" check
@@ -207,14 +219,18 @@ MAN8DIR ?= $(PREFIX)/share/man/man8
 SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
 DOCDIR ?= $(PREFIX)/share/doc/spoa-ratelimit
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 HAPROXYDIR ?= $(SYSCONFDIR)/haproxy
 INSTALL ?= install
 
 install: agent install-doc
 	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MAN8DIR) \
-		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit
+		$(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit \
+		$(DESTDIR)$(BASHCOMPDIR)
 	$(INSTALL) -m 755 $(AGENT_BIN) $(DESTDIR)$(SBINDIR)/spoa-ratelimit
 	$(INSTALL) -m 644 dist/spoa-ratelimit.8 $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8
+	$(INSTALL) -m 644 dist/spoa-ratelimit.bash-completion \
+		$(DESTDIR)$(BASHCOMPDIR)/spoa-ratelimit
 	sed 's|@SBINDIR@|$(SBINDIR)|g' dist/spoa-ratelimit.service.in \
 		> $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
 	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service.tmp
@@ -263,7 +279,8 @@ install-doc:
 # The rules file goes only when it is still the example: edited, it stays.
 uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/spoa-ratelimit $(DESTDIR)$(MAN8DIR)/spoa-ratelimit.8 \
-		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service
+		$(DESTDIR)$(SYSTEMDUNITDIR)/spoa-ratelimit.service \
+		$(DESTDIR)$(BASHCOMPDIR)/spoa-ratelimit
 	rm -rf $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_FILES) docs bench-figures examples \
 		dashboards alerts)
 	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true

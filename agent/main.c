@@ -17,6 +17,7 @@
 #include "options.h"
 #include "rules.h"
 #include "rules_reader.h"
+#include "sdnotify.h"
 #include "server.h"
 #include "secret.h"
 #include "settings.h"
@@ -41,6 +42,26 @@ static struct options opt;
 static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
 static uint8_t hash_key[16];  /* client keys are hashed under it */
 
+/* --answer as the rules file's `answer`: a word, or a list of names
+ * separated by commas (the loader checks the names). */
+static int answer_from_cli(char *yaml, size_t cap, size_t *n, char *err, size_t errlen)
+{
+	char list[512], *tok, *save = NULL;
+
+	snprintf(list, sizeof(list), "%s", opt.answer);
+	*n += (size_t)snprintf(yaml + *n, cap - *n, "answer: [");
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!safe_name(tok, RULES_NAME_MAX)) {
+			snprintf(err, errlen, "--answer: bad variable name '%s'", tok);
+			return -1;
+		}
+		*n += (size_t)snprintf(yaml + *n, cap - *n, "%s%s", yaml[*n - 1] == '[' ? "" : ", ",
+				       tok);
+	}
+	*n += (size_t)snprintf(yaml + *n, cap - *n, "]\n");
+	return 0;
+}
+
 /* The rules the command line describes, as a rules file would: the same
  * loader validates both. */
 static struct rules *rules_from_cli(char *err, size_t errlen)
@@ -48,7 +69,7 @@ static struct rules *rules_from_cli(char *err, size_t errlen)
 	char yaml[8192];
 	size_t n = 0;
 
-	if (opt.nlimits == 0 && !opt.identity && !opt.cost_arg && !opt.burst)
+	if (opt.nlimits == 0 && !opt.identity && !opt.cost_arg && !opt.burst && !opt.answer)
 		return rules_default();
 	if (opt.nlimits == 0) {
 		snprintf(opt.limits[0], sizeof(opt.limits[0]), "100/1m");
@@ -88,6 +109,8 @@ static struct rules *rules_from_cli(char *err, size_t errlen)
 		n += (size_t)snprintf(yaml + n, sizeof(yaml) - n, "cost_argument: %s\n",
 				      opt.cost_arg);
 	}
+	if (opt.answer && answer_from_cli(yaml, sizeof(yaml), &n, err, errlen) < 0)
+		return NULL;
 	if (n >= sizeof(yaml)) {
 		snprintf(err, errlen, "command line too long");
 		return NULL;
@@ -109,6 +132,8 @@ static struct rules *load_rules(char *err, size_t errlen)
  * for a file: the result comes back through reload_done_w, or the reload
  * fails after RULES_READER_TIMEOUT. One at a time; a SIGHUP meanwhile
  * reads the file once more after it. */
+static int read_passwords(const struct settings *st, struct redis_config *cfg, char *err,
+			  size_t errlen);
 static struct rules_reader *reload_rr;
 static int reload_again;
 static ev_async reload_done_w;
@@ -116,7 +141,8 @@ static ev_timer reload_timeout_w;
 
 static void reload_failed(const char *err)
 {
-	log_err("reload failed, the rules in force stay: %s", err);
+	log_err_kv(LOG_KV("file", opt.rules_path), "reload failed, the rules in force stay: %s",
+		   err);
 	STAT_INC(srv.reload_failures);
 }
 
@@ -134,16 +160,42 @@ static void reload_start(void)
 	reload_rr = rules_reader_start(opt.rules_path, reload_ready, NULL, err, sizeof(err));
 	if (!reload_rr) {
 		reload_failed(err);
+		sdnotify_ready();
 		return;
 	}
 	ev_timer_set(&reload_timeout_w, RULES_READER_TIMEOUT, 0.);
 	ev_timer_start(main_loop, &reload_timeout_w);
 }
 
+/* A reload is over, applied or not: the next one asked for meanwhile, or
+ * systemd told that the agent serves again. */
+static void reload_next(void)
+{
+	if (reload_again)
+		reload_start();
+	else
+		sdnotify_ready();
+}
+
 static void reload_apply(struct rules *r)
 {
 	const struct settings *old;
+	struct redis_config now = opt.redis;
+	char err[1024];
+	int changed;
 
+	/* The password files are read again: an unreadable one fails the
+	 * reload, as --check (systemd's ExecReload=) would. */
+	changed = opt.use_redis ? read_passwords(rules_settings(r), &now, err, sizeof(err)) : 0;
+	memset(&now, 0, sizeof(now));
+	if (changed < 0) {
+		rules_release(r);
+		reload_failed(err);
+		return;
+	}
+	if (changed > 0)
+		log_warn("reload: the password file holds a new password: connections to Redis "
+			 "take it at restart (the one in force stays until then)");
 	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
@@ -152,9 +204,11 @@ static void reload_apply(struct rules *r)
 			 "this agent keeps its buckets in memory");
 	rules_set_gen(r, ++generation);
 	rules_set_secret(r, hash_key);
+	rules_set_limit_space(r, store_limit_space(srv.store));
 	server_swap_rules(&srv, r);
 	STAT_INC(srv.reloads);
-	log_info("reloaded %s: %zu rule(s)", opt.rules_path, rules_count(r));
+	log_info_kv(LOG_KV("file", opt.rules_path), "reloaded %s: %zu rule(s)", opt.rules_path,
+		    rules_count(r));
 }
 
 static void on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
@@ -171,8 +225,7 @@ static void on_reload_done(struct ev_loop *loop, ev_async *a, int revents)
 		reload_apply(r);
 	else
 		reload_failed(err);
-	if (reload_again)
-		reload_start();
+	reload_next();
 }
 
 static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
@@ -186,26 +239,36 @@ static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	snprintf(err, sizeof(err), "%s: not read after %.0f s (a mount that does not answer?)",
 		 opt.rules_path, RULES_READER_TIMEOUT);
 	reload_failed(err);
-	if (reload_again)
-		reload_start();
+	reload_next();
 }
 
+/* SIGINT, SIGTERM: drain and stop. SIGHUP and SIGUSR2 (HAProxy's
+ * master-worker habit): reload the rules file. SIGUSR1: logged, nothing
+ * else (its default action would kill the agent). */
 static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
-	if (s->signum != SIGHUP) {
+	const char *name = s->signum == SIGHUP ? "SIGHUP" : "SIGUSR2";
+
+	if (s->signum == SIGUSR1) {
+		log_info("SIGUSR1: ignored (SIGHUP or SIGUSR2 reload the rules, SIGTERM stops)");
+		return;
+	}
+	if (s->signum != SIGHUP && s->signum != SIGUSR2) {
 		log_info("signal %d: stopping", s->signum);
+		sdnotify_stopping();
 		ev_break(loop, EVBREAK_ALL);
 		return;
 	}
 	if (!opt.rules_path) {
-		log_info("SIGHUP: no rules file to reload");
+		log_info("%s: no rules file to reload", name);
 		return;
 	}
 	if (reload_rr) {
-		log_info("SIGHUP: a reload is under way; the file is read again after it");
+		log_info("%s: a reload is under way; the file is read again after it", name);
 		reload_again = 1;
 		return;
 	}
+	sdnotify_reloading();
 	reload_start();
 }
 
@@ -265,7 +328,11 @@ static struct http_server *ops_start(void)
 		http_free(h);
 		return NULL;
 	}
-	log_info("metrics on http://%s/metrics", addr_format(&opt.metrics, where, sizeof(where)));
+	if (opt.metrics.path[0])
+		log_info("metrics on unix@%s, at /metrics", opt.metrics.path);
+	else
+		log_info("metrics on http://%s/metrics",
+			 addr_format(&opt.metrics, where, sizeof(where)));
 	return h;
 }
 
@@ -353,9 +420,10 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 	if (!opt.use_redis && (opt.redis.lease_us || rules_any_lease(rules)))
 		snprintf(err, errlen, "%s: leases are taken from Redis: give a Redis store",
 			 opt.redis.lease_us ? "--lease" : "lease (rules file)");
-	else if (!opt.use_redis && opt.packed)
+	else if (!opt.use_redis && opt.redis.keys.packed)
 		snprintf(err, errlen, "--redis-packed: with a Redis store only");
-	else if ((!opt.use_redis || opt.packed) && opt.expiry == STORE_EXPIRY_NEVER)
+	else if ((!opt.use_redis || opt.redis.keys.packed) &&
+		 opt.redis.keys.expiry == REDIS_EXPIRY_NEVER)
 		snprintf(err, errlen, "--redis-expiry never: %s",
 			 opt.use_redis ? "packed buckets have their sets' expiry: one or the other"
 				       : "with a Redis store only");
@@ -368,6 +436,91 @@ static int check_with_rules(const struct rules *rules, char *err, size_t errlen)
 	return -1;
 }
 
+/* The password files in force: the command line's, else the rules file's
+ * (store.password_file, store.sentinel_password_file) where no password
+ * was given otherwise. */
+static const char *password_path(const struct settings *st)
+{
+	if (opt.password_file)
+		return opt.password_file;
+	return opt.password_set || !st->password_file[0] ? NULL : st->password_file;
+}
+
+static const char *sentinel_password_path(const struct settings *st)
+{
+	if (opt.sentinel_password_file)
+		return opt.sentinel_password_file;
+	return opt.sentinel_password_set || !st->sentinel_password_file[0]
+		       ? NULL : st->sentinel_password_file;
+}
+
+/* Reads the password file `path` (when not NULL) into out[0..cap). Returns
+ * 1 when it differs from what out held, 0 when not, -1 with err set. */
+static int read_password(const char *path, const char *what, char *out, size_t cap,
+			 char *err, size_t errlen)
+{
+	char pw[256], why[512];
+	bool loose;
+	int changed;
+
+	if (!path)
+		return 0;
+	if (secret_read_password(path, pw, sizeof(pw), &loose, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "%s: %s", what, why);
+		return -1;
+	}
+	if (loose)
+		log_warn("%s: %s can be read by group or others: chmod 600 it, or give it as "
+			 "a systemd credential (LoadCredential=)", what, path);
+	changed = strcmp(out, pw) != 0;
+	snprintf(out, cap, "%s", pw);
+	memset(pw, 0, sizeof(pw));
+	return changed;
+}
+
+/* The passwords of the files in force, into the store's configuration at
+ * start (cfg: &opt.redis) or into a copy at reload. Returns how many
+ * changed, or -1 with err set. */
+static int read_passwords(const struct settings *st, struct redis_config *cfg, char *err,
+			  size_t errlen)
+{
+	int a = read_password(password_path(st), "Redis password file", cfg->password,
+			      sizeof(cfg->password), err, errlen);
+	int b = a < 0 ? -1 : read_password(sentinel_password_path(st),
+					   "Sentinel password file", cfg->sentinel_password,
+					   sizeof(cfg->sentinel_password), err, errlen);
+
+	return a < 0 || b < 0 ? -1 : a + b;
+}
+
+/* Options that the store or the rules leave without effect: said, so
+ * that nobody tunes a knob that turns nothing. */
+static void warn_idle_options(void)
+{
+	int tokens = 0;
+
+	if (opt.redis_only && !opt.use_redis)
+		log_warn("%s: an option of the Redis store, which this agent does not use: "
+			 "ignored", opt.redis_only);
+	if (opt.use_redis && opt.redis.topology != REDIS_SENTINEL) {
+		if (opt.master_set)
+			log_warn("--redis-master: the master's name in Sentinel, without "
+				 "--redis-sentinel: ignored");
+		if (opt.sentinel_password_arg)
+			log_warn("--redis-sentinel-password: without --redis-sentinel: ignored");
+	}
+	for (int i = 0; opt.burst && i < opt.nlimits; i++) {
+		if (strcmp(opt.algos[i], "token") != 0)
+			log_warn("--burst: the capacity of token buckets; the %s limit %s has "
+				 "none and ignores it", opt.algos[i], opt.limits[i]);
+		else
+			tokens++;
+	}
+	if (tokens > 1)
+		log_warn("--burst %lld: the capacity of each of the %d token limits alike; "
+			 "a rules file gives each its own", opt.burst, tokens);
+}
+
 /* The rules at start, and everything checked against them: NULL with err
  * set (empty: logged already). */
 static struct rules *prepare(char *err, size_t errlen)
@@ -378,6 +531,11 @@ static struct rules *prepare(char *err, size_t errlen)
 		return NULL;
 	err[0] = '\0';
 	apply_settings(rules_settings(rules));
+	warn_idle_options();
+	if (read_passwords(rules_settings(rules), &opt.redis, err, errlen) < 0) {
+		rules_release(rules);
+		return NULL;
+	}
 	if (check_with_rules(rules, err, errlen) < 0) {
 		rules_release(rules);
 		return NULL;
@@ -390,14 +548,13 @@ static struct rules *prepare(char *err, size_t errlen)
  * agent stopping cleanly, not killed by the default action. */
 static void watch_signals(void)
 {
-	static ev_signal sig_int, sig_term, sig_hup;
+	static const int signums[] = { SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
+	static ev_signal sigs[sizeof(signums) / sizeof(signums[0])];
 
-	ev_signal_init(&sig_int, on_signal, SIGINT);
-	ev_signal_init(&sig_term, on_signal, SIGTERM);
-	ev_signal_init(&sig_hup, on_signal, SIGHUP);
-	ev_signal_start(main_loop, &sig_int);
-	ev_signal_start(main_loop, &sig_term);
-	ev_signal_start(main_loop, &sig_hup);
+	for (size_t i = 0; i < sizeof(signums) / sizeof(signums[0]); i++) {
+		ev_signal_init(&sigs[i], on_signal, signums[i]);
+		ev_signal_start(main_loop, &sigs[i]);
+	}
 	ev_async_init(&reload_done_w, on_reload_done);
 	ev_async_start(main_loop, &reload_done_w);
 	ev_timer_init(&reload_timeout_w, on_reload_timeout, RULES_READER_TIMEOUT, 0.);
@@ -406,14 +563,15 @@ static void watch_signals(void)
 /* The line that says the agent runs, and how. */
 static void log_started(const struct rules *rules)
 {
+	const struct redis_keys *k = &opt.redis.keys;
 	char layout[64] = "";
 
-	if (opt.packed)
+	if (k->packed)
 		snprintf(layout, sizeof(layout), ", packed buckets (%u sets per limit)",
-			 1U << opt.packed_bits);
-	else if (opt.expiry == STORE_EXPIRY_NEVER)
+			 1U << k->packed_bits);
+	else if (k->expiry == REDIS_EXPIRY_NEVER)
 		snprintf(layout, sizeof(layout), ", keys without an expiry");
-	else if (opt.use_redis && opt.expiry == STORE_EXPIRY_AUTO)
+	else if (opt.use_redis && k->expiry == REDIS_EXPIRY_AUTO)
 		snprintf(layout, sizeof(layout),
 			 ", keys without an expiry where the server evicts them");
 	log_info("%d worker thread(s), %zu rule(s) from %s, %s store%s%s%s", srv.cfg.threads,
@@ -433,21 +591,18 @@ static int run(struct rules *rules)
 	srv.cfg = opt.server;
 	srv.admin = opt.admin;
 	srv.lfd = -1;
-	rules_set_gen(rules, ++generation);
-	rules_set_secret(rules, hash_key);
-	atomic_init(&srv.rules, rules);
-	/* (before the workers name any key) */
-	store_key_packing(opt.packed, opt.packed_bits);
-	/* packed buckets: their sets' expiry is how their members go */
-	store_key_expiry(opt.packed && opt.expiry == STORE_EXPIRY_AUTO ? STORE_EXPIRY_ALWAYS
-								      : opt.expiry);
 	signal(SIGPIPE, SIG_IGN);
 	srv.store = opt.use_redis ? store_redis_new(&opt.redis, srv.cfg.mem_max_keys)
 				  : store_memory_new(srv.cfg.mem_max_keys);
 	if (!srv.store) {
 		log_err("cannot allocate the store");
+		rules_release(rules);
 		return 1;
 	}
+	rules_set_gen(rules, ++generation);
+	rules_set_secret(rules, hash_key);
+	rules_set_limit_space(rules, store_limit_space(srv.store));
+	atomic_init(&srv.rules, rules);
 	main_loop = ev_default_loop(EVFLAG_AUTO);
 	watch_signals();
 	/* Metrics listen before the SPOP port does, so whoever waits for the
@@ -461,6 +616,7 @@ static int run(struct rules *rules)
 	ev_timer_start(main_loop, &log_reports);
 	if (server_start(&srv) == 0) {
 		log_started(rules);
+		sdnotify_ready();
 		ev_run(main_loop, 0);
 		rc = 0;
 	}
@@ -484,6 +640,7 @@ int main(int argc, char **argv)
 	int status = 2;
 
 	options_version(RL_VERSION);
+	metrics_set_version(RL_VERSION);
 	options_defaults(&opt);
 	switch (options_parse(&opt, argc, argv, err, sizeof(err))) {
 	case OPTIONS_DONE:
@@ -494,6 +651,8 @@ int main(int argc, char **argv)
 		break;
 	}
 	log_set_level(opt.log_level);
+	log_set_format(opt.log_format);
+	log_detect_journal();
 	if (opt.admin_token_shared)
 		log_warn("--admin-token-file %s can be read or written by group or others: "
 			 "chmod 600 it", opt.admin_token_file);
@@ -503,8 +662,10 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	if (opt.check) {
-		printf("%s: ok, %zu rule(s)\n", opt.rules_path ? opt.rules_path : "command line",
-		       rules_count(rules));
+		/* -q: the exit status says it all (systemd's ExecReload=) */
+		if (opt.log_level >= LOG_INFO)
+			printf("%s: ok, %zu rule(s)\n",
+			       opt.rules_path ? opt.rules_path : "command line", rules_count(rules));
 		rules_release(rules);
 		return 0;
 	}

@@ -70,6 +70,14 @@ static int parse_seconds(const char *s, double min, double max, double *out)
 	return 0;
 }
 
+/* An option of the Redis store: remembered, to warn when the store is the
+ * in-memory one (main.c). */
+static void redis_only(struct options *o, const char *name)
+{
+	if (!o->redis_only)
+		o->redis_only = name;
+}
+
 /* ---- the setters, in the table's order ---------------------------------------- */
 
 static int set_rules(struct options *o, const char *arg, char *err, size_t errlen)
@@ -82,8 +90,8 @@ static int set_listen(struct options *o, const char *arg, char *err, size_t errl
 {
 	struct addr a;
 
-	if (addr_parse(arg, ADDR_PORT0, &a) < 0)
-		return fail(err, errlen, "--listen: expected ADDR:PORT, got '%s'", arg);
+	if (addr_parse(arg, ADDR_PORT0 | ADDR_UNIX_AT, &a) < 0)
+		return fail(err, errlen, "--listen: expected ADDR:PORT or unix@PATH, got '%s'", arg);
 	o->server.listen = a;
 	o->listen_set = 1;
 	return 0;
@@ -152,6 +160,12 @@ static int set_cost_arg(struct options *o, const char *arg, char *err, size_t er
 	return 0;
 }
 
+static int set_answer(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->answer = arg;
+	return 0;
+}
+
 static int one_store(struct options *o, char *err, size_t errlen)
 {
 	if (o->redis_set)
@@ -203,6 +217,7 @@ static int set_sentinel_password(struct options *o, const char *arg, char *err, 
 {
 	snprintf(o->redis.sentinel_password, sizeof(o->redis.sentinel_password), "%s", arg);
 	o->sentinel_password_set = 1;
+	o->sentinel_password_arg = 1;
 	return 0;
 }
 
@@ -226,6 +241,7 @@ static int set_user(struct options *o, const char *arg, char *err, size_t errlen
 {
 	snprintf(o->redis.user, sizeof(o->redis.user), "%s", arg);
 	o->user_set = 1;
+	redis_only(o, "--redis-user");
 	return 0;
 }
 
@@ -233,17 +249,56 @@ static int set_password(struct options *o, const char *arg, char *err, size_t er
 {
 	snprintf(o->redis.password, sizeof(o->redis.password), "%s", arg);
 	o->password_set = 1;
+	o->password_arg = 1;
+	redis_only(o, "--redis-password");
+	return 0;
+}
+
+/* A duration as every other ("250ms", "1s"); a bare number is
+ * milliseconds, as this option took before it took units. */
+/* ---- secrets from files, read by main.c at start and at each reload -------- */
+
+static int set_password_file(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->password_file = arg;
+	o->password_set = 1;
+	redis_only(o, "--redis-password-file");
+	return 0;
+}
+
+static int set_sentinel_password_file(struct options *o, const char *arg, char *err,
+				      size_t errlen)
+{
+	o->sentinel_password_file = arg;
+	o->sentinel_password_set = 1;
+	o->sentinel_password_arg = 1;
+	return 0;
+}
+
+static int set_log_format(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	if (!strcmp(arg, "text"))
+		o->log_format = LOG_FORMAT_TEXT;
+	else if (!strcmp(arg, "json"))
+		o->log_format = LOG_FORMAT_JSON;
+	else
+		return fail(err, errlen, "--log-format: text or json, not '%s'", arg);
 	return 0;
 }
 
 static int set_timeout(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	long long n;
+	double d;
 
-	if (parse_num(arg, 1, 60000, &n) < 0)
-		return fail(err, errlen, "--redis-timeout: expected 1 to 60000 ms, got '%s'", arg);
-	o->redis.timeout = (double)n / 1000.;
+	if (parse_num(arg, 1, 60000, &n) == 0)
+		d = (double)n / 1000.;
+	else if (parse_seconds(arg, 0.001, 60., &d) < 0)
+		return fail(err, errlen, "--redis-timeout: expected a duration from 1ms to 60s "
+			    "(250ms, 1s; a bare number is ms), got '%s'", arg);
+	o->redis.timeout = d;
 	o->timeout_set = 1;
+	redis_only(o, "--redis-timeout");
 	return 0;
 }
 
@@ -254,6 +309,7 @@ static int set_batch(struct options *o, const char *arg, char *err, size_t errle
 	if (parse_num(arg, 1, 1024, &n) < 0)
 		return fail(err, errlen, "--redis-batch: expected 1 to 1024, got '%s'", arg);
 	o->redis.batch_max = (int)n;
+	redis_only(o, "--redis-batch");
 	return 0;
 }
 
@@ -264,6 +320,7 @@ static int set_pipeline(struct options *o, const char *arg, char *err, size_t er
 	if (parse_num(arg, 1, 1024, &n) < 0)
 		return fail(err, errlen, "--redis-pipeline: expected 1 to 1024, got '%s'", arg);
 	o->redis.pipeline = (int)n;
+	redis_only(o, "--redis-pipeline");
 	return 0;
 }
 
@@ -274,23 +331,24 @@ static int set_max_pending(struct options *o, const char *arg, char *err, size_t
 	if (parse_num(arg, 1, 1000000, &n) < 0)
 		return fail(err, errlen, "--redis-max-pending: expected 1 to 1000000, got '%s'", arg);
 	o->redis.max_pending = (int)n;
+	redis_only(o, "--redis-max-pending");
 	return 0;
 }
 
 static int set_packed(struct options *o, const char *arg, char *err, size_t errlen)
 {
-	o->packed = true;
+	o->redis.keys.packed = true;
 	return 0;
 }
 
 static int set_expiry(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	if (!strcmp(arg, "auto"))
-		o->expiry = STORE_EXPIRY_AUTO;
+		o->redis.keys.expiry = REDIS_EXPIRY_AUTO;
 	else if (!strcmp(arg, "always"))
-		o->expiry = STORE_EXPIRY_ALWAYS;
+		o->redis.keys.expiry = REDIS_EXPIRY_ALWAYS;
 	else if (!strcmp(arg, "never"))
-		o->expiry = STORE_EXPIRY_NEVER;
+		o->redis.keys.expiry = REDIS_EXPIRY_NEVER;
 	else
 		return fail(err, errlen, "--redis-expiry: auto, always or never, not '%s'", arg);
 	return 0;
@@ -298,7 +356,7 @@ static int set_expiry(struct options *o, const char *arg, char *err, size_t errl
 
 static int set_no_expiry(struct options *o, const char *arg, char *err, size_t errlen)
 {
-	o->expiry = STORE_EXPIRY_NEVER;
+	o->redis.keys.expiry = REDIS_EXPIRY_NEVER;
 	return 0;
 }
 
@@ -306,12 +364,13 @@ static int set_packed_sets(struct options *o, const char *arg, char *err, size_t
 {
 	long long n;
 
-	if (parse_num(arg, 1, 1 << STORE_KEY_PACKED_BITS_MAX, &n) < 0 || (n & (n - 1)))
+	if (parse_num(arg, 1, 1 << REDIS_KEY_PACKED_BITS_MAX, &n) < 0 || (n & (n - 1)))
 		return fail(err, errlen,
 			    "--redis-packed-sets: expected a power of two from 1 to %d, got '%s'",
-			    1 << STORE_KEY_PACKED_BITS_MAX, arg);
-	o->packed = true;
-	for (o->packed_bits = 0; (1LL << o->packed_bits) < n; o->packed_bits++)
+			    1 << REDIS_KEY_PACKED_BITS_MAX, arg);
+	o->redis.keys.packed = true;
+	for (o->redis.keys.packed_bits = 0; (1LL << o->redis.keys.packed_bits) < n;
+	     o->redis.keys.packed_bits++)
 		;
 	return 0;
 }
@@ -319,6 +378,7 @@ static int set_packed_sets(struct options *o, const char *arg, char *err, size_t
 static int set_no_local_cache(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	o->redis.local_cache = 0;
+	redis_only(o, "--no-local-cache");
 	return 0;
 }
 
@@ -394,8 +454,8 @@ static int set_mem_max_keys(struct options *o, const char *arg, char *err, size_
 
 static int set_metrics(struct options *o, const char *arg, char *err, size_t errlen)
 {
-	if (addr_parse(arg, 0, &o->metrics) < 0)
-		return fail(err, errlen, "--metrics: expected ADDR:PORT, got '%s'", arg);
+	if (addr_parse(arg, ADDR_UNIX_AT, &o->metrics) < 0)
+		return fail(err, errlen, "--metrics: expected ADDR:PORT or unix@PATH, got '%s'", arg);
 	o->use_metrics = true;
 	return 0;
 }
@@ -453,16 +513,19 @@ static int set_help(struct options *o, const char *arg, char *err, size_t errlen
 static const struct option_def defs[] = {
 	{ "rules", 'f', "FILE", NULL, "rules file (YAML); SIGHUP reloads it", set_rules },
 	{ "listen", 'l', "ADDR:PORT", NULL,
-	  "listen address (default 127.0.0.1:12345;\nIPv6 as [::1]:12345)", set_listen },
+	  "listen address (default 127.0.0.1:12345;\nIPv6 as [::1]:12345; a Unix socket as\nunix@PATH)", set_listen },
 	{ "threads", 't', "N", NULL, "worker threads (default: number of CPUs)", set_threads },
 	{ "limit", 0, "N/P[:ALGO]", "Without a rules file, one rule \"default\" for every client:",
 	  "a limit (default 100/1m); repeat for several,\nall checked; ALGO: token (default), "
-	  "sliding,\nfixed", set_limit },
+	  "sliding,\nfixed, log (exact, N at most 1000)", set_limit },
 	{ "burst", 0, "N", NULL, "token bucket capacity (default: N)", set_burst },
 	{ "identity", 0, "LIST", NULL,
 	  "arguments naming the client, first non-empty\nwins (default api_key,user,ip)",
 	  set_identity },
 	{ "cost-arg", 0, "NAME", NULL, "integer argument giving a request's weight", set_cost_arg },
+	{ "answer", 0, "LIST", NULL,
+	  "variables an answer carries: default (what\nHAProxy's rules read), full, or names\n"
+	  "such as status,retry_after,ratelimit", set_answer },
 	{ "redis", 0, "ADDR", "Redis (default: the in-memory store of this agent alone):",
 	  "HOST:PORT or a Unix socket path", set_redis },
 	{ "redis-sentinel", 0, "LIST", NULL,
@@ -480,7 +543,13 @@ static const struct option_def defs[] = {
 	{ "redis-user", 0, "NAME", NULL, "ACL user for AUTH", set_user },
 	{ "redis-password", 0, "PW", NULL, "AUTH password (or env RL_REDIS_PASSWORD)",
 	  set_password },
-	{ "redis-timeout", 0, "MS", NULL, "deadline of a decision (default 20)", set_timeout },
+	{ "redis-password-file", 0, "FILE", NULL,
+	  "AUTH password read from FILE, at start and\nat each reload (a systemd credential)",
+	  set_password_file },
+	{ "redis-sentinel-password-file", 0, "FILE", NULL,
+	  "the sentinels' AUTH password, from FILE", set_sentinel_password_file },
+	{ "redis-timeout", 0, "D", NULL,
+	  "deadline of a decision (default 20ms; a bare\nnumber is milliseconds)", set_timeout },
 	{ "redis-batch", 0, "N", NULL, "decisions per Redis call (default 64)", set_batch },
 	{ "redis-pipeline", 0, "N", NULL, "Redis calls in flight per worker (default 2)",
 	  set_pipeline },
@@ -516,8 +585,8 @@ static const struct option_def defs[] = {
 	  "(default 5s)", set_hello_timeout },
 	{ "mem-max-keys", 0, "N", NULL, "client limits kept in memory (default 1000000)",
 	  set_mem_max_keys },
-	{ "metrics", 0, "ADDR:PORT", NULL, "serve Prometheus metrics at /metrics", set_metrics },
-	{ "admin", 0, NULL, NULL, "also serve /admin/client and /admin/reset there", set_admin },
+	{ "metrics", 0, "ADDR:PORT", NULL, "serve Prometheus metrics at /metrics\n(ADDR:PORT or unix@PATH)", set_metrics },
+	{ "admin", 0, NULL, NULL, "also serve /admin/client, /admin/reset and\n/admin/override there", set_admin },
 	{ "admin-token-file", 0, "FILE", NULL,
 	  "/admin/ requests must carry Authorization:\nBearer and the token in FILE (needed "
 	  "unless\n--metrics is a loopback address)", set_admin_token_file },
@@ -527,6 +596,9 @@ static const struct option_def defs[] = {
 	{ "check", 0, NULL, NULL, "validate the options and rules, then exit", set_check },
 	{ "verbose", 'v', NULL, NULL, "more logs (repeat for debug)", set_verbose },
 	{ "quiet", 'q', NULL, NULL, "errors and warnings only", set_quiet },
+	{ "log-format", 0, "FMT", NULL,
+	  "text (default) or json: one object a line\nwith time, level, msg and the line's fields",
+	  set_log_format },
 	{ "version", 0, NULL, NULL, "print the version and exit", set_version },
 	{ "help", 'h', NULL, NULL, "this text", set_help },
 };
@@ -576,7 +648,6 @@ void options_defaults(struct options *o)
 	server_config_defaults(&o->server);
 	o->server.threads = ncpu > 0 ? (int)ncpu : 1;
 	o->log_level = LOG_INFO;
-	o->packed_bits = STORE_KEY_PACKED_BITS_DEFAULT;
 	store_redis_defaults(&o->redis);
 	if (spw) {
 		snprintf(o->redis.sentinel_password, sizeof(o->redis.sentinel_password), "%s", spw);
@@ -600,7 +671,9 @@ static int check_together(struct options *o, char *err, size_t errlen)
 	if (o->admin_token_file && !o->admin)
 		return fail(err, errlen,
 			    "--admin-token-file guards the endpoints of --admin: give --admin too");
-	if (o->admin && !o->admin_token_file && !auth_host_is_loopback(o->metrics.host))
+	/* a Unix socket is reached by whoever may open the file: local */
+	if (o->admin && !o->admin_token_file && !o->metrics.path[0] &&
+	    !auth_host_is_loopback(o->metrics.host))
 		return fail(err, errlen,
 			    "--admin on --metrics %s, not a loopback address, would let anyone who "
 			    "reaches it reset clients: give --admin-token-file FILE, or listen on "
@@ -608,10 +681,12 @@ static int check_together(struct options *o, char *err, size_t errlen)
 	if (o->admin_token_file && auth_token_load(o->admin_token_file, &o->admin_token,
 						   &o->admin_token_shared, why, sizeof(why)) < 0)
 		return fail(err, errlen, "--admin-token-file %s", why);
-	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg))
+	if (o->password_arg && o->password_file)
+		return fail(err, errlen, "give --redis-password or --redis-password-file, not both");
+	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg || o->answer))
 		return fail(err, errlen,
-			    "--limit, --burst, --identity and --cost-arg describe the rules of the "
-			    "command line; with -f, write them in the rules file");
+			    "--limit, --burst, --identity, --cost-arg and --answer describe the rules "
+			    "of the command line; with -f, write them in the rules file");
 	return 0;
 }
 
@@ -643,8 +718,8 @@ enum options_outcome options_parse(struct options *o, int argc, char **argv, cha
 			if (defs[k].short_name && defs[k].short_name == opt)
 				i = k;
 		if (i >= NDEFS) {
-			/* getopt said what it did not know */
-			options_usage(stderr);
+			/* getopt said in one line what it did not know */
+			fprintf(stderr, "Try 'spoa-ratelimit --help' for the options.\n");
 			return OPTIONS_BAD;
 		}
 		rc = defs[i].set(o, optarg, err, errlen);

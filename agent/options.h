@@ -13,6 +13,7 @@
 #include "addr.h"
 #include "auth.h"
 #include "limit.h"
+#include "log.h"
 #include "server.h"
 #include "store.h"
 #include "store_redis.h"
@@ -32,19 +33,25 @@ struct options {
 	long long burst;
 	const char *identity;
 	const char *cost_arg;
+	const char *answer;          /* --answer: the rules' `answer` (settings.h) */
 	/* what the command line set, the rules file's settings yielding */
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int master_set, sentinel_password_set;
 	const char *hash_key_file;
 	bool check;
-	bool packed;                 /* --redis-packed */
-	unsigned packed_bits;        /* --redis-packed-sets: log2 of it */
-	enum store_expiry expiry;    /* --redis-expiry */
 	bool use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;
 	struct auth_token admin_token;  /* read from it */
 	bool admin_token_shared;        /* it can be read by group or others */
+	/* options that may do nothing, warned about once the rules are read */
+	const char *redis_only;         /* the first Redis option given */
+	int sentinel_password_arg;      /* --redis-sentinel-password(-file) given */
+	int password_arg;               /* --redis-password given */
+	/* secrets from files (systemd credentials), read at start and reload */
+	const char *password_file;           /* --redis-password-file */
+	const char *sentinel_password_file;  /* --redis-sentinel-password-file */
+	enum log_format log_format;          /* --log-format */
 };
 
 /* The defaults, with the passwords the environment gives

@@ -64,7 +64,7 @@ import figures  # noqa: E402  (bench/: the report's pictures)
 from resp import Client, ProtocolError, RespError  # noqa: E402
 
 NAIVE_SCRIPT = os.path.join("bench", "naive_token_bucket.lua")
-LIBRARY = "agent/store/redis/ratelimit.lua (with ratelimit_calls.lua)"
+LIBRARY = "agent/store/redis/ratelimit.lua"
 LIBRARY_FIRST_LINE = b"#!lua name=" + lua_scripts.LIBRARY_NAME.encode()
 
 # The generator's shape (8 connections, 20 NOTIFYs in flight on each) in

@@ -78,7 +78,8 @@ timeout 600 docker exec -e DEBIAN_FRONTEND=noninteractive "$NAME-install" /bin/s
 
 step "files and unit"
 for f in /usr/sbin/spoa-ratelimit /etc/spoa-ratelimit/rules.yaml \
-	/lib/systemd/system/spoa-ratelimit.service /usr/share/man/man8/spoa-ratelimit.8.gz; do
+	/lib/systemd/system/spoa-ratelimit.service /usr/share/man/man8/spoa-ratelimit.8.gz \
+	/usr/share/bash-completion/completions/spoa-ratelimit; do
 	inc test -e "$f" || { echo "missing $f" >&2; exit 1; }
 	echo "  $f"
 done

@@ -717,10 +717,13 @@ static uint64_t conn_pump(struct worker *w, struct conn *c)
 }
 
 /* Reads the status variable out of an ACK's LIST-OF-ACTIONS. Returns 0 with
- * *has set when a txn "status" integer was found, -1 on malformed actions. */
+ * *has set when the ACK sets a txn variable (an answer: its status, 0 when
+ * the agent leaves it out), -1 on malformed actions. An ACK that sets none
+ * answered no check-rate. */
 static int ack_status(const uint8_t *p, const uint8_t *end, int *has, uint64_t *status)
 {
 	*has = 0;
+	*status = 0;
 	while (p < end) {
 		struct spop_str name;
 		struct spop_data d;
@@ -737,12 +740,13 @@ static int ack_status(const uint8_t *p, const uint8_t *end, int *has, uint64_t *
 		if (act == SPOP_ACT_SET_VAR && nargs == 3) {
 			if (spop_data_decode(&p, end, &d) != SPOP_OK)
 				return -1;
+			if (scope == SPOP_SCOPE_TXN)
+				*has = 1;
 			if (scope == SPOP_SCOPE_TXN && str_eq(name, "status")) {
 				uint64_t v;
 
 				if (data_as_u64(&d, &v) < 0)
 					return -1;
-				*has = 1;
 				*status = v;
 			}
 		} else if (act != SPOP_ACT_UNSET_VAR || nargs != 2) {

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 int addr_parse(const char *s, unsigned flags, struct addr *out)
@@ -15,6 +17,12 @@ int addr_parse(const char *s, unsigned flags, struct addr *out)
 	unsigned long v = 0;
 
 	memset(out, 0, sizeof(*out));
+	if (strncmp(s, "unix@", 5) == 0) {
+		if (!(flags & (ADDR_UNIX | ADDR_UNIX_AT)) || !s[5] || strlen(s + 5) > ADDR_PATH_MAX)
+			return -1;
+		memcpy(out->path, s + 5, strlen(s + 5) + 1);
+		return 0;
+	}
 	if (s[0] == '/') {
 		if (!(flags & ADDR_UNIX) || strlen(s) > ADDR_PATH_MAX)
 			return -1;
@@ -69,10 +77,51 @@ const char *addr_format(const struct addr *a, char *buf, size_t cap)
 	return buf;
 }
 
+/* A socket file left by an earlier agent refuses connections: it goes.
+ * Any other file, or a socket something answers on, stays (bind fails). */
+static void unlink_stale(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
+	int fd;
+
+	if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode))
+		return;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno == ECONNREFUSED)
+		unlink(path);
+	close(fd);
+}
+
+static int listen_unix(const struct addr *a, int backlog, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot listen on unix@%s: %s", a->path, strerror(errno));
+		return -1;
+	}
+	memcpy(sa.sun_path, a->path, strlen(a->path) + 1);
+	unlink_stale(a->path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, backlog) < 0) {
+		snprintf(err, errlen, "cannot listen on unix@%s: %s", a->path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 int addr_listen(const struct addr *a, int backlog, char *err, size_t errlen)
 {
 	struct addrinfo hints, *res, *ai;
 	int fd = -1, one = 1, rc, saved = 0;
+
+	if (a->path[0])
+		return listen_unix(a, backlog, err, errlen);
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;

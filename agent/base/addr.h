@@ -16,6 +16,8 @@
 /* addr_parse() flags */
 #define ADDR_UNIX 1u          /* accept a Unix socket path */
 #define ADDR_PORT0 2u         /* accept port 0 (the kernel picks one) */
+#define ADDR_UNIX_AT 4u       /* accept "unix@PATH", HAProxy's way to write a
+                               * Unix socket (ADDR_UNIX accepts it too) */
 
 struct addr {
 	char host[ADDR_HOST_MAX + 1]; /* without brackets; "" for a Unix path */
@@ -36,9 +38,11 @@ bool addr_equal(const struct addr *a, const struct addr *b);
  * into buf[0..cap), NUL-terminated, truncated to fit. Returns buf. */
 const char *addr_format(const struct addr *a, char *buf, size_t cap);
 
-/* Opens a non-blocking, close-on-exec TCP listening socket on a (the first
- * of the host's addresses that binds). Returns the descriptor, or -1 with
- * a reason in err[0..errlen). */
+/* Opens a non-blocking, close-on-exec listening socket on a: TCP on the
+ * first of the host's addresses that binds, or a Unix socket at a->path
+ * (a socket left there by an agent that is gone is replaced; any other
+ * file is not). Returns the descriptor, or -1 with a reason in
+ * err[0..errlen). */
 int addr_listen(const struct addr *a, int backlog, char *err, size_t errlen);
 
 /* The local port a socket is bound to (0 when unknown): with port 0 the

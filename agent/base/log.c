@@ -3,15 +3,21 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 
-#define LINE_MAX_BYTES 1024
+#define LINE_MAX_BYTES 1024   /* of a message */
+/* of a line: a JSON one escapes its message and carries fields */
+#define LINE_CAP (4 * LINE_MAX_BYTES)
 
 static int cur_level = LOG_INFO;
+static enum log_format cur_format = LOG_FORMAT_TEXT;
+static int journal;   /* stderr is the journal: "<N>" prefixes */
 
 /* Guards the list of sites with lines suppressed and each site's `last`
  * and `level`: taken to copy a line that is written (at most LOG_BURST per
@@ -20,6 +26,20 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct log_site *listed_sites;
 
 void log_set_level(int level) { cur_level = level; }
+void log_set_format(enum log_format f) { cur_format = f; }
+
+int log_detect_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	char rest;
+
+	journal = js && sscanf(js, "%llu:%llu%c", &dev, &ino, &rest) == 2 &&
+		  fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+		  (unsigned long long)st.st_ino == ino;
+	return journal;
+}
 int log_get_level(void) { return cur_level; }
 
 int64_t log_now_ms(void)
@@ -27,62 +47,117 @@ int64_t log_now_ms(void)
 	return clock_now_us() / 1000;
 }
 
-/* Writes "<time> <level>: " into line; returns its length. */
-static int line_prefix(char *line, size_t cap, int level)
+/* Writes the time now, "2026-01-02T03:04:05.678Z", into buf[0..cap). */
+static void time_text(char *buf, size_t cap)
 {
-	static const char *names[] = { "error", "warning", "info", "debug" };
 	struct timespec ts;
 	struct tm tm;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	return snprintf(line, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: ",
-			tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-			tm.tm_sec, ts.tv_nsec / 1000000,
-			names[level < 0 ? 0 : level > 3 ? 3 : level]);
+	snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 ts.tv_nsec / 1000000);
+}
+
+/* Appends s to line[n..cap) as the inside of a JSON string, leaving
+ * `reserve` bytes free at the end; bytes outside printable ASCII are
+ * escaped, so the line is valid JSON whatever a message quotes. Returns
+ * the new length. */
+static size_t json_str(char *line, size_t cap, size_t n, const char *s, size_t reserve)
+{
+	for (; *s && n + 6 + reserve < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\') {
+			line[n++] = '\\';
+			line[n++] = (char)c;
+		} else if (c < 0x20 || c >= 0x7f) {
+			n += (size_t)snprintf(line + n, cap - n, "\\u%04x", c);
+		} else {
+			line[n++] = (char)c;
+		}
+	}
+	return n;
+}
+
+/* Appends printf-like text to line[n..cap) (truncated); returns the new
+ * length. */
+static size_t append(char *line, size_t cap, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static size_t append(char *line, size_t cap, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	int m;
+
+	if (n >= cap)
+		return n;
+	va_start(ap, fmt);
+	m = vsnprintf(line + n, cap - n, fmt, ap);
+	va_end(ap);
+	return m < 0 ? n : n + (size_t)m >= cap ? cap - 1 : n + (size_t)m;
+}
+
+/* The whole line of `msg` at `level` with fields kv (or NULL), in the
+ * format in force, into line[0..LINE_CAP), without its newline. Returns
+ * its length. */
+static size_t line_compose(char *line, int level, const char *msg, const char *const *kv)
+{
+	static const char *const names[] = { "error", "warning", "info", "debug" };
+	static const int priorities[] = { 3, 4, 6, 7 };  /* syslog's, sd-daemon(3) */
+	int lv = level < 0 ? 0 : level > 3 ? 3 : level;
+	char now[64];
+	size_t n = 0;
+
+	if (journal)
+		n = append(line, LINE_CAP, n, "<%d>", priorities[lv]);
+	if (cur_format == LOG_FORMAT_TEXT) {
+		if (!journal) {
+			time_text(now, sizeof(now));
+			n = append(line, LINE_CAP, n, "%s ", now);
+		}
+		return append(line, LINE_CAP, n, "%s: %s", names[lv], msg);
+	}
+	time_text(now, sizeof(now));
+	n = append(line, LINE_CAP, n, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"", now,
+		   names[lv]);
+	/* room is kept for the fields and the closing brace */
+	n = json_str(line, LINE_CAP, n, msg, 512);
+	n = append(line, LINE_CAP, n, "\"");
+	for (size_t i = 0; kv && kv[i]; i += 2) {
+		if (!kv[i + 1])
+			continue;  /* a field this line has not */
+		n = append(line, LINE_CAP, n, ",\"%s\":\"", kv[i]);
+		n = json_str(line, LINE_CAP, n, kv[i + 1], 3);
+		n = append(line, LINE_CAP, n, "\"");
+	}
+	return append(line, LINE_CAP, n, "}");
 }
 
 /* Ends the line with a newline and writes it with one write(2), so that
  * lines of different threads never interleave. */
-static void line_write(char *line, int n)
+static void line_write(char *line, size_t n)
 {
-	if (n < 0)
-		n = 0;
-	if ((size_t)n > LINE_MAX_BYTES - 2)
-		n = LINE_MAX_BYTES - 2;
+	if (n > LINE_CAP - 1)
+		n = LINE_CAP - 1;
 	line[n++] = '\n';
-	if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+	if (write(STDERR_FILENO, line, n) < 0) {
 		/* nowhere left to report it */
 	}
 }
 
-/* Formats a whole line; returns its length, and in *msg where the message
- * starts. */
-static int line_format(char *line, int level, size_t *msg, const char *fmt, va_list ap)
-{
-	int n = line_prefix(line, LINE_MAX_BYTES, level);
-	int m;
-
-	*msg = (size_t)n;
-	m = vsnprintf(line + n, LINE_MAX_BYTES - (size_t)n - 1, fmt, ap);
-	if (m < 0)
-		m = 0;
-	return n + m;
-}
-
 void log_msg(int level, const char *fmt, ...)
 {
-	char line[LINE_MAX_BYTES];
-	size_t msg;
+	char msg[LINE_MAX_BYTES], line[LINE_CAP];
 	va_list ap;
-	int n;
 
 	if (level > cur_level)
 		return;
 	va_start(ap, fmt);
-	n = line_format(line, level, &msg, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	line_write(line, n);
+	line_write(line, line_compose(line, level, msg, NULL));
 }
 
 int log_site_admit(struct log_site *s, int64_t now_ms, uint64_t *report)
@@ -117,37 +192,50 @@ int log_site_admit(struct log_site *s, int64_t now_ms, uint64_t *report)
  * The lock is held. */
 static void report_locked(struct log_site *s, uint64_t n, int64_t secs)
 {
-	char line[LINE_MAX_BYTES];
-	int len = line_prefix(line, sizeof(line), s->level);
+	char msg[LINE_MAX_BYTES + 64], line[LINE_CAP];
 
-	len += snprintf(line + len, sizeof(line) - (size_t)len - 1,
-			"%llu more like \"%s\" in the last %lld s", (unsigned long long)n,
-			s->last, (long long)(secs < 1 ? 1 : secs));
-	line_write(line, len);
+	snprintf(msg, sizeof(msg), "%llu more like \"%s\" in the last %lld s",
+		 (unsigned long long)n, s->last, (long long)(secs < 1 ? 1 : secs));
+	line_write(line, line_compose(line, s->level, msg, NULL));
+}
+
+static void site_write(struct log_site *s, int level, const char *const *kv,
+		       const char *fmt, va_list ap)
+{
+	char msg[LINE_MAX_BYTES], line[LINE_CAP];
+	uint64_t report;
+	size_t keep;
+
+	if (!log_site_admit(s, log_now_ms(), &report))
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	pthread_mutex_lock(&lock);
+	if (report)
+		report_locked(s, report, LOG_WINDOW_MS / 1000);
+	keep = strnlen(msg, sizeof(s->last) - 1);
+	memcpy(s->last, msg, keep);
+	s->last[keep] = '\0';
+	s->level = level;
+	pthread_mutex_unlock(&lock);
+	line_write(line, line_compose(line, level, msg, kv));
 }
 
 void log_site_msg(struct log_site *s, int level, const char *fmt, ...)
 {
-	char line[LINE_MAX_BYTES];
-	uint64_t report;
-	size_t msg, keep;
 	va_list ap;
-	int n;
 
-	if (!log_site_admit(s, log_now_ms(), &report))
-		return;
 	va_start(ap, fmt);
-	n = line_format(line, level, &msg, fmt, ap);
+	site_write(s, level, NULL, fmt, ap);
 	va_end(ap);
-	pthread_mutex_lock(&lock);
-	if (report)
-		report_locked(s, report, LOG_WINDOW_MS / 1000);
-	keep = (size_t)n - msg < sizeof(s->last) - 1 ? (size_t)n - msg : sizeof(s->last) - 1;
-	memcpy(s->last, line + msg, keep);
-	s->last[keep] = '\0';
-	s->level = level;
-	pthread_mutex_unlock(&lock);
-	line_write(line, n);
+}
+
+void log_site_kv(struct log_site *s, int level, const char *const *kv, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	site_write(s, level, kv, fmt, ap);
+	va_end(ap);
 }
 
 int log_report_suppressed(int64_t now_ms, int all)

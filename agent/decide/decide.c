@@ -201,6 +201,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->near_limit = false;
 	d->counters = q->rule->counters;
 	d->place_len = 0;
+	d->answer = (uint16_t)rules_answer(q->rules);
 }
 
 void decide_shed(const struct decide_query *q, struct decide_decision *d)
@@ -433,29 +434,79 @@ static inline __attribute__((always_inline)) uint8_t *put_reason(uint8_t *p,
 #define ACTIONS_MAX(strings) DECIDE_ACTIONS_MAX_WITH(strings)
 #define ACTIONS_MAX_ALL DECIDE_ACTIONS_MAX
 
+/* An UNSET-VAR of txn.<prefix>.status: the action of an answer that
+ * carries no variable (HAProxy has none to unset; an ACK needs an
+ * action). */
+static uint8_t *put_unset_status(uint8_t *p)
+{
+	static const uint8_t act[] = { SPOP_ACT_UNSET_VAR, 2, SPOP_SCOPE_TXN, 6,
+				       's', 't', 'a', 't', 'u', 's' };
+
+	memcpy(p, act, sizeof(act));
+	return p + sizeof(act);
+}
+
+/* The variables d's answer carries (SETTINGS_VAR_*), before those without
+ * a value are left out. */
+static inline uint16_t answer_vars(const struct decide_decision *d)
+{
+	unsigned a = d->answer, m;
+
+	if (a == SETTINGS_ANSWER_FULL)
+		return SETTINGS_VAR_ALL;
+	if (!(a & SETTINGS_ANSWER_READ))
+		return (uint16_t)(a | SETTINGS_VAR_PLACE);
+	/* what the shipped rules read: the RateLimit headers always, the
+	 * refusal's fields when refused, the marks of an unusual answer */
+	m = SETTINGS_VAR_POLICY | SETTINGS_VAR_RATELIMIT | SETTINGS_VAR_PLACE |
+	    (a & SETTINGS_VAR_PRIORITY);
+	if (d->status)
+		m |= SETTINGS_VAR_STATUS | SETTINGS_VAR_RETRY_AFTER | SETTINGS_VAR_REASON |
+		     SETTINGS_VAR_RULE;
+	if (d->shadow)
+		m |= SETTINGS_VAR_SHADOW | SETTINGS_VAR_REASON | SETTINGS_VAR_RULE;
+	if (d->degraded)
+		m |= SETTINGS_VAR_DEGRADED | SETTINGS_VAR_REASON | SETTINGS_VAR_RULE;
+	return (uint16_t)m;
+}
+
 /* Writes the actions at p, which has room for ACTIONS_MAX() of the
  * strings; returns their end. */
 static uint8_t *put_actions_at(uint8_t *p, const struct decide_decision *d, const char *rule,
 			       size_t rule_len, const char *policy, size_t policy_len)
 {
-	p = spop_var_int64_at(p, VAR("status"), d->status);
-	p = spop_var_int64_at(p, VAR("retry_after"), d->retry_after);
-	p = spop_var_int64_at(p, VAR("limit"), d->limit);
-	if (d->counted) {
+	const uint8_t *start = p;
+	unsigned m = answer_vars(d);
+
+	if (m & SETTINGS_VAR_STATUS)
+		p = spop_var_int64_at(p, VAR("status"), d->status);
+	if (m & SETTINGS_VAR_RETRY_AFTER)
+		p = spop_var_int64_at(p, VAR("retry_after"), d->retry_after);
+	if (m & SETTINGS_VAR_LIMIT)
+		p = spop_var_int64_at(p, VAR("limit"), d->limit);
+	if (d->counted && (m & SETTINGS_VAR_REMAINING))
 		p = spop_var_int64_at(p, VAR("remaining"), d->remaining);
+	if (d->counted && (m & SETTINGS_VAR_RESET))
 		p = spop_var_int64_at(p, VAR("reset"), d->reset);
-	}
-	p = spop_var_int64_at(p, VAR("priority"), d->priority);
-	p = put_reason(p, d->reason);
-	p = spop_var_str_at(p, VAR("rule"), rule, rule_len);
-	if (policy_len)
+	if (m & SETTINGS_VAR_PRIORITY)
+		p = spop_var_int64_at(p, VAR("priority"), d->priority);
+	if (m & SETTINGS_VAR_REASON)
+		p = put_reason(p, d->reason);
+	if (m & SETTINGS_VAR_RULE)
+		p = spop_var_str_at(p, VAR("rule"), rule, rule_len);
+	if (policy_len && (m & SETTINGS_VAR_POLICY))
 		p = spop_var_str_at(p, VAR("policy"), policy, policy_len);
-	if (d->ratelimit_len)
+	if (d->ratelimit_len && (m & SETTINGS_VAR_RATELIMIT))
 		p = spop_var_str_at(p, VAR("ratelimit"), d->ratelimit, d->ratelimit_len);
 	if (d->place_len)
 		p = spop_var_str_at(p, VAR("place"), d->place, d->place_len);
-	p = spop_var_bool_at(p, VAR("shadow"), d->shadow);
-	return spop_var_bool_at(p, VAR("degraded"), d->degraded);
+	if (m & SETTINGS_VAR_SHADOW)
+		p = spop_var_bool_at(p, VAR("shadow"), d->shadow);
+	if (m & SETTINGS_VAR_DEGRADED)
+		p = spop_var_bool_at(p, VAR("degraded"), d->degraded);
+	if (p == start)
+		p = put_unset_status(p);
+	return p;
 }
 
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d)

@@ -92,6 +92,9 @@ struct decide_decision {
 	bool shadow;
 	bool degraded;
 	bool counted;          /* remaining and reset are known */
+	/* What the answer carries: the rules' setting (rules_answer), 0
+	 * (SETTINGS_ANSWER_FULL) for every variable. */
+	uint16_t answer;
 	bool near_limit;       /* allowed, leaving under a tenth of the quota */
 	uint32_t counters;     /* the rule's counters (rulestats.h) */
 	/* Allowed by a rule with a concurrency limit (or a penalty on
@@ -187,8 +190,14 @@ void decide_closed(const struct decide_query *q, struct decide_decision *d);
 	DECIDE_ACTIONS_MAX_WITH(RULES_NAME_MAX + RULES_POLICY_MAX + \
 				sizeof(((struct decide_decision *)0)->ratelimit) + DECIDE_PLACE_MAX)
 
-/* Appends the SET-VAR actions (scope txn) of a decision: at most
- * DECIDE_ACTIONS_MAX bytes, else w->err. */
+/* Appends the SET-VAR actions (scope txn) of a decision, those its answer
+ * setting chooses: at most DECIDE_ACTIONS_MAX bytes, else w->err. By
+ * default (SETTINGS_ANSWER_READ) what HAProxy's rules read: policy,
+ * ratelimit, a place held, the priority when the rules classify; and when
+ * refused, status, retry_after, reason and rule; in shadow mode or without
+ * the store, shadow or degraded (true), reason and rule. An answer left
+ * with no variable carries one UNSET-VAR of status: an ACK must carry an
+ * action. */
 void decide_put_actions(struct spop_wbuf *w, const struct decide_decision *d);
 
 const char *decide_reason_str(enum decide_reason r);

@@ -15,6 +15,7 @@
 #include "overrides.h"
 #include "query.h"
 #include "server.h"
+#include "sha256.h"
 #include "store.h"
 
 /* A query fits in a request head, and so does any value decoded from it. */
@@ -68,6 +69,7 @@ static void out_item(struct out *o, const struct store_admin_item *it)
 {
 	const struct rule *rule = it->rule;
 	char period[32];
+	size_t any;
 
 	if (it->out_of_memory)
 		o->err = 1;
@@ -107,8 +109,23 @@ static void out_item(struct out *o, const struct store_admin_item *it)
 			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
 			outf(o, ": \"%s\"%s", it->limit[j].name, j + 1 == rule->nown ? "}" : "");
 		}
+		/* and what the values hold, where the store could read them */
+		any = 0;
+		for (size_t j = 0; j < rule->nown; j++) {
+			const struct store_admin_limit *l = &it->limit[j];
+
+			if (!l->has_state)
+				continue;
+			limit_format_period(rule->limits[j].period_us, period, sizeof(period));
+			outf(o, "%s{\"limit\": \"%llu/%s\", \"remaining\": %llu, \"reset\": %lld}",
+			     any++ ? ", " : ", \"limits\": [", (unsigned long long)rule->limits[j].quota,
+			     period, (unsigned long long)l->remaining, (long long)limit_ceil_s(l->reset_us));
+		}
+		if (any)
+			outf(o, "]");
 		outf(o, ", \"fields\": {");
-		for (size_t j = 0, any = 0; j < rule->nown; j++) {
+		any = 0;
+		for (size_t j = 0; j < rule->nown; j++) {
 			if (!it->limit[j].raw)
 				continue;
 			outf(o, "%s", any++ ? ", " : "");
@@ -176,8 +193,12 @@ static void admin_done(struct store_admin *a)
 			outf(&o, "%s", i + 1 == a->n ? "}" : "");
 		}
 		outf(&o, "}\n");
-		log_info("admin: %s the override of %s=%.*s", a->ov_remove ? "removed" : "set",
-			 ar->kind, (int)(ar->tlen < 64 ? ar->tlen : 64), ar->text);
+		char text[256]; /* longer values end in "..." */
+
+		logtext(text, sizeof(text), ar->text, ar->tlen);
+		log_info_kv(LOG_KV("identity", ar->kind, "client", text),
+			    "admin: %s the override of %s=%s", a->ov_remove ? "removed" : "set",
+			    ar->kind, text);
 	} else {
 		outf(&o, "{\"identity\": ");
 		out_json_str(&o, ar->kind, strlen(ar->kind));
@@ -186,12 +207,10 @@ static void admin_done(struct store_admin *a)
 		outf(&o, ", \"store\": \"%s\", \"rules\": [", ar->store->ops->name);
 		for (size_t i = 0; i < a->n; i++) {
 			const struct store_admin_item *it = &a->item[i];
-			char key[STORE_KEY_TAG_MAX + 1];
 
-			store_key_tag(it->key, key);
 			outf(&o, "%s{\"rule\": ", i ? ", " : "");
 			out_json_str(&o, it->rule->name, strlen(it->rule->name));
-			outf(&o, ", \"key\": \"%s\"", key);
+			outf(&o, ", \"key\": \"%s\"", it->label);
 			out_item(&o, it);
 			outf(&o, "}");
 		}
@@ -199,8 +218,9 @@ static void admin_done(struct store_admin *a)
 		if (a->reset) {
 			char text[256]; /* longer values end in "..." */
 
-			log_info("admin: reset the buckets of %s=%s", ar->kind,
-				 logtext(text, sizeof(text), ar->text, ar->tlen));
+			logtext(text, sizeof(text), ar->text, ar->tlen);
+			log_info_kv(LOG_KV("identity", ar->kind, "client", text),
+				    "admin: reset the buckets of %s=%s", ar->kind, text);
 		}
 	}
 	respond_json(ar->req, status, &o);
@@ -318,13 +338,269 @@ static void respond_error(struct http_req *req, int status, struct out *o)
 	xfree(o->buf);
 }
 
-/* Which request req is: 0 with the flags set, or -1 once answered 404. */
-static int route(struct http_req *req, bool *reset, bool *override, bool *remove)
+/* ---- GET /admin/rules: the rules in force -------------------------------- */
+
+static const char *algo_name(enum limit_algo a)
+{
+	switch (a) {
+	case LIMIT_TOKEN_BUCKET:
+		return "token";
+	case LIMIT_SLIDING_WINDOW:
+		return "sliding";
+	case LIMIT_FIXED_WINDOW:
+		return "fixed";
+	case LIMIT_LOG:
+		return "log";
+	case LIMIT_CONCURRENCY:
+		return "concurrency";
+	case LIMIT_BAN:
+		return "ban";
+	}
+	return "token";
+}
+
+static const char *kind_name(enum rules_kind k)
+{
+	switch (k) {
+	case RULES_KIND_DEFAULT:
+		return "default";
+	case RULES_KIND_TIER:
+		return "tier";
+	case RULES_KIND_ENDPOINT:
+		return "endpoint";
+	case RULES_KIND_LAYER:
+		return "layer";
+	}
+	return "tier";
+}
+
+static void out_str(struct out *o, const char *s)
+{
+	out_json_str(o, s, strlen(s));
+}
+
+/* A limit with its algorithm, burst and the share the local failure mode
+ * applies (local). */
+static void out_limit_full(struct out *o, const struct limit_spec *l, const struct limit_spec *local)
+{
+	outf(o, "{\"limit\": ");
+	out_limit(o, l);
+	outf(o, ", \"algorithm\": \"%s\"", algo_name(l->algo));
+	if (l->burst)
+		outf(o, ", \"burst\": %llu", (unsigned long long)l->burst);
+	if (local) {
+		outf(o, ", \"local\": ");
+		out_limit(o, local);
+	}
+	outf(o, "}");
+}
+
+static void out_cond(struct out *o, const char *name, const struct rules_cond *c, bool *first)
+{
+	if (!c->n)
+		return;
+	outf(o, "%s", *first ? "" : ", ");
+	*first = false;
+	out_str(o, name);
+	outf(o, ": [");
+	for (size_t i = 0; i < c->n; i++) {
+		outf(o, "%s", i ? ", " : "");
+		out_json_str(o, c->v[i].ptr, c->v[i].len);
+	}
+	outf(o, "]");
+}
+
+/* A match as the file writes it: {"method": [...], "path": [...], ...}. */
+static void out_match(struct out *o, const struct rules *rules, const struct rules_match *m)
+{
+	bool first = true;
+
+	outf(o, "{");
+	out_cond(o, "method", &m->method, &first);
+	out_cond(o, "path", &m->path, &first);
+	out_cond(o, "host", &m->host, &first);
+	if (m->ntiers) {
+		outf(o, "%s\"tier\": [", first ? "" : ", ");
+		first = false;
+		for (size_t i = 0; i < m->ntiers; i++) {
+			outf(o, "%s", i ? ", " : "");
+			out_str(o, rules_rule_at(rules, m->tiers[i])->name);
+		}
+		outf(o, "]");
+	}
+	if (m->nargs) {
+		outf(o, "%s\"args\": {", first ? "" : ", ");
+		for (size_t k = 0; k < m->nargs; k++) {
+			bool f = true;
+
+			outf(o, "%s", k ? ", " : "");
+			out_cond(o, m->args[k].name, &m->args[k].c, &f);
+		}
+		outf(o, "}");
+	}
+	outf(o, "}");
+}
+
+/* One rule: its own limits (each with its local share), the layers it
+ * stacks, whom a layer counts, what it answers without the store. */
+static void out_rule(struct out *o, const struct rules *rules, const struct rule *r)
+{
+	const struct rules_names *names = rules_identity_names(rules);
+
+	outf(o, "{\"name\": ");
+	out_str(o, r->name);
+	outf(o, ", \"kind\": \"%s\", \"limits\": [", kind_name(r->kind));
+	for (size_t k = 0; k < r->nown; k++) {
+		outf(o, "%s", k ? ", " : "");
+		out_limit_full(o, &r->limits[k], r->limits[k].algo == LIMIT_CONCURRENCY ||
+							  r->limits[k].algo == LIMIT_BAN
+						  ? NULL : &r->local[k]);
+	}
+	outf(o, "], \"stack\": [");
+	for (size_t p = 0; p < r->nstack; p++) {
+		outf(o, "%s", p ? ", " : "");
+		out_str(o, r->stack[p]->name);
+	}
+	outf(o, "]");
+	if (r->kind == RULES_KIND_LAYER) {
+		outf(o, ", \"scope\": \"%s\"", r->scope == RULES_SCOPE_GLOBAL ? "global" :
+					       r->scope == RULES_SCOPE_ARGS ? "arguments" : "client");
+		for (size_t k = 0; r->scope == RULES_SCOPE_ARGS && k < r->nidk; k++) {
+			outf(o, "%s", k ? ", " : ", \"identity\": [");
+			out_str(o, names->name[r->idk[k]]);
+			outf(o, "%s", k + 1 == r->nidk ? "]" : "");
+		}
+	}
+	if (r->has_max_override) {
+		outf(o, ", \"max_override\": ");
+		out_limit(o, &r->max_override);
+	}
+	outf(o, ", \"cost\": %u, \"shadow\": %s, \"on_store_failure\": \"%s\", \"policy\": ", r->cost,
+	     r->shadow ? "true" : "false", rules_failure_str(r->on_failure));
+	out_json_str(o, r->policy, r->policy_len);
+	if (r->kind == RULES_KIND_ENDPOINT) {
+		outf(o, ", \"match\": ");
+		out_match(o, rules, rules_endpoint_match(rules, r->index - rules_endpoint_first(rules)));
+	}
+	outf(o, "}");
+}
+
+static void out_shedding(struct out *o, const struct shed_config *sc)
+{
+	outf(o, "{\"thresholds\": {");
+	for (int p = 1; p < SHED_PRIORITIES; p++) {
+		outf(o, "%s\"P%d\": ", p > 1 ? ", " : "", p);
+		if (sc->threshold_bp[p] > SHED_NEVER && sc->threshold_bp[p] <= SHED_FULL)
+			outf(o, "%.4f", (double)sc->threshold_bp[p] / SHED_FULL);
+		else
+			outf(o, "null");
+	}
+	outf(o, "}, \"ramp\": %.4f, \"retry_after_ms\": %lld, \"in_use\": ",
+	     (double)sc->ramp_bp / SHED_FULL, (long long)(sc->retry_after_us / 1000));
+	out_str(o, sc->in_use_arg);
+	outf(o, ", \"free\": ");
+	out_str(o, sc->free_arg);
+	outf(o, ", \"shadow\": %s}", sc->shadow ? "true" : "false");
+}
+
+/* The overrides of clients in force now (their keys hashed: the names
+ * they were set under are not kept). */
+static void out_overrides(struct out *o, struct server *srv)
+{
+	struct overrides *ovs = server_overrides(srv);
+	int64_t now = clock_wall_ms();
+	size_t shown = 0;
+
+	outf(o, "[");
+	for (size_t i = 0; ovs && i < overrides_count(ovs); i++) {
+		const struct override_entry *e = overrides_at(ovs, i);
+		char field[2 * IDENTITY_KEY_LEN + 1];
+
+		if (e->expires_ms && e->expires_ms <= now)
+			continue;
+		overrides_field(e->key, field);
+		outf(o, "%s{\"key\": \"%s\", \"limit\": ", shown++ ? ", " : "", field);
+		out_limit(o, &e->spec);
+		outf(o, ", \"expires_ms\": %lld}", (long long)e->expires_ms);
+	}
+	outf(o, "]");
+	overrides_release(ovs);
+}
+
+/* Everything the rules in force decide by, as data: the file's top-level
+ * choices, every rule with its limits as applied, the priority classes,
+ * the shedding thresholds, the overrides in force and the arguments
+ * found missing. */
+static void rules_serve(struct server *srv, struct http_req *req)
+{
+	struct rules *rules = atomic_load(&srv->rules);
+	const struct rules_names *ids = rules_identity(rules);
+	struct out o = { NULL, 0, 0, 0, 1 };
+	char hex[SHA256_HEX_LEN];
+	uint64_t gen, missing = server_args_missing(srv, &gen);
+
+	sha256_hex(rules_sha256(rules), hex);
+	outf(&o, "{\"source\": ");
+	out_str(&o, rules_source(rules));
+	outf(&o, ", \"sha256\": \"%s\", \"generation\": %llu, \"identity\": [", hex,
+	     (unsigned long long)rules_gen(rules));
+	for (size_t i = 0; i < ids->n; i++) {
+		outf(&o, "%s", i ? ", " : "");
+		out_str(&o, ids->name[i]);
+	}
+	outf(&o, "], \"tier_argument\": ");
+	out_str(&o, rules_tier_argument(rules));
+	outf(&o, ", \"default_tier\": ");
+	out_str(&o, rules_default_tier(rules)->name);
+	outf(&o, ", \"cost_argument\": ");
+	out_str(&o, rules_cost_argument(rules));
+	outf(&o, ", \"override_argument\": ");
+	out_str(&o, rules_override_argument(rules));
+	outf(&o, ", \"shadow\": %s, \"on_store_failure\": \"%s\", \"agents\": %d, "
+		 "\"paths\": \"%s\", \"default_priority\": %d, \"rules\": [",
+	     rules_shadow(rules) ? "true" : "false", rules_failure_str(rules_on_failure(rules)),
+	     rules_agents(rules), rules_paths_raw(rules) ? "raw" : "normalised",
+	     rules_default_priority(rules));
+	for (size_t i = 0; i < rules_count(rules); i++) {
+		outf(&o, "%s", i ? ", " : "");
+		out_rule(&o, rules, rules_rule_at(rules, i));
+	}
+	outf(&o, "], \"priorities\": [");
+	for (size_t i = 0; i < rules_class_count(rules); i++) {
+		int priority = 0;
+		const struct rules_match *m = rules_class_match(rules, i, &priority);
+
+		outf(&o, "%s{\"priority\": %d, \"match\": ", i ? ", " : "", priority);
+		out_match(&o, rules, m);
+		outf(&o, "}");
+	}
+	outf(&o, "], \"shedding\": ");
+	out_shedding(&o, rules_shed(rules));
+	outf(&o, ", \"overrides\": ");
+	out_overrides(&o, srv);
+	outf(&o, ", \"arguments_missing\": [");
+	for (size_t i = 0, n = 0; gen == rules_gen(rules) && i < rules_checked_count(rules); i++)
+		if (missing & ((uint64_t)1 << i)) {
+			outf(&o, "%s", n++ ? ", " : "");
+			out_str(&o, rules_checked_name(rules, i));
+		}
+	outf(&o, "]}\n");
+	respond_error(req, 200, &o);
+}
+
+/* Which request req is: 0 with the flags set, or -1 once answered (404,
+ * or GET /admin/rules, which needs no store). */
+static int route(struct server *srv, struct http_req *req, bool *reset, bool *override,
+		 bool *remove)
 {
 	const char *method = http_req_method(req), *path = http_req_path(req);
 	struct out o = { NULL, 0, 0, 0, 1 };
 
 	*reset = *override = *remove = false;
+	if (strcmp(path, "/admin/rules") == 0 && strcmp(method, "GET") == 0) {
+		rules_serve(srv, req);
+		return -1;
+	}
 	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0)
 		return 0;
 	if (strcmp(path, "/admin/reset") == 0 && strcmp(method, "POST") == 0) {
@@ -337,7 +613,7 @@ static int route(struct http_req *req, bool *reset, bool *override, bool *remove
 		*remove = strcmp(method, "DELETE") == 0;
 		return 0;
 	}
-	outf(&o, "{\"error\": \"GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
+	outf(&o, "{\"error\": \"GET /admin/rules, GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
 		 "PUT /admin/override?ARG=VALUE&limit=N/P[&ttl=DURATION] or "
 		 "DELETE /admin/override?ARG=VALUE\"}\n");
 	respond_error(req, 404, &o);
@@ -448,7 +724,7 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	bool reset, override, remove;
 	int status;
 
-	if (!admitted(token, req) || route(req, &reset, &override, &remove) < 0)
+	if (!admitted(token, req) || route(srv, req, &reset, &override, &remove) < 0)
 		return;
 	rules = atomic_load(&srv->rules);
 	/* query_parse() decodes in place */

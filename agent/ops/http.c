@@ -58,6 +58,7 @@ struct http_req {
 	ev_io io;
 	ev_timer timer;
 	const char *query;
+	int head_only;          /* HEAD: a GET answered without its body */
 	char *out;              /* the answer, head and body */
 	size_t out_len, out_off;
 	struct http_head head;
@@ -152,9 +153,10 @@ static void answer(struct http_req *req, int status, const char *type, const cha
 							       : xmalloc((size_t)hn + len + 1);
 	if (req->out) {
 		snprintf(req->out, (size_t)hn + 1, fmt, status, reason(status), type, len, extra);
-		if (len)
+		if (len && !req->head_only)
 			memcpy(req->out + hn, body, len);
-		req->out_len = (size_t)hn + len;
+		/* HEAD: the Content-Length of the GET, no body */
+		req->out_len = (size_t)hn + (req->head_only ? 0 : len);
 	} else {
 		req->out = (char *)oom_answer;
 		req->out_len = sizeof(oom_answer) - 1;
@@ -184,7 +186,7 @@ static void dispatch(struct http_req *req)
 	struct http_head *h = &req->head;
 	const struct route *best = NULL;
 	const char *method = req->buf + h->method.off, *path = req->buf + h->path.off;
-	char allow[16 + HTTP_ROUTES_MAX * (HTTP_HEAD_METHOD_MAX + 2)];
+	char allow[16 + HTTP_ROUTES_MAX * (HTTP_HEAD_METHOD_MAX + 2) + 8]; /* + ", HEAD" */
 	size_t n = 0;
 
 	/* http_head_parse() leaves a byte after each of these that is free */
@@ -194,6 +196,12 @@ static void dispatch(struct http_req *req)
 	for (size_t i = 0; i < h->nheaders; i++)
 		req->buf[h->header[i].value.off + h->header[i].value.len] = '\0';
 	req->query = h->path.len < h->target.len ? req->buf + h->query.off : "";
+	/* HEAD is a GET whose body is not sent: the handlers see a GET */
+	if (strcmp(method, "HEAD") == 0) {
+		memcpy(req->buf + h->method.off, "GET", 4);
+		h->method.len = 3;
+		req->head_only = 1;
+	}
 
 	for (size_t i = 0; i < s->nroutes; i++)
 		if (route_matches(&s->routes[i], path, h->path.len) &&
@@ -215,8 +223,8 @@ static void dispatch(struct http_req *req)
 			r->fn(req, r->arg);
 			return;  /* req may be answered already */
 		}
-		n += (size_t)snprintf(allow + n, sizeof(allow) - n, "%s%s", n ? ", " : "Allow: ",
-				      r->method);
+		n += (size_t)snprintf(allow + n, sizeof(allow) - n, "%s%s%s", n ? ", " : "Allow: ",
+				      r->method, strcmp(r->method, "GET") == 0 ? ", HEAD" : "");
 	}
 	snprintf(allow + n, sizeof(allow) - n, "\r\n");
 	answer_text(req, 405, allow, "method not allowed\n");

@@ -5,12 +5,23 @@
 
 #include "alloc.h"
 #include "out.h"
+#include "procstat.h"
 #include "rules.h"
 #include "rulestats.h"
 #include "server.h"
+#include "worker.h"
+#include "sha256.h"
 #include "shed.h"
 #include "memstore.h"
 #include "store.h"
+#include "store_redis.h"
+
+static const char *build_version = "unknown";
+
+void metrics_set_version(const char *version)
+{
+	build_version = version;
+}
 
 static void counter(struct out *o, const char *name, const char *help, uint64_t v)
 {
@@ -28,15 +39,16 @@ static void gauge(struct out *o, const char *name, const char *help, uint64_t v)
  * offset of the array plus its index times sizeof(counter_t). */
 #define RULE(field) offsetof(struct rule_counters, field)
 #define STORE(field) offsetof(struct store_stats, field)
+#define REDIS(field) offsetof(struct redis_stats, field)
 
 static uint64_t counter_at(const void *stats, size_t offset)
 {
 	return STAT_GET(*(const counter_t *)((const char *)stats + offset));
 }
 
-/* The struct hist at `offset` in the store's counters (summed over its
- * workers and servers, store_get_stats); bounds in seconds. */
-static void histogram(struct out *o, const struct store_stats *sts, const char *name,
+/* The struct hist at `offset` in the Redis store's counters (summed over
+ * its workers and servers, store_redis_stats); bounds in seconds. */
+static void histogram(struct out *o, const struct redis_stats *sts, const char *name,
 		      const char *help, size_t offset)
 {
 	static const int64_t bound[HIST_BUCKETS - 1] = HIST_BOUNDS_US;
@@ -67,14 +79,14 @@ static const struct {
 	const char *name, *help;
 	size_t offset;
 } node_counters[] = {
-	{ "spoa_rl_redis_node_calls_total", "Script calls sent, by Redis server.", STORE(calls) },
-	{ "spoa_rl_redis_node_errors_total", "Error replies, by Redis server.", STORE(errors) },
+	{ "spoa_rl_redis_node_calls_total", "Script calls sent, by Redis server.", REDIS(calls) },
+	{ "spoa_rl_redis_node_errors_total", "Error replies, by Redis server.", REDIS(errors) },
 	{ "spoa_rl_redis_node_timeouts_total", "Decisions past their deadline, by Redis server.",
-	  STORE(timeouts) },
+	  REDIS(timeouts) },
 	{ "spoa_rl_redis_node_connects_total", "Connection attempts, by Redis server.",
-	  STORE(connects) },
+	  REDIS(connects) },
 	{ "spoa_rl_redis_node_breaker_trips_total",
-	  "Times the circuit breaker opened, by Redis server.", STORE(breaker_trips) },
+	  "Times the circuit breaker opened, by Redis server.", REDIS(breaker_trips) },
 };
 
 struct node_line {
@@ -83,7 +95,7 @@ struct node_line {
 	size_t offset;
 };
 
-static void node_line(void *arg, const char *node, const struct store_stats *stats)
+static void node_line(void *arg, const char *node, const struct redis_stats *stats)
 {
 	struct node_line *nl = arg;
 
@@ -93,21 +105,19 @@ static void node_line(void *arg, const char *node, const struct store_stats *sta
 
 static void node_series(struct out *o, struct store *st)
 {
-	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", STORE(not_evicting) };
+	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", REDIS(not_evicting) };
 
-	if (!store_has_nodes(st))
-		return;
 	for (size_t k = 0; k < sizeof(node_counters) / sizeof(node_counters[0]); k++) {
 		struct node_line nl = { o, node_counters[k].name, node_counters[k].offset };
 
 		outf(o, "# HELP %s %s\n# TYPE %s counter\n", nl.name, node_counters[k].help, nl.name);
-		store_each_node(st, node_line, &nl);
+		store_redis_each_node(st, node_line, &nl);
 	}
 	outf(o, "# HELP %s 1 while keys written without an expiry may be on the server "
 	     "(--redis-expiry never, or auto once it was found evicting) and it may not evict "
 	     "them: no maxmemory, a policy other than allkeys-lru or allkeys-lfu, or CONFIG "
 	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
-	store_each_node(st, node_line, &gauge);
+	store_redis_each_node(st, node_line, &gauge);
 }
 
 /* The shared store's counters, in the order of the text. */
@@ -116,63 +126,63 @@ static const struct {
 	size_t offset;
 } store_counters[] = {
 	{ "spoa_rl_redis_queries_total", "Decisions submitted to the Redis store.",
-	  STORE(queries) },
-	{ "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).", STORE(calls) },
-	{ "spoa_rl_redis_replies_total", "Decisions answered by Redis.", STORE(replies) },
+	  REDIS(queries) },
+	{ "spoa_rl_redis_calls_total", "Script calls sent to Redis (batches).", REDIS(calls) },
+	{ "spoa_rl_redis_replies_total", "Decisions answered by Redis.", REDIS(replies) },
 	{ "spoa_rl_local_refusals_total",
 	  "Refusals answered locally: the client was known refused until a later time.",
-	  STORE(local_refusals) },
-	{ "spoa_rl_redis_timeouts_total", "Decisions past their deadline.", STORE(timeouts) },
+	  REDIS(local_refusals) },
+	{ "spoa_rl_redis_timeouts_total", "Decisions past their deadline.", REDIS(timeouts) },
 	{ "spoa_rl_redis_unavailable_total",
-	  "Decisions made without Redis: no connection or queue full.", STORE(unavailable) },
-	{ "spoa_rl_redis_errors_total", "Error replies from Redis.", STORE(errors) },
-	{ "spoa_rl_redis_connects_total", "Connection attempts to Redis.", STORE(connects) },
+	  "Decisions made without Redis: no connection or queue full.", REDIS(unavailable) },
+	{ "spoa_rl_redis_errors_total", "Error replies from Redis.", REDIS(errors) },
+	{ "spoa_rl_redis_connects_total", "Connection attempts to Redis.", REDIS(connects) },
 	{ "spoa_rl_redis_library_missing_total",
 	  "Calls that found the decision library gone (Redis restarted or its functions flushed): loaded again and the call retried.",
-	  STORE(library_missing) },
+	  REDIS(library_missing) },
 	{ "spoa_rl_redis_breaker_trips_total",
 	  "Times the circuit breaker stopped calls to Redis after failures.",
-	  STORE(breaker_trips) },
+	  REDIS(breaker_trips) },
 	{ "spoa_rl_redis_breaker_skips_total",
 	  "Decisions made without Redis while the circuit breaker was open.",
-	  STORE(breaker_skips) },
+	  REDIS(breaker_skips) },
 	{ "spoa_rl_redis_moved_total",
 	  "Cluster: decisions sent to a node that no longer served their key, sent again.",
-	  STORE(moved) },
+	  REDIS(moved) },
 	{ "spoa_rl_redis_asking_total",
-	  "Cluster: decisions sent with ASKING to the node importing their slot.", STORE(asked) },
+	  "Cluster: decisions sent with ASKING to the node importing their slot.", REDIS(asked) },
 	{ "spoa_rl_redis_topology_changes_total",
 	  "A new master (Sentinel) or a new slot map (Cluster) put in use, per worker.",
-	  STORE(topology_changes) },
+	  REDIS(topology_changes) },
 	{ "spoa_rl_redis_split_total",
 	  "Decisions of a rule with layers whose keys live on several servers: each part taken on its own server.",
-	  STORE(split) },
+	  REDIS(split) },
 	{ "spoa_rl_redis_refunds_total",
-	  "Parts of a refused split decision given back to their server.", STORE(refunds) },
+	  "Parts of a refused split decision given back to their server.", REDIS(refunds) },
 	{ "spoa_rl_redis_penalty_events_lost_total",
 	  "Penalty events Redis could not be told of (no connection): not counted.",
-	  STORE(penalty_lost) },
+	  REDIS(penalty_lost) },
 	{ "spoa_rl_redis_releases_lost_total",
 	  "Concurrency places a release could not give back (no connection): they end at their max_duration.",
-	  STORE(releases_lost) },
+	  REDIS(releases_lost) },
 	{ "spoa_rl_redis_refunds_lost_total",
 	  "Refunds that could not be sent or failed: tokens held until they refill.",
-	  STORE(refunds_lost) },
+	  REDIS(refunds_lost) },
 	{ "spoa_rl_lease_grants_total",
 	  "Leases received from Redis (--lease): tokens taken for a busy client, spent here.",
-	  STORE(lease.grants) },
-	{ "spoa_rl_lease_tokens_total", "Tokens received in leases.", STORE(lease.tokens) },
+	  REDIS(lease.grants) },
+	{ "spoa_rl_lease_tokens_total", "Tokens received in leases.", REDIS(lease.tokens) },
 	{ "spoa_rl_lease_decisions_total",
-	  "Requests allowed from a lease, without a Redis call.", STORE(lease.decisions) },
+	  "Requests allowed from a lease, without a Redis call.", REDIS(lease.decisions) },
 	{ "spoa_rl_lease_waits_total",
 	  "Requests refused here while a leased client waited for its tokens to come back after Redis refused it.",
-	  STORE(lease.waits) },
+	  REDIS(lease.waits) },
 	{ "spoa_rl_lease_returned_tokens_total",
 	  "Unspent leased tokens sent back to Redis (given back where nothing else touched the bucket since).",
-	  STORE(lease.returned) },
+	  REDIS(lease.returned) },
 	{ "spoa_rl_lease_dropped_tokens_total",
 	  "Unspent leased tokens that could not be sent back: held until they refill.",
-	  STORE(lease.dropped) },
+	  REDIS(lease.dropped) },
 };
 
 /* A counter of struct rule_counters per rule in force, labelled by its
@@ -263,16 +273,16 @@ static void server_series(struct out *o, const struct server *srv, const struct 
 }
 
 /* The shared store's counters, summed and by server. */
-static void store_series(struct out *o, struct store *st, const struct store_stats *sts)
+static void store_series(struct out *o, struct store *st, const struct redis_stats *sts)
 {
 	for (size_t k = 0; k < sizeof(store_counters) / sizeof(store_counters[0]); k++)
 		counter(o, store_counters[k].name, store_counters[k].help,
 			counter_at(sts, store_counters[k].offset));
 	histogram(o, sts, "spoa_rl_redis_call_duration_seconds",
-		  "Script calls, from sending to the reply.", STORE(call_time));
+		  "Script calls, from sending to the reply.", REDIS(call_time));
 	histogram(o, sts, "spoa_rl_redis_decision_duration_seconds",
 		  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
-		  STORE(wait_time));
+		  REDIS(wait_time));
 	node_series(o, st);
 }
 
@@ -294,11 +304,39 @@ static void memory_series(struct out *o, const struct store *st)
 	      "Chunks of 128 bytes (12 requests) that log limits hold in memory.", ms.log_chunks);
 }
 
+/* What this agent runs and has loaded: its version, its rules file's
+ * digest (agents that disagree show two values), and the arguments the
+ * rules read that HAProxy never sent (server_args_missing, judged under
+ * the rules in force). */
+static void info_series(struct out *o, struct server *srv, const struct rules *rules)
+{
+	char hex[SHA256_HEX_LEN];
+	uint64_t gen, missing = server_args_missing(srv, &gen);
+
+	outf(o, "# HELP spoa_rl_build_info The agent's version (always 1).\n"
+		"# TYPE spoa_rl_build_info gauge\nspoa_rl_build_info{version=\"%s\"} 1\n",
+	     build_version);
+	outf(o, "# HELP spoa_rl_rules_info SHA-256 of the rules file in force (always 1): agents "
+		"of one fleet should show one value.\n# TYPE spoa_rl_rules_info gauge\n");
+	if (rules) {
+		sha256_hex(rules_sha256(rules), hex);
+		outf(o, "spoa_rl_rules_info{sha256=\"%s\"} 1\n", hex);
+	}
+	outf(o, "# HELP spoa_rl_argument_missing 1 for each argument the rules read that none "
+		"of a worker's first %d check-rate messages carried (misspelt in the rules or in "
+		"the SPOE file).\n# TYPE spoa_rl_argument_missing gauge\n", WORKER_ARGS_JUDGED);
+	for (size_t i = 0; rules && gen == rules_gen(rules) && i < rules_checked_count(rules); i++)
+		if (missing & ((uint64_t)1 << i))
+			outf(o, "spoa_rl_argument_missing{name=\"%s\"} 1\n",
+			     rules_checked_name(rules, i));
+}
+
 static void render(struct server *srv, struct out *o)
 {
 	struct rules *rules = atomic_load(&srv->rules);
 	struct server_stats ss;
 	struct store_stats sts;
+	struct redis_stats rs;
 
 	server_get_stats(srv, &ss);
 	store_get_stats(srv->store, &sts);
@@ -321,9 +359,11 @@ static void render(struct server *srv, struct out *o)
 		if (ss.disconnects_sent[st])
 			outf(o, "spoa_rl_disconnects_total{status=\"%d\"} %llu\n",
 			     st == 13 ? 99 : st, (unsigned long long)ss.disconnects_sent[st]);
-	if (store_shared(srv->store))
-		store_series(o, srv->store, &sts);
+	if (store_redis_stats(srv->store, &rs))
+		store_series(o, srv->store, &rs);
 	memory_series(o, srv->store);
+	info_series(o, srv, rules);
+	procstat_series(o);
 }
 
 size_t metrics_render(struct server *srv, char **out)

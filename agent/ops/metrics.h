@@ -14,4 +14,7 @@ struct server;
  * its length, 0 on allocation failure (*out untouched). */
 size_t metrics_render(struct server *srv, char **out);
 
+/* The version spoa_rl_build_info shows (main.c's), before any render. */
+void metrics_set_version(const char *version);
+
 #endif

@@ -73,6 +73,33 @@ long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err
 	return (long)len;
 }
 
+long secret_read_password(const char *path, char *buf, size_t cap, bool *loose, char *err,
+			  size_t errlen)
+{
+	unsigned mode = 0;
+	long n = secret_file(path, buf, cap, &mode, err, errlen);
+	size_t len;
+
+	*loose = (mode & (S_IRWXG | S_IRWXO)) != 0;
+	if (n == -2)
+		snprintf(err, errlen, "%s: longer than %zu bytes", path, cap - 1);
+	if (n < 0)
+		return -1;
+	len = (size_t)n;
+	if (len > 0 && buf[len - 1] == '\n')
+		len--;
+	if (len > 0 && buf[len - 1] == '\r')
+		len--;
+	buf[len] = '\0';
+	if (len == 0 || strlen(buf) != len || memchr(buf, '\n', len)) {
+		snprintf(err, errlen, "%s: %s", path,
+			 len == 0 ? "empty" : "holds more than one line (or a NUL byte)");
+		memset(buf, 0, cap);
+		return -1;
+	}
+	return (long)len;
+}
+
 void secret_hash_key(const char *secret, size_t len, uint8_t key[16])
 {
 	/* A fixed key here only separates this use of SipHash from others:

@@ -25,6 +25,14 @@ long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *
  * than cap - 1 bytes). *loose is set when group or others may read it. */
 long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen);
 
+/* Reads a password from path into buf[0..cap): its bytes up to a final
+ * newline (CRLF or LF), which is dropped. Returns the length, or -1 with a
+ * reason in err (cannot read it, not a regular file, empty, longer than
+ * cap - 1 bytes, a newline or NUL inside). *loose is set when group or
+ * others may read it. */
+long secret_read_password(const char *path, char *buf, size_t cap, bool *loose, char *err,
+			  size_t errlen);
+
 /* The 16-byte key client keys are hashed under, from a secret of any
  * length: the same secret gives the same key on every agent. */
 void secret_hash_key(const char *secret, size_t len, uint8_t key[16]);

@@ -235,8 +235,8 @@ struct rule {
 	 * limit starts fresh in the shared store instead of misreading old
 	 * state. */
 	char lid[LIMIT_SET_MAX][RULES_LID_MAX];
-	/* lid hashed (FNV-1a, 64 bits, of "rl3:" and lid): the limit's part
-	 * of its keys' names (store_key_name) */
+	/* lid hashed (FNV-1a, 64 bits, of the store's space and lid,
+	 * rules_set_limit_space): the limit's part of its keys' names */
 	uint64_t lidh[LIMIT_SET_MAX];
 	/* The local failure mode: each limit divided by the fleet size
 	 * (store.agents), at least 1. */
@@ -335,6 +335,14 @@ void rules_set_counters(struct rules *r, size_t i, uint32_t counters);
 const uint8_t *rules_secret(const struct rules *r);
 void rules_set_secret(struct rules *r, const uint8_t key[16]);
 
+/* The limits' hashes (rule->lidh, rule_penalty.count_lidh) are FNV-1a of
+ * a space and each limit's name: the store's (store_limit_space(), a
+ * shared store's layout of its values, so that a changed layout never
+ * reads old state as new), set by the holder before the rules are used;
+ * "" until then. At most RULES_LIMIT_SPACE_MAX - 1 bytes. */
+#define RULES_LIMIT_SPACE_MAX 16
+void rules_set_limit_space(struct rules *r, const char *space);
+
 /* The hash state after "kind\0" under the rules' secret, for the clients
  * identity argument k (of rules_identity_names) names (k < 0: anonymous
  * clients), from which identity_key_from() computes their keys; and the
@@ -372,6 +380,10 @@ bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */
 int rules_default_priority(const struct rules *r);
 const struct shed_config *rules_shed(const struct rules *r);
+/* What an answer carries (settings.h: SETTINGS_ANSWER_*), the file's
+ * `answer` with the priority added to the default when the file has
+ * priorities. */
+unsigned rules_answer(const struct rules *r);
 
 /* Every rule: tiers in file order (or the built-in default), then
  * endpoints in file order. */
@@ -381,6 +393,75 @@ const struct rule *rules_rule_at(const struct rules *r, size_t i);
 const struct rule *rules_find(const struct rules *r, const char *name);
 
 const char *rules_failure_str(enum rules_failure f);
+
+/* SHA-256 of the bytes the rules were loaded from (of "{}" for
+ * rules_default): agents that show the same loaded the same file. */
+const uint8_t *rules_sha256(const struct rules *r);
+
+/* ---- the rules as loaded, for those who show them ------------------------
+ * Read-only views of what classification compares (GET /admin/rules): they
+ * live as long as the rules. */
+
+/* One value of a match condition. `port` (hosts only): the value names a
+ * port, so it is compared with the request's host as sent, port included. */
+struct rules_value {
+	const char *ptr;
+	size_t len;
+	bool port;
+};
+
+/* A condition holds when the request's value equals any of its values;
+ * n == 0 means no condition. */
+struct rules_cond {
+	struct rules_value *v;
+	size_t n;
+};
+
+struct rules_arg_cond {
+	char name[RULES_NAME_MAX];
+	size_t name_len;
+	struct rules_cond c;
+};
+
+/* Every condition present must hold; tiers[] are indexes of
+ * rules_rule_at(). */
+struct rules_match {
+	struct rules_cond method;
+	struct rules_cond path;
+	struct rules_cond host;
+	unsigned *tiers;   /* indexes of tiers */
+	size_t ntiers;
+	struct rules_arg_cond *args;
+	size_t nargs;
+};
+
+/* The argument that carries a client's override ("" when none), and the
+ * fleet size the local failure mode divides each limit by (store.agents). */
+const char *rules_override_argument(const struct rules *r);
+int rules_agents(const struct rules *r);
+
+/* Endpoint i's match (0 <= i < rules_endpoint_count); the endpoint is
+ * the rule at rules_endpoint_first() + i. */
+size_t rules_endpoint_count(const struct rules *r);
+size_t rules_endpoint_first(const struct rules *r);
+const struct rules_match *rules_endpoint_match(const struct rules *r, size_t i);
+/* Priority class i (0 <= i < rules_class_count), in file order: the first
+ * whose match holds gives its priority. */
+size_t rules_class_count(const struct rules *r);
+const struct rules_match *rules_class_match(const struct rules *r, size_t i, int *priority);
+
+/* ---- arguments checked against traffic -------------------------------------
+ * The argument names the file wrote (identity, tier once there are tiers,
+ * shedding figures once it has a `shedding` section, cost, override,
+ * request_id, every name a match condition reads): a name HAProxy never
+ * sends is most likely misspelt on one side. At most RULES_CHECKED_MAX,
+ * in a fixed order. */
+#define RULES_CHECKED_MAX 64
+size_t rules_checked_count(const struct rules *r);
+const char *rules_checked_name(const struct rules *r, size_t i); /* NULL past the end */
+/* Bit i set for each checked name i among the nargs arguments at kv (a
+ * message's, after spop_msg_head; a broken item ends the walk). */
+uint64_t rules_args_seen(const struct rules *r, struct spop_cursor kv, unsigned nargs);
 
 /* ---- classification --------------------------------------------------------- */
 

@@ -246,12 +246,12 @@ static bool is_text(const struct spop_data *d)
 	return d && (d->type == SPOP_T_STR || d->type == SPOP_T_BIN);
 }
 
-static bool bytes_eq(const char *a, size_t alen, const struct mval *v)
+static bool bytes_eq(const char *a, size_t alen, const struct rules_value *v)
 {
 	return alen == v->len && (alen == 0 || memcmp(a, v->ptr, alen) == 0);
 }
 
-static bool cond_exact(const struct cond *c, const struct spop_data *d)
+static bool cond_exact(const struct rules_cond *c, const struct spop_data *d)
 {
 	if (!is_text(d))
 		return false;
@@ -300,7 +300,7 @@ static inline const char *request_path(struct request *q, size_t *len)
  * (p holds the path's first path_cap bytes, len of them: every value is
  * shorter, so a path as long as a value is whole, and a longer one has
  * the byte after the value.) */
-static bool cond_path(const struct cond *c, struct request *q)
+static bool cond_path(const struct rules_cond *c, struct request *q)
 {
 	size_t len;
 	const char *p = request_path(q, &len);
@@ -308,7 +308,7 @@ static bool cond_path(const struct cond *c, struct request *q)
 	if (!p)
 		return false;
 	for (size_t i = 0; i < c->n; i++) {
-		const struct mval *v = &c->v[i];
+		const struct rules_value *v = &c->v[i];
 
 		if (len < v->len || memcmp(p, v->ptr, v->len) != 0)
 			continue;
@@ -319,7 +319,7 @@ static bool cond_path(const struct cond *c, struct request *q)
 	return false;
 }
 
-static bool host_eq(const char *h, size_t len, const struct mval *v)
+static bool host_eq(const char *h, size_t len, const struct rules_value *v)
 {
 	if (len != v->len)
 		return false;
@@ -336,12 +336,12 @@ static bool host_eq(const char *h, size_t len, const struct mval *v)
 
 /* Hosts ignore ASCII case; a value without a port ignores the request's
  * port, a value with one must match it too. */
-static bool cond_host(const struct cond *c, const struct spop_data *d, size_t noport)
+static bool cond_host(const struct rules_cond *c, const struct spop_data *d, size_t noport)
 {
 	if (!is_text(d))
 		return false;
 	for (size_t i = 0; i < c->n; i++) {
-		const struct mval *v = &c->v[i];
+		const struct rules_value *v = &c->v[i];
 
 		if (host_eq(d->u.str.ptr, v->port ? d->u.str.len : noport, v))
 			return true;
@@ -352,7 +352,7 @@ static bool cond_host(const struct cond *c, const struct spop_data *d, size_t no
 /* Argument values compare as text: strings and binaries as they are,
  * integers in decimal, booleans as true/false, addresses in their usual
  * forms. NULL matches nothing. */
-static bool cond_arg(const struct cond *c, const struct spop_data *d)
+static bool cond_arg(const struct rules_cond *c, const struct spop_data *d)
 {
 	char buf[64];
 	size_t n;
@@ -371,7 +371,7 @@ static bool cond_arg(const struct cond *c, const struct spop_data *d)
 	return false;
 }
 
-static bool match_holds(const struct match *m, struct request *q)
+static bool match_holds(const struct rules_match *m, struct request *q)
 {
 	if (m->method.n && !cond_exact(&m->method, q->req->position[POS_METHOD]))
 		return false;
@@ -389,7 +389,7 @@ static bool match_holds(const struct match *m, struct request *q)
 			return false;
 	}
 	for (size_t i = 0; i < m->nargs; i++) {
-		const struct arg_cond *a = &m->args[i];
+		const struct rules_arg_cond *a = &m->args[i];
 
 		if (!cond_arg(&a->c, args_find(q->req->args, a->name, a->name_len)))
 			return false;

@@ -14,15 +14,13 @@
 #include "alloc.h"
 #include "rlheader.h"
 
-/* FNV-1a, 64 bits, of "rl3:" and a limit's name. The prefix names the
- * layout of the values under it (the decision library's): a layout that
- * changes changes it, and old state is then never read as new. */
-static uint64_t lid_hash(const char *lid)
+/* FNV-1a, 64 bits, of the store's space (rules_set_limit_space) and a
+ * limit's name. */
+static uint64_t lid_hash(const char *space, const char *lid)
 {
-	static const char prefix[] = "rl3:";
 	uint64_t h = 0xcbf29ce484222325ULL;
 
-	for (const char *p = prefix; *p; p++)
+	for (const char *p = space; *p; p++)
 		h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
 	for (const char *p = lid; *p; p++)
 		h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
@@ -32,7 +30,7 @@ static uint64_t lid_hash(const char *lid)
 /* Policy names: the rule's name when it has one limit, else the rule's name
  * and the limit's period ("free-1m"); the loader keeps periods distinct
  * within a rule, so names are unique within the field. */
-static void derive_rule(struct rule *r, int agents)
+static void derive_rule(struct rule *r, int agents, const char *space)
 {
 	/* by enum limit_algo: the algorithm is part of a limit's name, so a
 	 * limit that changes algorithm starts fresh */
@@ -71,7 +69,7 @@ static void derive_rule(struct rule *r, int agents)
 			 algo[r->limits[i].algo <= LIMIT_BAN ? r->limits[i].algo : 0],
 			 (unsigned long long)r->limits[i].quota, (long long)r->limits[i].period_us,
 			 (unsigned long long)r->limits[i].burst);
-		r->lidh[i] = lid_hash(r->lid[i]);
+		r->lidh[i] = lid_hash(space, r->lid[i]);
 		/* The local failure mode shares the limit among the agents; each
 		 * keeps at least one request per period. */
 		*l = r->limits[i];
@@ -87,7 +85,7 @@ static void derive_rule(struct rule *r, int agents)
 }
 
 /* The match conditions of the file: every endpoint's, then every class's. */
-static const struct match *match_at(const struct rules *r, size_t i)
+static const struct rules_match *match_at(const struct rules *r, size_t i)
 {
 	return i < r->neps ? &r->ep[i] : &r->classes[i - r->neps].m;
 }
@@ -101,7 +99,7 @@ static void derive_lookup(struct rules *r)
 	uint8_t n = 0;
 
 	for (size_t i = 0; i < r->neps + r->nclasses; i++) {
-		const struct match *m = match_at(r, i);
+		const struct rules_match *m = match_at(r, i);
 
 		if (m->method.n)
 			names[POS_METHOD] = "method";
@@ -198,7 +196,7 @@ static void derive_stack(struct rule *r)
 
 /* A penalty's counter: its keys' name. (Counted only when the store
  * decides: a decision made without it counts nothing.) */
-static void derive_penalty(struct rule *r)
+static void derive_penalty(struct rule *r, const char *space)
 {
 	struct rule_penalty *p = &r->penalty;
 	char lid[RULES_LID_MAX];
@@ -207,7 +205,7 @@ static void derive_penalty(struct rule *r)
 		return;
 	snprintf(lid, sizeof(lid), "p%llu/%lld", (unsigned long long)p->count.quota,
 		 (long long)p->count.period_us);
-	p->count_lidh = lid_hash(lid);
+	p->count_lidh = lid_hash(space, lid);
 }
 
 void rules_derive(struct rules *r)
@@ -215,8 +213,8 @@ void rules_derive(struct rules *r)
 	int agents = r->settings.has_agents && r->settings.agents > 0 ? r->settings.agents : 1;
 
 	for (size_t i = 0; i < r->nrules; i++) {
-		derive_rule(&r->rule[i], agents);
-		derive_penalty(&r->rule[i]);
+		derive_rule(&r->rule[i], agents, r->limit_space);
+		derive_penalty(&r->rule[i], r->limit_space);
 	}
 	for (size_t i = 0; i < r->nrules; i++) {
 		struct rule *x = &r->rule[i];
@@ -227,6 +225,7 @@ void rules_derive(struct rules *r)
 	}
 	derive_lookup(r);
 	derive_prefixes(r);
+	rules_derive_checked(r);
 }
 
 int rules_override_spec(const struct rule *rule, const char *s, size_t len,
@@ -371,8 +370,8 @@ const struct rule *rules_override(struct rules *r, const struct rule *base,
 			c->penalty.ban = (uint8_t)n;
 	}
 	c->nlimits = n;
-	derive_rule(c, agents);
-	derive_penalty(c);
+	derive_rule(c, agents, r->limit_space);
+	derive_penalty(c, r->limit_space);
 	derive_stack(c);
 	c->simple = !c->nstack && !c->conc;
 	c->policy_len = (uint16_t)strlen(c->policy);
@@ -420,4 +419,17 @@ void rules_set_secret(struct rules *r, const uint8_t key[16])
 {
 	memcpy(r->secret, key, 16);
 	derive_prefixes(r);
+}
+
+void rules_set_limit_space(struct rules *r, const char *space)
+{
+	snprintf(r->limit_space, sizeof(r->limit_space), "%s", space);
+	/* every limit, stacked ones too, keeps its name (lid) */
+	for (size_t i = 0; i < r->nrules; i++) {
+		struct rule *x = &r->rule[i];
+
+		for (size_t j = 0; j < x->nlimits; j++)
+			x->lidh[j] = lid_hash(r->limit_space, x->lid[j]);
+		derive_penalty(x, r->limit_space);
+	}
 }

@@ -21,42 +21,11 @@
 #include "identity.h"
 #include "rules.h"
 #include "settings.h"
-
-/* One value of a match condition. `port` (hosts only): the value names a
- * port, so it is compared with the request's host as sent, port included. */
-struct mval {
-	const char *ptr;
-	size_t len;
-	bool port;
-};
-
-/* A condition holds when the request's value equals any of its values;
- * n == 0 means no condition. */
-struct cond {
-	struct mval *v;
-	size_t n;
-};
-
-struct arg_cond {
-	char name[RULES_NAME_MAX];
-	size_t name_len;
-	struct cond c;
-};
-
-/* Every condition present must hold. */
-struct match {
-	struct cond method;
-	struct cond path;
-	struct cond host;
-	unsigned *tiers;   /* indexes of tiers */
-	size_t ntiers;
-	struct arg_cond *args;
-	size_t nargs;
-};
+#include "sha256.h"
 
 struct pclass {
 	int priority;
-	struct match m;
+	struct rules_match m;
 };
 
 /* The positions of struct rules_request (rules.h). */
@@ -104,7 +73,16 @@ struct rules {
 	atomic_uint refs;
 	uint64_t gen;
 	uint8_t secret[16];
+	/* what the limits' hashes are taken under (rules_set_limit_space) */
+	char limit_space[RULES_LIMIT_SPACE_MAX];
 	char source[256];
+	uint8_t sha256[SHA256_LEN]; /* of the bytes loaded */
+	/* What the file wrote itself (rather than took from the defaults):
+	 * the arguments it names are checked against traffic (rules_seen.c). */
+	bool identity_set, tiers_set, shedding_set;
+	/* The arguments checked (rules_checked_name): derived at load. */
+	const char *checked[RULES_CHECKED_MAX];
+	uint8_t nchecked;
 	struct settings settings;
 	struct rules_names identity;
 	char cost_arg[RULES_NAME_MAX];
@@ -124,6 +102,7 @@ struct rules {
 	int64_t lease_us;          /* the top-level `lease` (struct rule's) */
 	uint8_t lease_share;
 	int default_priority;
+	unsigned answer;           /* rules_answer() */
 	struct shed_config shed;
 	struct rule *rule;   /* tiers, then endpoints, then layers */
 	size_t nrules;
@@ -134,7 +113,7 @@ struct rules {
 	 * then those only layers read (rules_identity_names). */
 	struct rules_names idnames;
 	size_t default_tier;
-	struct match *ep;          /* ep[i] is the match of rule[ntiers + i] */
+	struct rules_match *ep;          /* ep[i] is the match of rule[ntiers + i] */
 	struct pclass *classes;
 	size_t nclasses;
 	struct arena_block *arena; /* freed with the rules */
@@ -166,6 +145,10 @@ size_t rules_host_noport(const char *h, size_t len);
 /* Derives, once the file is read, what every answer needs of the rules
  * (rules_derive.c). */
 void rules_derive(struct rules *r);
+
+/* The arguments checked against traffic (rules_seen.c), once the rest
+ * is derived. */
+void rules_derive_checked(struct rules *r);
 
 /* Frees every derived rule of r (rules_override), held or not: the
  * rules are going. */

@@ -556,6 +556,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	memcpy(r->secret, default_secret, sizeof(r->secret));
 	snprintf(r->source, sizeof(r->source), "%s", name);
 	settings_defaults(&r->settings);
+	r->answer = r->settings.answer;
 	snprintf(r->identity.name[0], RULES_NAME_MAX, "api_key");
 	snprintf(r->identity.name[1], RULES_NAME_MAX, "user");
 	snprintf(r->identity.name[2], RULES_NAME_MAX, "ip");
@@ -601,6 +602,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 			return -1;
 		r->identity = ids;
 		r->idnames = ids;
+		r->identity_set = true;
 	}
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shadow", &r->shadow) < 0)
 		return -1;
@@ -622,6 +624,8 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 			       "exclude each other: put the limits in a tier");
 	if (parse_tiers(c, v[K_TIERS]) < 0)
 		return -1;
+	r->tiers_set = v[K_TIERS] != NULL;
+	r->shedding_set = v[K_SHEDDING] != NULL;
 	if (!v[K_TIERS]) {
 		/* the built-in rule "default" takes the file's lease too */
 		r->rule[0].lease_us = r->lease_us;
@@ -646,6 +650,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 		return -1;
 	if (v[K_SHEDDING] && parse_shedding(c, v[K_SHEDDING]) < 0)
 		return -1;
+	/* The default answer carries the priority when the file classifies
+	 * requests (HAProxy's rules then read it). */
+	r->answer = r->settings.answer;
+	if ((r->answer & SETTINGS_ANSWER_READ) && v[K_PRIORITIES])
+		r->answer |= SETTINGS_VAR_PRIORITY;
 	return 0;
 }
 
@@ -719,6 +728,7 @@ struct rules *rules_load_buffer(const char *buf, size_t len, const char *name, c
 	c.r = r;
 	rc = parse_root(&c, root);
 	if (rc == 0) {
+		sha256(buf, len, r->sha256);
 		rules_derive(r);
 		measure_rules(r);
 	}
@@ -840,6 +850,7 @@ const struct identity_prefix *rules_identity_prefix(const struct rules *r, int k
 const struct settings *rules_settings(const struct rules *r) { return &r->settings; }
 
 const char *rules_source(const struct rules *r) { return r->source; }
+const uint8_t *rules_sha256(const struct rules *r) { return r->sha256; }
 const struct rules_names *rules_identity(const struct rules *r) { return &r->identity; }
 const struct rules_names *rules_identity_names(const struct rules *r) { return &r->idnames; }
 const struct identity_prefix *rules_global_prefix(const struct rules *r)
@@ -868,6 +879,7 @@ bool rules_any_lease(const struct rules *r)
 enum rules_failure rules_on_failure(const struct rules *r) { return r->on_failure; }
 int rules_default_priority(const struct rules *r) { return r->default_priority; }
 const struct shed_config *rules_shed(const struct rules *r) { return &r->shed; }
+unsigned rules_answer(const struct rules *r) { return r->answer; }
 size_t rules_count(const struct rules *r) { return r->nrules; }
 
 const struct rule *rules_rule_at(const struct rules *r, size_t i)

@@ -35,7 +35,7 @@ void *rules_arena_alloc(struct rules *r, size_t n);
 int rules_find_tier(struct ctx *c, yaml_node_t *n, const char *where, size_t *out);
 
 /* An endpoint's or a priority class's `match` (rules_match.c). */
-int rules_parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m);
+int rules_parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct rules_match *m);
 
 /* A rule's `limits` list (rules_stack.c). */
 int rules_parse_limits(struct ctx *c, yaml_node_t *seq, const char *where, struct rule *rule);

@@ -12,7 +12,7 @@ enum val_kind { V_METHOD, V_PATH, V_HOST, V_ARG };
 
 struct values_arg {
 	struct ctx *c;
-	struct cond *out;
+	struct rules_cond *out;
 	enum val_kind kind;
 	size_t count;
 };
@@ -28,7 +28,7 @@ static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i,
 {
 	struct values_arg *va = arg;
 	struct ctx *c = va->c;
-	struct mval *mv = &va->out->v[i];
+	struct rules_value *mv = &va->out->v[i];
 	const char *s;
 	size_t len;
 	char q[YS_PATH_MAX], *copy;
@@ -105,7 +105,7 @@ static int value_item(struct ys *y, yaml_node_t *n, const char *where, size_t i,
 }
 
 static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum val_kind kind,
-			struct cond *out)
+			struct rules_cond *out)
 {
 	struct ys *y = &c->y;
 	struct values_arg va = {c, out, kind, 0};
@@ -118,13 +118,13 @@ static int parse_values(struct ctx *c, yaml_node_t *n, const char *where, enum v
 
 struct tiers_arg {
 	struct ctx *c;
-	struct match *m;
+	struct rules_match *m;
 };
 
 static int tier_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
 {
 	struct tiers_arg *ta = arg;
-	struct match *m = ta->m;
+	struct rules_match *m = ta->m;
 	size_t t;
 
 	if (rules_find_tier(ta->c, n, where, &t) < 0)
@@ -134,7 +134,7 @@ static int tier_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, 
 	return 0;
 }
 
-static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
+static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, struct rules_match *m)
 {
 	struct ys *y = &c->y;
 	yaml_node_pair_t *p;
@@ -153,7 +153,7 @@ static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, 
 		return ys_fail_oom(y);
 	for (p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++, i++) {
 		yaml_node_t *k = ys_node(y, p->key), *v = ys_node(y, p->value);
-		struct arg_cond *a = &m->args[i];
+		struct rules_arg_cond *a = &m->args[i];
 		char sub[YS_PATH_MAX];
 
 		if (ys_check_key(y, k, where) < 0 || rules_get_name(y, k, where, a->name) < 0)
@@ -178,7 +178,7 @@ static int parse_match_args(struct ctx *c, yaml_node_t *map, const char *where, 
 	return 0;
 }
 
-int rules_parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct match *m)
+int rules_parse_match(struct ctx *c, yaml_node_t *map, const char *where, struct rules_match *m)
 {
 	struct ys *y = &c->y;
 	enum { K_METHOD, K_PATH, K_HOST, K_TIER, K_ARGS, K_N };

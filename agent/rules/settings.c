@@ -8,7 +8,12 @@
 #include "limit.h"
 #include "yaml_strict.h"
 
-const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store"};
+const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store", "answer"};
+
+const char *const settings_answer_names[SETTINGS_NVARS] = {
+	"status", "retry_after", "limit", "remaining", "reset", "priority", "reason",
+	"rule", "policy", "ratelimit", "place", "shadow", "degraded",
+};
 
 void settings_defaults(struct settings *s)
 {
@@ -19,6 +24,7 @@ void settings_defaults(struct settings *s)
 	addr_parse("127.0.0.1:6379", 0, &s->address);
 	s->timeout_ms = 20;
 	s->agents = 1;
+	s->answer = SETTINGS_ANSWER_READ;
 }
 
 static bool nodes_equal(const struct settings *a, const struct settings *b)
@@ -46,7 +52,9 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       a->has_hash_key_file == b->has_hash_key_file &&
 	       strcmp(a->hash_key_file, b->hash_key_file) == 0 &&
 	       a->has_sentinel_password == b->has_sentinel_password &&
-	       strcmp(a->sentinel_password, b->sentinel_password) == 0;
+	       strcmp(a->sentinel_password, b->sentinel_password) == 0 &&
+	       strcmp(a->password_file, b->password_file) == 0 &&
+	       strcmp(a->sentinel_password_file, b->sentinel_password_file) == 0;
 }
 
 /* An address as addr_parse() reads it with `flags`; `expected` says what
@@ -129,21 +137,66 @@ static int node_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, 
 	return 0;
 }
 
+/* Keys that would have no effect are errors: an operator who wrote an
+ * address expects Redis to be used. k[1..n): the keys given (NULL: not),
+ * `allowed` a bit per key of those the store type takes. */
+static int keys_apply(struct ys *y, yaml_node_t **k, const char *const *keys, int n,
+		      unsigned allowed, int type, const char *type_name)
+{
+	for (int i = 1; i < n; i++) {
+		char where[YS_PATH_MAX];
+
+		if (!k[i] || (allowed & 1u << i))
+			continue;
+		ys_path_key(where, "store", keys[i]);
+		if (type == 0)
+			return ys_fail(y, k[i]->start_mark, where,
+				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
+		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s", type_name);
+	}
+	return 0;
+}
+
+/* store.NAME_file: the file that holds the password NAME (read by main
+ * at start and at every reload), into out[256]; NAME or NAME_file, not
+ * both. Nothing when key is NULL. */
+static int password_file(struct ys *y, const char *name, yaml_node_t *plain, yaml_node_t *key,
+			 yaml_node_t *val, char *out)
+{
+	char where[YS_PATH_MAX], file_key[64];
+
+	if (!key)
+		return 0;
+	snprintf(file_key, sizeof(file_key), "%s_file", name);
+	ys_path_key(where, "store", file_key);
+	if (plain)
+		return ys_fail(y, key->start_mark, where, "give %s or %s, not both", name, file_key);
+	if (ys_cstr(y, val, where, out, 256) < 0)
+		return -1;
+	if (!out[0])
+		return ys_fail(y, val->start_mark, where, "must not be empty");
+	return 0;
+}
+
 static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 {
 	enum { K_TYPE, K_ADDRESS, K_NODES, K_SENTINELS, K_MASTER, K_SENTINEL_PASSWORD, K_USER,
-	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_N };
+	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_PASSWORD_FILE,
+	       K_SENTINEL_PASSWORD_FILE, K_N };
 	static const char *const keys[K_N] = {"type", "address", "nodes", "sentinels",
 					      "master", "sentinel_password", "user",
-					      "password", "timeout", "agents", "hash_key_file"};
+					      "password", "timeout", "agents", "hash_key_file",
+					      "password_file", "sentinel_password_file"};
 	static const char *const types[] = {"memory", "redis", "sentinel", "cluster", "shards"};
 	/* which keys each type takes (bit per key), the others are errors */
 	static const unsigned common = 1u << K_TYPE | 1u << K_USER | 1u << K_PASSWORD |
-				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE;
+				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE |
+				       1u << K_PASSWORD_FILE;
 	static const unsigned allowed[] = {
 		1u << K_TYPE | 1u << K_HASH_KEY_FILE,
 		common | 1u << K_ADDRESS,
-		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD,
+		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD |
+			1u << K_SENTINEL_PASSWORD_FILE,
 		common | 1u << K_NODES,
 		common | 1u << K_NODES,
 	};
@@ -161,20 +214,8 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 		s->has_store = true;
 		s->store = (enum settings_store)type;
 	}
-	/* Keys that would have no effect are errors: an operator who wrote an
-	 * address expects Redis to be used. */
-	for (int i = K_ADDRESS; i < K_N; i++) {
-		char where[YS_PATH_MAX];
-
-		if (!k[i] || (allowed[type] & 1u << i))
-			continue;
-		ys_path_key(where, "store", keys[i]);
-		if (type == 0)
-			return ys_fail(y, k[i]->start_mark, where,
-				       "applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
-		return ys_fail(y, k[i]->start_mark, where, "does not apply to type %s",
-			       types[type]);
-	}
+	if (keys_apply(y, k, keys, K_N, allowed[type], type, types[type]) < 0)
+		return -1;
 	if (v[K_HASH_KEY_FILE]) {
 		if (ys_cstr(y, v[K_HASH_KEY_FILE], "store.hash_key_file", s->hash_key_file,
 			    sizeof(s->hash_key_file)) < 0)
@@ -233,6 +274,12 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 			return -1;
 		s->has_password = true;
 	}
+	if (password_file(y, "password", v[K_PASSWORD], k[K_PASSWORD_FILE],
+			  v[K_PASSWORD_FILE], s->password_file) < 0 ||
+	    password_file(y, "sentinel_password", v[K_SENTINEL_PASSWORD],
+			  k[K_SENTINEL_PASSWORD_FILE], v[K_SENTINEL_PASSWORD_FILE],
+			  s->sentinel_password_file) < 0)
+		return -1;
 	if (v[K_TIMEOUT]) {
 		if (ys_duration(y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,
 				"1ms to 60s such as 20ms", &us) < 0)
@@ -249,13 +296,52 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 	return 0;
 }
 
+/* One item of `answer`: a variable's name, or alone, full or default. */
+static int answer_item(struct ys *y, yaml_node_t *n, const char *where, size_t i, void *arg)
+{
+	unsigned *a = arg;
+	const char *p;
+	size_t len;
+	char q[YS_PATH_MAX];
+
+	if (ys_text(y, n, where, &p, &len) < 0)
+		return -1;
+	if ((len == 4 && memcmp(p, "full", 4) == 0) || (len == 7 && memcmp(p, "default", 7) == 0)) {
+		if (i > 0 || *a != SETTINGS_ANSWER_LIST)
+			return ys_fail(y, n->start_mark, where,
+				       "%.*s stands alone, not in a list of variables", (int)len, p);
+		*a = len == 4 ? SETTINGS_ANSWER_FULL : SETTINGS_ANSWER_READ;
+		return 0;
+	}
+	for (unsigned b = 0; b < SETTINGS_NVARS; b++) {
+		if (strlen(settings_answer_names[b]) != len ||
+		    memcmp(settings_answer_names[b], p, len) != 0)
+			continue;
+		if (!(*a & SETTINGS_ANSWER_LIST))
+			return ys_fail(y, n->start_mark, where,
+				       "full and default stand alone, not in a list of variables");
+		if (*a & 1u << b)
+			return ys_fail(y, n->start_mark, where, "%s listed twice",
+				       settings_answer_names[b]);
+		*a |= 1u << b;
+		return 0;
+	}
+	return ys_fail(y, n->start_mark, where,
+		       "unknown variable %s (expected full, default, or a list of status, "
+		       "retry_after, limit, remaining, reset, priority, reason, rule, policy, "
+		       "ratelimit, place, shadow, degraded)",
+		       ys_quote(q, sizeof(q), p, len));
+}
+
 int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct settings *s)
 {
-	enum { K_LISTEN, K_THREADS, K_STORE };
+	enum { K_LISTEN, K_THREADS, K_STORE, K_ANSWER };
 	long long num;
 
 	if (vals[K_LISTEN]) {
-		if (get_addr(y, vals[K_LISTEN], "listen", 0, "ADDR:PORT such as 127.0.0.1:12345",
+		/* (unix@PATH too: the message keeps to the common case) */
+		if (get_addr(y, vals[K_LISTEN], "listen", ADDR_UNIX_AT,
+			     "ADDR:PORT such as 127.0.0.1:12345",
 			     &s->listen) < 0)
 			return -1;
 		s->has_listen = true;
@@ -268,5 +354,14 @@ int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct
 	}
 	if (vals[K_STORE] && parse_store(y, vals[K_STORE], s) < 0)
 		return -1;
+	if (vals[K_ANSWER]) {
+		unsigned a = SETTINGS_ANSWER_LIST;
+
+		if (ys_string_or_list(y, vals[K_ANSWER], "answer", SETTINGS_NVARS, "variables",
+				      answer_item, &a) < 0)
+			return -1;
+		s->answer = a;
+		s->has_answer = true;
+	}
 	return 0;
 }

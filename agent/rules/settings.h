@@ -1,8 +1,10 @@
 /* settings.h: the process settings a rules file may carry (listen
- * address, worker threads, the store), apart from the rules themselves.
+ * address, worker threads, the store, what an answer carries), apart from
+ * the rules themselves.
  *
  * main() applies them once at start, the command line taking precedence; a
- * reload reads them again only to warn that they changed (settings_equal).
+ * reload reads them again only to warn that they changed (settings_equal),
+ * but for `answer`, which each answer reads from the rules in force.
  * They are the root keys settings_keys of the rules file, read with the
  * same strictness as the rest of it (see yaml_strict.h): a wrong type, a
  * value out of range or an address that does not parse rejects the file
@@ -32,13 +34,46 @@ enum settings_store {
 
 #define SETTINGS_NODES_MAX 32 /* store.nodes or store.sentinels */
 
+/* The variables of an answer (txn.<prefix>.<name>), one bit each, in the
+ * order an answer writes them; settings_answer_names[i] is bit i's name. */
+enum {
+	SETTINGS_VAR_STATUS = 1u << 0,
+	SETTINGS_VAR_RETRY_AFTER = 1u << 1,
+	SETTINGS_VAR_LIMIT = 1u << 2,
+	SETTINGS_VAR_REMAINING = 1u << 3,
+	SETTINGS_VAR_RESET = 1u << 4,
+	SETTINGS_VAR_PRIORITY = 1u << 5,
+	SETTINGS_VAR_REASON = 1u << 6,
+	SETTINGS_VAR_RULE = 1u << 7,
+	SETTINGS_VAR_POLICY = 1u << 8,
+	SETTINGS_VAR_RATELIMIT = 1u << 9,
+	SETTINGS_VAR_PLACE = 1u << 10,
+	SETTINGS_VAR_SHADOW = 1u << 11,
+	SETTINGS_VAR_DEGRADED = 1u << 12,
+	SETTINGS_VAR_ALL = (1u << 13) - 1,
+	SETTINGS_NVARS = 13,
+};
+extern const char *const settings_answer_names[SETTINGS_NVARS];
+
+/* The `answer` setting: what an ACK carries.
+ *   SETTINGS_ANSWER_FULL (0)   every variable (`answer: full`, 0.2's answer)
+ *   SETTINGS_ANSWER_READ | V   the default (`answer: default`): what
+ *                              HAProxy's rules read for this answer (see
+ *                              decide.c), with priority when V has it
+ *   SETTINGS_ANSWER_LIST | V   exactly the variables of V (a list)
+ * A variable with no value (remaining unknown, no policy) is never sent,
+ * and a place held is always sent (the release needs it back). */
+#define SETTINGS_ANSWER_FULL 0u
+#define SETTINGS_ANSWER_READ (1u << 14)
+#define SETTINGS_ANSWER_LIST (1u << 15)
+
 /* The has_* flags say which settings the file set; the others keep the
  * defaults of settings_defaults(). Strings are NUL-terminated and
  * zero-padded (as are the fields of a struct addr), so two settings
  * compare with settings_equal. */
 struct settings {
 	bool has_listen;
-	struct addr listen;      /* a host and port, never a path */
+	struct addr listen;      /* a host and port, or unix@PATH */
 	bool has_threads;
 	int threads;             /* 1..256; 0 when not set */
 	bool has_store;
@@ -58,20 +93,30 @@ struct settings {
 	char user[128];
 	bool has_password;
 	char password[256];      /* ${NAME} already replaced */
+	/* files holding a password, "" when not set: read by main() at
+	 * start, and again at each reload (settings_equal compares the names,
+	 * main the contents) */
+	char password_file[256];
+	char sentinel_password_file[256];
 	bool has_timeout;
 	int timeout_ms;          /* 1..60000 */
 	bool has_agents;
 	int agents;              /* 1..10000, default 1 */
+	/* `answer`: SETTINGS_ANSWER_READ unless set. Unlike the others, a
+	 * reload applies it (settings_equal leaves it out). */
+	bool has_answer;
+	unsigned answer;
 };
 
 /* Listen on 127.0.0.1:12345, in-memory store, Redis (when chosen) at
- * 127.0.0.1:6379 with a 20 ms timeout, one agent; nothing set. */
+ * 127.0.0.1:6379 with a 20 ms timeout, one agent, the default answer;
+ * nothing set. */
 void settings_defaults(struct settings *s);
 
 bool settings_equal(const struct settings *a, const struct settings *b);
 
 /* The root keys that are settings, in the order messages list them. */
-#define SETTINGS_NKEYS 3
+#define SETTINGS_NKEYS 4
 extern const char *const settings_keys[SETTINGS_NKEYS];
 
 struct ys;

@@ -91,28 +91,11 @@ static void stats_add(struct store_stats *to, const struct store_stats *from)
 		STAT_ADD(t[i], STAT_GET(f[i]));
 }
 
-static void add_node(void *arg, const char *name, const struct store_stats *stats)
-{
-	stats_add(arg, stats);
-}
-
 void store_get_stats(struct store *st, struct store_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	for (const struct store_worker *sw = st->workers; sw; sw = sw->next)
 		stats_add(out, &sw->stats);
-	store_each_node(st, add_node, out);
-}
-
-bool store_has_nodes(const struct store *st)
-{
-	return st->ops->each_node != NULL;
-}
-
-void store_each_node(struct store *st, store_node_fn *fn, void *arg)
-{
-	if (st->ops->each_node)
-		st->ops->each_node(st, fn, arg);
 }
 
 void store_mem_stats(const struct store *st, struct memstore_stats *out)
@@ -381,10 +364,26 @@ void store_rules_changed(struct store_worker *sw)
 		sw->st->ops->rules_changed(sw);
 }
 
+/* "{TTTT}": the top 24 bits of the client's key in URL-safe base64 */
+static void admin_label(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
+{
+	static const char digit[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	uint32_t t = (uint32_t)key[0] << 16 | (uint32_t)key[1] << 8 | key[2];
+
+	buf[0] = '{';
+	for (int i = 0; i < 4; i++)
+		buf[1 + i] = digit[(t >> (18 - 6 * i)) & 63];
+	buf[5] = '}';
+	buf[6] = '\0';
+}
+
 void store_admin(struct store *st, struct store_admin *a)
 {
 	a->error[0] = '\0';
 	a->status = 0;
+	for (size_t i = 0; i < a->n; i++)
+		admin_label(a->item[i].key, a->item[i].label);
 	st->ops->admin(st, a);
 }
 
@@ -397,145 +396,12 @@ void store_admin_done(struct store *st, struct store_admin *a)
 	a->done(a);
 }
 
+const char *store_limit_space(const struct store *st)
+{
+	return st->limit_space ? st->limit_space : "";
+}
+
 uint64_t store_reset_epoch(const struct store *st)
 {
 	return atomic_load_explicit(&st->reset_epoch, memory_order_relaxed);
-}
-
-/* URL-safe base64: no digit is a brace, so "{TTTT}" stays a hash tag, nor
- * '~', which marks a packed bucket's name */
-static const char key_digits[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/* set once, before the workers name any key: packing, the digits of its
- * tag (2, or 3 past 12 bits) and the mask of the tag's bits kept (the top
- * ones: 2^bits sets per limit) */
-static bool packing;
-static int packed_digits = 2;
-static uint64_t packed_tag_mask = ~0ULL << 52;
-
-void store_key_packing(bool on, unsigned bits)
-{
-	packing = on;
-	if (bits > STORE_KEY_PACKED_BITS_MAX)
-		bits = STORE_KEY_PACKED_BITS_MAX;
-	packed_digits = bits > 12 ? 3 : 2;
-	packed_tag_mask = bits ? ~0ULL << (64 - bits) : 0;
-}
-
-bool store_key_packed(const struct limit_spec *l)
-{
-	uint64_t p;
-
-	if (!packing || !l || l->algo != LIMIT_TOKEN_BUCKET || l->period_us < 1 || !l->quota)
-		return false;
-	/* The library's states stay integers below 2^53 (until 2119) when
-	 * n = quota / gcd(quota, period) is at most 3, that is when n divides
-	 * 1, 2 or 3: when the quota divides the period, twice or three times
-	 * it (a period is below 2^48: no overflow). */
-	p = (uint64_t)l->period_us;
-	return p % l->quota == 0 || 2 * p % l->quota == 0 || 3 * p % l->quota == 0;
-}
-
-/* set once, before the workers name any key */
-static enum store_expiry expiry_mode;
-
-void store_key_expiry(enum store_expiry mode)
-{
-	expiry_mode = mode;
-}
-
-enum store_expiry store_key_expiry_mode(void)
-{
-	return expiry_mode;
-}
-
-bool store_key_expiry_dropped(bool evicting)
-{
-	return expiry_mode == STORE_EXPIRY_NEVER || (expiry_mode == STORE_EXPIRY_AUTO && evicting);
-}
-
-bool store_key_unexpiring(const struct limit_spec *l, bool dropped)
-{
-	return dropped && l && l->algo <= LIMIT_LOG && !store_key_packed(l);
-}
-
-size_t store_key_held_len(const struct limit_spec *l, size_t len)
-{
-	return store_key_packed(l) ? len - STORE_KEY_PACKED_MEMBER_LEN : len;
-}
-
-/* count base64 digits of the top bits of x */
-static void put_digits(char *buf, uint64_t x, int count)
-{
-	for (int i = 0; i < count; i++)
-		buf[i] = key_digits[(x >> (58 - 6 * i)) & 63];
-}
-
-/* the tag: 24 bits, or when packing the top bits of 12 or 18 that it
- * keeps, the others 0 */
-static size_t key_tag(const uint8_t key[IDENTITY_KEY_LEN], bool wide, char *buf)
-{
-	uint64_t t = (uint64_t)key[0] << 56 | (uint64_t)key[1] << 48 | (uint64_t)key[2] << 40;
-	int nd = wide ? 4 : packed_digits;
-
-	if (!wide)
-		t &= packed_tag_mask;
-	buf[0] = '{';
-	put_digits(buf + 1, t, nd);
-	buf[1 + nd] = '}';
-	buf[2 + nd] = '\0';
-	return (size_t)nd + 2;
-}
-
-size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf)
-{
-	return key_tag(key, !packing, buf);
-}
-
-const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
-
-size_t store_overrides_key(bool version, char *buf)
-{
-	/* (the wide tag whatever the naming: overrides outlive it) */
-	size_t n = key_tag(store_overrides_at, true, buf);
-	const char *name = version ? "overrides:version" : "overrides";
-
-	memcpy(buf + n, name, strlen(name) + 1);
-	return n + strlen(name);
-}
-
-size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
-		      const struct limit_spec *l, char *buf)
-{
-	uint64_t x = 0;
-	size_t n = store_key_tag(key, buf);
-
-	_Static_assert(IDENTITY_KEY_LEN >= 16, "the name reads bytes 0..2 and 8..15");
-
-	/* bytes 8..15, big-endian whatever the host: every agent of a fleet
-	 * names a key alike */
-	for (int i = 8; i < 16; i++)
-		x = x << 8 | key[i];
-	if (store_key_packed(l)) {
-		/* the limit's set, then the client in it */
-		buf[n++] = '~';
-		put_digits(buf + n, lidh, 8);
-		put_digits(buf + n + 8, x, STORE_KEY_PACKED_MEMBER_LEN);
-		n += 8 + STORE_KEY_PACKED_MEMBER_LEN;
-		buf[n] = '\0';
-		return n;
-	}
-	/* MurmurHash3's finaliser: each bit of the limit's hash moves half
-	 * of the bits kept */
-	x ^= lidh;
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	put_digits(buf + n, x, packing ? 10 : 8);
-	n += packing ? 10 : 8;
-	buf[n] = '\0';
-	return n;
 }

@@ -33,7 +33,6 @@
 #include <stdint.h>
 
 #include "decide.h"
-#include "lease.h"
 #include "stats.h"
 
 struct memstore;
@@ -55,44 +54,11 @@ struct store_ref {
 typedef void store_answer_fn(void *priv, const struct store_ref *ref,
 			     const struct decide_decision *d);
 
-/* Counters of one worker's store, summed over workers by the metrics. */
+/* Counters of one worker's store, summed over workers by the metrics.
+ * (A backend keeps its own, and exports them: store_redis.h.) */
 struct store_stats {
-	counter_t queries;        /* submitted */
-	counter_t calls;          /* calls sent to the shared store (batches) */
-	counter_t replies;        /* decisions the shared store made */
-	counter_t local_refusals; /* answered from the refused-until cache */
-	counter_t timeouts;       /* without the store: deadline passed */
-	counter_t unavailable;    /* without the store: no connection, queue full */
-	counter_t errors;         /* error replies */
-	counter_t connects;       /* connection attempts */
-	counter_t library_missing; /* calls that found the library gone: loaded again */
-	counter_t breaker_trips;  /* circuit breaker opened */
-	counter_t breaker_skips;  /* decided without the store while open */
-	struct hist call_time;    /* a call sent -> its reply */
-	struct hist wait_time;    /* a query submitted -> decided by the store */
-	counter_t moved;          /* Cluster: sent where their key was not */
-	counter_t asked;          /* Cluster: sent after ASKING (slot migrating) */
-	counter_t topology_changes; /* a new master, slot map or shard set */
-	counter_t split;          /* decisions whose limits live on several servers */
-	counter_t refunds;        /* refunds sent: parts of refused split decisions */
-	counter_t refunds_lost;   /* refunds that could not be sent or failed */
-	counter_t releases_lost;  /* concurrency places not given back: no connection */
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
-	counter_t penalty_lost;   /* such events Redis could not be told of */
-	struct lease_stats lease; /* leased tokens (lease.h) */
-	/* a gauge, per server: 1 while keys written without an expiry
-	 * (--redis-expiry) may be on it and it may not evict them (the last
-	 * look at its maxmemory and policy), else 0; that look's finding (0
-	 * none yet, 1 evicting, 2 not), logged when it changes; and whether
-	 * a look found it evicting once (with auto, keys without an expiry
-	 * may have been written since) */
-	counter_t not_evicting;
-	counter_t eviction_seen;
-	counter_t evicting_once;
 };
-
-/* Receives one server's counters (see store_ops.each_node). */
-typedef void store_node_fn(void *arg, const char *name, const struct store_stats *stats);
 
 /* What a backend's check returns. */
 enum store_outcome {
@@ -126,15 +92,24 @@ struct store_admin_limit {
 	int64_t reset_us;
 	unsigned in_flight;
 	/* STORE_ADMIN_RAW: its key, and the value the store holds (raw NULL:
-	 * none); raw is the caller's to xfree */
+	 * none); raw is the caller's to xfree. has_state: remaining and
+	 * reset_us read from that value too (a token bucket or a window) */
+	bool has_state;
 	char name[STORE_ADMIN_NAME_MAX];
 	char *raw;
 	size_t raw_len;
 };
 
+/* How the answer names a client, and a NUL. */
+#define STORE_ADMIN_LABEL_MAX 8
+
 struct store_admin_item {
 	const struct rule *rule;
 	uint8_t key[IDENTITY_KEY_LEN];
+	/* the client as the answer names it: store_admin() writes 24 bits
+	 * of its key in URL-safe base64 within braces; a shared store may
+	 * write its keys' tag instead */
+	char label[STORE_ADMIN_LABEL_MAX];
 	/* what the store found, zeroed by the caller */
 	enum store_admin_found found;
 	int64_t deleted;
@@ -180,9 +155,6 @@ struct store_ops {
 	void (*rules_changed)(struct store_worker *sw);
 	/* See struct store_admin. Runs on the caller's (main) thread. */
 	void (*admin)(struct store *st, struct store_admin *a);
-	/* Calls fn for the counters of each server the store talks to
-	 * (NULL: none apart from the workers' own). Any thread. */
-	void (*each_node)(struct store *st, store_node_fn *fn, void *arg);
 	/* Gives back the concurrency place of request id (decide.h), which
 	 * took it under limit j of rule for client key: at once, answering
 	 * nothing (NULL: the local places only, see store_response). */
@@ -201,6 +173,9 @@ struct store_ops {
 struct store {
 	const struct store_ops *ops;
 	void *impl;
+	/* what the rules hash their limits under (rules_set_limit_space):
+	 * the backend's, NULL for none */
+	const char *limit_space;
 	struct memstore *mem;             /* memory store; the local failure mode */
 	struct inflight *flights;         /* their concurrency places */
 	struct overrides *ov;             /* memory store: its overrides (main thread) */
@@ -288,78 +263,16 @@ void store_admin_done(struct store *st, struct store_admin *a);
 
 uint64_t store_reset_epoch(const struct store *st);
 
+/* What the limits' hashes are taken under, for rules_set_limit_space():
+ * the backend's ("" for none). */
+const char *store_limit_space(const struct store *st);
+
 /* For the metrics, on the main thread: whether decisions are shared by a
- * fleet; the counters of every worker's part and of every server the
- * store talks to, summed into *out; whether it talks to servers of its
- * own, and each one's counters (fn, as store_ops.each_node); the memory
- * store's figures (of the local failure mode's buckets too). */
+ * fleet; the counters of every worker's part, summed into *out; the
+ * memory store's figures (of the local failure mode's buckets too). */
 bool store_shared(const struct store *st);
 void store_get_stats(struct store *st, struct store_stats *out);
-bool store_has_nodes(const struct store *st);
-void store_each_node(struct store *st, store_node_fn *fn, void *arg);
 struct memstore_stats;
 void store_mem_stats(const struct store *st, struct memstore_stats *out);
-
-/* The shared store keeps one key per limit of a client, 14 bytes:
- * "{TTTT}LLLLLLLL". TTTT is the client's tag (24 bits of its SipHash in
- * URL-safe base64, no brace among its digits): a Cluster hash tag, so all
- * of a client's keys live in one slot. LLLLLLLL is 48 bits of the
- * client's hash mixed with the limit's hash (rule->lidh), so a changed
- * limit starts fresh instead of misreading old state.
- *
- * With packed buckets (store_key_packing(true, bits), --redis-packed and
- * --redis-packed-sets 2^bits, bits from 0 to 18, 12 by default) the tag
- * is "{TT}", 12 bits, or "{TTT}", 18 bits, when bits is above 12; its top
- * `bits` bits are the client's and the others 0: a tag is shared by a
- * 2^bits-th of the clients. A key is then "{TT}LLLLLLLLLL" (60 bits of the
- * mix), and a token bucket that the library can pack (store_key_packed())
- * is named "{TT}~IIIIIIIIMMMMMMMMMM", 23 bytes (24 with "{TTT}"): the
- * sorted set of its limit (48 bits of rule->lidh) for the clients of the
- * tag, then the client's member in it (60 more bits of its hash).
- * store_key_tag() writes the tag (and a NUL), store_key_name() the whole
- * name (at most STORE_KEY_NAME_MAX bytes and a NUL) of a limit (NULL: a
- * key that is no bucket); both return the length. The naming is the
- * process's, set before any key is named. */
-/* The overrides (overrides.h) of a fleet on Redis: a hash of them and its
- * version, +1 at each change, in the slot of the tag of the all-zero key
- * (store_overrides_key: STORE_OVERRIDES_KEY_MAX bytes at most). */
-#define STORE_OVERRIDES_KEY_MAX 24
-extern const uint8_t store_overrides_at[IDENTITY_KEY_LEN];
-size_t store_overrides_key(bool version, char *buf);
-
-#define STORE_KEY_TAG_MAX 6
-#define STORE_KEY_NAME_MAX 24
-/* a packed bucket's name: its set's name, then its member */
-#define STORE_KEY_PACKED_MEMBER_LEN 10
-#define STORE_KEY_PACKED_BITS_DEFAULT 12
-#define STORE_KEY_PACKED_BITS_MAX 18
-void store_key_packing(bool on, unsigned bits);
-bool store_key_packed(const struct limit_spec *l);
-/* Keys without an expiry (--redis-expiry): the keys of token buckets,
- * windows and logs that are not packed are written without one to a
- * Redis that evicts them itself. auto: to a server found evicting (its
- * maxmemory set, an allkeys-lru or allkeys-lfu policy), never: to every
- * server, always: to none. */
-enum store_expiry {
-	STORE_EXPIRY_AUTO,
-	STORE_EXPIRY_ALWAYS,
-	STORE_EXPIRY_NEVER,
-};
-void store_key_expiry(enum store_expiry mode);
-enum store_expiry store_key_expiry_mode(void);
-/* whether the keys go without an expiry to a server found evicting or
- * not */
-bool store_key_expiry_dropped(bool evicting);
-/* whether limit l's key goes without an expiry to a server whose keys do
- * (dropped: store_key_expiry_dropped()) */
-bool store_key_unexpiring(const struct limit_spec *l, bool dropped);
-size_t store_key_tag(const uint8_t key[IDENTITY_KEY_LEN], char *buf);
-size_t store_key_name(const uint8_t key[IDENTITY_KEY_LEN], uint64_t lidh,
-		      const struct limit_spec *l, char *buf);
-/* Of a name of len bytes that store_key_name() gave for limit l, the bytes
- * that name the key Redis holds: all of them, or a packed bucket's set's
- * (its own name is no key: EXISTS, PTTL and a Cluster's redirections go by
- * its set). */
-size_t store_key_held_len(const struct limit_spec *l, size_t len);
 
 #endif

@@ -153,6 +153,10 @@ static int server_bind(struct server *srv)
 	}
 	/* With port 0 the kernel picks one: say which, so a supervisor (or a
 	 * test) can read it from the log. */
+	if (bound.path[0]) {
+		log_info("listening on unix@%s", bound.path);
+		return 0;
+	}
 	snprintf(bound.port, sizeof(bound.port), "%u", addr_local_port(srv->lfd));
 	log_info("listening on %s", addr_format(&bound, where, sizeof(where)));
 	return 0;
@@ -236,6 +240,9 @@ static void worker_refresh_rules(struct worker *w)
 	atomic_store_explicit(&w->seen_gen, rules_gen(cur), memory_order_release);
 	store_rules_changed(w->store);
 	rules_release(old);
+	/* the arguments are judged again, against the new rules' names */
+	w->args_msgs = 0;
+	w->args_seen = 0;
 }
 
 static void worker_refresh_overrides(struct worker *w)
@@ -270,6 +277,17 @@ void server_set_overrides(struct server *srv, struct overrides *o)
 	overrides_release(old);
 	for (int i = 0; i < srv->nworkers; i++)
 		ev_async_send(srv->workers[i].loop, &srv->workers[i].wake_w);
+}
+
+uint64_t server_args_missing(struct server *srv, uint64_t *gen)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&srv->args_lock);
+	m = srv->args_missing;
+	*gen = srv->args_gen;
+	pthread_mutex_unlock(&srv->args_lock);
+	return m;
 }
 
 struct overrides *server_overrides(struct server *srv)
@@ -393,6 +411,8 @@ int server_start(struct server *srv)
 
 	srv->nworkers = 0;
 	pthread_mutex_init(&srv->ov_lock, NULL);
+	pthread_mutex_init(&srv->args_lock, NULL);
+	srv->args_gen = srv->args_missing = 0;
 	srv->ovt = NULL;
 	srv->workers = xcalloc((size_t)srv->cfg.threads, sizeof(*srv->workers));
 	srv->rulestats = rulestats_new(srv->cfg.threads);
@@ -443,6 +463,7 @@ void server_stop(struct server *srv)
 	overrides_release(srv->ovt);
 	srv->ovt = NULL;
 	pthread_mutex_destroy(&srv->ov_lock);
+	pthread_mutex_destroy(&srv->args_lock);
 	while (srv->retired) {
 		struct retired *r = srv->retired;
 

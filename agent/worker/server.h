@@ -50,6 +50,12 @@ struct server {
 	pthread_mutex_t ov_lock;
 	struct overrides *ovt;
 	struct rulestats *rulestats;      /* made by server_start */
+	/* Arguments the rules read that HAProxy never sent, as the workers
+	 * judged them (worker.c): a bit per rules_checked_name() of the
+	 * rules of generation args_gen; under args_lock. */
+	pthread_mutex_t args_lock;
+	uint64_t args_gen;
+	uint64_t args_missing;
 	/* --fixed-answer: the first decision's answer, set once by the worker
 	 * that made it (worker.c), freed by server_stop */
 	_Atomic(struct fixed_answer *) fixed;
@@ -128,6 +134,11 @@ void server_set_overrides(struct server *srv, struct overrides *o);
 
 /* A reference to the overrides in force (NULL: none). Any thread. */
 struct overrides *server_overrides(struct server *srv);
+
+/* The arguments found missing (bits of rules_checked_name()), and the
+ * generation of the rules they are of in *gen (0: none judged yet).
+ * Any thread. */
+uint64_t server_args_missing(struct server *srv, uint64_t *gen);
 
 /* Releases retired rules that no worker uses any more. Main thread only. */
 void server_collect_rules(struct server *srv);

@@ -230,6 +230,45 @@ static __attribute__((noinline)) void release_all(struct worker *w, struct spop_
 	}
 }
 
+/* ---- arguments never sent ---------------------------------------------------- */
+
+/* Notes which checked arguments (rules_checked_name) the check-rate
+ * message at kv carries; at the WORKER_ARGS_JUDGED-th, adds those never
+ * seen to the server's missing ones and logs each name new there, once
+ * per rules. A worker judges its own traffic: a name that HAProxy sends
+ * never reaches any. Only while args_msgs is short of the count: later
+ * messages do not come here. */
+static __attribute__((noinline)) void args_note(struct worker *w, struct spop_cursor kv,
+						unsigned nargs)
+{
+	struct server *srv = w->srv;
+	uint64_t gen = rules_gen(w->rules), all, missing, fresh = 0;
+	size_t n = rules_checked_count(w->rules);
+
+	w->args_seen |= rules_args_seen(w->rules, kv, nargs);
+	if (++w->args_msgs < WORKER_ARGS_JUDGED || n == 0)
+		return;
+	all = n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1;
+	missing = all & ~w->args_seen;
+	pthread_mutex_lock(&srv->args_lock);
+	if (srv->args_gen < gen) {
+		srv->args_gen = gen;
+		srv->args_missing = 0;
+	}
+	if (srv->args_gen == gen) {
+		fresh = missing & ~srv->args_missing;
+		srv->args_missing |= missing;
+	}
+	pthread_mutex_unlock(&srv->args_lock);
+	for (size_t i = 0; fresh && i < n; i++)
+		if (fresh & ((uint64_t)1 << i))
+			log_msg(LOG_WARN,
+				"argument %s: the rules read it, but none of the first %d check-rate "
+				"messages carried it: is it misspelt in the rules file or in the SPOE "
+				"file's args? (spoa_rl_argument_missing)",
+				rules_checked_name(w->rules, i), WORKER_ARGS_JUDGED);
+}
+
 /* ---- --fixed-answer ----------------------------------------------------------- */
 
 /* A decision kept with copies of its strings, so that it outlives the
@@ -296,6 +335,8 @@ notify(struct worker *w, struct conn *c, const struct spop_frame *f, const bool 
 		if (!found && name.len == sizeof(DECIDE_MESSAGE) - 1 &&
 		    memcmp(name.ptr, DECIDE_MESSAGE, name.len) == 0) {
 			found = 1;
+			if (!fixed && w->args_msgs < WORKER_ARGS_JUDGED)
+				args_note(w, cur, nargs);
 			rc = rules_request_decode(w->rules, &req, &cur, nargs);
 		} else {
 			if (!rel.p && is_release(name)) {

@@ -58,6 +58,10 @@ struct worker_load {
  * outlives the rules it was made with (worker.c). */
 struct fixed_answer;
 
+/* check-rate messages a worker reads before it says which arguments the
+ * rules read were never among them (worker.c: args_note). */
+#define WORKER_ARGS_JUDGED 1000
+
 struct worker {
 	struct server *srv;
 	int idx;
@@ -80,6 +84,10 @@ struct worker {
 	struct worker_stats stats;
 	struct worker_load load;
 	struct fixed_answer *fixed; /* with --fixed-answer: the server's, once seen */
+	/* check-rate messages read under `rules` (up to WORKER_ARGS_JUDGED)
+	 * and the checked arguments among them (rules_args_seen) */
+	uint32_t args_msgs;
+	uint64_t args_seen;
 };
 
 /* The handler of a worker's connections (its app: the worker): the normal

@@ -28,7 +28,7 @@ def _send_all(port, keys, timeout):
         for _ in keys:
             f = c.expect(ACK, timeout=timeout)
             assert f.fid == 1 and 1 <= f.sid <= len(keys) and f.sid not in got, f
-            got[f.sid] = f.vars()
+            got[f.sid] = spop.as_read(f.vars())
     return [(k, got[sid]) for sid, k in enumerate(keys, start=1)]
 
 
@@ -109,7 +109,7 @@ class Steady:
                         assert (f.sid, f.fid) == (sid, 1), f
                         t1 = time.monotonic()
                         with self._lock:
-                            self.answers.append((t1, k, f.vars()))
+                            self.answers.append((t1, k, spop.as_read(f.vars())))
                             self.latencies.append(t1 - t0)
                         if pause:
                             time.sleep(pause)

@@ -4,12 +4,21 @@ backend, on loopback ports picked at run time.
 A Harness owns everything it starts and stops all of it in close(), which
 the runner always calls; an atexit hook stops whatever a crash left behind.
 Each process runs in its own process group, killed as a group.
+
+The runner (run.py) runs several tests at once, each worker process with
+a range of ports of its own (free_port), and sets TEST_DEADLINES: then an
+agent on Redis gets --redis-timeout REDIS_TIMEOUT unless its test gives
+one, and a HAProxy on a shipped SPOE file gets a copy of it whose `timeout
+processing` is SPOE_PROCESSING, so that a busy machine does not turn
+decisions into fail-open or skipped ones. A test that measures time or
+load is marked @serial and runs alone.
 """
 
 import atexit
 import http.client
 import http.server
 import os
+import random
 import re
 import shutil
 import signal
@@ -25,6 +34,12 @@ HAPROXY = os.environ.get("HAPROXY", "haproxy")
 BASIC_CFG = os.path.join(ROOT, "haproxy-examples", "basic.cfg")
 SPOE_CONF = os.path.join(ROOT, "spoe-conf", "ratelimit.conf")
 TIERS_MAP = os.path.join(ROOT, "haproxy-examples", "tiers.map")
+
+# Set by the runner: generous deadlines where a test gives none.
+TEST_DEADLINES = False
+REDIS_TIMEOUT = "1000"  # ms
+SPOE_PROCESSING = "1s"
+REDIS_OPTIONS = ("--redis", "--redis-cluster", "--redis-shards", "--redis-sentinel")
 
 # Lines in a log that mean something went wrong, whatever the test checks.
 SANITIZER_RE = re.compile(r"ERROR: AddressSanitizer|ERROR: LeakSanitizer|"
@@ -49,6 +64,13 @@ class Skip(Exception):
     """Raised by a test that cannot run here."""
 
 
+def serial(fn):
+    """Marks a test that measures time or load, or needs the machine to
+    itself: the runner runs it after the others, alone."""
+    fn.e2e_serial = True
+    return fn
+
+
 _live = set()
 
 
@@ -70,14 +92,53 @@ def _stop_all_left():
         _live.discard(proc)
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+# free_port's ports: below the kernel's ephemeral range (32768 and up on
+# Linux), so that no client socket holds one, and below 20000, so that a
+# Redis Cluster node's bus (its port + 10000) stays out of the range too.
+# Each worker of the runner (E2E_WORKER of E2E_WORKERS) has a slice of its
+# own.
+PORT_LO, PORT_HI = 10000, 20000
+_given = set()
+
+
+def _port_slice():
+    try:
+        n = int(os.environ.get("E2E_WORKERS", "1"))
+        i = int(os.environ.get("E2E_WORKER", "0"))
+    except ValueError:
+        n, i = 1, 0
+    n = max(1, n)
+    size = (PORT_HI - PORT_LO) // n
+    lo = PORT_LO + (i % n) * size
+    return lo, lo + size
+
+
+def _bindable(port):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
     finally:
         s.close()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago, from this
+    worker's slice, not given before by this process (until the slice runs
+    out)."""
+    lo, hi = _port_slice()
+    for _ in range(2 * (hi - lo)):
+        if len(_given) >= (hi - lo) // 2:
+            _given.clear()
+        p = random.randrange(lo, hi)
+        if p in _given:
+            continue
+        _given.add(p)
+        if _bindable(p):
+            return p
+    raise RuntimeError("no free port in %d-%d" % (lo, hi))
 
 
 def wait_port(port, timeout=10.0, proc=None, host="127.0.0.1"):
@@ -165,7 +226,11 @@ class Agent(Proc):
         binary = os.path.join(BUILD, "spoa-ratelimit")
         if not os.access(binary, os.X_OK):
             raise RuntimeError("%s is missing: build it with `make agent`" % binary)
-        argv = list(prefix) + [binary, "--listen", "127.0.0.1:0"] + list(args)
+        args = list(args)
+        if (TEST_DEADLINES and "--redis-timeout" not in args
+                and any(a in REDIS_OPTIONS for a in args)):
+            args += ["--redis-timeout", REDIS_TIMEOUT]
+        argv = list(prefix) + [binary, "--listen", "127.0.0.1:0"] + args
         super().__init__(name, argv, os.path.join(h.dir, name + ".log"))
         wait_for(lambda: self.LISTEN_RE.search(self.log()) or not self.alive(), 10,
                  "%s to log 'listening on'" % name)
@@ -262,6 +327,8 @@ class HAProxy(Proc):
         e.update(env or {})
         if shutil.which(HAPROXY) is None:
             raise Skip("haproxy is not installed")
+        if TEST_DEADLINES:
+            e["RL_SPOE_CONF"] = generous_spoe(h, e["RL_SPOE_CONF"])
         super().__init__(name, [HAPROXY, "-W", "-db", "-S", self.master_sock, "-f", cfg],
                          os.path.join(h.dir, name + ".log"), env=e, cwd=h.dir)
         wait_port(self.port, 10, self.popen)
@@ -322,6 +389,29 @@ class HAProxy(Proc):
 
     def server_stat(self, backend, server):
         return stats_row(self.stats_port, backend, server)
+
+
+def generous_spoe(h, path):
+    """path, or a copy of it in h.dir with `timeout processing
+    SPOE_PROCESSING` when it is a shipped SPOE file (of spoe-conf/ or
+    tools/demo/; a test's own copy is its own business). A relative path
+    is taken from the test's directory (haproxy's cwd), else the sources."""
+    full = path if os.path.isabs(path) else os.path.join(h.dir, path)
+    if not os.path.exists(full):
+        full = os.path.join(ROOT, path)
+    full = os.path.realpath(full)
+    shipped = [os.path.join(ROOT, "spoe-conf"), os.path.join(ROOT, "tools", "demo")]
+    if not any(full.startswith(d + os.sep) for d in shipped) or not os.path.exists(full):
+        return path
+    with open(full, encoding="utf-8") as f:
+        text = f.read()
+    text, n = re.subn(r"(?m)^(\s*timeout processing\s+)\S+", r"\g<1>" + SPOE_PROCESSING, text)
+    if not n:
+        return path
+    copy = os.path.join(h.dir, "generous-" + os.path.basename(full))
+    with open(copy, "w", encoding="utf-8") as f:
+        f.write(text)
+    return copy
 
 
 def stats_rows(port):

@@ -6,10 +6,8 @@ without the registration for EVAL scripts that drive its local functions.
 import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-# its parts, loaded as one text in this order (the Makefile's LUA_LIBRARY)
-PARTS = [os.path.join(ROOT, "agent", "store", "redis", name)
-         for name in ("ratelimit.lua", "ratelimit_calls.lua")]
-LIBRARY = PARTS[0]
+# one file, loaded whole (the Makefile's LUA_LIBRARY)
+LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
 LIBRARY_NAME = "spoa_ratelimit_v7"
 FUNCTIONS = ("rl7_decide", "rl7_decide_cluster")
 REFUNDS = ("rl7_refund", "rl7_refund_cluster")
@@ -24,13 +22,9 @@ _REGISTRATION = "\nlocal function register("
 
 
 def library():
-    """The text of the library (its parts, one after the other), for
-    FUNCTION LOAD REPLACE."""
-    text = ""
-    for path in PARTS:
-        with open(path) as f:
-            text += f.read()
-    return text
+    """The text of the library, for FUNCTION LOAD REPLACE."""
+    with open(LIBRARY) as f:
+        return f.read()
 
 
 def library_code():

@@ -662,7 +662,10 @@ class Cluster(_Topology):
             ok, detail = self._health()
             if not ok:
                 return False, detail
-            port = self.node_for_slot(first)
+            try:
+                port = self.node_for_slot(first)
+            except AssertionError as e:  # the nodes still agree on no one
+                return False, str(e)
             if port not in reps:
                 return False, "slot %d is served by %d, not by a replica of %d %s" % (
                     first, port, old_master_port, reps)

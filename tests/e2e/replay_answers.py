@@ -4,6 +4,7 @@ what they answer, byte for byte.
 
     python3 tests/e2e/replay_answers.py --agent OLD --agent NEW [--frames 5000] [--seed 1]
     python3 tests/e2e/replay_answers.py --agent build/spoa-ratelimit   (a digest only)
+    python3 tests/e2e/replay_answers.py --agent OLD --agent-full NEW
 
 A change that is meant to make answers cheaper, not different, is checked
 by running the agent built before it and the agent built after it on the
@@ -22,6 +23,12 @@ under a second per client key, so `remaining`, `reset` and `retry_after`
 come out the same on every run. Shedding has no ramp, so it does not draw
 random numbers. Exits 1 when two agents differ (the first difference is
 printed), 0 otherwise.
+
+--agent-full runs an agent whose answers carry every variable (`answer:
+full` in its rules, `--answer full` without a file): what every agent
+answered before 0.3, whose default answer carries fewer. An agent of 0.3
+run so gives the digests of 0.2's answers; run plainly, digests of its
+own.
 """
 
 import argparse
@@ -279,9 +286,15 @@ def count_frames(buf):
 
 
 def run_agent(agent, rules_text, extra, good, bad, workdir):
-    """Everything the agent answered, one bytes object per connection."""
+    """Everything the agent answered, one bytes object per connection;
+    agent is (binary, full): full, with every variable in its answers."""
+    agent, full = agent
     port = free_port()
     cmd = [agent, "-t", "1", "-q", "--listen", "127.0.0.1:%d" % port] + extra
+    if full and rules_text is not None:
+        rules_text = "answer: full\n" + rules_text
+    elif full:
+        cmd += ["--answer", "full"]
     if rules_text is not None:
         path = os.path.join(workdir, "rules.yaml")
         with open(path, "w") as f:
@@ -312,16 +325,21 @@ def split_frames(buf):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--agent", action="append", required=True, help="agent binary (1 or 2)")
+    ap.add_argument("--agent", dest="agents", action="append", type=lambda p: (p, False),
+                    help="agent binary (1 or 2 agents in all)")
+    ap.add_argument("--agent-full", dest="agents", action="append", type=lambda p: (p, True),
+                    help="agent binary run with answer: full")
     ap.add_argument("--frames", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    if not a.agents or len(a.agents) > 2:
+        ap.error("give one or two agents (--agent, --agent-full)")
     good, bad = stream(a.seed, a.frames)
     failed = False
     with tempfile.TemporaryDirectory(prefix="spoa-replay-") as workdir:
         for name, rules_text, extra in SETUPS:
             runs = [run_agent(agent, rules_text, extra, good, bad, workdir)
-                    for agent in a.agent]
+                    for agent in a.agents]
             digest = [hashlib.sha256(b"|".join(r)).hexdigest()[:16] for r in runs]
             nframes = sum(count_frames(c) for c in runs[0])
             print("%-9s %d frames answered, %d bytes, sha256 %s" % (

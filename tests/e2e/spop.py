@@ -367,6 +367,20 @@ def ack_vars(payload):
     return out
 
 
+# What an absent variable of an answer means (the contract with HAProxy):
+# the agent leaves out what is worth its default.
+ANSWER_DEFAULTS = {"status": 0, "retry_after": 0, "reason": "ok", "shadow": False,
+                   "degraded": False}
+
+
+def as_read(vs):
+    """An answer's variables as HAProxy's rules read them: each absent one
+    of ANSWER_DEFAULTS with its default."""
+    out = dict(ANSWER_DEFAULTS)
+    out.update(vs)
+    return out
+
+
 # ---- connection -----------------------------------------------------------------
 
 class Conn:
@@ -483,14 +497,15 @@ class Conn:
         return kv
 
     def check_rate(self, sid, fid, **args):
-        """Sends one check-rate NOTIFY and returns the ACK's variables."""
+        """Sends one check-rate NOTIFY and returns the ACK's variables, as
+        HAProxy's rules read them (as_read)."""
         self.send(check_rate(sid, fid, **args))
         f = self.expect(ACK)
         if (f.sid, f.fid) != (sid, fid):
             raise AssertionError("ACK for %d/%d, expected %d/%d" % (f.sid, f.fid, sid, fid))
         if f.flags != FLAG_FIN:
             raise AssertionError("ACK flags %#x" % f.flags)
-        return f.vars()
+        return as_read(f.vars())
 
 
 def self_test():
@@ -549,8 +564,9 @@ class Session:
         return f.vars()
 
     def check_rate(self, extra=(), **args):
-        """check-rate with check_rate_args(**args) and more arguments."""
-        return self.notify([("check-rate", check_rate_args(**args) + list(extra))])
+        """check-rate with check_rate_args(**args) and more arguments: the
+        variables as HAProxy's rules read them (as_read)."""
+        return as_read(self.notify([("check-rate", check_rate_args(**args) + list(extra))]))
 
     def close(self):
         self.c.close()

@@ -13,12 +13,12 @@ from harness import http_get
 
 def ask(conn, sid, key):
     conn.send(spop.notify(sid, 1, [("check-rate", spop.check_rate_args(api_key=key))]))
-    return conn.expect(spop.ACK).vars()
+    return spop.as_read(conn.expect(spop.ACK).vars())
 
 
 def test_admin_memory_inspect_and_reset(h):
     mport = harness.free_port()
-    a = h.agent("--limit", "3/1m", "--limit", "10/1h", "--metrics", "127.0.0.1:%d" % mport,
+    a = h.agent("--answer", "full", "--limit", "3/1m", "--limit", "10/1h", "--metrics", "127.0.0.1:%d" % mport,
                 "--admin")
     c = spop.Conn(a.port)
     c.handshake()

@@ -276,3 +276,45 @@ def test_fixed_answer_repeats_the_first_decision(h):
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 1, r
     assert "--fixed-answer: with the in-memory store only" in r.stderr, r
+
+
+def test_answer_carries_what_the_setting_chooses(h):
+    """The variables an ACK sets, on the wire: by default what HAProxy's
+    rules read (a forwarded request the RateLimit fields, a refused one
+    also status, retry_after, reason and rule), `answer: full` every one,
+    a list exactly those listed; a reload applies a new `answer`."""
+    import signal
+
+    import spop
+    from spop import ACK, Conn
+
+    def names(port, key, n):
+        """The variable names of n answers to one client, in order."""
+        with Conn(port) as c:
+            c.handshake()
+            out = []
+            for sid in range(1, 2 * n, 2):
+                c.send(spop.check_rate(sid, 1, api_key=key))
+                out.append([a[2] for a in c.expect(ACK).actions()])
+            return out
+
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write('limits: ["2/1h"]\n')
+    agent = h.agent("--threads", "1", "-f", path)
+    read = ["policy", "ratelimit"]
+    refused = ["status", "retry_after", "reason", "rule", "policy", "ratelimit"]
+    assert names(agent.port, "k1", 3) == [read, read, refused]
+    with open(path, "w") as f:
+        f.write('limits: ["2/1h"]\nanswer: [remaining, status]\n')
+    agent.signal(signal.SIGHUP)
+    wait_for(lambda: agent.log().count("reloaded") == 1, 5, "the reload")
+    assert names(agent.port, "k2", 3) == [["status", "remaining"]] * 3
+    with open(path, "w") as f:
+        f.write('limits: ["2/1h"]\nanswer: full\n')
+    agent.signal(signal.SIGHUP)
+    wait_for(lambda: agent.log().count("reloaded") == 2, 5, "the second reload")
+    full = ["status", "retry_after", "limit", "remaining", "reset", "priority", "reason", "rule",
+            "policy", "ratelimit", "shadow", "degraded"]
+    assert names(agent.port, "k3", 1) == [full]
+    assert_log_clean(agent)

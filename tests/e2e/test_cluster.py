@@ -36,7 +36,8 @@ def fixture_cluster():
 def rules(h, limit, failure="open"):
     path = os.path.join(h.dir, "rules.yaml")
     with open(path, "w") as f:
-        f.write("limits: [%s]\non_store_failure: %s\n" % (limit, failure))
+        # (the tests read every variable of a decision)
+        f.write("answer: full\nlimits: [%s]\non_store_failure: %s\n" % (limit, failure))
     return path
 
 
@@ -46,6 +47,10 @@ def start(h, cluster, *args, name=None, prefix=(), threads=2, metrics=False):
     if metrics:
         mport = harness.free_port()
         extra = ["--metrics", "127.0.0.1:%d" % mport, "--admin"]
+    # (the tests read every variable of a decision: a rules file of theirs
+    # says answer: full)
+    if "-f" not in args and "--rules" not in args:
+        extra += ["--answer", "full"]
     a = h.agent("--threads", str(threads), "--redis-cluster", cluster.seeds(2),
                 "--redis-timeout", "200", *extra, *args, name=name, prefix=prefix)
     # every worker has the slot map

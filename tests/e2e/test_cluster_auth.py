@@ -22,7 +22,7 @@ def fixture_cluster():
 def start(h, cluster, *auth, name):
     path = os.path.join(h.dir, "rules-%s.yaml" % name)
     with open(path, "w") as f:
-        f.write("limits: [3/1h]\non_store_failure: open\n")
+        f.write("answer: full\nlimits: [3/1h]\non_store_failure: open\n")
     return h.agent("--threads", "1", "--redis-cluster", cluster.seeds(2), "--redis-timeout",
                    "1000", "-f", path, *auth, name=name)
 

@@ -28,8 +28,11 @@ CLIENT = "key-000000"  # spop-bench's client with --keys 1
 def start(h, redis, *args, name=None, prefix=()):
     """An agent on redis with metrics on a free port (a.mport)."""
     mport = harness.free_port()
+    # (the tests read remaining: every variable of a decision; a rules
+    # file of theirs says answer: full)
+    full = () if "-f" in args else ("--answer", "full")
     a = redis_agent(h, redis, "--metrics", "127.0.0.1:%d" % mport, "--redis-timeout", "1000",
-                    *args, name=name, prefix=prefix)
+                    *full, *args, name=name, prefix=prefix)
     a.mport = mport
     return a
 
@@ -78,9 +81,10 @@ def ask(port, key=CLIENT):
     with Conn(port, timeout=5.0) as c:
         c.handshake()
         c.send(spop.check_rate(1, 1, api_key=key))
-        return c.expect(ACK).vars()
+        return spop.as_read(c.expect(ACK).vars())
 
 
+@harness.serial
 def test_hot_client_never_over_its_limit_across_agents_one_skewed(h):
     """Three agents (one 5 hours ahead), one client far above 200/s from
     all of them for about 3 s: it gets at most what the bucket allows over
@@ -156,7 +160,7 @@ class Client:
         self.c.send(spop.check_rate(self.sid, 1, api_key=self.key, **self.args))
         f = self.c.expect(ACK)
         assert f.sid == self.sid, f
-        return f.vars()
+        return spop.as_read(f.vars())
 
     def close(self):
         self.c.close()
@@ -250,7 +254,7 @@ def test_rules_file_lease_per_rule(h):
     redis = RedisServer(h)
     path = os.path.join(h.dir, "rules.yaml")
     with open(path, "w") as f:
-        f.write("lease: 1s\n"
+        f.write("answer: full\nlease: 1s\n"
                 "tiers:\n"
                 "  default: leased\n"
                 "  leased: { limits: [\"1000/1h\"] }\n"
@@ -326,7 +330,7 @@ def test_shadow_mode_with_leases(h):
     redis = RedisServer(h)
     path = os.path.join(h.dir, "rules.yaml")
     with open(path, "w") as f:
-        f.write("limits: [\"100/1h\"]\nshadow: true\nlease: 1s\n")
+        f.write("answer: full\nlimits: [\"100/1h\"]\nshadow: true\nlease: 1s\n")
     a = start(h, redis, "-f", path)
     c = Client(a.port)
     got = [c.ask() for _ in range(150)]
@@ -342,11 +346,11 @@ def check_topology(h, start_agent, key):
     demand, its answers count down as Redis's would, and its unspent
     tokens go back when the agent stops (a plain agent then finds the
     bucket holding what 25 requests took)."""
-    a = start_agent("--limit", "1000/1h", "--lease", "1s", name="leasing")
+    a = start_agent("--limit", "1000/1h", "--answer", "full", "--lease", "1s", name="leasing")
     got = leased_25(a.port, key=key)
     assert [v["remaining"] for v in got] == list(range(999, 974, -1)), got
     assert h.stop(a) == 0
-    plain = start_agent("--limit", "1000/1h", name="plain")
+    plain = start_agent("--limit", "1000/1h", "--answer", "full", name="plain")
     assert ask(plain.port, key)["remaining"] in (974, 975)
 
 
@@ -402,7 +406,7 @@ def test_a_lease_asked_with_a_request_answered_locally_is_not_awaited(h):
     c.sid += 2
     c.c.send(spop.check_rate(c.sid - 1, 1, api_key=CLIENT) +
              spop.check_rate(c.sid, 1, api_key=CLIENT))
-    got = sorted((f.sid, f.vars()["status"]) for f in (c.c.expect(ACK), c.c.expect(ACK)))
+    got = sorted((f.sid, spop.as_read(f.vars())["status"]) for f in (c.c.expect(ACK), c.c.expect(ACK)))
     assert [st for _, st in got] == [0, 429], got
     time.sleep(1.1)
     # 11 would ask for a lease; the cache refuses it first
@@ -416,6 +420,7 @@ def test_a_lease_asked_with_a_request_answered_locally_is_not_awaited(h):
     assert fcalls(redis, "rl7_decide") - calls0 <= 3
 
 
+@harness.serial
 def test_a_hot_client_s_calls_stay_few_at_a_steady_rate(h):
     """One client at 20x its limit from two agents on a timetable (the
     bench's H0/HL, shorter): with leases Redis sees a call per hundreds of

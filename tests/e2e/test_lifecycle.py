@@ -131,7 +131,7 @@ def test_active_connection_stays_open(h):
             c.send(f[:15])
             time.sleep(0.1)
             c.send(f[15:])
-            assert c.expect(ACK).vars()["status"] == 0
+            assert spop.as_read(c.expect(ACK).vars())["status"] == 0
             time.sleep(0.2)
         # and once quiet, it is idle like any other
         c.expect_disconnect(spop.ST_TIMEOUT, timeout=10)
@@ -141,7 +141,8 @@ def redis_agent(h, timeout, *args):
     """Redis and one agent (one worker) on it whose decisions wait up to
     `timeout` for Redis; returns both once the agent has loaded its script."""
     redis = RedisServer(h)
-    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", timeout, *args)
+    agent = h.agent("--threads", "1", "--redis", redis.addr, "--redis-timeout", timeout,
+                    "--answer", "full", *args)
     wait_for(lambda: "redis: worker 0 ready" in agent.log(), 5, "the agent to load its script")
     return redis, agent
 
@@ -157,7 +158,7 @@ def test_connection_owed_an_answer_is_not_idle(h):
         finally:
             redis.resume()
         f = c.expect(ACK, timeout=10)
-        v = f.vars()
+        v = spop.as_read(f.vars())
         assert (v["status"], v["degraded"]) == (0, False), v
 
 
@@ -177,7 +178,7 @@ def expect_acks_then_disconnect(c, ids, timeout=10):
     for _ in ids:
         f = c.expect(ACK, timeout=timeout)
         assert (f.sid, f.fid) in ids and (f.sid, f.fid) not in got, f
-        got[(f.sid, f.fid)] = f.vars()
+        got[(f.sid, f.fid)] = spop.as_read(f.vars())
     c.expect_disconnect(spop.ST_NORMAL, timeout=timeout)
     return list(got.values())
 

@@ -16,6 +16,8 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
 
 RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key, ip]
 override_argument: rl_limit
 tiers:
@@ -206,6 +208,8 @@ CHURN_RULES = """\
 identity: [api_key]
 tiers:
   t: { limits: ["1000/1h"], max_override: "100000/1s" }
+# the tests read every variable of a decision
+answer: full
 """
 
 

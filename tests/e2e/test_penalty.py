@@ -16,6 +16,8 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
 
 RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key, ip]
 layers:
   gate: { identity: global, limits: ["5/1h"] }

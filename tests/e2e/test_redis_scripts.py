@@ -1678,8 +1678,9 @@ def test_expiry_is_the_need_rounded_to_the_grid():
         need = now + got[-1][2][0][2]  # now + reset: until when the value is needed
         exp = pexpiretime(k)
         want = expiry_ms(need, l[2])
-        if exp == -2:  # (the 20 ms bucket may be gone already)
-            assert l[2] < 100 * MS, l
+        if exp == -2:  # gone already: only once its expiry passed (a slow machine)
+            sec, usec = r.c.command("TIME")
+            assert int(sec) * 1000 + int(usec) // 1000 >= want, (l, now, need, want)
             continue
         assert exp == want and exp % grid_ms(l[2]) == 0, (l, now, need, exp, want)
         if l[2] >= S:

@@ -92,6 +92,15 @@ class Traffic:
             with self.lock:
                 self.records.append((sent, time.monotonic(), r))
 
+    def answered(self):
+        with self.lock:
+            return len(self.records)
+
+    def wait_more(self, n):
+        """Waits until n more requests have been answered."""
+        want = self.answered() + n
+        wait_for(lambda: self.answered() >= want, 20, "%d more requests answered" % n)
+
     def stop(self):
         self.stopping.set()
         for t in self.threads:
@@ -126,24 +135,24 @@ def test_reload_under_traffic_loses_no_request(h):
     r = http_get(hp.port, "/", headers={"X-Api-Key": "warm"})
     assert r.status == 200 and r.headers.get("RateLimit-Policy") == V1_POLICY, r
 
-    traffic = Traffic(hp.port)
+    traffic = Traffic(hp.port, seconds=60)
     try:
-        time.sleep(0.7)
+        traffic.wait_more(20)
         # A valid file with another limit.
         write_atomically(rules, V2)
         t_signal = time.monotonic()
         line = sighup_and_wait(agent, "the agent to reload", r"^.*reloaded .*$")
         t_reloaded = time.monotonic()
         assert line.endswith("reloaded %s: 1 rule(s)" % rules), line
-        time.sleep(0.7)
+        traffic.wait_more(20)
         # An invalid file: the agent says where, the rules in force stay.
         write_atomically(rules, INVALID)
         line = sighup_and_wait(agent, "the agent to refuse the file", r"^.*reload failed.*$")
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
-                             '"endpointz" (expected one of: listen, threads, store, '
+                             '"endpointz" (expected one of: listen, threads, store, answer, '
                              'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
                              'tiers, endpoints, layers, stack, priorities, shedding, lease, paths)' % rules), line
-        time.sleep(0.7)
+        traffic.wait_more(20)
     finally:
         records = traffic.stop()
 

@@ -22,7 +22,7 @@ LONG = "r" * 31  # the longest rule name
 
 # Sixteen limits of a long-named rule: its RateLimit-Policy takes some
 # 700 bytes, far over the 256 HAProxy may announce as its max-frame-size.
-BIG_POLICY_RULES = "tiers:\n  argument: tier\n  default: %s\n  %s:\n    limits: [%s]\n" % (
+BIG_POLICY_RULES = "answer: full\ntiers:\n  argument: tier\n  default: %s\n  %s:\n    limits: [%s]\n" % (
     LONG, LONG, ", ".join('"%d/%dm"' % (1000 + i, i + 1) for i in range(16)))
 
 

@@ -19,15 +19,14 @@ LIMIT = "1000/1m"
 _keys = itertools.count(1)
 
 
-def fresh_vars(quota=1000, window=60, reset=1, t=1):
-    """What the agent answers to the first request of a client: full again
-    (reset) and the next token (t) both one token's time away."""
-    return {
-        "status": 0, "retry_after": 0, "limit": quota, "remaining": quota - 1,
-        "reset": reset, "policy": '"default";q=%d;w=%d' % (quota, window),
-        "ratelimit": '"default";r=%d;t=%d' % (quota - 1, t), "priority": 2,
-        "reason": "ok", "rule": "default", "shadow": False, "degraded": False,
-    }
+def fresh_vars(quota=1000, window=60, t=1):
+    """What the agent answers to the first request of a client (the default
+    answer, as HAProxy's rules read it): the next token (t) one token's time
+    away."""
+    return spop.as_read({
+        "policy": '"default";q=%d;w=%d' % (quota, window),
+        "ratelimit": '"default";r=%d;t=%d' % (quota - 1, t),
+    })
 
 
 def new_key():
@@ -89,7 +88,7 @@ def case_frame_over_negotiated_size(port):
         c.send(notify_of_length(4096, sid=3, fid=9))
         f = c.expect(ACK)
         assert (f.sid, f.fid) == (3, 9), f
-        assert f.vars() == fresh_vars(), f.vars()
+        assert spop.as_read(f.vars()) == fresh_vars(), f.vars()
         # One byte more is refused from the length alone, before the body.
         c.send((4097).to_bytes(4, "big") + bytes([NOTIFY]) + b"\x00\x00\x00\x01\x05\x01")
         c.expect_disconnect(spop.ST_TOO_BIG)
@@ -235,7 +234,7 @@ def case_pipelined_notifies(port):
         for _ in range(20):
             f = c.expect(ACK)
             assert (f.sid, f.fid) not in got, "second ACK for %r" % (f,)
-            got[(f.sid, f.fid)] = f.vars()
+            got[(f.sid, f.fid)] = spop.as_read(f.vars())
         assert set(got) == set(want), sorted(got)
         for v in got.values():
             assert v == fresh_vars(), v

@@ -11,6 +11,8 @@ from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
 
 RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key, ip]
 layers:
   search-global:
@@ -234,6 +236,8 @@ def test_example_rules_load():
 # place and the log's entry its own part took (on a Cluster or shards,
 # where the parts are decided on different servers, by the refund).
 PLACES_RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key]
 layers:
   per-ip: { identity: ip, limits: ["1/1h"] }

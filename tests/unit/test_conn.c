@@ -290,6 +290,108 @@ static void test_stop_waits_for_answers(void **state)
 	pump();
 }
 
+/* A peer whose socket keeps each send() of the agent a record of its own
+ * (SOCK_SEQPACKET), after the handshake: one recv() returns what one
+ * send() wrote, and no more. */
+static int record_peer(void)
+{
+	int sv[2];
+	ssize_t n;
+	struct spop_frame f;
+	int st;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+	conn_accept(&set, sv[0]);
+	send_hello(sv[1]);
+	n = recv(sv[1], buf, sizeof(buf), 0);
+	assert_true(n > 4);
+	assert_int_equal(spop_frame_peek(buf, (size_t)n, 16384, &f, &st), SPOP_OK);
+	assert_int_equal(f.type, SPOP_FRAME_AGENT_HELLO);
+	return sv[1];
+}
+
+/* n NOTIFYs of stream-ids first, first + 2, ... in one write. */
+static void send_notifies(int fd, uint64_t first, int n)
+{
+	uint8_t b[4096];
+	struct spop_wbuf w;
+
+	spop_wbuf_init(&w, b, sizeof(b));
+	for (int i = 0; i < n; i++) {
+		size_t start = spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN,
+						first + 2 * (uint64_t)i, 1);
+
+		spop_put_name(&w, "any", 3);
+		spop_put_u8(&w, 0);
+		assert_int_equal(spop_frame_end(&w, start, 16380), 0);
+	}
+	send_all(fd, b, w.len);
+}
+
+/* One recv() (one send() of the agent's) holds the ACKs of stream-ids
+ * first, first + 2, ... (n of them), and nothing else is waiting. */
+static void expect_acks_in_one_write(int fd, uint64_t first, int n)
+{
+	ssize_t got = recv(fd, buf, sizeof(buf), 0);
+	size_t off = 0;
+
+	assert_true(got > 0);
+	for (int i = 0; i < n; i++) {
+		struct spop_frame f;
+		int st;
+
+		assert_true(off < (size_t)got);
+		assert_int_equal(spop_frame_peek(buf + off, (size_t)got - off, 16384, &f, &st),
+				 SPOP_OK);
+		assert_int_equal(f.type, SPOP_FRAME_ACK);
+		assert_true(f.stream_id == first + 2 * (uint64_t)i && f.frame_id == 1);
+		off += 4 + ((size_t)buf[off] << 24 | (size_t)buf[off + 1] << 16 |
+			    (size_t)buf[off + 2] << 8 | buf[off + 3]);
+	}
+	assert_int_equal(off, (size_t)got);
+	assert_int_equal(recv(fd, buf, sizeof(buf), MSG_DONTWAIT), -1);
+	assert_int_equal(errno, EAGAIN);
+}
+
+/* The ACKs of the NOTIFYs of one read are written with one send() when
+ * they are answered at once (the memory store), and so are those answered
+ * later in one turn of the loop (a store's batch returning): HAProxy reads
+ * them in one wake-up. */
+static void test_answers_of_one_read_in_one_write(void **state)
+{
+	enum { N = 16 };
+	int fd = record_peer();
+	struct { uint32_t id, gen; uint64_t sid; } later[N];
+
+	app.how = NOW;
+	send_notifies(fd, 1, N);
+	expect_acks_in_one_write(fd, 1, N);
+	app.how = LATER;
+	app.notified = 0;
+	/* one NOTIFY per write: the deferred ones are kept as they come */
+	for (int i = 0; i < N; i++) {
+		send_notifies(fd, 101 + 2 * (uint64_t)i, 1);
+		later[i].id = app.id;
+		later[i].gen = app.gen;
+		later[i].sid = app.sid;
+	}
+	assert_int_equal(app.notified, N);
+	expect_nothing(fd);
+	for (int i = 0; i < N; i++) {
+		struct conn *c = conn_deferred(&set, later[i].id, later[i].gen);
+
+		assert_non_null(c);
+		assert_int_equal(answer(c, later[i].sid, 1), 0);
+		conn_answered(c);
+	}
+	pump();
+	expect_acks_in_one_write(fd, 101, N);
+	close(fd);
+	pump();
+}
+
 /* A handler's disconnect ends the connection with the status it gave. */
 static void test_handler_disconnects(void **state)
 {
@@ -311,6 +413,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_late_answer_finds_nobody, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_waits_for_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handler_disconnects, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_answers_of_one_read_in_one_write, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -650,6 +650,97 @@ static void test_actions_near_the_end(void **state)
 	assert_int_equal(w.err, 1);
 }
 
+/* The names of the variables a decision's actions set, in order,
+ * separated by spaces; "-status" for an UNSET-VAR. */
+static const char *answer_names(const struct decide_decision *d)
+{
+	static char out[256];
+	uint8_t buf[1024];
+	struct spop_wbuf w;
+	const uint8_t *p, *end;
+	size_t n = 0;
+
+	spop_wbuf_init(&w, buf, sizeof(buf));
+	decide_put_actions(&w, d);
+	assert_int_equal(w.err, 0);
+	out[0] = '\0';
+	for (p = buf, end = buf + w.len; p < end;) {
+		int set = p[0] == SPOP_ACT_SET_VAR;
+		struct spop_str name;
+		struct spop_data v;
+
+		assert_int_equal(p[2], SPOP_SCOPE_TXN);
+		p += 3;
+		assert_int_equal(spop_name_decode(&p, end, &name), SPOP_OK);
+		if (set)
+			assert_int_equal(spop_data_decode(&p, end, &v), SPOP_OK);
+		n += (size_t)snprintf(out + n, sizeof(out) - n, "%s%s%.*s", n ? " " : "",
+				      set ? "" : "-", (int)name.len, name.ptr);
+	}
+	return out;
+}
+
+/* Decides one request under the rules of `text` with the store's result r
+ * (NULL: without the store, forwarded) and names the variables sent. */
+static const char *answer_under(const char *text, const struct limit_result *r, bool open)
+{
+	static char out[256];
+	struct rules *rules = rules_from_text(text);
+	struct decide_query q;
+	struct decide_decision d;
+	struct args a;
+
+	args_init(&a);
+	decide_prepare(rules, args_cursor(&a), 0, 0, &q);
+	if (open)
+		decide_open(&q, &d);
+	else
+		decide_result(&q, r, r ? 0 : -1, &d);
+	snprintf(out, sizeof(out), "%s", answer_names(&d));
+	rules_release(rules);
+	return out;
+}
+
+/* By default an answer carries what HAProxy's rules read: an allowed one
+ * the RateLimit fields (and the priority when the rules classify), a
+ * refused one also status, retry_after, reason and rule; shadow and
+ * degraded are sent when true, with the reason and rule. `answer: full`
+ * sends every variable, a list exactly those listed. */
+static void test_answer_setting(void **state)
+{
+	struct limit_result ok = { .allowed = true, .limit = 5, .remaining = 4, .reset_us = 12000000 };
+	struct limit_result no = { .allowed = false, .limit = 5, .remaining = 0,
+				   .retry_after_us = 12000000, .reset_us = 60000000 };
+
+	(void)state;
+	assert_string_equal(answer_under("limits: [5/1m]", &ok, false), "policy ratelimit");
+	assert_string_equal(answer_under("limits: [5/1m]", &no, false),
+			    "status retry_after reason rule policy ratelimit");
+	assert_string_equal(answer_under("limits: [5/1m]\npriorities: { default: 1 }", &ok, false),
+			    "priority policy ratelimit");
+	assert_string_equal(answer_under("limits: [5/1m]\nshadow: true", &no, false),
+			    "reason rule policy ratelimit shadow");
+	assert_string_equal(answer_under("limits: [5/1m]", NULL, true),
+			    "reason rule policy degraded");
+	assert_string_equal(answer_under("limits: [5/1m]\nanswer: default", &ok, false),
+			    "policy ratelimit");
+	assert_string_equal(answer_under("limits: [5/1m]\nanswer: full", &ok, false),
+			    "status retry_after limit remaining reset priority reason rule policy "
+			    "ratelimit shadow degraded");
+	assert_string_equal(answer_under("limits: [5/1m]\nanswer: [remaining, status]", &ok, false),
+			    "status remaining");
+	/* an answer with no variable left still carries an action */
+	assert_string_equal(answer_under("limits: [5/1m]\nanswer: [place]", &ok, false), "-status");
+	assert_string_equal(answer_under("limits: []", NULL, false), "-status");
+	/* a decision made by hand (answer 0) is a full one */
+	{
+		struct decide_decision d = { 0 };
+
+		assert_string_equal(answer_names(&d), "status retry_after limit priority reason rule "
+						       "shadow degraded");
+	}
+}
+
 /* Keys start from hashes of "kind\0" the rules keep: they must follow a
  * secret set after the rules were loaded, for every kind and for anonymous
  * clients. */
@@ -702,6 +793,7 @@ int main(void)
 		cmocka_unit_test(test_layers),
 		cmocka_unit_test(test_actions_encoding),
 		cmocka_unit_test(test_actions_near_the_end),
+		cmocka_unit_test(test_answer_setting),
 		cmocka_unit_test(test_keys_follow_the_secret),
 	};
 

@@ -298,9 +298,15 @@ static void test_statuses(void **unused)
 	body_of(exchange("GET /echo HTTP/1.1\r\n\r\n"), "HTTP/1.1 404 Not Found\r\n");
 	a = exchange("DELETE /echo/x HTTP/1.1\r\n\r\n");
 	body_of(a, "HTTP/1.1 405 Method Not Allowed\r\n");
-	assert_non_null(strstr(a, "\r\nAllow: GET, POST\r\n"));
+	assert_non_null(strstr(a, "\r\nAllow: GET, HEAD, POST\r\n"));
 	a = exchange("POST /hello HTTP/1.1\r\n\r\n");
-	assert_non_null(strstr(a, "\r\nAllow: GET\r\n"));
+	assert_non_null(strstr(a, "\r\nAllow: GET, HEAD\r\n"));
+	/* HEAD: the GET's head, its Content-Length, no body */
+	a = exchange("HEAD /hello HTTP/1.1\r\n\r\n");
+	assert_non_null(strstr(a, "HTTP/1.1 200 OK\r\n"));
+	assert_null(strstr(a, "Content-Length: 0\r\n"));
+	assert_non_null(strstr(a, "\r\n\r\n"));
+	assert_string_equal(strstr(a, "\r\n\r\n"), "\r\n\r\n");
 	body_of(exchange("GET /hello HTTP/2.0\r\n\r\n"), "HTTP/1.1 400 Bad Request\r\n");
 	/* answered before the head could end */
 	body_of(exchange("GET  /hello"), "HTTP/1.1 400 Bad Request\r\n");

@@ -31,7 +31,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 132
+#define ERR_FIXTURES 133
 
 static char err[1024];
 
@@ -832,7 +832,7 @@ static void test_buffer_errors(void **unused)
 	/* No name, no room for a message: no crash. */
 	assert_null(rules_load_buffer("x: [", 4, NULL, NULL, 0));
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
-	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, "
+	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, "
 				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 				 "layers, stack, priorities, shedding, lease, paths)");
 	/* A short buffer truncates the message, NUL-terminated. */
@@ -940,7 +940,7 @@ static void test_prescan_caps(void **unused)
 	y = times("x: ", "[", 31);
 	for (int i = 0; i < 31; i++)
 		strcat(y, "]");
-	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, "
+	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, "
 		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 		   "layers, stack, priorities, shedding, lease, paths)");
 	free(y);

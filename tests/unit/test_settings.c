@@ -118,7 +118,7 @@ static void test_values(void **unused)
 	fails("store: { type: redis, adress: x }",
 	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, nodes, "
 	      "sentinels, master, sentinel_password, user, password, timeout, agents, "
-	      "hash_key_file)");
+	      "hash_key_file, password_file, sentinel_password_file)");
 	fails("store: { user: spoa }",
 	      "t.yaml:1:10: store.user: applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 }
@@ -269,6 +269,45 @@ static void test_equal(void **unused)
 	}
 }
 
+/* `answer`: full, default, or a list of the variables' names, each once;
+ * a reload applies it, so it is not among the settings compared. */
+static void test_answer(void **unused)
+{
+	struct settings s, d;
+
+	settings_defaults(&d);
+	assert_int_equal(d.answer, SETTINGS_ANSWER_READ);
+	ok("answer: full", &s);
+	assert_true(s.has_answer);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_FULL);
+	assert_true(settings_equal(&s, &d));
+	ok("answer: default", &s);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_READ);
+	ok("answer: [full]", &s);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_FULL);
+	ok("answer: status", &s);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_LIST | SETTINGS_VAR_STATUS);
+	ok("answer: [status, retry_after, ratelimit, policy, priority]", &s);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_LIST | SETTINGS_VAR_STATUS |
+					   SETTINGS_VAR_RETRY_AFTER | SETTINGS_VAR_RATELIMIT |
+					   SETTINGS_VAR_POLICY | SETTINGS_VAR_PRIORITY);
+	ok("answer: [status, retry_after, limit, remaining, reset, priority, reason, rule, "
+	   "policy, ratelimit, place, shadow, degraded]", &s);
+	assert_int_equal(s.answer, SETTINGS_ANSWER_LIST | SETTINGS_VAR_ALL);
+
+	fails("answer: [status, slot]",
+	      "t.yaml:1:18: answer[1]: unknown variable \"slot\" (expected full, default, or a "
+	      "list of status, retry_after, limit, remaining, reset, priority, reason, rule, "
+	      "policy, ratelimit, place, shadow, degraded)");
+	fails("answer:\n  - status\n  - status\n",
+	      "t.yaml:3:5: answer[1]: status listed twice");
+	fails("answer: [status, full]",
+	      "t.yaml:1:18: answer[1]: full stands alone, not in a list of variables");
+	fails("answer: [default, status]",
+	      "t.yaml:1:19: answer[1]: full and default stand alone, not in a list of variables");
+	fails("answer: []", "t.yaml:1:9: answer: empty list");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +317,7 @@ int main(void)
 		cmocka_unit_test(test_topologies),
 		cmocka_unit_test(test_password_env),
 		cmocka_unit_test(test_equal),
+		cmocka_unit_test(test_answer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

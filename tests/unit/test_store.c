@@ -284,159 +284,6 @@ static void test_memory_overrides_bounded(void **state)
 
 /* The memory store decides at once, counts exactly, and its admin look
  * and reset see and drop the client's buckets. */
-/* The names of a client's keys in the shared store: fixed by the key's
- * bytes and the limit's name, whatever the host, so that every agent of a
- * fleet (and every version with the same layout) names them alike. */
-static void check_key_names(const struct decide_query *q)
-{
-	static const char digits[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-	const struct limit_spec *l = &q->rule->limits[0];
-	const struct limit_spec window = { 3, 3600000000, 0, LIMIT_FIXED_WINDOW };
-	const struct limit_spec seventh = { 7, 1000000, 0, LIMIT_TOKEN_BUCKET };
-	const struct limit_spec third = { 3, 1000000, 0, LIMIT_TOKEN_BUCKET };
-	uint8_t bytes[IDENTITY_KEY_LEN];
-	char name[STORE_KEY_NAME_MAX + 1], other[STORE_KEY_NAME_MAX + 1];
-	char tag[STORE_KEY_TAG_MAX + 1];
-
-	for (size_t i = 0; i < sizeof(bytes); i++)
-		bytes[i] = (uint8_t)i;
-	/* FNV-1a of "rl3:t3/3600000000/0", and the names it gives */
-	assert_string_equal(q->rule->lid[0], "t3/3600000000/0");
-	assert_true(q->rule->lidh[0] == 0x739d87530eb491f2ULL);
-	assert_false(store_key_packed(l));
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), 14);
-	assert_string_equal(name, "{AAEC}1Hyu3hE4");
-	assert_int_equal(store_key_name(bytes, 0, NULL, name), 14);
-	assert_string_equal(name, "{AAEC}m2VeRPkn");
-	assert_int_equal(store_key_tag(bytes, tag), 6);
-	assert_string_equal(tag, "{AAEC}");
-	/* a client's keys share its tag; its limits' parts differ */
-	store_key_name(q->key, q->rule->lidh[0], l, name);
-	store_key_name(q->key, q->rule->lidh[0] ^ 1, l, other);
-	store_key_tag(q->key, tag);
-	assert_memory_equal(name, tag, 6);
-	assert_memory_equal(other, tag, 6);
-	assert_memory_not_equal(name + 6, other + 6, 8);
-	/* no brace past the first, so the tag is the whole hash tag */
-	for (size_t i = 1; i < 14; i++)
-		assert_true(i == 5 || strchr(digits, name[i]));
-
-	/* Packed buckets: a 12-bit tag for every key; a token bucket of
-	 * n <= 3 named by its limit's set and its member there */
-	store_key_packing(true, 12);
-	assert_true(store_key_packed(l));
-	assert_true(store_key_packed(&third));
-	assert_false(store_key_packed(&seventh));
-	assert_false(store_key_packed(&window));
-	assert_false(store_key_packed(NULL));
-	/* packed exactly when n = quota / gcd(quota, period) <= 3 */
-	for (uint64_t quota = 1; quota <= 64; quota++) {
-		static const int64_t periods[] = { 1, 2, 3, 7, 1000, 999, 1000000, 60000000,
-						   3600000000, 86400000000, 140737488355327 };
-
-		for (size_t i = 0; i < sizeof(periods) / sizeof(periods[0]); i++) {
-			struct limit_spec t = { quota, periods[i], 0, LIMIT_TOKEN_BUCKET };
-			uint64_t a = quota, b = (uint64_t)periods[i];
-
-			while (b) {
-				uint64_t r = a % b;
-
-				a = b;
-				b = r;
-			}
-			assert_int_equal(store_key_packed(&t), quota / a <= 3);
-		}
-	}
-	assert_int_equal(store_key_tag(bytes, tag), 4);
-	assert_string_equal(tag, "{AA}");
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), 23);
-	assert_string_equal(name, "{AA}~c52HUw60CAkKCwwNDg");
-	/* the key Redis holds: the set */
-	assert_int_equal(store_key_held_len(l, 23), 13);
-	assert_int_equal(store_key_held_len(&window, 14), 14);
-	/* the same limit's set for another client of the tag */
-	bytes[14] ^= 1;
-	store_key_name(bytes, q->rule->lidh[0], l, other);
-	assert_memory_equal(name, other, 13);
-	assert_memory_not_equal(name, other, 23);
-	bytes[14] ^= 1;
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 14);
-	assert_string_equal(name, "{AA}1Hyu3hE4Bm");
-	/* the overrides stay where they were */
-	assert_int_equal(store_overrides_key(false, name), 15);
-	assert_string_equal(name, "{AAAA}overrides");
-	/* fewer sets (--redis-packed-sets): the tag's top bits are the
-	 * client's, the others 0; the rest of each name is the same */
-	bytes[0] = bytes[1] = 0xff;
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{__}");
-	store_key_packing(true, 8);
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{_w}");
-	store_key_name(bytes, q->rule->lidh[0], l, other);
-	assert_string_equal(other, "{_w}~c52HUw60CAkKCwwNDg");
-	store_key_packing(true, 1);
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{gA}");
-	store_key_packing(true, 0);
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 14);
-	assert_string_equal(name, "{AA}1Hyu3hE4Bm");
-	/* more sets than 4096: a tag of three digits, 18 bits */
-	bytes[2] = 0xff;
-	store_key_packing(true, 18);
-	assert_int_equal(store_key_tag(bytes, tag), 5);
-	assert_string_equal(tag, "{___}");
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], l, name), STORE_KEY_NAME_MAX);
-	assert_string_equal(name, "{___}~c52HUw60CAkKCwwNDg");
-	assert_int_equal(store_key_held_len(l, STORE_KEY_NAME_MAX), 14);
-	assert_int_equal(store_key_name(bytes, q->rule->lidh[0], &window, name), 15);
-	assert_string_equal(name, "{___}1Hyu3hE4Bm");
-	store_key_packing(true, 16);
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{__8}");
-	store_key_packing(true, 13);
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{__g}");
-	bytes[2] = 2;
-	/* (the wide tag keeps its 24 bits) */
-	store_key_packing(false, 0);
-	store_key_tag(bytes, tag);
-	assert_string_equal(tag, "{__8C}");
-	store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
-	/* keys without an expiry: the limits of buckets, windows and logs
-	 * that are not packed; requests in flight and bans keep theirs */
-	{
-		const struct limit_spec inflight = { 2, 30000000, 0, LIMIT_CONCURRENCY };
-		const struct limit_spec ban = { 1, 30000000, 0, LIMIT_BAN };
-		const struct limit_spec log = { 3, 1000000, 0, LIMIT_LOG };
-
-		/* auto (the default): where the server evicts them */
-		assert_int_equal(store_key_expiry_mode(), STORE_EXPIRY_AUTO);
-		assert_false(store_key_expiry_dropped(false));
-		assert_true(store_key_expiry_dropped(true));
-		assert_false(store_key_unexpiring(l, store_key_expiry_dropped(false)));
-		assert_true(store_key_unexpiring(l, store_key_expiry_dropped(true)));
-		store_key_expiry(STORE_EXPIRY_ALWAYS);
-		assert_false(store_key_expiry_dropped(true));
-		store_key_expiry(STORE_EXPIRY_NEVER);
-		assert_true(store_key_expiry_dropped(false));
-		assert_true(store_key_unexpiring(l, true));
-		assert_true(store_key_unexpiring(&window, true));
-		assert_true(store_key_unexpiring(&log, true));
-		assert_false(store_key_unexpiring(&inflight, true));
-		assert_false(store_key_unexpiring(&ban, true));
-		assert_false(store_key_unexpiring(NULL, true));
-		store_key_packing(true, STORE_KEY_PACKED_BITS_DEFAULT);
-		assert_false(store_key_unexpiring(l, true));
-		assert_true(store_key_unexpiring(&window, true));
-		store_key_packing(false, STORE_KEY_PACKED_BITS_DEFAULT);
-		store_key_expiry(STORE_EXPIRY_AUTO);
-		assert_false(store_key_unexpiring(&window, false));
-	}
-	assert_false(store_key_packed(l));
-}
-
 static void test_memory_store(void **state)
 {
 	struct rules *rules = rules_from_text("limits: [3/1h]");
@@ -466,6 +313,10 @@ static void test_memory_store(void **state)
 	memcpy(it.key, q.key, sizeof(it.key));
 	store_admin(st, &a);
 	assert_int_equal(it.found, STORE_ADMIN_STATE);
+	/* the answer names the client by 24 bits of its key */
+	assert_int_equal(strlen(it.label), 6);
+	assert_true(it.label[0] == '{' && it.label[5] == '}');
+	assert_int_equal(strcspn(it.label + 1, "{}~"), 4);
 	assert_int_equal(it.limit[0].remaining, 0);
 	assert_int_equal(limit_ceil_s(it.limit[0].reset_us), 3600);
 	assert_false(it.has_ttl || it.out_of_memory);
@@ -479,7 +330,6 @@ static void test_memory_store(void **state)
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.remaining, 2);
 
-	check_key_names(&q);
 	assert_int_equal(answers, answers_before); /* all answered at once */
 	store_worker_free(sw);
 	store_free(st);
@@ -581,23 +431,10 @@ static void test_memory_concurrency(void **state)
 	rules_release(rules);
 }
 
-/* Per server: the fake store talks to two, whose counters count too. */
-static void fake_each_node(struct store *st, store_node_fn *fn, void *arg)
-{
-	static struct store_stats node[2];
-
-	STAT_SET(node[0].calls, 100);
-	STAT_SET(node[1].calls, 1000);
-	STAT_SET(node[1].wait_time.bucket[3], 7);
-	fn(arg, "a", &node[0]);
-	fn(arg, "b", &node[1]);
-}
-
-/* The metrics' figures: every worker's part and every server summed, a
- * part freed no longer counted. */
+/* The metrics' figures: every worker's part summed, a part freed no
+ * longer counted. */
 static void test_stats_summed(void **state)
 {
-	struct store_ops ops = fake_ops;
 	struct store *st = fake_store();
 	struct store_worker *sw[3];
 	struct store_stats sum;
@@ -606,27 +443,17 @@ static void test_stats_summed(void **state)
 	for (int i = 0; i < 3; i++) {
 		sw[i] = store_worker_new(st, NULL, i, on_answer, &answers);
 		assert_non_null(sw[i]);
-		STAT_SET(sw[i]->stats.calls, (uint64_t)(i + 1));
-		STAT_SET(sw[i]->stats.lease.dropped, 10u * (uint64_t)(i + 1));
+		STAT_SET(sw[i]->stats.penalty_events, (uint64_t)(i + 1));
 	}
-	assert_false(store_has_nodes(st));
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 6);
-	assert_int_equal(STAT_GET(sum.lease.dropped), 60);
-	assert_int_equal(STAT_GET(sum.wait_time.bucket[3]), 0);
+	assert_int_equal(STAT_GET(sum.penalty_events), 6);
 	store_worker_free(sw[1]);
-	ops.each_node = fake_each_node;
-	st->ops = &ops;
-	assert_true(store_has_nodes(st));
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 1 + 3 + 100 + 1000);
-	assert_int_equal(STAT_GET(sum.lease.dropped), 40);
-	assert_int_equal(STAT_GET(sum.wait_time.bucket[3]), 7);
-	st->ops = &fake_ops;
+	assert_int_equal(STAT_GET(sum.penalty_events), 1 + 3);
 	store_worker_free(sw[0]);
 	store_worker_free(sw[2]);
 	store_get_stats(st, &sum);
-	assert_int_equal(STAT_GET(sum.calls), 0);
+	assert_int_equal(STAT_GET(sum.penalty_events), 0);
 	store_free(st);
 }
 

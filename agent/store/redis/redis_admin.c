@@ -4,17 +4,18 @@
  * topology a worker learned), asked on connections of the request's own. */
 #include "redis_admin.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <hiredis/adapters/libev.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
+#include "limit.h"
 #include "overrides.h"
-#include "redis_guard.h"
+#include "redis_conn.h"
 #include "redis_node.h"
+#include "redis_transport.h"
 
 /* An admin look or reset under way, on the caller's loop: one
  * asynchronous connection per server the client's keys live on, a
@@ -35,13 +36,14 @@ struct admin_call {
 struct admin_op {
 	struct store *st;
 	struct store_admin *a;
+	const struct redis_keys *keys; /* the store's naming */
 	ev_timer timer;
 	size_t pending;            /* replies still expected */
 	bool finished;
 	size_t nconns;
 	struct {
 		struct addr addr;
-		redisAsyncContext *ac;
+		struct redis_conn *ac;
 	} conn[ADMIN_CONNS_MAX];
 	struct admin_call *calls;  /* one per item */
 };
@@ -59,11 +61,11 @@ static void admin_finish(struct admin_op *op, const char *error)
 	ev_timer_stop(a->loop, &op->timer);
 	/* pending callbacks run now with no reply and find op finished */
 	for (size_t i = 0; i < op->nconns; i++) {
-		redisAsyncContext *ac = op->conn[i].ac;
+		struct redis_conn *ac = op->conn[i].ac;
 
 		op->conn[i].ac = NULL;
 		if (ac)
-			redisAsyncFree(ac);
+			redis_conn_free(ac);
 	}
 	xfree(op->calls);
 	xfree(op);
@@ -100,11 +102,127 @@ static char *admin_copy(const char *p, size_t n, bool *oom)
 	return c;
 }
 
-_Static_assert(STORE_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
+_Static_assert(REDIS_KEY_NAME_MAX < STORE_ADMIN_NAME_MAX, "a key's name fits the admin's");
+
+/* Redis's clock counts a token bucket's state from this moment (the
+ * library's EPOCH, 2024-01-01, in microseconds; ratelimit.lua "Storage"). */
+#define ADMIN_EPOCH_US 1704067200000000LL
+
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t r = a % b;
+
+		a = b;
+		b = r;
+	}
+	return a;
+}
+
+/* Reads a decimal integer of v[0..len) up to `stop` (or the end) into
+ * *out; returns the byte after it, or NULL when there are no digits or
+ * too many. */
+static const char *read_int(const char *v, const char *end, char stop, int64_t *out)
+{
+	int64_t x = 0;
+	const char *p = v;
+
+	if (p < end && *p == '-')
+		p++;
+	if (p == end || *p < '0' || *p > '9')
+		return NULL;
+	for (; p < end && *p != stop; p++) {
+		if (*p < '0' || *p > '9' || x > (INT64_MAX - 9) / 10)
+			return NULL;
+		x = x * 10 + (*p - '0');
+	}
+	*out = *v == '-' ? -x : x;
+	return p;
+}
+
+/* The state the value v (len bytes; NULL: no key) of limit l holds, as
+ * the library stores it (ratelimit.lua, "Storage"): a token bucket's
+ * integer (A - EPOCH) * n + R or text "A+R", where T = p/n is
+ * period/quota in lowest terms; a sliding window's "U:C:V" (its start
+ * U - 2P); a fixed window's "U:C" (its start U - P). Returns 0, or -1
+ * for another algorithm or a value of another shape, which the library
+ * reads as no key (a full bucket) but is better shown as it is. */
+static int admin_state(const struct limit_spec *l, const char *v, size_t len,
+		       struct limit_state *st)
+{
+	const char *end = v + len, *p;
+	int64_t x, y, z;
+	uint64_t g;
+
+	memset(st, 0, sizeof(*st));
+	if (l->algo != LIMIT_TOKEN_BUCKET && l->algo != LIMIT_SLIDING_WINDOW &&
+	    l->algo != LIMIT_FIXED_WINDOW)
+		return -1;
+	if (!v)
+		return 0;
+	switch (l->algo) {
+	case LIMIT_TOKEN_BUCKET:
+		g = gcd((uint64_t)l->period_us, l->quota);
+		if ((p = read_int(v, end, '+', &x)) && p < end) {
+			if (!read_int(p + 1, end, '\0', &y) || y < 0 || (uint64_t)y >= l->quota / g)
+				return -1;
+			st->a = x;
+			st->b = y * (int64_t)g;
+			return 0;
+		}
+		if (!p || x < 0)
+			return -1;
+		/* 1/n microsecond is g/quota of one */
+		st->a = ADMIN_EPOCH_US + x / (int64_t)(l->quota / g);
+		st->b = (x % (int64_t)(l->quota / g)) * (int64_t)g;
+		return 0;
+	case LIMIT_SLIDING_WINDOW:
+		if (!(p = read_int(v, end, ':', &x)) || p == end ||
+		    !(p = read_int(p + 1, end, ':', &y)) || p == end ||
+		    !read_int(p + 1, end, '\0', &z))
+			return -1;
+		st->a = x - 2 * l->period_us;
+		st->b = y;
+		st->c = z;
+		return 0;
+	case LIMIT_FIXED_WINDOW:
+		if (!(p = read_int(v, end, ':', &x)) || p == end || !read_int(p + 1, end, '\0', &y))
+			return -1;
+		st->a = x - l->period_us;
+		st->b = y;
+		return 0;
+	case LIMIT_LOG:
+	case LIMIT_CONCURRENCY:
+	case LIMIT_BAN:
+		break;
+	}
+	return -1;
+}
+
+/* What a look at the client's key of limit j shows beside its value: the
+ * requests left and the time until full, as the memory store shows them,
+ * on the agent's wall clock (Redis's TIME decides; on one machine, or
+ * with NTP, they differ by far less than a second). */
+static void admin_look(struct store_admin_limit *out, const struct limit_spec *l,
+		       const char *v, size_t len)
+{
+	struct limit_state st, next;
+	struct limit_result res;
+	struct timespec ts;
+
+	if (admin_state(l, v, len, &st) < 0)
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	/* cost 0: a peek */
+	limit_eval(l, &st, (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000, 0, &next, &res);
+	out->remaining = res.remaining;
+	out->reset_us = res.reset_us;
+	out->has_state = true;
+}
 
 /* The values of a client's keys under its rule (MGET), by limit, or with
  * reset, how many keys went: into the item (store.h), as data. */
-static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_main(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_call *call = priv;
 	struct admin_op *op = call->op;
@@ -114,7 +232,7 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	it = &op->a->item[call->item];
@@ -130,21 +248,25 @@ static void on_admin_main(redisAsyncContext *ac, void *r, void *priv)
 
 		it->found = STORE_ADMIN_RAW;
 		for (size_t j = 0; j < rule->nown; j++)
-			store_key_name(it->key, rule->lidh[j], &rule->limits[j], it->limit[j].name);
+			redis_key_name(op->keys, it->key, rule->lidh[j], &rule->limits[j],
+				       it->limit[j].name);
 		for (size_t j = 0; reply->type == REDIS_REPLY_ARRAY && j < reply->elements &&
 				   j < rule->nown; j++) {
 			const redisReply *v = reply->element[j];
 
-			if (v->type != REDIS_REPLY_STRING)
+			if (v->type != REDIS_REPLY_STRING) {
+				admin_look(&it->limit[j], &rule->limits[j], NULL, 0);
 				continue;
+			}
 			it->limit[j].raw = admin_copy(v->str, v->len, &it->out_of_memory);
 			it->limit[j].raw_len = v->len;
+			admin_look(&it->limit[j], &rule->limits[j], v->str, v->len);
 		}
 	}
 	admin_reply(op, NULL);
 }
 
-static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_ttl(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_call *call = priv;
 	struct admin_op *op = call->op;
@@ -153,7 +275,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	/* -2 (no key), -1 (no expiry) or the time left: the longest */
@@ -166,7 +288,7 @@ static void on_admin_ttl(redisAsyncContext *ac, void *r, void *priv)
 	admin_reply(op, NULL);
 }
 
-static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
+static void on_admin_auth(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_op *op = priv;
 	redisReply *reply = r;
@@ -179,33 +301,28 @@ static void on_admin_auth(redisAsyncContext *ac, void *r, void *priv)
 }
 
 /* The connection to `to` for this operation, opened on first use. */
-static redisAsyncContext *admin_conn(struct admin_op *op, const struct redis_config *cfg,
+static struct redis_conn *admin_conn(struct admin_op *op, const struct redis_config *cfg,
 				     const struct addr *to)
 {
 	const char *argv[3];
 	size_t argvlen[3];
+	char why[160];
 	int argc;
-	redisAsyncContext *ac;
+	struct redis_conn *ac;
 
 	for (size_t i = 0; i < op->nconns; i++)
 		if (addr_equal(&op->conn[i].addr, to))
 			return op->conn[i].ac;
 	if (op->nconns == ADMIN_CONNS_MAX)
 		return NULL;
-	ac = to->path[0] ? redisAsyncConnectUnix(to->path)
-			 : redisAsyncConnect(to->host, atoi(to->port));
-	if (!ac || ac->err) {
-		if (ac)
-			redisAsyncFree(ac);
+	ac = redis_conn_new(op->a->loop, redis_transport_new(cfg), to, NULL, op, why, sizeof(why));
+	if (!ac)
 		return NULL;
-	}
-	redis_guard_attach(ac);
-	redisLibevAttach(op->a->loop, ac);
 	op->conn[op->nconns].addr = *to;
 	op->conn[op->nconns++].ac = ac;
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
-		redisAsyncCommandArgv(ac, on_admin_auth, op, argc, argv, argvlen);
+		redis_conn_command(ac, on_admin_auth, op, argc, argv, argvlen);
 	return ac;
 }
 
@@ -228,8 +345,8 @@ static const char put_script[] =
 	"return redis.call('INCR', KEYS[2])\n";
 
 /* The reply to an override set (put_script) or removed (HDEL, then INCR
- * of the version, store_overrides_key). */
-static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
+ * of the version, redis_overrides_key). */
+static void on_override_reply(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct admin_op *op = priv;
 	redisReply *reply = r;
@@ -238,7 +355,7 @@ static void on_override_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (op->finished)
 		return;
 	if (!reply) {
-		admin_reply(op, redis_guard_errstr(ac));
+		admin_reply(op, redis_conn_errstr(ac));
 		return;
 	}
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "FULL ", 5) == 0) {
@@ -266,17 +383,17 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 	size_t *argvlen = xcalloc(6 + nv * a->nov, sizeof(*argvlen));
 	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(a->nov + 1, sizeof(*field));
 	char (*value)[OVERRIDE_VALUE_MAX] = xcalloc(a->nov + 1, sizeof(*value));
-	char hash[STORE_OVERRIDES_KEY_MAX], ver[STORE_OVERRIDES_KEY_MAX], most[16];
+	char hash[REDIS_OVERRIDES_KEY_MAX], ver[REDIS_OVERRIDES_KEY_MAX], most[16];
 	const char *incr[2] = { "INCR", ver };
 	size_t incrlen[2] = { 4, 0 };
-	redisAsyncContext *ac = NULL;
+	struct redis_conn *ac = NULL;
 	struct addr to;
 
 	if (!argv || !argvlen || !field || !value) {
 		snprintf(a->error, sizeof(a->error), "out of memory");
 		goto out;
 	}
-	if (locate(op->st, store_overrides_at, &to) < 0) {
+	if (locate(op->st, redis_overrides_at, &to) < 0) {
 		snprintf(a->error, sizeof(a->error), "no Redis node known yet");
 		goto out;
 	}
@@ -284,12 +401,12 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		snprintf(a->error, sizeof(a->error), "cannot connect to Redis");
 		goto out;
 	}
-	incrlen[1] = store_overrides_key(true, ver);
+	incrlen[1] = redis_overrides_key(true, ver);
 	if (a->ov_remove) {
 		argv[argc] = "HDEL";
 		argvlen[argc++] = 4;
 		argv[argc] = hash;
-		argvlen[argc++] = store_overrides_key(false, hash);
+		argvlen[argc++] = redis_overrides_key(false, hash);
 	} else {
 		argv[argc] = "EVAL";
 		argvlen[argc++] = 4;
@@ -298,7 +415,7 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 		argv[argc] = "2";
 		argvlen[argc++] = 1;
 		argv[argc] = hash;
-		argvlen[argc++] = store_overrides_key(false, hash);
+		argvlen[argc++] = redis_overrides_key(false, hash);
 		argv[argc] = ver;
 		argvlen[argc++] = incrlen[1];
 		argv[argc] = most;
@@ -313,10 +430,10 @@ static void override_op(struct admin_op *op, const struct redis_config *cfg,
 			argvlen[argc++] = overrides_value(&a->ov[i], value[i]);
 		}
 	}
-	if (redisAsyncCommandArgv(ac, on_override_reply, op, (int)argc, argv, argvlen) == REDIS_OK)
+	if (redis_conn_command(ac, on_override_reply, op, (int)argc, argv, argvlen) == 0)
 		op->pending++;
 	if (a->ov_remove &&
-	    redisAsyncCommandArgv(ac, on_override_reply, op, 2, incr, incrlen) == REDIS_OK)
+	    redis_conn_command(ac, on_override_reply, op, 2, incr, incrlen) == 0)
 		op->pending++;
 out:
 	xfree(argv);
@@ -338,6 +455,10 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 	}
 	op->st = st;
 	op->a = a;
+	op->keys = &cfg->keys;
+	_Static_assert(REDIS_KEY_TAG_MAX < STORE_ADMIN_LABEL_MAX, "a tag fits the label");
+	for (size_t i = 0; i < a->n; i++)
+		redis_key_tag(&cfg->keys, a->item[i].key, a->item[i].label);
 	ev_timer_init(&op->timer, on_admin_timeout, ADMIN_TIMEOUT, 0.);
 	op->timer.data = op;
 	/* each item's replies count before any can arrive */
@@ -346,12 +467,12 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		override_op(op, cfg, locate);
 	for (size_t i = 0; !a->override && i < a->n; i++) {
 		const struct rule *rule = a->item[i].rule;
-		char key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1], nkeys[8];
+		char key[LIMIT_SET_MAX][REDIS_KEY_NAME_MAX + 1], nkeys[8];
 		const char *argv[3 + LIMIT_SET_MAX];
 		size_t argvlen[3 + LIMIT_SET_MAX], argc = 0;
 		bool packed = false;
 		struct addr to;
-		redisAsyncContext *ac;
+		struct redis_conn *ac;
 
 		op->calls[i].op = op;
 		op->calls[i].item = i;
@@ -375,7 +496,7 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 		 * MGET or DEL, or the library's rl7_peek or rl7_forget, which
 		 * read and delete packed buckets too, with the same replies */
 		for (size_t j = 0; j < rule->nown; j++)
-			packed |= store_key_packed(&rule->limits[j]);
+			packed |= redis_key_packed(&cfg->keys, &rule->limits[j]);
 		if (packed) {
 			argv[argc++] = "FCALL";
 			argv[argc++] = a->reset ? "rl7_forget" : "rl7_peek";
@@ -388,19 +509,19 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			argvlen[j] = strlen(argv[j]);
 		for (size_t j = 0; j < rule->nown; j++) {
 			argv[argc] = key[j];
-			argvlen[argc++] = store_key_name(a->item[i].key, rule->lidh[j],
+			argvlen[argc++] = redis_key_name(&cfg->keys, a->item[i].key, rule->lidh[j],
 							 &rule->limits[j], key[j]);
 		}
-		if (redisAsyncCommandArgv(ac, on_admin_main, &op->calls[i], (int)argc, argv,
-					  argvlen) == REDIS_OK)
+		if (redis_conn_command(ac, on_admin_main, &op->calls[i], (int)argc, argv,
+				       argvlen) == 0)
 			op->pending++;
 		for (size_t j = 0; !a->reset && j < rule->nown; j++) {
 			const char *pttl[2] = { "PTTL", key[j] };
-			size_t pttllen[2] = { 4, store_key_held_len(&rule->limits[j],
+			size_t pttllen[2] = { 4, redis_key_held_len(&cfg->keys, &rule->limits[j],
 								    strlen(key[j])) };
 
-			if (redisAsyncCommandArgv(ac, on_admin_ttl, &op->calls[i], 2, pttl,
-						  pttllen) == REDIS_OK) {
+			if (redis_conn_command(ac, on_admin_ttl, &op->calls[i], 2, pttl,
+					       pttllen) == 0) {
 				op->pending++;
 				op->calls[i].ttl_left++;
 			}

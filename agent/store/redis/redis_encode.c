@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-#include "store.h"
 
 /* v in n bytes, most significant first */
 void redis_put_be(uint8_t *p, uint64_t v, int n)
@@ -42,7 +41,8 @@ size_t redis_mp_uint(uint8_t *p, uint64_t v)
 	return 9;
 }
 
-size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, bool dropped, uint8_t *p)
+size_t redis_limits_bytes(const struct redis_keys *k, const struct limit_spec *limits, size_t nl,
+			  bool dropped, uint8_t *p)
 {
 	size_t n = 0;
 
@@ -57,7 +57,7 @@ size_t redis_limits_bytes(const struct limit_spec *limits, size_t nl, bool dropp
 		const struct limit_spec *l = &limits[j];
 
 		/* kept: 1 packed, 2 without an expiry, 0 (left out) keys */
-		uint8_t kept = store_key_packed(l) ? 1 : store_key_unexpiring(l, dropped) ? 2 : 0;
+		uint8_t kept = redis_key_packed(k, l) ? 1 : redis_key_unexpiring(k, l, dropped) ? 2 : 0;
 
 		p[n++] = kept ? 0x95 : 0x94;
 		n += redis_mp_uint(p + n, (uint64_t)l->algo);

@@ -1,22 +1,20 @@
+/* redis_node.c: one Redis server as one worker sees it (see
+ * redis_node.h): the connection and its handshake, the queue and the
+ * batches that leave it, replies, deadlines and the breaker. */
 #include "redis_node.h"
-#include "redis_node-t.h"
-#include "redis_send.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <hiredis/adapters/libev.h>
 
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
 #include "redis_cluster.h"
 #include "redis_encode.h"
-#include "redis_guard.h"
 #include "redis_reply.h"
+#include "redis_transport.h"
 #include "store_redis.h"
 
 /* The decision library (redis_library), generated at build time from
@@ -38,7 +36,64 @@
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
 
+enum node_state {
+	NODE_DISCONNECTED,
+	NODE_CONNECTING,   /* connected or not, the library is not loaded yet */
+	NODE_READY,
+};
+
+struct rbatch {
+	struct redis_node *rn;
+	struct rbatch *prev, *next;  /* in flight, oldest first */
+	int answered;                /* its queries were answered degraded */
+	int retried;                 /* sent again after the library was loaded again */
+	int64_t sent;
+	size_t n;
+	struct redis_query rq[];
+};
+
+struct redis_node {
+	struct ev_loop *loop;
+	int worker;                  /* index, for logs */
+	struct addr addr;
+	const struct redis_config *cfg;
+	const struct redis_node_cb *cb;
+	void *owner;
+	struct redis_conn *conn;     /* NULL while disconnected */
+	enum node_state state;
+	double backoff;
+	ev_timer reconnect_w;
+	ev_timer deadline_w;
+	ev_prepare send_w;
+	/* queue of unsent queries: a ring of cfg->max_pending */
+	struct redis_query *queue;
+	size_t qhead, qlen;
+	size_t inflight;             /* queries sent, not answered */
+	int calls;                   /* script calls sent, reply not back */
+	struct rbatch *oldest, *newest;
+	struct redis_decision *decoded; /* a batch's decoded reply */
+	int fails;                   /* calls in a row that failed */
+	int64_t open_until;          /* breaker open: the next probe then */
+	int probing;                 /* a probe is in flight */
+	bool down;                   /* the last connection or handshake failed:
+				      * decisions go to the failure policy at
+				      * once until the node is ready again */
+	int64_t down_since;          /* when down was last set */
+	bool freeing;                /* redis_node_free() under way */
+	int *shared_calls;           /* calls in flight of all the owner's nodes */
+	ev_timer handshake_w;        /* connecting and loading the library */
+	struct redis_batch_enc enc;  /* the calls' encoder */
+	struct redis_stats *stats;
+	bool cluster;                /* rl7_decide_cluster (see redis_batch.h) */
+	bool evicting;               /* the connection's last look at the server's
+				      * eviction found it evicting */
+	ev_timer eviction_w;         /* the next look, armed by each answered one */
+	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
+};
+
 static void start_connect(struct redis_node *rn);
+static void send_batches(struct redis_node *rn);
+static int send_batch(struct redis_node *rn, struct rbatch *b);
 static void handshake_failed(struct redis_node *rn);
 
 static void answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
@@ -96,10 +151,9 @@ struct where {
 	struct redis_query r;
 };
 
-static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
+static void on_where(struct redis_conn *c, redisReply *reply, void *priv)
 {
 	struct where *w = priv;
-	redisReply *reply = reply_;
 	struct redis_cluster_error e;
 
 	if (!reply || w->rn->freeing) {
@@ -120,11 +174,11 @@ static void on_where(redisAsyncContext *ac, void *reply_, void *priv)
 
 int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 {
-	char key[STORE_KEY_NAME_MAX + 1];
+	char key[REDIS_KEY_NAME_MAX + 1];
 	size_t len;
 	struct where *w;
 
-	if (rn->state != NODE_READY || !rn->ac)
+	if (rn->state != NODE_READY || !rn->conn)
 		return -1;
 	w = xmalloc(sizeof(*w));
 	if (!w)
@@ -132,9 +186,10 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 	w->rn = rn;
 	w->r = *r;
 	/* the client's keys share a slot: any of them says where they live */
-	len = store_key_held_len(&r->q.limits[0],
-				 store_key_name(r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key));
-	if (redisAsyncCommand(rn->ac, on_where, w, "EXISTS %b", key, len) != REDIS_OK) {
+	len = redis_key_name(&rn->cfg->keys, r->q.key, r->q.rule->lidh[0], &r->q.limits[0], key);
+	len = redis_key_held_len(&rn->cfg->keys, &r->q.limits[0], len);
+	if (redis_conn_command(rn->conn, on_where, w, 2, (const char *[]){ "EXISTS", key },
+			       (const size_t[]){ 6, len }) < 0) {
 		xfree(w);
 		return -1;
 	}
@@ -143,7 +198,7 @@ int redis_node_where(struct redis_node *rn, const struct redis_query *r)
 
 /* ---- batches in flight ------------------------------------------------------ */
 
-void redis_node_unlink_batch(struct redis_node *rn, struct rbatch *b)
+static void unlink_batch(struct redis_node *rn, struct rbatch *b)
 {
 	if (b->prev)
 		b->prev->next = b->next;
@@ -156,7 +211,7 @@ void redis_node_unlink_batch(struct redis_node *rn, struct rbatch *b)
 	b->prev = b->next = NULL;
 }
 
-void redis_node_fail_batch(struct redis_node *rn, struct rbatch *b)
+static void fail_batch(struct redis_node *rn, struct rbatch *b)
 {
 	if (b->answered)
 		return;
@@ -166,7 +221,7 @@ void redis_node_fail_batch(struct redis_node *rn, struct rbatch *b)
 		answer_degraded(rn, &b->rq[i], true);
 }
 
-void redis_node_arm_deadline(struct redis_node *rn)
+static void arm_deadline(struct redis_node *rn)
 {
 	int64_t next = INT64_MAX, now;
 	struct rbatch *b;
@@ -237,10 +292,10 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		if (b->rq[0].deadline > now)
 			break;
 		STAT_ADD(rn->stats->timeouts, b->n);
-		redis_node_fail_batch(rn, b);
+		fail_batch(rn, b);
 		call_failed(rn, now);
 	}
-	redis_node_arm_deadline(rn);
+	arm_deadline(rn);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -337,7 +392,7 @@ static void eviction_found(struct redis_node *rn, bool evicting, const char *max
 			   const char *policy, const char *refused)
 {
 	uint64_t seen = evicting ? 1 : 2;
-	bool forced = store_key_expiry_mode() == STORE_EXPIRY_NEVER, before;
+	bool forced = rn->cfg->keys.expiry == REDIS_EXPIRY_NEVER, before;
 
 	rn->evicting = evicting;
 	if (evicting)
@@ -378,14 +433,12 @@ static void eviction_found(struct redis_node *rn, bool evicting, const char *max
 			 policy ? policy : "?");
 }
 
-static void on_eviction_policy(redisAsyncContext *ac, void *r, void *priv)
+static void on_eviction_policy(struct redis_conn *c, redisReply *reply, void *priv)
 {
-	struct redis_node *rn = ac->data;
-	redisReply *reply = r;
+	struct redis_node *rn = priv;
 	const char *policy = NULL, *maxmemory = NULL;
 
-	(void)priv;
-	if (!rn || !reply)
+	if (!reply)
 		return;
 	/* behind an AUTH that failed: the connection is dropped */
 	if (reply->type == REDIS_REPLY_ERROR && rn->down && rn->state != NODE_READY)
@@ -421,8 +474,8 @@ static void look_at_eviction(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (rn->ac && store_key_expiry_mode() != STORE_EXPIRY_ALWAYS)
-		redisAsyncCommandArgv(rn->ac, on_eviction_policy, NULL, 4, argv, argvlen);
+	if (rn->conn && rn->cfg->keys.expiry != REDIS_EXPIRY_ALWAYS)
+		redis_conn_command(rn->conn, on_eviction_policy, rn, 4, argv, argvlen);
 }
 
 static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
@@ -434,16 +487,18 @@ static void on_eviction_look(struct ev_loop *loop, ev_timer *t, int revents)
 
 bool redis_node_unexpiring(const struct redis_node *rn)
 {
-	return store_key_expiry_dropped(rn->evicting);
+	return redis_key_expiry_dropped(&rn->cfg->keys, rn->evicting);
 }
 
-static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
+const struct redis_keys *redis_node_keys(const struct redis_node *rn)
 {
-	struct redis_node *rn = ac->data;
-	redisReply *reply = r;
+	return &rn->cfg->keys;
+}
 
-	if (!rn)
-		return;
+static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *priv)
+{
+	struct redis_node *rn = priv;
+
 	if (!reply)
 		return;
 	if (reply->type != REDIS_REPLY_STRING) {
@@ -454,7 +509,7 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		log_err("redis: worker %d: %s: cannot load the decision library: %s", rn->worker,
 			rn->name, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		handshake_failed(rn);
-		redisAsyncDisconnect(ac);
+		redis_conn_disconnect(c);
 		return;
 	}
 	if (rn->state == NODE_CONNECTING) {
@@ -464,7 +519,7 @@ static void on_library_loaded(redisAsyncContext *ac, void *r, void *priv)
 		rn->backoff = RECONNECT_MIN;
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
 			 reply->str, rn->name);
-		redis_send_batches(rn);
+		send_batches(rn);
 	}
 }
 
@@ -476,18 +531,17 @@ static void load_library(struct redis_node *rn)
 	const char *argv[4] = { "FUNCTION", "LOAD", "REPLACE", redis_library };
 	size_t argvlen[4] = { 8, 4, 7, sizeof(redis_library) - 1 };
 
-	redisAsyncCommandArgv(rn->ac, on_library_loaded, NULL, 4, argv, argvlen);
+	redis_conn_command(rn->conn, on_library_loaded, rn, 4, argv, argvlen);
 }
 
-void redis_node_on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
+static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 {
 	struct rbatch *b = priv;
 	struct redis_node *rn = b->rn;
-	redisReply *reply = r;
 	int rc = -1;
 
 	if (reply && reply->type == REDIS_REPLY_ERROR &&
-	    strstr(reply->str, "Function not found") && !b->retried && rn->ac == ac &&
+	    strstr(reply->str, "Function not found") && !b->retried && rn->conn == c &&
 	    !b->answered) {
 		/* Redis restarted or its functions were flushed: load the
 		 * library again, retry once. The batch keeps its place (and
@@ -495,10 +549,10 @@ void redis_node_on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 		STAT_INC(rn->stats->library_missing);
 		b->retried = 1;
 		load_library(rn);
-		if (redis_send_batch(rn, b) == 0)
+		if (send_batch(rn, b) == 0)
 			return;
 	}
-	redis_node_unlink_batch(rn, b);
+	unlink_batch(rn, b);
 	rn->calls--;
 	if (rn->shared_calls)
 		(*rn->shared_calls)--;
@@ -519,16 +573,112 @@ void redis_node_on_batch_reply(redisAsyncContext *ac, void *r, void *priv)
 			STAT_INC(rn->stats->errors);
 			log_warn("redis: %s: decision failed: %s", rn->name,
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-			redis_node_fail_batch(rn, b);
+			fail_batch(rn, b);
 			if (topology_error(reply))
 				trouble(rn);
 		} else {
 			STAT_ADD(rn->stats->unavailable, b->n);
-			redis_node_fail_batch(rn, b);
+			fail_batch(rn, b);
 		}
 	}
 	xfree(b);
-	redis_node_arm_deadline(rn);
+	arm_deadline(rn);
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* Sends batch b's call (again, after the library was loaded again), after
+ * ASKING when its one query asks for it. Returns 0, or -1 when it could
+ * not be made or queued. */
+static int send_batch(struct redis_node *rn, struct rbatch *b)
+{
+	const char *cmd;
+	size_t len = redis_batch_encode(&rn->enc, b->rq, b->n, rn->cluster,
+					redis_node_unexpiring(rn), &cmd);
+
+	if (!len)
+		return -1;
+	if (b->n == 1 && b->rq[0].asking &&
+	    redis_conn_command(rn->conn, NULL, NULL, 1, (const char *[]){ "ASKING" },
+			       (const size_t[]){ 6 }) < 0)
+		return -1;
+	return redis_conn_formatted(rn->conn, on_batch_reply, b, cmd, len);
+}
+
+/* Sends what is queued, in batches of at most batch_max, with at most
+ * `pipeline` calls in flight. Called before the loop blocks and when a
+ * reply frees a place. While calls are out, new queries gather into the
+ * next batch: under light load a query leaves at once, under heavy load
+ * batches grow by themselves, and Redis never holds a backlog of small
+ * calls (each call costs Redis, on top of the decisions in it, about as
+ * much as two or three more decisions). */
+static void send_batches(struct redis_node *rn)
+{
+	int64_t now = clock_now_us();
+	size_t cap = (size_t)rn->cfg->max_pending;
+
+	while (rn->qlen && rn->state == NODE_READY && rn->calls < rn->cfg->pipeline &&
+	       (!rn->cb->may_send || rn->cb->may_send(rn->owner, rn))) {
+		size_t n = rn->qlen < (size_t)rn->cfg->batch_max ? rn->qlen
+								 : (size_t)rn->cfg->batch_max;
+		struct rbatch *b;
+
+		n = redis_batch_take(rn->queue, cap, rn->qhead, n);
+		b = xmalloc(sizeof(*b) + n * sizeof(struct redis_query));
+		if (!b)
+			return; /* the deadline answers them */
+		b->rn = rn;
+		b->answered = 0;
+		b->retried = 0;
+		b->sent = now;
+		b->n = n;
+		b->prev = b->next = NULL;
+		for (size_t i = 0; i < n; i++) {
+			b->rq[i] = rn->queue[rn->qhead];
+			rn->qhead = (rn->qhead + 1) % cap;
+		}
+		rn->qlen -= n;
+		rn->inflight += n;
+		/* append to the in-flight list before sending */
+		b->prev = rn->newest;
+		if (rn->newest)
+			rn->newest->next = b;
+		else
+			rn->oldest = b;
+		rn->newest = b;
+		STAT_INC(rn->stats->calls);
+		if (send_batch(rn, b) < 0) {
+			unlink_batch(rn, b);
+			STAT_ADD(rn->stats->unavailable, b->n);
+			fail_batch(rn, b);
+			xfree(b);
+		} else {
+			rn->calls++;
+			if (rn->shared_calls)
+				(*rn->shared_calls)++;
+		}
+	}
+	arm_deadline(rn);
+}
+
+/* Writes the calls queued now rather than in the loop's next turn: the
+ * connection's write watcher, started and stopped in the same turn, costs
+ * libev nothing in the kernel. What a full socket leaves waits for it. */
+void redis_node_flush(struct redis_node *rn)
+{
+	if (rn->conn && rn->state == NODE_READY)
+		redis_conn_flush(rn->conn);
+}
+
+/* Before the loop blocks: sends and writes. */
+static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	struct redis_node *rn = p->data;
+
+	if (rn->qlen && rn->state == NODE_READY) {
+		send_batches(rn);
+		redis_node_flush(rn);
+	}
 }
 
 const char *redis_node_name(const struct redis_node *rn)
@@ -536,7 +686,7 @@ const char *redis_node_name(const struct redis_node *rn)
 	return rn->name;
 }
 
-struct store_stats *redis_node_stats(struct redis_node *rn)
+struct redis_stats *redis_node_stats(struct redis_node *rn)
 {
 	return rn->stats;
 }
@@ -546,12 +696,12 @@ bool redis_node_is_cluster(const struct redis_node *rn)
 	return rn->cluster;
 }
 
-int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,
+int redis_node_command(struct redis_node *rn, redis_reply_fn *cb, void *priv, int argc,
 		       const char **argv, const size_t *argvlen)
 {
-	if (rn->state != NODE_READY || !rn->ac)
+	if (rn->state != NODE_READY || !rn->conn)
 		return -1;
-	return redisAsyncCommandArgv(rn->ac, cb, priv, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+	return redis_conn_command(rn->conn, cb, priv, argc, argv, argvlen);
 }
 
 /* ---- connection ----------------------------------------------------------------- */
@@ -576,17 +726,15 @@ static void schedule_reconnect(struct redis_node *rn)
 		rn->backoff = RECONNECT_MAX;
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+static void on_connect(void *owner, struct redis_conn *c, bool ok)
 {
-	struct redis_node *rn = ac->data;
+	struct redis_node *rn = owner;
 
-	if (!rn)
-		return;
-	if (status != REDIS_OK) {
+	if (!ok) {
 		log_warn("redis: worker %d cannot connect to %s: %s", rn->worker, rn->name,
-			 ac->errstr);
-		/* hiredis frees the context after this callback */
-		rn->ac = NULL;
+			 redis_conn_errstr(c));
+		/* the connection is freed after this callback */
+		rn->conn = NULL;
 		rn->state = NODE_DISCONNECTED;
 		if (!rn->down)
 			rn->down_since = clock_now_us();
@@ -600,21 +748,19 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	log_debug("redis: worker %d connected to %s", rn->worker, rn->name);
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
+static void on_disconnect(void *owner, struct redis_conn *c, bool lost)
 {
-	struct redis_node *rn = ac->data;
+	struct redis_node *rn = owner;
 
-	if (!rn)
-		return;
-	if (rn->ac == ac) {
-		rn->ac = NULL;
+	if (rn->conn == c) {
+		rn->conn = NULL;
 		rn->state = NODE_DISCONNECTED;
 		/* the next connection looks again */
 		rn->evicting = false;
 		ev_timer_stop(rn->loop, &rn->eviction_w);
-		if (status != REDIS_OK)
+		if (lost)
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
-				 rn->name, redis_guard_errstr(ac));
+				 rn->name, redis_conn_errstr(c));
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
@@ -622,15 +768,14 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	}
 }
 
-static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+static void on_auth(struct redis_conn *c, redisReply *reply, void *priv)
 {
-	struct redis_node *rn = ac->data;
-	redisReply *reply = r;
+	struct redis_node *rn = priv;
 
-	if (rn && reply && reply->type == REDIS_REPLY_ERROR) {
+	if (reply && reply->type == REDIS_REPLY_ERROR) {
 		log_err("redis: worker %d: %s: AUTH failed: %s", rn->worker, rn->name, reply->str);
 		handshake_failed(rn);
-		redisAsyncDisconnect(ac);
+		redis_conn_disconnect(c);
 	}
 }
 
@@ -668,49 +813,46 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_node *rn = t->data;
 
-	if (rn->state != NODE_CONNECTING || !rn->ac)
+	if (rn->state != NODE_CONNECTING || !rn->conn)
 		return;
 	log_warn("redis: worker %d: %s: no answer within %.0f s of connecting", rn->worker,
 		 rn->name, HANDSHAKE_S);
 	handshake_failed(rn);
-	redisAsyncDisconnect(rn->ac);
+	redis_conn_disconnect(rn->conn);
 }
+
+static const struct redis_conn_cb conn_cb = {
+	.connected = on_connect,
+	.disconnected = on_disconnect,
+};
 
 static void start_connect(struct redis_node *rn)
 {
 	const struct redis_config *cfg = rn->cfg;
 	const char *argv[3];
 	size_t argvlen[3];
+	char why[160];
 	int argc;
-	redisAsyncContext *ac;
 
 	rn->state = NODE_CONNECTING;
-	ac = rn->addr.path[0] ? redisAsyncConnectUnix(rn->addr.path)
-			      : redisAsyncConnect(rn->addr.host, atoi(rn->addr.port));
-	if (!ac || ac->err) {
-		log_warn("redis: cannot connect to %s: %s", rn->name, ac ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
+	rn->conn = redis_conn_new(rn->loop, redis_transport_new(cfg), &rn->addr, &conn_cb, rn, why,
+				  sizeof(why));
+	if (!rn->conn) {
+		log_warn("redis: cannot connect to %s: %s", rn->name, why);
 		rn->state = NODE_DISCONNECTED;
 		schedule_reconnect(rn);
 		return;
 	}
-	ac->data = rn;
-	rn->ac = ac;
-	redis_guard_attach(ac);
-	redisLibevAttach(rn->loop, ac);
 	ev_timer_stop(rn->loop, &rn->handshake_w);
 	ev_timer_set(&rn->handshake_w, HANDSHAKE_S, 0.);
 	ev_timer_start(rn->loop, &rn->handshake_w);
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	STAT_INC(rn->stats->connects);
 	/* Pipelined behind the connection: AUTH, the look at the server's
 	 * eviction (answered before the library, so before any call), then
 	 * the library. */
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
-		redisAsyncCommandArgv(ac, on_auth, NULL, argc, argv, argvlen);
+		redis_conn_command(rn->conn, on_auth, rn, argc, argv, argvlen);
 	look_at_eviction(rn);
 	load_library(rn);
 }
@@ -728,19 +870,15 @@ static void free_buffers(struct redis_node *rn)
 {
 	xfree(rn->queue);
 	xfree(rn->decoded);
-	xfree(rn->argv);
-	xfree(rn->argvlen);
-	xfree(rn->arena);
-	xfree(rn->cmd);
+	redis_batch_free(&rn->enc);
 	xfree(rn);
 }
 
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats)
+				  void *owner, struct redis_stats *stats)
 {
 	struct redis_node *rn = xcalloc(1, sizeof(*rn));
-	size_t max_argc;
 
 	if (!rn)
 		return NULL;
@@ -754,17 +892,9 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->stats = stats;
 	rn->cluster = cfg->topology == REDIS_CLUSTER;
 	rn->backoff = RECONNECT_MIN;
-	/* FCALL, its name, 0 and the requests; a rule and a key per limit
-	 * per query, at most */
-	max_argc = 6 + (size_t)cfg->batch_max * (1 + LIMIT_SET_MAX);
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
 	rn->decoded = xcalloc((size_t)cfg->batch_max, sizeof(*rn->decoded));
-	rn->argv = xcalloc(max_argc, sizeof(*rn->argv));
-	rn->argvlen = xcalloc(max_argc, sizeof(*rn->argvlen));
-	rn->arena_cap = 2 + (size_t)cfg->batch_max * (10 + 8 + RULE_BYTES_MAX +
-						      LIMIT_SET_MAX * (STORE_KEY_NAME_MAX + 1 + 4));
-	rn->arena = xmalloc(rn->arena_cap);
-	if (!rn->queue || !rn->decoded || !rn->argv || !rn->argvlen || !rn->arena) {
+	if (!rn->queue || !rn->decoded || redis_batch_init(&rn->enc, (size_t)cfg->batch_max, &cfg->keys) < 0) {
 		free_buffers(rn);
 		return NULL;
 	}
@@ -776,7 +906,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->handshake_w.data = rn;
 	ev_timer_init(&rn->eviction_w, on_eviction_look, 0., EVICTION_LOOK_S);
 	rn->eviction_w.data = rn;
-	ev_prepare_init(&rn->send_w, redis_send_on_prepare);
+	ev_prepare_init(&rn->send_w, on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
 	start_connect(rn);
@@ -790,18 +920,18 @@ void redis_node_free(struct redis_node *rn)
 	rn->freeing = true;
 	ev_timer_stop(rn->loop, &rn->handshake_w);
 	answer_queue_degraded(rn);
-	if (rn->ac) {
-		redisAsyncContext *ac = rn->ac;
+	if (rn->conn) {
+		struct redis_conn *c = rn->conn;
 
-		rn->ac = NULL;
+		rn->conn = NULL;
 		/* runs every pending callback with a NULL reply */
-		redisAsyncFree(ac);
+		redis_conn_free(c);
 	}
 	while (rn->oldest) {
 		struct rbatch *b = rn->oldest;
 
-		redis_node_unlink_batch(rn, b);
-		redis_node_fail_batch(rn, b);
+		unlink_batch(rn, b);
+		fail_batch(rn, b);
 		xfree(b);
 	}
 	ev_timer_stop(rn->loop, &rn->reconnect_w);
@@ -831,6 +961,6 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r)
 	rn->queue[(rn->qhead + rn->qlen) % (size_t)rn->cfg->max_pending] = *r;
 	rn->qlen++;
 	if (rn->qlen == 1 && !ev_is_active(&rn->deadline_w))
-		redis_node_arm_deadline(rn);
+		arm_deadline(rn);
 	return 0;
 }

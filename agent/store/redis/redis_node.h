@@ -1,8 +1,9 @@
 /* redis_node.h: one Redis server as one worker sees it.
  *
- * An asynchronous hiredis connection on the worker's loop, the decision
- * library loaded on it, and the decisions waiting for it: a bounded queue
- * that leaves in batches (redis_send.c), one FCALL per batch and loop
+ * A connection on the worker's loop (redis_conn.h, over the transport of
+ * redis_transport.h), the decision library loaded on it, and the
+ * decisions waiting for it: a bounded queue that leaves in batches (each
+ * encoded by redis_batch.c), one FCALL per batch and loop
  * iteration, a few batches in flight (pipelined). Every query has a
  * deadline; a query whose answer is not back in time, or that a failed
  * call or a lost connection leaves without one, is reported failed,
@@ -16,33 +17,21 @@
 #define RL_REDIS_NODE_H
 
 #include <ev.h>
-#include <hiredis/async.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "addr.h"
 #include "decide.h"
 #include "lease.h"
+#include "redis_batch.h"
 #include "redis_cluster.h"
+#include "redis_conn.h"
 #include "store.h"
+
+struct redis_keys;
 
 struct redis_config;
 struct redis_node;
-
-/* One query for Redis: where its answer goes, what to decide, when. */
-struct redis_query {
-	struct store_ref ref;
-	struct decide_query q;
-	int64_t queued;     /* local monotonic microseconds */
-	int64_t deadline;
-	unsigned moves;     /* Cluster: times sent again after "moved" */
-	bool asking;        /* Cluster: send after ASKING (a migrating slot) */
-	/* The owner's: a part of a decision whose limits live on several
-	 * servers (NULL otherwise), and which. */
-	void *split;
-	unsigned part;
-	uint32_t lease;     /* tokens asked for with it, 0: none (lease.h) */
-};
 
 struct redis_node_cb {
 	/* Redis decided r: res[0..nlimits) and the deciding limit's index;
@@ -76,32 +65,6 @@ struct redis_node_cb {
 	bool (*may_send)(void *owner, const struct redis_node *rn);
 };
 
-/* Gives back to Redis what r took at redis_now (the library's
- * rl7_refund: every kind of state, a concurrency place and a log's entry
- * included), without waiting for the answer: a failure is counted
- * (refunds_lost), never retried, since a refund that ran twice would
- * give back twice. Returns 0 when sent, -1 when the node cannot send now. */
-int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now);
-
-/* Gives back the concurrency place of request id under limit j of rule
- * for client key (the library's rl7_release), without waiting for the
- * answer. Returns 0 when sent, -1 when the node cannot send now (the
- * place then ends at its deadline). */
-int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
-		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id);
-
-/* Counts one event of rule's penalty for client key, and bans it when
- * they reach the penalty's limit (the library's rl7_penalize), without
- * waiting for the answer. Returns 0 when sent, -1 when the node cannot
- * send now (the event is not counted). */
-int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
-			const uint8_t key[IDENTITY_KEY_LEN]);
-
-/* Gives back a lease's unspent tokens (the library's rl7_return), without
- * waiting for the answer: sent once, never again. Returns 0 when sent, -1
- * when the node cannot send now (the tokens then refill in time). */
-int redis_node_lease_return(struct redis_node *rn, const struct lease_return *ret);
-
 /* Writes what the node has queued to its socket now, as far as it takes
  * it without waiting: after each round of calls, and before the node is
  * freed at a stop. */
@@ -109,22 +72,24 @@ void redis_node_flush(struct redis_node *rn);
 
 /* The node's name (its address), counters, and whether it is a Cluster's. */
 const char *redis_node_name(const struct redis_node *rn);
-struct store_stats *redis_node_stats(struct redis_node *rn);
+struct redis_stats *redis_node_stats(struct redis_node *rn);
 bool redis_node_is_cluster(const struct redis_node *rn);
 /* Whether the limits' keys go to it without an expiry (--redis-expiry:
  * never, or auto while the connection's last look found it evicting). */
 bool redis_node_unexpiring(const struct redis_node *rn);
+/* How the node's store names its keys (its configuration's). */
+const struct redis_keys *redis_node_keys(const struct redis_node *rn);
 
 /* Any command, when the node is ready (else -1): cb gets the reply, or
  * NULL when the connection goes first. */
-int redis_node_command(struct redis_node *rn, redisCallbackFn *cb, void *priv, int argc,
+int redis_node_command(struct redis_node *rn, redis_reply_fn *cb, void *priv, int argc,
 		       const char **argv, const size_t *argvlen);
 
 /* Connects to `addr` with cfg's credentials and limits (cfg must outlive
  * the node). Counters go to *stats. NULL when out of memory. */
 struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct addr *addr,
 				  const struct redis_config *cfg, const struct redis_node_cb *cb,
-				  void *owner, struct store_stats *stats);
+				  void *owner, struct redis_stats *stats);
 
 /* Reports every query still waiting as failed, then frees the node. */
 void redis_node_free(struct redis_node *rn);

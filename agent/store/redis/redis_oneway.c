@@ -1,15 +1,16 @@
 /* redis_oneway.c: the calls a node sends without waiting for their
- * answer (redis_node.h): a refund of a decision made in parts, a
- * concurrency place given back, a penalty's event, a lease's unspent
- * tokens. Each is sent once and never again, whatever comes back: sent
- * twice, a refund would give back twice. hiredis copies a command out before redis_node_command()
+ * answer (redis_oneway.h). Sent twice, a refund would give back twice.
+ * The connection copies a command out before redis_node_command()
  * returns, so the arguments live on the stack. */
+#include "redis_oneway.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "log.h"
 #include "redis_encode.h"
 #include "redis_node.h"
+#include "store_redis.h"
 
 /* FCALL <fn> 0, the head of every call here: argv[0..3). Returns 3. */
 static size_t fcall_head(const char **argv, size_t *argvlen, const char *fn)
@@ -23,7 +24,7 @@ static size_t fcall_head(const char **argv, size_t *argvlen, const char *fn)
 	return 3;
 }
 
-static void on_refund_reply(redisAsyncContext *ac, void *reply_, void *priv)
+static void on_refund_reply(struct redis_conn *ac, redisReply *reply_, void *priv)
 {
 	struct redis_node *rn = priv;
 	const redisReply *reply = reply_;
@@ -54,12 +55,12 @@ struct give {
 /* FCALL fn 0 <take_us> [<expect>] <requests> <rule> [<id>] <key>...: one
  * request of g's cost whose keys are 1 .. nl. Returns 0 when sent, else
  * -1. */
-static int send_give(struct redis_node *rn, const struct give *g, redisCallbackFn *cb)
+static int send_give(struct redis_node *rn, const struct give *g, redis_reply_fn *cb)
 {
 	const char *argv[8 + LIMIT_SET_MAX];
 	size_t argvlen[8 + LIMIT_SET_MAX], argc = fcall_head(argv, argvlen, g->fn);
 	uint8_t req[12], rule[RULE_BYTES_MAX], id[8];
-	char take[24], key[LIMIT_SET_MAX][STORE_KEY_NAME_MAX + 1];
+	char take[24], key[LIMIT_SET_MAX][REDIS_KEY_NAME_MAX + 1];
 
 	argv[argc] = take;
 	argvlen[argc++] = (size_t)snprintf(take, sizeof(take), "%lld", (long long)g->take_us);
@@ -75,7 +76,8 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	argv[argc] = (const char *)req;
 	argvlen[argc++] = sizeof(req);
 	argv[argc] = (const char *)rule;
-	argvlen[argc++] = redis_limits_bytes(g->limits, g->nl, redis_node_unexpiring(rn), rule);
+	argvlen[argc++] = redis_limits_bytes(redis_node_keys(rn), g->limits, g->nl,
+					     redis_node_unexpiring(rn), rule);
 	if (g->id) {
 		redis_put_be(id, g->id, 8);
 		argv[argc] = (const char *)id;
@@ -83,7 +85,8 @@ static int send_give(struct redis_node *rn, const struct give *g, redisCallbackF
 	}
 	for (size_t j = 0; j < g->nl; j++) {
 		argv[argc] = key[j];
-		argvlen[argc++] = store_key_name(g->key[j], g->lidh[j], &g->limits[j], key[j]);
+		argvlen[argc++] = redis_key_name(redis_node_keys(rn), g->key[j], g->lidh[j],
+						 &g->limits[j], key[j]);
 	}
 	return redis_node_command(rn, cb, rn, (int)argc, argv, argvlen);
 }
@@ -126,13 +129,13 @@ static void oneway_error(void *priv, void *reply_, const char *what)
 	}
 }
 
-static void on_release_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_release_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "release");
 }
 
-static void on_penalize_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_penalize_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "penalty event");
@@ -145,7 +148,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
-	char name[STORE_KEY_NAME_MAX + 1];
+	char name[REDIS_KEY_NAME_MAX + 1];
 
 	if (!redis_node_ready(rn))
 		return -1;
@@ -154,7 +157,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 	argv[3] = (const char *)idb;
 	argvlen[3] = sizeof(idb);
 	argv[4] = name;
-	argvlen[4] = store_key_name(key, rule->lidh[j], &rule->limits[j], name);
+	argvlen[4] = redis_key_name(redis_node_keys(rn), key, rule->lidh[j], &rule->limits[j], name);
 	return redis_node_command(rn, on_release_reply, rn, 5, argv, argvlen);
 }
 
@@ -166,25 +169,25 @@ int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 	const char *argv[7];
 	size_t argvlen[7];
 	uint8_t rb[RULE_BYTES_MAX];
-	char ban[24], ck[STORE_KEY_NAME_MAX + 1], bk[STORE_KEY_NAME_MAX + 1];
+	char ban[24], ck[REDIS_KEY_NAME_MAX + 1], bk[REDIS_KEY_NAME_MAX + 1];
 
 	if (!redis_node_ready(rn))
 		return -1;
 	fcall_head(argv, argvlen, fn);
 	argv[3] = (const char *)rb;
-	argvlen[3] = redis_limits_bytes(&p->count, 1, redis_node_unexpiring(rn), rb);
+	argvlen[3] = redis_limits_bytes(redis_node_keys(rn), &p->count, 1, redis_node_unexpiring(rn), rb);
 	argv[4] = ban;
 	argvlen[4] = (size_t)snprintf(ban, sizeof(ban), "%lld",
 				      (long long)rule->limits[p->ban - 1].period_us);
 	argv[5] = ck;
-	argvlen[5] = store_key_name(key, p->count_lidh, &p->count, ck);
+	argvlen[5] = redis_key_name(redis_node_keys(rn), key, p->count_lidh, &p->count, ck);
 	argv[6] = bk;
-	argvlen[6] = store_key_name(key, rule->lidh[p->ban - 1], &rule->limits[p->ban - 1],
-				    bk);
+	argvlen[6] = redis_key_name(redis_node_keys(rn), key, rule->lidh[p->ban - 1],
+				    &rule->limits[p->ban - 1], bk);
 	return redis_node_command(rn, on_penalize_reply, rn, 7, argv, argvlen);
 }
 
-static void on_return_reply(redisAsyncContext *ac, void *reply, void *priv)
+static void on_return_reply(struct redis_conn *ac, redisReply *reply, void *priv)
 {
 	(void)ac;
 	oneway_error(priv, reply, "lease return");

@@ -2,20 +2,18 @@
  * of their own, expired ones taken out (see redis_overrides.h). */
 #include "redis_overrides.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libev.h>
-
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
 #include "overrides.h"
-#include "redis_guard.h"
+#include "redis_conn.h"
 #include "redis_node.h"
+#include "redis_transport.h"
 #include "store.h"
 #include "store_redis.h"
 
@@ -42,7 +40,7 @@ struct redis_overrides {
 	const struct redis_config *cfg;
 	redis_overrides_fn *fn;
 	void *owner;
-	redisAsyncContext *ac;
+	struct redis_conn *ac;
 	struct addr at;                /* where ac goes */
 	char name[ADDR_HOST_MAX + 16]; /* at, for logs */
 	bool failing;                  /* the last connection or read failed (logged) */
@@ -72,49 +70,54 @@ static void read_ok(struct redis_overrides *p)
 	p->failing = false;
 }
 
-/* Closes the connection (from a callback too: hiredis frees it once the
+/* Closes the connection (from a callback too: it is freed once the
  * callback returns); its replies still due find it gone. */
 static void drop(struct redis_overrides *p)
 {
-	redisAsyncContext *ac = p->ac;
+	struct redis_conn *ac = p->ac;
 
 	p->ac = NULL;
 	p->busy = false;
 	if (!ac)
 		return;
-	ac->data = NULL;
-	redisAsyncFree(ac);
+	redis_conn_set_owner(ac, NULL);
+	redis_conn_free(ac);
 }
 
-static void on_connect(const redisAsyncContext *ac, int status)
+static void on_connect(void *owner, struct redis_conn *ac, bool ok)
 {
-	struct redis_overrides *p = ac->data;
+	struct redis_overrides *p = owner;
 
-	if (!p || status == REDIS_OK)
+	if (ok)
 		return;
-	/* hiredis frees the context after this callback */
+	/* the connection is freed after this callback */
 	if (p->ac == ac) {
 		p->ac = NULL;
 		p->busy = false;
 	}
-	failed(p, ac->errstr);
+	failed(p, redis_conn_errstr(ac));
 }
 
-static void on_disconnect(const redisAsyncContext *ac, int status)
+static void on_disconnect(void *owner, struct redis_conn *ac, bool lost)
 {
-	struct redis_overrides *p = ac->data;
+	struct redis_overrides *p = owner;
 
-	if (!p || p->ac != ac)
+	if (p->ac != ac)
 		return;
 	p->ac = NULL;
 	p->busy = false;
-	if (status != REDIS_OK)
-		failed(p, redis_guard_errstr(ac));
+	if (lost)
+		failed(p, redis_conn_errstr(ac));
 }
+
+static const struct redis_conn_cb conn_cb = {
+	.connected = on_connect,
+	.disconnected = on_disconnect,
+};
 
 /* Whether a reply is for the connection in use; a NULL one (the
  * connection going) ends the read. */
-static bool current(struct redis_overrides *p, const redisAsyncContext *ac, const void *reply)
+static bool current(struct redis_overrides *p, const struct redis_conn *ac, const void *reply)
 {
 	if (p->ac != ac)
 		return false;
@@ -125,7 +128,7 @@ static bool current(struct redis_overrides *p, const redisAsyncContext *ac, cons
 	return true;
 }
 
-static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+static void on_auth(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct redis_overrides *p = priv;
 	const redisReply *reply = r;
@@ -143,41 +146,33 @@ static int connect_to(struct redis_overrides *p, const struct addr *at)
 	const char *argv[3];
 	size_t argvlen[3];
 	int argc;
-	redisAsyncContext *ac;
+	char why[160];
 
 	p->at = *at;
 	addr_format(at, p->name, sizeof(p->name));
-	ac = at->path[0] ? redisAsyncConnectUnix(at->path)
-			 : redisAsyncConnect(at->host, atoi(at->port));
-	if (!ac || ac->err) {
-		failed(p, ac ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
+	p->ac = redis_conn_new(p->loop, redis_transport_new(p->cfg), at, &conn_cb, p, why,
+			       sizeof(why));
+	if (!p->ac) {
+		failed(p, why);
 		return -1;
 	}
-	ac->data = p;
-	redis_guard_attach(ac);
-	redisLibevAttach(p->loop, ac);
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	p->ac = ac;
 	argc = redis_node_auth_argv(p->cfg, argv, argvlen);
 	if (argc)
-		redisAsyncCommandArgv(ac, on_auth, p, argc, argv, argvlen);
+		redis_conn_command(p->ac, on_auth, p, argc, argv, argvlen);
 	return 0;
 }
 
 /* ---- reading ------------------------------------------------------------------- */
 
-static void on_page(redisAsyncContext *ac, void *r, void *priv);
+static void on_page(struct redis_conn *ac, redisReply *r, void *priv);
 
 static void ask_page(struct redis_overrides *p, const char *cursor, size_t len)
 {
-	char key[STORE_OVERRIDES_KEY_MAX];
+	char key[REDIS_OVERRIDES_KEY_MAX];
 	const char *argv[5] = { "HSCAN", key, cursor, "COUNT", PAGE };
-	size_t argvlen[5] = { 5, store_overrides_key(false, key), len, 5, sizeof(PAGE) - 1 };
+	size_t argvlen[5] = { 5, redis_overrides_key(false, key), len, 5, sizeof(PAGE) - 1 };
 
-	if (redisAsyncCommandArgv(p->ac, on_page, p, 5, argv, argvlen) != REDIS_OK)
+	if (redis_conn_command(p->ac, on_page, p, 5, argv, argvlen) < 0)
 		p->busy = false;
 }
 
@@ -240,7 +235,7 @@ static void take(struct redis_overrides *p, const redisReply *f, const redisRepl
 }
 
 /* One page: [cursor, [field, value, ...]]; cursor "0" is the last. */
-static void on_page(redisAsyncContext *ac, void *r, void *priv)
+static void on_page(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct redis_overrides *p = priv;
 	const redisReply *reply = r, *cur, *kv;
@@ -263,7 +258,7 @@ static void on_page(redisAsyncContext *ac, void *r, void *priv)
 		ask_page(p, cur->str, cur->len);
 }
 
-static void on_version(redisAsyncContext *ac, void *r, void *priv)
+static void on_version(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct redis_overrides *p = priv;
 	const redisReply *reply = r;
@@ -291,7 +286,7 @@ static void on_version(redisAsyncContext *ac, void *r, void *priv)
 
 /* ---- expired entries ---------------------------------------------------------- */
 
-static void on_purged(redisAsyncContext *ac, void *r, void *priv)
+static void on_purged(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct redis_overrides *p = priv;
 	const redisReply *reply = r;
@@ -309,7 +304,7 @@ static void on_purged(redisAsyncContext *ac, void *r, void *priv)
 static void purge_batch(struct redis_overrides *p, const struct override_entry *const *e,
 			size_t n, int64_t now_ms)
 {
-	char key[STORE_OVERRIDES_KEY_MAX], now[24];
+	char key[REDIS_OVERRIDES_KEY_MAX], now[24];
 	const char **argv = xcalloc(5 + n, sizeof(*argv));
 	size_t *argvlen = xcalloc(5 + n, sizeof(*argvlen));
 	char (*field)[2 * IDENTITY_KEY_LEN + 1] = xcalloc(n, sizeof(*field));
@@ -323,7 +318,7 @@ static void purge_batch(struct redis_overrides *p, const struct override_entry *
 		argv[argc] = "1";
 		argvlen[argc++] = 1;
 		argv[argc] = key;
-		argvlen[argc++] = store_overrides_key(false, key);
+		argvlen[argc++] = redis_overrides_key(false, key);
 		argv[argc] = now;
 		argvlen[argc++] = (size_t)snprintf(now, sizeof(now), "%lld", (long long)now_ms);
 		for (size_t i = 0; i < n; i++) {
@@ -331,7 +326,7 @@ static void purge_batch(struct redis_overrides *p, const struct override_entry *
 			argv[argc] = field[i];
 			argvlen[argc++] = 2 * IDENTITY_KEY_LEN;
 		}
-		redisAsyncCommandArgv(p->ac, on_purged, p, (int)argc, argv, argvlen);
+		redis_conn_command(p->ac, on_purged, p, (int)argc, argv, argvlen);
 	}
 	xfree(argv);
 	xfree(argvlen);
@@ -374,7 +369,7 @@ static void purge(struct redis_overrides *p)
 
 void redis_overrides_poll(struct redis_overrides *p, const struct addr *at, bool touch)
 {
-	char key[STORE_OVERRIDES_KEY_MAX];
+	char key[REDIS_OVERRIDES_KEY_MAX];
 	const char *argv[2] = { "GET", key };
 	size_t argvlen[2] = { 3, 0 };
 
@@ -395,13 +390,13 @@ void redis_overrides_poll(struct redis_overrides *p, const struct addr *at, bool
 		 * the version is, so that it is never among them. */
 		argv[0] = "TOUCH";
 		argvlen[0] = 5;
-		argvlen[1] = store_overrides_key(false, key);
-		redisAsyncCommandArgv(p->ac, NULL, NULL, 2, argv, argvlen);
+		argvlen[1] = redis_overrides_key(false, key);
+		redis_conn_command(p->ac, NULL, NULL, 2, argv, argvlen);
 		argv[0] = "GET";
 		argvlen[0] = 3;
 	}
-	argvlen[1] = store_overrides_key(true, key);
-	if (redisAsyncCommandArgv(p->ac, on_version, p, 2, argv, argvlen) == REDIS_OK) {
+	argvlen[1] = redis_overrides_key(true, key);
+	if (redis_conn_command(p->ac, on_version, p, 2, argv, argvlen) == 0) {
 		p->busy = true;
 		p->busy_since = clock_now_us();
 	}

@@ -2,7 +2,7 @@
  * worker 0 of each agent reads them from Redis, and the expired ones it
  * takes out. Private to the Redis store.
  *
- * The set lives in a hash and a version (store_overrides_key): the admin
+ * The set lives in a hash and a version (redis_overrides_key): the admin
  * endpoint writes the hash, then increments the version. A poll reads the
  * version, and when it changed, the hash in pages (HSCAN), so that no
  * reply carries more than a page however many overrides there are. An

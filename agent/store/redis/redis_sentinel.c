@@ -1,30 +1,28 @@
 /* redis_sentinel.c: the master's address from Redis Sentinel (see
  * redis_sentinel.h).
  *
- * Three short-lived or lasting asynchronous connections, each with
- * ac->data pointing here (cleared before the module frees them, so a late
+ * Three short-lived or lasting connections (redis_conn.h), each with its
+ * owner pointing here (cleared before the module frees them, so a late
  * callback finds NULL and returns):
  *   ask_ac   to one sentinel: SENTINEL get-master-addr-by-name, then closed
  *   role_ac  to the server it named: ROLE, then closed
  *   sub_ac   to one sentinel: SUBSCRIBE +switch-master, kept
- * A reply callback with a NULL reply means hiredis is freeing the context
- * (connection failed or lost): the pointer is dropped, never freed again. */
+ * A reply callback with a NULL reply means the connection is being freed
+ * (it failed or was lost): the pointer is dropped, never freed again. */
 #include "redis_sentinel.h"
 
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/adapters/libev.h>
-
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
-#include "redis_guard.h"
+#include "redis_conn.h"
 #include "redis_node.h"
+#include "redis_transport.h"
 #include "store_redis.h"
 
 #define ASK_MIN_GAP_US 100000  /* asks at most this often */
@@ -40,10 +38,10 @@ struct redis_sentinel {
 	const struct redis_sentinel_cb *cb;
 	void *owner;
 	size_t next;                /* the sentinel to ask next */
-	redisAsyncContext *ask_ac;
-	redisAsyncContext *role_ac;
+	struct redis_conn *ask_ac;
+	struct redis_conn *role_ac;
 	struct addr candidate;      /* named by a sentinel, ROLE not checked yet */
-	redisAsyncContext *sub_ac;
+	struct redis_conn *sub_ac;
 	size_t sub_idx;
 	ev_timer ask_w;
 	ev_timer sub_w;
@@ -58,25 +56,20 @@ static void start_ask(struct redis_sentinel *s);
 static void subscribe(struct redis_sentinel *s);
 
 /* A connection on the worker's loop to `a`, data = s; NULL after logging. */
-static redisAsyncContext *connect_to(struct redis_sentinel *s, const struct addr *a)
+static struct redis_conn *connect_to(struct redis_sentinel *s, const struct addr *a)
 {
-	redisAsyncContext *ac = redisAsyncConnect(a->host, atoi(a->port));
+	char why[160];
+	struct redis_conn *ac = redis_conn_new(s->loop, redis_transport_new(s->cfg), a, NULL, s,
+					       why, sizeof(why));
 
-	if (!ac || ac->err) {
+	if (!ac)
 		log_warn("redis: sentinel: worker %d: cannot connect to %s:%s: %s", s->worker,
-			 a->host, a->port, ac ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
-		return NULL;
-	}
-	ac->data = s;
-	redis_guard_attach(ac);
-	redisLibevAttach(s->loop, ac);
+			 a->host, a->port, why);
 	return ac;
 }
 
 /* AUTH to a sentinel, when the configuration has a sentinel password. */
-static void sentinel_auth(struct redis_sentinel *s, redisAsyncContext *ac)
+static void sentinel_auth(struct redis_sentinel *s, struct redis_conn *ac)
 {
 	const char *argv[3];
 	size_t argvlen[3];
@@ -92,24 +85,24 @@ static void sentinel_auth(struct redis_sentinel *s, redisAsyncContext *ac)
 	}
 	argv[n] = s->cfg->sentinel_password;
 	argvlen[n++] = strlen(s->cfg->sentinel_password);
-	redisAsyncCommandArgv(ac, NULL, NULL, n, argv, argvlen);
+	redis_conn_command(ac, NULL, NULL, n, argv, argvlen);
 }
 
-/* Closes a context this module still holds (not one hiredis is freeing):
- * from a callback, once it returns; with `now`, at once (its callbacks see
- * NULL data and return). */
-static void drop(redisAsyncContext **acp, bool now)
+/* Closes a connection this module still holds (not one being freed):
+ * once its replies are in; with `now`, at once (its callbacks see a NULL
+ * owner and return). */
+static void drop(struct redis_conn **acp, bool now)
 {
-	redisAsyncContext *ac = *acp;
+	struct redis_conn *ac = *acp;
 
 	*acp = NULL;
 	if (!ac)
 		return;
-	ac->data = NULL;
+	redis_conn_set_owner(ac, NULL);
 	if (now)
-		redisAsyncFree(ac);
+		redis_conn_free(ac);
 	else
-		redisAsyncDisconnect(ac);
+		redis_conn_disconnect(ac);
 }
 
 /* ---- asking ------------------------------------------------------------- */
@@ -135,10 +128,9 @@ static void ask_failed(struct redis_sentinel *s, const char *why)
 		s->backoff = BACKOFF_MAX;
 }
 
-static void on_role(redisAsyncContext *ac, void *r, void *priv)
+static void on_role(struct redis_conn *ac, redisReply *reply, void *priv)
 {
-	struct redis_sentinel *s = ac->data;
-	redisReply *reply = r;
+	struct redis_sentinel *s = redis_conn_owner(ac);
 	char where[ADDR_HOST_MAX + 16];
 
 	if (!s)
@@ -181,14 +173,14 @@ static void check_role(struct redis_sentinel *s)
 		return;
 	}
 	if (n)
-		redisAsyncCommandArgv(s->role_ac, NULL, NULL, n, argv, argvlen);
-	redisAsyncCommand(s->role_ac, on_role, NULL, "ROLE");
+		redis_conn_command(s->role_ac, NULL, NULL, n, argv, argvlen);
+	redis_conn_command(s->role_ac, on_role, NULL, 1, (const char *[]){ "ROLE" },
+			   (const size_t[]){ 4 });
 }
 
-static void on_master_addr(redisAsyncContext *ac, void *r, void *priv)
+static void on_master_addr(struct redis_conn *ac, redisReply *reply, void *priv)
 {
-	struct redis_sentinel *s = ac->data;
-	redisReply *reply = r;
+	struct redis_sentinel *s = redis_conn_owner(ac);
 	char text[ADDR_HOST_MAX + 16];
 
 	if (!s)
@@ -231,8 +223,9 @@ static void start_ask(struct redis_sentinel *s)
 		return;
 	}
 	sentinel_auth(s, s->ask_ac);
-	redisAsyncCommand(s->ask_ac, on_master_addr, NULL, "SENTINEL get-master-addr-by-name %s",
-			  s->cfg->master);
+	redis_conn_command(s->ask_ac, on_master_addr, NULL, 3,
+			   (const char *[]){ "SENTINEL", "get-master-addr-by-name", s->cfg->master },
+			   (const size_t[]){ 8, 23, strlen(s->cfg->master) });
 }
 
 static void on_ask_timer(struct ev_loop *loop, ev_timer *t, int revents)
@@ -258,20 +251,19 @@ void redis_sentinel_ask(struct redis_sentinel *s)
 
 /* ---- following failovers ------------------------------------------------ */
 
-static void on_switch(redisAsyncContext *ac, void *r, void *priv)
+static void on_switch(struct redis_conn *ac, redisReply *reply, void *priv)
 {
-	struct redis_sentinel *s = ac->data;
-	redisReply *reply = r;
+	struct redis_sentinel *s = redis_conn_owner(ac);
 	size_t mlen;
 
 	if (!s)
 		return;
 	if (!reply) {
 		/* lost: subscribe on the next sentinel a little later */
-		if (ac->err)
+		if (redis_conn_lost(ac))
 			log_warn("redis: sentinel: worker %d: %s:%s: the subscription to %s went: %s",
 				 s->worker, s->cfg->nodes[s->sub_idx].host,
-				 s->cfg->nodes[s->sub_idx].port, SWITCH_CHANNEL, redis_guard_errstr(ac));
+				 s->cfg->nodes[s->sub_idx].port, SWITCH_CHANNEL, redis_conn_errstr(ac));
 		if (s->sub_ac == ac)
 			s->sub_ac = NULL;
 		s->sub_idx = (s->sub_idx + 1) % s->cfg->nnodes;
@@ -308,7 +300,9 @@ static void subscribe(struct redis_sentinel *s)
 		return;
 	}
 	sentinel_auth(s, s->sub_ac);
-	redisAsyncCommand(s->sub_ac, on_switch, NULL, "SUBSCRIBE " SWITCH_CHANNEL);
+	redis_conn_subscribe(s->sub_ac, on_switch, NULL, 2,
+			     (const char *[]){ "SUBSCRIBE", SWITCH_CHANNEL },
+			     (const size_t[]){ 9, sizeof(SWITCH_CHANNEL) - 1 });
 }
 
 static void on_sub_timer(struct ev_loop *loop, ev_timer *t, int revents)

@@ -1,15 +1,13 @@
-/* redis_slots.c: CLUSTER SLOTS over a plain socket (see redis_slots.h). */
+/* redis_slots.c: CLUSTER SLOTS over a bare transport (see redis_slots.h). */
 #include "redis_slots.h"
 
-#include <errno.h>
-#include <netdb.h>
+#include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "alloc.h"
 #include "redis_encode.h"
 #include "redis_node.h"
+#include "redis_transport.h"
 #include "store_redis.h"
 
 #define READ_CHUNK 65536
@@ -19,7 +17,8 @@ struct redis_slots {
 	struct addr node;
 	redis_slots_done *done;
 	void *owner;
-	int fd;
+	struct redis_transport *t; /* NULL once closed */
+	bool connected;            /* the transport's handshake is done */
 	ev_io io;
 	ev_timer timer;
 	char req[1024];
@@ -57,17 +56,37 @@ static int build_request(struct redis_slots *q, const struct redis_config *cfg)
 	return put_command(q, 2, slots, slotslen);
 }
 
+static void close_transport(struct redis_slots *q)
+{
+	if (!q->t)
+		return;
+	ev_io_stop(q->loop, &q->io);
+	q->t->ops->close(q->t);
+	q->t = NULL;
+}
+
+/* Waits for the transport's descriptor to be readable or writable. */
+static void wait_for(struct redis_slots *q, int events)
+{
+	if (ev_is_active(&q->io) && (q->io.events & (EV_READ | EV_WRITE)) == events)
+		return;
+	ev_io_stop(q->loop, &q->io);
+	ev_io_set(&q->io, q->t->fd, events);
+	ev_io_start(q->loop, &q->io);
+}
+
 /* Ends the question: no more I/O, done() with the map (which lives in q),
  * then q is freed. */
 static void finish(struct redis_slots *q, const struct redis_cluster_map *map, const char *why)
 {
+	char text[sizeof(q->t->errstr)];
+
+	/* why may be the transport's, which closing frees */
+	if (why)
+		snprintf(text, sizeof(text), "%s", why);
 	ev_timer_stop(q->loop, &q->timer);
-	if (q->fd >= 0) {
-		ev_io_stop(q->loop, &q->io);
-		close(q->fd);
-		q->fd = -1;
-	}
-	q->done(q->owner, &q->node, map, why);
+	close_transport(q);
+	q->done(q->owner, &q->node, map, why ? text : NULL);
 	redis_slots_cancel(q);
 }
 
@@ -117,13 +136,13 @@ static void on_readable(struct redis_slots *q)
 			q->buf = nb;
 			q->cap = cap;
 		}
-		n = recv(q->fd, q->buf + q->len, q->cap - q->len, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		n = q->t->ops->read(q->t, q->buf + q->len, q->cap - q->len);
+		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
+			wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
 			return;
+		}
 		if (n <= 0) {
-			finish(q, NULL, n == 0 ? "connection closed" : strerror(errno));
+			finish(q, NULL, n == 0 ? "connection closed" : q->t->errstr);
 			return;
 		}
 		q->len += (size_t)n;
@@ -141,31 +160,39 @@ static void on_readable(struct redis_slots *q)
 	}
 }
 
+/* The transport's handshake, then the request, then the reply. */
 static void on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct redis_slots *q = io->data;
+	ssize_t n;
 
-	if (revents & EV_WRITE) {
-		while (q->sent < q->reqlen) {
-			ssize_t n = send(q->fd, q->req + q->sent, q->reqlen - q->sent, MSG_NOSIGNAL);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-				return;
-			if (n <= 0) {
-				finish(q, NULL, errno == ECONNREFUSED ? "connection refused"
-								      : strerror(errno));
-				return;
-			}
-			q->sent += (size_t)n;
+	if (!q->connected) {
+		n = q->t->ops->handshake(q->t);
+		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
+			wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
+			return;
 		}
-		ev_io_stop(loop, &q->io);
-		ev_io_set(&q->io, q->fd, EV_READ);
-		ev_io_start(loop, &q->io);
-		return;
+		if (n < 0) {
+			finish(q, NULL, q->t->errstr);
+			return;
+		}
+		q->connected = true;
 	}
-	on_readable(q);
+	while (q->sent < q->reqlen) {
+		n = q->t->ops->write(q->t, q->req + q->sent, q->reqlen - q->sent);
+		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
+			wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
+			return;
+		}
+		if (n <= 0) {
+			finish(q, NULL, n == 0 ? "connection closed" : q->t->errstr);
+			return;
+		}
+		q->sent += (size_t)n;
+	}
+	wait_for(q, EV_READ);
+	if (revents & EV_READ)
+		on_readable(q);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
@@ -176,31 +203,16 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* A non-blocking connect to the node; -1 with q->why. */
-static int start_connect(struct redis_slots *q)
+static int start_connect(struct redis_slots *q, const struct redis_config *cfg)
 {
-	struct addrinfo hints, *res, *ai;
-	int rc;
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICSERV;
-	rc = getaddrinfo(q->node.host, q->node.port, &hints, &res);
-	if (rc != 0) {
-		q->why = "cannot resolve the node's host";
+	q->t = redis_transport_new(cfg);
+	if (!q->t) {
+		q->why = "out of memory";
 		return -1;
 	}
-	for (ai = res; ai; ai = ai->ai_next) {
-		q->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (q->fd < 0)
-			continue;
-		if (connect(q->fd, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS)
-			break;
-		close(q->fd);
-		q->fd = -1;
-	}
-	freeaddrinfo(res);
-	if (q->fd < 0) {
+	if (q->t->ops->connect(q->t, &q->node) == REDIS_T_ERROR || q->t->fd < 0) {
 		q->why = "cannot connect";
+		close_transport(q);
 		return -1;
 	}
 	return 0;
@@ -218,15 +230,15 @@ struct redis_slots *redis_slots_ask(struct ev_loop *loop, const struct addr *nod
 	q->node = *node;
 	q->done = done;
 	q->owner = owner;
-	q->fd = -1;
+	ev_io_init(&q->io, on_io, -1, EV_WRITE);
+	q->io.data = q;
 	ev_timer_init(&q->timer, on_timer, timeout, 0.);
 	q->timer.data = q;
 	if (build_request(q, cfg) < 0) {
 		q->why = "credentials too long";
-	} else if (start_connect(q) == 0) {
-		ev_io_init(&q->io, on_io, q->fd, EV_WRITE);
-		q->io.data = q;
-		ev_io_start(loop, &q->io);
+	} else if (start_connect(q, cfg) == 0) {
+		/* connected or not, the first writable turn goes on */
+		wait_for(q, EV_WRITE);
 	} else {
 		/* failed already: report from the loop, not from here */
 		ev_timer_set(&q->timer, 0., 0.);
@@ -240,10 +252,7 @@ void redis_slots_cancel(struct redis_slots *q)
 	if (!q)
 		return;
 	ev_timer_stop(q->loop, &q->timer);
-	if (q->fd >= 0) {
-		ev_io_stop(q->loop, &q->io);
-		close(q->fd);
-	}
+	close_transport(q);
 	xfree(q->buf);
 	xfree(q);
 }

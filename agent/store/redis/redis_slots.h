@@ -1,9 +1,10 @@
 /* redis_slots.h: one CLUSTER SLOTS question to one node, on a worker's
  * loop.
  *
- * A plain non-blocking socket rather than hiredis: the reply is read as
- * bytes and given to redis_cluster_map_parse(), whose bounds hold for any
- * input (hiredis 0.14 would first build whatever a hostile node sends).
+ * A bare transport (redis_transport.h) rather than a connection with
+ * hiredis's reader: the reply is read as bytes and given to
+ * redis_cluster_map_parse(), whose bounds hold for any input (hiredis 0.14
+ * would first build whatever a hostile node sends).
  * With a password, AUTH goes first. The question ends in one call of
  * done(), never from inside redis_slots_ask(): with the map, or with NULL
  * and why (no connection, an error reply, a malformed reply, the

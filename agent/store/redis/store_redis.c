@@ -36,6 +36,7 @@
 #include "redis_admin.h"
 #include "redis_cluster.h"
 #include "redis_node.h"
+#include "redis_oneway.h"
 #include "redis_overrides.h"
 #include "redis_sentinel.h"
 #include "redis_slots.h"
@@ -57,7 +58,7 @@
 struct node_entry {
 	struct addr addr;
 	char name[ADDR_HOST_MAX + 16];
-	struct store_stats stats;
+	struct redis_stats stats;
 };
 
 /* The process-wide part (st->impl). */
@@ -75,6 +76,7 @@ struct redis_store {
 /* A worker's part. */
 struct redis_worker {
 	struct store_worker *sw;
+	struct redis_stats stats;      /* read by the metrics, written here */
 	struct redis_store *rst;
 	const struct redis_config *cfg;
 	struct refusals *cache;        /* refused-until (refusals.h) */
@@ -123,6 +125,7 @@ void store_redis_defaults(struct redis_config *cfg)
 	cfg->local_cache = 1;
 	cfg->lease_us = 0;
 	cfg->lease_share = 10;
+	redis_keys_defaults(&cfg->keys);
 }
 
 int store_redis_set_addr(struct redis_config *cfg, const char *addr)
@@ -193,7 +196,7 @@ const char *store_redis_topology_name(enum redis_topology t)
 /* ---- per-node counters ---------------------------------------------------------- */
 
 /* The counters of address a, made on first use. Any thread. */
-static struct store_stats *node_stats(struct redis_store *rst, const struct addr *a)
+static struct redis_stats *node_stats(struct redis_store *rst, const struct addr *a)
 {
 	size_t n = atomic_load(&rst->nentries);
 	struct node_entry *e;
@@ -222,15 +225,46 @@ static struct store_stats *node_stats(struct redis_store *rst, const struct addr
 	return &e->stats;
 }
 
-static void redis_each_node(struct store *st, store_node_fn *fn, void *arg)
+static const struct store_ops redis_ops;
+
+void store_redis_each_node(struct store *st, redis_node_stats_fn *fn, void *arg)
 {
 	struct redis_store *rst = st->impl;
-	size_t n = atomic_load(&rst->nentries);
+	size_t n;
 
+	if (st->ops != &redis_ops)
+		return;
+	n = atomic_load(&rst->nentries);
 	for (size_t i = 0; i < n; i++)
 		fn(arg, rst->entry[i]->name, &rst->entry[i]->stats);
 	if (n == ENTRIES_MAX)
 		fn(arg, "other", &rst->overflow.stats);
+}
+
+/* struct redis_stats holds counters only (struct hist and struct
+ * lease_stats too): summed as an array of them. */
+_Static_assert(sizeof(struct redis_stats) % sizeof(counter_t) == 0, "counters only");
+
+static void stats_add(void *to, const char *name, const struct redis_stats *from)
+{
+	counter_t *t = to;
+	const counter_t *f = (const counter_t *)from;
+
+	(void)name;
+	for (size_t i = 0; i < sizeof(*from) / sizeof(counter_t); i++)
+		STAT_ADD(t[i], STAT_GET(f[i]));
+}
+
+bool store_redis_stats(struct store *st, struct redis_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (st->ops != &redis_ops)
+		return false;
+	for (const struct store_worker *sw = st->workers; sw; sw = sw->next)
+		if (sw->impl)
+			stats_add(out, NULL, &((const struct redis_worker *)sw->impl)->stats);
+	store_redis_each_node(st, stats_add, out);
+	return true;
 }
 
 /* ---- the refused-until cache (refusals.h), leases (lease.h) ------------------ */
@@ -303,11 +337,11 @@ static size_t shard_of(const uint8_t *key, size_t n)
 }
 
 /* The slot of a client's keys, as the cluster hashes their tag. */
-static unsigned slot_of(const uint8_t *key)
+static unsigned slot_of(const struct redis_keys *k, const uint8_t *key)
 {
-	char tag[STORE_KEY_TAG_MAX + 1];
+	char tag[REDIS_KEY_TAG_MAX + 1];
 
-	return redis_cluster_slot(tag, store_key_tag(key, tag));
+	return redis_cluster_slot(tag, redis_key_tag(k, key, tag));
 }
 
 /* The node that decides a client now, or NULL when none can (no master
@@ -325,7 +359,7 @@ static struct redis_node *route(struct redis_worker *rw, const uint8_t *key)
 	case REDIS_CLUSTER:
 		if (!rw->map)
 			return NULL;
-		m = redis_cluster_master_of(rw->map, slot_of(key));
+		m = redis_cluster_master_of(rw->map, slot_of(&rw->cfg->keys, key));
 		if (m < 0)
 			return NULL;
 		if (!rw->node[m])
@@ -378,7 +412,7 @@ static void complete(struct redis_worker *rw, const struct redis_query *r,
 
 static void answer_unavailable(struct redis_worker *rw, const struct redis_query *r)
 {
-	STAT_INC(rw->sw->stats.unavailable);
+	STAT_INC(rw->stats.unavailable);
 	complete(rw, r, NULL, -1, 0);
 }
 
@@ -394,7 +428,7 @@ static void on_held_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 
 		rw->hhead = (rw->hhead + 1) % rw->hcap;
 		rw->hlen--;
-		STAT_INC(rw->sw->stats.timeouts);
+		STAT_INC(rw->stats.timeouts);
 		complete(rw, &r, NULL, -1, 0);
 	}
 	arm_held(rw);
@@ -516,7 +550,7 @@ static void on_moved(void *owner, struct redis_node *rn, const struct redis_quer
 	struct redis_worker *rw = owner;
 	struct redis_query again = *r;
 
-	STAT_INC(rw->sw->stats.moved);
+	STAT_INC(rw->stats.moved);
 	if (rw->cfg->topology != REDIS_CLUSTER || ++again.moves > MOVES_MAX ||
 	    again.deadline <= clock_now_us()) {
 		complete(rw, r, NULL, -1, 0);
@@ -550,7 +584,7 @@ static void on_where(void *owner, const struct redis_query *r, int here,
 				continue;
 			if (!rw->node[m])
 				rw->node[m] = new_node(rw, &rw->map->master[m]);
-			STAT_INC(rw->sw->stats.asked);
+			STAT_INC(rw->stats.asked);
 			again.asking = true;
 			if (!rw->node[m] || redis_node_submit(rw->node[m], &again) < 0)
 				answer_unavailable(rw, &again);
@@ -604,7 +638,7 @@ static void on_master(void *owner, const struct addr *a)
 	if (rw->node[0] && addr_equal(redis_node_addr(rw->node[0]), a))
 		return;
 	if (rw->node[0])
-		STAT_INC(rw->sw->stats.topology_changes);
+		STAT_INC(rw->stats.topology_changes);
 	retire(rw, 0);
 	rw->node[0] = new_node(rw, a);
 	pthread_mutex_lock(&rw->rst->lock);
@@ -646,7 +680,7 @@ static void install_map(struct redis_worker *rw, const struct redis_cluster_map 
 		}
 	}
 	if (rw->map)
-		STAT_INC(rw->sw->stats.topology_changes);
+		STAT_INC(rw->stats.topology_changes);
 	memcpy(copy, map, sizeof(*copy));
 	rw->map = copy;
 	memcpy(rw->node, keep, sizeof(keep));
@@ -758,8 +792,8 @@ static int locate(struct store *st, const uint8_t *key, struct addr *to)
 			rc = -1;
 		break;
 	case REDIS_CLUSTER:
-		if (rst->map && redis_cluster_node_of(rst->map, slot_of(key)))
-			*to = *redis_cluster_node_of(rst->map, slot_of(key));
+		if (rst->map && redis_cluster_node_of(rst->map, slot_of(&cfg->keys, key)))
+			*to = *redis_cluster_node_of(rst->map, slot_of(&cfg->keys, key));
 		else
 			rc = -1;
 		break;
@@ -798,7 +832,7 @@ static void on_ov_set(void *owner, struct overrides *o)
 static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_worker *rw = t->data;
-	struct redis_node *rn = route(rw, store_overrides_at);
+	struct redis_node *rn = route(rw, redis_overrides_at);
 
 	(void)loop;
 	(void)revents;
@@ -834,7 +868,7 @@ static int leases_init(struct redis_worker *rw)
 {
 	rw->lease.interval_us = rw->cfg->lease_us;
 	rw->lease.share_pct = rw->cfg->lease_share;
-	rw->leases = lease_table_new(LEASE_CLIENTS, lease_send_back, rw, &rw->sw->stats.lease);
+	rw->leases = lease_table_new(LEASE_CLIENTS, lease_send_back, rw, &rw->stats.lease);
 	if (!rw->leases)
 		return -1;
 	ev_timer_init(&rw->lease_w, on_lease_timer, LEASE_SWEEP, LEASE_SWEEP);
@@ -983,8 +1017,8 @@ static void split_refund(void *owner, const struct redis_query *r, int64_t take)
 	if (rn) {
 		redis_node_refund(rn, r, take);
 	} else {
-		STAT_INC(rw->sw->stats.refunds);
-		STAT_INC(rw->sw->stats.refunds_lost);
+		STAT_INC(rw->stats.refunds);
+		STAT_INC(rw->stats.refunds_lost);
 	}
 }
 
@@ -1011,14 +1045,14 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	struct redis_query r;
 
 	r.queued = clock_now_us();
-	STAT_INC(sw->stats.queries);
+	STAT_INC(rw->stats.queries);
 	r.lease = 0;
 	if (rw->leases && lease_check(rw->leases, &rw->lease, q, cache_epoch(sw->st, q),
 				      r.queued, res, decider, &r.lease))
 		return STORE_DECIDED;
 	if (rw->cfg->local_cache &&
 	    refusals_answer(rw->cache, q, cache_epoch(sw->st, q), r.queued, res, decider)) {
-		STAT_INC(sw->stats.local_refusals);
+		STAT_INC(rw->stats.local_refusals);
 		return STORE_DECIDED;
 	}
 	r.ref = *ref;
@@ -1029,7 +1063,7 @@ static enum store_outcome redis_check(struct store_worker *sw, const struct deci
 	r.split = NULL;
 	r.part = 0;
 	if (needs_split(rw, q)) {
-		STAT_INC(sw->stats.split);
+		STAT_INC(rw->stats.split);
 		return redis_split_start(&r, &split_cb, rw) == 0 ? STORE_PENDING
 								  : STORE_UNAVAILABLE;
 	}
@@ -1049,7 +1083,7 @@ static void redis_release(struct store_worker *sw, const struct rule *rule, size
 	struct redis_node *rn = route(rw, key);
 
 	if (!rn || redis_node_release(rn, rule, j, key, id) < 0)
-		STAT_INC(sw->stats.releases_lost);
+		STAT_INC(rw->stats.releases_lost);
 }
 
 static void redis_penalize(struct store_worker *sw, const struct rule *rule,
@@ -1059,7 +1093,7 @@ static void redis_penalize(struct store_worker *sw, const struct rule *rule,
 	struct redis_node *rn = route(rw, key);
 
 	if (!rn || redis_node_penalize(rn, rule, key) < 0)
-		STAT_INC(sw->stats.penalty_lost);
+		STAT_INC(rw->stats.penalty_lost);
 }
 
 static void redis_free(struct store *st)
@@ -1082,7 +1116,6 @@ static const struct store_ops redis_ops = {
 	.check = redis_check,
 	.rules_changed = redis_rules_changed,
 	.admin = redis_admin_op,
-	.each_node = redis_each_node,
 	.release = redis_release,
 	.penalize = redis_penalize,
 	.free = redis_free,
@@ -1101,6 +1134,8 @@ struct store *store_redis_new(const struct redis_config *cfg, size_t mem_max_key
 		return NULL;
 	}
 	rst->cfg = *cfg;
+	redis_keys_settle(&rst->cfg.keys);
+	st->limit_space = REDIS_KEYS_LIMIT_SPACE;
 	pthread_mutex_init(&rst->lock, NULL);
 	snprintf(rst->overflow.name, sizeof(rst->overflow.name), "other");
 	st->impl = rst;

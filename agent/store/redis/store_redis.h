@@ -13,10 +13,14 @@
 #ifndef RL_STORE_REDIS_H
 #define RL_STORE_REDIS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "addr.h"
+#include "lease.h"
+#include "stats.h"
+#include "redis_keys.h"
 
 struct store;
 
@@ -47,7 +51,54 @@ struct redis_config {
 	int local_cache;         /* answer known-refused clients locally */
 	int64_t lease_us;        /* leases (lease.h) of this interval; 0: none */
 	unsigned lease_share;    /* a lease's most, in percent of a capacity */
+	struct redis_keys keys;  /* how keys are named: packing, expiry */
 };
+
+/* Counters of the Redis store: a worker's part, and each server's (by
+ * address, shared by the workers' connections to it). */
+struct redis_stats {
+	counter_t queries;        /* submitted */
+	counter_t calls;          /* calls sent to the shared store (batches) */
+	counter_t replies;        /* decisions the shared store made */
+	counter_t local_refusals; /* answered from the refused-until cache */
+	counter_t timeouts;       /* without the store: deadline passed */
+	counter_t unavailable;    /* without the store: no connection, queue full */
+	counter_t errors;         /* error replies */
+	counter_t connects;       /* connection attempts */
+	counter_t library_missing; /* calls that found the library gone: loaded again */
+	counter_t breaker_trips;  /* circuit breaker opened */
+	counter_t breaker_skips;  /* decided without the store while open */
+	struct hist call_time;    /* a call sent -> its reply */
+	struct hist wait_time;    /* a query submitted -> decided by the store */
+	counter_t moved;          /* Cluster: sent where their key was not */
+	counter_t asked;          /* Cluster: sent after ASKING (slot migrating) */
+	counter_t topology_changes; /* a new master, slot map or shard set */
+	counter_t split;          /* decisions whose limits live on several servers */
+	counter_t refunds;        /* refunds sent: parts of refused split decisions */
+	counter_t refunds_lost;   /* refunds that could not be sent or failed */
+	counter_t releases_lost;  /* concurrency places not given back: no connection */
+	counter_t penalty_lost;   /* penalty events Redis could not be told of */
+	struct lease_stats lease; /* leased tokens (lease.h) */
+	/* a gauge, per server: 1 while keys written without an expiry
+	 * (--redis-expiry) may be on it and it may not evict them (the last
+	 * look at its maxmemory and policy), else 0; that look's finding (0
+	 * none yet, 1 evicting, 2 not), logged when it changes; and whether
+	 * a look found it evicting once (with auto, keys without an expiry
+	 * may have been written since) */
+	counter_t not_evicting;
+	counter_t eviction_seen;
+	counter_t evicting_once;
+};
+
+/* For the metrics, on the main thread. Whether st is a Redis store, and
+ * then the counters of every worker's part and every server summed into
+ * *out (zeroed first). */
+bool store_redis_stats(struct store *st, struct redis_stats *out);
+
+/* Calls fn for the counters of each server st talks to (none when st is
+ * no Redis store). Any thread. */
+typedef void redis_node_stats_fn(void *arg, const char *name, const struct redis_stats *stats);
+void store_redis_each_node(struct store *st, redis_node_stats_fn *fn, void *arg);
 
 void store_redis_defaults(struct redis_config *cfg);
 

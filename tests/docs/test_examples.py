@@ -109,7 +109,8 @@ class Bucket:
         if status != 429:
             self.used += 1
         elapsed_us = int((time.monotonic() - self.t0) * 1e6) + 1
-        assert r.headers.get("X-RL-Rule") == self.rule, r
+        # the agent names the rule when it refuses (the default answer)
+        assert r.headers.get("X-RL-Rule") == (self.rule if status == 429 else None), r
         assert r.headers.get("RateLimit-Policy") == self.policy, r
         m = re.fullmatch(r'"([^"]+)";r=(\d+);t=(\d+)', r.headers.get("RateLimit", ""))
         assert m and m.group(1) == self.name, r
@@ -547,7 +548,8 @@ def test_legacy_headers(h):
     40, then 60 s after the first, second and third request, and the
     fourth waits 20 s. Then the file's commented alternative, the Unix
     time of the reset."""
-    agent = h.agent("--threads", "2", "--limit", "3/1m")
+    agent = h.agent("--threads", "2", "--limit", "3/1m",
+                    "--answer", "status,retry_after,limit,remaining,reset")
     backend = h.backend()
     cfg = os.path.join(EXAMPLES, "legacy-headers.cfg")
     spoe = spoe_copy(h, "ratelimit.conf")
@@ -766,7 +768,8 @@ def test_paths_are_normalised(h):
                                     '"%[var(txn.rl.rule)]"\n    default_backend app\n'))
     rules = os.path.join(h.dir, "rules-paths.yaml")
     with open(rules, "w") as f:
-        f.write(PATH_RULES)
+        # (the rule with every answer, not only with a refusal)
+        f.write("answer: full\n" + PATH_RULES)
     agent = h.agent("--threads", "2", "-f", rules)
     backend = h.backend()
     hp = h.haproxy(agent.port, backend.port, cfg=cfg,
@@ -981,3 +984,18 @@ def test_shipped_files_name_clients_by_what_they_cannot_choose():
         for line in text.splitlines():
             if line.split()[:1] == ["unique-id-format"]:
                 assert line.split()[1:] == ["%[uuid()]"], (name, line)
+
+
+def test_shipped_spoe_files_log_only_failed_messages():
+    """Every shipped SPOE agent section sets option dontlog-normal: HAProxy
+    otherwise logs a line for each message answered, which costs it CPU
+    on every request (docs/integration.md)."""
+    for path in SPOE_FILES:
+        with open(path) as f:
+            sections = re.split(r"(?m)^(?=spoe-\w+ )", f.read())
+        agents = [s for s in sections if s.startswith("spoe-agent ")]
+        assert agents, path
+        for sec in agents:
+            opts = [l.split() for l in sec.splitlines()]
+            assert ["option", "dontlog-normal"] in opts, \
+                (os.path.relpath(path, harness.ROOT), sec.splitlines()[0])

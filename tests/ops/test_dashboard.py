@@ -31,6 +31,8 @@ from spop import Conn
 DASHBOARD = os.path.join(ROOT, "dashboards", "spoa-ratelimit.json")
 
 RULES = """\
+# the tests read every variable of a decision
+answer: full
 identity: [api_key]
 tiers:
   argument: tier

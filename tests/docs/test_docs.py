@@ -370,3 +370,18 @@ def test_docs_show_no_client_chosen_identity():
         text = doc(name)
         assert not re.search(r"ip=src(?!,ipmask\(32,64\))", text), name
         assert not re.search(r"api_key=req\.hdr\(x-api-key\)(?!,set-var)", text), name
+
+
+def test_integration_walkthrough_runs_as_shown(h):
+    """docs/integration.md's own set-up, followed as written
+    (doc_walkthrough.py), prints what the guide shows; its recipe's
+    arguments are the shipped SPOE file's."""
+    import doc_walkthrough
+
+    doc_walkthrough.run(h)
+    text = doc("docs/integration.md")
+    recipe = section(text, "## Known keys by plan, others per address")
+    shown = re.search(r"^```\n(args .*?)^```", recipe, re.S | re.M).group(1).splitlines()
+    with open(os.path.join(harness.ROOT, "spoe-conf", "ratelimit-known-keys.conf")) as f:
+        spoe = [line.strip() for line in f]
+    assert shown and all(line in spoe for line in shown), shown
