@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "addr.h"
+#include "redis_errors.h"
 
 struct redis_config;
 
@@ -49,6 +50,8 @@ struct redis_transport {
 	const struct redis_transport_ops *ops;
 	int fd;               /* what the connection waits on; -1: none */
 	char errstr[128];     /* the last failure, for the log */
+	enum redis_error_kind errkind; /* and its kind: REDIS_ERROR_CONNECT
+				        * unless the transport says better */
 };
 
 /* A new, unconnected transport for cfg's servers (cfg may be NULL: plain).
