@@ -429,18 +429,23 @@ def test_penalty_on_a_cluster(h, cluster):
 
 def test_admin_override_on_a_cluster(h, cluster):
     """An operator's override on a Cluster: the fleet's overrides live in
-    one slot, wherever the map puts it; every agent polls them there."""
+    one slot, wherever the map puts it; every agent polls them there. The
+    same with packed buckets, whose clients' tags are shorter than the
+    overrides' ("{AA}" and "{AAAA}" hash to slots of different masters):
+    the overrides go to their own key's master."""
     import test_override
 
-    cluster.reset()
-    a = start(h, cluster, "--rules", test_override.rules_file(h), "--hash-key-file",
-              h.hash_key_file(), threads=2, metrics=True)
-    s = test_override.Spop(a.port)
-    assert s.ask("co1")["limit"] == 3
-    r = http_get(a.mport, "/admin/override?api_key=co1&limit=7/1h", method="PUT")
-    assert r.status == 200, r
-    wait_for(lambda: s.ask("co1")["limit"] == 7, 1.5, "the override to apply")
-    s.c.close()
+    for i, extra in enumerate(((), ("--redis-packed",))):
+        cluster.reset()
+        a = start(h, cluster, "--rules", test_override.rules_file(h), "--hash-key-file",
+                  h.hash_key_file(), *extra, threads=2, metrics=True, name="agent%d" % i)
+        s = test_override.Spop(a.port)
+        assert s.ask("co1")["limit"] == 3
+        r = http_get(a.mport, "/admin/override?api_key=co1&limit=7/1h", method="PUT")
+        assert r.status == 200, (extra, r)
+        wait_for(lambda: s.ask("co1")["limit"] == 7, 1.5, "the override to apply")
+        s.c.close()
+        assert h.stop(a) == 0
 
 
 def test_override_and_log_on_a_cluster(h, cluster):

@@ -103,6 +103,9 @@ static void test_key_names(void **state)
 	/* the overrides stay where they were */
 	assert_int_equal(redis_overrides_key(false, name), 15);
 	assert_string_equal(name, "{AAAA}overrides");
+	/* and what routes by their tag finds them there */
+	assert_int_equal(redis_key_tag(&k, redis_overrides_at, tag), 6);
+	assert_string_equal(tag, "{AAAA}");
 	/* fewer sets (--redis-packed-sets): the tag's top bits are the
 	 * client's, the others 0; the rest of each name is the same */
 	bytes[0] = bytes[1] = 0xff;

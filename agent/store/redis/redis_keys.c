@@ -78,12 +78,12 @@ static size_t key_tag(const struct redis_keys *k, const uint8_t key[IDENTITY_KEY
 	return (size_t)nd + 2;
 }
 
+const uint8_t redis_overrides_at[IDENTITY_KEY_LEN];
+
 size_t redis_key_tag(const struct redis_keys *k, const uint8_t key[IDENTITY_KEY_LEN], char *buf)
 {
-	return key_tag(k, key, !k->packed, buf);
+	return key_tag(k, key, !k->packed || key == redis_overrides_at, buf);
 }
-
-const uint8_t redis_overrides_at[IDENTITY_KEY_LEN];
 
 size_t redis_overrides_key(bool version, char *buf)
 {

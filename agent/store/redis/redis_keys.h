@@ -77,7 +77,9 @@ bool redis_key_unexpiring(const struct redis_keys *k, const struct limit_spec *l
 
 /* The client's tag (and a NUL), the whole name (at most
  * REDIS_KEY_NAME_MAX bytes and a NUL) of limit l (NULL: a key that is no
- * bucket); both return the length. */
+ * bucket); both return the length. The tag of redis_overrides_at (that
+ * very address) is the overrides' own, wide whatever the naming: what
+ * routes by a key's tag finds the overrides where their keys are. */
 size_t redis_key_tag(const struct redis_keys *k, const uint8_t key[IDENTITY_KEY_LEN], char *buf);
 size_t redis_key_name(const struct redis_keys *k, const uint8_t key[IDENTITY_KEY_LEN],
 		      uint64_t lidh, const struct limit_spec *l, char *buf);
