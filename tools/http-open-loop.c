@@ -360,5 +360,17 @@ done:;
            pct_us(lat, answered, 0.9), pct_us(lat, answered, 0.99),
            pct_us(lat, answered, 0.999), answered ? (double)lat[answered - 1] / 1000.0 : 0.0,
            (double)max_lag / 1000.0);
+    for (int i = 0; i < o.conns; i++) {
+        if (conns[i].fd >= 0)
+            close(conns[i].fd);
+        free(conns[i].out);
+    }
+    for (int k = 0; k < o.keys; k++)
+        free(reqs[k]);
+    free(reqs);
+    free(req_len);
+    free(lat);
+    free(conns);
+    close(ep);
     return errors || non2xx || sent != answered ? 1 : 0;
 }
