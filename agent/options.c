@@ -592,7 +592,7 @@ static const struct option_def defs[] = {
 	{ "mem-max-keys", 0, "N", NULL, "client limits kept in memory (default 1000000)",
 	  set_mem_max_keys },
 	{ "metrics", 0, "ADDR:PORT", NULL, "serve Prometheus metrics at /metrics\n(ADDR:PORT or unix@PATH)", set_metrics },
-	{ "admin", 0, NULL, NULL, "also serve /admin/client, /admin/reset,\n/admin/override and /admin/rules there", set_admin },
+	{ "admin", 0, NULL, NULL, "also serve /admin/client, /admin/reset,\n/admin/override, /admin/explain and\n/admin/rules there", set_admin },
 	{ "admin-token-file", 0, "FILE", NULL,
 	  "/admin/ requests must carry Authorization:\nBearer and the token in FILE (needed "
 	  "unless\n--metrics is a loopback address)", set_admin_token_file },
