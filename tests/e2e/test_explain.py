@@ -22,7 +22,7 @@ tiers:
   argument: tier
   default: free
   free: { limits: ["5/1h"], stack: [per-ip] }
-  pro: { limits: ["100/1h", "1000/1d"] }
+  pro: { limits: ["100/1h", "1000/1d"], max_override: "1000/1h" }
 endpoints:
   - name: login
     match: { path: /login }
@@ -93,6 +93,15 @@ def test_explain_memory(h):
     mport = harness.free_port()
     a = h.agent("-f", rules_file(h), "--metrics", "127.0.0.1:%d" % mport, "--admin")
     spend_and_look(h, a, mport, "memory")
+    # an operator's override applies, as in a decision
+    r = http_get(mport, "/admin/override?api_key=k3&limit=500/1h", method="PUT")
+    assert r.status == 200, r.text
+    status, info = explain(mport, "api_key=k3&tier=pro")
+    assert status == 200 and info["overridden"] and info["rule"] == "pro", info
+    assert [(l["quota"], l["period"], l["remaining"]) for l in info["limits"]] == \
+        [(500, "1h", 500)], info
+    status, info = explain(mport, "api_key=k4&tier=pro")
+    assert not info["overridden"] and limits(info)[0][2] == 100, info
 
 
 def test_explain_redis(h):
