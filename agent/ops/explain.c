@@ -131,11 +131,36 @@ static void unknown_arg(const struct rules *r, const struct spop_str *name, stru
 
 /* ---- the request, classified ------------------------------------------------- */
 
+/* HAProxy sends the load figures as integers (be_conn, be_conn_free), and
+ * classification reads them only so: a figure given as decimal text
+ * becomes one. */
+static void load_figures(const struct rules *r, struct rules_args *args)
+{
+	const struct shed_config *sc = rules_shed(r);
+
+	for (size_t i = 0; i < args->n; i++) {
+		struct rules_arg *a = &args->a[i];
+		const char *p = a->val.u.str.ptr;
+		size_t len = a->val.u.str.len, k = 0;
+		int64_t v = 0;
+
+		if (a->val.type != SPOP_T_STR ||
+		    !(same(&a->name, sc->in_use_arg) || same(&a->name, sc->free_arg)))
+			continue;
+		while (k < len && k < 18 && p[k] >= '0' && p[k] <= '9')
+			v = v * 10 + (p[k++] - '0');
+		if (k == 0 || k != len)
+			continue;
+		a->val.type = SPOP_T_INT64;
+		a->val.u.i64 = v;
+	}
+}
+
 /* Classifies the request that args describe as a check-rate would be (ovs:
  * the operators' overrides in force, or NULL) and sets ex up to look at
  * its keys. Returns 0, or the HTTP status of the error written into *o. */
 static int explain_prepare(struct explain *ex, struct rules *rules, const struct overrides *ovs,
-			   const struct rules_args *args, struct out *o)
+			   struct rules_args *args, struct out *o)
 {
 	const struct rules_names *ids = rules_identity(rules);
 	struct rules_request req;
@@ -152,6 +177,7 @@ static int explain_prepare(struct explain *ex, struct rules *rules, const struct
 			unknown_arg(rules, &args->a[i].name, o);
 			return 400;
 		}
+	load_figures(rules, args);
 	rules_request_from_args(rules, args, &req);
 	rules_classify_request(rules, &req, &v);
 	if (v.identity < 0 || !v.identity_val) {

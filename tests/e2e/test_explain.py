@@ -147,6 +147,15 @@ def test_explain_command_line(h):
     r = run_explain("-f", path, "--explain", "api_key=k1", "ip=10.0.0.1")
     info = json.loads(r.stdout)
     assert info["layers"][0]["name"] == "per-ip" and limits(info)[1][4] == 50, info
+    # the load figures as HAProxy sends them: P2 is shed at 99%, P0 never
+    busy = ("be_in_use=99", "be_free=1")
+    r = run_explain("-f", path, "--explain", "api_key=k1", *busy)
+    assert json.loads(r.stdout)["shed"] is True, r
+    r = run_explain("-f", path, "--explain", "api_key=k1", "path=/pay", *busy)
+    assert json.loads(r.stdout)["shed"] is False, r
+    r = run_explain("-f", path, "--explain", "api_key=k1", "be_in_use=1", "be_free=99")
+    assert json.loads(r.stdout)["shed"] is False, r
+    assert "shed" not in info, info
     # a misspelt argument, an operand without '=', no client: exit 1
     r = run_explain("-f", path, "--explain", "api_kye=k1")
     assert r.returncode == 1 and r.stdout == "" and "api_kye" in r.stderr, r
