@@ -341,25 +341,6 @@ static void respond_error(struct http_req *req, int status, struct out *o)
 
 /* ---- GET /admin/rules: the rules in force -------------------------------- */
 
-static const char *algo_name(enum limit_algo a)
-{
-	switch (a) {
-	case LIMIT_TOKEN_BUCKET:
-		return "token";
-	case LIMIT_SLIDING_WINDOW:
-		return "sliding";
-	case LIMIT_FIXED_WINDOW:
-		return "fixed";
-	case LIMIT_LOG:
-		return "log";
-	case LIMIT_CONCURRENCY:
-		return "concurrency";
-	case LIMIT_BAN:
-		return "ban";
-	}
-	return "token";
-}
-
 static const char *kind_name(enum rules_kind k)
 {
 	switch (k) {
@@ -386,7 +367,7 @@ static void out_limit_full(struct out *o, const struct limit_spec *l, const stru
 {
 	outf(o, "{\"limit\": ");
 	out_limit(o, l);
-	outf(o, ", \"algorithm\": \"%s\"", algo_name(l->algo));
+	outf(o, ", \"algorithm\": \"%s\"", limit_algo_name(l->algo));
 	if (l->burst)
 		outf(o, ", \"burst\": %llu", (unsigned long long)l->burst);
 	if (local) {

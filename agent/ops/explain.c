@@ -226,25 +226,6 @@ static int explain_prepare(struct explain *ex, struct rules *rules, const struct
 
 /* ---- the answer ---------------------------------------------------------------- */
 
-static const char *algo_name(enum limit_algo a)
-{
-	switch (a) {
-	case LIMIT_TOKEN_BUCKET:
-		return "token";
-	case LIMIT_SLIDING_WINDOW:
-		return "sliding";
-	case LIMIT_FIXED_WINDOW:
-		return "fixed";
-	case LIMIT_LOG:
-		return "log";
-	case LIMIT_CONCURRENCY:
-		return "concurrency";
-	case LIMIT_BAN:
-		return "ban";
-	}
-	return "token";
-}
-
 /* Limit k of an item: what it is, and what the store found it holds. */
 static void out_limit(struct out *o, const struct store_admin_item *it, size_t k, bool first)
 {
@@ -258,7 +239,7 @@ static void out_limit(struct out *o, const struct store_admin_item *it, size_t k
 	out_str(o, rule->name);
 	outf(o, ", \"name\": ");
 	out_str(o, rule->pname[k]);
-	outf(o, ", \"algorithm\": \"%s\", \"quota\": %llu, \"period\": \"%s\"", algo_name(l->algo),
+	outf(o, ", \"algorithm\": \"%s\", \"quota\": %llu, \"period\": \"%s\"", limit_algo_name(l->algo),
 	     (unsigned long long)l->quota, period);
 	if (l->burst)
 		outf(o, ", \"burst\": %llu", (unsigned long long)l->burst);
