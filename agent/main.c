@@ -10,6 +10,7 @@
 #include "alloc.h"
 #include "auth.h"
 #include "decide.h"
+#include "explain.h"
 #include "http.h"
 #include "limit.h"
 #include "log.h"
@@ -656,6 +657,17 @@ int main(int argc, char **argv)
 	if (opt.admin_token_shared)
 		log_warn("--admin-token-file %s can be read or written by group or others: "
 			 "chmod 600 it", opt.admin_token_file);
+	if (opt.explain) {
+		/* the rules alone, in memory: no store to reach, nothing to listen on */
+		rules = load_rules(err, sizeof(err));
+		if (!rules) {
+			status = 1;
+			goto fail;
+		}
+		status = explain_main(rules, opt.explain_argv, opt.explain_argc, stdout, stderr);
+		rules_release(rules);
+		return status;
+	}
 	rules = prepare(err, sizeof(err));
 	if (!rules) {
 		status = opt.check ? 1 : 2;

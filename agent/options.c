@@ -484,6 +484,12 @@ static int set_check(struct options *o, const char *arg, char *err, size_t errle
 	return 0;
 }
 
+static int set_explain(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->explain = true;
+	return 0;
+}
+
 static int set_verbose(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	o->log_level = o->log_level < LOG_INFO ? LOG_INFO : LOG_DEBUG;
@@ -586,7 +592,7 @@ static const struct option_def defs[] = {
 	{ "mem-max-keys", 0, "N", NULL, "client limits kept in memory (default 1000000)",
 	  set_mem_max_keys },
 	{ "metrics", 0, "ADDR:PORT", NULL, "serve Prometheus metrics at /metrics\n(ADDR:PORT or unix@PATH)", set_metrics },
-	{ "admin", 0, NULL, NULL, "also serve /admin/client, /admin/reset,\n/admin/override and /admin/rules there", set_admin },
+	{ "admin", 0, NULL, NULL, "also serve /admin/client, /admin/reset,\n/admin/override, /admin/explain and\n/admin/rules there", set_admin },
 	{ "admin-token-file", 0, "FILE", NULL,
 	  "/admin/ requests must carry Authorization:\nBearer and the token in FILE (needed "
 	  "unless\n--metrics is a loopback address)", set_admin_token_file },
@@ -594,6 +600,10 @@ static const struct option_def defs[] = {
 	  "benchmarks only: answer every check-rate with\nthe first one's answer, without "
 	  "deciding\n(in-memory store)", set_fixed_answer },
 	{ "check", 0, NULL, NULL, "validate the options and rules, then exit", set_check },
+	{ "explain", 0, NULL, NULL,
+	  "print as JSON what the rules give the request\nthat the operands ARG=VALUE... "
+	  "describe (tier,\nendpoint, priority, layers, limits), against\na fresh memory "
+	  "store, then exit", set_explain },
 	{ "verbose", 'v', NULL, NULL, "more logs (repeat for debug)", set_verbose },
 	{ "quiet", 'q', NULL, NULL, "errors and warnings only", set_quiet },
 	{ "log-format", 0, "FMT", NULL,
@@ -728,7 +738,11 @@ enum options_outcome options_parse(struct options *o, int argc, char **argv, cha
 		if (rc < 0)
 			return OPTIONS_BAD;
 	}
-	if (optind < argc) {
+	if (o->explain) {
+		/* the request's arguments */
+		o->explain_argv = argv + optind;
+		o->explain_argc = argc - optind;
+	} else if (optind < argc) {
 		fail(err, errlen, "unexpected argument '%s'", argv[optind]);
 		return OPTIONS_BAD;
 	}

@@ -39,6 +39,10 @@ struct options {
 	int master_set, sentinel_password_set;
 	const char *hash_key_file;
 	bool check;
+	/* --explain: the request its operands ARG=VALUE describe */
+	bool explain;
+	char **explain_argv;
+	int explain_argc;
 	bool use_metrics;
 	struct addr metrics;
 	const char *admin_token_file;

@@ -7,6 +7,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "decide.h"
+#include "explain.h"
 #include "http.h"
 #include "identity.h"
 #include "log.h"
@@ -340,25 +341,6 @@ static void respond_error(struct http_req *req, int status, struct out *o)
 
 /* ---- GET /admin/rules: the rules in force -------------------------------- */
 
-static const char *algo_name(enum limit_algo a)
-{
-	switch (a) {
-	case LIMIT_TOKEN_BUCKET:
-		return "token";
-	case LIMIT_SLIDING_WINDOW:
-		return "sliding";
-	case LIMIT_FIXED_WINDOW:
-		return "fixed";
-	case LIMIT_LOG:
-		return "log";
-	case LIMIT_CONCURRENCY:
-		return "concurrency";
-	case LIMIT_BAN:
-		return "ban";
-	}
-	return "token";
-}
-
 static const char *kind_name(enum rules_kind k)
 {
 	switch (k) {
@@ -385,7 +367,7 @@ static void out_limit_full(struct out *o, const struct limit_spec *l, const stru
 {
 	outf(o, "{\"limit\": ");
 	out_limit(o, l);
-	outf(o, ", \"algorithm\": \"%s\"", algo_name(l->algo));
+	outf(o, ", \"algorithm\": \"%s\"", limit_algo_name(l->algo));
 	if (l->burst)
 		outf(o, ", \"burst\": %llu", (unsigned long long)l->burst);
 	if (local) {
@@ -589,9 +571,10 @@ static void rules_serve(struct server *srv, struct http_req *req)
 }
 
 /* Which request req is: 0 with the flags set, or -1 once answered (404,
- * or GET /admin/rules, which needs no store). */
-static int route(struct server *srv, struct http_req *req, bool *reset, bool *override,
-		 bool *remove)
+ * GET /admin/rules, which needs no store, or GET /admin/explain,
+ * explain.c's). */
+static int route(struct server *srv, struct ev_loop *loop, struct http_req *req, bool *reset,
+		 bool *override, bool *remove)
 {
 	const char *method = http_req_method(req), *path = http_req_path(req);
 	struct out o = { NULL, 0, 0, 0, 1 };
@@ -599,6 +582,10 @@ static int route(struct server *srv, struct http_req *req, bool *reset, bool *ov
 	*reset = *override = *remove = false;
 	if (strcmp(path, "/admin/rules") == 0 && strcmp(method, "GET") == 0) {
 		rules_serve(srv, req);
+		return -1;
+	}
+	if (strcmp(path, "/admin/explain") == 0 && strcmp(method, "GET") == 0) {
+		explain_serve(srv, loop, req);
 		return -1;
 	}
 	if (strcmp(path, "/admin/client") == 0 && strcmp(method, "GET") == 0)
@@ -613,7 +600,8 @@ static int route(struct server *srv, struct http_req *req, bool *reset, bool *ov
 		*remove = strcmp(method, "DELETE") == 0;
 		return 0;
 	}
-	outf(&o, "{\"error\": \"GET /admin/rules, GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
+	outf(&o, "{\"error\": \"GET /admin/rules, GET /admin/explain?ARG=VALUE..., "
+		 "GET /admin/client?ARG=VALUE..., POST /admin/reset?ARG=VALUE..., "
 		 "PUT /admin/override?ARG=VALUE&limit=N/P[&ttl=DURATION] or "
 		 "DELETE /admin/override?ARG=VALUE\"}\n");
 	respond_error(req, 404, &o);
@@ -724,7 +712,7 @@ void admin_serve(struct server *srv, struct ev_loop *loop, const struct auth_tok
 	bool reset, override, remove;
 	int status;
 
-	if (!admitted(token, req) || route(srv, req, &reset, &override, &remove) < 0)
+	if (!admitted(token, req) || route(srv, loop, req, &reset, &override, &remove) < 0)
 		return;
 	rules = atomic_load(&srv->rules);
 	/* query_parse() decodes in place */

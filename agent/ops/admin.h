@@ -3,6 +3,7 @@
  *
  *   GET  /admin/client?api_key=k1     every rule's key and state
  *   POST /admin/reset?api_key=k1      delete them (all rules of the client)
+ *   GET  /admin/explain?api_key=k1    what a request would get (explain.h)
  *
  * The parameters are message arguments: the client is named as HAProxy
  * would name it (the first identity argument present). The store answers

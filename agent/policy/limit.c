@@ -777,3 +777,22 @@ void limit_format_period(int64_t period_us, char *buf, size_t len)
 	}
 	snprintf(buf, len, "%" PRId64 "us", period_us);
 }
+
+const char *limit_algo_name(enum limit_algo a)
+{
+	switch (a) {
+	case LIMIT_TOKEN_BUCKET:
+		return "token";
+	case LIMIT_SLIDING_WINDOW:
+		return "sliding";
+	case LIMIT_FIXED_WINDOW:
+		return "fixed";
+	case LIMIT_LOG:
+		return "log";
+	case LIMIT_CONCURRENCY:
+		return "concurrency";
+	case LIMIT_BAN:
+		return "ban";
+	}
+	return "token";
+}

@@ -122,6 +122,10 @@ int limit_parse_duration(const char *s, int64_t *out_us);
  * that divides it exactly ("1m", "10s", "90s", "500ms", "2d"). */
 void limit_format_period(int64_t period_us, char *buf, size_t len);
 
+/* An algorithm as the rules file and the admin's answers name it: token,
+ * sliding, fixed, log, concurrency, ban. */
+const char *limit_algo_name(enum limit_algo a);
+
 /* Evaluates one request of weight `cost` (>= 1) against `spec` at `now_us`.
  * Reads *st and writes the state that would follow into *next (the same
  * as *st when refused, but for a token bucket that owed more than its

@@ -127,6 +127,10 @@ struct rules_request {
  * message and into itself; it is classified under the same rules. */
 int rules_request_decode(const struct rules *r, struct rules_request *req,
 			 struct spop_cursor *kv, unsigned nargs);
+/* The same from arguments decoded already (an admin query's): *req points
+ * into *args, which must outlive it. */
+void rules_request_from_args(const struct rules *r, const struct rules_args *args,
+			     struct rules_request *req);
 
 /* ---- rules ---------------------------------------------------------------- */
 

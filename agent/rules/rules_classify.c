@@ -176,6 +176,12 @@ static void request_from_args(const struct rules *r, const struct rules_args *ar
 	}
 }
 
+void rules_request_from_args(const struct rules *r, const struct rules_args *args,
+			     struct rules_request *req)
+{
+	request_from_args(r, args, req);
+}
+
 int rules_request_decode(const struct rules *r, struct rules_request *req,
 			 struct spop_cursor *kv, unsigned nargs)
 {
