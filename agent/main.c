@@ -403,6 +403,14 @@ static void apply_settings(const struct settings *st)
 
 	if (st->has_listen && !opt.listen_set)
 		opt.server.listen = st->listen;
+	if (st->listen_tls_cert[0] && !opt.listen_tls.cert) {
+		/* copies: the rules, and their settings, go at a reload */
+		static char cert[256], key[256], ca[256];
+
+		opt.listen_tls.cert = strcpy(cert, st->listen_tls_cert);
+		opt.listen_tls.key = strcpy(key, st->listen_tls_key);
+		opt.listen_tls.ca = st->listen_tls_ca[0] ? strcpy(ca, st->listen_tls_ca) : NULL;
+	}
 	if (st->has_threads && !opt.threads_set)
 		opt.server.threads = st->threads;
 	if (!opt.redis_set && st->has_store && st->store != SETTINGS_STORE_MEMORY) {

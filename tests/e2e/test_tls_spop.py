@@ -282,3 +282,21 @@ def test_bad_certificate_files_stop_the_start_and_fail_check(h):
     c = run_agent("--check", "--listen-tls-cert", pki("agent.pem"), "--listen-tls-key",
                   pki("agent.key"), "--listen-tls-ca", pki("ca.pem"))
     assert c.returncode == 0, c
+
+
+def test_rules_file_listen_tls(h):
+    """The rules file's listen_tls stands for the options; the options win."""
+    pki = make_pki(h)
+    rules = os.path.join(h.dir, "rules.yaml")
+    with open(rules, "w") as f:
+        f.write('limits: ["5/1m"]\nlisten_tls:\n  cert: %s\n  key: %s\n  ca: %s\n'
+                % (pki("agent.pem"), pki("agent.key"), pki("ca.pem")))
+    agent = h.agent("-f", rules)
+    with TlsConn(agent.port, pki("ca.pem"), pki("haproxy.pem"), pki("haproxy.key")) as c:
+        assert hello_and_decide(c)[0]["ratelimit"] == '"default";r=4;t=12'
+    with spop.Conn(agent.port) as c:
+        c.send(spop.hello())
+        assert closed_by_agent(c.sock)
+    c = run_agent("--check", "-f", rules, "--listen-tls-cert", pki("agent2.pem"),
+                  "--listen-tls-key", pki("agent.key"))
+    assert c.returncode == 1 and pki("agent.key") in c.stderr, c
