@@ -21,7 +21,8 @@ whatever happens. The rows:
      a limit high enough that nothing is refused
   T  M with SPOP over TLS: the agent with --listen-tls-cert/-key, HAProxy's
      server line `ssl verify required ca-file` (certificates made by the
-     `openssl` command for the run); M against T is what TLS costs
+     `openssl` command for the run); M against T is what TLS costs. Run
+     only when asked for: `bench/run.py --only haproxy --rows F,M,T`
   R  the same with a fresh redis-server, default batching
   S  no SPOE: the same per-client limit done by HAProxy itself with a
      stick table (`track-sc0 src`, `sc_http_req_rate(0)`, `deny
@@ -73,7 +74,10 @@ TARGETS = (("M", 0.90), ("R", 0.85))
 CPU_TARGET_US = 1.5
 # A process at or above this share of one CPU is taken to set the pace.
 PACE_CPU = 90
-ORDER = ("H", "F", "A", "M", "T", "R", "S")
+ORDER = ("H", "F", "A", "M", "R", "S")
+# Rows run only when --rows names them (bench/run.py), until the committed
+# report has them: T, after M.
+EXTRA = ("T",)
 # The open loop: these rows at this share of M's median requests/s.
 LATENCY_ROWS = ("F", "M", "R")
 LATENCY_SHARE = 0.5
@@ -639,8 +643,9 @@ def make_rows(ctx, workdir):
         rows["R"]["skipped"] = "redis-server is not installed"
     if not getattr(ctx, "tls_ca", None):
         rows["T"]["skipped"] = getattr(ctx, "tls_skipped", "no certificates")
+    asked = getattr(ctx, "rows", None)
     for key in rows:
-        if getattr(ctx, "rows", None) and key not in ctx.rows:
+        if (asked and key not in asked) or (not asked and key in EXTRA):
             rows[key]["skipped"] = "not asked for (--rows)"
     return rows
 
@@ -728,14 +733,14 @@ def run(ctx):
     if not live:
         return {"skipped": "; ".join(v["skipped"] for v in versions)}
     for v in live:
-        if v["rows"]["T"].get("skipped") and not getattr(ctx, "rows", None):
+        if "T" in (getattr(ctx, "rows", None) or ()) and v["rows"]["T"].get("skipped"):
             ctx.problems.append("%s T: skipped, %s" % (v["version"], v["rows"]["T"]["skipped"]))
         if v["rows"]["R"].get("skipped") and not getattr(ctx, "rows", None):
             ctx.problems.append("%s R: skipped, redis-server is not installed" % v["version"])
 
     for r in range(ctx.runs):
         for v in live:
-            for key in ORDER:
+            for key in ORDER[:4] + EXTRA + ORDER[4:]:
                 row = v["rows"][key]
                 if row.get("skipped"):
                     continue
@@ -854,7 +859,8 @@ def version_section(ctx, v):
              "| non-2xx, socket errors (all runs) | all runs (requests/s) |")
     L.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     f = rows["F"].get("median")
-    for key in ORDER:
+    extra = tuple(k for k in EXTRA if (rows.get(k) or {}).get("runs"))
+    for key in ORDER[:4] + extra + ORDER[4:]:
         row = rows[key]
         m = row.get("median")
         if not m:
@@ -895,7 +901,7 @@ def version_section(ctx, v):
                  "answer (and on the rules and headers that read them), A to M what "
                  "the decision changes in HAProxy's work (when its answers come)."
                  % (mm["haproxy_us"], a["haproxy_us"], f["haproxy_us"]))
-    t = rows["T"].get("median")
+    t = (rows.get("T") or {}).get("median")
     if t and mm and t["haproxy_us"] is not None and mm["haproxy_us"] is not None:
         L.append("- SPOP over TLS: T answers %.2fx of M's requests/s (%s, round by round); "
                  "HAProxy spends %.1f us of CPU per request against %.1f us in M, the agent "
@@ -1145,7 +1151,8 @@ def report(ctx, result):
              "files are in a temporary directory; on the other HAProxy binaries only the "
              "binary differs), then the open loop's:" % live[0]["version"])
     L.append("")
-    for key in ORDER:
+    for key in ORDER[:4] + tuple(k for k in EXTRA if (first.get(k) or {}).get("median")) + \
+            ORDER[4:]:
         row = first[key]
         L += redis_bench.command_block(key, row["title"], row["median"]["cmds"]
                                        if row.get("median") else None)
