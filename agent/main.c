@@ -42,6 +42,7 @@ static struct server srv;
 static struct options opt;
 static uint64_t generation; /* of the rules: 1 at start, +1 per reload */
 static uint8_t hash_key[16];  /* client keys are hashed under it */
+static struct conn_tls listen_tls; /* --listen-tls-*: the SPOP listener's */
 
 /* --answer as the rules file's `answer`: a word, or a list of names
  * separated by commas (the loader checks the names). */
@@ -243,6 +244,22 @@ static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	reload_next();
 }
 
+/* The SPOP listener's certificate and key (and CA) read again: new
+ * connections take them, those open keep theirs. A file that does not
+ * load leaves the ones in force. */
+static void reload_listen_tls(const char *signame)
+{
+	char err[1024];
+
+	if (!opt.listen_tls.cert)
+		return;
+	if (conn_tls_load(&listen_tls, &opt.listen_tls, err, sizeof(err)) < 0)
+		log_err("%s: the TLS certificate in force stays: %s", signame, err);
+	else
+		log_info("%s: TLS certificate %s read again for new connections", signame,
+			 opt.listen_tls.cert);
+}
+
 /* SIGINT, SIGTERM: drain and stop. SIGHUP and SIGUSR2 (HAProxy's
  * master-worker habit): reload the rules file. SIGUSR1: logged, nothing
  * else (its default action would kill the agent). */
@@ -260,6 +277,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		ev_break(loop, EVBREAK_ALL);
 		return;
 	}
+	reload_listen_tls(name);
 	if (!opt.rules_path) {
 		log_info("%s: no rules file to reload", name);
 		return;
@@ -386,6 +404,14 @@ static void apply_settings(const struct settings *st)
 
 	if (st->has_listen && !opt.listen_set)
 		opt.server.listen = st->listen;
+	if (st->listen_tls_cert[0] && !opt.listen_tls.cert) {
+		/* copies: the rules, and their settings, go at a reload */
+		static char cert[256], key[256], ca[256];
+
+		opt.listen_tls.cert = strcpy(cert, st->listen_tls_cert);
+		opt.listen_tls.key = strcpy(key, st->listen_tls_key);
+		opt.listen_tls.ca = st->listen_tls_ca[0] ? strcpy(ca, st->listen_tls_ca) : NULL;
+	}
 	if (st->has_threads && !opt.threads_set)
 		opt.server.threads = st->threads;
 	if (!opt.redis_set && st->has_store && st->store != SETTINGS_STORE_MEMORY) {
@@ -625,6 +651,7 @@ static int run(struct rules *rules)
 		rules_reader_abandon(reload_rr);
 	http_free(ops);
 	server_stop(&srv);
+	conn_tls_free(&listen_tls);
 	if (rc == 0) {
 		rules_release(atomic_load(&srv.rules));
 		store_free(srv.store);
@@ -672,6 +699,20 @@ int main(int argc, char **argv)
 	if (!rules) {
 		status = opt.check ? 1 : 2;
 		goto fail;
+	}
+	/* the listener's certificate: at start and by --check alike */
+	if (opt.listen_tls.cert &&
+	    (opt.check ? conn_tls_check(&opt.listen_tls, err, sizeof(err))
+		       : conn_tls_load(&listen_tls, &opt.listen_tls, err, sizeof(err))) < 0) {
+		rules_release(rules);
+		status = opt.check ? 1 : 2;
+		goto fail;
+	}
+	if (opt.listen_tls.cert && !opt.check) {
+		opt.server.conn.tls = &listen_tls;
+		log_info("SPOP over TLS, certificate %s%s%s", opt.listen_tls.cert,
+			 opt.listen_tls.ca ? ", HAProxy's signed by " : "",
+			 opt.listen_tls.ca ? opt.listen_tls.ca : "");
 	}
 	if (opt.check) {
 		/* -q: the exit status says it all (systemd's ExecReload=) */

@@ -97,6 +97,24 @@ static int set_listen(struct options *o, const char *arg, char *err, size_t errl
 	return 0;
 }
 
+static int set_listen_tls_cert(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->listen_tls.cert = arg;
+	return 0;
+}
+
+static int set_listen_tls_key(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->listen_tls.key = arg;
+	return 0;
+}
+
+static int set_listen_tls_ca(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->listen_tls.ca = arg;
+	return 0;
+}
+
 static int set_threads(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	long long n;
@@ -520,6 +538,14 @@ static const struct option_def defs[] = {
 	{ "rules", 'f', "FILE", NULL, "rules file (YAML); SIGHUP reloads it", set_rules },
 	{ "listen", 'l', "ADDR:PORT", NULL,
 	  "listen address (default 127.0.0.1:12345;\nIPv6 as [::1]:12345; a Unix socket as\nunix@PATH)", set_listen },
+	{ "listen-tls-cert", 0, "FILE", NULL,
+	  "SPOP over TLS: the certificate chain (PEM)\nHAProxy verifies; needs --listen-tls-key;\n"
+	  "SIGHUP reads both again for new connections", set_listen_tls_cert },
+	{ "listen-tls-key", 0, "FILE", NULL, "the private key of --listen-tls-cert (PEM)",
+	  set_listen_tls_key },
+	{ "listen-tls-ca", 0, "FILE", NULL,
+	  "HAProxy must present a client certificate\nsigned by this CA (PEM; server ... crt)",
+	  set_listen_tls_ca },
 	{ "threads", 't', "N", NULL, "worker threads (default: number of CPUs)", set_threads },
 	{ "limit", 0, "N/P[:ALGO]", "Without a rules file, one rule \"default\" for every client:",
 	  "a limit (default 100/1m); repeat for several,\nall checked; ALGO: token (default), "
@@ -691,6 +717,11 @@ static int check_together(struct options *o, char *err, size_t errlen)
 	if (o->admin_token_file && auth_token_load(o->admin_token_file, &o->admin_token,
 						   &o->admin_token_shared, why, sizeof(why)) < 0)
 		return fail(err, errlen, "--admin-token-file %s", why);
+	if (!o->listen_tls.cert != !o->listen_tls.key)
+		return fail(err, errlen, "--listen-tls-cert and --listen-tls-key go together");
+	if (o->listen_tls.ca && !o->listen_tls.cert)
+		return fail(err, errlen, "--listen-tls-ca checks HAProxy's certificate over TLS: "
+			    "give --listen-tls-cert and --listen-tls-key too");
 	if (o->password_arg && o->password_file)
 		return fail(err, errlen, "give --redis-password or --redis-password-file, not both");
 	if (o->rules_path && (o->nlimits || o->burst || o->identity || o->cost_arg || o->answer))

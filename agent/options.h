@@ -12,6 +12,7 @@
 
 #include "addr.h"
 #include "auth.h"
+#include "conn_tls.h"
 #include "limit.h"
 #include "log.h"
 #include "server.h"
@@ -21,6 +22,7 @@
 /* What the command line said. */
 struct options {
 	struct server_config server;
+	struct conn_tls_files listen_tls; /* --listen-tls-*: cert NULL, none */
 	bool admin;                  /* --admin */
 	struct redis_config redis;
 	bool use_redis;

@@ -19,6 +19,10 @@ whatever happens. The rows:
      decision (kept to tell the answer's cost from the decision's)
   M  the shipped configuration (check-rate), the in-memory store deciding,
      a limit high enough that nothing is refused
+  T  M with SPOP over TLS: the agent with --listen-tls-cert/-key, HAProxy's
+     server line `ssl verify required ca-file` (certificates made by the
+     `openssl` command for the run); M against T is what TLS costs. Run
+     only when asked for: `bench/run.py --only haproxy --rows F,M,T`
   R  the same with a fresh redis-server, default batching
   S  no SPOE: the same per-client limit done by HAProxy itself with a
      stick table (`track-sc0 src`, `sc_http_req_rate(0)`, `deny
@@ -71,6 +75,9 @@ CPU_TARGET_US = 1.5
 # A process at or above this share of one CPU is taken to set the pace.
 PACE_CPU = 90
 ORDER = ("H", "F", "A", "M", "R", "S")
+# Rows run only when --rows names them (bench/run.py), until the committed
+# report has them: T, after M.
+EXTRA = ("T",)
 # The open loop: these rows at this share of M's median requests/s.
 LATENCY_ROWS = ("F", "M", "R")
 LATENCY_SHARE = 0.5
@@ -154,13 +161,14 @@ backend ratelimit-agents
     option spop-check
     timeout connect 5s
     timeout server 3m
-    server agent1 127.0.0.1:%(agent_port)d check inter 2s
+    server agent1 127.0.0.1:%(agent_port)d check inter 2s%(ssl)s
 """
 
 
-def haproxy_cfg(port, spoe=None, agent_port=None, stick=False):
+def haproxy_cfg(port, spoe=None, agent_port=None, stick=False, ca_file=None):
     """haproxy.cfg for one run; without spoe, no SPOE filter (rows H and
-    S), with stick the stick-table limit (row S)."""
+    S), with stick the stick-table limit (row S), with ca_file SPOP over
+    TLS verified against it (row T)."""
     text = CFG_HEAD % {"port": port}
     if spoe:
         text += CFG_SPOE % {"spoe": spoe}
@@ -168,7 +176,8 @@ def haproxy_cfg(port, spoe=None, agent_port=None, stick=False):
         text += CFG_STICK % {"limit": STICK_LIMIT}
     text += CFG_APP
     if spoe:
-        text += CFG_AGENTS % {"agent_port": agent_port}
+        ssl = ' ssl verify required ca-file "%s"' % ca_file if ca_file else ""
+        text += CFG_AGENTS % {"agent_port": agent_port, "ssl": ssl}
     return text
 
 
@@ -348,13 +357,16 @@ def once(ctx, binary, row, workdir, rate=None):
                                                                                 rd.addr]))
         elif key in ("F", "M"):
             ag = stack.enter_context(MemoryAgent(ctx, agent_args))
+        elif key == "T":
+            ag = stack.enter_context(MemoryAgent(ctx, agent_args + ctx.tls_agent_args))
         elif key == "A":
             ag = stack.enter_context(MemoryAgent(ctx, agent_args + ["--fixed-answer"]))
         if ag is None:
             make = lambda port: haproxy_cfg(port, stick=key == "S")
         else:
             spoe, aport = row["spoe_path"], ag.agent.port
-            make = lambda port: haproxy_cfg(port, spoe, aport)
+            ca = ctx.tls_ca if key == "T" else None
+            make = lambda port: haproxy_cfg(port, spoe, aport, ca_file=ca)
         hp = stack.enter_context(HAProxy(ctx, binary, workdir, make, ag))
         wrk = load_command(ctx, row, hp.port, rate)
         pids = {"haproxy": hp.proc.pid}
@@ -446,7 +458,7 @@ def checks(row, res):
         if decisions or notifies < n:
             bad.append("the agent made %d decisions and saw %d NOTIFYs for %d requests "
                        "(expected none and at least as many)" % (decisions, notifies, n))
-    elif key in ("M", "R"):
+    elif key in ("M", "T", "R"):
         # Every request wrk counted had its decision; requests still in flight
         # when wrk stopped may have had one too.
         if not n <= decisions <= n + conns:
@@ -612,6 +624,9 @@ def make_rows(ctx, workdir):
         "A": {"title": "`check-rate` answered with the first request's answer, no "
                        "decision (`--fixed-answer`, for diagnosis)", "message": MESSAGE},
         "M": {"title": "`check-rate`, in-memory store, nothing refused", "message": MESSAGE},
+        "T": {"title": "`check-rate`, in-memory store, SPOP over TLS (HAProxy "
+                       "verifies the agent's certificate), nothing refused",
+              "message": MESSAGE},
         "R": {"title": "`check-rate`, Redis (fresh redis-server), default batching, "
                        "nothing refused", "message": MESSAGE},
         "S": {"title": "no SPOE: the limit in a stick table (`track-sc0 src`, "
@@ -626,7 +641,40 @@ def make_rows(ctx, workdir):
                 f.write(row["spoe_text"])
     if shutil.which("redis-server") is None:
         rows["R"]["skipped"] = "redis-server is not installed"
+    if not getattr(ctx, "tls_ca", None):
+        rows["T"]["skipped"] = getattr(ctx, "tls_skipped", "no certificates")
+    asked = getattr(ctx, "rows", None)
+    for key in rows:
+        if (asked and key not in asked) or (not asked and key in EXTRA):
+            rows[key]["skipped"] = "not asked for (--rows)"
     return rows
+
+
+def make_certificates(ctx, workdir):
+    """A CA and the agent's certificate for 127.0.0.1, for row T: sets
+    ctx.tls_ca and ctx.tls_agent_args, or ctx.tls_skipped."""
+    if shutil.which("openssl") is None:
+        ctx.tls_skipped = "openssl is not installed"
+        return
+    d = os.path.join(workdir, "tls")
+    os.makedirs(d, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    with open(os.path.join(d, "agent.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    for cmd in (["req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                                        "-subj", "/CN=bench CA"],
+                ["req"] + ec + ["-keyout", "agent.key", "-out", "agent.csr",
+                                "-subj", "/CN=127.0.0.1"],
+                ["x509", "-req", "-in", "agent.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", "agent.ext",
+                 "-out", "agent.pem"]):
+        p = subprocess.run(["openssl"] + cmd, cwd=d, capture_output=True, text=True)
+        if p.returncode != 0:
+            ctx.tls_skipped = "openssl %s: %s" % (cmd[0], p.stderr.strip()[-300:])
+            return
+    ctx.tls_ca = os.path.join(d, "ca.pem")
+    ctx.tls_agent_args = ["--listen-tls-cert", os.path.join(d, "agent.pem"),
+                          "--listen-tls-key", os.path.join(d, "agent.key")]
 
 
 def _measure(ctx, v, row, workdir, label, rate=None):
@@ -668,6 +716,7 @@ def run(ctx):
     with open(ctx.wrk_script, "w") as f:
         f.write(WRK_SCRIPT % {"keys": KEYS})
     ctx.open_loop_bin = os.path.join(os.path.dirname(ctx.bench_bin), "http-open-loop")
+    make_certificates(ctx, workdir)
     versions = []
     for name in names:
         binary, why = haproxy_binary(name)
@@ -684,12 +733,14 @@ def run(ctx):
     if not live:
         return {"skipped": "; ".join(v["skipped"] for v in versions)}
     for v in live:
-        if v["rows"]["R"].get("skipped"):
+        if "T" in (getattr(ctx, "rows", None) or ()) and v["rows"]["T"].get("skipped"):
+            ctx.problems.append("%s T: skipped, %s" % (v["version"], v["rows"]["T"]["skipped"]))
+        if v["rows"]["R"].get("skipped") and not getattr(ctx, "rows", None):
             ctx.problems.append("%s R: skipped, redis-server is not installed" % v["version"])
 
     for r in range(ctx.runs):
         for v in live:
-            for key in ORDER:
+            for key in ORDER[:4] + EXTRA + ORDER[4:]:
                 row = v["rows"][key]
                 if row.get("skipped"):
                     continue
@@ -791,6 +842,12 @@ def row_target(rows, key):
     return ""
 
 
+def agent_us(m):
+    """The agent's CPU per request of a run, in us."""
+    cpu = (m.get("cpu") or {}).get("agent")
+    return 1e4 * cpu / m["rps"] if cpu is not None and m.get("rps") else float("nan")
+
+
 def version_section(ctx, v):
     """One HAProxy's table, its targets, the notes on it and its latency
     rows."""
@@ -802,7 +859,8 @@ def version_section(ctx, v):
              "| non-2xx, socket errors (all runs) | all runs (requests/s) |")
     L.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     f = rows["F"].get("median")
-    for key in ORDER:
+    extra = tuple(k for k in EXTRA if (rows.get(k) or {}).get("runs"))
+    for key in ORDER[:4] + extra + ORDER[4:]:
         row = rows[key]
         m = row.get("median")
         if not m:
@@ -843,6 +901,15 @@ def version_section(ctx, v):
                  "answer (and on the rules and headers that read them), A to M what "
                  "the decision changes in HAProxy's work (when its answers come)."
                  % (mm["haproxy_us"], a["haproxy_us"], f["haproxy_us"]))
+    t = (rows.get("T") or {}).get("median")
+    if t and mm and t["haproxy_us"] is not None and mm["haproxy_us"] is not None:
+        L.append("- SPOP over TLS: T answers %.2fx of M's requests/s (%s, round by round); "
+                 "HAProxy spends %.1f us of CPU per request against %.1f us in M, the agent "
+                 "%.1f us against %.1f us." % (
+                     t["rps"] / mm["rps"], ", ".join(
+                         "%.2fx" % (x["rps"] / y["rps"]) for x in rows["T"]["runs"]
+                         for y in rows["M"]["runs"] if x["round"] == y["round"]),
+                     t["haproxy_us"], mm["haproxy_us"], agent_us(t), agent_us(mm)))
     r = rows["R"].get("median")
     if r and r["cpu"].get("haproxy") is not None and r["cpu"]["haproxy"] < PACE_CPU:
         L.append("- In R HAProxy used %.0f%% of a CPU (machine idle %s): in a closed loop "
@@ -1084,7 +1151,8 @@ def report(ctx, result):
              "files are in a temporary directory; on the other HAProxy binaries only the "
              "binary differs), then the open loop's:" % live[0]["version"])
     L.append("")
-    for key in ORDER:
+    for key in ORDER[:4] + tuple(k for k in EXTRA if (first.get(k) or {}).get("median")) + \
+            ORDER[4:]:
         row = first[key]
         L += redis_bench.command_block(key, row["title"], row["median"]["cmds"]
                                        if row.get("median") else None)

@@ -2,7 +2,8 @@
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
     python3 bench/run.py --build build [--quick] [--only memory|redis|lease|haproxy]
-                         [--haproxy BIN,BIN...] [--update] [--output FILE]
+                         [--haproxy BIN,BIN...] [--rows LIST] [--update]
+                         [--output FILE]
 
 Every configuration runs in the same invocation, so the ratios between them
 hold even on a noisy shared machine. Each run starts a fresh agent on a free
@@ -560,6 +561,10 @@ def main():
                     help="the HAProxy binaries the HAProxy rows run on, comma-separated "
                     "names or paths, a table each (default: the one HAPROXY names, else "
                     "haproxy on the PATH)")
+    ap.add_argument("--rows", metavar="LIST",
+                    help="with --only haproxy: only these rows, comma-separated (e.g. "
+                    "F,M,T: SPOP over TLS against plaintext); the report goes to "
+                    "BUILD/BENCHMARKS-haproxy.md")
     ap.add_argument("--update", action="store_true",
                     help="with --only: replace that section (and its checks) in the "
                     "report, BENCHMARKS.md unless --output says otherwise, keeping the "
@@ -577,6 +582,9 @@ def main():
             print("bench: %s is missing; run `make agent tools` first" % rel(b),
                   file=sys.stderr)
             return 2
+    if a.rows and (a.only != "haproxy" or a.update):
+        print("bench: --rows goes with --only haproxy, without --update", file=sys.stderr)
+        return 2
     if a.update and a.only not in UPDATABLE:
         print("bench: --update needs --only %s" % " or ".join(sorted(UPDATABLE)),
               file=sys.stderr)
@@ -634,7 +642,8 @@ def main():
             Agent=Agent, run_bench=run_bench, check=check, pick_median=pick_median,
             free_port=free_port, children_cpu_s=children_cpu_s, proc_cpu_s=proc_cpu_s,
             proc_times_s=proc_times_s,
-            rel=rel, fmt_us=fmt_us, memory=done, haproxy_list=a.haproxy)
+            rel=rel, fmt_us=fmt_us, memory=done, haproxy_list=a.haproxy,
+            rows=[r.strip() for r in a.rows.split(",")] if a.rows else None)
 
         def once(row, r):
             """Run r of row: appends its result, or records why there is none."""

@@ -10,7 +10,7 @@ ROOT_SRC=$(cd "$(dirname "$0")/.." && pwd)
 case ${1:-all} in
 all)
 	PKGS="build-essential pkg-config clang libclang-rt-14-dev haproxy redis-server
-redis-sentinel redis-tools libev-dev libhiredis-dev libcmocka-dev
+redis-sentinel redis-tools libev-dev libhiredis-dev libcmocka-dev libssl-dev openssl
 libyaml-dev python3 curl docker-compose faketime groff-base valgrind wrk
 prometheus" ;;
 deb)

@@ -6,10 +6,10 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc.h"
+#include "conn_tls.h"
 #include "log.h"
 #include "spop.h"
 
@@ -41,6 +41,7 @@ struct conn {
 	struct conn *flush_next;  /* the set's list of connections to flush */
 	int in_flush;
 	int fd;
+	SSL *ssl;                 /* NULL: plaintext (conn_tls.h) */
 	enum conn_state state;
 	int reading;              /* read watcher wanted */
 	int stopping;             /* the agent stops: no more reading; disconnect
@@ -79,20 +80,6 @@ static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void want_prepare(struct conn_set *s)
 {
 	ev_prepare_start(s->loop, s->prepare);
-}
-
-/* recv() and send() straight to the kernel. glibc's wrappers make them
- * thread cancellation points, which costs two calls around every system
- * call (more than the rest of the wrapper); no thread of the agent is ever
- * cancelled. Same arguments, results and errno. */
-static ssize_t sock_recv(int fd, void *buf, size_t len)
-{
-	return syscall(SYS_recvfrom, fd, buf, len, 0, NULL, NULL);
-}
-
-static ssize_t sock_send(int fd, const void *buf, size_t len, int flags)
-{
-	return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
 }
 
 /* ---- ids --------------------------------------------------------------- */
@@ -198,9 +185,15 @@ static struct conn *conn_get(struct conn_set *s)
 void conn_accept(struct conn_set *s, int fd)
 {
 	struct conn *c;
+	SSL *ssl = NULL;
 
 	if (s->nconns >= s->cfg->max_conns) {
 		log_warn("worker %d: %d connections, refusing another", s->idx, s->nconns);
+		close(fd);
+		return;
+	}
+	if (s->cfg->tls && !(ssl = conn_tls_session(s->cfg->tls, fd))) {
+		log_err("worker %d: out of memory for a TLS session", s->idx);
 		close(fd);
 		return;
 	}
@@ -212,10 +205,12 @@ void conn_accept(struct conn_set *s, int fd)
 			s->spare = c;
 			s->nspare++;
 		}
+		SSL_free(ssl);
 		close(fd);
 		return;
 	}
 	c->fd = fd;
+	c->ssl = ssl;
 	s->nconns++;
 	STAT_INC(s->stats.accepted);
 	ev_io_init(&c->rio, on_read, fd, EV_READ);
@@ -240,6 +235,8 @@ static void conn_close(struct conn *c)
 	ev_io_stop(s->loop, &c->rio);
 	ev_io_stop(s->loop, &c->wio);
 	ev_timer_stop(s->loop, &c->timer);
+	SSL_free(c->ssl);
+	c->ssl = NULL;
 	close(c->fd);
 	c->fd = -1;
 	c->state = CONN_CLOSED;
@@ -471,7 +468,8 @@ static __attribute__((noinline)) void drained(struct conn *c)
 static int flush(struct conn *c)
 {
 	while (c->v.wpos < c->v.wlen) {
-		ssize_t n = sock_send(c->fd, c->v.wbuf + c->v.wpos, c->v.wlen - c->v.wpos, MSG_NOSIGNAL);
+		ssize_t n = conn_io_send(c->fd, c->ssl, c->v.wbuf + c->v.wpos,
+					 c->v.wlen - c->v.wpos, MSG_NOSIGNAL);
 
 		if (n > 0) {
 			c->v.wpos += (size_t)n;
@@ -502,6 +500,8 @@ static int flush(struct conn *c)
 		 * the peer closes too, or the grace time ends. */
 		if (!c->lingering) {
 			c->lingering = 1;
+			if (c->ssl)
+				conn_tls_goodbye(c->ssl);
 			shutdown(c->fd, SHUT_WR);
 			ev_io_start(c->set->loop, &c->rio);
 		}
@@ -517,7 +517,13 @@ static int flush(struct conn *c)
 
 static void on_write(struct ev_loop *loop, ev_io *io, int revents)
 {
-	flush(io->data);
+	struct conn *c = io->data;
+
+	/* TLS: a read waited for the socket to take the handshake's bytes */
+	if (c->ssl && c->v.wpos == c->v.wlen && SSL_want_write(c->ssl))
+		on_read(loop, &c->rio, EV_READ);
+	else
+		flush(c);
 }
 
 /* Queues AGENT-DISCONNECT and stops reading; the connection closes once it
@@ -864,7 +870,7 @@ static inline __attribute__((always_inline)) void process_input(struct conn *c)
 static int discard_input(struct conn *c)
 {
 	for (int round = 0; round < 16; round++) {
-		ssize_t n = sock_recv(c->fd, c->rbuf, c->rcap);
+		ssize_t n = conn_io_recv(c->fd, NULL, c->rbuf, c->rcap); /* TLS or not */
 
 		if (n > 0)
 			continue;
@@ -887,6 +893,8 @@ static __attribute__((noinline)) void process_held(struct conn *c)
 	if (c->state == CONN_HELLO || c->state == CONN_READY)
 		process_input(c);
 	update_reading(c);
+	if (c->ssl && c->state != CONN_CLOSED)
+		conn_tls_rearm(c->set->loop, c->ssl, &c->rio, &c->wio);
 }
 
 /* Reads one buffer's worth of what the socket holds and handles it.
@@ -904,7 +912,7 @@ static inline __attribute__((always_inline)) int read_once(struct conn *c)
 		return 0;
 	}
 	do
-		n = sock_recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		n = conn_io_recv(c->fd, c->ssl, c->rbuf + c->rlen, c->rcap - c->rlen);
 	while (n < 0 && errno == EINTR);
 	if (n == 0) {
 		/* FIN: HAProxy drops idle connections without a word. */
@@ -924,7 +932,8 @@ static inline __attribute__((always_inline)) int read_once(struct conn *c)
 	process_input(c);
 	if (c->held || (c->state != CONN_HELLO && c->state != CONN_READY))
 		return 0;
-	return (size_t)n >= c->rcap / 2; /* else the socket is drained, most likely */
+	/* else the socket is drained, most likely; OpenSSL may hold more */
+	return (size_t)n >= c->rcap / 2 || (c->ssl && SSL_has_pending(c->ssl));
 }
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)
@@ -942,6 +951,8 @@ static void on_read(struct ev_loop *loop, ev_io *io, int revents)
 	 * for the rest. */
 	if (read_once(c) >= 0)
 		flush(c);
+	if (c->ssl && c->state != CONN_CLOSED)
+		conn_tls_rearm(loop, c->ssl, &c->rio, &c->wio);
 }
 
 /* Stops one connection: see conn_stop_all(). */

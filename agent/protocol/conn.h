@@ -49,6 +49,7 @@
 #define CONN_ACTIONS_LIMIT (16384 - 64)
 
 struct conn;
+struct conn_tls;
 
 /* What a connection shows its handler; the head of struct conn. The
  * output is there so that an ACK costs no call (conn_ack_begin): a
@@ -92,6 +93,8 @@ struct conn_config {
 	double hello_timeout;     /* seconds to complete HELLO, and any frame
 	                           * once its first bytes have arrived */
 	double idle_timeout;      /* seconds a READY connection may stay idle */
+	struct conn_tls *tls;     /* TLS on every connection (conn_tls.h);
+	                           * NULL: plaintext */
 };
 
 /* Counters of one set, written by its thread only (stats.h). */

@@ -8,7 +8,8 @@
 #include "limit.h"
 #include "yaml_strict.h"
 
-const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store", "answer"};
+const char *const settings_keys[SETTINGS_NKEYS] = {"listen", "threads", "store", "answer",
+							      "listen_tls"};
 
 const char *const settings_answer_names[SETTINGS_NVARS] = {
 	"status", "retry_after", "limit", "remaining", "reset", "priority", "reason",
@@ -54,7 +55,10 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       a->has_sentinel_password == b->has_sentinel_password &&
 	       strcmp(a->sentinel_password, b->sentinel_password) == 0 &&
 	       strcmp(a->password_file, b->password_file) == 0 &&
-	       strcmp(a->sentinel_password_file, b->sentinel_password_file) == 0;
+	       strcmp(a->sentinel_password_file, b->sentinel_password_file) == 0 &&
+	       strcmp(a->listen_tls_cert, b->listen_tls_cert) == 0 &&
+	       strcmp(a->listen_tls_key, b->listen_tls_key) == 0 &&
+	       strcmp(a->listen_tls_ca, b->listen_tls_ca) == 0;
 }
 
 /* An address as addr_parse() reads it with `flags`; `expected` says what
@@ -333,9 +337,33 @@ static int answer_item(struct ys *y, yaml_node_t *n, const char *where, size_t i
 		       ys_quote(q, sizeof(q), p, len));
 }
 
+/* listen_tls: {cert, key, ca}: file names, cert and key together. */
+static int parse_listen_tls(struct ys *y, yaml_node_t *map, struct settings *s)
+{
+	static const char *const keys[] = {"cert", "key", "ca"};
+	static const char *const where[] = {"listen_tls.cert", "listen_tls.key", "listen_tls.ca"};
+	char *out[] = {s->listen_tls_cert, s->listen_tls_key, s->listen_tls_ca};
+	yaml_node_t *k[3], *v[3];
+
+	if (ys_map_fields(y, map, "listen_tls", keys, 3, k, v) < 0)
+		return -1;
+	if (!v[0] || !v[1])
+		return ys_fail_missing(y, map, "listen_tls", !v[0] ? "cert" : "key",
+				       " (the certificate and its key go together)");
+	for (int i = 0; i < 3; i++) {
+		if (!v[i])
+			continue;
+		if (ys_cstr(y, v[i], where[i], out[i], sizeof(s->listen_tls_cert)) < 0)
+			return -1;
+		if (!out[i][0])
+			return ys_fail(y, v[i]->start_mark, where[i], "must not be empty");
+	}
+	return 0;
+}
+
 int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct settings *s)
 {
-	enum { K_LISTEN, K_THREADS, K_STORE, K_ANSWER };
+	enum { K_LISTEN, K_THREADS, K_STORE, K_ANSWER, K_LISTEN_TLS };
 	long long num;
 
 	if (vals[K_LISTEN]) {
@@ -353,6 +381,8 @@ int settings_parse(struct ys *y, yaml_node_t *const vals[SETTINGS_NKEYS], struct
 		s->has_threads = true;
 	}
 	if (vals[K_STORE] && parse_store(y, vals[K_STORE], s) < 0)
+		return -1;
+	if (vals[K_LISTEN_TLS] && parse_listen_tls(y, vals[K_LISTEN_TLS], s) < 0)
 		return -1;
 	if (vals[K_ANSWER]) {
 		unsigned a = SETTINGS_ANSWER_LIST;

@@ -10,6 +10,8 @@
  * value out of range or an address that does not parse rejects the file
  * with "FILE:LINE:COL: key: problem".
  *
+ * `listen_tls` names the files of SPOP over TLS (--listen-tls-*).
+ *
  * Addresses are parsed here, once, by addr_parse(): `listen` is HOST:PORT
  * or [V6]:PORT with a port from 1 to 65535; `store.address` may also be a
  * Unix socket path. A password written "${NAME}" is taken from the
@@ -106,6 +108,11 @@ struct settings {
 	 * reload applies it (settings_equal leaves it out). */
 	bool has_answer;
 	unsigned answer;
+	/* `listen_tls: {cert, key, ca}`: SPOP over TLS, "" when not set (cert
+	 * and key go together); the files are main()'s to read */
+	char listen_tls_cert[256];
+	char listen_tls_key[256];
+	char listen_tls_ca[256];
 };
 
 /* Listen on 127.0.0.1:12345, in-memory store, Redis (when chosen) at
@@ -116,7 +123,7 @@ void settings_defaults(struct settings *s);
 bool settings_equal(const struct settings *a, const struct settings *b);
 
 /* The root keys that are settings, in the order messages list them. */
-#define SETTINGS_NKEYS 4
+#define SETTINGS_NKEYS 5
 extern const char *const settings_keys[SETTINGS_NKEYS];
 
 struct ys;

@@ -149,7 +149,7 @@ def test_reload_under_traffic_loses_no_request(h):
         write_atomically(rules, INVALID)
         line = sighup_and_wait(agent, "the agent to refuse the file", r"^.*reload failed.*$")
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
-                             '"endpointz" (expected one of: listen, threads, store, answer, '
+                             '"endpointz" (expected one of: listen, threads, store, answer, listen_tls, '
                              'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
                              'tiers, endpoints, layers, stack, priorities, shedding, lease, paths)' % rules), line
         traffic.wait_more(20)

@@ -31,7 +31,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 133
+#define ERR_FIXTURES 134
 
 static char err[1024];
 
@@ -832,7 +832,7 @@ static void test_buffer_errors(void **unused)
 	/* No name, no room for a message: no crash. */
 	assert_null(rules_load_buffer("x: [", 4, NULL, NULL, 0));
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
-	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, "
+	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, listen_tls, "
 				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 				 "layers, stack, priorities, shedding, lease, paths)");
 	/* A short buffer truncates the message, NUL-terminated. */
@@ -940,7 +940,7 @@ static void test_prescan_caps(void **unused)
 	y = times("x: ", "[", 31);
 	for (int i = 0; i < 31; i++)
 		strcat(y, "]");
-	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, "
+	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, listen_tls, "
 		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
 		   "layers, stack, priorities, shedding, lease, paths)");
 	free(y);
@@ -2201,9 +2201,27 @@ static void test_load_figures(void **unused)
 	rules_release(r);
 }
 
+static void test_listen_tls(void **state)
+{
+	struct rules *r = load("limits: [\"10/1m\"]\n"
+			       "listen_tls: {cert: /a/agent.pem, key: /a/agent.key, ca: /a/ca.pem}\n");
+	const struct settings *s = rules_settings(r);
+
+	assert_string_equal(s->listen_tls_cert, "/a/agent.pem");
+	assert_string_equal(s->listen_tls_key, "/a/agent.key");
+	assert_string_equal(s->listen_tls_ca, "/a/ca.pem");
+	rules_release(r);
+	r = load("limits: [\"10/1m\"]\n");
+	assert_string_equal(rules_settings(r)->listen_tls_cert, "");
+	rules_release(r);
+	load_fails("listen_tls: {cert: a, key: \"\"}\n",
+		   "t.yaml:1:28: listen_tls.key: must not be empty");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_listen_tls),
 		cmocka_unit_test(test_args_get),
 		cmocka_unit_test(test_args_from_kv),
 		cmocka_unit_test(test_defaults),
