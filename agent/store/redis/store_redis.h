@@ -20,6 +20,7 @@
 #include "addr.h"
 #include "lease.h"
 #include "stats.h"
+#include "redis_errors.h"
 #include "redis_keys.h"
 
 struct store;
@@ -88,6 +89,18 @@ struct redis_stats {
 	counter_t not_evicting;
 	counter_t eviction_seen;
 	counter_t evicting_once;
+	/* failures by kind (redis_health.h) */
+	counter_t error_kind[REDIS_ERROR_KINDS];
+	/* gauges, per server: the workers' nodes to it, and how many of them
+	 * are ready (connected, authenticated, the library loaded); the kind
+	 * (+1) of its last failure, 0 once ready again; the kind (+1) of the
+	 * permanent failure logged last, 0: none; 1 when its maxmemory and
+	 * policy can evict the limiter's keys */
+	counter_t nodes;
+	counter_t ready;
+	counter_t last_kind;
+	counter_t logged_kind;
+	counter_t eviction_risk;
 };
 
 /* For the metrics, on the main thread. Whether st is a Redis store, and
