@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "log.h"
 #include "redis_cluster.h"
+#include "redis_auth.h"
 #include "redis_encode.h"
 #include "redis_eviction.h"
 #include "redis_health.h"
@@ -776,11 +777,16 @@ static void on_auth(struct redis_conn *c, redisReply *reply, void *priv)
 	}
 }
 
+/* The password in force (a reload may change it) is copied for the
+ * calling thread: argv points at the copy until the thread's next call,
+ * and every caller sends the command at once. */
 int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3])
 {
+	static _Thread_local char password[sizeof(cfg->password)];
 	int n = 0;
 
-	if (!cfg->password[0])
+	redis_auth_password(cfg, password, sizeof(password));
+	if (!password[0])
 		return 0;
 	argv[n] = "AUTH";
 	argvlen[n++] = 4;
@@ -788,8 +794,8 @@ int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], si
 		argv[n] = cfg->user;
 		argvlen[n++] = strlen(cfg->user);
 	}
-	argv[n] = cfg->password;
-	argvlen[n++] = strlen(cfg->password);
+	argv[n] = password;
+	argvlen[n++] = strlen(password);
 	return n;
 }
 
