@@ -183,7 +183,6 @@ static const struct {
 	{ "spoa_rl_redis_timeouts_total", "Decisions past their deadline.", REDIS(timeouts) },
 	{ "spoa_rl_redis_unavailable_total",
 	  "Decisions made without Redis: no connection or queue full.", REDIS(unavailable) },
-	{ "spoa_rl_redis_errors_total", "Error replies from Redis.", REDIS(errors) },
 	{ "spoa_rl_redis_connects_total", "Connection attempts to Redis.", REDIS(connects) },
 	{ "spoa_rl_redis_library_missing_total",
 	  "Calls that found the decision library gone (Redis restarted or its functions flushed): loaded again and the call retried.",

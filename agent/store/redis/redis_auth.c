@@ -68,3 +68,25 @@ void redis_auth_sentinel_password(const struct redis_config *cfg, char *out, siz
 {
 	copy(cfg, true, out, cap);
 }
+
+/* The password in force (a reload may change it) is copied for the
+ * calling thread: argv points at the copy until the thread's next call,
+ * and every caller sends the command at once. */
+int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3])
+{
+	static _Thread_local char password[sizeof(cfg->password)];
+	int n = 0;
+
+	redis_auth_password(cfg, password, sizeof(password));
+	if (!password[0])
+		return 0;
+	argv[n] = "AUTH";
+	argvlen[n++] = 4;
+	if (cfg->user[0]) {
+		argv[n] = cfg->user;
+		argvlen[n++] = strlen(cfg->user);
+	}
+	argv[n] = password;
+	argvlen[n++] = strlen(password);
+	return n;
+}

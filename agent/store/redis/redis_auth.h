@@ -27,4 +27,8 @@ void redis_secrets_set(struct redis_secrets *s, const char *password,
 void redis_auth_password(const struct redis_config *cfg, char *out, size_t cap);
 void redis_auth_sentinel_password(const struct redis_config *cfg, char *out, size_t cap);
 
+/* The AUTH command for cfg's servers into argv (at most 3 words), with
+ * the password in force. Returns its argc, 0 without a password. */
+int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3]);
+
 #endif

@@ -52,9 +52,4 @@ void redis_health_recovered(struct redis_stats *st, const char *node);
 /* What a kind means to an operator, for /readyz ("no connection", ...). */
 const char *redis_error_reason(enum redis_error_kind k);
 
-/* store_redis_ready() over the store's servers (store_redis_each_node);
- * `cluster`: the store expects a Cluster. */
-struct store;
-bool redis_health_ready(struct store *st, bool cluster, char *why, size_t len);
-
 #endif

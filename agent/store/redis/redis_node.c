@@ -11,8 +11,8 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
-#include "redis_cluster.h"
 #include "redis_auth.h"
+#include "redis_cluster.h"
 #include "redis_encode.h"
 #include "redis_eviction.h"
 #include "redis_health.h"
@@ -775,28 +775,6 @@ static void on_auth(struct redis_conn *c, redisReply *reply, void *priv)
 		handshake_failed(rn);
 		redis_conn_disconnect(c);
 	}
-}
-
-/* The password in force (a reload may change it) is copied for the
- * calling thread: argv points at the copy until the thread's next call,
- * and every caller sends the command at once. */
-int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3])
-{
-	static _Thread_local char password[sizeof(cfg->password)];
-	int n = 0;
-
-	redis_auth_password(cfg, password, sizeof(password));
-	if (!password[0])
-		return 0;
-	argv[n] = "AUTH";
-	argvlen[n++] = 4;
-	if (cfg->user[0]) {
-		argv[n] = cfg->user;
-		argvlen[n++] = strlen(cfg->user);
-	}
-	argv[n] = password;
-	argvlen[n++] = strlen(password);
-	return n;
 }
 
 /* The connection or its handshake failed: whatever waits is answered by
