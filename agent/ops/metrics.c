@@ -333,6 +333,15 @@ static void store_series(struct out *o, struct store *st, const struct redis_sta
 	node_series(o, st);
 }
 
+/* What GET /readyz says, for the dashboard. */
+static void ready_series(struct out *o, struct store *st)
+{
+	char why[8];
+
+	gauge(o, "spoa_rl_ready", "1 while the store decides (GET /readyz answers 200; the "
+	      "in-memory store always), else 0.", store_redis_ready(st, why, sizeof(why)));
+}
+
 static void memory_series(struct out *o, const struct store *st)
 {
 	struct memstore_stats ms;
@@ -408,6 +417,7 @@ static void render(struct server *srv, struct out *o)
 			     st == 13 ? 99 : st, (unsigned long long)ss.disconnects_sent[st]);
 	if (store_redis_stats(srv->store, &rs))
 		store_series(o, srv->store, &rs);
+	ready_series(o, srv->store);
 	memory_series(o, srv->store);
 	info_series(o, srv, rules);
 	procstat_series(o);

@@ -89,7 +89,7 @@ static void log_cause(const char *node, enum redis_error_kind k, const char *det
 	const char *d = detail ? detail : "";
 	char msg[512];
 
-	if (k == REDIS_ERROR_AUTH && (strstr(d, "WRONGPASS") || strstr(d, "invalid password")))
+	if (k == REDIS_ERROR_AUTH && !strstr(d, "NOAUTH") && !strstr(d, "unauthenticated"))
 		snprintf(msg, sizeof(msg), "Redis at %s refused the user or password (WRONGPASS): "
 			 "check --redis-password-file and --redis-user", node);
 	else if (k == REDIS_ERROR_AUTH)
