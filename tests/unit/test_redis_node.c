@@ -24,6 +24,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_health.h"
 #include "redis_node.h"
 #include "redis_slots.h"
 #include "redis_transport.h"
@@ -994,6 +995,34 @@ static void test_auth_refused(void **unused)
 	assert_int_equal(STAT_GET(stats.ready), 0);
 }
 
+/* Error replies by kind, as the metrics label them. */
+static void test_error_classes(void **unused)
+{
+	static const struct {
+		const char *reply;
+		enum redis_error_kind kind;
+	} cases[] = {
+		{ "NOAUTH Authentication required.", REDIS_ERROR_AUTH },
+		{ "WRONGPASS invalid username-password pair or user is disabled.", REDIS_ERROR_AUTH },
+		{ "ERR Protocol error: unauthenticated bulk length", REDIS_ERROR_AUTH },
+		{ "NOPERM this user has no permissions to run the 'function' command",
+		  REDIS_ERROR_NOPERM },
+		{ "LOADING Redis is loading the dataset in memory", REDIS_ERROR_LOADING },
+		{ "MOVED 3999 127.0.0.1:6381", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "CLUSTERDOWN The cluster is down", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "ERR This instance has cluster support disabled", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "ERR unknown command 'FUNCTION'", REDIS_ERROR_OTHER },
+		{ "NOAUT", REDIS_ERROR_OTHER },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(redis_error_classify(cases[i].reply, strlen(cases[i].reply)),
+				 cases[i].kind);
+	assert_string_equal(redis_error_kind_name(REDIS_ERROR_CLUSTER_MISMATCH), "cluster_mismatch");
+	assert_true(redis_error_permanent(REDIS_ERROR_AUTH));
+	assert_false(redis_error_permanent(REDIS_ERROR_CONNECT));
+}
+
 /* A Cluster node where a standalone server is configured (and the other
  * way round): refused before the library is loaded, counted as
  * cluster_mismatch; no decision goes through it, and it stays refused
@@ -1201,6 +1230,7 @@ int main(void)
 		cmocka_unit_test_setup(test_library_missing, setup),
 		cmocka_unit_test_setup(test_handshake_deadline, setup),
 		cmocka_unit_test_setup(test_topology_mismatch, setup),
+		cmocka_unit_test(test_error_classes),
 		cmocka_unit_test_setup(test_free_fails_everything, setup),
 		cmocka_unit_test_setup(test_auth_refused, setup),
 		cmocka_unit_test_setup(test_subscription, setup),
