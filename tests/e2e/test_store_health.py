@@ -170,17 +170,30 @@ def test_redis_cluster_at_a_standalone_server_is_refused(h):
 def test_eviction_risk(h):
     risky = RedisServer(h, extra=["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"],
                         name="risky")
+    volatile = RedisServer(h, extra=["--maxmemory", "64mb", "--maxmemory-policy",
+                                     "volatile-lru"], name="volatile")
     safe = RedisServer(h, extra=["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"],
                        name="safe")
-    mport, mport2 = metrics_port(), metrics_port()
-    a = start_agent(h, risky, "--limit", "10/1m", "--metrics", "127.0.0.1:%d" % mport)
-    b = start_agent(h, safe, "--limit", "10/1m", "--metrics", "127.0.0.1:%d" % mport2,
-                    name="agent-safe")
-    assert series(mport, "spoa_rl_redis_eviction_risk", node=risky.addr) == 1
-    lines = [x for x in a.log().splitlines() if "can evict the limiter's keys" in x]
-    assert len(lines) == 1 and "warning: " in lines[0] and "allkeys-lru" in lines[0], lines
-    assert series(mport2, "spoa_rl_redis_eviction_risk", node=safe.addr) == 0
-    assert "can evict" not in b.log()
+    ports = [metrics_port() for _ in range(4)]
+
+    def agent(redis, port, *args, name):
+        return start_agent(h, redis, "--limit", "10/1m", "--metrics", "127.0.0.1:%d" % port,
+                           *args, name=name)
+
+    # keys with an expiry on an allkeys policy, or on a volatile one: warned
+    a = agent(risky, ports[0], "--redis-expiry", "always", name="agent-always")
+    b = agent(volatile, ports[1], name="agent-volatile")
+    # keys without an expiry, which count on the eviction: said at info level
+    c = agent(risky, ports[2], name="agent-auto")
+    d = agent(safe, ports[3], name="agent-safe")
+    for x, redis, port, level in ((a, risky, ports[0], "warning"),
+                                  (b, volatile, ports[1], "warning"),
+                                  (c, risky, ports[2], "info")):
+        assert series(port, "spoa_rl_redis_eviction_risk", node=redis.addr) == 1, x.log()
+        lines = [y for y in x.log().splitlines() if "can evict the limiter's keys" in y]
+        assert len(lines) == 1 and ("%s: " % level) in lines[0], (x.name, lines)
+    assert series(ports[3], "spoa_rl_redis_eviction_risk", node=safe.addr) == 0
+    assert "can evict" not in d.log()
 
 
 @harness.serial

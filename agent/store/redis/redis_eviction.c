@@ -58,8 +58,16 @@ void redis_eviction_risk(struct redis_stats *st, const char *node, const char *m
 			(!strncmp(policy, "allkeys-", 8) ||
 			 (!strncmp(policy, "volatile-", 9) && !unexpiring));
 
-	if (atomic_exchange_explicit(&st->eviction_risk, risk, memory_order_relaxed) != risk &&
-	    risk)
+	if (atomic_exchange_explicit(&st->eviction_risk, risk, memory_order_relaxed) == risk ||
+	    !risk)
+		return;
+	/* keys written without an expiry count on it (--redis-expiry): said,
+	 * not warned */
+	if (unexpiring)
+		log_info("redis: Redis at %s can evict the limiter's keys (maxmemory %s, "
+			 "maxmemory-policy %s), as keys without an expiry need: size maxmemory "
+			 "for the clients of the longest period", node, maxmemory, policy);
+	else
 		log_warn("redis: Redis at %s can evict the limiter's keys (maxmemory %s, "
 			 "maxmemory-policy %s): a limit whose key goes starts over; give Redis "
 			 "the memory it needs, or the policy noeviction", node, maxmemory, policy);

@@ -23,7 +23,8 @@ void redis_eviction_found(struct redis_stats *st, const char *node, bool forced,
 
 /* And whether it can evict the limiter's keys: with maxmemory set, an
  * allkeys policy evicts any key, a volatile one those with an expiry
- * (`unexpiring`: the limiter's are written without one). */
+ * (`unexpiring`: the limiter's are written without one, and count on
+ * the eviction: then said at info level, else warned). */
 void redis_eviction_risk(struct redis_stats *st, const char *node, const char *maxmemory,
 			 const char *policy, bool unexpiring);
 
