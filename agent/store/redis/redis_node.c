@@ -482,19 +482,17 @@ static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *pri
 	if (!reply || rn->refused)
 		return;
 	if (reply->type != REDIS_REPLY_STRING) {
-		/* e.g. NOPERM (an ACL user without +@scripting), or a Redis
-		 * before 7.0 (no FUNCTION). Decisions go to the failure policy
-		 * at once; the load is tried again, with backoff, on a new
-		 * connection. */
-		if (reply->type == REDIS_REPLY_ERROR &&
-		    redis_error_permanent(redis_error_classify(reply->str, reply->len)))
-			redis_health_failed(rn->stats, rn->name,
-					    redis_error_classify(reply->str, reply->len), reply->str,
-					    rn->cluster);
-		else {
-			redis_health_count(rn->stats, reply->type == REDIS_REPLY_ERROR
-					   ? redis_error_classify(reply->str, reply->len)
-					   : REDIS_ERROR_PROTOCOL);
+		enum redis_error_kind k = reply->type == REDIS_REPLY_ERROR
+			? redis_error_classify(reply->str, reply->len) : REDIS_ERROR_PROTOCOL;
+
+		/* e.g. NOPERM (an ACL user without +@scripting: said once), or
+		 * a Redis before 7.0 (no FUNCTION). Decisions go to the failure
+		 * policy at once; the load is tried again, with backoff, on a
+		 * new connection. */
+		if (redis_error_permanent(k)) {
+			redis_health_failed(rn->stats, rn->name, k, reply->str, rn->cluster);
+		} else {
+			redis_health_count(rn->stats, k);
 			log_err("redis: worker %d: %s: cannot load the decision library: %s",
 				rn->worker, rn->name,
 				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
@@ -815,11 +813,13 @@ static void on_info(struct redis_conn *c, redisReply *reply, void *priv)
 
 	if (!reply || rn->refused)
 		return;
-	k = reply->type == REDIS_REPLY_ERROR ? redis_error_classify(reply->str, reply->len)
-	    : reply->type == REDIS_REPLY_STRING
-		    ? (strstr(reply->str, "cluster_enabled:1") != NULL) != rn->cluster
-			      ? REDIS_ERROR_CLUSTER_MISMATCH : REDIS_ERROR_KINDS
-		    : REDIS_ERROR_KINDS;
+	if (reply->type == REDIS_REPLY_ERROR)
+		k = redis_error_classify(reply->str, reply->len);
+	else if (reply->type == REDIS_REPLY_STRING &&
+		 (strstr(reply->str, "cluster_enabled:1") != NULL) != rn->cluster)
+		k = REDIS_ERROR_CLUSTER_MISMATCH;
+	else
+		k = REDIS_ERROR_KINDS; /* nothing against it */
 	if (k == REDIS_ERROR_AUTH || k == REDIS_ERROR_CLUSTER_MISMATCH) {
 		redis_health_failed(rn->stats, rn->name, k,
 				    reply->type == REDIS_REPLY_ERROR ? reply->str : NULL, rn->cluster);
