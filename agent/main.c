@@ -189,15 +189,21 @@ static void reload_apply(struct rules *r)
 	/* The password files are read again: an unreadable one fails the
 	 * reload, as --check (systemd's ExecReload=) would. */
 	changed = opt.use_redis ? read_passwords(rules_settings(r), &now, err, sizeof(err)) : 0;
+	if (changed > 0) {
+		/* for the next connections; those made stay as they are */
+		store_redis_set_passwords(srv.store, now.password, now.sentinel_password);
+		memcpy(opt.redis.password, now.password, sizeof(now.password));
+		memcpy(opt.redis.sentinel_password, now.sentinel_password,
+		       sizeof(now.sentinel_password));
+		log_info("reload: the password file holds a new password: the next connections "
+			 "to Redis use it");
+	}
 	memset(&now, 0, sizeof(now));
 	if (changed < 0) {
 		rules_release(r);
 		reload_failed(err);
 		return;
 	}
-	if (changed > 0)
-		log_warn("reload: the password file holds a new password: connections to Redis "
-			 "take it at restart (the one in force stays until then)");
 	old = rules_settings(atomic_load(&srv.rules));
 	if (!settings_equal(old, rules_settings(r)))
 		log_warn("reload: listen, threads and store settings take effect at restart only");
@@ -320,12 +326,28 @@ static void serve_healthz(struct http_req *req, void *arg)
 	http_respond(req, 200, "text/plain", "ok\n", 3);
 }
 
+/* Readiness: 200 while the store decides (the in-memory store always),
+ * else 503 and why; /healthz is liveness only. */
+static void serve_readyz(struct http_req *req, void *arg)
+{
+	char why[256], body[300];
+	int n;
+
+	if (store_redis_ready(srv.store, why, sizeof(why))) {
+		http_respond(req, 200, "text/plain", "ready\n", 6);
+		return;
+	}
+	n = snprintf(body, sizeof(body), "not ready: %s\n", why);
+	http_respond(req, 503, "text/plain", body,
+		     n < 0 ? 0 : (size_t)n < sizeof(body) ? (size_t)n : sizeof(body) - 1);
+}
+
 static void serve_admin(struct http_req *req, void *arg)
 {
 	admin_serve(&srv, main_loop, opt.admin_token_file ? &opt.admin_token : NULL, req);
 }
 
-/* The --metrics listener: /metrics, /healthz and, with --admin, /admin/.
+/* The --metrics listener: /metrics, /healthz, /readyz and, with --admin, /admin/.
  * NULL after logging why. */
 static struct http_server *ops_start(void)
 {
@@ -334,6 +356,7 @@ static struct http_server *ops_start(void)
 
 	if (!h || http_route(h, "GET", "/metrics", serve_metrics, NULL) < 0 ||
 	    http_route(h, "GET", "/healthz", serve_healthz, NULL) < 0 ||
+	    http_route(h, "GET", "/readyz", serve_readyz, NULL) < 0 ||
 	    (srv.admin && (http_route(h, "GET", "/admin/", serve_admin, NULL) < 0 ||
 			   http_route(h, "POST", "/admin/", serve_admin, NULL) < 0 ||
 			   http_route(h, "PUT", "/admin/", serve_admin, NULL) < 0 ||

@@ -15,6 +15,7 @@
 #include "memstore.h"
 #include "store.h"
 #include "store_redis.h"
+#include "redis_health.h"
 
 static const char *build_version = "unknown";
 
@@ -103,6 +104,52 @@ static void node_line(void *arg, const char *node, const struct redis_stats *sta
 	     (unsigned long long)counter_at(stats, nl->offset));
 }
 
+/* Per server that a worker talks to (not a seed or a former master):
+ * whether it answers decisions, whether it can evict the limiter's keys. */
+static void up_line(void *arg, const char *node, const struct redis_stats *stats)
+{
+	struct node_line *nl = arg;
+	uint64_t nodes = STAT_GET(stats->nodes);
+
+	if (!nodes)
+		return;
+	if (nl->offset == REDIS(nodes))
+		outf(nl->o, "%s{node=\"%s\"} %d\n", nl->name, node,
+		     STAT_GET(stats->ready) == nodes);
+	else
+		node_line(arg, node, stats);
+}
+
+static void kinds_line(void *arg, const char *node, const struct redis_stats *stats)
+{
+	struct out *o = arg;
+
+	for (int k = 0; k < REDIS_ERROR_KINDS; k++)
+		outf(o, "spoa_rl_redis_errors_total{node=\"%s\",kind=\"%s\"} %llu\n", node,
+		     redis_error_kind_name((enum redis_error_kind)k),
+		     (unsigned long long)STAT_GET(stats->error_kind[k]));
+}
+
+static void health_series(struct out *o, struct store *st)
+{
+	struct node_line up = { o, "spoa_rl_redis_up", REDIS(nodes) };
+	struct node_line risk = { o, "spoa_rl_redis_eviction_risk", REDIS(eviction_risk) };
+
+	outf(o, "# HELP spoa_rl_redis_up 1 while the server answers decisions: every worker "
+	     "connected, authenticated, the decision library loaded; else 0.\n"
+	     "# TYPE spoa_rl_redis_up gauge\n");
+	store_redis_each_node(st, up_line, &up);
+	outf(o, "# HELP spoa_rl_redis_errors_total Failures talking to Redis, by server and "
+	     "kind (connect, timeout, tls, auth, noperm, loading, cluster_mismatch, protocol, "
+	     "other).\n# TYPE spoa_rl_redis_errors_total counter\n");
+	store_redis_each_node(st, kinds_line, o);
+	outf(o, "# HELP spoa_rl_redis_eviction_risk 1 when the server's maxmemory and "
+	     "maxmemory-policy can evict the limiter's keys (allkeys-*, or volatile-* while "
+	     "they have an expiry): a limit whose key goes starts over; else 0.\n"
+	     "# TYPE spoa_rl_redis_eviction_risk gauge\n");
+	store_redis_each_node(st, up_line, &risk);
+}
+
 static void node_series(struct out *o, struct store *st)
 {
 	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", REDIS(not_evicting) };
@@ -118,6 +165,7 @@ static void node_series(struct out *o, struct store *st)
 	     "them: no maxmemory, a policy other than allkeys-lru or allkeys-lfu, or CONFIG "
 	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
 	store_redis_each_node(st, node_line, &gauge);
+	health_series(o, st);
 }
 
 /* The shared store's counters, in the order of the text. */
@@ -135,7 +183,6 @@ static const struct {
 	{ "spoa_rl_redis_timeouts_total", "Decisions past their deadline.", REDIS(timeouts) },
 	{ "spoa_rl_redis_unavailable_total",
 	  "Decisions made without Redis: no connection or queue full.", REDIS(unavailable) },
-	{ "spoa_rl_redis_errors_total", "Error replies from Redis.", REDIS(errors) },
 	{ "spoa_rl_redis_connects_total", "Connection attempts to Redis.", REDIS(connects) },
 	{ "spoa_rl_redis_library_missing_total",
 	  "Calls that found the decision library gone (Redis restarted or its functions flushed): loaded again and the call retried.",
@@ -286,6 +333,15 @@ static void store_series(struct out *o, struct store *st, const struct redis_sta
 	node_series(o, st);
 }
 
+/* What GET /readyz says, for the dashboard. */
+static void ready_series(struct out *o, struct store *st)
+{
+	char why[8];
+
+	gauge(o, "spoa_rl_ready", "1 while the store decides (GET /readyz answers 200; the "
+	      "in-memory store always), else 0.", store_redis_ready(st, why, sizeof(why)));
+}
+
 static void memory_series(struct out *o, const struct store *st)
 {
 	struct memstore_stats ms;
@@ -361,6 +417,7 @@ static void render(struct server *srv, struct out *o)
 			     st == 13 ? 99 : st, (unsigned long long)ss.disconnects_sent[st]);
 	if (store_redis_stats(srv->store, &rs))
 		store_series(o, srv->store, &rs);
+	ready_series(o, srv->store);
 	memory_series(o, srv->store);
 	info_series(o, srv, rules);
 	procstat_series(o);

@@ -34,9 +34,9 @@ def rules(h, text):
 
 
 def ready(agent):
-    wait_for(lambda: re.search(r"redis: worker \d+ ready|AUTH failed", agent.log())
+    wait_for(lambda: re.search(r"redis: worker \d+ ready|\((WRONGPASS|NOAUTH)\)", agent.log())
              or not agent.alive(), 10, "the agent's Redis worker")
-    return "ready" in agent.log() and "AUTH failed" not in agent.log()
+    return "ready" in agent.log() and "WRONGPASS" not in agent.log()
 
 
 def run(*args):

@@ -255,3 +255,10 @@ def test_dashboard_queries_on_prometheus(h):
     assert {r["metric"]["rule"] for r in top} >= {"free"}, top
     load = prom.query("max(spoa_rl_backend_load)")
     assert float(load[0]["value"][1]) == 0.25, load
+    # the store's panels: Redis up (by server) and Ready, both 1 here
+    panels = {t: e for t, e in exprs}
+    up = prom.query(substitute(panels["Redis up"]))
+    assert [float(r["value"][1]) for r in up] == [1.0], up
+    assert up[0]["metric"]["node"].startswith("127.0.0.1:"), up
+    ready = prom.query(substitute(panels["Ready"]))
+    assert float(ready[0]["value"][1]) == 1.0, ready

@@ -109,6 +109,13 @@ bool store_redis_stats(struct store *st, struct redis_stats *out)
 	return shared;
 }
 
+/* Ready with the in-memory store, not with Redis (no server talked to) */
+bool store_redis_ready(struct store *st, char *why, size_t len)
+{
+	snprintf(why, len, "%s", shared ? "redis: no server" : "");
+	return !shared;
+}
+
 /* (a Redis store always names its servers: their series have their
  * headers even when none was talked to yet) */
 void store_redis_each_node(struct store *st, redis_node_stats_fn *fn, void *arg)

@@ -24,6 +24,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_health.h"
 #include "redis_node.h"
 #include "redis_slots.h"
 #include "redis_transport.h"
@@ -244,7 +245,7 @@ struct redis_transport *redis_transport_new(const struct redis_config *cfg)
 }
 
 /* The server's side: commands parsed from what the node wrote. The
- * handshake's (FUNCTION, CONFIG, AUTH) and ASKING are answered at once
+ * handshake's (FUNCTION, CONFIG, AUTH, INFO) and ASKING are answered at once
  * when nothing waits before them; the others wait in `held` for the test
  * to answer, in order. */
 #define HELD_MAX 64
@@ -263,10 +264,12 @@ static void serve_str(const char *s)
 }
 
 static int auth_refused; /* AUTH refused, and what follows it */
+static int cluster_node; /* INFO says cluster_enabled:1 */
 
 static int auto_answer(const char *name)
 {
-	if (auth_refused && (!strncmp(name, "FUNCTION", 8) || !strncmp(name, "CONFIG", 6)))
+	if (auth_refused && (!strncmp(name, "FUNCTION", 8) || !strncmp(name, "CONFIG", 6) ||
+			     !strncmp(name, "INFO", 4)))
 		serve_str("-NOAUTH Authentication required.\r\n");
 	else if (auth_refused && !strncmp(name, "AUTH", 4))
 		serve_str("-WRONGPASS invalid username-password pair\r\n");
@@ -274,6 +277,9 @@ static int auto_answer(const char *name)
 		serve_str("$9\r\nratelimit\r\n");
 	else if (!strncmp(name, "CONFIG", 6))
 		serve_str("*0\r\n");
+	else if (!strncmp(name, "INFO", 4))
+		serve_str(cluster_node ? "$30\r\n# Cluster\r\ncluster_enabled:1\r\n\r\n"
+				       : "$30\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n");
 	else if (!strncmp(name, "AUTH", 4) || !strncmp(name, "ASKING", 6))
 		serve_str("+OK\r\n");
 	else
@@ -495,6 +501,7 @@ static struct redis_node *node_new(enum redis_topology topology)
 
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.topology = topology;
+	cluster_node = topology == REDIS_CLUSTER;
 	cfg.max_pending = 8;
 	cfg.batch_max = 4;
 	cfg.pipeline = 2;
@@ -570,7 +577,7 @@ static int setup(void **state)
 	memset(prepares, 0, sizeof(prepares));
 	memset(timers, 0, sizeof(timers));
 	nfed = nheld = 0;
-	auth_refused = 0;
+	auth_refused = cluster_node = 0;
 	memset(&rule1, 0, sizeof(rule1));
 	rule1.nlimits = rule1.nown = 1;
 	rule1.limits[0] = (struct limit_spec){ .quota = 10, .period_us = 1000000,
@@ -970,12 +977,75 @@ static void test_auth_refused(void **unused)
 	assert_int_equal(redis_node_submit(rn, &r), -1);
 	assert_int_equal(fk.closed, 1);
 	assert_int_equal(seen.trouble, 1);
+	/* counted once, as auth; the gauges: one node, not ready */
+	assert_int_equal(STAT_GET(stats.error_kind[REDIS_ERROR_AUTH]), 1);
+	assert_int_equal(STAT_GET(stats.error_kind[REDIS_ERROR_CONNECT]), 0);
+	assert_int_equal(STAT_GET(stats.nodes), 1);
+	assert_int_equal(STAT_GET(stats.ready), 0);
+	assert_int_equal(STAT_GET(stats.last_kind), REDIS_ERROR_AUTH + 1);
 	auth_refused = 0;
 	advance(50000);
 	assert_int_equal(fk.created, 2);
 	assert_true(redis_node_ready(rn));
+	assert_int_equal(STAT_GET(stats.ready), 1);
+	assert_int_equal(STAT_GET(stats.last_kind), 0);
 	assert_int_equal(redis_node_submit(rn, &r), 0);
 	redis_node_free(rn);
+	assert_int_equal(STAT_GET(stats.nodes), 0);
+	assert_int_equal(STAT_GET(stats.ready), 0);
+}
+
+/* Error replies by kind, as the metrics label them. */
+static void test_error_classes(void **unused)
+{
+	static const struct {
+		const char *reply;
+		enum redis_error_kind kind;
+	} cases[] = {
+		{ "NOAUTH Authentication required.", REDIS_ERROR_AUTH },
+		{ "WRONGPASS invalid username-password pair or user is disabled.", REDIS_ERROR_AUTH },
+		{ "ERR Protocol error: unauthenticated bulk length", REDIS_ERROR_AUTH },
+		{ "NOPERM this user has no permissions to run the 'function' command",
+		  REDIS_ERROR_NOPERM },
+		{ "LOADING Redis is loading the dataset in memory", REDIS_ERROR_LOADING },
+		{ "MOVED 3999 127.0.0.1:6381", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "CLUSTERDOWN The cluster is down", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "ERR This instance has cluster support disabled", REDIS_ERROR_CLUSTER_MISMATCH },
+		{ "ERR unknown command 'FUNCTION'", REDIS_ERROR_OTHER },
+		{ "NOAUT", REDIS_ERROR_OTHER },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(redis_error_classify(cases[i].reply, strlen(cases[i].reply)),
+				 cases[i].kind);
+	assert_string_equal(redis_error_kind_name(REDIS_ERROR_CLUSTER_MISMATCH), "cluster_mismatch");
+	assert_true(redis_error_permanent(REDIS_ERROR_AUTH));
+	assert_false(redis_error_permanent(REDIS_ERROR_CONNECT));
+}
+
+/* A Cluster node where a standalone server is configured (and the other
+ * way round): refused before the library is loaded, counted as
+ * cluster_mismatch; no decision goes through it, and it stays refused
+ * at each new connection. */
+static void test_topology_mismatch(void **unused)
+{
+	for (int topology = REDIS_STANDALONE; topology <= REDIS_CLUSTER;
+	     topology += REDIS_CLUSTER) {
+		struct redis_query r = query(13, 100000);
+		struct redis_node *rn = node_new((enum redis_topology)topology);
+
+		cluster_node = !cluster_node;
+		memset(&stats.error_kind, 0, sizeof(stats.error_kind));
+		run();
+		assert_false(redis_node_ready(rn));
+		assert_int_equal(redis_node_submit(rn, &r), -1);
+		assert_int_equal(STAT_GET(stats.error_kind[REDIS_ERROR_CLUSTER_MISMATCH]), 1);
+		advance(50000);
+		assert_false(redis_node_ready(rn));
+		assert_int_equal(STAT_GET(stats.error_kind[REDIS_ERROR_CLUSTER_MISMATCH]), 2);
+		assert_int_equal(STAT_GET(stats.ready), 0);
+		redis_node_free(rn);
+	}
 }
 
 /* ---- the connection alone ------------------------------------------------------------ */
@@ -1159,6 +1229,8 @@ int main(void)
 		cmocka_unit_test_setup(test_moved_and_ask, setup),
 		cmocka_unit_test_setup(test_library_missing, setup),
 		cmocka_unit_test_setup(test_handshake_deadline, setup),
+		cmocka_unit_test_setup(test_topology_mismatch, setup),
+		cmocka_unit_test(test_error_classes),
 		cmocka_unit_test_setup(test_free_fails_everything, setup),
 		cmocka_unit_test_setup(test_auth_refused, setup),
 		cmocka_unit_test_setup(test_subscription, setup),

@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "limit.h"
 #include "overrides.h"
+#include "redis_auth.h"
 #include "redis_conn.h"
 #include "redis_node.h"
 #include "redis_transport.h"

@@ -45,6 +45,7 @@ struct redis_conn {
 	struct waiting *fifo;    /* a ring of fcap */
 	size_t fhead, flen, fcap;
 	char errstr[160];
+	enum redis_error_kind errkind; /* and its kind */
 };
 
 static void on_io(struct ev_loop *loop, ev_io *w, int revents);
@@ -57,6 +58,11 @@ void *redis_conn_owner(const struct redis_conn *c)
 void redis_conn_set_owner(struct redis_conn *c, void *owner)
 {
 	c->owner = owner;
+}
+
+enum redis_error_kind redis_conn_errkind(const struct redis_conn *c)
+{
+	return c->errkind;
 }
 
 const char *redis_conn_errstr(const struct redis_conn *c)
@@ -134,6 +140,12 @@ static void fail(struct redis_conn *c, const char *why)
 		return;
 	c->failed = true;
 	c->freeing = true;
+	/* the transport's failures are of its kind; a stream that ends is a
+	 * lost connection; anything else is a reply that is not RESP or not
+	 * one a command waits for */
+	c->errkind = why == c->t->errstr ? c->t->errkind
+		     : strstr(why, "closed") || strstr(why, "took nothing") ? REDIS_ERROR_CONNECT
+									     : REDIS_ERROR_PROTOCOL;
 	if (c->errstr != why)
 		snprintf(c->errstr, sizeof(c->errstr), "%s", why);
 	if (!c->in_callback)

@@ -11,8 +11,11 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_auth.h"
 #include "redis_cluster.h"
 #include "redis_encode.h"
+#include "redis_eviction.h"
+#include "redis_health.h"
 #include "redis_reply.h"
 #include "redis_transport.h"
 #include "store_redis.h"
@@ -80,6 +83,8 @@ struct redis_node {
 				      * once until the node is ready again */
 	int64_t down_since;          /* when down was last set */
 	bool freeing;                /* redis_node_free() under way */
+	bool refused;                /* this connection's handshake failed: what
+				      * it still answers is ignored */
 	int *shared_calls;           /* calls in flight of all the owner's nodes */
 	ev_timer handshake_w;        /* connecting and loading the library */
 	struct redis_batch_enc enc;  /* the calls' encoder */
@@ -128,6 +133,15 @@ const struct addr *redis_node_addr(const struct redis_node *rn)
 bool redis_node_ready(const struct redis_node *rn)
 {
 	return rn->state == NODE_READY;
+}
+
+/* The node's state, counted in the server's gauge of ready nodes. */
+static void set_state(struct redis_node *rn, enum node_state state)
+{
+	if ((rn->state == NODE_READY) != (state == NODE_READY))
+		atomic_fetch_add_explicit(&rn->stats->ready, state == NODE_READY ? 1 : (uint64_t)-1,
+					  memory_order_relaxed);
+	rn->state = state;
 }
 
 int64_t redis_node_down_since(const struct redis_node *rn)
@@ -292,6 +306,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		if (b->rq[0].deadline > now)
 			break;
 		STAT_ADD(rn->stats->timeouts, b->n);
+		redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
 		fail_batch(rn, b);
 		call_failed(rn, now);
 	}
@@ -350,6 +365,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i,
 	if ((allowed != 0 && allowed != 1) || decider < 1 || (size_t)decider > r->q.nlimits ||
 	    result_from(r, allowed, d->vals, d->nvals, res) < 0) {
 		STAT_INC(rn->stats->errors);
+		redis_health_count(rn->stats, REDIS_ERROR_PROTOCOL);
 		answer_degraded(rn, r, true);
 		return;
 	}
@@ -391,46 +407,9 @@ static int answer_msgpack(struct redis_node *rn, struct rbatch *b, const char *d
 static void eviction_found(struct redis_node *rn, bool evicting, const char *maxmemory,
 			   const char *policy, const char *refused)
 {
-	uint64_t seen = evicting ? 1 : 2;
-	bool forced = rn->cfg->keys.expiry == REDIS_EXPIRY_NEVER, before;
-
 	rn->evicting = evicting;
-	if (evicting)
-		atomic_store_explicit(&rn->stats->evicting_once, 1, memory_order_relaxed);
-	before = atomic_load_explicit(&rn->stats->evicting_once, memory_order_relaxed);
-	atomic_store_explicit(&rn->stats->not_evicting, !evicting && (forced || before),
-			      memory_order_relaxed);
-	if (atomic_exchange_explicit(&rn->stats->eviction_seen, seen, memory_order_relaxed) ==
-	    seen)
-		return;
-	if (refused && forced)
-		log_warn("redis: %s: cannot read maxmemory-policy (%s): keys without an "
-			 "expiry need maxmemory and an allkeys-lru or allkeys-lfu policy",
-			 rn->name, refused);
-	else if (refused && before)
-		log_warn("redis: %s: cannot read maxmemory-policy (%s): the limits' keys are "
-			 "written with an expiry again, and those written without one stay until "
-			 "written again", rn->name, refused);
-	else if (refused)
-		log_info("redis: %s: cannot read maxmemory-policy (%s): the limits' keys are "
-			 "written with an expiry", rn->name, refused);
-	else if (evicting)
-		log_info("redis: %s: maxmemory %s, %s: it evicts the keys without an expiry%s",
-			 rn->name, maxmemory, policy,
-			 forced ? "" : ": the limits' keys are written without one");
-	else if (forced)
-		log_warn("redis: %s: maxmemory %s, policy %s: keys without an expiry need "
-			 "maxmemory and an allkeys-lru or allkeys-lfu policy, else they fill it",
-			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
-	else if (before)
-		log_warn("redis: %s: maxmemory %s, policy %s: it no longer evicts the keys "
-			 "without an expiry: the limits' keys are written with one again, and "
-			 "those written without one stay until written again",
-			 rn->name, maxmemory ? maxmemory : "?", policy ? policy : "?");
-	else
-		log_info("redis: %s: maxmemory %s, policy %s: the limits' keys are written "
-			 "with an expiry", rn->name, maxmemory ? maxmemory : "?",
-			 policy ? policy : "?");
+	redis_eviction_found(rn->stats, rn->name, rn->cfg->keys.expiry == REDIS_EXPIRY_NEVER,
+			     evicting, maxmemory, policy, refused);
 }
 
 static void on_eviction_policy(struct redis_conn *c, redisReply *reply, void *priv)
@@ -465,6 +444,7 @@ static void on_eviction_policy(struct redis_conn *c, redisReply *reply, void *pr
 	eviction_found(rn, policy && maxmemory && strcmp(maxmemory, "0") &&
 			       (!strcmp(policy, "allkeys-lru") || !strcmp(policy, "allkeys-lfu")),
 		       maxmemory, policy, NULL);
+	redis_eviction_risk(rn->stats, rn->name, maxmemory, policy, redis_node_unexpiring(rn));
 	/* the next look, EVICTION_LOOK_S after this answer */
 	ev_timer_again(rn->loop, &rn->eviction_w);
 }
@@ -474,7 +454,7 @@ static void look_at_eviction(struct redis_node *rn)
 	const char *argv[4] = { "CONFIG", "GET", "maxmemory", "maxmemory-policy" };
 	size_t argvlen[4] = { 6, 3, 9, 16 };
 
-	if (rn->conn && rn->cfg->keys.expiry != REDIS_EXPIRY_ALWAYS)
+	if (rn->conn)
 		redis_conn_command(rn->conn, on_eviction_policy, rn, 4, argv, argvlen);
 }
 
@@ -499,22 +479,32 @@ static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *pri
 {
 	struct redis_node *rn = priv;
 
-	if (!reply)
+	if (!reply || rn->refused)
 		return;
 	if (reply->type != REDIS_REPLY_STRING) {
-		/* e.g. NOPERM (an ACL user without +@scripting), or a Redis
-		 * before 7.0 (no FUNCTION). Decisions go to the failure policy
-		 * at once; the load is tried again, with backoff, on a new
-		 * connection. */
-		log_err("redis: worker %d: %s: cannot load the decision library: %s", rn->worker,
-			rn->name, reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		enum redis_error_kind k = reply->type == REDIS_REPLY_ERROR
+			? redis_error_classify(reply->str, reply->len) : REDIS_ERROR_PROTOCOL;
+
+		/* e.g. NOPERM (an ACL user without +@scripting: said once), or
+		 * a Redis before 7.0 (no FUNCTION). Decisions go to the failure
+		 * policy at once; the load is tried again, with backoff, on a
+		 * new connection. */
+		if (redis_error_permanent(k)) {
+			redis_health_failed(rn->stats, rn->name, k, reply->str, rn->cluster);
+		} else {
+			redis_health_count(rn->stats, k);
+			log_err("redis: worker %d: %s: cannot load the decision library: %s",
+				rn->worker, rn->name,
+				reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+		}
 		handshake_failed(rn);
 		redis_conn_disconnect(c);
 		return;
 	}
 	if (rn->state == NODE_CONNECTING) {
-		rn->state = NODE_READY;
+		set_state(rn, NODE_READY);
 		rn->down = false;
+		redis_health_recovered(rn->stats, rn->name);
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		rn->backoff = RECONNECT_MIN;
 		log_info("redis: worker %d ready (library %.*s) on %s", rn->worker, (int)reply->len,
@@ -571,6 +561,9 @@ static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 		} else if (reply) {
 			call_failed(rn, clock_now_us());
 			STAT_INC(rn->stats->errors);
+			redis_health_count(rn->stats, reply->type == REDIS_REPLY_ERROR
+						? redis_error_classify(reply->str, reply->len)
+						: REDIS_ERROR_PROTOCOL);
 			log_warn("redis: %s: decision failed: %s", rn->name,
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 			fail_batch(rn, b);
@@ -733,9 +726,10 @@ static void on_connect(void *owner, struct redis_conn *c, bool ok)
 	if (!ok) {
 		log_warn("redis: worker %d cannot connect to %s: %s", rn->worker, rn->name,
 			 redis_conn_errstr(c));
+		redis_health_count(rn->stats, redis_conn_errkind(c));
 		/* the connection is freed after this callback */
 		rn->conn = NULL;
-		rn->state = NODE_DISCONNECTED;
+		set_state(rn, NODE_DISCONNECTED);
 		if (!rn->down)
 			rn->down_since = clock_now_us();
 		rn->down = true;
@@ -754,13 +748,15 @@ static void on_disconnect(void *owner, struct redis_conn *c, bool lost)
 
 	if (rn->conn == c) {
 		rn->conn = NULL;
-		rn->state = NODE_DISCONNECTED;
+		set_state(rn, NODE_DISCONNECTED);
 		/* the next connection looks again */
 		rn->evicting = false;
 		ev_timer_stop(rn->loop, &rn->eviction_w);
-		if (lost)
+		if (lost && !rn->refused) {
 			log_warn("redis: worker %d lost its connection to %s: %s", rn->worker,
 				 rn->name, redis_conn_errstr(c));
+			redis_health_count(rn->stats, redis_conn_errkind(c));
+		}
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		answer_queue_degraded(rn);
 		schedule_reconnect(rn);
@@ -772,28 +768,11 @@ static void on_auth(struct redis_conn *c, redisReply *reply, void *priv)
 {
 	struct redis_node *rn = priv;
 
-	if (reply && reply->type == REDIS_REPLY_ERROR) {
-		log_err("redis: worker %d: %s: AUTH failed: %s", rn->worker, rn->name, reply->str);
+	if (reply && reply->type == REDIS_REPLY_ERROR && !rn->refused) {
+		redis_health_failed(rn->stats, rn->name, REDIS_ERROR_AUTH, reply->str, rn->cluster);
 		handshake_failed(rn);
 		redis_conn_disconnect(c);
 	}
-}
-
-int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3])
-{
-	int n = 0;
-
-	if (!cfg->password[0])
-		return 0;
-	argv[n] = "AUTH";
-	argvlen[n++] = 4;
-	if (cfg->user[0]) {
-		argv[n] = cfg->user;
-		argvlen[n++] = strlen(cfg->user);
-	}
-	argv[n] = cfg->password;
-	argvlen[n++] = strlen(cfg->password);
-	return n;
 }
 
 /* The connection or its handshake failed: whatever waits is answered by
@@ -804,6 +783,7 @@ static void handshake_failed(struct redis_node *rn)
 	if (!rn->down)
 		rn->down_since = clock_now_us();
 	rn->down = true;
+	rn->refused = true;
 	answer_queue_degraded(rn);
 }
 
@@ -817,8 +797,38 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 		return;
 	log_warn("redis: worker %d: %s: no answer within %.0f s of connecting", rn->worker,
 		 rn->name, HANDSHAKE_S);
+	redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
 	handshake_failed(rn);
 	redis_conn_disconnect(rn->conn);
+}
+
+/* INFO cluster: a server of the kind the store expects (a Cluster node
+ * for --redis-cluster, else not) goes on to the library; one of the other
+ * kind is refused, and so is a server that wants a password. INFO refused
+ * by an ACL says nothing: the handshake goes on. */
+static void on_info(struct redis_conn *c, redisReply *reply, void *priv)
+{
+	struct redis_node *rn = priv;
+	enum redis_error_kind k;
+
+	if (!reply || rn->refused)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR)
+		k = redis_error_classify(reply->str, reply->len);
+	else if (reply->type == REDIS_REPLY_STRING &&
+		 (strstr(reply->str, "cluster_enabled:1") != NULL) != rn->cluster)
+		k = REDIS_ERROR_CLUSTER_MISMATCH;
+	else
+		k = REDIS_ERROR_KINDS; /* nothing against it */
+	if (k == REDIS_ERROR_AUTH || k == REDIS_ERROR_CLUSTER_MISMATCH) {
+		redis_health_failed(rn->stats, rn->name, k,
+				    reply->type == REDIS_REPLY_ERROR ? reply->str : NULL, rn->cluster);
+		handshake_failed(rn);
+		redis_conn_disconnect(c);
+		return;
+	}
+	look_at_eviction(rn);
+	load_library(rn);
 }
 
 static const struct redis_conn_cb conn_cb = {
@@ -834,12 +844,14 @@ static void start_connect(struct redis_node *rn)
 	char why[160];
 	int argc;
 
-	rn->state = NODE_CONNECTING;
+	set_state(rn, NODE_CONNECTING);
+	rn->refused = false;
 	rn->conn = redis_conn_new(rn->loop, redis_transport_new(cfg), &rn->addr, &conn_cb, rn, why,
 				  sizeof(why));
 	if (!rn->conn) {
 		log_warn("redis: cannot connect to %s: %s", rn->name, why);
-		rn->state = NODE_DISCONNECTED;
+		redis_health_count(rn->stats, REDIS_ERROR_CONNECT);
+		set_state(rn, NODE_DISCONNECTED);
 		schedule_reconnect(rn);
 		return;
 	}
@@ -847,14 +859,14 @@ static void start_connect(struct redis_node *rn)
 	ev_timer_set(&rn->handshake_w, HANDSHAKE_S, 0.);
 	ev_timer_start(rn->loop, &rn->handshake_w);
 	STAT_INC(rn->stats->connects);
-	/* Pipelined behind the connection: AUTH, the look at the server's
-	 * eviction (answered before the library, so before any call), then
-	 * the library. */
+	/* Pipelined behind the connection: AUTH, then what kind of server
+	 * it is; once it answers, the look at its eviction (answered before
+	 * the library, so before any call), then the library. */
 	argc = redis_node_auth_argv(cfg, argv, argvlen);
 	if (argc)
 		redis_conn_command(rn->conn, on_auth, rn, argc, argv, argvlen);
-	look_at_eviction(rn);
-	load_library(rn);
+	redis_conn_command(rn->conn, on_info, rn, 2, (const char *[]){ "INFO", "cluster" },
+			   (const size_t[]){ 4, 7 });
 }
 
 static void on_reconnect(struct ev_loop *loop, ev_timer *t, int revents)
@@ -909,6 +921,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	ev_prepare_init(&rn->send_w, on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
+	atomic_fetch_add_explicit(&stats->nodes, 1, memory_order_relaxed);
 	start_connect(rn);
 	return rn;
 }
@@ -918,6 +931,8 @@ void redis_node_free(struct redis_node *rn)
 	if (!rn)
 		return;
 	rn->freeing = true;
+	set_state(rn, NODE_DISCONNECTED);
+	atomic_fetch_sub_explicit(&rn->stats->nodes, 1, memory_order_relaxed);
 	ev_timer_stop(rn->loop, &rn->handshake_w);
 	answer_queue_degraded(rn);
 	if (rn->conn) {

@@ -122,8 +122,4 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r);
  * when the node cannot ask now. */
 int redis_node_where(struct redis_node *rn, const struct redis_query *r);
 
-/* The AUTH command for cfg into argv (at most 3 words). Returns its argc,
- * 0 without a password. */
-int redis_node_auth_argv(const struct redis_config *cfg, const char *argv[3], size_t argvlen[3]);
-
 #endif

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "log.h"
 #include "overrides.h"
+#include "redis_auth.h"
 #include "redis_conn.h"
 #include "redis_node.h"
 #include "redis_transport.h"

@@ -20,6 +20,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_auth.h"
 #include "redis_conn.h"
 #include "redis_node.h"
 #include "redis_transport.h"
@@ -73,9 +74,12 @@ static void sentinel_auth(struct redis_sentinel *s, struct redis_conn *ac)
 {
 	const char *argv[3];
 	size_t argvlen[3];
+	char password[sizeof(s->cfg->sentinel_password)];
 	int n = 0;
 
-	if (!s->cfg->sentinel_password[0])
+	/* the one in force: a reload may have changed it */
+	redis_auth_sentinel_password(s->cfg, password, sizeof(password));
+	if (!password[0])
 		return;
 	argv[n] = "AUTH";
 	argvlen[n++] = 4;
@@ -83,9 +87,10 @@ static void sentinel_auth(struct redis_sentinel *s, struct redis_conn *ac)
 		argv[n] = s->cfg->sentinel_user;
 		argvlen[n++] = strlen(s->cfg->sentinel_user);
 	}
-	argv[n] = s->cfg->sentinel_password;
-	argvlen[n++] = strlen(s->cfg->sentinel_password);
+	argv[n] = password;
+	argvlen[n++] = strlen(password);
 	redis_conn_command(ac, NULL, NULL, n, argv, argvlen);
+	memset(password, 0, sizeof(password));
 }
 
 /* Closes a connection this module still holds (not one being freed):

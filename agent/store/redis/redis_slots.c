@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "redis_auth.h"
 #include "redis_encode.h"
 #include "redis_node.h"
 #include "redis_transport.h"

@@ -34,10 +34,13 @@
 #include "memstore.h"
 #include "overrides.h"
 #include "redis_admin.h"
+#include "redis_auth.h"
 #include "redis_cluster.h"
 #include "redis_node.h"
 #include "redis_oneway.h"
+#include "redis_health.h"
 #include "redis_overrides.h"
+#include "redis_ready.h"
 #include "redis_sentinel.h"
 #include "redis_slots.h"
 #include "redis_split.h"
@@ -253,6 +256,23 @@ static void stats_add(void *to, const char *name, const struct redis_stats *from
 	(void)name;
 	for (size_t i = 0; i < sizeof(*from) / sizeof(counter_t); i++)
 		STAT_ADD(t[i], STAT_GET(f[i]));
+}
+
+void store_redis_set_passwords(struct store *st, const char *password,
+			       const char *sentinel_password)
+{
+	struct redis_store *rst = st->impl;
+
+	if (st->ops == &redis_ops && rst->cfg.secrets)
+		redis_secrets_set(rst->cfg.secrets, password, sentinel_password);
+}
+
+bool store_redis_ready(struct store *st, char *why, size_t len)
+{
+	if (st->ops != &redis_ops)
+		return true;
+	return redis_health_ready(st, ((struct redis_store *)st->impl)->cfg.topology == REDIS_CLUSTER,
+				  why, len);
 }
 
 bool store_redis_stats(struct store *st, struct redis_stats *out)
@@ -695,6 +715,27 @@ static void install_map(struct redis_worker *rw, const struct redis_cluster_map 
 	pthread_mutex_unlock(&rw->rst->lock);
 }
 
+/* CLUSTER SLOTS failed at node `where`: counted by kind; a password
+ * wanted or refused and a server that is no Cluster node are logged once
+ * with their cure, the others each time. */
+static void slots_failed(struct redis_worker *rw, const struct addr *node, const char *where,
+			 const char *why)
+{
+	static const char reply[] = "error reply: ";
+	bool replied = !strncmp(why, reply, sizeof(reply) - 1);
+	const char *text = replied ? why + sizeof(reply) - 1 : why;
+	enum redis_error_kind k = replied ? redis_error_classify(text, strlen(text))
+				  : !strcmp(why, "AUTH refused") ? REDIS_ERROR_AUTH
+								 : REDIS_ERROR_CONNECT;
+
+	if (redis_error_permanent(k)) {
+		redis_health_failed(node_stats(rw->rst, node), where, k, text, true);
+		return;
+	}
+	redis_health_count(node_stats(rw->rst, node), k);
+	log_warn("redis: cluster: worker %d: CLUSTER SLOTS from %s: %s", rw->sw->idx, where, why);
+}
+
 static void on_slots(void *owner, const struct addr *node, const struct redis_cluster_map *map,
 		     const char *why)
 {
@@ -703,8 +744,8 @@ static void on_slots(void *owner, const struct addr *node, const struct redis_cl
 
 	rw->asking = NULL;
 	if (!map || map->covered == 0) {
-		log_warn("redis: cluster: worker %d: CLUSTER SLOTS from %s: %s", rw->sw->idx,
-			 addr_format(node, where, sizeof(where)), map ? "no slot served" : why);
+		addr_format(node, where, sizeof(where));
+		slots_failed(rw, node, where, map ? "no slot served" : why);
 		/* ask another node next time, backing off while none answers */
 		rw->seed++;
 		rw->backoff = rw->backoff ? rw->backoff * 2 : REFRESH_GAP;
@@ -1105,6 +1146,7 @@ static void redis_free(struct store *st)
 		xfree(rst->entry[i]);
 	xfree(rst->map);
 	pthread_mutex_destroy(&rst->lock);
+	redis_secrets_free(rst->cfg.secrets);
 	xfree(rst);
 }
 
@@ -1135,6 +1177,7 @@ struct store *store_redis_new(const struct redis_config *cfg, size_t mem_max_key
 	}
 	rst->cfg = *cfg;
 	redis_keys_settle(&rst->cfg.keys);
+	rst->cfg.secrets = redis_secrets_new(cfg);
 	st->limit_space = REDIS_KEYS_LIMIT_SPACE;
 	pthread_mutex_init(&rst->lock, NULL);
 	snprintf(rst->overflow.name, sizeof(rst->overflow.name), "other");

@@ -20,8 +20,10 @@
 #include "addr.h"
 #include "lease.h"
 #include "stats.h"
+#include "redis_errors.h"
 #include "redis_keys.h"
 
+struct redis_secrets;
 struct store;
 
 /* Where the buckets live. */
@@ -52,6 +54,10 @@ struct redis_config {
 	int64_t lease_us;        /* leases (lease.h) of this interval; 0: none */
 	unsigned lease_share;    /* a lease's most, in percent of a capacity */
 	struct redis_keys keys;  /* how keys are named: packing, expiry */
+	/* the passwords in force, which a reload may change (redis_auth.h):
+	 * a store's own; NULL (a configuration not yet a store's): password
+	 * and sentinel_password above */
+	struct redis_secrets *secrets;
 };
 
 /* Counters of the Redis store: a worker's part, and each server's (by
@@ -88,6 +94,18 @@ struct redis_stats {
 	counter_t not_evicting;
 	counter_t eviction_seen;
 	counter_t evicting_once;
+	/* failures by kind (redis_health.h) */
+	counter_t error_kind[REDIS_ERROR_KINDS];
+	/* gauges, per server: the workers' nodes to it, and how many of them
+	 * are ready (connected, authenticated, the library loaded); the kind
+	 * (+1) of its last failure, 0 once ready again; the kind (+1) of the
+	 * permanent failure logged last, 0: none; 1 when its maxmemory and
+	 * policy can evict the limiter's keys */
+	counter_t nodes;
+	counter_t ready;
+	counter_t last_kind;
+	counter_t logged_kind;
+	counter_t eviction_risk;
 };
 
 /* For the metrics, on the main thread. Whether st is a Redis store, and
@@ -99,6 +117,18 @@ bool store_redis_stats(struct store *st, struct redis_stats *out);
  * no Redis store). Any thread. */
 typedef void redis_node_stats_fn(void *arg, const char *name, const struct redis_stats *stats);
 void store_redis_each_node(struct store *st, redis_node_stats_fn *fn, void *arg);
+
+/* Whether st decides (true for a store that is not Redis's): every
+ * server it talks to has all its workers' connections ready, and there
+ * is one at least. Else false, with why[0..len) saying which server and
+ * why not. Main thread. */
+bool store_redis_ready(struct store *st, char *why, size_t len);
+
+/* New passwords for st's next connections to Redis (either NULL: kept),
+ * as a reload read them; the connections made stay. No-op when st is no
+ * Redis store. */
+void store_redis_set_passwords(struct store *st, const char *password,
+			       const char *sentinel_password);
 
 void store_redis_defaults(struct redis_config *cfg);
 
