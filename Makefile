@@ -34,8 +34,8 @@ ifeq ($(CI),true)
 WERROR ?= -Werror
 endif
 SAN ?=
-PKG_CFLAGS := $(shell pkg-config --cflags hiredis yaml-0.1 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs hiredis yaml-0.1 2>/dev/null)
+PKG_CFLAGS := $(shell pkg-config --cflags hiredis yaml-0.1 openssl 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs hiredis yaml-0.1 openssl 2>/dev/null)
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
 # Each folder of agent/ is one layer, from the ground up: base, protocol,

@@ -11,7 +11,7 @@ case ${1:-all} in
 all)
 	PKGS="build-essential pkg-config clang libclang-rt-14-dev haproxy redis-server
 redis-sentinel redis-tools libev-dev libhiredis-dev libcmocka-dev
-libyaml-dev python3 curl docker-compose faketime groff-base valgrind wrk
+libyaml-dev libssl-dev openssl python3 curl docker-compose faketime groff-base valgrind wrk
 prometheus" ;;
 deb)
 	# Build-Depends read from debian/control, so that the two never

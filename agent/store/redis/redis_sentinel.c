@@ -59,8 +59,11 @@ static void subscribe(struct redis_sentinel *s);
 static struct redis_conn *connect_to(struct redis_sentinel *s, const struct addr *a)
 {
 	char why[160];
-	struct redis_conn *ac = redis_conn_new(s->loop, redis_transport_new(s->cfg), a, NULL, s,
-					       why, sizeof(why));
+	/* store.sentinel_tls: false: the sentinels are plain, the servers not */
+	struct redis_conn *ac = redis_conn_new(s->loop,
+					       redis_transport_new(s->cfg->tls.sentinel_plain
+								   ? NULL : s->cfg),
+					       a, NULL, s, why, sizeof(why));
 
 	if (!ac)
 		log_warn("redis: sentinel: worker %d: cannot connect to %s:%s: %s", s->worker,
