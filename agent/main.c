@@ -22,6 +22,7 @@
 #include "secret.h"
 #include "settings.h"
 #include "store.h"
+#include "redis_transport_tls.h"
 #include "store_redis.h"
 
 #define RL_VERSION "0.2.0"
@@ -188,6 +189,10 @@ static void reload_apply(struct rules *r)
 	 * reload, as --check (systemd's ExecReload=) would. */
 	changed = opt.use_redis ? read_passwords(rules_settings(r), &now, err, sizeof(err)) : 0;
 	memset(&now, 0, sizeof(now));
+	/* and so are the TLS files: new connections use them */
+	if (changed >= 0 && opt.redis.tls_ctx &&
+	    redis_tls_reload(opt.redis.tls_ctx, &opt.redis.tls, err, sizeof(err)) < 0)
+		changed = -1;
 	if (changed < 0) {
 		rules_release(r);
 		reload_failed(err);
@@ -409,6 +414,31 @@ static void apply_settings(const struct settings *st)
 		snprintf(rcfg->user, sizeof(rcfg->user), "%s", st->user);
 	if (st->has_password && !opt.password_set)
 		snprintf(rcfg->password, sizeof(rcfg->password), "%s", st->password);
+	if (st->has_tls && !opt.tls_set) {
+		rcfg->tls.on = st->tls;
+		snprintf(rcfg->tls.ca, sizeof(rcfg->tls.ca), "%s", st->tls_ca);
+		snprintf(rcfg->tls.cert, sizeof(rcfg->tls.cert), "%s", st->tls_cert);
+		snprintf(rcfg->tls.key, sizeof(rcfg->tls.key), "%s", st->tls_key);
+		snprintf(rcfg->tls.server_name, sizeof(rcfg->tls.server_name), "%s",
+			 st->tls_server_name);
+		rcfg->tls.no_verify = !st->tls_verify;
+	}
+	rcfg->tls.sentinel_plain = !st->sentinel_tls;
+}
+
+/* TLS to Redis, when on: its context, the files read now (an unreadable
+ * or mismatched one stops the start and fails --check). Returns 0, or -1
+ * with err set. */
+static int start_tls(char *err, size_t errlen)
+{
+	if (!opt.use_redis || !opt.redis.tls.on)
+		return 0;
+	if (!(opt.redis.tls_ctx = redis_tls_new(&opt.redis.tls, err, errlen)))
+		return -1;
+	if (opt.redis.tls.no_verify)
+		log_warn("--redis-tls-no-verify: the Redis servers are not verified: anyone on "
+			 "the path can pose as one and read the traffic");
+	return 0;
 }
 
 /* What the options and the rules' settings say together, once the rules
@@ -536,7 +566,7 @@ static struct rules *prepare(char *err, size_t errlen)
 		rules_release(rules);
 		return NULL;
 	}
-	if (check_with_rules(rules, err, errlen) < 0) {
+	if (check_with_rules(rules, err, errlen) < 0 || start_tls(err, errlen) < 0) {
 		rules_release(rules);
 		return NULL;
 	}
@@ -627,6 +657,7 @@ static int run(struct rules *rules)
 	if (rc == 0) {
 		rules_release(atomic_load(&srv.rules));
 		store_free(srv.store);
+		redis_tls_free(opt.redis.tls_ctx);
 		log_report_suppressed(log_now_ms(), 1);
 		log_info("stopped");
 	}
