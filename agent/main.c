@@ -247,6 +247,24 @@ static void on_reload_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 	reload_next();
 }
 
+/* A reload without a rules file: the Redis TLS files alone, when any. */
+static void reload_tls_alone(const char *name)
+{
+	char err[512];
+
+	if (!opt.redis.tls_ctx) {
+		log_info("%s: no rules file to reload", name);
+		return;
+	}
+	if (redis_tls_reload(opt.redis.tls_ctx, &opt.redis.tls, err, sizeof(err)) < 0) {
+		log_err("%s: reload failed, the Redis TLS files in force stay: %s", name, err);
+		STAT_INC(srv.reload_failures);
+		return;
+	}
+	STAT_INC(srv.reloads);
+	log_info("%s: no rules file; the Redis TLS files were read again (reloaded)", name);
+}
+
 /* SIGINT, SIGTERM: drain and stop. SIGHUP and SIGUSR2 (HAProxy's
  * master-worker habit): reload the rules file. SIGUSR1: logged, nothing
  * else (its default action would kill the agent). */
@@ -265,7 +283,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	}
 	if (!opt.rules_path) {
-		log_info("%s: no rules file to reload", name);
+		reload_tls_alone(name);
 		return;
 	}
 	if (reload_rr) {

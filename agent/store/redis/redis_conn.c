@@ -253,6 +253,11 @@ bool redis_conn_lost(const struct redis_conn *c)
 	return c->failed;
 }
 
+bool redis_conn_made(const struct redis_conn *c)
+{
+	return c->made;
+}
+
 /* Writes until done or the transport waits. Returns -1 when c failed. */
 static int write_some(struct redis_conn *c)
 {

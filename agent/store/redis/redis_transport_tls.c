@@ -80,10 +80,12 @@ static int load_files(SSL_CTX *ctx, const struct redis_tls_settings *s, char *er
 	if (readable("certificate file", s->cert, err, errlen) < 0 ||
 	    readable("key file", s->key, err, errlen) < 0)
 		return -1;
-	if (SSL_CTX_use_certificate_chain_file(ctx, s->cert) != 1)
-		return ctx_fail(err, errlen, "certificate file", s->cert);
+	/* the key first: a certificate that does not match it then drops it,
+	 * and the check below names both files */
 	if (SSL_CTX_use_PrivateKey_file(ctx, s->key, SSL_FILETYPE_PEM) != 1)
 		return ctx_fail(err, errlen, "key file", s->key);
+	if (SSL_CTX_use_certificate_chain_file(ctx, s->cert) != 1)
+		return ctx_fail(err, errlen, "certificate file", s->cert);
 	if (SSL_CTX_check_private_key(ctx) != 1) {
 		ERR_clear_error();
 		snprintf(err, errlen, "Redis TLS key file %s: does not match the certificate %s",
