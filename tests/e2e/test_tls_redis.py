@@ -59,15 +59,21 @@ def ready_workers(a):
     return len(set(re.findall(r"redis: worker (\d+) ready", a.log())))
 
 
-def start(h, topology, *args, threads=2, name=None, ready=True, nodes=1):
+READY_RE = re.compile(r"redis: worker \d+ ready")
+# a Cluster's nodes are connected to as decisions need them
+MAPPED_RE = re.compile(r"cluster: worker \d+: 3 masters serve 16384 of 16384 slots")
+
+
+def start(h, topology, *args, threads=2, name=None, ready=True, nodes=1, ready_re=READY_RE):
     """An agent on `topology` (the options naming the servers), with
-    `args`; with ready, once every worker is ready on every node."""
+    `args`; with ready, once ready_re is logged by every worker for each
+    of `nodes`."""
     full = () if ("-f" in args or "--rules" in args) else ("--answer", "full")
     a = h.agent("--threads", str(threads), *topology, "--hash-key-file", h.hash_key_file(),
                 "--redis-timeout", "1000", *full, *args, name=name)
     if ready:
-        wait_for(lambda: len(re.findall(r"redis: worker \d+ ready", a.log())) >= threads * nodes
-                 or not a.alive(), 15, "%s's workers to be ready" % a.name)
+        wait_for(lambda: len(ready_re.findall(a.log())) >= threads * nodes or not a.alive(),
+                 15, "%s's workers to be ready" % a.name)
         assert a.alive(), a.log()
     return a
 
@@ -270,8 +276,8 @@ def test_cluster_over_tls(h, tls_cluster):
     certs = tls_cluster.tls
     tls_cluster.reset()
     agents = [start(h, ("--redis-cluster", tls_cluster.seeds()), "--limit", "4/1h",
-                    *certs.agent_args(client_cert=True), name="agent%d" % i, nodes=3)
-              for i in (1, 2)]
+                    *certs.agent_args(client_cert=True), name="agent%d" % i,
+                    ready_re=MAPPED_RE) for i in (1, 2)]
     assert_exact(agents, "c", n=100)
     held = [len(v) for v in tls_cluster.keys_by_master().values()]
     assert sum(held) == 100 and len(held) == 3 and min(held) > 0, held
@@ -290,7 +296,7 @@ def test_tls_cluster_master_killed(h, tls_cluster):
     certs = tls_cluster.tls
     tls_cluster.reset()
     a = start(h, ("--redis-cluster", tls_cluster.seeds()), "--limit", "100000/1h",
-              "--redis-timeout", "200", *certs.agent_args(), nodes=3)
+              "--redis-timeout", "200", *certs.agent_args(), ready_re=MAPPED_RE)
     steady = fleet.Steady([a.port], keys(30, "k"), conns=4, duration=90)
     try:
         wait_for(lambda: steady.count() > 100, 10, "traffic")

@@ -75,7 +75,8 @@ class Certs:
             f.write("basicConstraints=CA:FALSE\n")
             if san:
                 f.write("subjectAltName=%s\n" % san)
-            f.write("extendedKeyUsage=%s\n" % ("clientAuth" if client else "serverAuth"))
+            # (a Cluster's nodes present theirs as clients too, on the bus)
+            f.write("extendedKeyUsage=%s\n" % ("clientAuth" if client else "serverAuth,clientAuth"))
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
                  "-subj", "/CN=%s" % cn, cwd=self.dir)
         _openssl("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
