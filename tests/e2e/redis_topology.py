@@ -139,8 +139,10 @@ class Server:
     command line, listens on 127.0.0.1:port; start() runs it again there
     (a new log, name-2.log, ...)."""
 
-    def __init__(self, topo, name, port, argv, password=None):
+    def __init__(self, topo, name, port, argv, password=None, plain=False):
+        """plain: no TLS to it, even in a topology on TLS."""
         self.topo = topo
+        self.plain = plain
         self.name = name
         self.port = port
         self.argv = list(argv)
@@ -178,7 +180,7 @@ class Server:
 
     def client(self, timeout=5.0):
         """A new RESP connection, authenticated when the server needs it."""
-        tls = self.topo.tls
+        tls = None if self.plain else self.topo.tls
         c = Client(HOST, self.port, timeout=timeout,
                    tls=tls.client_context() if tls is not None else None)
         try:
@@ -823,9 +825,10 @@ class Sentinel(_Topology):
 
     def __init__(self, sentinels=3, master_name="mymaster", password=None,
                  sentinel_password=None, down_after_ms=2000, failover_timeout_ms=3000,
-                 timeout=60.0, tls=None):
+                 timeout=60.0, tls=None, tls_sentinels=True):
         _need("redis-server", "redis-sentinel")
         super().__init__(tls)
+        self.tls_sentinels = tls_sentinels
         self.master_name = master_name
         self.password = password
         self.sentinel_password = sentinel_password
@@ -884,12 +887,15 @@ class Sentinel(_Topology):
             lines.append("requirepass %s" % self.sentinel_password)
             lines.append("sentinel sentinel-pass %s" % self.sentinel_password)
         if self.tls is not None:
-            lines[0] = "port 0"
-            lines += ["tls-port %d" % port, "tls-replication yes"] + self.tls.conf_lines()
+            # TLS to the servers; on its own port too unless tls_sentinels is False
+            lines += ["tls-replication yes"] + self.tls.conf_lines()
+            if self.tls_sentinels:
+                lines[0] = "port 0"
+                lines.append("tls-port %d" % port)
         with open(conf, "w") as f:
             f.write("\n".join(lines) + "\n")
         return Server(self, "sentinel-%d" % port, port, ["redis-sentinel", conf],
-                      password=self.sentinel_password)
+                      password=self.sentinel_password, plain=not self.tls_sentinels)
 
     # ---- waits
 

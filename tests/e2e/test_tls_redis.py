@@ -3,8 +3,9 @@ redis-server and redis-sentinel built with TLS, on certificates the tests
 make with `openssl` (tests/e2e/tls_certs.py):
 
 - exact decisions over TLS from two agents: a standalone server asking for
-  client certificates, Sentinel (sentinels and servers on TLS), a Cluster
-  (tls-cluster yes, made with redis-cli --tls --cluster create), shards;
+  client certificates, Sentinel (sentinels and servers on TLS, or plain
+  sentinels with store.sentinel_tls: false), a Cluster (tls-cluster yes,
+  made with redis-cli --tls --cluster create), shards;
 - each handshake failure (a CA not trusted, a wrong name, an expired
   certificate, a server without TLS, no client certificate) logs the
   server's address and OpenSSL's reason, and decisions go to the failure
@@ -40,6 +41,10 @@ def fixture_certs():
 # (a topology's certificates are its own: topology.tls)
 def fixture_tls_sentinel():
     return Sentinel(sentinels=3, tls=Certs())
+
+
+def fixture_plain_sentinels():
+    return Sentinel(sentinels=3, tls=Certs(), tls_sentinels=False)
 
 
 def fixture_tls_cluster():
@@ -270,6 +275,22 @@ def test_sentinel_over_tls(h, tls_sentinel):
         assert len(c.command("KEYS", "{????}????????")) == 50
     for a in agents:
         assert_log_clean(a)
+
+
+def test_sentinel_tls_false_reaches_plain_sentinels(h, plain_sentinels):
+    # the sentinels listen plain only, the servers TLS only
+    s = plain_sentinels
+    s.reset()
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write('store:\n  type: sentinel\n  sentinels: [%s]\n  master: %s\n'
+                '  tls: { ca: "%s" }\n  sentinel_tls: false\n  hash_key_file: "%s"\n'
+                'answer: full\nlimits: ["4/1h"]\n'
+                % (", ".join('"%s"' % x for x in s.sentinel_addrs().split(",")),
+                   s.master_name, s.tls.ca, h.hash_key_file()))
+    a = start(h, (), "-f", path)
+    assert_exact([a], "p", n=20)
+    assert_log_clean(a)
 
 
 def test_cluster_over_tls(h, tls_cluster):

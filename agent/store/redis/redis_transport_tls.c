@@ -270,7 +270,7 @@ static int tls_connect(struct redis_transport *t, const struct addr *a)
 		return rc;
 	if (a->path[0]) {
 		/* a Unix socket is local, and Redis serves it plain */
-		tt->up = tt->tcp_up = true;
+		tt->up = true;
 		return rc;
 	}
 	if (new_session(tt, tt->tls, a->host) < 0)
