@@ -277,6 +277,26 @@ def test_sentinel_over_tls(h, tls_sentinel):
         assert_log_clean(a)
 
 
+def test_sentinel_failover_over_tls(h, tls_sentinel):
+    s = tls_sentinel
+    s.reset()
+    a = start(h, ("--redis-sentinel", s.sentinel_addrs(), "--redis-master", s.master_name),
+              "--limit", "100000/1h", "--redis-timeout", "200", *s.tls.agent_args())
+    old = s.master_port()
+    steady = fleet.Steady([a.port], keys(20, "f"), conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 200, 20, "traffic to flow")
+        s.kill_master()
+        new_port, _ = s.wait_failover()
+        assert new_port != old
+        fleet.wait_recovered(steady, 0.5, 20, 30, "decisions from the new master")
+    finally:
+        steady.stop()
+    # decided by the new master, reached over TLS: its keys
+    with s.client(new_port) as c:
+        assert len(c.command("KEYS", "{????}????????")) == 20
+
+
 def test_sentinel_tls_false_reaches_plain_sentinels(h, plain_sentinels):
     # the sentinels listen plain only, the servers TLS only
     s = plain_sentinels
