@@ -18,6 +18,7 @@ make with `openssl` (tests/e2e/tls_certs.py):
 - a TLS Cluster master killed under load.
 """
 
+import json
 import os
 import re
 import signal
@@ -25,7 +26,7 @@ import subprocess
 
 import fleet
 import harness
-from harness import wait_for
+from harness import http_get, wait_for
 from redis_helper import RedisServer
 from redis_topology import Cluster, Sentinel, Shards
 from tls_certs import Certs
@@ -259,6 +260,33 @@ def test_renewed_client_certificate_taken_at_reload_under_traffic(h, certs):
     assert late and not any(v["degraded"] for v in late), late[:3]
     assert "certificate" not in "".join(
         line for line in a.log().splitlines() if "cannot connect" in line), a.log()
+
+
+def test_admin_and_overrides_over_tls(h, certs):
+    """The admin's look and reset, and an override set through one agent
+    and polled by another: their own connections are TLS ones too."""
+    from test_override import Spop, admin, rules_file
+
+    redis = RedisServer(h, tls=certs, extra=["--tls-auth-clients", "yes"])
+    args = ("--rules", rules_file(h), "--redis", redis.addr, "--hash-key-file",
+            h.hash_key_file(), *certs.agent_args(client_cert=True))
+    mport = harness.free_port()
+    a = h.agent("--metrics", "127.0.0.1:%d" % mport, "--admin", *args)
+    a.mport = mport
+    b = h.agent(*args, name="agent-b")
+    wait_for(lambda: "ready" in a.log() and "ready" in b.log(), 10, "both agents' workers")
+    sb = Spop(b.port)
+    assert sb.ask("f1")["limit"] == 3
+    st, body = admin(a, "PUT", "api_key=f1&limit=8/1h")
+    assert st == 200 and body["store"] == "redis", body
+    wait_for(lambda: sb.ask("f1")["limit"] == 8, 3, "agent b to apply the override")
+    look = json.loads(http_get(a.mport, "/admin/client?api_key=f1").body)
+    assert look["rules"][0]["fields"], look
+    r = http_get(a.mport, "/admin/reset?api_key=f1", method="POST")
+    assert r.status == 200 and json.loads(r.body)["rules"][0]["deleted"] == 1, r.body
+    sb.close()
+    for x in (a, b):
+        assert_log_clean(x)
 
 
 # ---------------------------------------------------------------- topologies
