@@ -23,6 +23,7 @@
 #include "secret.h"
 #include "settings.h"
 #include "store.h"
+#include "redis_transport_tls.h"
 #include "store_redis.h"
 
 #define RL_VERSION "0.2.0"
@@ -199,6 +200,10 @@ static void reload_apply(struct rules *r)
 			 "to Redis use it");
 	}
 	memset(&now, 0, sizeof(now));
+	/* and so are the TLS files: new connections use them */
+	if (changed >= 0 && opt.redis.tls_ctx &&
+	    redis_tls_reload(opt.redis.tls_ctx, &opt.redis.tls, err, sizeof(err)) < 0)
+		changed = -1;
 	if (changed < 0) {
 		rules_release(r);
 		reload_failed(err);
@@ -266,6 +271,24 @@ static void reload_listen_tls(const char *signame)
 			 opt.listen_tls.cert);
 }
 
+/* A reload without a rules file: the Redis TLS files alone, when any. */
+static void reload_tls_alone(const char *name)
+{
+	char err[512];
+
+	if (!opt.redis.tls_ctx) {
+		log_info("%s: no rules file to reload", name);
+		return;
+	}
+	if (redis_tls_reload(opt.redis.tls_ctx, &opt.redis.tls, err, sizeof(err)) < 0) {
+		log_err("%s: reload failed, the Redis TLS files in force stay: %s", name, err);
+		STAT_INC(srv.reload_failures);
+		return;
+	}
+	STAT_INC(srv.reloads);
+	log_info("%s: no rules file; the Redis TLS files were read again (reloaded)", name);
+}
+
 /* SIGINT, SIGTERM: drain and stop. SIGHUP and SIGUSR2 (HAProxy's
  * master-worker habit): reload the rules file. SIGUSR1: logged, nothing
  * else (its default action would kill the agent). */
@@ -285,7 +308,7 @@ static void on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	}
 	reload_listen_tls(name);
 	if (!opt.rules_path) {
-		log_info("%s: no rules file to reload", name);
+		reload_tls_alone(name);
 		return;
 	}
 	if (reload_rr) {
@@ -459,6 +482,31 @@ static void apply_settings(const struct settings *st)
 		snprintf(rcfg->user, sizeof(rcfg->user), "%s", st->user);
 	if (st->has_password && !opt.password_set)
 		snprintf(rcfg->password, sizeof(rcfg->password), "%s", st->password);
+	if (st->has_tls && !opt.tls_set) {
+		rcfg->tls.on = st->tls;
+		snprintf(rcfg->tls.ca, sizeof(rcfg->tls.ca), "%s", st->tls_ca);
+		snprintf(rcfg->tls.cert, sizeof(rcfg->tls.cert), "%s", st->tls_cert);
+		snprintf(rcfg->tls.key, sizeof(rcfg->tls.key), "%s", st->tls_key);
+		snprintf(rcfg->tls.server_name, sizeof(rcfg->tls.server_name), "%s",
+			 st->tls_server_name);
+		rcfg->tls.no_verify = !st->tls_verify;
+	}
+	rcfg->tls.sentinel_plain = !st->sentinel_tls;
+}
+
+/* TLS to Redis, when on: its context, the files read now (an unreadable
+ * or mismatched one stops the start and fails --check). Returns 0, or -1
+ * with err set. */
+static int start_tls(char *err, size_t errlen)
+{
+	if (!opt.use_redis || !opt.redis.tls.on)
+		return 0;
+	if (!(opt.redis.tls_ctx = redis_tls_new(&opt.redis.tls, err, errlen)))
+		return -1;
+	if (opt.redis.tls.no_verify)
+		log_warn("--redis-tls-no-verify: the Redis servers are not verified: anyone on "
+			 "the path can pose as one and read the traffic");
+	return 0;
 }
 
 /* What the options and the rules' settings say together, once the rules
@@ -586,7 +634,7 @@ static struct rules *prepare(char *err, size_t errlen)
 		rules_release(rules);
 		return NULL;
 	}
-	if (check_with_rules(rules, err, errlen) < 0) {
+	if (check_with_rules(rules, err, errlen) < 0 || start_tls(err, errlen) < 0) {
 		rules_release(rules);
 		return NULL;
 	}
@@ -678,6 +726,7 @@ static int run(struct rules *rules)
 	if (rc == 0) {
 		rules_release(atomic_load(&srv.rules));
 		store_free(srv.store);
+		redis_tls_free(opt.redis.tls_ctx);
 		log_report_suppressed(log_now_ms(), 1);
 		log_info("stopped");
 	}

@@ -272,6 +272,58 @@ static int set_password(struct options *o, const char *arg, char *err, size_t er
 	return 0;
 }
 
+/* ---- TLS to Redis: any of these turns it on ---------------------------------- */
+
+static int tls_on(struct options *o, const char *name)
+{
+	o->redis.tls.on = true;
+	o->tls_set = 1;
+	redis_only(o, name);
+	return 0;
+}
+
+/* A file name or a server name into out[256]. */
+static int tls_string(struct options *o, const char *name, const char *arg, char *out,
+		      char *err, size_t errlen)
+{
+	if (!*arg || strlen(arg) >= 256)
+		return fail(err, errlen, "%s: expected 1 to 255 bytes", name);
+	snprintf(out, 256, "%s", arg);
+	return tls_on(o, name);
+}
+
+static int set_tls(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	return tls_on(o, "--redis-tls");
+}
+
+static int set_tls_ca(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	return tls_string(o, "--redis-tls-ca", arg, o->redis.tls.ca, err, errlen);
+}
+
+static int set_tls_cert(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	return tls_string(o, "--redis-tls-cert", arg, o->redis.tls.cert, err, errlen);
+}
+
+static int set_tls_key(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	return tls_string(o, "--redis-tls-key", arg, o->redis.tls.key, err, errlen);
+}
+
+static int set_tls_server_name(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	return tls_string(o, "--redis-tls-server-name", arg, o->redis.tls.server_name, err,
+			  errlen);
+}
+
+static int set_tls_no_verify(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	o->redis.tls.no_verify = true;
+	return tls_on(o, "--redis-tls-no-verify");
+}
+
 /* A duration as every other ("250ms", "1s"); a bare number is
  * milliseconds, as this option took before it took units. */
 /* ---- secrets from files, read by main.c at start and at each reload -------- */
@@ -580,6 +632,20 @@ static const struct option_def defs[] = {
 	  set_password_file },
 	{ "redis-sentinel-password-file", 0, "FILE", NULL,
 	  "the sentinels' AUTH password, from FILE", set_sentinel_password_file },
+	{ "redis-tls", 0, NULL, NULL,
+	  "TLS to Redis (and the sentinels), the server\nverified against the system's CAs",
+	  set_tls },
+	{ "redis-tls-ca", 0, "FILE", NULL, "verify the server against this CA instead",
+	  set_tls_ca },
+	{ "redis-tls-cert", 0, "FILE", NULL,
+	  "client certificate (with --redis-tls-key),\nread again at each reload", set_tls_cert },
+	{ "redis-tls-key", 0, "FILE", NULL, "the client certificate's private key",
+	  set_tls_key },
+	{ "redis-tls-server-name", 0, "NAME", NULL,
+	  "the name verified and sent as SNI (default:\nthe host of each address)",
+	  set_tls_server_name },
+	{ "redis-tls-no-verify", 0, NULL, NULL,
+	  "TLS without verifying the server (warned\nabout at every start)", set_tls_no_verify },
 	{ "redis-timeout", 0, "D", NULL,
 	  "deadline of a decision (default 20ms; a bare\nnumber is milliseconds)", set_timeout },
 	{ "redis-batch", 0, "N", NULL, "decisions per Redis call (default 64)", set_batch },

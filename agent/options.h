@@ -39,6 +39,7 @@ struct options {
 	/* what the command line set, the rules file's settings yielding */
 	int listen_set, threads_set, redis_set, timeout_set, user_set, password_set;
 	int master_set, sentinel_password_set;
+	int tls_set;                 /* a --redis-tls* option: the rules' store.tls yields */
 	const char *hash_key_file;
 	bool check;
 	/* --explain: the request its operands ARG=VALUE describe */

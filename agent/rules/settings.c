@@ -26,6 +26,8 @@ void settings_defaults(struct settings *s)
 	s->timeout_ms = 20;
 	s->agents = 1;
 	s->answer = SETTINGS_ANSWER_READ;
+	s->tls_verify = true;
+	s->sentinel_tls = true;
 }
 
 static bool nodes_equal(const struct settings *a, const struct settings *b)
@@ -36,6 +38,17 @@ static bool nodes_equal(const struct settings *a, const struct settings *b)
 		if (!addr_equal(&a->nodes[i], &b->nodes[i]))
 			return false;
 	return true;
+}
+
+/* The names of the TLS files, not their contents (read at each reload). */
+static bool tls_equal(const struct settings *a, const struct settings *b)
+{
+	return a->has_tls == b->has_tls && a->tls == b->tls &&
+	       strcmp(a->tls_ca, b->tls_ca) == 0 && strcmp(a->tls_cert, b->tls_cert) == 0 &&
+	       strcmp(a->tls_key, b->tls_key) == 0 &&
+	       strcmp(a->tls_server_name, b->tls_server_name) == 0 &&
+	       a->tls_verify == b->tls_verify && a->has_sentinel_tls == b->has_sentinel_tls &&
+	       a->sentinel_tls == b->sentinel_tls;
 }
 
 bool settings_equal(const struct settings *a, const struct settings *b)
@@ -58,7 +71,8 @@ bool settings_equal(const struct settings *a, const struct settings *b)
 	       strcmp(a->sentinel_password_file, b->sentinel_password_file) == 0 &&
 	       strcmp(a->listen_tls_cert, b->listen_tls_cert) == 0 &&
 	       strcmp(a->listen_tls_key, b->listen_tls_key) == 0 &&
-	       strcmp(a->listen_tls_ca, b->listen_tls_ca) == 0;
+	       strcmp(a->listen_tls_ca, b->listen_tls_ca) == 0 &&
+	       tls_equal(a, b);
 }
 
 /* An address as addr_parse() reads it with `flags`; `expected` says what
@@ -182,25 +196,66 @@ static int password_file(struct ys *y, const char *name, yaml_node_t *plain, yam
 	return 0;
 }
 
+/* store.tls (n): true, false, or a mapping {ca, cert, key, server_name,
+ * verify} that turns TLS on, each key optional; store.sentinel_tls (sn).
+ * Nothing for what is NULL. */
+static int parse_tls(struct ys *y, yaml_node_t *n, yaml_node_t *sn, struct settings *s)
+{
+	enum { T_CA, T_CERT, T_KEY, T_SERVER_NAME, T_VERIFY, T_N };
+	static const char *const keys[T_N] = {"ca", "cert", "key", "server_name", "verify"};
+	char *const strs[T_VERIFY] = {s->tls_ca, s->tls_cert, s->tls_key, s->tls_server_name};
+	yaml_node_t *k[T_N], *v[T_N];
+
+	if (sn) {
+		if (ys_bool(y, sn, "store.sentinel_tls", &s->sentinel_tls) < 0)
+			return -1;
+		s->has_sentinel_tls = true;
+	}
+	if (!n)
+		return 0;
+	s->has_tls = true;
+	if (n->type != YAML_MAPPING_NODE)
+		return ys_bool(y, n, "store.tls", &s->tls);
+	s->tls = true;
+	if (ys_map_fields(y, n, "store.tls", keys, T_N, k, v) < 0)
+		return -1;
+	for (int i = 0; i < T_VERIFY; i++) {
+		char where[YS_PATH_MAX];
+
+		if (!v[i])
+			continue;
+		ys_path_key(where, "store.tls", keys[i]);
+		if (ys_cstr(y, v[i], where, strs[i], 256) < 0)
+			return -1;
+		if (!strs[i][0])
+			return ys_fail(y, v[i]->start_mark, where, "must not be empty");
+	}
+	if (!v[T_CERT] != !v[T_KEY])
+		return ys_fail_missing(y, n, "store.tls", v[T_CERT] ? "key" : "cert",
+				       " (a client certificate goes with its key)");
+	return v[T_VERIFY] ? ys_bool(y, v[T_VERIFY], "store.tls.verify", &s->tls_verify) : 0;
+}
+
 static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 {
 	enum { K_TYPE, K_ADDRESS, K_NODES, K_SENTINELS, K_MASTER, K_SENTINEL_PASSWORD, K_USER,
 	       K_PASSWORD, K_TIMEOUT, K_AGENTS, K_HASH_KEY_FILE, K_PASSWORD_FILE,
-	       K_SENTINEL_PASSWORD_FILE, K_N };
+	       K_SENTINEL_PASSWORD_FILE, K_TLS, K_SENTINEL_TLS, K_N };
 	static const char *const keys[K_N] = {"type", "address", "nodes", "sentinels",
 					      "master", "sentinel_password", "user",
 					      "password", "timeout", "agents", "hash_key_file",
-					      "password_file", "sentinel_password_file"};
+					      "password_file", "sentinel_password_file", "tls",
+					      "sentinel_tls"};
 	static const char *const types[] = {"memory", "redis", "sentinel", "cluster", "shards"};
 	/* which keys each type takes (bit per key), the others are errors */
 	static const unsigned common = 1u << K_TYPE | 1u << K_USER | 1u << K_PASSWORD |
 				       1u << K_TIMEOUT | 1u << K_AGENTS | 1u << K_HASH_KEY_FILE |
-				       1u << K_PASSWORD_FILE;
+				       1u << K_PASSWORD_FILE | 1u << K_TLS;
 	static const unsigned allowed[] = {
 		1u << K_TYPE | 1u << K_HASH_KEY_FILE,
 		common | 1u << K_ADDRESS,
 		common | 1u << K_SENTINELS | 1u << K_MASTER | 1u << K_SENTINEL_PASSWORD |
-			1u << K_SENTINEL_PASSWORD_FILE,
+			1u << K_SENTINEL_PASSWORD_FILE | 1u << K_SENTINEL_TLS,
 		common | 1u << K_NODES,
 		common | 1u << K_NODES,
 	};
@@ -283,6 +338,8 @@ static int parse_store(struct ys *y, yaml_node_t *map, struct settings *s)
 	    password_file(y, "sentinel_password", v[K_SENTINEL_PASSWORD],
 			  k[K_SENTINEL_PASSWORD_FILE], v[K_SENTINEL_PASSWORD_FILE],
 			  s->sentinel_password_file) < 0)
+		return -1;
+	if (parse_tls(y, v[K_TLS], v[K_SENTINEL_TLS], s) < 0)
 		return -1;
 	if (v[K_TIMEOUT]) {
 		if (ys_duration(y, v[K_TIMEOUT], "store.timeout", 1000, 60 * LIMIT_US_PER_S,

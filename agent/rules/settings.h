@@ -100,6 +100,18 @@ struct settings {
 	 * main the contents) */
 	char password_file[256];
 	char sentinel_password_file[256];
+	/* store.tls: true, false or {ca, cert, key, server_name, verify}
+	 * (on, each key optional: file names, "" when not set, read by
+	 * main() at start and at each reload); store.sentinel_tls */
+	bool has_tls;
+	bool tls;
+	char tls_ca[256];
+	char tls_cert[256];
+	char tls_key[256];
+	char tls_server_name[256];
+	bool tls_verify;         /* true unless set false */
+	bool has_sentinel_tls;
+	bool sentinel_tls;       /* true unless set false: the sentinels as the servers */
 	bool has_timeout;
 	int timeout_ms;          /* 1..60000 */
 	bool has_agents;

@@ -30,7 +30,8 @@ INSTALL_DEPS = os.path.join(ROOT, "scripts", "install-deps.sh")
 SERVICES = ["agent", "backend", "haproxy", "prometheus", "redis"]
 # The Debian packages each image installs.
 IMAGE_PACKAGES = {
-    "agent": ["build-essential", "libev-dev", "libhiredis-dev", "libyaml-dev", "pkg-config"],
+    "agent": ["build-essential", "libev-dev", "libhiredis-dev", "libssl-dev", "libyaml-dev",
+              "pkg-config"],
     "backend": ["python3"],
     "haproxy": ["haproxy"],
     "prometheus": ["prometheus"],

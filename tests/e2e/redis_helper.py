@@ -36,10 +36,13 @@ class RedisServer:
 
     extra: more server arguments (e.g. ["--requirepass", "secret"]).
     unixsocket: a path; the server then listens there only (--port 0).
-    password / user: what client() authenticates with."""
+    password / user: what client() authenticates with.
+    tls: a tls_certs.Certs: the server then speaks TLS only, on its port
+    (--port 0 --tls-port P, the certificates' files; extra may override
+    them, e.g. --tls-auth-clients yes)."""
 
     def __init__(self, h, extra=(), unixsocket=None, password=None, user=None,
-                 name="redis"):
+                 name="redis", tls=None):
         if shutil.which("redis-server") is None:
             raise harness.Skip("redis-server is not installed")
         self.h = h
@@ -48,6 +51,7 @@ class RedisServer:
         self.password = password
         self.user = user
         self.name = name
+        self.tls = tls
         self.dir = os.path.join(h.dir, name)
         os.makedirs(self.dir, exist_ok=True)
         self.port = None
@@ -76,6 +80,9 @@ class RedisServer:
             argv += ["--unixsocket", self.unixsocket]
         else:
             argv += ["--bind", "127.0.0.1"]
+        if self.tls is not None:
+            argv[1:3] = ["--port", "0", "--tls-port", str(self.port)]
+            argv += self.tls.redis_args()
         return argv + self.extra
 
     def _start(self):
@@ -105,7 +112,8 @@ class RedisServer:
         if self.unixsocket:
             c = UnixClient(self.unixsocket, timeout=timeout)
         else:
-            c = Client("127.0.0.1", self.port, timeout=timeout)
+            c = Client("127.0.0.1", self.port, timeout=timeout,
+                       tls=self.tls.client_context() if self.tls is not None else None)
         try:
             if self.password is not None:
                 if self.user is not None:

@@ -139,8 +139,10 @@ class Server:
     command line, listens on 127.0.0.1:port; start() runs it again there
     (a new log, name-2.log, ...)."""
 
-    def __init__(self, topo, name, port, argv, password=None):
+    def __init__(self, topo, name, port, argv, password=None, plain=False):
+        """plain: no TLS to it, even in a topology on TLS."""
         self.topo = topo
+        self.plain = plain
         self.name = name
         self.port = port
         self.argv = list(argv)
@@ -178,7 +180,9 @@ class Server:
 
     def client(self, timeout=5.0):
         """A new RESP connection, authenticated when the server needs it."""
-        c = Client(HOST, self.port, timeout=timeout)
+        tls = None if self.plain else self.topo.tls
+        c = Client(HOST, self.port, timeout=timeout,
+                   tls=tls.client_context() if tls is not None else None)
         try:
             if self.password is not None:
                 c.command("AUTH", self.password)
@@ -223,9 +227,23 @@ class _Topology:
 
     kind = "topology"
 
-    def __init__(self):
+    def __init__(self, tls=None):
+        """tls: a tls_certs.Certs: every server and sentinel then speaks TLS
+        only, on its port (its bus and replication too), and the tests'
+        clients and redis-cli with it."""
         self.dir = tempfile.mkdtemp(prefix="rl-e2e-%s-" % self.kind)
         self.procs = []  # every harness.Proc started, restarts included
+        self.tls = tls
+
+    def _tls_argv(self, argv, port):
+        """A redis-server's argv ("--port", port first) on TLS, when tls."""
+        if self.tls is None:
+            return argv
+        return (argv[:1] + ["--port", "0", "--tls-port", str(port)] + argv[3:]
+                + self.tls.redis_args() + ["--tls-replication", "yes", "--tls-cluster", "yes"])
+
+    def _cli_argv(self):
+        return ["redis-cli"] + (self.tls.cli_args() if self.tls is not None else [])
 
     def _port(self, below=65536, taken=()):
         """A free loopback port below `below`, not in taken."""
@@ -263,6 +281,8 @@ class _Topology:
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.tls is not None:
+            self.tls.remove()
 
     def _abandon(self, exc):
         """A constructor failed with exc: kills what was started; the logs
@@ -367,9 +387,9 @@ class Cluster(_Topology):
     kind = "cluster"
 
     def __init__(self, masters=3, replicas_per_master=1, node_timeout_ms=1000,
-                 password=None, timeout=60.0):
+                 password=None, timeout=60.0, tls=None):
         _need("redis-server", "redis-cli")
-        super().__init__()
+        super().__init__(tls)
         self.node_timeout_ms = node_timeout_ms
         self.password = password
         self._shape = (masters, replicas_per_master)
@@ -425,6 +445,7 @@ class Cluster(_Topology):
                     "--repl-diskless-sync-delay", "0"]
             if self.password is not None:
                 argv += ["--requirepass", self.password, "--masterauth", self.password]
+            argv = self._tls_argv(argv, port)
             try:
                 node = Server(self, "node-%d" % port, port, argv, password=self.password)
             except RuntimeError:  # the port went in between: another one
@@ -437,7 +458,7 @@ class Cluster(_Topology):
 
     def _cli(self, *args, timeout=60.0, check=True):
         """redis-cli --cluster ARGS; returns its output. Raises when it fails."""
-        argv = ["redis-cli"]
+        argv = self._cli_argv()
         if self.password is not None:
             argv += ["-a", self.password, "--no-auth-warning"]
         argv += ["--cluster"] + list(args)
@@ -686,7 +707,7 @@ class Cluster(_Topology):
         """Moves nslots slots (and their keys) from one master to another with
         `redis-cli --cluster reshard`. Returns a Reshard; unless background,
         it has been waited for (and the cluster agrees on the new owners)."""
-        argv = ["redis-cli"]
+        argv = self._cli_argv()
         if self.password is not None:
             argv += ["-a", self.password, "--no-auth-warning"]
         argv += ["--cluster", "reshard", "%s:%d" % (HOST, from_port),
@@ -804,9 +825,10 @@ class Sentinel(_Topology):
 
     def __init__(self, sentinels=3, master_name="mymaster", password=None,
                  sentinel_password=None, down_after_ms=2000, failover_timeout_ms=3000,
-                 timeout=60.0):
+                 timeout=60.0, tls=None, tls_sentinels=True):
         _need("redis-server", "redis-sentinel")
-        super().__init__()
+        super().__init__(tls)
+        self.tls_sentinels = tls_sentinels
         self.master_name = master_name
         self.password = password
         self.sentinel_password = sentinel_password
@@ -836,7 +858,7 @@ class Sentinel(_Topology):
             argv += ["--requirepass", self.password, "--masterauth", self.password]
         if master_port is not None:
             argv += ["--replicaof", HOST, str(master_port)]
-        return argv
+        return self._tls_argv(argv, port)
 
     def _server(self, name, port, master_port):
         s = Server(self, "%s-%d" % (name, port), port, self._server_argv(port, master_port),
@@ -864,10 +886,16 @@ class Sentinel(_Topology):
         if self.sentinel_password is not None:
             lines.append("requirepass %s" % self.sentinel_password)
             lines.append("sentinel sentinel-pass %s" % self.sentinel_password)
+        if self.tls is not None:
+            # TLS to the servers; on its own port too unless tls_sentinels is False
+            lines += ["tls-replication yes"] + self.tls.conf_lines()
+            if self.tls_sentinels:
+                lines[0] = "port 0"
+                lines.append("tls-port %d" % port)
         with open(conf, "w") as f:
             f.write("\n".join(lines) + "\n")
         return Server(self, "sentinel-%d" % port, port, ["redis-sentinel", conf],
-                      password=self.sentinel_password)
+                      password=self.sentinel_password, plain=not self.tls_sentinels)
 
     # ---- waits
 
@@ -1057,16 +1085,17 @@ class Shards(_Topology):
 
     kind = "shards"
 
-    def __init__(self, n=3, extra=(), password=None):
+    def __init__(self, n=3, extra=(), password=None, tls=None):
         _need("redis-server")
-        super().__init__()
+        super().__init__(tls)
         self.servers = []
         try:
             pw = ["--requirepass", password] if password is not None else []
             for i in range(n):
                 # RedisServer takes a harness: it uses dir and procs only.
                 self.servers.append(RedisServer(self, extra=list(extra) + pw,
-                                                password=password, name="shard%d" % i))
+                                                password=password, name="shard%d" % i,
+                                                tls=tls))
         except BaseException as e:
             self._abandon(e)
             raise

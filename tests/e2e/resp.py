@@ -46,9 +46,16 @@ def encode(args):
 
 
 class Client:
-    def __init__(self, host="127.0.0.1", port=6379, timeout=5.0):
+    def __init__(self, host="127.0.0.1", port=6379, timeout=5.0, tls=None):
+        """tls: an ssl.SSLContext to speak TLS with (tls_certs.py)."""
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            try:
+                self.sock = tls.wrap_socket(self.sock, server_hostname=host)
+            except BaseException:
+                self.sock.close()
+                raise
         self.rf = self.sock.makefile("rb")
 
     def close(self):

@@ -186,6 +186,7 @@ def complete(*words):
 
 
 def test_bash_completion_completes():
-    assert complete("--redis-t") == ["--redis-timeout"]
+    assert complete("--redis-ti") == ["--redis-timeout"]
+    assert complete("--redis-tls-k") == ["--redis-tls-key"]
     assert complete("--redis-expiry", "n") == ["never"]
     assert complete("--listen", "unix") == ["unix@"]

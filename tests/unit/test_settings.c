@@ -118,7 +118,7 @@ static void test_values(void **unused)
 	fails("store: { type: redis, adress: x }",
 	      "t.yaml:1:23: store: unknown key \"adress\" (expected one of: type, address, nodes, "
 	      "sentinels, master, sentinel_password, user, password, timeout, agents, "
-	      "hash_key_file, password_file, sentinel_password_file)");
+	      "hash_key_file, password_file, sentinel_password_file, tls, sentinel_tls)");
 	fails("store: { user: spoa }",
 	      "t.yaml:1:10: store.user: applies to a Redis store only (add type: redis, sentinel, cluster or shards)");
 }
@@ -209,6 +209,44 @@ static void test_topologies(void **unused)
 	      "t.yaml:1:52: store.master: must not be empty");
 }
 
+static void test_tls(void **unused)
+{
+	struct settings s;
+
+	ok("store: { type: redis }", &s);
+	assert_false(s.has_tls);
+	assert_true(s.tls_verify);
+	assert_true(s.sentinel_tls);
+	ok("store: { type: redis, tls: true }", &s);
+	assert_true(s.has_tls && s.tls);
+	assert_string_equal(s.tls_ca, "");
+	ok("store: { type: redis, tls: false }", &s);
+	assert_true(s.has_tls && !s.tls);
+	ok("store: { type: cluster, nodes: \"a:1\", tls: {} }", &s);
+	assert_true(s.tls && s.tls_verify);
+	ok("store: { type: redis, tls: { ca: /c, cert: /crt, key: /k, server_name: r.x, "
+	   "verify: false } }", &s);
+	assert_true(s.tls && !s.tls_verify);
+	assert_string_equal(s.tls_ca, "/c");
+	assert_string_equal(s.tls_cert, "/crt");
+	assert_string_equal(s.tls_key, "/k");
+	assert_string_equal(s.tls_server_name, "r.x");
+	ok("store: { type: sentinel, sentinels: \"a:1\", master: m, tls: true, "
+	   "sentinel_tls: false }", &s);
+	assert_true(s.tls && s.has_sentinel_tls && !s.sentinel_tls);
+	fails("store: { type: redis, tls: { cert: /crt } }",
+	      "t.yaml:1:28: store.tls: missing key \"key\" (a client certificate goes with its key)");
+	fails("store: { type: redis, tls: { ca: \"\" } }",
+	      "t.yaml:1:34: store.tls.ca: must not be empty");
+	fails("store: { type: redis, tls: { crt: /x } }",
+	      "t.yaml:1:30: store.tls: unknown key \"crt\" (expected one of: ca, cert, key, "
+	      "server_name, verify)");
+	fails("store: { type: redis, sentinel_tls: false }",
+	      "t.yaml:1:23: store.sentinel_tls: does not apply to type redis");
+	fails("store: { type: redis, tls: maybe }",
+	      "t.yaml:1:28: store.tls: expected true or false, got \"maybe\"");
+}
+
 static void test_password_env(void **unused)
 {
 	struct settings s;
@@ -252,6 +290,11 @@ static void test_equal(void **unused)
 		"store: { type: redis, password: p }",
 		"store: { type: redis, timeout: 21ms }",
 		"store: { type: redis, agents: 2 }",
+		"store: { type: redis, tls: true }",
+		"store: { type: redis, tls: { ca: /etc/ca.pem } }",
+		"store: { type: redis, tls: { server_name: r.example } }",
+		"store: { type: redis, tls: { verify: false } }",
+		"store: { type: sentinel, sentinels: \"a:1\", master: m, sentinel_tls: false }",
 	};
 	struct settings a, b;
 
@@ -317,6 +360,7 @@ int main(void)
 		cmocka_unit_test(test_topologies),
 		cmocka_unit_test(test_password_env),
 		cmocka_unit_test(test_equal),
+		cmocka_unit_test(test_tls),
 		cmocka_unit_test(test_answer),
 	};
 

@@ -265,6 +265,11 @@ bool redis_conn_lost(const struct redis_conn *c)
 	return c->failed;
 }
 
+bool redis_conn_made(const struct redis_conn *c)
+{
+	return c->made;
+}
+
 /* Writes until done or the transport waits. Returns -1 when c failed. */
 static int write_some(struct redis_conn *c)
 {
@@ -373,32 +378,35 @@ static void dispatch(struct redis_conn *c)
 	}
 }
 
-/* One read (as a turn of the loop allows), then the replies it
- * completed. */
+/* Reads, and hands out the replies each read completed, until the
+ * transport has nothing more: a full buffer may leave bytes that a TLS
+ * session took from the socket already, for which no watcher wakes. */
 static void read_some(struct redis_conn *c)
 {
 	char buf[READ_CHUNK];
 	ssize_t n;
 
-	c->read_wants_write = false;
-	n = c->t->ops->read(c->t, buf, sizeof(buf));
-	if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
-		c->read_wants_write = n == REDIS_T_WANT_WRITE;
-		return;
-	}
-	if (n == 0) {
-		fail(c, "Server closed the connection");
-		return;
-	}
-	if (n < 0) {
-		fail(c, c->t->errstr);
-		return;
-	}
-	if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-		fail(c, reader_error(c->reader));
-		return;
-	}
-	dispatch(c);
+	do {
+		c->read_wants_write = false;
+		n = c->t->ops->read(c->t, buf, sizeof(buf));
+		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
+			c->read_wants_write = n == REDIS_T_WANT_WRITE;
+			return;
+		}
+		if (n == 0) {
+			fail(c, "Server closed the connection");
+			return;
+		}
+		if (n < 0) {
+			fail(c, c->t->errstr);
+			return;
+		}
+		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+			fail(c, reader_error(c->reader));
+			return;
+		}
+		dispatch(c);
+	} while ((size_t)n == sizeof(buf) && !c->freeing);
 }
 
 /* ---- events ---------------------------------------------------------------------- */

@@ -85,6 +85,9 @@ void redis_conn_set_owner(struct redis_conn *c, void *owner);
 /* Whether it failed or was lost (rather than closed when asked). */
 bool redis_conn_lost(const struct redis_conn *c);
 
+/* Whether the transport's connection (TCP, and a TLS handshake) is done. */
+bool redis_conn_made(const struct redis_conn *c);
+
 /* Why the connection failed or was lost, and that failure's kind. */
 const char *redis_conn_errstr(const struct redis_conn *c);
 enum redis_error_kind redis_conn_errkind(const struct redis_conn *c);

@@ -795,9 +795,15 @@ static void on_handshake_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 
 	if (rn->state != NODE_CONNECTING || !rn->conn)
 		return;
-	log_warn("redis: worker %d: %s: no answer within %.0f s of connecting", rn->worker,
-		 rn->name, HANDSHAKE_S);
-	redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
+	if (rn->cfg->tls_ctx && !redis_conn_made(rn->conn)) {
+		log_warn("redis: worker %d: %s: TLS: no answer to the handshake within %.0f s "
+			 "(a server without TLS?)", rn->worker, rn->name, HANDSHAKE_S);
+		redis_health_count(rn->stats, REDIS_ERROR_TLS);
+	} else {
+		log_warn("redis: worker %d: %s: no answer within %.0f s of connecting",
+			 rn->worker, rn->name, HANDSHAKE_S);
+		redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
+	}
 	handshake_failed(rn);
 	redis_conn_disconnect(rn->conn);
 }

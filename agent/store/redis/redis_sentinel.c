@@ -56,12 +56,15 @@ struct redis_sentinel {
 static void start_ask(struct redis_sentinel *s);
 static void subscribe(struct redis_sentinel *s);
 
-/* A connection on the worker's loop to `a`, data = s; NULL after logging. */
-static struct redis_conn *connect_to(struct redis_sentinel *s, const struct addr *a)
+/* A connection on the worker's loop to `a`, data = s; NULL after logging.
+ * A sentinel's is plain with store.sentinel_tls: false, the servers' not. */
+static struct redis_conn *connect_to(struct redis_sentinel *s, const struct addr *a,
+				     bool sentinel)
 {
 	char why[160];
-	struct redis_conn *ac = redis_conn_new(s->loop, redis_transport_new(s->cfg), a, NULL, s,
-					       why, sizeof(why));
+	bool plain = sentinel && s->cfg->tls.sentinel_plain;
+	struct redis_conn *ac = redis_conn_new(s->loop, redis_transport_new(plain ? NULL : s->cfg),
+					       a, NULL, s, why, sizeof(why));
 
 	if (!ac)
 		log_warn("redis: sentinel: worker %d: cannot connect to %s:%s: %s", s->worker,
@@ -172,7 +175,7 @@ static void check_role(struct redis_sentinel *s)
 	size_t argvlen[3];
 	int n = redis_node_auth_argv(s->cfg, argv, argvlen);
 
-	s->role_ac = connect_to(s, &s->candidate);
+	s->role_ac = connect_to(s, &s->candidate, false);
 	if (!s->role_ac) {
 		ask_failed(s, "cannot reach the master it names");
 		return;
@@ -222,7 +225,7 @@ static void start_ask(struct redis_sentinel *s)
 		return;
 	s->asking = true;
 	s->last_ask = clock_now_us();
-	s->ask_ac = connect_to(s, a);
+	s->ask_ac = connect_to(s, a, true);
 	if (!s->ask_ac) {
 		ask_failed(s, "cannot connect");
 		return;
@@ -297,7 +300,7 @@ static void on_switch(struct redis_conn *ac, redisReply *reply, void *priv)
 
 static void subscribe(struct redis_sentinel *s)
 {
-	s->sub_ac = connect_to(s, &s->cfg->nodes[s->sub_idx]);
+	s->sub_ac = connect_to(s, &s->cfg->nodes[s->sub_idx], true);
 	if (!s->sub_ac) {
 		s->sub_idx = (s->sub_idx + 1) % s->cfg->nnodes;
 		ev_timer_set(&s->sub_w, RESUBSCRIBE, 0.);

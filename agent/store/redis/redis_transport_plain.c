@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "redis_transport_tls.h"
+#include "store_redis.h"
 
 static int failed(struct redis_transport *t, const char *what, int err)
 {
@@ -136,7 +138,7 @@ static void plain_close(struct redis_transport *t)
 	xfree(t);
 }
 
-static const struct redis_transport_ops plain_ops = {
+const struct redis_transport_ops redis_transport_plain_ops = {
 	.connect = plain_connect,
 	.handshake = plain_handshake,
 	.read = plain_read,
@@ -146,12 +148,13 @@ static const struct redis_transport_ops plain_ops = {
 
 struct redis_transport *redis_transport_new(const struct redis_config *cfg)
 {
-	struct redis_transport *t = xcalloc(1, sizeof(*t));
+	struct redis_transport *t;
 
-	(void)cfg;
-	if (!t)
+	if (cfg && cfg->tls_ctx)
+		return redis_tls_transport_new(cfg->tls_ctx);
+	if (!(t = xcalloc(1, sizeof(*t))))
 		return NULL;
-	t->ops = &plain_ops;
+	t->ops = &redis_transport_plain_ops;
 	t->fd = -1;
 	return t;
 }

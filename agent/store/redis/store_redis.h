@@ -36,6 +36,19 @@ enum redis_topology {
 
 #define REDIS_NODES_MAX 32       /* sentinels, seeds or shards listed */
 
+/* TLS to the servers (--redis-tls*, store.tls): strings "" when not set. */
+struct redis_tls_settings {
+	bool on;
+	char ca[256];            /* the CA file to verify against; "": the system's */
+	char cert[256];          /* the client certificate (chain) file, with key */
+	char key[256];
+	char server_name[256];   /* SNI and the name verified; "": the address's host */
+	bool no_verify;          /* no verification of the server at all */
+	bool sentinel_plain;     /* store.sentinel_tls: false: sentinels without TLS */
+};
+
+struct redis_tls; /* the TLS context the connections share (redis_transport_tls.h) */
+
 struct redis_config {
 	enum redis_topology topology;
 	struct addr addr;        /* standalone: HOST:PORT or a Unix socket path */
@@ -58,6 +71,9 @@ struct redis_config {
 	 * a store's own; NULL (a configuration not yet a store's): password
 	 * and sentinel_password above */
 	struct redis_secrets *secrets;
+	struct redis_tls_settings tls;
+	struct redis_tls *tls_ctx; /* made from tls at start, its files read again
+				    * at each reload; NULL: no TLS */
 };
 
 /* Counters of the Redis store: a worker's part, and each server's (by
