@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # spoa-ratelimit build. Plain make; objects and binaries go to $(BUILD).
 #   make            the agent at build/spoa-ratelimit, and the tools
 #   make test       unit tests, fuzz corpus replays, end-to-end tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main.c: the agent's start, its signals and reloads, the operations
  * listener: the top. The options are options.c's. */
 #include <ev.h>

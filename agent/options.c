@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* options.c: every option of the command line, declared once (options.h). */
 #include "options.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* options.h: the command line. Each option is declared once, in the
  * table of options.c (name, short name, argument, help text, setter):
  * getopt_long's table and --help are made from it, and the tests that

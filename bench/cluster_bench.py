@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Redis Cluster for the Redis store's benchmarks (bench/redis_bench.py):
 three masters, no replicas, built by tests/e2e/redis_topology.Cluster on
 loopback ports below 55535 (a node also listens on its port + 10000).

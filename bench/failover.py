@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What a Redis failover costs the agent in exactness, measured.
 
     python3 bench/failover.py --build build [--topology cluster|sentinel|both]

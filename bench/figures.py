@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The pictures of the benchmark report, drawn by bench/run.py after the
 runs as SVG files in a folder beside the report (bench-figures/ beside
 BENCHMARKS.md), under names that never change, and linked from it.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The end-to-end benchmarks through a real HAProxy, run by bench/run.py in
 the same invocation as the others (or alone with `--only haproxy`), on
 every HAProxy binary `--haproxy` lists (comma-separated names or paths;

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Where HAProxy's CPU goes, per function, with the agent deciding (M)
 against the SPOE floor (F): HAProxy runs under callgrind, with the
 configuration and SPOE file of bench/haproxy_bench.py's rows (its

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Counts the agent's instructions per answer with callgrind.
 
     python3 bench/instructions.py --build build [--json]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Leased tokens (--lease): what they save, run by bench/run.py after the
 Redis store's configurations and like them (a fresh redis-server and fresh
 agents for every run, runs interleaved round by round, the median shown).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Measures what a sliding log (algorithm: log) costs Redis: memory per
 client and time per decision, as the log fills (a token bucket's first,
 for comparison).

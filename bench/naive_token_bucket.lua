@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --[[ naive_token_bucket.lua: the reference for what one decision costs Redis.
 
 The token bucket as it is usually written for Redis: one hash per client

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Redis store's benchmarks, run by bench/run.py in the same invocation
 as the in-memory ones so that their ratios hold on a noisy machine.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Counts the instructions Redis runs per decision, with callgrind.
 
     python3 bench/redis_instructions.py [--json]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
     python3 bench/run.py --build build [--quick] [--only memory|redis|lease|haproxy]

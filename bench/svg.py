@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small SVG writer for the benchmark figures (bench/figures.py): bar
 charts with every run as a dot beside its median bar, and latency
 percentile curves on log scales.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The integration files of the source tree (spoe-conf/, haproxy-examples/,
 # examples/, dashboards/, alerts/) name each other by paths relative to
 # the tree's root, which HAProxy would open relative to the directory it

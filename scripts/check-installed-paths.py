@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the integration files as installed (by `make install` or the
 package) under DOCDIR: examples/, dashboards/ and alerts/ name no path of
 the source tree (spoe-conf/..., haproxy-examples/..., examples/...), which

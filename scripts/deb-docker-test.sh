@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Builds the Debian package in a container made from debian:12 (the base
 # image of the compose stack, scripts/docker-base.sh) with nothing but
 # make installed (`make deb` installs its build dependencies), runs

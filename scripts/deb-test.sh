@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the package in a fresh Debian 12 (debootstrap --variant=minbase
 # bookworm in a temporary directory), then checks what an operator would:
 # the unit is installed and enabled, the rules file is valid, the agent

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Prints the Debian mirror apt already uses on this machine (deb822 sources
 # first, then sources.list), or Debian's own redirector when it names none:
 # where a fresh bookworm comes from (scripts/deb-test.sh,

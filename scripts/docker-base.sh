@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Makes the image every Dockerfile of the compose stack builds FROM
 # (debian:12) when Docker does not have it yet: pulled where a registry is
 # reachable, else made from Debian's archive alone, with

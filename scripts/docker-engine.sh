@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Makes a Docker engine ready for the compose stack (`make compose-test`):
 # installs Debian's docker.io, docker-compose and debootstrap when any is
 # missing, then starts dockerd when `docker info` fails (in the background,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Serves a small HTTP application on a loopback port and sends requests to
 an HAProxy whose frontend checks them with the agent (the installed
 basic.cfg, RL_APP pointing at the application): the check that HAProxy and

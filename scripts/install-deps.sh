@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian 12 packages that building, testing, the benchmarks and
 # the demo need, when any is missing. Safe to run again.
 #   scripts/install-deps.sh         everything `make test` and `make demo` use

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Sends a SPOP HAPROXY-HELLO to an agent on a loopback port and prints its
 AGENT-HELLO: the check that an installed agent answers (scripts/deb-test.sh,
 scripts/deb-docker-test.sh). Exit status 1 when it does not.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The C sources of agent/ stay readable: no file over 1,000 lines, no
 function over 120 (from the line that names it to its closing brace).
 A file that grows past the bound holds several modules: cut it at a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The demo behind `make demo`: Redis, the agent with the demo rules, HAProxy
 with the demo configuration (tools/demo/) and a slow application, all on
 loopback ports chosen at run time; then traffic that shows

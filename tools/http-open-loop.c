@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http-open-loop: an open-loop HTTP/1.1 load generator for the HAProxy
  * latency rows of bench/haproxy_bench.py.
  *

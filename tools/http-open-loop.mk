@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # http-open-loop: the open-loop HTTP generator behind the HAProxy latency rows
 # of `make bench` (bench/haproxy_bench.py).
 TOOLS += http-open-loop

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop-bench: a SPOP load generator that talks to an agent the way HAProxy
  * 3.x does. Per connection: one HAPROXY-HELLO announcing only "pipelining",
  * then NOTIFY frames with a fresh odd stream-id and frame-id 1, at most

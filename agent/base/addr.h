@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* addr.h: network addresses as the command line and the rules file write
  * them, and the listening sockets the agent opens.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* alloc.h: every allocation of the project goes through these wrappers so
  * that tests and fuzzers can inject failures (xalloc_fail_after). They
  * return NULL on failure like the libc calls they wrap; callers handle it. */

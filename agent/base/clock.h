@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* clock.h: the agent's clock for its own deadlines and in-memory buckets.
  * Monotonic, so a wall-clock step neither refills nor drains a bucket.
  * (Redis buckets use Redis's clock, read inside the script.) */

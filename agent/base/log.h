@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* log.h: one-line logs to stderr, safe from any thread.
  *
  * Errors, warnings and info lines are limited per call site, so that a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* out.h: text built with printf into a buffer, for HTTP bodies. A fixed
  * buffer fails once full; a growing one reallocates. Either way the first
  * failure sticks (err) and later writes do nothing. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sdnotify.h: telling systemd how the agent is doing (Type=notify), by the
  * notify protocol: one datagram of "KEY=VALUE" lines to the Unix socket
  * that $NOTIFY_SOCKET names ("@name" for the abstract namespace). Without

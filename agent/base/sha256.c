@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sha256.c: SHA-256 as FIPS 180-4 defines it (sha256.h). */
 #include "sha256.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* sha256.h: SHA-256 (FIPS 180-4) of a buffer in memory, for what the agent
  * shows of its rules file (spoa_rl_rules_info{sha256}, GET /admin/rules):
  * agents of a fleet that loaded the same bytes show the same digest. Not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stats.h: counters written by one thread (their worker) and read by
  * another (the metrics endpoint). Relaxed atomics: no lock prefix on the
  * hot path (a plain load and store on x86), and no data race for readers. */

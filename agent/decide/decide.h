@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* decide.h: from a check-rate message to the variables HAProxy receives.
  *
  * No I/O, no clock, no allocation on the way. A decision happens in steps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* overrides.c: clients' own limits set by the operator (see overrides.h).
  * A snapshot is an array and an open-addressing index over it, at most
  * half full. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* overrides.h: clients' own limits set by the operator (PUT
  * /admin/override), as every worker reads them.
  *

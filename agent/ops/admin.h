@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* admin.h: inspect and reset a client's buckets, over the operations
  * listener when the agent runs with --admin.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* auth.h: who may use the admin endpoints (--admin-token-file).
  *
  * The token is a secret shared with the operators' tools: a request must

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* explain.h: what the rules decide for one request, and where its limits
  * stand, without taking a token.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http.h: a small HTTP/1.1 server on one libev loop, for the operations
  * port (metrics, health, admin). One request per connection, answered
  * with "Connection: close"; the caller registers what each path serves.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* http_head.h: the head of an HTTP/1.x request (request line and header
  * fields) parsed from untrusted bytes, with no I/O and no allocation.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* logtext.h: text a request chose (a client's identity, a query), made
  * safe to put in a log line.
  *

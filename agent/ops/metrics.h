@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* metrics.h: the Prometheus exposition text of the agent's counters.
  * Each module's are read through the function it exports for them
  * (server_get_stats, store_get_stats, store_mem_stats, rulestats_get),

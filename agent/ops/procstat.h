@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* procstat.h: the process_* series every Prometheus client library
  * exports, under the names they use (open and maximum descriptors,
  * resident memory, CPU time, start time), read from /proc and getrusage()

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* query.h: an HTTP query string ("a=1&b=x%20y") as message arguments, for
  * the admin endpoints. Pure: decodes in place, allocates nothing, and
  * never reads past the string's NUL. */

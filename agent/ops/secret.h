@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* secret.h: secrets the agent reads from files at start (the key client
  * keys are hashed under), so that they stay out of argv and the rules
  * file. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* identity.c: client identity keys (see identity.h). */
 #include "identity.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* identity.h: who a request comes from, as a fixed-size key.
  *
  * The identity is the first non-empty argument of a configured list (by

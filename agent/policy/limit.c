@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limit.c: rate-limit math (see limit.h).
  *
  * Exactness. The token bucket's emission interval T = period/quota is a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* limit.h: rate-limit math. Pure: no I/O, no clock, no allocation; the
  * caller passes the time (microseconds, any epoch, monotonic per key).
  *

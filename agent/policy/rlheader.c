@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rlheader.c: RateLimit-Policy and RateLimit field values (see rlheader.h).
  *
  * Syntax of draft-ietf-httpapi-ratelimit-headers-10: both fields are

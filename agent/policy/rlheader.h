@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rlheader.h: the values of the RateLimit-Policy and RateLimit HTTP header
  * fields, in the syntax of draft-ietf-httpapi-ratelimit-headers-10
  * (Structured Field lists), for HAProxy to copy into responses.

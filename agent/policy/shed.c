@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shed.c: priority load shedding (see shed.h).
  *
  * Range. in_use and free are int64, so their sum fits in 65 bits; times

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* shed.h: priority load shedding. Pure: no I/O, no clock, no randomness of
  * its own; the caller passes the load figures and a random number.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.c: one SPOP connection's state machine and buffers (conn.h). The
  * NOTIFYs go to the set's handler; everything else happens here: HELLO,
  * DISCONNECT, the deadlines, back-pressure and write stalls. */

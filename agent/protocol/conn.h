@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn.h: one SPOP connection from HAProxy: its state machine and its
  * buffers, frames in and frames out. What a NOTIFY's messages mean is not
  * its business: it hands each NOTIFY to the handler its set was given

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn_tls.c: TLS under SPOP connections, on OpenSSL (conn_tls.h). */
 #include "conn_tls.h"
 

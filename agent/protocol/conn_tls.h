@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* conn_tls.h: the transport under an SPOP connection, plain or TLS
  * (OpenSSL), and the listener's TLS context.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop.c: the SPOP 2.0 codec. See spop.h for the contracts and the
  * guarantees over untrusted input. Every read is bounded by `end`; every
  * write by the spop_wbuf capacity. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* spop.h: the SPOP 2.0 codec (HAProxy's Stream Processing Offload Protocol).
  *
  * Pure: no I/O, no clock, no allocation. Decoders read from a buffer that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules.h: the rules file (YAML) and the classification of requests.
  *
  * A rules file names the client (identity), gives each client tier its

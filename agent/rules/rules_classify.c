@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_classify.c: the classification of a request against loaded rules
  * (see rules.h), the hot path of every decision.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_derive.c: what every answer needs of loaded rules, computed once
  * when they load (and the hash states again when the process sets its
  * hashing key): each rule's RateLimit-Policy value and policy names, its

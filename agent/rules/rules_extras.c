@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_extras.c: what a rule may say besides its rates: `concurrency`
  * (requests in flight), `penalty` (the penalty box), `max_override`
  * (how far a client's own limit may go) and `lease` (tokens leased to busy

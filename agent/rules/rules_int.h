@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_int.h: the loaded rules as rules_load.c builds them and
  * rules_classify.c reads them. Private to those two files; everything else
  * goes through rules.h.

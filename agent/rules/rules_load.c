@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_load.c: the rules file (see rules.h and docs/rules.md): its
  * schema, its defaults, and the accessors of loaded rules.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_load.h: what the files of the rules loader share (rules_load.c,
  * rules_stack.c, rules_match.c, rules_extras.c); private to them. Nothing here is read once the rules are
  * loaded. */

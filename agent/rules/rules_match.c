@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_match.c: the `match` conditions of endpoints and priority classes
  * (method, path, host, tier, args): their values checked and kept in the
  * rules' arena, in the form classification compares (rules_classify.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_reader.h: a rules file loaded on a short-lived thread of its own,
  * so that a file that never answers cannot stop the thread that asked.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_seen.c: the rules as others see them: the argument names the rules
  * read, to be checked against the names HAProxy sends (rules.h:
  * rules_checked_name, rules_args_seen), and the views of the matches.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_stack.c: the parts of the rules file that say what a request is
  * checked against: a rule's limits, the layers (rules that only apply
  * stacked on others, under an identity of their own) and each rule's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* settings.c: the process settings of a rules file (see settings.h). */
 #include "settings.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* settings.h: the process settings a rules file may carry (listen
  * address, worker threads, the store, what an answer carries), apart from
  * the rules themselves.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* urlpath.c: the normal form of a request's path (see urlpath.h).
  *
  * One pass over the input. A decoder turns it into bytes as the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* urlpath.h: the path rules match, from the path a request spelt.
  *
  * A client can spell one resource many ways (/LOGIN, /%6cogin, //login,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* yaml_strict.c: strict readers over a libyaml document (see
  * yaml_strict.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* yaml_strict.h: strict readers over a libyaml document, for files that a
  * typo must never pass silently (the rules file and its settings).
  *

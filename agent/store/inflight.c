@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* inflight.c: the requests of each client in flight (see inflight.h).
  *
  * Layout. Shards, each with a mutex, a table of clients (chained buckets)

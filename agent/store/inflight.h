@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* inflight.h: the requests of each client in flight, for the concurrency
  * limits of the in-memory store and of the local failure mode.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease.c: leased tokens, one worker's table (see lease.h). */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* lease.h: leased tokens, one worker's table (used by store_redis.c).
  *
  * A client whose requests come to this worker often gets a lease: the

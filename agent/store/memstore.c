@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* memstore.c: the in-memory store (see memstore.h).
  *
  * Layout. One entry per (client key, limit index), so a client with one

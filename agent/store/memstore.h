@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* memstore.h: the in-memory store. Buckets of every client, shared by all
  * worker threads (a client may reach any worker), sharded with one mutex per
  * shard so that workers rarely contend. A decision over several limits of

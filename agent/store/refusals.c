@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* refusals.c: the refused-until cache (see refusals.h). */
 #include <string.h>
 

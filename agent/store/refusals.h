@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* refusals.h: the refused-until cache, one worker's (used by store_redis.c).
  *
  * A client that the shared store refused until time T is answered here,

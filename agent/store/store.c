@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.c: the part of every store that is the same for all backends: the
  * life of a query (submitted, decided now or later, answered), and the
  * rule's failure mode when the shared store cannot decide. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store.h: where the buckets live, behind one interface.
  *
  * A store checks a query's limits: the in-memory store at once, a shared

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_memory.c: the in-memory store, this agent's buckets alone (memstore.h
  * holds them, shared by the workers). Every decision is made at once. */
 #include "store.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rulestats.h: counters per rule, exported with the rule's name as label.
  *
  * Every rule name the agent has been given gets counters of its own, by

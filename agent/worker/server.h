@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* server.h: the listener and the worker threads.
  *
  * One listening socket, watched by every worker's loop: a worker that is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker.c: what a worker does with a NOTIFY's messages (worker.h): the
  * handler its connections call, and the store's answer callback. */
 #include "worker.h"

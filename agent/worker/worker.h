@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* worker.h: a worker thread and what it does with the messages its
  * connections carry.
  *

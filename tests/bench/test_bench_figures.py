@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The benchmark figures (bench/figures.py, bench/svg.py): drawn from fixed
 results, they are well-formed SVG with a title, a description, labelled axes,
 a bar per median and a dot per run at the right heights, the same bytes

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """`make compose-test`: the compose stack (docker-compose.yml) built and
 started for real, then checked through the ports it publishes on loopback:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The compose stack (docker-compose.yml, docker/) without a Docker engine:
 `docker-compose config` when docker-compose is installed, and checks that
 need no Docker at all: the files it references exist, the HAProxy

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The documentation stays true: the rules example of docs/rules.md is
 examples/rules.yaml and passes --check, every metric the docs name is
 served, every option docs/operations.md lists is accepted and the man page
@@ -385,3 +386,42 @@ def test_integration_walkthrough_runs_as_shown(h):
     with open(os.path.join(harness.ROOT, "spoe-conf", "ratelimit-known-keys.conf")) as f:
         spoe = [line.strip() for line in f]
     assert shown and all(line in spoe for line in shown), shown
+
+
+def source_files():
+    """The project's files of code, as git tracks them (else as the tree
+    holds them, without build output)."""
+    r = subprocess.run(["git", "-C", harness.ROOT, "ls-files"], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout:
+        names = r.stdout.split()
+    else:
+        names = [os.path.relpath(os.path.join(d, f), harness.ROOT)
+                 for d, dirs, files in os.walk(harness.ROOT)
+                 if not os.path.relpath(d, harness.ROOT).startswith(("build", ".git"))
+                 for f in files]
+    code = (".c", ".h", ".py", ".sh", ".lua", ".mk", ".sed", ".in", ".8", ".bash-completion")
+    for name in names:
+        base = os.path.basename(name)
+        if (name.endswith(code) or base in ("Makefile", "run") or
+                base.startswith("Dockerfile") or name == "debian/rules"):
+            yield name
+
+
+def test_every_source_file_names_its_licence():
+    """LICENSE is the Apache License 2.0, and every file of code says so
+    with its SPDX line near the top, as debian/copyright does in DEP-5."""
+    with open(os.path.join(harness.ROOT, "LICENSE")) as f:
+        assert "Apache License" in f.read(500)
+    with open(os.path.join(harness.ROOT, "debian", "copyright")) as f:
+        text = f.read()
+    assert text.startswith("Format: https://www.debian.org/doc/packaging-manuals/"
+                           "copyright-format/1.0/") and "License: Apache-2.0" in text
+    names = list(source_files())
+    assert len(names) > 200, len(names)
+    lacking = []
+    for name in names:
+        with open(os.path.join(harness.ROOT, name), errors="replace") as f:
+            head = "".join(f.readline() for _ in range(3))
+        if "SPDX-License-Identifier: Apache-2.0" not in head:
+            lacking.append(name)
+    assert not lacking, "no SPDX line: %s" % lacking[:20]

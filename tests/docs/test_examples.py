@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End to end through the real haproxy with each example of
 haproxy-examples/ as it is (addresses from RL_* variables), its SPOE file
 (with a longer processing timeout, see spoe_copy) and its rules file from

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The recipe "known keys by plan, unknown or missing keys per address"
 (docs/integration.md) through a real HAProxy: haproxy-examples/known-keys.cfg
 with spoe-conf/ratelimit-known-keys.conf and haproxy-examples/plans.map,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Follows docs/integration.md's "Your own set-up in ten minutes" as
 written: each ```sh block's commands run in order, from the source tree,
 in a shell of their own, and the ```text block after a block is what its

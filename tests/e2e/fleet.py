@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Traffic for the store topology tests: many clients' check-rate NOTIFYs
 sent to one or more agents over raw SPOP, with every answer kept.
 

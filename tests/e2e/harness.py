@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Processes for the end-to-end tests: the agent, haproxy, a small HTTP
 backend, on loopback ports picked at run time.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Redis function library that decides (agent/store/redis/ratelimit.lua)
 as the tests load it: the whole text for FUNCTION LOAD, and its code
 without the registration for EVAL scripts that drive its local functions.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """mpack.py: a minimal msgpack encoder and decoder (standard library only).
 
 Types: None <-> nil, bool <-> bool, int <-> int (any width the format has,

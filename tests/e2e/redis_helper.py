@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A redis-server for one end-to-end test, on a loopback port or a Unix
 socket picked at run time, with no persistence.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Redis topologies for the end-to-end tests, started with the real binaries
 on loopback ports picked at run time: a Redis Cluster, a Sentinel set, and
 independent shards.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Replays one seeded stream of NOTIFY frames against agents and compares
 what they answer, byte for byte.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """resp.py: a minimal synchronous RESP2 client (standard library only).
 
     c = Client("127.0.0.1", 6379)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs the end-to-end tests: every function named test_* in the files
 test_*.py of the folders given (default: every folder of tests/ that has
 such files), in parallel groups.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A small SPOP 2.0 client for tests, speaking raw bytes.
 
 It builds frames the way HAProxy does (and, on request, the ways HAProxy

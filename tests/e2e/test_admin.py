@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The admin endpoints with the in-memory store (Redis: test_redis.py)."""
 
 import http.client

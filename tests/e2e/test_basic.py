@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End to end through the real haproxy (haproxy-examples/basic.cfg with
 spoe-conf/ratelimit.conf), the agent and an HTTP backend."""
 

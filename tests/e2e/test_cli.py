@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The command line's small conventions: `--check -q` says nothing when
 the file is good; an unknown option is one line and a pointer to --help;
 options that do nothing are warned about; --redis-timeout takes a unit

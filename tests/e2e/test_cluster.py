@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent on a Redis Cluster (--redis-cluster): 3 masters with a replica
 each (tests/e2e/redis_topology.py), shared by the module's tests, each of
 which starts with reset().

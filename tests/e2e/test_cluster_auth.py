@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent on a Redis Cluster whose nodes ask for a password
 (requirepass): the agent's own question for the slot map (CLUSTER SLOTS,
 agent/store/redis/redis_slots.c) goes after an AUTH, with `--redis-password`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Concurrency limits (docs/rules.md, "Concurrency"): at most N requests of
 a client in flight, counted from check-rate (with request_id) to the
 release message, or to the rule's max_duration when none comes. Raw SPOP

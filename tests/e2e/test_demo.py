@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`make demo` keeps working: tools/demo.py runs to the end, exits 0, shows
 the answers it is meant to show, and leaves nothing running."""
 

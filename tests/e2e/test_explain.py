@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Asking without spending: GET /admin/explain (in memory and with Redis)
 and --explain on the command line (docs/operations.md, docs/rules.md)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Ways the agent was found to fail open, stall or leak, each reproduced as
 it was found and kept fixed: a full in-memory store, a Redis that refuses
 the script or never answers, a breaker slow to close, a hostile Redis

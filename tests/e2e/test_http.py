@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The HTTP listener of --metrics, over raw sockets: requests that come in
 pieces, an answer larger than the socket buffers to a client that reads
 slowly, one client stalling while others are served, bad requests, and no

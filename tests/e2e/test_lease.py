@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Leased tokens (--lease) against a real redis-server: a hot client's
 requests decided from leases, never over its limit across agents (one with
 its clock hours off), refused early by at most a lease per holder, unspent

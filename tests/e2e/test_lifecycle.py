@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A connection's life in the agent beyond single frames: idle ones closed
 (--idle-timeout), frames begun and never finished cut off (--hello-timeout),
 busy ones and ones owed an answer left alone; a flood of bad connections

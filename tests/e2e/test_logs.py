@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Logs that journald and log shippers read: the sd-daemon "<N>" priority
 prefix when stderr is the stream $JOURNAL_STREAM names (and only then),
 and --log-format json, one object a line with time, level, msg and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Keys without an expiry (--redis-expiry) against a real redis-server:
 by default where the server evicts them, and on every server with never;
 the limits' keys are written without one and decide as keys with one do,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Per-client limits (docs/rules.md, "Overrides"): a message argument
 gives a client its own limit instead of its rule's rates, bounded by the
 rule's max_override; raw SPOP in memory and on Redis, then through the

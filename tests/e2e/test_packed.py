@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Packed buckets (--redis-packed) against a real redis-server: a token
 bucket lives as a member of its limit's sorted set for the clients of its
 tag, other limits as string keys in the same slot; the answers are those

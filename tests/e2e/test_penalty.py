@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The penalty box (docs/rules.md, "Penalties"): responses of listed
 statuses, or the rule's own refusals (never a shared layer's), counted
 in a sliding window; at the limit the client is banned for a while:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent with its Redis store, against a real redis-server started for
 each test (tests/e2e/redis_helper.py): exact counts across a fleet of agents,
 every algorithm, several limits all or nothing, weighted cost, key expiry,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Redis function library that decides (agent/store/redis/ratelimit.lua)
 against a real redis-server, compared with an ideal model of the limits
 written here with exact rational arithmetic.

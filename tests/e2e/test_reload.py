@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reloading the rules file (SIGHUP) under traffic, through the real haproxy
 (a copy of haproxy-examples/basic.cfg that also exports txn.rl.error), and
 validating rules files with --check."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent's own resources under clients that misbehave or are merely
 small: answers that must fit a small negotiated max-frame-size, peers that
 never read what the agent writes, the operations listener held open by

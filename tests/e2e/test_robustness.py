@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Raw SPOP against the agent: bad frames, bad handshakes, abrupt closes.
 
 Every bad case must end in the AGENT-DISCONNECT with the matching status and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an operator reads of an agent's loaded configuration: GET
 /admin/rules, spoa_rl_build_info, spoa_rl_rules_info, the process_* series,
 and the arguments the rules read that HAProxy never sends

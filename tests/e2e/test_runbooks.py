@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every alert of alerts/spoa-ratelimit.rules.yml links its section of the
 operations guide: a runbook_url of the form operations.md#ANCHOR, where
 ANCHOR is the anchor of a heading of docs/operations.md as Markdown

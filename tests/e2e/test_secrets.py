@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Secrets from files, as systemd hands them over (LoadCredential=): the
 Redis password from --redis-password-file or store.password_file, the
 sentinels' from --redis-sentinel-password-file or

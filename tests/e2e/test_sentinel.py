@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent with Redis Sentinel (--redis-sentinel A,B,C --redis-master
 NAME): a master, a replica and three sentinels (tests/e2e/redis_topology.py),
 shared by the module's tests, each of which starts with reset().

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent with independent Redis shards (--redis-shards A,B,C): three
 standalone servers (tests/e2e/redis_topology.py), shared by the module's
 tests, each of which starts with reset().

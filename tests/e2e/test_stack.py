@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layers stacked on rules (docs/rules.md, "Layers"): several limits of
 several identities for one request, all or nothing, in memory and in each
 Redis topology. Raw SPOP to the agent (tests/e2e/spop.py), whole answers

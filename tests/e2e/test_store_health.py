@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Redis store an operator can see: spoa_rl_redis_up{node} following the
 server, failures counted by kind (spoa_rl_redis_errors_total{node,kind}),
 the cause of a misconfiguration in one log line, logged once; a server of

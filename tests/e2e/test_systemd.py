@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent under systemd, measured without one: the notify protocol
 (Type=notify) against a datagram socket the test owns as $NOTIFY_SOCKET
 (READY=1 once listening, RELOADING=1 with MONOTONIC_USEC then READY=1

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The agent to Redis over TLS (--redis-tls*, store.tls), against Debian's
 redis-server and redis-sentinel built with TLS, on certificates the tests
 make with `openssl` (tests/e2e/tls_certs.py):

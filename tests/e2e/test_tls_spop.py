@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SPOP over TLS (--listen-tls-cert, --listen-tls-key, --listen-tls-ca):
 the real haproxy on haproxy-examples/tls.cfg, and a Python TLS client
 speaking SPOP. Certificates are made here with the `openssl` command: a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Redis topologies the store's Cluster, Sentinel and shard tests run on
 (tests/e2e/redis_topology.py), checked on their own: a cluster serving every
 slot with a replica per master, slots computed as Redis does, a master's

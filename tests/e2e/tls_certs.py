@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Certificates for the TLS tests, made with the `openssl` command in a
 directory of the test's: a CA, a server certificate for 127.0.0.1 and
 localhost, a client certificate, a CA nobody trusts, an expired server

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_frame.c: the whole SPOP decoder surface over arbitrary bytes.
  *
  * The input is read as a stream of frames, twice: with our own frame limit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: HTTP request heads (http_head.c), the bytes anyone who
  * reaches the metrics port can send. Checks that every span lies inside the
  * head, that the outcome is the same for the head alone, that a prefix of

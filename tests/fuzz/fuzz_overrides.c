@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the fleet's overrides as Redis holds them (overrides.c):
  * a field and a value read back from arbitrary bytes (the input split at
  * its first NUL), then a snapshot of what was read. What reads must write

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the admin endpoints' query strings (query.c). Every
  * argument must lie inside the input and decode to no more than it was. */
 #include <stdint.h>

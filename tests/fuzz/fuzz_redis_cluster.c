@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the pure parts of the cluster client (redis_cluster.c). The
  * first byte chooses what the rest is fed to (its two low bits):
  *   0  a CLUSTER SLOTS reply, no address the reply came from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: hiredis's reader under the guard (redis_guard.c): what a
  * server sends. Reading must never go out of bounds, no reply the guard
  * lets through holds an array larger than its bound, and a reader stopped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the decision script's msgpack reply (redis_reply.c). The
  * first byte chooses how many requests the batch had; the rest is the
  * reply. Decoding must never read out of bounds, and a part it calls well

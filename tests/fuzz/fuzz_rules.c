@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* fuzz_rules.c: the rules loader over arbitrary bytes, then classification
  * of requests against whatever loaded.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the path rules match (urlpath.c). For any bytes, the
  * normal form is never longer than the input, normalising it again
  * changes nothing, a shorter buffer holds its first bytes exactly, and

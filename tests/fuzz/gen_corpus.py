@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpus of the `frame` fuzz target.
 
 Each file is a byte stream of SPOP frames, valid or deliberately broken.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* replay.c: a main() for fuzz targets when libFuzzer is not linked. Each
  * argument is a file or a directory of files (replayed in name order); every
  * input goes through LLVMFuzzerTestOneInput() in a buffer of exactly its

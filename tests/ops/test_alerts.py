@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Prometheus alerting rules (alerts/spoa-ratelimit.rules.yml):
 
 - `promtool check rules` accepts them;

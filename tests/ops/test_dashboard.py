@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The metrics as a monitoring stack reads them: an agent on Redis with a
 rules file of several rules, driven over raw SPOP into refusals, shadow
 refusals, sheds and near-limit answers, then

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What an installed system gets: the licence, and `make install` (which
 the Debian package runs) with the guides and the integration under
 share/doc/spoa-ratelimit, their paths those of an installed system, and

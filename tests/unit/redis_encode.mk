@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 UNIT_TESTS += redis_encode
 test_redis_encode_SRCS := tests/unit/test_redis_encode.c agent/store/redis/redis_encode.c agent/store/redis/redis_keys.c agent/store/store.c \
 	agent/store/store_memory.c agent/store/memstore.c agent/store/inflight.c \

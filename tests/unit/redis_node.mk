@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 UNIT_TESTS += redis_node
 test_redis_node_SRCS := tests/unit/test_redis_node.c agent/store/redis/redis_node.c \
 	agent/store/redis/redis_conn.c agent/store/redis/redis_batch.c agent/store/redis/redis_guard.c \

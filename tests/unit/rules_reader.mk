@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 UNIT_TESTS += rules_reader
 # The test stands in for rules_load() and rules_release(): a file that
 # answers, one that is invalid, one on a mount that never answers.

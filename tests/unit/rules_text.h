@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* rules_text.h: rules loaded from YAML text, for unit tests. Include it
  * after <cmocka.h>: a text that does not load fails the test. */
 #ifndef RL_TEST_RULES_TEXT_H

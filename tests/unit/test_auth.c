@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the admin's token: reading the file (what it may hold,
  * whether others can read it), the Authorization header against it, and
  * which listen hosts count as loopback. */

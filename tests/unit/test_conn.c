@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of protocol/conn.c through its handler interface alone: a
  * peer on a socketpair, the connections on a loop of the test's own, and
  * a handler that answers a NOTIFY at once, later, or disconnects. What

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of decide.c: identity choice, query building, the decision
  * variables and their exact SET-VAR encoding. */
 #include <setjmp.h>

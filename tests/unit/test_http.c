@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the HTTP server on a real loop and loopback sockets: heads
  * that come in pieces, answers given at once or later, a client gone before
  * a late answer, large answers to a slow reader, and the error statuses.

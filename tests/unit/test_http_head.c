@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the HTTP request head parser: the spans of a head, the
  * three outcomes on every prefix of a valid head, and heads it refuses as
  * soon as the byte that breaks them has come. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of client identity: SipHash-2-4-128, text forms, keys. */
 #include <setjmp.h>
 #include <stdarg.h>

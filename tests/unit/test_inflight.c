@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of inflight.c: places taken, given back by id, ended at
  * their deadline, all or nothing with the caller's other limits, and the
  * pool's bounds. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of lease.c on an injected clock: who gets a lease and how
  * large, spending it, the answers it gives, the wait after a refusal, what
  * goes back and when, resets, and the rules that have none. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the limiter math on an injected clock (microseconds). */
 #include <limits.h>
 #include <setjmp.h>

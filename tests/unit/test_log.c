@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the log limiter: per site, LOG_BURST lines per window,
  * the rest counted and each counted line reported exactly once, on an
  * injected clock (milliseconds); then the lines themselves, read back from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the escape of request text for log lines: what the bytes
  * become, and the cut when the room runs out. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the in-memory store. */
 #include <pthread.h>
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the metrics text: every counter of two workers, of their
  * rules (three, counters of their own each), their Redis stores and the in-memory
  * store, rendered and compared byte for byte with the texts of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of overrides.c: a snapshot's lookups and expiries, and the
  * text form Redis keeps. */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the cluster client's pure parts: key slots against what
  * Redis 7.0 computes, the slot map read from CLUSTER SLOTS replies captured
  * from a real cluster and from replies built to break every rule, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of redis_encode.c's RESP: a call's bytes exact, and the same
  * as hiredis's own formatting (redisFormatCommandArgv) for arguments of
  * every length class, binary bytes included. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The names of the Redis store's keys (redis_keys.h). */
 #include <setjmp.h>
 #include <stdarg.h>

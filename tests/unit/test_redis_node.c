@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of a Redis node (redis_node.c, redis_conn.c, redis_batch.c)
  * and of the slot map's question (redis_slots.c)
  * over a fake transport and a fake loop: no socket, no sleep.

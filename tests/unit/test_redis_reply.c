@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of redis_reply.c: the library's msgpack reply decoded from
  * exact bytes, every integer width msgpack has (positive and negative
  * fixints, uint and int of 8 to 64 bits, whole float64s as Lua's numbers

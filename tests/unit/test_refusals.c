@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of refusals.c: a refusal answered until its time, for
  * requests at least as heavy, under the same limits and admin-reset
  * count; the refusals not worth remembering; and clients in entries

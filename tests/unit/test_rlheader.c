@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the RateLimit-Policy / RateLimit field values
  * (draft-ietf-httpapi-ratelimit-headers-10 syntax). */
 #include <setjmp.h>

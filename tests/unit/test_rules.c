@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the rules file (loading, every error message) and of the
  * classification of requests.
  *

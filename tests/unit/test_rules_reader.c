@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the rules reader (rules_reader.c): a load that answers, one
  * that fails, and one that never answers (a stale network mount), which the
  * caller gives up on within its time and which is freed when it ends; the

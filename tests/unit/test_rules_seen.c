@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the rules as others see them (rules_seen.c): which
  * argument names are checked against traffic, which of them a message
  * carries, and the match conditions as read-only views. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of server.c's start and stop: every way start-up can fail
  * leaves a server that server_stop() takes down without a crash, a leak or
  * a reference left on the rules. Failures are injected at the link

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the process settings (settings.c): their defaults, their
  * values and messages as the strict readers give them, settings_equal.
  *

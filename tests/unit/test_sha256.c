@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of SHA-256: the FIPS 180-4 examples, and lengths around the
  * block and padding boundaries (55, 56, 63, 64, 65, 119 bytes), where a
  * padding mistake shows. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the load-shedding math: thresholds, ramp probabilities at
  * exact points, P0, missing and extreme load figures. */
 #include <limits.h>

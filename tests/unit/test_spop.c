@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the SPOP codec: byte-exact vectors, round trips, truncation
  * at every offset and the HELLO rules. */
 #include <setjmp.h>

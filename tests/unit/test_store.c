@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of store.c (the life of a query and the failure mode, with
  * a backend written here) and store_memory.c (the in-memory store). */
 #include <setjmp.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of the path rules match (urlpath.c): the spellings of one
  * path that an application reads alike, the edges (empty, root, dot
  * segments above it, broken escapes), the query, and the guarantees:

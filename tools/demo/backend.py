@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A slow HTTP application for the demo: every request takes DELAY seconds,
 so a few dozen concurrent requests take every connection the backend
 allows (maxconn in haproxy.cfg) and HAProxy's load figure rises. Standard library

@@ -1,4 +1,5 @@
 #!lua name=spoa_ratelimit_v7
+-- SPDX-License-Identifier: Apache-2.0
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically (this file, whole: the functions'
 contract, the state and the limits' math, then the calls: reading them,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_admin.c: the admin endpoint's look at and reset of a client's keys
  * in the Redis store (store.h: struct store_admin), in every topology:
  * found where the store says they live (its locate callback: the latest

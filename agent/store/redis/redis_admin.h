@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_admin.h: the Redis store's admin look at and reset of a client's
  * keys (redis_admin.c). Private to the Redis store. */
 #ifndef RL_REDIS_ADMIN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_auth.c: the passwords in force (see redis_auth.h). */
 #include "redis_auth.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_auth.h: the passwords a Redis store authenticates with, which a
  * reload may change while the workers connect.
  *

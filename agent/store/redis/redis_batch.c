@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_batch.c: a batch's call, encoded (see redis_batch.h). */
 #include "redis_batch.h"
 

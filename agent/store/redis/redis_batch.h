@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_batch.h: the call that carries a batch of decisions to Redis,
  * encoded: one FCALL of the decision library per batch (see
  * ratelimit.lua), and where a batch ends in the queue. Pure: no I/O, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_cluster.h: what a Redis Cluster client computes without talking to
  * the cluster: the slot of a key, the map of slots to masters read from a
  * CLUSTER SLOTS reply, and the meaning of the errors a node answers with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_conn.c: one connection to a Redis server (see redis_conn.h). */
 #include "redis_conn.h"
 

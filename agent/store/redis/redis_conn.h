@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_conn.h: one connection to a Redis server on a worker's loop.
  *
  * Commands go out in RESP through an output buffer that the connection

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_encode.c: the bytes the decision library takes (redis_encode.h). */
 #include "redis_encode.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_encode.h: the bytes the decision library takes
  * (agent/store/redis/ratelimit.lua): big-endian integers and rules as
  * msgpack; and a command's RESP. Pure. */

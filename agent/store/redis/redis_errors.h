@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_errors.h: the kinds of failure met talking to Redis, as the
  * metrics count them (spoa_rl_redis_errors_total{node,kind}) and the log
  * names them. A transport says which kind its last failure was

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_eviction.c: a server's eviction and the limiter's keys (see
  * redis_eviction.h). */
 #include "redis_eviction.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_eviction.h: what a Redis server's maxmemory and policy mean for
  * the limiter's keys, as each connection's look (CONFIG GET maxmemory
  * maxmemory-policy, redis_node.c) finds them.

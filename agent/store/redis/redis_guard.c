@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_guard.c: hiredis's reply builders, bounded (see redis_guard.h). */
 #include "redis_guard.h"
 

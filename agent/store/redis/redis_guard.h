@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_guard.h: hiredis's reply builders, bounded, for the reader of
  * every connection to Redis (redis_conn.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_health.c: failures of a Redis server by kind, and their causes
  * logged once (see redis_health.h). */
 #include "redis_health.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_health.h: what went wrong with a Redis server, said once.
  *
  * A failure has a kind (redis_errors.h): the transport says its own; an

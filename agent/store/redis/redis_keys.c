@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_keys.c: the names of the Redis store's keys (redis_keys.h). */
 #include "redis_keys.h"
 

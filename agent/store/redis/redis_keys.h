@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_keys.h: how the Redis store names what it keeps.
  *
  * One key per limit of a client, 14 bytes: "{TTTT}LLLLLLLL". TTTT is the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_node.c: one Redis server as one worker sees it (see
  * redis_node.h): the connection and its handshake, the queue and the
  * batches that leave it, replies, deadlines and the breaker. */

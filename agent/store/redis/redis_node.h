@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_node.h: one Redis server as one worker sees it.
  *
  * A connection on the worker's loop (redis_conn.h, over the transport of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_oneway.c: the calls a node sends without waiting for their
  * answer (redis_oneway.h). Sent twice, a refund would give back twice.
  * The connection copies a command out before redis_node_command()

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_oneway.h: the calls a node sends without waiting for their
  * answer: a refund of a decision made in parts, a concurrency place given
  * back, a penalty's event, a lease's unspent tokens. Each is sent once and

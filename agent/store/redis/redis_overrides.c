@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_overrides.c: the fleet's overrides, read in pages on a connection
  * of their own, expired ones taken out (see redis_overrides.h). */
 #include "redis_overrides.h"

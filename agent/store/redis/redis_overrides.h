@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_overrides.h: the fleet's operator overrides (overrides.h), as
  * worker 0 of each agent reads them from Redis, and the expired ones it
  * takes out. Private to the Redis store.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_ready.c: whether a Redis store decides, for GET /readyz (see
  * redis_ready.h). */
 #include "redis_ready.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_ready.h: whether a Redis store decides, from its servers'
  * counters (struct redis_stats): each server a worker talks to has all
  * its workers' connections ready, and there is one at least. Else the

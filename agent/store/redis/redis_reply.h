@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_reply.h: the decision library's msgpack reply, decoded. Pure: no
  * I/O. The reply comes from Redis, which the agent trusts no more than it
  * must: any shape is accepted without harm, and a request whose part is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_sentinel.c: the master's address from Redis Sentinel (see
  * redis_sentinel.h).
  *

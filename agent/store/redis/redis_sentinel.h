@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_sentinel.h: where the master is, as Redis Sentinel says, for one
  * worker.
  *

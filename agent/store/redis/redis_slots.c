@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_slots.c: CLUSTER SLOTS over a bare transport (see redis_slots.h). */
 #include "redis_slots.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_slots.h: one CLUSTER SLOTS question to one node, on a worker's
  * loop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_split.c: a decision made in parts on several servers (see
  * redis_split.h). */
 #include "redis_split.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_split.h: a decision whose keys live on several Redis servers.
  *
  * A rule with layers on a Cluster or shards: a layer's keys (one for every

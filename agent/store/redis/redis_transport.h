@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_transport.h: the byte stream under a Redis connection.
  *
  * A transport opens a non-blocking stream to a server (TCP host:port or a

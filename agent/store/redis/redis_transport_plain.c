@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_transport_plain.c: a plain TCP or Unix stream to a Redis server
  * (see redis_transport.h). */
 #include "redis_transport.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_transport_tls.c: TLS to a Redis server on OpenSSL (see
  * redis_transport_tls.h). */
 #include "redis_transport_tls.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* redis_transport_tls.h: TLS to Redis servers, on OpenSSL.
  *
  * One context (struct redis_tls) per configuration holds what every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_redis.c: the Redis store (see store_redis.h).
  *
  * Per worker: the nodes it sends to (redis_node.c), chosen by topology;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* store_redis.h: the Redis store, buckets shared by every agent of a fleet.
  *
  * Each worker has its own asynchronous hiredis connection on its own loop.
