@@ -16,6 +16,8 @@ FCALL rl7_decide (rl7_decide_cluster on a Cluster). The configurations:
   R2  the agent asking Redis once per decision (--redis-batch 1): one FCALL
       per decision
   R3  the agent batching decisions (default --redis-batch 64)
+  R2t, R3t  R2 and R3 over TLS (the agent on Redis's --tls-port): what TLS
+      costs the agent and Redis per decision, in the same rounds
   C3  R3 against a Redis Cluster of three masters (bench/cluster_bench.py),
       interleaved with R1 to R3: decisions per call next to R3's, Redis CPU
       per decision and decisions/s per Redis core
@@ -629,15 +631,68 @@ class _Flushed:
         return False
 
 
+def tls_certs_or_none(ctx):
+    """Certificates for the TLS rows, made once in the run's log directory
+    with the openssl command (None without it: the rows are left out)."""
+    import tls_certs
+    try:
+        return tls_certs.Certs(ctx.logdir, "tls")
+    except Exception as e:  # (no openssl: harness.Skip; a failing one: RuntimeError)
+        ctx.problems.append("R2t, R3t: no certificates (%s)" % e)
+        return None
+
+
+def agent_cpu_per_decision(m):
+    """The agent's CPU microseconds per decision of a median run."""
+    if not m or m.get("agent_cpu") is None or not m.get("rps"):
+        return None
+    return m["agent_cpu"] / 100.0 / m["rps"] * 1e6
+
+
+TLS_AGENT_CPU_TARGET = 1.3  # R3t's agent CPU per decision against R3's
+
+
+def tls_verdicts(med):
+    """TLS against plaintext in the same rounds: the agent's and Redis's
+    CPU per decision."""
+    out = []
+    for plain, tls, what in (("R2", "R2t", "one FCALL per decision"),
+                             ("R3", "R3t", "batched")):
+        p, t = med(plain), med(tls)
+        ap, at = agent_cpu_per_decision(p), agent_cpu_per_decision(t)
+        if not ap or not at:
+            continue
+        v = ("%s (%s over TLS): the agent's CPU per decision %.2f us against %.2f us in "
+             "plaintext (%s), %.2fx" % (tls, what, at, ap, plain, at / ap))
+        if tls == "R3t":
+            v += ("; the target of <= %.1fx is %s" % (
+                TLS_AGENT_CPU_TARGET,
+                # (the ratio as shown: the text cannot contradict its figure)
+                "met" if round(at / ap, 2) <= TLS_AGENT_CPU_TARGET else "NOT met"))
+        if p.get("cpu_per_decision") and t.get("cpu_per_decision"):
+            v += ("; Redis's CPU per decision %.1f us against %.1f us, %.2fx" % (
+                t["cpu_per_decision"], p["cpu_per_decision"],
+                t["cpu_per_decision"] / p["cpu_per_decision"]))
+        out.append(v + ".")
+    return out
+
+
 def agent_once(ctx, agent_args, gen, duration, redis_extra=(), before=None, after=None,
-               cluster=None):
+               cluster=None, tls=None):
     """One run: fresh Redis (or the cluster, flushed), fresh agent, the
-    generator. Returns (result, None) or (None, error)."""
+    generator. Returns (result, None) or (None, error). tls (a
+    tls_certs.Certs): Redis also listens with TLS on a port of its own, and
+    the agent decides through that one (the run's own INFO and commandstats
+    go to the plain port)."""
+    tls_port = ctx.free_port() if tls is not None else None
+    if tls is not None:
+        redis_extra = list(redis_extra) + ["--tls-port", str(tls_port)] + tls.redis_args()
     with (_Flushed(cluster) if cluster is not None else RedisServer(ctx, redis_extra)) as rd:
         if before:
             before(rd)
         where = (["--redis-cluster", rd.seeds()] if cluster is not None
-                 else ["--redis", rd.addr])
+                 else ["--redis", "127.0.0.1:%d" % tls_port] + tls.agent_args()
+                 if tls is not None else ["--redis", rd.addr])
         if cluster is not None:
             e0 = rd.fcall_per_master()
         with RedisAgent(ctx, agent_args + where, cluster=cluster is not None) as ag:
@@ -930,6 +985,16 @@ def run(ctx):
         "R3n", "batch 64 no expiry", "R3 with keys without an expiry (`--redis-no-expiry`; "
         "Redis `%s`)" % " ".join(EVICTING), high + ["--redis-no-expiry"], gen, ctx.duration,
         redis_extra=EVICTING))
+    # TLS to Redis: R2's and R3's runs with the agent on Redis's TLS port
+    certs = tls_certs_or_none(ctx)
+    if certs is not None:
+        closed.append(agent_row(
+            "R2t", "batch 1 TLS", "R2 over TLS (`--redis-tls-ca`; Redis `--tls-port`, "
+            "RSA 2048, TLS 1.3)", high + ["--redis-batch", "1", "--redis-pipeline", "1024"],
+            gen, ctx.duration, tls=certs))
+        closed.append(agent_row(
+            "R3t", "batch 64 TLS", "R3 over TLS (`--redis-tls-ca`; Redis `--tls-port`, "
+            "RSA 2048, TLS 1.3)", high, gen, ctx.duration, tls=certs))
     # C3: R3 against a Redis Cluster of three masters, in the same rounds,
     # so that its figures stand next to standalone's from the same minutes
     with cluster_or_none(ctx, "C3") as cl:
@@ -1339,7 +1404,8 @@ def report(ctx, rows):
              "| Redis waiting for a CPU | machine idle | stolen by the host | degraded "
              "| all runs (decisions/s) |")
     L.append("|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for key in ("R1", "R2", "R2w", "R3", "R3w", "R2p", "R3p", "R2n", "R3n", "C3"):
+    for key in ("R1", "R2", "R2w", "R3", "R3w", "R2p", "R3p", "R2n", "R3n", "R2t", "R3t",
+                "C3"):
         row = rows.get(key)
         if not row:
             continue
@@ -1410,6 +1476,7 @@ def report(ctx, rows):
                      ": Redis, with the CPU share this machine gave it, set the pace"
                      if r3["redis_cpu"] + r3["redis_wait"] >= 90 else ""))
         verdicts.append(v)
+    verdicts.extend(tls_verdicts(med))
     for v in verdicts:
         L.append("- " + v)
     if verdicts:

@@ -729,6 +729,28 @@ def test_instructions_report_redis_row():
     assert "--redis" not in "\n".join(instructions.report_lines(figures, None))
 
 
+def test_tls_rows_state_the_agent_s_cost_against_plaintext():
+    """R3t's agent CPU per decision against R3's, from the medians (the
+    agent's share of a CPU over the decisions/s), with the 1.3x target on
+    either side of the line; R2t against R2 without a target."""
+    import redis_bench
+    rows = {"R2": {"rps": 10000, "agent_cpu": 50.0, "cpu_per_decision": 4.0},
+            "R2t": {"rps": 8000, "agent_cpu": 60.0, "cpu_per_decision": 6.0},
+            "R3": {"rps": 20000, "agent_cpu": 40.0, "cpu_per_decision": 1.0},
+            "R3t": {"rps": 20000, "agent_cpu": 52.0, "cpu_per_decision": 1.1}}
+    v = redis_bench.tls_verdicts(rows.get)
+    assert len(v) == 2, v
+    assert v[0].startswith("R2t (one FCALL per decision over TLS): the agent's CPU per "
+                           "decision 75.00 us against 50.00 us in plaintext (R2), 1.50x;"), v
+    assert "target" not in v[0] and "6.0 us against 4.0 us, 1.50x" in v[0], v
+    assert "26.00 us against 20.00 us in plaintext (R3), 1.30x; the target of <= 1.3x is " \
+        "met" in v[1], v
+    rows["R3t"]["agent_cpu"] = 54.0
+    assert "1.35x; the target of <= 1.3x is NOT met" in redis_bench.tls_verdicts(rows.get)[1]
+    del rows["R2t"]
+    assert [x[:3] for x in redis_bench.tls_verdicts(rows.get)] == ["R3t"]
+
+
 def test_in_memory_report_states_its_target():
     """The in-memory section says whether configuration 2 reaches 0.7x of
     the baseline, from the medians, on either side of the line."""
