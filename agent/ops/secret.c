@@ -50,15 +50,25 @@ long secret_file(const char *path, char *buf, size_t cap, unsigned *mode, char *
 	return (long)len;
 }
 
-long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen)
+/* The file's bytes in buf (their count), whether group or others may read
+ * it (*loose); -1 with the reason in err. */
+static long secret_bytes(const char *path, char *buf, size_t cap, bool *loose, char *err,
+			 size_t errlen)
 {
 	unsigned mode = 0;
 	long n = secret_file(path, buf, cap, &mode, err, errlen);
-	size_t len;
 
 	*loose = (mode & (S_IRWXG | S_IRWXO)) != 0;
 	if (n == -2)
 		snprintf(err, errlen, "%s: longer than %zu bytes", path, cap - 1);
+	return n < 0 ? -1 : n;
+}
+
+long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err, size_t errlen)
+{
+	long n = secret_bytes(path, buf, cap, loose, err, errlen);
+	size_t len;
+
 	if (n < 0)
 		return -1;
 	len = (size_t)n;
@@ -77,13 +87,9 @@ long secret_read(const char *path, char *buf, size_t cap, bool *loose, char *err
 long secret_read_password(const char *path, char *buf, size_t cap, bool *loose, char *err,
 			  size_t errlen)
 {
-	unsigned mode = 0;
-	long n = secret_file(path, buf, cap, &mode, err, errlen);
+	long n = secret_bytes(path, buf, cap, loose, err, errlen);
 	size_t len;
 
-	*loose = (mode & (S_IRWXG | S_IRWXO)) != 0;
-	if (n == -2)
-		snprintf(err, errlen, "%s: longer than %zu bytes", path, cap - 1);
 	if (n < 0)
 		return -1;
 	len = (size_t)n;

@@ -287,7 +287,7 @@ def test_jwt(h):
 
 # ---- shedding.cfg ------------------------------------------------------------------------
 
-class HoldingBackend:
+class HoldingBackend(harness.HttpServer):
     """An HTTP server that answers 200 "ok\\n" at once, except requests with
     an X-Hold header, which it holds until release() (at most 15 s): they
     keep a connection of haproxy's backend busy."""
@@ -329,27 +329,14 @@ class HoldingBackend:
             def log_message(self, *args):
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 64
-
-            def handle_error(self, request, client_address):
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        self.serve(Handler, request_queue_size=64)
 
     def release(self):
         self.gate.set()
 
     def stop(self):
         self.gate.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        super().stop()
 
 
 def app_busy(hp):
@@ -790,7 +777,7 @@ def test_paths_are_normalised(h):
     assert_log_clean(agent)
 
 
-class FailingBackend:
+class FailingBackend(harness.HttpServer):
     """An HTTP server that answers 401 to every request but `/` (200), as
     a login form does to wrong passwords; counts them."""
 
@@ -815,22 +802,7 @@ class FailingBackend:
             def log_message(self, *args):
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        self.serve(Handler)
 
 
 LOGIN_POLICY = '"login";q=10;w=60'

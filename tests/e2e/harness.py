@@ -242,7 +242,31 @@ class Agent(Proc):
         wait_port(self.port, 5, self.popen)
 
 
-class Backend:
+class HttpServer:
+    """A test's HTTP server on a free loopback port, served by a thread of
+    its own: serve() starts it with a handler class, stop() ends it."""
+
+    def serve(self, handler, request_queue_size=5):
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):
+                pass  # a client gone mid-request (haproxy stopping) is normal
+
+        Server.request_queue_size = request_queue_size
+        self.server = Server(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+class Backend(HttpServer):
     """A threaded HTTP server answering 200 "ok\\n" to everything; counts
     requests per path. A path with a segment "slow-MS" answers after MS
     milliseconds; one with "status-NNN" answers with that status. Counts
@@ -288,22 +312,7 @@ class Backend:
             def log_message(self, *args):
                 pass
 
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass  # a client gone mid-request (haproxy stopping) is normal
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        self.serve(Handler)
 
 
 class HAProxy(Proc):

@@ -92,6 +92,22 @@ static void finish(struct redis_slots *q, const struct redis_cluster_map *map, c
 	redis_slots_cancel(q);
 }
 
+/* A read's or write's result that is no progress: waits as the transport
+ * asks, or ends the query (0: the peer closed; an error); true then, and
+ * the caller returns. */
+static bool stalled(struct redis_slots *q, ssize_t n)
+{
+	if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
+		wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
+		return true;
+	}
+	if (n <= 0) {
+		finish(q, NULL, n == 0 ? "connection closed" : q->t->errstr);
+		return true;
+	}
+	return false;
+}
+
 /* Reads the AUTH reply line, if one is due. Returns 1 when past it, 0 when
  * more bytes are needed, -1 after finish(). */
 static int skip_auth(struct redis_slots *q)
@@ -139,14 +155,8 @@ static void on_readable(struct redis_slots *q)
 			q->cap = cap;
 		}
 		n = q->t->ops->read(q->t, q->buf + q->len, q->cap - q->len);
-		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
-			wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
+		if (stalled(q, n))
 			return;
-		}
-		if (n <= 0) {
-			finish(q, NULL, n == 0 ? "connection closed" : q->t->errstr);
-			return;
-		}
 		q->len += (size_t)n;
 		if (skip_auth(q) <= 0)
 			return;
@@ -182,14 +192,8 @@ static void on_io(struct ev_loop *loop, ev_io *io, int revents)
 	}
 	while (q->sent < q->reqlen) {
 		n = q->t->ops->write(q->t, q->req + q->sent, q->reqlen - q->sent);
-		if (n == REDIS_T_WANT_READ || n == REDIS_T_WANT_WRITE) {
-			wait_for(q, n == REDIS_T_WANT_READ ? EV_READ : EV_WRITE);
+		if (stalled(q, n))
 			return;
-		}
-		if (n <= 0) {
-			finish(q, NULL, n == 0 ? "connection closed" : q->t->errstr);
-			return;
-		}
 		q->sent += (size_t)n;
 	}
 	wait_for(q, EV_READ);
