@@ -461,7 +461,8 @@ def test_log_refuses_at_n_through_haproxy(h):
     """5/2s as a log and as a fixed window, each an endpoint of the rules,
     through haproxy and the agent on Redis: one request 0.6 s before a
     window boundary (of Redis's clock, which aligns the fixed window), four
-    0.2 s before, five just after. The fixed window lets all ten through in
+    0.4 s before (time enough for eight requests through HAProxy on a busy
+    machine), five just after. The fixed window lets all ten through in
     under a second; the log lets five, refuses the next five until its
     first request is 2 s old, then lets exactly one more. Its key holds
     the five requests at the times Redis admitted them."""
@@ -488,7 +489,7 @@ def test_log_refuses_at_n_through_haproxy(h):
     t0 = redis.now_us()
     for path in passed:
         passed[path] += ask(path).status == 200
-    redis_sleep_until(redis, ws + 1800000)
+    redis_sleep_until(redis, ws + 1600000)
     for _ in range(4):
         for path in passed:
             passed[path] += ask(path).status == 200
@@ -510,7 +511,7 @@ def test_log_refuses_at_n_through_haproxy(h):
     for r in refused:
         assert r.headers.get("Retry-After") == "2", r
         assert ratelimit_of(r.headers.get("RateLimit")) == ("log", 0, 2), r
-    # the log's key: five requests, the first at t0 and four 0.4 s on
+    # the log's key: five requests, the first at t0 and four 0.2 s on
     # (a log is binary: any byte may be ":" or a digit; the windows' and
     # buckets' values are text of digits, ":" and "+", never this long)
     logs = [v for v in (redis.command("GET", k) for k in redis.rl_keys())
@@ -521,7 +522,7 @@ def test_log_refuses_at_n_through_haproxy(h):
     times = [base + int.from_bytes(v[i:i + 6], "big") for i in range(9, len(v), 8)]
     totals = [int.from_bytes(v[i + 6:i + 8], "big") for i in range(9, len(v), 8)]
     assert totals == [1, 2, 3, 4, 5] and int.from_bytes(v[7:9], "big") == 0, v
-    assert t0 <= times[0] < ws + 1500000 and ws + 1800000 <= times[1] < ws + P, (ws, times)
+    assert t0 <= times[0] < ws + 1500000 and ws + 1600000 <= times[1] < ws + P, (ws, times)
     assert times == sorted(times), times
     # once the first has left its window, exactly one more
     redis_sleep_until(redis, times[0] + P)
