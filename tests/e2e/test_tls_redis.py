@@ -115,6 +115,28 @@ def test_exact_over_tls_with_a_client_certificate(h, certs):
         assert_log_clean(a)
 
 
+def test_leases_and_drain_over_tls(h, certs):
+    """--lease over TLS: the leases grow with the client's demand, the
+    answers count down as Redis's would, and at SIGTERM the unspent
+    tokens go back to the server before the agent exits (rl7_return over
+    the TLS connection)."""
+    from test_lease import leased_25, Client
+
+    redis = RedisServer(h, tls=certs)
+    a = start(h, ("--redis", redis.addr), "--limit", "1000/1h", "--lease", "1s",
+              *certs.agent_args(), threads=1)
+    got = leased_25(a.port)
+    assert [v["remaining"] for v in got] == list(range(999, 974, -1)), got
+    assert h.stop(a) == 0
+    plain = start(h, ("--redis", redis.addr), "--limit", "1000/1h", *certs.agent_args(),
+                  threads=1, name="after")
+    c = Client(plain.port)
+    assert c.ask()["remaining"] in (974, 975)
+    c.close()
+    for x in (a, plain):
+        assert_log_clean(x)
+
+
 def test_localhost_verified_by_name_and_the_system_store_refuses_a_private_ca(h, certs):
     redis = RedisServer(h, tls=certs)
     a = start(h, ("--redis", "localhost:%d" % redis.port), "--limit", "4/1h",
