@@ -210,8 +210,8 @@ struct rule {
 	 * own rate limits then give way to the override's one). */
 	struct limit_spec max_override;
 	bool has_max_override;
-	/* Derived: conc, penalty.kind or has_max_override, or a layer with
-	 * either: what the common path tests once. */
+	/* Derived: conc, penalty.kind, has_max_override or delay_us, or a
+	 * layer with either: what the common path tests once. */
 	bool extras;
 	/* Derived: no layer and no concurrency limit: one key, all in the
 	 * memory store's hands. */
