@@ -136,6 +136,29 @@ def test_delay_on_redis(h):
     check_delay(metrics_agent(h, "--rules", rules_file(h), redis=redis))
 
 
+def test_delay_on_shards_with_a_layer(h):
+    """Two independent shards, and a global layer stacked on the rule: a
+    decision in parts on two servers (refunded when refused), decided
+    again in parts when its token is due."""
+    shards = [RedisServer(h, name="redis%d" % i) for i in (1, 2)]
+    path = rules_file(h)
+    with open(path) as f:
+        text = f.read()
+    text = text.replace("  slow: { limits: [\"1/1s\"], delay: 1s }",
+                        "  slow: { limits: [\"1/1s\"], delay: 1s, stack: [everyone] }")
+    text += "layers:\n  everyone: { identity: global, limits: [\"1000/1s\"] }\n"
+    with open(path, "w") as f:
+        f.write(text)
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", path,
+                "--redis-shards", ",".join(r.addr for r in shards),
+                "--hash-key-file", h.hash_key_file())
+    a.mport = mport
+    wait_for(lambda: len(re.findall(r"redis: worker \d+ ready", a.log())) >= 2, 10,
+             "the agent's worker ready on both shards")
+    check_delay(a)
+
+
 def test_max_delayed(h):
     """max_delayed: 2 (one worker): two clients' second requests are held;
     a third client's is refused at once, counted, while the two wait."""
