@@ -2,9 +2,11 @@
 """Delay instead of refusal (docs/rules.md, "Delay instead of refusal"): a
 request its rates refuse, that would pass within its rule's delay, is
 held by the agent and answered when its token is due, decided again then.
-Raw SPOP in memory and on Redis (1/1s with delay 1s: the second request
-of a second is admitted about a second later, the third refused; other
-requests, on the same connection and on others, answered meanwhile);
+Raw SPOP in memory and on Redis standalone, independent shards (with a
+global layer: a decision in parts), a Cluster and Sentinel (1/1s with
+delay 1s: the second request of a second is admitted about a second
+later, the third refused; other requests, on the same connection and on
+others, answered meanwhile);
 max_delayed; then through the real haproxy with the shipped example
 (haproxy-examples/delay.cfg, spoe-conf/ratelimit-delay.conf,
 examples/rules-delay.yaml).
@@ -20,6 +22,7 @@ import harness
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
+from redis_topology import Cluster, Sentinel
 
 RULES = """\
 answer: full
@@ -156,6 +159,39 @@ def test_delay_on_shards_with_a_layer(h):
     a.mport = mport
     wait_for(lambda: len(re.findall(r"redis: worker \d+ ready", a.log())) >= 2, 10,
              "the agent's worker ready on both shards")
+    check_delay(a)
+
+
+def fixture_cluster():
+    return Cluster(masters=3, replicas_per_master=0)
+
+
+def test_delay_on_cluster(h, cluster):
+    """A Redis Cluster: the held request decided again on its slot's master."""
+    cluster.reset()
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
+                "--redis-cluster", cluster.seeds(2), "--hash-key-file", h.hash_key_file())
+    a.mport = mport
+    wait_for(lambda: re.search(r"cluster: worker \d+: 3 masters serve 16384", a.log()), 10,
+             "the worker to have the slot map")
+    check_delay(a)
+
+
+def fixture_sentinel():
+    return Sentinel(sentinels=3)
+
+
+def test_delay_on_sentinel(h, sentinel):
+    """Sentinel: the held request decided again on the master it names."""
+    sentinel.reset()
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
+                "--redis-sentinel", sentinel.sentinel_addrs(), "--redis-master",
+                sentinel.master_name, "--hash-key-file", h.hash_key_file())
+    a.mport = mport
+    wait_for(lambda: re.search(r"redis: worker \d+ ready", a.log()), 10,
+             "the worker to be ready on the master")
     check_delay(a)
 
 
