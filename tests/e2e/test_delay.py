@@ -15,6 +15,7 @@ examples/rules-delay.yaml).
 import os
 import re
 import shutil
+import signal
 import threading
 import time
 
@@ -211,6 +212,26 @@ def test_max_delayed(h):
         t, v = p.wait(sid)
         assert v["status"] == 0 and t > t_full, v
     assert metric(a, "spoa_rl_delayed") == 0
+    p.close()
+
+
+def test_held_when_stopping(h):
+    """SIGTERM while a request is held for much longer than the grace time
+    (3 s): it is answered, refused with a Retry-After, before the agent
+    disconnects and exits 0."""
+    path = os.path.join(h.dir, "long.yaml")
+    with open(path, "w") as f:
+        f.write('answer: full\nidentity: [api_key]\n'
+                'tiers: { t: { limits: ["1/30s"], delay: 30s } }\n')
+    a = metrics_agent(h, "--rules", path)
+    p = Pipe(a.port)
+    assert p.wait(p.send("k1"))[1]["status"] == 0
+    held = p.send("k1")
+    wait_for(lambda: metric(a, "spoa_rl_delayed") == 1, 5, "the request to be held")
+    a.signal(signal.SIGTERM)
+    _, v = p.wait(held, timeout=10.0)
+    assert v["status"] == 429 and v["reason"] == "limited" and v["retry_after"] >= 20, v
+    assert a.popen.wait(10) == 0
     p.close()
 
 
