@@ -304,7 +304,7 @@ static void delay_series(struct out *o, const struct server *srv, const struct s
 	}
 	outf(o, "%s_sum %.6f\n%s_count %llu\n", name, (double)ss->delay_sum_us / 1e6, name,
 	     (unsigned long long)ss->delay_count);
-	gauge(o, "spoa_rl_delayed", "Requests held now by their rule's delay.",
+	gauge(o, "spoa_rl_delay_held", "Requests held now by their rule's delay.",
 	      counter_at(sts, STORE(delayed_held)));
 	counter(o, "spoa_rl_delay_full_total",
 		"Requests refused at once that a delay would have held: max_delayed were held already.",

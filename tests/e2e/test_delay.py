@@ -127,7 +127,7 @@ def check_delay(a):
     assert metric(a, "spoa_rl_delay_seconds_count") == 2
     # both waited about a second: neither under 0.5 s
     assert metric(a, 'spoa_rl_delay_seconds_bucket{le="0.5"}') == 0
-    assert metric(a, "spoa_rl_delayed") == 0
+    assert metric(a, "spoa_rl_delay_held") == 0
     assert metric(a, 'spoa_rl_limited_total{rule="slow"}') == 1
 
 
@@ -207,11 +207,11 @@ def test_max_delayed(h):
     t_full, v = p.wait(p.send("k3"))
     assert v["status"] == 429 and v["reason"] == "limited", v
     assert metric(a, "spoa_rl_delay_full_total") == 1
-    assert metric(a, "spoa_rl_delayed") == 2
+    assert metric(a, "spoa_rl_delay_held") == 2
     for sid in held:
         t, v = p.wait(sid)
         assert v["status"] == 0 and t > t_full, v
-    assert metric(a, "spoa_rl_delayed") == 0
+    assert metric(a, "spoa_rl_delay_held") == 0
     p.close()
 
 
@@ -227,7 +227,7 @@ def test_held_when_stopping(h):
     p = Pipe(a.port)
     assert p.wait(p.send("k1"))[1]["status"] == 0
     held = p.send("k1")
-    wait_for(lambda: metric(a, "spoa_rl_delayed") == 1, 5, "the request to be held")
+    wait_for(lambda: metric(a, "spoa_rl_delay_held") == 1, 5, "the request to be held")
     a.signal(signal.SIGTERM)
     _, v = p.wait(held, timeout=10.0)
     assert v["status"] == 429 and v["reason"] == "limited" and v["retry_after"] >= 20, v
