@@ -29,6 +29,31 @@ struct hist {
 	counter_t count;
 };
 
+/* The same for waits of seconds (a rule's delay, up to 30 s). */
+#define HIST_LONG_BUCKETS 11
+#define HIST_LONG_BOUNDS_US \
+	{ 10000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000, 30000000 }
+
+struct hist_long {
+	counter_t bucket[HIST_LONG_BUCKETS];
+	counter_t sum_us;
+	counter_t count;
+};
+
+static inline void hist_long_observe(struct hist_long *h, int64_t us)
+{
+	static const int64_t bound[HIST_LONG_BUCKETS - 1] = HIST_LONG_BOUNDS_US;
+	int i = 0;
+
+	if (us < 0)
+		us = 0;
+	while (i < HIST_LONG_BUCKETS - 1 && us > bound[i])
+		i++;
+	STAT_INC(h->bucket[i]);
+	STAT_ADD(h->sum_us, (uint64_t)us);
+	STAT_INC(h->count);
+}
+
 static inline void hist_observe(struct hist *h, int64_t us)
 {
 	static const int64_t bound[HIST_BUCKETS - 1] = HIST_BOUNDS_US;

@@ -148,6 +148,7 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 	if (v.rule->nstack)
 		layer_keys(rules, &v, q);
 	q->request_id = v.request_id ? decide_request_id(v.request_id) : 0;
+	q->delayed_since_us = 0;
 }
 
 const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,

@@ -65,6 +65,9 @@ struct decide_query {
 	 * its rule has a concurrency limit and it sent one, else 0: the
 	 * concurrency limit is then not checked. */
 	uint64_t request_id;
+	/* When the store first held it instead of refusing it (its rule's
+	 * delay, store/delay.h), on the monotonic clock; 0: never held. */
+	int64_t delayed_since_us;
 };
 
 enum decide_reason {
@@ -103,6 +106,10 @@ struct decide_decision {
 	 * release and response messages (place_len 0: none). */
 	char place[DECIDE_PLACE_MAX];
 	uint8_t place_len;
+	/* How long the store held the request before this answer (its
+	 * rule's delay), 0: not held. Set on answers made later only (the
+	 * store's answer callback), never read on those made at once. */
+	int64_t delayed_us;
 };
 
 /* The key limit j of q is kept under: the client's under the rule (key),

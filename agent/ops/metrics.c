@@ -280,6 +280,37 @@ static void shed_series(struct out *o, const struct server *srv, const struct se
 			     (double)sc->threshold_bp[p] / SHED_FULL);
 }
 
+/* Requests held by their rule's delay: by rule, how long they waited,
+ * held now, and refused at once for want of room (max_delayed). */
+static void delay_series(struct out *o, const struct server *srv, const struct server_stats *ss,
+			 const struct store_stats *sts, const struct rules *rules)
+{
+	static const int64_t bound[HIST_LONG_BUCKETS - 1] = HIST_LONG_BOUNDS_US;
+	const char *name = "spoa_rl_delay_seconds";
+	uint64_t cum = 0;
+
+	by_rule(o, srv, rules, "spoa_rl_delayed_total",
+		"Requests held by their rule's delay instead of refused, then answered (admitted or refused), by rule.",
+		RULE(delayed));
+	outf(o, "# HELP %s How long requests held by their rule's delay waited for their answer.\n"
+		"# TYPE %s histogram\n", name, name);
+	for (int b = 0; b < HIST_LONG_BUCKETS; b++) {
+		cum += ss->delay_bucket[b];
+		if (b < HIST_LONG_BUCKETS - 1)
+			outf(o, "%s_bucket{le=\"%g\"} %llu\n", name, (double)bound[b] / 1e6,
+			     (unsigned long long)cum);
+		else
+			outf(o, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	}
+	outf(o, "%s_sum %.6f\n%s_count %llu\n", name, (double)ss->delay_sum_us / 1e6, name,
+	     (unsigned long long)ss->delay_count);
+	gauge(o, "spoa_rl_delay_held", "Requests held now by their rule's delay.",
+	      counter_at(sts, STORE(delayed_held)));
+	counter(o, "spoa_rl_delay_full_total",
+		"Requests refused at once that a delay would have held: max_delayed were held already.",
+		counter_at(sts, STORE(delay_full)));
+}
+
 /* The workers' counters, then the server's (server_get_stats). */
 static void server_series(struct out *o, const struct server *srv, const struct server_stats *ss,
 			  const struct rules *rules)
@@ -401,6 +432,7 @@ static void render(struct server *srv, struct out *o)
 	counter(o, "spoa_rl_penalty_events_total",
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
 		counter_at(&sts, STORE(penalty_events)));
+	delay_series(o, srv, &ss, &sts, rules);
 	counter(o, "spoa_rl_override_unapplied_total",
 		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
 		rules_override_refused());

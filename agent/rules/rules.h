@@ -210,8 +210,8 @@ struct rule {
 	 * own rate limits then give way to the override's one). */
 	struct limit_spec max_override;
 	bool has_max_override;
-	/* Derived: conc, penalty.kind or has_max_override, or a layer with
-	 * either: what the common path tests once. */
+	/* Derived: conc, penalty.kind, has_max_override or delay_us, or a
+	 * layer with either: what the common path tests once. */
 	bool extras;
 	/* Derived: no layer and no concurrency limit: one key, all in the
 	 * memory store's hands. */
@@ -230,6 +230,12 @@ struct rule {
 #define RULES_LEASE_MAX_US 1000000
 #define RULES_LEASE_SHARE_MAX 50     /* the share: 1 to 50 percent */
 	uint32_t cost;           /* weight of a request, >= 1 (default 1) */
+	/* `delay`: a request its rates refuse, that would pass within this
+	 * long, is held and decided again when it would pass (store/delay.h);
+	 * 0: refused at once. */
+	int64_t delay_us;
+#define RULES_DELAY_MIN_US 1000           /* 1 ms to 30 s */
+#define RULES_DELAY_MAX_US 30000000
 	/* Derived at load: */
 	char policy[RULES_POLICY_MAX];                 /* RateLimit-Policy value */
 	char pname[LIMIT_SET_MAX][RULES_PNAME_MAX];     /* policy item per limit */
@@ -380,6 +386,11 @@ bool rules_shadow(const struct rules *r);               /* global shadow */
 /* `paths: raw`: path conditions compare the path as sent, not its normal
  * form (urlpath.h). */
 bool rules_paths_raw(const struct rules *r);
+/* `max_delayed`: the requests a worker holds at once for rules with a
+ * `delay` (store/delay.h); past it they are refused as without one. */
+#define RULES_MAX_DELAYED_DEFAULT 1024
+#define RULES_MAX_DELAYED_MAX 1000000
+uint32_t rules_max_delayed(const struct rules *r);
 /* Whether some rule asks for leases of its own (`lease`, store/lease.h). */
 bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */

@@ -132,6 +132,7 @@ struct rules {
 	 * condition, so that a prefix and the byte after it are exact. 0
 	 * when no condition reads the path. */
 	bool paths_raw;
+	uint32_t max_delayed;      /* rules_max_delayed() */
 	uint16_t path_cap;
 };
 _Static_assert(RULES_PATH_MAX + 1 <= UINT16_MAX, "path_cap fits its field");

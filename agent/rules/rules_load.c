@@ -102,10 +102,11 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* The keys a tier and an endpoint share. */
 enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_CONC, R_MAXDUR,
-       R_PENALTY, R_MAXOV, R_LEASE, R_N };
+       R_PENALTY, R_MAXOV, R_LEASE, R_DELAY, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits", "shadow",
 					   "on_store_failure", "cost", "stack", "concurrency",
-					   "max_duration", "penalty", "max_override", "lease"};
+					   "max_duration", "penalty", "max_override", "lease",
+					   "delay"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -142,6 +143,12 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 	if (v[R_LEASE] &&
 	    rules_parse_lease(c, where, v[R_LEASE], &rule->lease_us, &rule->lease_share) < 0)
 		return -1;
+	if (v[R_DELAY]) {
+		ys_path_key(sub, where, "delay");
+		if (ys_duration(y, v[R_DELAY], sub, RULES_DELAY_MIN_US, RULES_DELAY_MAX_US,
+				"1ms to 30s such as 500ms", &rule->delay_us) < 0)
+			return -1;
+	}
 	c->stack[rule->index] = v[R_STACK];
 	if (v[R_MAXOV] && rules_parse_max_override(c, where, v[R_MAXOV], rule) < 0)
 		return -1;
@@ -566,6 +573,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	snprintf(r->tier_arg, sizeof(r->tier_arg), "tier");
 	r->on_failure = RULES_FAIL_OPEN;
 	r->default_priority = RULES_DEFAULT_PRIORITY;
+	r->max_delayed = RULES_MAX_DELAYED_DEFAULT;
 	shed_config_defaults(&r->shed);
 }
 
@@ -575,10 +583,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 {
 	struct ys *y = &c->y;
 	enum { K_FAILURE, K_IDENTITY, K_SHADOW, K_COST, K_OVERRIDE, K_LIMITS, K_TIERS, K_ENDPOINTS,
-	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_LEASE, K_PATHS, K_N };
+	       K_LAYERS, K_STACK, K_PRIORITIES, K_SHEDDING, K_LEASE, K_PATHS, K_MAX_DELAYED, K_N };
 	static const char *const rules_keys[K_N] = {
 		"on_store_failure", "identity", "shadow", "cost_argument", "override_argument", "limits",
 		"tiers", "endpoints", "layers", "stack", "priorities", "shedding", "lease", "paths",
+		"max_delayed",
 	};
 	static const char *const paths_words[] = {"normalised", "raw"};
 	int paths = 0;
@@ -612,6 +621,13 @@ static int parse_root(struct ctx *c, yaml_node_t *root)
 	    ys_word(y, v[K_PATHS], "paths", paths_words, 2, "normalised or raw", &paths) < 0)
 		return -1;
 	r->paths_raw = paths == 1;
+	if (v[K_MAX_DELAYED]) {
+		long long n;
+
+		if (ys_int(y, v[K_MAX_DELAYED], "max_delayed", 0, RULES_MAX_DELAYED_MAX, &n) < 0)
+			return -1;
+		r->max_delayed = (uint32_t)n;
+	}
 	if (v[K_LEASE] && rules_parse_lease(c, "", v[K_LEASE], &r->lease_us, &r->lease_share) < 0)
 		return -1;
 	if (v[K_COST] && rules_get_name(y, v[K_COST], "cost_argument", r->cost_arg) < 0)
@@ -869,6 +885,8 @@ const struct rule *rules_default_tier(const struct rules *r)
 bool rules_shadow(const struct rules *r) { return r->shadow; }
 
 bool rules_paths_raw(const struct rules *r) { return r->paths_raw; }
+
+uint32_t rules_max_delayed(const struct rules *r) { return r->max_delayed; }
 
 bool rules_any_lease(const struct rules *r)
 {

@@ -8,6 +8,7 @@
 
 #include "alloc.h"
 #include "clock.h"
+#include "delay.h"
 #include "log.h"
 #include "inflight.h"
 #include "memstore.h"
@@ -69,6 +70,9 @@ void store_worker_free(struct store_worker *sw)
 			*pp = sw->next;
 			break;
 		}
+	/* the requests held are answered first: their refusals */
+	delay_free(sw->delays);
+	sw->delays = NULL;
 	if (sw->st->ops->worker_free)
 		sw->st->ops->worker_free(sw);
 	xfree(sw);
@@ -243,11 +247,95 @@ static __attribute__((noinline)) void count_refusal_of(struct store_worker *sw,
 		store_penalize(sw, q->rule, q->key);
 }
 
-static inline void count_refusal(struct store_worker *sw, const struct decide_query *q,
-				 const struct limit_result *res, const struct decide_decision *d)
+/* ---- a rule's delay ------------------------------------------------------------ */
+
+/* The time until every limit that refused q would let it pass. */
+static int64_t wait_of(const struct decide_query *q, const struct limit_result *res)
+{
+	int64_t w = 0;
+
+	for (size_t j = 0; j < q->nlimits; j++)
+		if (!res[j].allowed && res[j].retry_after_us > w)
+			w = res[j].retry_after_us;
+	return w;
+}
+
+/* Queues q's answer d, made later, saying how long q was held. */
+static void answer_later(struct store_worker *sw, const struct decide_query *q,
+			 const struct store_ref *ref, struct decide_decision *d)
+{
+	d->delayed_us = 0;
+	if (q->delayed_since_us) {
+		d->delayed_us = clock_now_us() - q->delayed_since_us;
+		if (d->delayed_us < 1)
+			d->delayed_us = 1;
+	}
+	sw->answer(sw->priv, ref, d);
+}
+
+static void on_due(void *priv, const struct decide_query *q, const struct store_ref *ref,
+		   bool late, int64_t retry_us);
+
+/* Holds q, which its rates refused (d), when its rule has a delay and it
+ * would pass within what is left of it (the whole delay, less the time
+ * it was held already), fewer than max_delayed being held: it is decided
+ * again then (on_due). `refs`: the query was not pending, and takes its
+ * references to the rules here (a pending one's go with it). Returns 1
+ * when held, 0 when d is the answer. */
+static int hold(struct store_worker *sw, const struct decide_query *q,
+		const struct store_ref *ref, const struct limit_result *res,
+		const struct decide_decision *d, bool refs)
+{
+	struct decide_query h;
+	int64_t now, wait, budget;
+
+	if (d->reason != DECIDE_LIMITED || d->status != 429)
+		return 0;
+	now = clock_now_us();
+	wait = wait_of(q, res);
+	budget = q->rule->delay_us - (q->delayed_since_us ? now - q->delayed_since_us : 0);
+	if (wait <= 0 || wait > budget)
+		return 0;
+	if (!sw->delays && !(sw->delays = delay_new(sw->loop, on_due, sw)))
+		return 0;
+	h = *q;
+	if (!h.delayed_since_us)
+		h.delayed_since_us = now > 0 ? now : 1;
+	if (delay_add(sw->delays, &h, ref, now, wait, rules_max_delayed(q->rules)) < 0) {
+		STAT_INC(sw->stats.delay_full);
+		return 0;
+	}
+	STAT_SET(sw->stats.delayed_held, delay_count(sw->delays));
+	if (refs) {
+		rules_acquire(q->rules);
+		rules_rule_hold(q->rule);
+	}
+	return 1;
+}
+
+/* What a decision of a rule with extras does besides answering: held by
+ * the rule's delay (returns 1), or counted for its penalty. */
+static __attribute__((noinline)) int extras_after(struct store_worker *sw,
+						  const struct decide_query *q,
+						  const struct store_ref *ref,
+						  const struct limit_result *res,
+						  const struct decide_decision *d, bool refs)
+{
+	if (q->rule->delay_us && hold(sw, q, ref, res, d, refs))
+		return 1;
+	count_refusal_of(sw, q, res, d);
+	return 0;
+}
+
+/* After the store decided q (d): 1 when its rule's delay holds it, the
+ * answer then coming later. Inline: most rules have no extras. */
+static inline int after_decision(struct store_worker *sw, const struct decide_query *q,
+				 const struct store_ref *ref, const struct limit_result *res,
+				 const struct decide_decision *d, bool refs)
 {
 	if (q->rule->extras)
-		count_refusal_of(sw, q, res, d);
+		return extras_after(sw, q, ref, res, d, refs);
+	return 0;
 }
 
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d)
@@ -290,8 +378,7 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
 	case STORE_DECIDED:
 		decide_result(q, res, decider, d);
-		count_refusal(sw, q, res, d);
-		return 1;
+		return !after_decision(sw, q, ref, res, d, true);
 	case STORE_PENDING:
 		/* The backend keeps a copy of q, which points into the rules
 		 * (and into the rule made for an override): they must outlive
@@ -316,13 +403,47 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 
 	if (res) {
 		decide_result(q, res, decider, &d);
-		count_refusal(sw, q, res, &d);
+		if (after_decision(sw, q, ref, res, &d, false))
+			return; /* held again: its references with it */
 	} else {
 		store_without(sw->st, q, &d);
 	}
-	sw->answer(sw->priv, ref, &d);
+	answer_later(sw, q, ref, &d);
 	rules_rule_unhold(rule);
 	rules_release(rules);
+}
+
+/* A held query is due: decided again by the store, as if it came now
+ * (store_complete answers it, or holds it again while its delay lasts).
+ * late: the worker's store goes first; refused as it was, with the time
+ * it still had to wait. */
+static void on_due(void *priv, const struct decide_query *q, const struct store_ref *ref,
+		   bool late, int64_t retry_us)
+{
+	struct store_worker *sw = priv;
+	struct limit_result res[LIMIT_SET_MAX];
+	struct decide_decision d;
+	int decider = -1;
+
+	STAT_SET(sw->stats.delayed_held, delay_count(sw->delays));
+	if (late) {
+		limit_refused_by(res, q->limits, q->nlimits, 0, retry_us, retry_us, retry_us);
+		decide_result(q, res, 0, &d);
+		answer_later(sw, q, ref, &d);
+		rules_rule_unhold(q->rule);
+		rules_release(q->rules);
+		return;
+	}
+	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
+	case STORE_DECIDED:
+		store_complete(sw, q, ref, res, decider);
+		return;
+	case STORE_PENDING:
+		return; /* the backend's store_complete() */
+	case STORE_UNAVAILABLE:
+		break;
+	}
+	store_complete(sw, q, ref, NULL, -1);
 }
 
 int store_response(struct store_worker *sw, const struct rules *rules, const char *place,

@@ -36,6 +36,7 @@
 #include "decide.h"
 #include "stats.h"
 
+struct delay_queue;
 struct memstore;
 struct overrides;
 struct store;
@@ -59,6 +60,8 @@ typedef void store_answer_fn(void *priv, const struct store_ref *ref,
  * (A backend keeps its own, and exports them: store_redis.h.) */
 struct store_stats {
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
+	counter_t delay_full;     /* refused at once: max_delayed were held (delay.h) */
+	counter_t delayed_held;   /* requests held now (a gauge) */
 };
 
 /* What a backend's check returns. */
@@ -197,6 +200,7 @@ struct store_worker {
 	store_answer_fn *answer;
 	void *priv;
 	void *impl;
+	struct delay_queue *delays; /* requests held (delay.h), made at the first */
 	struct store_stats stats;
 };
 
@@ -220,7 +224,10 @@ void store_worker_free(struct store_worker *sw);
 
 /* Decides a query that was not shed. Returns 1 when *d holds the decision
  * now, 0 when it will reach the worker's answer callback (the query's
- * rules stay referenced until then). */
+ * rules stay referenced until then): a shared store's answer, or one that
+ * its rule's delay holds (a refusal that would pass within the delay is
+ * decided again when it would, delay.h; its answer says how long it
+ * waited, decide_decision.delayed_us). */
 int store_submit(struct store_worker *sw, const struct decide_query *q,
 		 const struct store_ref *ref, struct decide_decision *d);
 

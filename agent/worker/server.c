@@ -66,6 +66,10 @@ void server_get_stats(const struct server *srv, struct server_stats *out)
 		for (int st = 0; st < 14; st++)
 			out->disconnects_sent[st] += STAT_GET(cs->disconnects_sent[st]);
 		out->answers_trimmed += STAT_GET(ws->answers_trimmed);
+		for (int b = 0; b < HIST_LONG_BUCKETS; b++)
+			out->delay_bucket[b] += STAT_GET(ws->delays.bucket[b]);
+		out->delay_sum_us += STAT_GET(ws->delays.sum_us);
+		out->delay_count += STAT_GET(ws->delays.count);
 		out->write_stalls += STAT_GET(cs->write_stalls);
 		if (at > out->load_at) {
 			out->load_at = at;

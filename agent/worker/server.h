@@ -86,6 +86,10 @@ struct server_stats {
 	uint64_t releases_bad;
 	uint64_t disconnects_sent[14]; /* by status code; index 13 holds 99 too */
 	uint64_t answers_trimmed;
+	/* how long held requests waited (struct hist_long, summed) */
+	uint64_t delay_bucket[HIST_LONG_BUCKETS];
+	uint64_t delay_sum_us;
+	uint64_t delay_count;
 	uint64_t write_stalls;
 	uint64_t out_grown;       /* bytes, server.out_grown */
 	uint64_t reloads;

@@ -114,12 +114,22 @@ static inline __attribute__((always_inline)) void count_decision(struct worker *
 		STAT_INC(rc->near_limit);
 }
 
+/* A request the store held (its rule's delay), answered now. */
+static __attribute__((noinline)) void count_delayed(struct worker *w,
+						    const struct decide_decision *d)
+{
+	STAT_INC(w->rule_stats[d->counters].delayed);
+	hist_long_observe(&w->stats.delays, d->delayed_us);
+}
+
 void worker_answer(void *worker, const struct store_ref *ref, const struct decide_decision *d)
 {
 	struct worker *w = worker;
 	struct conn *c;
 
 	count_decision(w, d);
+	if (d->delayed_us)
+		count_delayed(w, d);
 	c = conn_deferred(&w->conns, ref->id, ref->gen);
 	if (!c)
 		return;

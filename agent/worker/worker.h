@@ -43,6 +43,7 @@ struct worker_stats {
 	counter_t releases_bad; /* without a place or request_id, or a malformed place */
 	counter_t answers_trimmed; /* sent without optional variables, to fit
 	                            * the negotiated max-frame-size */
+	struct hist_long delays;   /* how long held requests waited (delay.h) */
 };
 
 /* The load figures (shed.h) of the last request that carried them, and

@@ -152,7 +152,7 @@ def test_reload_under_traffic_loses_no_request(h):
         assert line.endswith('reload failed, the rules in force stay: %s:3:1: unknown key '
                              '"endpointz" (expected one of: listen, threads, store, answer, listen_tls, '
                              'on_store_failure, identity, shadow, cost_argument, override_argument, limits, '
-                             'tiers, endpoints, layers, stack, priorities, shedding, lease, paths)' % rules), line
+                             'tiers, endpoints, layers, stack, priorities, shedding, lease, paths, max_delayed)' % rules), line
         traffic.wait_more(20)
     finally:
         records = traffic.stop()

@@ -32,7 +32,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 134
+#define ERR_FIXTURES 137
 
 static char err[1024];
 
@@ -835,7 +835,7 @@ static void test_buffer_errors(void **unused)
 	assert_null(rules_load_buffer("x: 1", 4, NULL, err, sizeof(err)));
 	assert_string_equal(err, "(rules):1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, listen_tls, "
 				 "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-				 "layers, stack, priorities, shedding, lease, paths)");
+				 "layers, stack, priorities, shedding, lease, paths, max_delayed)");
 	/* A short buffer truncates the message, NUL-terminated. */
 	assert_null(rules_load_buffer("x: 1", 4, "t.yaml", small, sizeof(small)));
 	assert_string_equal(small, "t.yaml:1:1: unk");
@@ -943,7 +943,7 @@ static void test_prescan_caps(void **unused)
 		strcat(y, "]");
 	load_fails(y, "t.yaml:1:1: unknown key \"x\" (expected one of: listen, threads, store, answer, listen_tls, "
 		   "on_store_failure, identity, shadow, cost_argument, override_argument, limits, tiers, endpoints, "
-		   "layers, stack, priorities, shedding, lease, paths)");
+		   "layers, stack, priorities, shedding, lease, paths, max_delayed)");
 	free(y);
 	y = times("x: ", "{a: ", 32);
 	load_fails(y, "t.yaml:1:128: nested deeper than 32 levels");
@@ -2115,6 +2115,35 @@ static void test_overrides_held(void **unused)
 	rules_release(r);
 }
 
+/* delay on a tier and an endpoint, none elsewhere; max_delayed and its
+ * default. */
+static void test_delay(void **unused)
+{
+	struct rules *r = load("max_delayed: 10\n"
+			       "tiers:\n"
+			       "  default: a\n"
+			       "  a: { limits: [1/1s], delay: 500ms }\n"
+			       "  b: { limits: [1/1s] }\n"
+			       "endpoints: [ { name: e, match: { path: /e }, limits: [10/1s],"
+			       " delay: 30s } ]\n");
+
+	assert_int_equal(rules_find(r, "a")->delay_us, 500000);
+	assert_int_equal(rules_find(r, "b")->delay_us, 0);
+	assert_int_equal(rules_find(r, "e")->delay_us, 30000000);
+	assert_int_equal(rules_max_delayed(r), 10);
+	rules_release(r);
+	r = load("limits: [1/1s]");
+	assert_int_equal(rules_find(r, "default")->delay_us, 0);
+	assert_int_equal(rules_max_delayed(r), RULES_MAX_DELAYED_DEFAULT);
+	rules_release(r);
+	r = load("max_delayed: 0\ntiers: { t: { limits: [1/1s], delay: 1ms } }");
+	assert_int_equal(rules_max_delayed(r), 0);
+	assert_int_equal(rules_find(r, "t")->delay_us, 1000);
+	rules_release(r);
+	load_fails("tiers: { t: { limits: [], delay: 500us } }",
+		   "t.yaml:1:34: tiers.t.delay: expected a duration from 1ms to 30s such as 500ms, got \"500us\"");
+}
+
 /* lease: the file's default for its rules, a rule's own, off, and the
  * bounds of each form. */
 static void test_lease(void **unused)
@@ -2256,6 +2285,7 @@ int main(void)
 		cmocka_unit_test(test_overrides),
 		cmocka_unit_test(test_overrides_held),
 		cmocka_unit_test(test_lease),
+		cmocka_unit_test(test_delay),
 		cmocka_unit_test(test_load_figures),
 		cmocka_unit_test(test_request_decode),
 	};

@@ -458,6 +458,94 @@ static void test_stats_summed(void **state)
 	store_free(st);
 }
 
+/* ---- a rule's delay ----------------------------------------------------------- */
+
+static struct decide_decision delayed_answers[8];
+static struct store_ref delayed_refs[8];
+static int ndelayed;
+
+static void on_delayed(void *priv, const struct store_ref *ref, const struct decide_decision *d)
+{
+	(void)priv;
+	assert_true(ndelayed < 8);
+	delayed_answers[ndelayed] = *d;
+	delayed_refs[ndelayed++] = *ref;
+}
+
+/* 1/50ms with a delay of 50ms, in the memory store, on a real loop: the
+ * first passes at once; the second, refused now, is held and admitted
+ * when its token is due (taken then: the bucket is empty again after);
+ * the third, held behind it, finds the token taken, has waited as long
+ * as the delay allows, and is refused; a rule without a delay refuses at
+ * once; past max_delayed (2) a request is refused at once, counted; one
+ * held when the worker's store goes is answered, refused. */
+static void test_delay_memory(void **state)
+{
+	struct rules *rules = rules_from_text("max_delayed: 2\n"
+					      "tiers:\n  default: d\n"
+					      "  d: { limits: [1/50ms], delay: 50ms }\n"
+					      "  n: { limits: [1/50ms] }\n");
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct store *st = store_memory_new(1000);
+	struct store_worker *sw = store_worker_new(st, loop, 0, on_delayed, NULL);
+	struct decide_query q;
+	struct decide_decision d;
+	struct store_ref ref = { 1, 1, 1, 1 };
+
+	(void)state;
+	assert_non_null(sw);
+	ndelayed = 0;
+	prepare(rules, "a", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	ref.stream_id = 2;
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 0);
+	ref.stream_id = 3;
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 0);
+	assert_int_equal(rules_refs(rules), 3);
+	/* the third of another client: max_delayed (2) are held */
+	prepare(rules, "b", &q);
+	ref.stream_id = 4;
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(STAT_GET(sw->stats.delay_full), 1);
+	assert_int_equal(STAT_GET(sw->stats.delayed_held), 2);
+	while (ndelayed < 2)
+		ev_run(loop, EVRUN_ONCE);
+	/* in the order they came: the second admitted, the third refused */
+	assert_int_equal(delayed_refs[0].stream_id, 2);
+	assert_int_equal(delayed_answers[0].status, 0);
+	assert_true(delayed_answers[0].delayed_us >= 1);
+	assert_int_equal(delayed_refs[1].stream_id, 3);
+	assert_int_equal(delayed_answers[1].status, 429);
+	assert_true(delayed_answers[1].delayed_us >= 1);
+	assert_int_equal(rules_refs(rules), 1);
+	assert_int_equal(STAT_GET(sw->stats.delayed_held), 0);
+	/* a tier without a delay refuses at once */
+	{
+		struct rules *nd = rules_from_text("limits: [1/1h]");
+
+		prepare(nd, "c", &q);
+		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+		assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+		assert_int_equal(d.status, 429);
+		rules_release(nd);
+	}
+	/* held when the store goes: answered, refused */
+	prepare(rules, "e", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 0);
+	store_worker_free(sw);
+	assert_int_equal(ndelayed, 3);
+	assert_int_equal(delayed_answers[2].status, 429);
+	assert_true(delayed_answers[2].retry_after >= 1);
+	assert_int_equal(rules_refs(rules), 1);
+	store_free(st);
+	ev_loop_destroy(loop);
+	rules_release(rules);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -468,6 +556,7 @@ int main(void)
 		cmocka_unit_test(test_memory_overrides_bounded),
 		cmocka_unit_test(test_memory_concurrency),
 		cmocka_unit_test(test_stats_summed),
+		cmocka_unit_test(test_delay_memory),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
