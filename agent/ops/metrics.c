@@ -151,6 +151,44 @@ static void health_series(struct out *o, struct store *st)
 	store_redis_each_node(st, up_line, &risk);
 }
 
+/* Per server worker 0 looks at (redis_info.h), once read. */
+static void info_line(void *arg, const char *node, const struct redis_stats *stats)
+{
+	if (STAT_GET(stats->info_read))
+		node_line(arg, node, stats);
+}
+
+static const struct {
+	const char *name, *help;
+	size_t offset;
+} info_gauges[] = {
+	{ "spoa_rl_redis_used_memory_bytes",
+	  "Memory the Redis server uses (INFO memory's used_memory), read every --redis-info-interval.",
+	  REDIS(used_memory) },
+	{ "spoa_rl_redis_maxmemory_bytes",
+	  "The Redis server's maxmemory (INFO memory), 0 when unlimited.", REDIS(maxmemory) },
+	{ "spoa_rl_redis_keys",
+	  "Keys in the Redis server's database (DBSIZE): the limiter's and any other's.",
+	  REDIS(keys) },
+};
+
+static void memory_info_series(struct out *o, struct store *st)
+{
+	struct node_line failures = { o, "spoa_rl_redis_info_failures_total",
+				      REDIS(info_failures) };
+
+	for (size_t k = 0; k < sizeof(info_gauges) / sizeof(info_gauges[0]); k++) {
+		struct node_line nl = { o, info_gauges[k].name, info_gauges[k].offset };
+
+		outf(o, "# HELP %s %s\n# TYPE %s gauge\n", nl.name, info_gauges[k].help, nl.name);
+		store_redis_each_node(st, info_line, &nl);
+	}
+	outf(o, "# HELP %s Looks at a Redis server's memory and keys that failed (no "
+	     "connection, INFO or DBSIZE refused, no answer in time); decisions never wait "
+	     "on them.\n# TYPE %s counter\n", failures.name, failures.name);
+	store_redis_each_node(st, node_line, &failures);
+}
+
 static void node_series(struct out *o, struct store *st)
 {
 	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", REDIS(not_evicting) };
@@ -167,6 +205,7 @@ static void node_series(struct out *o, struct store *st)
 	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
 	store_redis_each_node(st, node_line, &gauge);
 	health_series(o, st);
+	memory_info_series(o, st);
 }
 
 /* The shared store's counters, in the order of the text. */
