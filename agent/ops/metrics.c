@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "out.h"
 #include "procstat.h"
 #include "rules.h"
@@ -289,6 +290,23 @@ static void by_rule(struct out *o, const struct server *srv, const struct rules 
 	}
 }
 
+/* Distinct clients by rule (and layer), over the last 10 to 15 minutes,
+ * the workers' sketches merged (rulestats_clients). */
+static void clients_series(struct out *o, const struct server *srv, const struct rules *rules)
+{
+	int64_t now_us = clock_wall_ms() * 1000;
+
+	outf(o, "# HELP spoa_rl_clients_estimate Distinct clients (identity keys) a rule or layer "
+	     "decided for over the last 10 to 15 minutes (HyperLogLog, about 2%% error).\n"
+	     "# TYPE spoa_rl_clients_estimate gauge\n");
+	for (size_t i = 0; srv->rulestats && rules && i < rules_count(rules); i++) {
+		const struct rule *r = rules_rule_at(rules, i);
+
+		outf(o, "spoa_rl_clients_estimate{rule=\"%s\"} %.0f\n", r->name,
+		     rulestats_clients(srv->rulestats, r->counters, now_us));
+	}
+}
+
 /* Sheds by rule and priority, then what shedding compares: the load of
  * the most recent request that carried the figures, and the threshold
  * of each priority that has one. */
@@ -336,6 +354,7 @@ static void server_series(struct out *o, const struct server *srv, const struct 
 	by_rule(o, srv, rules, "spoa_rl_near_limit_total",
 		"Decisions allowed that left the client under a tenth of the quota of the limit that decided, by rule.",
 		RULE(near_limit));
+	clients_series(o, srv, rules);
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
 		ss->degraded);
 	by_rule(o, srv, rules, "spoa_rl_shadow_total",
