@@ -42,20 +42,54 @@ void hll_merge(const struct hll_window *w, int64_t now_us, uint8_t out[HLL_REGIS
 	}
 }
 
+/* Ertl's corrections ("New cardinality estimation algorithms for
+ * HyperLogLog sketches", 2017) for the registers at 0 (sigma) and at the
+ * largest rank (tau): an estimate without bias from 0 to far beyond any
+ * count of clients, with no table and no switch between estimators. */
+static double sigma(double x)
+{
+	double y = 1., z = x, before;
+
+	if (x >= 1.)
+		return INFINITY;
+	do {
+		x *= x;
+		before = z;
+		z += x * y;
+		y += y;
+	} while (z != before);
+	return z;
+}
+
+static double tau(double x)
+{
+	double y = 1., z = 1. - x, before;
+
+	if (x <= 0. || x >= 1.)
+		return 0.;
+	do {
+		x = sqrt(x);
+		before = z;
+		y *= 0.5;
+		z -= (1. - x) * (1. - x) * y;
+	} while (z != before);
+	return z / 3.;
+}
+
 double hll_estimate(const uint8_t reg[HLL_REGISTERS])
 {
+	enum { Q = 64 - HLL_BITS }; /* ranks go from 0 to Q + 1 */
 	const double m = HLL_REGISTERS;
-	double sum = 0., e;
-	unsigned zeros = 0;
+	unsigned c[Q + 2] = { 0 };
+	double z;
 
-	for (unsigned i = 0; i < HLL_REGISTERS; i++) {
-		sum += ldexp(1., -(int)reg[i]);
-		zeros += reg[i] == 0;
-	}
-	e = 0.7213 / (1. + 1.079 / m) * m * m / sum;
-	/* small counts: linear counting on the empty registers is the more
-	 * exact, up to about 2.5 registers a client */
-	if (e <= 2.5 * m && zeros)
-		e = m * log(m / zeros);
-	return e;
+	for (unsigned i = 0; i < HLL_REGISTERS; i++)
+		c[reg[i] <= Q + 1 ? reg[i] : Q + 1]++;
+	if (c[0] == HLL_REGISTERS)
+		return 0.;
+	z = m * tau(1. - c[Q + 1] / m);
+	for (int k = Q; k >= 1; k--)
+		z = 0.5 * (z + c[k]);
+	z += m * sigma(c[0] / m);
+	return m * m / (2. * M_LN2 * z);
 }

@@ -68,7 +68,7 @@ static inline uint64_t hll_hash(const uint8_t *key)
 void hll_merge(const struct hll_window *w, int64_t now_us, uint8_t out[HLL_REGISTERS]);
 
 /* The distinct clients that registers reg[] counted: HyperLogLog's
- * estimate, linear counting while registers are empty. */
+ * estimate with Ertl's corrections (no bias from 0 clients up). */
 double hll_estimate(const uint8_t reg[HLL_REGISTERS]);
 
 #endif
