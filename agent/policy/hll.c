@@ -6,6 +6,8 @@
 
 void hll_window_init(struct hll_window *w)
 {
+	w->now_period = -1;
+	w->now_slot = 0;
 	for (unsigned s = 0; s < HLL_SLOTS; s++) {
 		atomic_store_explicit(&w->period[s], -1, memory_order_relaxed);
 		for (unsigned i = 0; i < HLL_REGISTERS; i++)
@@ -17,6 +19,10 @@ void hll_turn(struct hll_window *w, int64_t period)
 {
 	unsigned s = (unsigned)(period % HLL_SLOTS);
 
+	w->now_period = period;
+	w->now_slot = s;
+	if (atomic_load_explicit(&w->period[s], memory_order_relaxed) == period)
+		return; /* back to a period after a clock stepped back, say */
 	/* marked empty first: a merge meanwhile leaves it out */
 	atomic_store_explicit(&w->period[s], -1, memory_order_relaxed);
 	for (unsigned i = 0; i < HLL_REGISTERS; i++)

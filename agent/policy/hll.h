@@ -28,6 +28,9 @@
 #define HLL_SLOT_US (300LL * 1000000)       /* a sketch's period: 5 minutes */
 
 struct hll_window {
+	/* the writer's own: the period it adds to, and that sketch */
+	int64_t now_period;
+	unsigned now_slot;
 	_Atomic int64_t period[HLL_SLOTS];  /* of each sketch's registers; -1 none */
 	_Atomic uint8_t reg[HLL_SLOTS][HLL_REGISTERS];
 };
@@ -35,23 +38,31 @@ struct hll_window {
 /* An empty window. */
 void hll_window_init(struct hll_window *w);
 
-/* The sketch of now_us's period, cleared first if it held an older one. */
+/* The period of now_us (>= 0), for hll_add: one division per request,
+ * whatever the windows it counts in. */
+static inline int64_t hll_period(int64_t now_us)
+{
+	return now_us / HLL_SLOT_US;
+}
+
+/* Makes `period`'s sketch the one added to, cleared first if it held an
+ * older period's clients. */
 void hll_turn(struct hll_window *w, int64_t period);
 
-/* Counts the client whose 64-bit hash is h, seen at now_us (>= 0). Inline:
- * every decision counts its client. */
-static inline void hll_add(struct hll_window *w, uint64_t h, int64_t now_us)
+/* Counts the client whose 64-bit hash is h, seen in `period`
+ * (hll_period). Inline: every decision counts its client. */
+static inline void hll_add(struct hll_window *w, uint64_t h, int64_t period)
 {
-	int64_t period = now_us / HLL_SLOT_US;
-	unsigned s = (unsigned)(period % HLL_SLOTS);
 	unsigned i = (unsigned)(h >> (64 - HLL_BITS));
 	/* the rank of the rest's first 1 bit; a guard bit bounds it */
 	uint8_t rank = (uint8_t)(__builtin_clzll((h << HLL_BITS) | (1ull << (HLL_BITS - 1))) + 1);
+	_Atomic uint8_t *r;
 
-	if (atomic_load_explicit(&w->period[s], memory_order_relaxed) != period)
+	if (period != w->now_period)
 		hll_turn(w, period);
-	if (atomic_load_explicit(&w->reg[s][i], memory_order_relaxed) < rank)
-		atomic_store_explicit(&w->reg[s][i], rank, memory_order_relaxed);
+	r = &w->reg[w->now_slot][i];
+	if (atomic_load_explicit(r, memory_order_relaxed) < rank)
+		atomic_store_explicit(r, rank, memory_order_relaxed);
 }
 
 /* The 64-bit hash of an identity key's first 8 bytes. */

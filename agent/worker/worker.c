@@ -147,15 +147,15 @@ static uint32_t worker_rand(struct worker *w)
  * time of the read, wall clock seconds). */
 static inline void count_clients(struct worker *w, const struct decide_query *q, double now)
 {
-	int64_t now_us = (int64_t)(now * 1e6);
+	int64_t period = hll_period((int64_t)(now * 1e6));
 	struct hll_window *h = w->clients[q->rule->counters];
 
 	if (h)
-		hll_add(h, hll_hash(q->key), now_us);
+		hll_add(h, hll_hash(q->key), period);
 	for (unsigned p = 0; p < q->rule->nstack; p++) {
 		h = w->clients[q->rule->stack[p]->counters];
 		if (h)
-			hll_add(h, hll_hash(q->lkey[p]), now_us);
+			hll_add(h, hll_hash(q->lkey[p]), period);
 	}
 }
 

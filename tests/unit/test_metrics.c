@@ -354,7 +354,7 @@ static void test_clients_estimate(void **unused)
 {
 	struct server srv;
 	struct rules *a, *b;
-	int64_t now = clock_wall_ms() * 1000;
+	int64_t now = hll_period(clock_wall_ms() * 1000);
 	uint64_t v;
 
 	memset(&srv, 0, sizeof(srv));
