@@ -373,6 +373,18 @@ static int set_timeout(struct options *o, const char *arg, char *err, size_t err
 	return 0;
 }
 
+static int set_info_interval(struct options *o, const char *arg, char *err, size_t errlen)
+{
+	double d;
+
+	if (parse_seconds(arg, 0.1, 3600., &d) < 0)
+		return fail(err, errlen, "--redis-info-interval: expected a duration from 100ms "
+			    "to 1h, got '%s'", arg);
+	o->redis.info_interval = d;
+	redis_only(o, "--redis-info-interval");
+	return 0;
+}
+
 static int set_batch(struct options *o, const char *arg, char *err, size_t errlen)
 {
 	long long n;
@@ -650,6 +662,9 @@ static const struct option_def defs[] = {
 	{ "redis-timeout", 0, "D", NULL,
 	  "deadline of a decision (default 20ms; a bare\nnumber is milliseconds)", set_timeout },
 	{ "redis-batch", 0, "N", NULL, "decisions per Redis call (default 64)", set_batch },
+	{ "redis-info-interval", 0, "D", NULL,
+	  "each server's memory and key count read this\noften, for the metrics (default 10s)",
+	  set_info_interval },
 	{ "redis-pipeline", 0, "N", NULL, "Redis calls in flight per worker (default 2)",
 	  set_pipeline },
 	{ "redis-max-pending", 0, "N", NULL, "decisions waiting per worker (default 10000)",

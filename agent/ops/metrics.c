@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "alloc.h"
+#include "clock.h"
 #include "out.h"
 #include "procstat.h"
 #include "rules.h"
@@ -151,6 +152,44 @@ static void health_series(struct out *o, struct store *st)
 	store_redis_each_node(st, up_line, &risk);
 }
 
+/* Per server worker 0 looks at (redis_info.h), once read. */
+static void info_line(void *arg, const char *node, const struct redis_stats *stats)
+{
+	if (STAT_GET(stats->info_read))
+		node_line(arg, node, stats);
+}
+
+static const struct {
+	const char *name, *help;
+	size_t offset;
+} info_gauges[] = {
+	{ "spoa_rl_redis_used_memory_bytes",
+	  "Memory the Redis server uses (INFO memory's used_memory), read every --redis-info-interval.",
+	  REDIS(used_memory) },
+	{ "spoa_rl_redis_maxmemory_bytes",
+	  "The Redis server's maxmemory (INFO memory), 0 when unlimited.", REDIS(maxmemory) },
+	{ "spoa_rl_redis_keys",
+	  "Keys in the Redis server's database (DBSIZE): the limiter's and any other's.",
+	  REDIS(keys) },
+};
+
+static void memory_info_series(struct out *o, struct store *st)
+{
+	struct node_line failures = { o, "spoa_rl_redis_info_failures_total",
+				      REDIS(info_failures) };
+
+	for (size_t k = 0; k < sizeof(info_gauges) / sizeof(info_gauges[0]); k++) {
+		struct node_line nl = { o, info_gauges[k].name, info_gauges[k].offset };
+
+		outf(o, "# HELP %s %s\n# TYPE %s gauge\n", nl.name, info_gauges[k].help, nl.name);
+		store_redis_each_node(st, info_line, &nl);
+	}
+	outf(o, "# HELP %s Looks at a Redis server's memory and keys that failed (no "
+	     "connection, INFO or DBSIZE refused, no answer in time); decisions never wait "
+	     "on them.\n# TYPE %s counter\n", failures.name, failures.name);
+	store_redis_each_node(st, node_line, &failures);
+}
+
 static void node_series(struct out *o, struct store *st)
 {
 	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", REDIS(not_evicting) };
@@ -167,6 +206,7 @@ static void node_series(struct out *o, struct store *st)
 	     "refused; else 0.\n# TYPE %s gauge\n", gauge.name, gauge.name);
 	store_redis_each_node(st, node_line, &gauge);
 	health_series(o, st);
+	memory_info_series(o, st);
 }
 
 /* The shared store's counters, in the order of the text. */
@@ -250,6 +290,23 @@ static void by_rule(struct out *o, const struct server *srv, const struct rules 
 	}
 }
 
+/* Distinct clients by rule (and layer), over the last 10 to 15 minutes,
+ * the workers' sketches merged (rulestats_clients). */
+static void clients_series(struct out *o, const struct server *srv, const struct rules *rules)
+{
+	int64_t now_us = clock_wall_ms() * 1000;
+
+	outf(o, "# HELP spoa_rl_clients_estimate Distinct clients (identity keys) a rule or layer "
+	     "decided for over the last 10 to 15 minutes (HyperLogLog, about 2%% error).\n"
+	     "# TYPE spoa_rl_clients_estimate gauge\n");
+	for (size_t i = 0; srv->rulestats && rules && i < rules_count(rules); i++) {
+		const struct rule *r = rules_rule_at(rules, i);
+
+		outf(o, "spoa_rl_clients_estimate{rule=\"%s\"} %.0f\n", r->name,
+		     rulestats_clients(srv->rulestats, r->counters, now_us));
+	}
+}
+
 /* Sheds by rule and priority, then what shedding compares: the load of
  * the most recent request that carried the figures, and the threshold
  * of each priority that has one. */
@@ -328,6 +385,7 @@ static void server_series(struct out *o, const struct server *srv, const struct 
 	by_rule(o, srv, rules, "spoa_rl_near_limit_total",
 		"Decisions allowed that left the client under a tenth of the quota of the limit that decided, by rule.",
 		RULE(near_limit));
+	clients_series(o, srv, rules);
 	counter(o, "spoa_rl_degraded_total", "Decisions made without the shared store.",
 		ss->degraded);
 	by_rule(o, srv, rules, "spoa_rl_shadow_total",

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "hll.h"
 #include "rules.h"
 
 #define FIELDS (sizeof(struct rule_counters) / sizeof(counter_t))
@@ -18,6 +19,9 @@ struct rulestats {
 	 * are the sums less these. */
 	uint64_t base[RULESTATS_NAMES][FIELDS];
 	struct rule_counters **worker;
+	/* each worker's distinct clients by name (RULESTATS_NAMES pointers),
+	 * made for a name when it first comes into the rules */
+	struct hll_window ***sketch;
 };
 
 struct rulestats *rulestats_new(int nworkers)
@@ -28,7 +32,10 @@ struct rulestats *rulestats_new(int nworkers)
 		return NULL;
 	rs->nworkers = nworkers;
 	rs->worker = xcalloc((size_t)nworkers, sizeof(*rs->worker));
-	if (!rs->worker) {
+	rs->sketch = xcalloc((size_t)nworkers, sizeof(*rs->sketch));
+	if (!rs->worker || !rs->sketch) {
+		xfree(rs->worker);
+		xfree(rs->sketch);
 		xfree(rs);
 		return NULL;
 	}
@@ -36,7 +43,8 @@ struct rulestats *rulestats_new(int nworkers)
 	 * calloc maps zero pages lazily. */
 	for (int i = 0; i < nworkers; i++) {
 		rs->worker[i] = xcalloc(RULESTATS_NAMES, sizeof(struct rule_counters));
-		if (!rs->worker[i]) {
+		rs->sketch[i] = xcalloc(RULESTATS_NAMES, sizeof(*rs->sketch[i]));
+		if (!rs->worker[i] || !rs->sketch[i]) {
 			rulestats_free(rs);
 			return NULL;
 		}
@@ -48,15 +56,48 @@ void rulestats_free(struct rulestats *rs)
 {
 	if (!rs)
 		return;
-	for (int i = 0; i < rs->nworkers; i++)
+	for (int i = 0; i < rs->nworkers; i++) {
 		xfree(rs->worker[i]);
+		for (size_t s = 0; rs->sketch[i] && s < RULESTATS_NAMES; s++)
+			xfree(rs->sketch[i][s]);
+		xfree(rs->sketch[i]);
+	}
 	xfree(rs->worker);
+	xfree(rs->sketch);
 	xfree(rs);
 }
 
 struct rule_counters *rulestats_worker(struct rulestats *rs, int i)
 {
 	return rs->worker[i];
+}
+
+struct hll_window *const *rulestats_sketches(struct rulestats *rs, int i)
+{
+	return rs->sketch[i];
+}
+
+double rulestats_clients(const struct rulestats *rs, uint32_t counters, int64_t now_us)
+{
+	uint8_t reg[HLL_REGISTERS] = { 0 };
+
+	for (int i = 0; i < rs->nworkers; i++)
+		if (rs->sketch[i][counters])
+			hll_merge(rs->sketch[i][counters], now_us, reg);
+	return hll_estimate(reg);
+}
+
+/* Each worker's window of distinct clients for the counters s, made
+ * empty: for a name new to them. One that cannot be made stays NULL (its
+ * clients are not counted). */
+static void sketches_for(struct rulestats *rs, uint32_t s)
+{
+	for (int i = 0; i < rs->nworkers; i++) {
+		if (!rs->sketch[i][s])
+			rs->sketch[i][s] = xmalloc(sizeof(struct hll_window));
+		if (rs->sketch[i][s])
+			hll_window_init(rs->sketch[i][s]);
+	}
 }
 
 static uint64_t sum(const struct rulestats *rs, uint32_t counters, size_t field)
@@ -125,6 +166,7 @@ void rulestats_assign(struct rulestats *rs, struct rules *r)
 		    strcmp(rs->name[rule->counters], rule->name) == 0)
 			continue;
 		s = take(rs);
+		sketches_for(rs, s);
 		memcpy(rs->name[s], rule->name, sizeof(rs->name[s]));
 		rs->seen[s] = rs->epoch;
 		rules_set_counters(r, i, s);

@@ -23,6 +23,7 @@
 
 #include "stats.h"
 
+struct hll_window;
 struct rules;
 
 /* One rule's counters in one worker: a cache line, and one counted on
@@ -51,6 +52,16 @@ void rulestats_free(struct rulestats *rs);
 
 /* Worker i's array of RULESTATS_NAMES counters (0 <= i < nworkers). */
 struct rule_counters *rulestats_worker(struct rulestats *rs, int i);
+
+/* Worker i's RULESTATS_NAMES windows of distinct clients (hll.h), by
+ * counters index: NULL for a name never in the rules (or out of memory).
+ * Worker i adds to them; the metrics merge them (rulestats_clients). */
+struct hll_window *const *rulestats_sketches(struct rulestats *rs, int i);
+
+/* The distinct clients the counters `counters` counted over the last 10
+ * to 15 minutes up to now_us (the wall clock's, as the workers' loops
+ * tell it), all workers merged: HyperLogLog's estimate, about 1.6%. */
+double rulestats_clients(const struct rulestats *rs, uint32_t counters, int64_t now_us);
 
 /* Gives each rule of `r` the counters of its name (rules_set_counters),
  * before the rules are published to the workers. A name never seen takes

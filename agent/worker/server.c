@@ -365,6 +365,7 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 	w->srv = srv;
 	w->idx = i;
 	w->rule_stats = rulestats_worker(srv->rulestats, i);
+	w->clients = rulestats_sketches(srv->rulestats, i);
 	w->rules = atomic_load(&srv->rules);
 	rules_acquire(w->rules);
 	atomic_store(&w->seen_gen, rules_gen(w->rules));

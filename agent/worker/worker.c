@@ -8,6 +8,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "decide.h"
+#include "hll.h"
 #include "log.h"
 #include "server.h"
 #include "spop.h"
@@ -151,6 +152,23 @@ static uint32_t worker_rand(struct worker *w)
 	return x;
 }
 
+/* Counts the client of q among the distinct clients of its rule and of
+ * each layer's under the layer's identity (hll.h), at `now` (the loop's
+ * time of the read, wall clock seconds). */
+static inline void count_clients(struct worker *w, const struct decide_query *q, double now)
+{
+	int64_t period = hll_period((int64_t)(now * 1e6));
+	struct hll_window *h = w->clients[q->rule->counters];
+
+	if (h)
+		hll_add(h, hll_hash(q->key), period);
+	for (unsigned p = 0; p < q->rule->nstack; p++) {
+		h = w->clients[q->rule->stack[p]->counters];
+		if (h)
+			hll_add(h, hll_hash(q->lkey[p]), period);
+	}
+}
+
 /* Decides a check-rate message read on c. Returns 1 when *d holds the
  * decision now, 0 when it comes later (worker_answer). */
 static int check_rate(struct worker *w, struct conn *c, const struct spop_frame *f,
@@ -163,6 +181,7 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 	decide_prepare_request(w->rules, req, worker_rand(w), &q);
 	if (w->ovt)
 		decide_override(w->rules, w->ovt, clock_wall_ms(), &q);
+	count_clients(w, &q, v->last_active);
 	if (q.load_known) {
 		/* for the load gauge; last_active is when this was read */
 		STAT_SET(w->load.in_use, q.in_use);

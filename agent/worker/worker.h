@@ -83,6 +83,7 @@ struct worker {
 	uint32_t rnd;
 	struct conn_set conns;    /* its connections, handled by this module */
 	struct rule_counters *rule_stats; /* this worker's counters (rulestats.h) */
+	struct hll_window *const *clients; /* and distinct clients (rulestats_sketches) */
 	struct worker_stats stats;
 	struct worker_load load;
 	struct fixed_answer *fixed; /* with --fixed-answer: the server's, once seen */

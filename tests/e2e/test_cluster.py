@@ -9,7 +9,8 @@ which starts with reset().
   under 5% of decisions are degraded;
 - a master killed: its replica takes over and decisions are exact again,
   not degraded, within seconds (printed);
-- the admin endpoint and the per-node metrics on a cluster.
+- the admin endpoint and the per-node metrics on a cluster, Redis's
+  memory and keys one series per master.
 
 Decisions during a topology change are refused, not forwarded, when the
 store cannot decide (on_store_failure: closed), so that "at most the
@@ -285,6 +286,37 @@ def test_admin_and_node_metrics(h, cluster):
     assert r.status == 200 and '"deleted": 1' in r.text, r.text
     got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
     assert got["m-007"] == (2, 1, 0), got
+
+
+def node_series(mport, name):
+    """{node: value} of the series name{node=...}."""
+    text = http_get(mport, "/metrics").text
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r'^%s\{node="([^"]+)"\} (\d+)$' % name, text, re.M)}
+
+
+def test_memory_and_keys_by_master(h, cluster):
+    """One series of memory and keys per master (none for a replica or a
+    seed that is not one), each following the keys the clients' decisions
+    wrote on that master."""
+    cluster.reset()
+    a = start(h, cluster, "--limit", "2/1h", "--redis-info-interval", "200ms", metrics=True)
+    masters = {"127.0.0.1:%d" % m.port: m.port for m in cluster.masters()}
+    wait_for(lambda: set(node_series(a.mport, "spoa_rl_redis_used_memory_bytes")) ==
+             set(masters), 10, "every master's memory read")
+    fleet.burst([a.port], keys(300, "mem"), per_key=1)
+
+    def dbsizes():
+        return {n: int(cluster.command(p, "DBSIZE")) for n, p in masters.items()}
+
+    wait_for(lambda: node_series(a.mport, "spoa_rl_redis_keys") == dbsizes(), 10,
+             "the keys of every master counted")
+    got = node_series(a.mport, "spoa_rl_redis_keys")
+    print("keys by master:", got)
+    assert sum(got.values()) >= 300 and all(n > 0 for n in got.values()), got
+    assert set(node_series(a.mport, "spoa_rl_redis_maxmemory_bytes")) == set(masters)
+    assert all(v == 0 for v in node_series(a.mport, "spoa_rl_redis_info_failures_total")
+               .values())
 
 
 def test_admin_on_packed_buckets(h, cluster):

@@ -7,14 +7,16 @@ shared by the module's tests, each of which starts with reset().
 - the master killed under load: exact decisions from the new master within
   the failover time plus one second;
 - passwords on the data servers and on the sentinels;
-- packed buckets and keys without an expiry on the master.
+- packed buckets and keys without an expiry on the master;
+- Redis's memory and keys: the master's series alone.
 """
 
 import re
 import time
 
 import fleet
-from harness import wait_for
+import harness
+from harness import http_get, wait_for
 from redis_topology import Sentinel
 
 
@@ -132,3 +134,28 @@ def test_packed_and_no_expiry_through_sentinel(h, sentinel):
     finally:
         with sentinel.client() as c:
             c.command("CONFIG", "SET", "maxmemory", "0", "maxmemory-policy", "noeviction")
+
+
+def test_memory_and_keys_of_the_master(h, sentinel):
+    """One series of memory and keys, the master's (not its replica's),
+    following the keys the decisions wrote there."""
+    sentinel.reset()
+    mport = harness.free_port()
+    a = start(h, sentinel, "--limit", "3/1h", "--redis-info-interval", "200ms",
+              "--metrics", "127.0.0.1:%d" % mport)
+    fleet.burst([a.port], keys(40, "mem"), per_key=1)
+    port = sentinel.master_port()
+
+    def keys_series():
+        text = http_get(mport, "/metrics").text
+        return {m.group(1): int(m.group(2)) for m in
+                re.finditer(r'^spoa_rl_redis_keys\{node="([^"]+)"\} (\d+)$', text, re.M)}
+
+    def dbsize():
+        with sentinel.client(port) as c:
+            return int(c.command("DBSIZE"))
+
+    wait_for(lambda: [(n.rsplit(":", 1)[1], v) for n, v in keys_series().items()] ==
+             [(str(port), dbsize())], 10, "the master's keys counted")
+    assert dbsize() >= 40
+

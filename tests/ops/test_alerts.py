@@ -159,6 +159,9 @@ def test_alert_rules_name_served_metrics(h):
     with Conn(a.port, timeout=5) as c:
         c.handshake()
         assert c.check_rate(1, 1, api_key="alerts")["status"] == 0
+    # the server's memory and keys, read a second after the start
+    wait_for(lambda: "spoa_rl_redis_used_memory_bytes{" in http_get(mport, "/metrics").text,
+             10, "Redis's memory read")
     text = http_get(mport, "/metrics").text
     served = set(re.findall(r"^(spoa_rl_[a-z0-9_]+)[{ ]", text, re.M))
     named = set(re.findall(r"\bspoa_rl_[a-z0-9_]+", read(RULES)))

@@ -134,6 +134,9 @@ def test_metrics_pass_promtool(h):
     promtool = tool("promtool")
     a = start(h)
     check_traffic(traffic(a, "1"))
+    # the server's memory and keys, read a second after the start
+    wait_for(lambda: "spoa_rl_redis_used_memory_bytes{" in http_get(a.mport, "/metrics").text,
+             10, "Redis's memory read")
     text = http_get(a.mport, "/metrics").text
     s = series(text)
     assert s['spoa_rl_decisions_total{rule="free"}'] == 11, text  # 8 + 3 shed
@@ -148,6 +151,15 @@ def test_metrics_pass_promtool(h):
     assert s["spoa_rl_backend_load"] == 0.25, text
     assert s['spoa_rl_shed_threshold{priority="3"}'] == 0.7, text
     assert s["spoa_rl_redis_call_duration_seconds_count"] > 0, text
+    # distinct clients: free decided for f1 and r1 (shed), the others for one each
+    assert s['spoa_rl_clients_estimate{rule="free"}'] == 2, text
+    assert s['spoa_rl_clients_estimate{rule="pro"}'] == 1, text
+    assert s['spoa_rl_clients_estimate{rule="search"}'] == 1, text
+    node = [k for k in s if k.startswith("spoa_rl_redis_used_memory_bytes{")]
+    assert len(node) == 1 and s[node[0]] > 100000, text
+    assert s[node[0].replace("used_memory", "maxmemory")] == 0, text
+    assert s[node[0].replace("used_memory_bytes", "keys")] > 0, text
+    assert s[node[0].replace("used_memory_bytes", "info_failures_total")] == 0, text
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                        text=True, timeout=20)
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
@@ -263,3 +275,7 @@ def test_dashboard_queries_on_prometheus(h):
     assert up[0]["metric"]["node"].startswith("127.0.0.1:"), up
     ready = prom.query(substitute(panels["Ready"]))
     assert float(ready[0]["value"][1]) == 1.0, ready
+    clients = prom.query(substitute(panels["Distinct clients by rule"]))
+    assert {r["metric"]["rule"]: float(r["value"][1]) for r in clients}["free"] == 4.0, clients
+    keys = prom.query(substitute(panels["Redis keys by server"]))
+    assert [r["metric"]["node"] for r in keys] == [up[0]["metric"]["node"]], keys

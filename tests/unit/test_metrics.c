@@ -19,6 +19,8 @@
 #include <cmocka.h>
 
 #include "alloc.h"
+#include "clock.h"
+#include "hll.h"
 #include "memstore.h"
 #include "metrics.h"
 #include "out.h"
@@ -346,6 +348,47 @@ static void test_counters_taken_back(void **unused)
 	rulestats_free(rs);
 }
 
+/* Distinct clients by rule: each worker's sketch merged (a client seen by
+ * two workers counts once), a rule kept by a reload keeps its clients. */
+static void test_clients_estimate(void **unused)
+{
+	struct server srv;
+	struct rules *a, *b;
+	int64_t now = hll_period(clock_wall_ms() * 1000);
+	uint64_t v;
+
+	memset(&srv, 0, sizeof(srv));
+	shared = 0;
+	srv.store = &store;
+	srv.rulestats = rulestats_new(NWORKERS);
+	assert_non_null(srv.rulestats);
+	a = swap(&srv, "tiers: { default: free, free: { limits: [10/1m] }, pro: { limits: [100/1m] } }");
+	assert_int_equal(series(&srv, "spoa_rl_clients_estimate{rule=\"free\"} "), 0);
+	for (uint64_t c = 0; c < 3000; c++) {
+		uint64_t h = (c + 1) * 0x9e3779b97f4a7c15ull;
+
+		h ^= h >> 29;
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 32;
+		/* workers 0 and 1 see the first 2000 and the last 2000 */
+		if (c < 2000)
+			hll_add(rulestats_sketches(srv.rulestats, 0)[rules_find(a, "free")->counters], h,
+				now);
+		if (c >= 1000)
+			hll_add(rulestats_sketches(srv.rulestats, 1)[rules_find(a, "free")->counters], h,
+				now);
+	}
+	v = series(&srv, "spoa_rl_clients_estimate{rule=\"free\"} ");
+	assert_true(v > 2850 && v < 3150);
+	assert_int_equal(series(&srv, "spoa_rl_clients_estimate{rule=\"pro\"} "), 0);
+	b = swap(&srv, "tiers: { default: free, free: { limits: [20/1m] } }");
+	assert_int_equal(series(&srv, "spoa_rl_clients_estimate{rule=\"free\"} "), v);
+	assert_false(has_series(&srv, "spoa_rl_clients_estimate{rule=\"pro\"}"));
+	rules_release(a);
+	rules_release(b);
+	rulestats_free(srv.rulestats);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -354,6 +397,7 @@ int main(void)
 		cmocka_unit_test(test_allocation_failure),
 		cmocka_unit_test(test_rules_across_reloads),
 		cmocka_unit_test(test_counters_taken_back),
+		cmocka_unit_test(test_clients_estimate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,6 +40,7 @@
 #include "redis_node.h"
 #include "redis_oneway.h"
 #include "redis_health.h"
+#include "redis_info.h"
 #include "redis_overrides.h"
 #include "redis_ready.h"
 #include "redis_sentinel.h"
@@ -107,6 +108,9 @@ struct redis_worker {
 	/* worker 0: the fleet's overrides, polled (see on_ov_poll) */
 	ev_timer ov_w;
 	struct redis_overrides *ovr;
+	/* worker 0: each server's memory and keys (see on_info_poll) */
+	ev_timer info_w;
+	struct redis_info *info;
 	/* nodes replaced by a new map or master, freed outside callbacks */
 	struct redis_node *retired[WORKER_NODES_MAX];
 	size_t nretired;
@@ -129,6 +133,7 @@ void store_redis_defaults(struct redis_config *cfg)
 	cfg->local_cache = 1;
 	cfg->lease_us = 0;
 	cfg->lease_share = 10;
+	cfg->info_interval = 10.;
 	redis_keys_defaults(&cfg->keys);
 }
 
@@ -882,6 +887,49 @@ static void on_ov_poll(struct ev_loop *loop, ev_timer *t, int revents)
 		redis_overrides_poll(rw->ovr, redis_node_addr(rn), redis_node_unexpiring(rn));
 }
 
+/* ---- each server's memory and keys (redis_info.h) -----------------------------
+ *
+ * Worker 0 looks at every server that holds the limiter's keys now, each
+ * --redis-info-interval, on connections of its own. */
+
+static struct redis_stats *info_stats(void *owner, const struct addr *at)
+{
+	return node_stats(((struct redis_worker *)owner)->rst, at);
+}
+
+static void on_info_poll(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct redis_worker *rw = t->data;
+	const struct addr *at = NULL;
+	size_t n = 0;
+
+	(void)loop;
+	(void)revents;
+	switch (rw->cfg->topology) {
+	case REDIS_STANDALONE:
+		at = &rw->cfg->addr;
+		n = 1;
+		break;
+	case REDIS_SHARDS:
+		at = rw->cfg->nodes;
+		n = rw->cfg->nnodes;
+		break;
+	case REDIS_SENTINEL:
+		if (rw->node[0]) {
+			at = redis_node_addr(rw->node[0]);
+			n = 1;
+		}
+		break;
+	case REDIS_CLUSTER:
+		if (rw->map) {
+			at = rw->map->master;
+			n = rw->map->nmasters;
+		}
+		break;
+	}
+	redis_info_poll(rw->info, at, n, (int64_t)(rw->cfg->info_interval * 1e6));
+}
+
 /* ---- leases (lease.h) ------------------------------------------------------------ */
 
 /* A lease's unspent tokens, back to the server of its client. */
@@ -958,11 +1006,17 @@ static int redis_worker_init(struct store_worker *sw)
 	ev_prepare_start(sw->loop, &rw->reap_w);
 	ev_timer_init(&rw->ov_w, on_ov_poll, 0.01, OV_POLL);
 	rw->ov_w.data = rw;
+	ev_timer_init(&rw->info_w, on_info_poll, cfg->info_interval < 1. ? cfg->info_interval : 1.,
+		      cfg->info_interval);
+	rw->info_w.data = rw;
 	if (sw->idx == 0) {
 		rw->ovr = redis_overrides_new(sw->loop, cfg, on_ov_set, rw);
 		ev_timer_start(sw->loop, &rw->ov_w);
+		rw->info = redis_info_new(sw->loop, cfg, info_stats, rw);
+		ev_timer_start(sw->loop, &rw->info_w);
 	}
-	if (!rw->cache || !rw->held || (sw->idx == 0 && !rw->ovr) || leases_init(rw) < 0) {
+	if (!rw->cache || !rw->held || (sw->idx == 0 && (!rw->ovr || !rw->info)) ||
+	    leases_init(rw) < 0) {
 		redis_worker_free(sw);
 		return -1;
 	}
@@ -1024,6 +1078,8 @@ static void redis_worker_free(struct store_worker *sw)
 	ev_timer_stop(sw->loop, &rw->recheck_w);
 	ev_timer_stop(sw->loop, &rw->ov_w);
 	redis_overrides_free(rw->ovr);
+	ev_timer_stop(sw->loop, &rw->info_w);
+	redis_info_free(rw->info);
 	ev_prepare_stop(sw->loop, &rw->reap_w);
 	xfree(rw->map);
 	xfree(rw->held);

@@ -68,6 +68,7 @@ struct redis_config {
 	int64_t lease_us;        /* leases (lease.h) of this interval; 0: none */
 	unsigned lease_share;    /* a lease's most, in percent of a capacity */
 	struct redis_keys keys;  /* how keys are named: packing, expiry */
+	double info_interval;    /* each server's memory and keys read this often (s) */
 	/* the passwords in force, which a reload may change (redis_auth.h):
 	 * a store's own; NULL (a configuration not yet a store's): password
 	 * and sentinel_password above */
@@ -123,6 +124,15 @@ struct redis_stats {
 	counter_t last_kind;
 	counter_t logged_kind;
 	counter_t eviction_risk;
+	/* per server, read every --redis-info-interval by worker 0
+	 * (redis_info.h): INFO memory's used_memory and maxmemory (0:
+	 * unlimited), DBSIZE; info_read 1 once read, 0 while no worker
+	 * looks at the server; looks that failed */
+	counter_t used_memory;
+	counter_t maxmemory;
+	counter_t keys;
+	counter_t info_read;
+	counter_t info_failures;
 };
 
 /* For the metrics, on the main thread. Whether st is a Redis store, and
