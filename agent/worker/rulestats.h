@@ -25,13 +25,14 @@
 
 struct rules;
 
-/* One rule's counters in one worker: a cache line. */
+/* One rule's counters in one worker: a cache line, and one counter more. */
 struct rule_counters {
 	counter_t decisions;
 	counter_t limited;     /* status 429 */
 	counter_t shadow;      /* would have been refused: forwarded by shadow mode */
 	counter_t near_limit;  /* allowed, leaving under a tenth of the quota */
 	counter_t shed[4];     /* status 503 by load, by priority (P0 never) */
+	counter_t saturated;   /* decided by the local bucket: the store was late */
 };
 
 /* Names with counters: more than twice the rules one file may hold
