@@ -494,6 +494,8 @@ static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *pri
 	if (rn->state == NODE_CONNECTING) {
 		set_state(rn, NODE_READY);
 		rn->down = false;
+		/* a probe lost with the last connection: the next one may go */
+		rn->breaker.probing = false;
 		redis_health_recovered(rn->stats, rn->name);
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		rn->backoff = RECONNECT_MIN;
@@ -538,6 +540,10 @@ static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 		(*rn->shared_calls)--;
 	if (reply)
 		redis_breaker_heard(&rn->breaker, clock_now_us());
+	/* Late, for queries answered saturated: Redis answers all the same
+	 * (and a probe among them closes the breaker). */
+	if (b->answered && reply && reply->type == REDIS_REPLY_STRING)
+		redis_breaker_succeeded(&rn->breaker);
 	if (!b->answered) {
 		/* the decoder checks the whole reply before answering anyone */
 		if (reply && reply->type == REDIS_REPLY_STRING)
