@@ -9,6 +9,10 @@ keeps answering. None may be answered by the failure policy (open here):
 the circuit breaker never opens (no skips, no trips), and every decision
 made without Redis is a saturated one, made by the rule's local bucket.
 
+(Redis ends a CLIENT PAUSE at its next timer tick, 100 ms apart at the
+default `hz 10`: the server runs with `--hz 100` so that a 40 ms pause
+lasts about 40 ms, not up to 140.)
+
 A Redis stopped (SIGSTOP) under the same load is a dead one: the breaker
 opens, and Redis decides again once it is back (how fast is
 test_hardening's test_breaker_closes_within_a_second_of_recovery).
@@ -99,7 +103,7 @@ def in_background(fn):
 
 @harness.serial
 def test_slow_spells_are_saturation_not_failure(h):
-    redis = RedisServer(h)
+    redis = RedisServer(h, extra=["--hz", "100"])
     a = start(h, redis)
     done = in_background(lambda: bench(a, 4))
     wait_for(lambda: metrics(a).get("spoa_rl_redis_replies_total", 0) > 1000, 10,

@@ -42,11 +42,13 @@ bool redis_breaker_silent(const struct redis_breaker *b, bool out, int64_t oldes
 	return now - since >= REDIS_BREAKER_SILENT_US;
 }
 
-void redis_breaker_went_silent(struct redis_breaker *b, int64_t now)
+void redis_breaker_went_silent(struct redis_breaker *b, int64_t oldest_sent, int64_t now)
 {
 	if (!b->open_until && b->fails < REDIS_BREAKER_FAILS - 1) {
-		log_warn("redis: worker %d: %s: no reply to anything for %d ms", b->worker, b->name,
-			 REDIS_BREAKER_SILENT_US / 1000);
+		int64_t since = oldest_sent > b->heard ? oldest_sent : b->heard;
+
+		log_warn("redis: worker %d: %s: no reply to anything for %lld ms", b->worker,
+			 b->name, (long long)((now - since) / 1000));
 		b->fails = REDIS_BREAKER_FAILS - 1;
 	}
 	redis_breaker_failed(b, now);

@@ -61,9 +61,10 @@ static inline void redis_breaker_heard(struct redis_breaker *b, int64_t now)
 bool redis_breaker_silent(const struct redis_breaker *b, bool out, int64_t oldest_sent,
 			  int64_t now);
 
-/* A deadline passed with the server silent: it failed, and the breaker
- * opens at once (or, open, probes again later). */
-void redis_breaker_went_silent(struct redis_breaker *b, int64_t now);
+/* A deadline passed with the server silent (the oldest call out left at
+ * oldest_sent, for the log): it failed, and the breaker opens at once
+ * (or, open, probes again later). */
+void redis_breaker_went_silent(struct redis_breaker *b, int64_t oldest_sent, int64_t now);
 
 /* Whether a decision submitted now may go to the server (ready: it is
  * connected and its library loaded): always while closed; while open,

@@ -261,9 +261,9 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_node *rn = t->data;
 	int64_t now = clock_now_us();
+	int64_t sent = rn->oldest ? rn->oldest->sent : 0;
 	bool busy = rn->state == NODE_READY &&
-		    !redis_breaker_silent(&rn->breaker, rn->oldest != NULL,
-					  rn->oldest ? rn->oldest->sent : 0, now);
+		    !redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now);
 	int expired = 0;
 
 	while (rn->qlen && rn->queue[rn->qhead].deadline <= now) {
@@ -282,7 +282,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 	/* Queries still queued at their deadline waited behind a call that
 	 * has not come back: with Redis silent, that counts against it. */
 	if (expired && rn->state == NODE_READY && !busy)
-		redis_breaker_went_silent(&rn->breaker, now);
+		redis_breaker_went_silent(&rn->breaker, sent, now);
 	for (struct rbatch *b = rn->oldest; b; b = b->next) {
 		if (b->answered)
 			continue;
@@ -298,7 +298,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 		}
 		redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
 		fail_batch(rn, b);
-		redis_breaker_went_silent(&rn->breaker, now);
+		redis_breaker_went_silent(&rn->breaker, sent, now);
 	}
 	arm_deadline(rn);
 }
@@ -921,6 +921,10 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	ev_timer_init(&rn->reconnect_w, on_reconnect, 0., 0.);
 	rn->reconnect_w.data = rn;
 	ev_timer_init(&rn->deadline_w, on_deadline, 0., 0.);
+	/* after the connection's reading in the same loop iteration: an agent
+	 * that wakes late (its CPU busy) reads the replies waiting for it
+	 * before it judges Redis silent */
+	ev_set_priority(&rn->deadline_w, EV_MINPRI);
 	rn->deadline_w.data = rn;
 	ev_timer_init(&rn->handshake_w, on_handshake_timeout, HANDSHAKE_S, 0.);
 	rn->handshake_w.data = rn;
