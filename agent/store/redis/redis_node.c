@@ -262,9 +262,20 @@ static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 	struct redis_node *rn = t->data;
 	int64_t now = clock_now_us();
 	int64_t sent = rn->oldest ? rn->oldest->sent : 0;
-	bool busy = rn->state == NODE_READY &&
-		    !redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now);
+	bool busy;
 	int expired = 0;
+
+	/* Silent, as far as this loop has read: an agent busy for long (a
+	 * burst of requests, its CPU taken) may not have polled the replies
+	 * that came meanwhile. Read them first. */
+	if (rn->state == NODE_READY && rn->conn &&
+	    redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now)) {
+		redis_conn_read_now(rn->conn);
+		now = clock_now_us();
+		sent = rn->oldest ? rn->oldest->sent : 0;
+	}
+	busy = rn->state == NODE_READY &&
+	       !redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now);
 
 	while (rn->qlen && rn->queue[rn->qhead].deadline <= now) {
 		struct redis_query *r = &rn->queue[rn->qhead];
