@@ -119,8 +119,17 @@ def redis_cpu(port):
     return float(v["used_cpu_sys"]) + float(v["used_cpu_user"])
 
 
-def row(args, tmp, timeout_ms, rate):
-    """One agent on one fresh Redis under spop-bench: its figures."""
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
+    """One agent on one fresh Redis under spop-bench: its figures (with
+    sample_s, the agent's RSS every sample_s seconds in res["rss_kb"])."""
     rules = os.path.join(tmp, "rules.yaml")
     with open(rules, "w") as f:
         f.write(RULES)
@@ -136,16 +145,26 @@ def row(args, tmp, timeout_ms, rate):
             with Client("127.0.0.1", rport) as c:
                 return c.command("PING")
         wait(ping, 5, "redis-server")
-        procs.start([os.path.join(args.build, "spoa-ratelimit"), "-l", "127.0.0.1:%d" % aport,
+        agent = procs.start([os.path.join(args.build, "spoa-ratelimit"), "-l", "127.0.0.1:%d" % aport,
                      "-t", str(args.threads), "--rules", rules, "--redis",
                      "127.0.0.1:%d" % rport, "--redis-timeout", str(timeout_ms),
-                     "--hash-key-file", key, "--metrics", "127.0.0.1:%d" % mport], log)
+                     "--hash-key-file", key, "--metrics", "127.0.0.1:%d" % mport]
+                            + list(agent_args), log)
         wait(lambda: metrics(mport).get("spoa_rl_ready") == 1, 10, "the agent")
         m0, c0, t0 = metrics(mport), redis_cpu(rport), time.monotonic()
         gen = GEN + ["--duration", str(args.duration)] + (["--rate", str(rate)] if rate else [])
-        r = subprocess.run([os.path.join(args.build, "spop-bench"), "--addr",
-                            "127.0.0.1:%d" % aport, "--json"] + gen,
-                           capture_output=True, text=True, timeout=args.duration + 120)
+        gp = subprocess.Popen([os.path.join(args.build, "spop-bench"), "--addr",
+                               "127.0.0.1:%d" % aport, "--json"] + gen,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rss = []
+        while sample_s and gp.poll() is None:
+            rss.append(rss_kb(agent.pid))
+            try:
+                gp.wait(sample_s)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = gp.communicate(timeout=args.duration + 120)
+        r = subprocess.CompletedProcess(gp.args, gp.returncode, out, err)
         # past what the machine answers, an open loop's backlog grows until
         # requests go unanswered: counted (lost), not fatal
         if not r.stdout.strip():
@@ -160,7 +179,7 @@ def row(args, tmp, timeout_ms, rate):
                open=d.get("spoa_rl_degraded_total", 0) - sat,
                skips=d.get("spoa_rl_redis_breaker_skips_total", 0),
                trips=d.get("spoa_rl_redis_breaker_trips_total", 0),
-               redis_cpu=100 * (c1 - c0) / wall, argv=gen)
+               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
     return res
 
 
@@ -170,12 +189,27 @@ def main():
     ap.add_argument("--duration", type=float, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--shares", default="0.8,1.2,1.5,2")
+    ap.add_argument("--soak", type=float, default=0,
+                    help="instead of the rows: SECONDS at 0.8x with --lease 1s, "
+                         "the agent's RSS sampled every 30 s")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
         c0 = row(args, tmp, 1000, 0)
         capacity = c0["redis"] / c0["seconds"]
         print("C0 closed loop, --redis-timeout 1000: %.0f decisions/s by Redis, Redis CPU %.0f%%"
               % (capacity, c0["redis_cpu"]), flush=True)
+        if args.soak:
+            args.duration = args.soak
+            rate = max(1, round(capacity * 0.8))
+            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=30)
+            rss = r["rss_kb"]
+            print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
+                  "%d by the refusal cache, %d saturated, %d open, %d unanswered; p50 %.0f us, "
+                  "p99 %.0f us; Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
+                  % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
+                     r["local"], r["open"], r["lost"], r["p50_us"], r["p99_us"],
+                     r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
+            return
         print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
               "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | Redis CPU |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
