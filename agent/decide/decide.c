@@ -199,6 +199,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->ratelimit_len = 0;
 	d->shadow = false;
 	d->degraded = false;
+	d->saturated = false;
 	d->counted = false;
 	d->near_limit = false;
 	d->counters = q->rule->counters;

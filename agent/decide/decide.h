@@ -95,6 +95,8 @@ struct decide_decision {
 	uint16_t ratelimit_len; /* strlen(ratelimit), 0 when there is none */
 	bool shadow;
 	bool degraded;
+	bool saturated;        /* the store kept answering, not in time: the
+				* rule's local bucket decided (degraded too) */
 	bool counted;          /* remaining and reset are known */
 	/* What the answer carries: the rules' setting (rules_answer), 0
 	 * (SETTINGS_ANSWER_FULL) for every variable. */

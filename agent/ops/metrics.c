@@ -382,6 +382,9 @@ static void server_series(struct out *o, const struct server *srv, const struct 
 		RULE(decisions));
 	by_rule(o, srv, rules, "spoa_rl_limited_total", "Decisions with status 429, by rule.",
 		RULE(limited));
+	by_rule(o, srv, rules, "spoa_rl_saturated_total",
+		"Decisions made by the rule's local bucket because Redis, still answering, did not answer them within their deadline, by rule (also counted in spoa_rl_degraded_total, whose other decisions are store failures).",
+		RULE(saturated));
 	by_rule(o, srv, rules, "spoa_rl_near_limit_total",
 		"Decisions allowed that left the client under a tenth of the quota of the limit that decided, by rule.",
 		RULE(near_limit));
@@ -420,6 +423,9 @@ static void store_series(struct out *o, struct store *st, const struct redis_sta
 	histogram(o, sts, "spoa_rl_redis_decision_duration_seconds",
 		  "Decisions answered by Redis, from submission to the answer (waiting for a call, then the call).",
 		  REDIS(wait_time));
+	histogram(o, sts, "spoa_rl_redis_queue_wait_seconds",
+		  "Decisions' wait in the agent before a call took them (or until their deadline, when none did).",
+		  REDIS(queue_wait));
 	node_series(o, st);
 }
 

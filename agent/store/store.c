@@ -365,6 +365,24 @@ void store_without(struct store *st, const struct decide_query *q, struct decide
 	decide_open(q, d);
 }
 
+void store_saturated(struct store *st, const struct decide_query *q, struct decide_decision *d)
+{
+	struct limit_result res[LIMIT_SET_MAX];
+	int decider;
+
+	if (q->nlimits > 0) {
+		decider = store_mem_check(st, q, q->rule->local, clock_now_us(), res);
+		if (decider != MEMSTORE_NO_ROOM) {
+			decide_result(q, res, decider, d);
+			d->degraded = true;
+			d->saturated = true;
+			return;
+		}
+	}
+	decide_open(q, d);
+	d->saturated = true;
+}
+
 int store_submit(struct store_worker *sw, const struct decide_query *q,
 		 const struct store_ref *ref, struct decide_decision *d)
 {
@@ -405,6 +423,8 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
 		decide_result(q, res, decider, &d);
 		if (after_decision(sw, q, ref, res, &d, false))
 			return; /* held again: its references with it */
+	} else if (decider == STORE_SATURATED) {
+		store_saturated(sw->st, q, &d);
 	} else {
 		store_without(sw->st, q, &d);
 	}

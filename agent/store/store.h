@@ -232,7 +232,11 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 		 const struct store_ref *ref, struct decide_decision *d);
 
 /* A backend's answer to a pending query: res and decider from the store,
- * or res NULL when it could not decide (failure mode). */
+ * or res NULL when it could not decide: by the failure mode, or, with
+ * decider STORE_SATURATED (the store kept answering, but not within the
+ * query's deadline), by the rule's local bucket whatever its failure
+ * mode. */
+#define STORE_SATURATED (-2)
 void store_complete(struct store_worker *sw, const struct decide_query *q,
 		    const struct store_ref *ref, const struct limit_result *res, int decider);
 
@@ -240,6 +244,11 @@ void store_complete(struct store_worker *sw, const struct decide_query *q,
  * open (forward), closed (503 store_down), local (the limits divided by
  * the fleet size, in this agent's memory). Always marked degraded. */
 void store_without(struct store *st, const struct decide_query *q, struct decide_decision *d);
+
+/* The decision of a saturated store (see store_complete): the rule's local
+ * bucket (the local failure mode's), marked degraded and saturated; open
+ * only when the bucket finds no room. */
+void store_saturated(struct store *st, const struct decide_query *q, struct decide_decision *d);
 
 /* Checks q's limits (or another spec of each: the local failure mode's) in an
  * in-memory store, each under its key (decide_limit_key): memstore_check's

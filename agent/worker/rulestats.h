@@ -26,8 +26,8 @@
 struct hll_window;
 struct rules;
 
-/* One rule's counters in one worker: a cache line, and one counted on
- * a cold path. */
+/* One rule's counters in one worker: a cache line, and two counted on
+ * cold paths. */
 struct rule_counters {
 	counter_t decisions;
 	counter_t limited;     /* status 429 */
@@ -35,6 +35,7 @@ struct rule_counters {
 	counter_t near_limit;  /* allowed, leaving under a tenth of the quota */
 	counter_t shed[4];     /* status 503 by load, by priority (P0 never) */
 	counter_t delayed;     /* held by the rule's delay, then answered */
+	counter_t saturated;   /* decided by the local bucket: the store was late */
 };
 
 /* Names with counters: more than twice the rules one file may hold

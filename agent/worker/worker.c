@@ -109,8 +109,11 @@ static inline __attribute__((always_inline)) void count_decision(struct worker *
 	}
 	if (d->shadow)
 		STAT_INC(rc->shadow);
-	if (d->degraded)
+	if (d->degraded) {
 		STAT_INC(w->stats.degraded);
+		if (d->saturated)
+			STAT_INC(rc->saturated);
+	}
 	if (d->near_limit)
 		STAT_INC(rc->near_limit);
 }

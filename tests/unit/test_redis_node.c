@@ -25,6 +25,7 @@
 #include "alloc.h"
 #include "clock.h"
 #include "log.h"
+#include "redis_breaker.h"
 #include "redis_health.h"
 #include "redis_node.h"
 #include "redis_slots.h"
@@ -442,7 +443,7 @@ static void advance(int64_t us)
 /* ---- the owner ------------------------------------------------------------------- */
 
 static struct {
-	int decided, failed, failed_sent, moved, trouble, where, here;
+	int decided, failed, failed_sent, saturated, moved, trouble, where, here;
 	struct limit_result res[LIMIT_SET_MAX];
 	uint32_t last_id;
 	struct redis_cluster_error where_e;
@@ -456,10 +457,11 @@ static void on_decided(void *owner, const struct redis_query *r, const struct li
 	memcpy(seen.res, res, r->q.nlimits * sizeof(*res));
 }
 
-static void on_failed(void *owner, const struct redis_query *r, bool sent)
+static void on_failed(void *owner, const struct redis_query *r, bool sent, bool saturated)
 {
 	seen.failed++;
 	seen.failed_sent += sent;
+	seen.saturated += saturated;
 	seen.last_id = r->ref.id;
 }
 
@@ -739,7 +741,8 @@ static void test_connect_refused_at_once(void **unused)
 }
 
 /* A query whose reply does not come within its deadline is failed (sent)
- * at the deadline, once: the late reply is ignored. */
+ * at the deadline, once: the late reply is ignored. The server was silent
+ * for less than the breaker's window: saturated, not a failure. */
 static void test_deadline(void **unused)
 {
 	struct redis_node *rn = ready_node(REDIS_STANDALONE);
@@ -752,11 +755,68 @@ static void test_deadline(void **unused)
 	advance(1);
 	assert_int_equal(seen.failed, 1);
 	assert_int_equal(seen.failed_sent, 1);
+	assert_int_equal(seen.saturated, 1);
+	assert_int_equal(stats.saturated, 1);
 	answer_decisions(1, 1);
 	run();
 	assert_int_equal(seen.decided, 0);
 	assert_int_equal(seen.failed, 1);
 	assert_true(redis_node_ready(rn));
+	redis_node_free(rn);
+}
+
+/* Deadlines missed one after another while the server keeps answering,
+ * late: every one is saturated, the breaker never opens, and the next
+ * query still goes to the server. */
+static void test_busy_server_keeps_the_breaker_closed(void **unused)
+{
+	struct redis_node *rn = ready_node(REDIS_STANDALONE);
+	struct redis_query r;
+
+	for (uint32_t i = 0; i < 10; i++) {
+		r = query(40 + i, 20000);
+		assert_int_equal(redis_node_submit(rn, &r), 0);
+		run();
+		advance(20000);
+		answer_decisions(1, 1);
+		run();
+	}
+	assert_int_equal(seen.failed, 10);
+	assert_int_equal(seen.saturated, 10);
+	assert_int_equal(seen.decided, 0);
+	assert_int_equal(stats.breaker_trips, 0);
+	r = query(60, 20000);
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	run();
+	answer_decisions(1, 1);
+	run();
+	assert_int_equal(seen.decided, 1);
+	assert_int_equal(stats.breaker_skips, 0);
+	redis_node_free(rn);
+}
+
+/* A server that stops answering: deadlines within its first
+ * REDIS_BREAKER_SILENT_US of silence are saturated; the first after that
+ * is a failure, the breaker opens at once, and queries skip the server. */
+static void test_silent_server_opens_the_breaker(void **unused)
+{
+	struct redis_node *rn = ready_node(REDIS_STANDALONE);
+	struct redis_query r;
+	uint32_t i = 0;
+
+	while (seen.failed == seen.saturated) {
+		assert_true(i < 10);
+		r = query(70 + i++, 20000);
+		assert_int_equal(redis_node_submit(rn, &r), 0);
+		run();
+		advance(20000);
+	}
+	/* silent since the first call left: 20 ms per query */
+	assert_int_equal(seen.saturated, REDIS_BREAKER_SILENT_US / 20000 - 1);
+	assert_int_equal(stats.breaker_trips, 1);
+	r = query(90, 20000);
+	assert_int_equal(redis_node_submit(rn, &r), -1);
+	assert_int_equal(stats.breaker_skips, 1);
 	redis_node_free(rn);
 }
 
@@ -1224,6 +1284,8 @@ int main(void)
 		cmocka_unit_test_setup(test_connect_fails_then_backs_off, setup),
 		cmocka_unit_test_setup(test_connect_refused_at_once, setup),
 		cmocka_unit_test_setup(test_deadline, setup),
+		cmocka_unit_test_setup(test_busy_server_keeps_the_breaker_closed, setup),
+		cmocka_unit_test_setup(test_silent_server_opens_the_breaker, setup),
 		cmocka_unit_test_setup(test_breaker, setup),
 		cmocka_unit_test_setup(test_connection_lost, setup),
 		cmocka_unit_test_setup(test_unsolicited_and_malformed, setup),

@@ -464,6 +464,13 @@ static void on_io(struct ev_loop *loop, ev_io *w, int revents)
 		sync_write(c);
 }
 
+void redis_conn_read_now(struct redis_conn *c)
+{
+	if (c->state != CONN_UP || c->failed || c->freeing || c->in_callback)
+		return;
+	on_io(c->loop, &c->rio, EV_READ);
+}
+
 struct redis_conn *redis_conn_new(struct ev_loop *loop, struct redis_transport *t,
 				  const struct addr *a, const struct redis_conn_cb *cb, void *owner,
 				  char *why, size_t whylen)

@@ -70,6 +70,12 @@ int redis_conn_subscribe(struct redis_conn *c, redis_reply_fn *fn, void *priv, i
  * waiting; the rest goes when the socket is writable again. */
 void redis_conn_flush(struct redis_conn *c);
 
+/* Reads what the server sent and hands out its replies now, rather than
+ * when the loop next polls: for a caller about to judge the server by
+ * its silence (a busy loop polls late). c may be gone after it (the
+ * disconnected callback says so); not from inside one of c's callbacks. */
+void redis_conn_read_now(struct redis_conn *c);
+
 /* Takes no more commands, and ends the connection once every command
  * sent is answered (disconnected(), not lost). */
 void redis_conn_disconnect(struct redis_conn *c);

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "log.h"
 #include "redis_auth.h"
+#include "redis_breaker.h"
 #include "redis_cluster.h"
 #include "redis_encode.h"
 #include "redis_eviction.h"
@@ -28,14 +29,6 @@
 
 #define RECONNECT_MIN 0.05
 #define RECONNECT_MAX 2.0
-/* Circuit breaker: after BREAKER_FAILS script calls in a row that missed
- * their deadline or failed, decisions skip Redis (answered at once by the
- * failure policy instead of each waiting out the deadline); every
- * BREAKER_PROBE_US one decision goes through as a probe, and the first
- * that Redis answers closes the breaker: Redis decides again within that
- * interval (plus a call) of its recovery, however long it was away. */
-#define BREAKER_FAILS 3
-#define BREAKER_PROBE_US 250000
 /* Connecting, AUTH and loading the library must be done within this; a
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
@@ -76,9 +69,7 @@ struct redis_node {
 	int calls;                   /* script calls sent, reply not back */
 	struct rbatch *oldest, *newest;
 	struct redis_decision *decoded; /* a batch's decoded reply */
-	int fails;                   /* calls in a row that failed */
-	int64_t open_until;          /* breaker open: the next probe then */
-	int probing;                 /* a probe is in flight */
+	struct redis_breaker breaker;
 	bool down;                   /* the last connection or handshake failed:
 				      * decisions go to the failure policy at
 				      * once until the node is ready again */
@@ -104,7 +95,14 @@ static void handshake_failed(struct redis_node *rn);
 
 static void answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
 {
-	rn->cb->failed(rn->owner, r, sent);
+	rn->cb->failed(rn->owner, r, sent, false);
+}
+
+/* r's deadline passed while Redis kept answering (redis_breaker.h). */
+static void answer_saturated(struct redis_node *rn, const struct redis_query *r, bool sent)
+{
+	STAT_INC(rn->stats->saturated);
+	rn->cb->failed(rn->owner, r, sent, true);
 }
 
 static void trouble(struct redis_node *rn)
@@ -174,7 +172,7 @@ static void on_where(struct redis_conn *c, redisReply *reply, void *priv)
 	if (!reply || w->rn->freeing) {
 		/* no answer (the connection went, or the node is being freed):
 		 * the failure policy answers */
-		w->rn->cb->failed(w->rn->owner, &w->r, true);
+		w->rn->cb->failed(w->rn->owner, &w->r, true, false);
 		xfree(w);
 		return;
 	}
@@ -255,61 +253,63 @@ static void arm_deadline(struct redis_node *rn)
 	ev_timer_start(rn->loop, &rn->deadline_w);
 }
 
-static void call_failed(struct redis_node *rn, int64_t now)
-{
-	if (rn->open_until) {
-		/* a probe (or a call from before) failed: probe again later */
-		rn->probing = 0;
-		rn->open_until = now + BREAKER_PROBE_US;
-		return;
-	}
-	if (++rn->fails < BREAKER_FAILS)
-		return;
-	rn->open_until = now + BREAKER_PROBE_US;
-	rn->probing = 0;
-	STAT_INC(rn->stats->breaker_trips);
-	log_warn("redis: worker %d: %s: %d failed calls in a row, deciding without Redis and "
-		 "probing every %d ms", rn->worker, rn->name, rn->fails, BREAKER_PROBE_US / 1000);
-}
-
-static void call_succeeded(struct redis_node *rn)
-{
-	if (rn->open_until)
-		log_info("redis: worker %d: %s: Redis answers again", rn->worker, rn->name);
-	rn->fails = 0;
-	rn->open_until = 0;
-	rn->probing = 0;
-}
-
-/* Answers, degraded, every query whose deadline has passed: queued ones
- * and sent ones. A late reply for a sent one is then ignored. */
+/* Answers every query whose deadline has passed, queued ones and sent
+ * ones: saturated while Redis keeps answering, else degraded (the failure
+ * policy), and then Redis has failed. A late reply for a sent one is then
+ * ignored. */
 static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct redis_node *rn = t->data;
 	int64_t now = clock_now_us();
-
+	int64_t sent = rn->oldest ? rn->oldest->sent : 0;
+	bool busy;
 	int expired = 0;
 
+	/* Silent, as far as this loop has read: an agent busy for long (a
+	 * burst of requests, its CPU taken) may not have polled the replies
+	 * that came meanwhile. Read them first. */
+	if (rn->state == NODE_READY && rn->conn &&
+	    redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now)) {
+		redis_conn_read_now(rn->conn);
+		now = clock_now_us();
+		sent = rn->oldest ? rn->oldest->sent : 0;
+	}
+	busy = rn->state == NODE_READY &&
+	       !redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now);
+
 	while (rn->qlen && rn->queue[rn->qhead].deadline <= now) {
-		answer_degraded(rn, &rn->queue[rn->qhead], false);
+		struct redis_query *r = &rn->queue[rn->qhead];
+
+		hist_observe(&rn->stats->queue_wait, now - r->queued);
+		if (busy)
+			answer_saturated(rn, r, false);
+		else
+			answer_degraded(rn, r, false);
 		rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
 		rn->qlen--;
 		STAT_INC(rn->stats->timeouts);
 		expired = 1;
 	}
 	/* Queries still queued at their deadline waited behind a call that
-	 * has not come back: that counts against Redis too. */
-	if (expired && rn->state == NODE_READY)
-		call_failed(rn, now);
+	 * has not come back: with Redis silent, that counts against it. */
+	if (expired && rn->state == NODE_READY && !busy)
+		redis_breaker_went_silent(&rn->breaker, sent, now);
 	for (struct rbatch *b = rn->oldest; b; b = b->next) {
 		if (b->answered)
 			continue;
 		if (b->rq[0].deadline > now)
 			break;
 		STAT_ADD(rn->stats->timeouts, b->n);
+		if (busy) {
+			b->answered = 1;
+			rn->inflight -= b->n;
+			for (size_t i = 0; i < b->n; i++)
+				answer_saturated(rn, &b->rq[i], true);
+			continue;
+		}
 		redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
 		fail_batch(rn, b);
-		call_failed(rn, now);
+		redis_breaker_went_silent(&rn->breaker, sent, now);
 	}
 	arm_deadline(rn);
 }
@@ -505,6 +505,8 @@ static void on_library_loaded(struct redis_conn *c, redisReply *reply, void *pri
 	if (rn->state == NODE_CONNECTING) {
 		set_state(rn, NODE_READY);
 		rn->down = false;
+		/* a probe lost with the last connection: the next one may go */
+		rn->breaker.probing = false;
 		redis_health_recovered(rn->stats, rn->name);
 		ev_timer_stop(rn->loop, &rn->handshake_w);
 		rn->backoff = RECONNECT_MIN;
@@ -547,6 +549,12 @@ static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 	rn->calls--;
 	if (rn->shared_calls)
 		(*rn->shared_calls)--;
+	if (reply)
+		redis_breaker_heard(&rn->breaker, clock_now_us());
+	/* Late, for queries answered saturated: Redis answers all the same
+	 * (and a probe among them closes the breaker). */
+	if (b->answered && reply && reply->type == REDIS_REPLY_STRING)
+		redis_breaker_succeeded(&rn->breaker);
 	if (!b->answered) {
 		/* the decoder checks the whole reply before answering anyone */
 		if (reply && reply->type == REDIS_REPLY_STRING)
@@ -558,9 +566,9 @@ static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 			for (size_t i = 0; i < b->n; i++)
 				hist_observe(&rn->stats->wait_time, now - b->rq[i].queued);
 			rn->inflight -= b->n;
-			call_succeeded(rn);
+			redis_breaker_succeeded(&rn->breaker);
 		} else if (reply) {
-			call_failed(rn, clock_now_us());
+			redis_breaker_failed(&rn->breaker, clock_now_us());
 			STAT_INC(rn->stats->errors);
 			redis_health_count(rn->stats, reply->type == REDIS_REPLY_ERROR
 						? redis_error_classify(reply->str, reply->len)
@@ -629,6 +637,7 @@ static void send_batches(struct redis_node *rn)
 		b->prev = b->next = NULL;
 		for (size_t i = 0; i < n; i++) {
 			b->rq[i] = rn->queue[rn->qhead];
+			hist_observe(&rn->stats->queue_wait, now - b->rq[i].queued);
 			rn->qhead = (rn->qhead + 1) % cap;
 		}
 		rn->qlen -= n;
@@ -909,6 +918,9 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->cb = cb;
 	rn->owner = owner;
 	rn->stats = stats;
+	rn->breaker.stats = stats;
+	rn->breaker.worker = worker;
+	rn->breaker.name = rn->name;
 	rn->cluster = cfg->topology == REDIS_CLUSTER;
 	rn->backoff = RECONNECT_MIN;
 	rn->queue = xcalloc((size_t)cfg->max_pending, sizeof(*rn->queue));
@@ -920,6 +932,10 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	ev_timer_init(&rn->reconnect_w, on_reconnect, 0., 0.);
 	rn->reconnect_w.data = rn;
 	ev_timer_init(&rn->deadline_w, on_deadline, 0., 0.);
+	/* after the connection's reading in the same loop iteration: an agent
+	 * that wakes late (its CPU busy) reads the replies waiting for it
+	 * before it judges Redis silent */
+	ev_set_priority(&rn->deadline_w, EV_MINPRI);
 	rn->deadline_w.data = rn;
 	ev_timer_init(&rn->handshake_w, on_handshake_timeout, HANDSHAKE_S, 0.);
 	rn->handshake_w.data = rn;
@@ -968,13 +984,8 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r)
 {
 	int64_t now = r->queued;
 
-	if (rn->open_until) {
-		if (now < rn->open_until || rn->probing || rn->state != NODE_READY) {
-			STAT_INC(rn->stats->breaker_skips);
-			return -1;
-		}
-		rn->probing = 1; /* this one probes; the others wait for it */
-	}
+	if (!redis_breaker_admit(&rn->breaker, now, rn->state == NODE_READY))
+		return -1;
 	if (rn->state == NODE_DISCONNECTED || (rn->down && rn->state != NODE_READY) ||
 	    rn->qlen + rn->inflight >= (size_t)rn->cfg->max_pending) {
 		STAT_INC(rn->stats->unavailable);

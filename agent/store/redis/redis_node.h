@@ -8,8 +8,10 @@
  * iteration, a few batches in flight (pipelined). Every query has a
  * deadline; a query whose answer is not back in time, or that a failed
  * call or a lost connection leaves without one, is reported failed,
- * exactly once. A circuit breaker stops calling a server that keeps
- * failing, for a while; the connection comes back by itself with backoff.
+ * exactly once (saturated when its deadline passed while the server kept
+ * answering). A circuit breaker stops calling a server that keeps
+ * failing (errors, a lost connection, silence), for a while; the
+ * connection comes back by itself with backoff.
  *
  * The owner (a Redis store, which may hold several nodes per worker) gets
  * each outcome through the callbacks it registered; a node never calls up
@@ -44,8 +46,10 @@ struct redis_node_cb {
 			int64_t redis_now, const struct lease_grant *grant);
 	/* Redis did not decide r (deadline, error, lost connection). `sent`:
 	 * r went out in a call, which Redis may have run (r must not be sent
-	 * again); else r never left this node's queue. */
-	void (*failed)(void *owner, const struct redis_query *r, bool sent);
+	 * again); else r never left this node's queue. `saturated`: r's
+	 * deadline passed while Redis kept answering (busy, not failing):
+	 * r is for the rule's local bucket, not its failure policy. */
+	void (*failed)(void *owner, const struct redis_query *r, bool sent, bool saturated);
 	/* A Cluster node does not serve r's key (any more): nothing was
 	 * taken; r is the owner's to send where the key lives. */
 	void (*moved)(void *owner, struct redis_node *rn, const struct redis_query *r);

@@ -7,7 +7,7 @@
 
 #include "alloc.h"
 
-enum { PART_WAIT, PART_TAKEN, PART_REFUSED, PART_FAILED };
+enum { PART_WAIT, PART_TAKEN, PART_REFUSED, PART_FAILED, PART_SATURATED };
 
 struct split {
 	const struct redis_split_cb *cb;
@@ -40,19 +40,24 @@ static void part_query(const struct decide_query *q, unsigned p, struct decide_q
 
 static void split_finish(struct split *s)
 {
-	bool failed = false, refused = false;
+	bool failed = false, refused = false, saturated = false;
 	unsigned nparts = 1u + s->q.rule->nstack;
 
 	for (unsigned p = 0; p < nparts; p++) {
 		failed |= s->state[p] == PART_FAILED;
 		refused |= s->state[p] == PART_REFUSED;
+		saturated |= s->state[p] == PART_SATURATED;
 	}
-	if (failed || refused)
+	if (failed || refused || saturated)
 		for (unsigned p = 0; p < nparts; p++)
 			if (s->state[p] == PART_TAKEN)
 				s->cb->refund(s->owner, &s->sub[p], s->take[p]);
+	/* a part failed: the failure policy; else a part too late while its
+	 * server kept answering: the local bucket decides it all */
 	if (failed)
 		s->cb->done(s->owner, &s->q, &s->ref, NULL, -1);
+	else if (saturated)
+		s->cb->done(s->owner, &s->q, &s->ref, NULL, STORE_SATURATED);
 	else
 		s->cb->done(s->owner, &s->q, &s->ref, s->res, limit_decider(s->res, s->q.nlimits));
 	xfree(s);
@@ -70,7 +75,7 @@ void redis_split_part(const struct redis_query *r, const struct limit_result *re
 		s->take[p] = redis_now;
 		s->sub[p] = *r;
 	} else {
-		s->state[p] = PART_FAILED;
+		s->state[p] = decider == STORE_SATURATED ? PART_SATURATED : PART_FAILED;
 	}
 	if (--s->pending == 0)
 		split_finish(s);

@@ -30,8 +30,9 @@ struct redis_split_cb {
 	int (*send)(void *owner, const struct redis_query *r);
 	/* Gives back what part r took at redis_now. */
 	void (*refund)(void *owner, const struct redis_query *r, int64_t redis_now);
-	/* The decision: res NULL when it could not be made (the failure
-	 * policy answers), else res[0..q->nlimits) and the deciding limit. */
+	/* The decision: res NULL when it could not be made (decider
+	 * STORE_SATURATED: a part's deadline passed while its server kept
+	 * answering, else the failure policy answers), else res[0..q->nlimits) and the deciding limit. */
 	void (*done)(void *owner, const struct decide_query *q, const struct store_ref *ref,
 		     const struct limit_result *res, int decider);
 };
@@ -41,7 +42,8 @@ struct redis_split_cb {
 int redis_split_start(const struct redis_query *r, const struct redis_split_cb *cb,
 		      void *owner);
 
-/* The outcome of part r (res NULL: not decided; redis_now, Redis's clock
+/* The outcome of part r (res NULL: not decided, decider STORE_SATURATED
+ * or -1 as in store_complete(); redis_now, Redis's clock
  * of a decided part). The last part's outcome ends the decision. */
 void redis_split_part(const struct redis_query *r, const struct limit_result *res, int decider,
 		      int64_t redis_now);

@@ -547,16 +547,21 @@ static void hold_for_map(struct redis_worker *rw, struct redis_query *r)
 	refresh_map(rw);
 }
 
-/* Redis did not decide: the failure policy answers. On a Cluster, a
+/* Redis did not decide: the failure policy answers, or the rule's local
+ * bucket when the deadline passed while Redis kept answering. On a Cluster, a
  * decision that never left the queue of a node that failed (a master
  * refusing connections may have been replaced: a worker that sent
  * nothing there since has the old map) waits once for a fresh map
  * within its deadline. One that was sent is never sent again: its call
  * may have run. */
-static void on_failed(void *owner, const struct redis_query *r, bool sent)
+static void on_failed(void *owner, const struct redis_query *r, bool sent, bool saturated)
 {
 	struct redis_worker *rw = owner;
 
+	if (saturated) {
+		complete(rw, r, NULL, STORE_SATURATED, 0);
+		return;
+	}
 	if (!sent && rw->cfg->topology == REDIS_CLUSTER && r->moves == 0) {
 		struct redis_query again = *r;
 

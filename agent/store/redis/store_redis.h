@@ -133,6 +133,11 @@ struct redis_stats {
 	counter_t keys;
 	counter_t info_read;
 	counter_t info_failures;
+	/* deadline passed while Redis kept answering: decided by the rule's
+	 * local bucket (redis_breaker.h) */
+	counter_t saturated;
+	struct hist queue_wait;   /* a query submitted -> sent, or -> its deadline
+				   * when it never left the queue */
 };
 
 /* For the metrics, on the main thread. Whether st is a Redis store, and

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* redis_breaker.c: a Redis server's circuit breaker (see redis_breaker.h). */
+#include "redis_breaker.h"
+
+#include "log.h"
+#include "store_redis.h"
+
+void redis_breaker_failed(struct redis_breaker *b, int64_t now)
+{
+	if (b->open_until) {
+		/* a probe (or a call from before) failed: probe again later */
+		b->probing = false;
+		b->open_until = now + REDIS_BREAKER_PROBE_US;
+		return;
+	}
+	if (++b->fails < REDIS_BREAKER_FAILS)
+		return;
+	b->open_until = now + REDIS_BREAKER_PROBE_US;
+	b->probing = false;
+	STAT_INC(b->stats->breaker_trips);
+	log_warn("redis: worker %d: %s: %d failed calls in a row, deciding without Redis and "
+		 "probing every %d ms", b->worker, b->name, b->fails, REDIS_BREAKER_PROBE_US / 1000);
+}
+
+void redis_breaker_succeeded(struct redis_breaker *b)
+{
+	if (b->open_until)
+		log_info("redis: worker %d: %s: Redis answers again", b->worker, b->name);
+	b->fails = 0;
+	b->open_until = 0;
+	b->probing = false;
+}
+
+bool redis_breaker_silent(const struct redis_breaker *b, bool out, int64_t oldest_sent,
+			  int64_t now)
+{
+	int64_t since;
+
+	if (!out)
+		return false;
+	since = oldest_sent > b->heard ? oldest_sent : b->heard;
+	return now - since >= REDIS_BREAKER_SILENT_US;
+}
+
+void redis_breaker_went_silent(struct redis_breaker *b, int64_t oldest_sent, int64_t now)
+{
+	if (!b->open_until && b->fails < REDIS_BREAKER_FAILS - 1) {
+		int64_t since = oldest_sent > b->heard ? oldest_sent : b->heard;
+
+		log_warn("redis: worker %d: %s: no reply to anything for %lld ms", b->worker,
+			 b->name, (long long)((now - since) / 1000));
+		b->fails = REDIS_BREAKER_FAILS - 1;
+	}
+	redis_breaker_failed(b, now);
+}
+
+bool redis_breaker_admit(struct redis_breaker *b, int64_t now, bool ready)
+{
+	if (!b->open_until)
+		return true;
+	if (now < b->open_until || b->probing || !ready) {
+		STAT_INC(b->stats->breaker_skips);
+		return false;
+	}
+	b->probing = true; /* this one probes; the others wait for it */
+	return true;
+}

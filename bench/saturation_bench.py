@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Offered load around Redis's capacity: who decides.
+
+    python3 bench/saturation_bench.py [--build build] [--duration 20]
+                                      [--shares 0.8,1.2,1.5,2] [--threads 1]
+
+A rules file of two limits per client (600/1m token bucket, 20/1s log)
+and two layers (one for every client, one per address), hot keys
+(spop-bench --hot-keys 5 --hot-share 40 over 300000 clients), one agent on
+one fresh redis-server per row.
+
+C0 measures Redis's capacity: closed loop (8 connections, 20 in flight
+each) with a deadline so long (--redis-timeout 1000) that Redis decides
+every request; the capacity is the decisions Redis made per second. Then
+one row per share of it, open loop at share x capacity, with the default
+deadline (20 ms). Each row reports the decisions made by Redis (replies),
+by the agent's refusal cache, by the rule's local bucket (saturated),
+and answered open (degraded but not saturated: the failure policy, open
+here), the breaker's skips, spop-bench's p50 and p99, and Redis's CPU
+(INFO cpu over the row, in % of one CPU).
+
+Targets: at 0.8x, every decision by Redis (or its refusal cache); at
+every load, none answered open while Redis answers; p99 within the
+deadline. Loopback only, ports picked at run time; every process is
+stopped whatever happens.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from resp import Client  # noqa: E402
+
+RULES = """\
+identity: [api_key, ip]
+on_store_failure: open
+layers:
+  everyone: { identity: global, limits: ["100000000/1m"] }
+  per-address: { identity: ip, limits: ["1200/1m"] }
+limits:
+  - "600/1m"
+  - { rate: "20/1s", algorithm: log }
+stack: [everyone, per-address]
+"""
+
+GEN = ["--conns", "8", "--inflight", "20", "--keys", "300000", "--hot-keys", "5",
+       "--hot-share", "40", "--requests", "1000000000"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait(pred, seconds, what):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if pred():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("timed out waiting for " + what)
+
+
+class Procs:
+    def __init__(self):
+        self.procs = []
+
+    def start(self, argv, log):
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        return False
+
+
+def metrics(mport):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            name = name.split("{", 1)[0]
+            out[name] = out.get(name, 0) + float(value)
+    return out
+
+
+def redis_cpu(port):
+    with Client("127.0.0.1", port) as c:
+        info = c.command("INFO", "cpu").decode()
+    v = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    return float(v["used_cpu_sys"]) + float(v["used_cpu_user"])
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
+    """One agent on one fresh Redis under spop-bench: its figures (with
+    sample_s, the agent's RSS every sample_s seconds in res["rss_kb"])."""
+    rules = os.path.join(tmp, "rules.yaml")
+    with open(rules, "w") as f:
+        f.write(RULES)
+    key = os.path.join(tmp, "hash.key")
+    with open(key, "wb") as f:
+        f.write(os.urandom(32))
+    os.chmod(key, 0o600)
+    with Procs() as procs, open(os.path.join(tmp, "log"), "ab") as log:
+        rport, aport, mport = free_port(), free_port(), free_port()
+        procs.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
+                     "--save", "", "--appendonly", "no"], log)
+        def ping():
+            with Client("127.0.0.1", rport) as c:
+                return c.command("PING")
+        wait(ping, 5, "redis-server")
+        agent = procs.start([os.path.join(args.build, "spoa-ratelimit"), "-l", "127.0.0.1:%d" % aport,
+                     "-t", str(args.threads), "--rules", rules, "--redis",
+                     "127.0.0.1:%d" % rport, "--redis-timeout", str(timeout_ms),
+                     "--hash-key-file", key, "--metrics", "127.0.0.1:%d" % mport]
+                            + list(agent_args), log)
+        wait(lambda: metrics(mport).get("spoa_rl_ready") == 1, 10, "the agent")
+        m0, c0, t0 = metrics(mport), redis_cpu(rport), time.monotonic()
+        gen = GEN + ["--duration", str(args.duration)] + (["--rate", str(rate)] if rate else [])
+        gp = subprocess.Popen([os.path.join(args.build, "spop-bench"), "--addr",
+                               "127.0.0.1:%d" % aport, "--json"] + gen,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rss = []
+        while sample_s and gp.poll() is None:
+            rss.append(rss_kb(agent.pid))
+            try:
+                gp.wait(sample_s)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = gp.communicate(timeout=args.duration + 120)
+        r = subprocess.CompletedProcess(gp.args, gp.returncode, out, err)
+        # past what the machine answers, an open loop's backlog grows until
+        # requests go unanswered: counted (lost), not fatal
+        if not r.stdout.strip():
+            raise RuntimeError("spop-bench: " + r.stderr[-500:])
+        wall = time.monotonic() - t0
+        m1, c1 = metrics(mport), redis_cpu(rport)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    d = {k: m1.get(k, 0) - m0.get(k, 0) for k in m1}
+    sat = d.get("spoa_rl_saturated_total", 0)
+    res.update(redis=d.get("spoa_rl_redis_replies_total", 0),
+               cache=d.get("spoa_rl_local_refusals_total", 0), local=sat,
+               open=d.get("spoa_rl_degraded_total", 0) - sat,
+               skips=d.get("spoa_rl_redis_breaker_skips_total", 0),
+               trips=d.get("spoa_rl_redis_breaker_trips_total", 0),
+               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--duration", type=float, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shares", default="0.8,1.2,1.5,2")
+    ap.add_argument("--soak", type=float, default=0,
+                    help="instead of the rows: SECONDS at 0.8x with --lease 1s, "
+                         "the agent's RSS sampled every 30 s")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
+        c0 = row(args, tmp, 1000, 0)
+        capacity = c0["redis"] / c0["seconds"]
+        print("C0 closed loop, --redis-timeout 1000: %.0f decisions/s by Redis, Redis CPU %.0f%%"
+              % (capacity, c0["redis_cpu"]), flush=True)
+        if args.soak:
+            args.duration = args.soak
+            rate = max(1, round(capacity * 0.8))
+            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=30)
+            rss = r["rss_kb"]
+            print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
+                  "%d by the refusal cache, %d saturated, %d open, %d unanswered; p50 %.0f us, "
+                  "p99 %.0f us; Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
+                  % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
+                     r["local"], r["open"], r["lost"], r["p50_us"], r["p99_us"],
+                     r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
+            return
+        print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
+              "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | Redis CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for share in [float(x) for x in args.shares.split(",")]:
+            rate = max(1, round(capacity * share))
+            r = row(args, tmp, 20, rate)
+            print("| %.1fx | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f%% |"
+                  % (share, rate, r["rps"], r["redis"], r["cache"], r["local"], r["open"],
+                     r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["redis_cpu"]),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
