@@ -2440,11 +2440,12 @@ def test_rule_cache():
 # ---------------------------------------------------------------- leases
 
 
-def return_lease(take, back, vals, fn="rl7_return", mapped=True):
+def return_lease(take, back, vals, fn="rl7_return", mapped=True, before=None):
     """FCALL fn for one lease: back [(client or owners, unspent, limits)]
     (one request), vals the v_j of the grant's lease element. Returns the
     keys changed, the moment just after, and the expect by key (for
-    Model.give_back)."""
+    Model.give_back); appends the moment just before to `before` when
+    given (the function ran between the two)."""
     (owners, _, limits), = back
     if mapped:
         args = layout_mapped(back)[0]
@@ -2452,6 +2453,8 @@ def return_lease(take, back, vals, fn="rl7_return", mapped=True):
         args = layout(back)[0]
     owners = owners if isinstance(owners, tuple) else (owners,) * len(limits)
     expect = {key_of(o, l): v for o, l, v in zip(owners, limits, vals)}
+    if before is not None:
+        before.append(now_of_redis())
     n = redis().c.command("FCALL", fn, 0, str(take), mpack.packb(list(vals)), *args)
     return n, now_of_redis(), expect
 
@@ -2523,16 +2526,25 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40, pack=False):
         for due in [p for p in pending if p[0] <= step]:
             pending.remove(due)
             _, t, back, vals = due
-            n, now, expect = return_lease(t, [back], vals, ret_fn, mapped)
+            before = []
+            n, now, expect = return_lease(t, [back], vals, ret_fn, mapped, before)
             # (a bucket another request wrote since: kept as it is)
             tally["bucket kept"] += sum(1 for k, v in expect.items()
                                         if v is not None and k in model.st and
                                         model.stored(k)[0] != v)
+            # The function ran at a moment between before[0] and now: a
+            # bucket the return fills by now but not by before[0] may be
+            # full, or hold what it holds at before[0] (the value a return
+            # leaves does not depend on the moment, only its being full).
+            early = copy.deepcopy(model)
+            early.give_back(before[0], t, [back], expect)
             model.give_back(now, t, [back], expect)
             keys = sorted(expect)
             tally["back" if n else "kept"] += 1
             check_stored(model, [k for k in keys if k in model.st])
-            check_absent([k for k in keys if k not in model.st])
+            gone = [k for k in keys if k not in model.st]
+            check_absent([k for k in gone if k not in early.st])
+            check_stored(early, [k for k in gone if k in early.st and get(k) is not None])
         time.sleep(rng.choice([0, 0.005, 0.02, 0.05, 0.1]))
     print("  %s %s seed %d: %r" % (fn, "mapped" if mapped else "plain", seed, tally))
     assert tally["leased"] > 5 and tally["refused"] > 0 and tally["back"] > 0, tally

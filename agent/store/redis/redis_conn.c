@@ -61,6 +61,17 @@ void redis_conn_set_owner(struct redis_conn *c, void *owner)
 	c->owner = owner;
 }
 
+void redis_conn_drop(struct redis_conn **cp)
+{
+	struct redis_conn *c = *cp;
+
+	*cp = NULL;
+	if (!c)
+		return;
+	c->owner = NULL;
+	redis_conn_free(c);
+}
+
 enum redis_error_kind redis_conn_errkind(const struct redis_conn *c)
 {
 	return c->errkind;

@@ -89,6 +89,11 @@ void redis_conn_free(struct redis_conn *c);
 void *redis_conn_owner(const struct redis_conn *c);
 void redis_conn_set_owner(struct redis_conn *c, void *owner);
 
+/* An owner's connection *cp (if any) ended now without a word to its
+ * owner: its owner set to NULL, then freed (its replies still due get
+ * NULL); *cp is NULL after. From one of its callbacks too. */
+void redis_conn_drop(struct redis_conn **cp);
+
 /* Whether it failed or was lost (rather than closed when asked). */
 bool redis_conn_lost(const struct redis_conn *c);
 

@@ -76,14 +76,8 @@ static void read_ok(struct redis_overrides *p)
  * callback returns); its replies still due find it gone. */
 static void drop(struct redis_overrides *p)
 {
-	struct redis_conn *ac = p->ac;
-
-	p->ac = NULL;
 	p->busy = false;
-	if (!ac)
-		return;
-	redis_conn_set_owner(ac, NULL);
-	redis_conn_free(ac);
+	redis_conn_drop(&p->ac);
 }
 
 static void on_connect(void *owner, struct redis_conn *ac, bool ok)
