@@ -114,6 +114,17 @@ void redis_conn_free(struct redis_conn *c)
 	live--;
 }
 
+void redis_conn_drop(struct redis_conn **cp)
+{
+	struct redis_conn *c = *cp;
+
+	*cp = NULL;
+	if (!c)
+		return;
+	redis_conn_set_owner(c, NULL);
+	redis_conn_free(c);
+}
+
 const char *redis_conn_errstr(const struct redis_conn *c)
 {
 	(void)c;
