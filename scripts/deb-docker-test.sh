@@ -117,10 +117,12 @@ python3 "$ROOT_SRC/scripts/check-installed-paths.py" "$TMP/doc" /etc/haproxy ||
 echo "  no relative path in examples/, dashboards/, alerts/"
 
 step "HAProxy with the installed examples"
+# (ca-certificates, which the package recommends: tls.cfg trusts the
+# system's CAs, @system-ca, unless RL_AGENT_CA names a file)
 # Services never start from maintainer scripts here (none could: no systemd).
 inc /bin/sh -c "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d"
 timeout 600 docker exec -e DEBIAN_FRONTEND=noninteractive "$NAME-install" /bin/sh -ec "
-	apt-get install -y -qq --no-install-recommends haproxy > /dev/null"
+	apt-get install -y -qq --no-install-recommends haproxy ca-certificates > /dev/null"
 echo "  $(inc haproxy -v | head -n 1)"
 # as the man page says: the SPOE files and maps into /etc/haproxy
 inc /bin/sh -c "cd $DOC/examples/haproxy && cp spoe-ratelimit*.conf *.map /etc/haproxy/"
