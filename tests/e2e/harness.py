@@ -159,6 +159,17 @@ def wait_port(port, timeout=10.0, proc=None, host="127.0.0.1"):
             time.sleep(0.02)
 
 
+def series(mport, name, **labels):
+    """The value of the series name{labels...}, or None when absent."""
+    text = http_get(mport, "/metrics").text
+    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.match(r"^%s\{([^}]*)\} (\d+)$" % re.escape(name), line)
+        if m and ",".join(sorted(m.group(1).split(","))) == want:
+            return int(m.group(2))
+    return None
+
+
 def wait_for(pred, timeout, what, interval=0.05):
     """Polls pred() until it returns a true value, which it returns."""
     deadline = time.monotonic() + timeout

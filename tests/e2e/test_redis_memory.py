@@ -13,7 +13,7 @@ import re
 
 import fleet
 import harness
-from harness import http_get, wait_for
+from harness import http_get, series, wait_for
 from redis_helper import RedisServer, redis_agent
 from test_redis import Spop
 
@@ -24,17 +24,6 @@ layers:
   everyone: { identity: global, limits: ["1000000/1h"] }
 stack: [everyone]
 """
-
-
-def series(mport, name, **labels):
-    """The value of the series name{labels...}, or None when absent."""
-    text = http_get(mport, "/metrics").text
-    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
-    for line in text.splitlines():
-        m = re.match(r"^%s\{([^}]*)\} (\d+)$" % re.escape(name), line)
-        if m and ",".join(sorted(m.group(1).split(","))) == want:
-            return int(m.group(2))
-    return None
 
 
 def rules_file(h):

@@ -7,11 +7,10 @@ the wrong kind (a Cluster node for --redis, a standalone one for
 password file changed before a reload used by the next connections."""
 
 import os
-import re
 import signal
 
 import harness
-from harness import http_get, wait_for
+from harness import http_get, series, wait_for
 from redis_helper import RedisServer
 from test_redis import Spop, degraded, ok, start_agent
 
@@ -20,17 +19,6 @@ PASSWORD = "correct horse battery"
 
 def metrics_port():
     return harness.free_port()
-
-
-def series(mport, name, **labels):
-    """The value of the series name{labels...}, or None when absent."""
-    text = http_get(mport, "/metrics").text
-    want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
-    for line in text.splitlines():
-        m = re.match(r"^%s\{([^}]*)\} (\d+)$" % re.escape(name), line)
-        if m and ",".join(sorted(m.group(1).split(","))) == want:
-            return int(m.group(2))
-    return None
 
 
 def answers(mport):
