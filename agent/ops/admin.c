@@ -458,6 +458,7 @@ static void out_rule(struct out *o, const struct rules *rules, const struct rule
 		outf(o, ", \"max_override\": ");
 		out_limit(o, &r->max_override);
 	}
+	out_delay(o, r->delay_us);
 	outf(o, ", \"cost\": %u, \"shadow\": %s, \"on_store_failure\": \"%s\", \"policy\": ", r->cost,
 	     r->shadow ? "true" : "false", rules_failure_str(r->on_failure));
 	out_json_str(o, r->policy, r->policy_len);
@@ -540,10 +541,10 @@ static void rules_serve(struct server *srv, struct http_req *req)
 	outf(&o, ", \"override_argument\": ");
 	out_str(&o, rules_override_argument(rules));
 	outf(&o, ", \"shadow\": %s, \"on_store_failure\": \"%s\", \"agents\": %d, "
-		 "\"paths\": \"%s\", \"default_priority\": %d, \"rules\": [",
+		 "\"paths\": \"%s\", \"default_priority\": %d, \"max_delayed\": %u, \"rules\": [",
 	     rules_shadow(rules) ? "true" : "false", rules_failure_str(rules_on_failure(rules)),
 	     rules_agents(rules), rules_paths_raw(rules) ? "raw" : "normalised",
-	     rules_default_priority(rules));
+	     rules_default_priority(rules), rules_max_delayed(rules));
 	for (size_t i = 0; i < rules_count(rules); i++) {
 		outf(&o, "%s", i ? ", " : "");
 		out_rule(&o, rules, rules_rule_at(rules, i));

@@ -284,6 +284,19 @@ static void out_layers(struct out *o, const struct explain *ex)
 	outf(o, "]");
 }
 
+/* `delay`: how long a refused request may be held, or null. */
+void out_delay(struct out *o, int64_t delay_us)
+{
+	char d[32];
+
+	if (delay_us <= 0) {
+		outf(o, ", \"delay\": null");
+		return;
+	}
+	limit_format_period(delay_us, d, sizeof(d));
+	outf(o, ", \"delay\": \"%s\"", d);
+}
+
 /* The whole answer, once the store has looked. */
 static void out_explain(struct out *o, const struct explain *ex)
 {
@@ -303,6 +316,7 @@ static void out_explain(struct out *o, const struct explain *ex)
 	     ex->shadow ? "true" : "false");
 	if (ex->load_known)
 		outf(o, ", \"shed\": %s", ex->shed ? "true" : "false");
+	out_delay(o, ex->rule->delay_us);
 	outf(o, ", \"overridden\": %s, \"identity\": ", ex->rule->derived ? "true" : "false");
 	out_str(o, ex->kind);
 	outf(o, ", \"value\": ");

@@ -19,9 +19,11 @@
 #ifndef RL_EXPLAIN_H
 #define RL_EXPLAIN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 struct ev_loop;
+struct out;
 struct http_req;
 struct rules;
 struct server;
@@ -35,5 +37,9 @@ void explain_serve(struct server *srv, struct ev_loop *loop, struct http_req *re
  * store: the JSON to out, or a message to err. Returns the exit status:
  * 0, or 1 for a bad operand or argument. */
 int explain_main(struct rules *rules, char **argv, int argc, FILE *out, FILE *err);
+
+/* Writes `, "delay": "500ms"` (a rule's delay) or `, "delay": null`: one
+ * spelling for /admin/rules and /admin/explain. */
+void out_delay(struct out *o, int64_t delay_us);
 
 #endif

@@ -28,6 +28,7 @@ endpoints:
   - name: login
     match: { path: /login }
     limits: ["2/1h"]
+    delay: 2s
 priorities:
   default: 2
   classes:
@@ -145,9 +146,11 @@ def test_explain_command_line(h):
     info = json.loads(r.stdout)
     assert info["rule"] == "login" and info["tier"] == "free", info
     assert limits(info) == [("login", "login", 2, "1h", 2)], info
+    assert info["delay"] == "2s", info
     r = run_explain("-f", path, "--explain", "api_key=k1", "ip=10.0.0.1")
     info = json.loads(r.stdout)
     assert info["layers"][0]["name"] == "per-ip" and limits(info)[1][4] == 50, info
+    assert info["delay"] is None, info
     # the load figures as HAProxy sends them: P2 is shed at 99%, P0 never
     busy = ("be_in_use=99", "be_free=1")
     r = run_explain("-f", path, "--explain", "api_key=k1", *busy)

@@ -42,6 +42,7 @@ endpoints:
   - name: search
     match: { method: POST, path: /api/search, tier: [pro] }
     limits: ["20/1s"]
+    delay: 250ms
 priorities:
   default: 1
   classes:
@@ -105,6 +106,9 @@ def test_admin_rules_shows_what_decides(h):
     assert rules["search"]["match"] == {"method": ["POST"], "path": ["/api/search"],
                                         "tier": ["pro"]}, rules["search"]
     assert rules["search"]["policy"] == '"search";q=20;w=1', rules["search"]
+    # a refusal held instead (`delay`), and the file's bound on held requests
+    assert rules["search"]["delay"] == "250ms" and free["delay"] is None, rules
+    assert doc["max_delayed"] == 1024, doc
     assert doc["priorities"] == [
         {"priority": 0, "match": {"path": ["/health"]}},
         {"priority": 3, "match": {"args": {"x_test": ["1"]}}}], doc["priorities"]
