@@ -366,6 +366,10 @@ static void delay_series(struct out *o, const struct server *srv, const struct s
 	counter(o, "spoa_rl_delay_full_total",
 		"Requests refused at once that a delay would have held: max_delayed were held already.",
 		counter_at(sts, STORE(delay_full)));
+	counter(o, "spoa_rl_delay_gone_total",
+		"Held requests whose connection closed before they were due: decided no more, "
+		"they took no token.",
+		counter_at(sts, STORE(delay_gone)));
 }
 
 /* The workers' counters, then the server's (server_get_stats). */

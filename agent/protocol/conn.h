@@ -196,6 +196,13 @@ void conn_disconnect(struct conn *c, int status);
  * more. */
 struct conn *conn_deferred(struct conn_set *s, uint32_t id, uint32_t gen);
 
+/* Whether connection (id, gen) is still open (it may be draining), without
+ * settling anything. */
+static inline bool conn_open(const struct conn_set *s, uint32_t id, uint32_t gen)
+{
+	return id < s->nids && s->gens[id] == gen;
+}
+
 /* After the ACK of conn_deferred(): writes it before the loop blocks; a
  * stopping connection disconnects once it owes nothing. */
 void conn_answered(struct conn *c);

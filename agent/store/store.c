@@ -59,6 +59,11 @@ struct store_worker *store_worker_new(struct store *st, struct ev_loop *loop, in
 	return sw;
 }
 
+void store_worker_awaited(struct store_worker *sw, store_awaited_fn *awaited)
+{
+	sw->awaited = awaited;
+}
+
 void store_worker_free(struct store_worker *sw)
 {
 	struct store_worker **pp;
@@ -446,6 +451,12 @@ static void on_due(void *priv, const struct decide_query *q, const struct store_
 	int decider = -1;
 
 	STAT_SET(sw->stats.delayed_held, delay_count(sw->delays));
+	if (!late && sw->awaited && !sw->awaited(sw->priv, ref)) {
+		/* nobody waits for it: refused as it was, taking nothing */
+		STAT_INC(sw->stats.delay_gone);
+		late = true;
+		retry_us = 1;
+	}
 	if (late) {
 		limit_refused_by(res, q->limits, q->nlimits, 0, retry_us, retry_us, retry_us);
 		decide_result(q, res, 0, &d);

@@ -56,12 +56,18 @@ struct store_ref {
 typedef void store_answer_fn(void *priv, const struct store_ref *ref,
 			     const struct decide_decision *d);
 
+/* Whether the answer to ref is still awaited (its connection open): a
+ * held request whose connection has gone is not decided again, so it
+ * takes no token. No side effect. */
+typedef bool store_awaited_fn(void *priv, const struct store_ref *ref);
+
 /* Counters of one worker's store, summed over workers by the metrics.
  * (A backend keeps its own, and exports them: store_redis.h.) */
 struct store_stats {
 	counter_t penalty_events; /* responses and refusals counted for a penalty */
 	counter_t delay_full;     /* refused at once: max_delayed were held (delay.h) */
 	counter_t delayed_held;   /* requests held now (a gauge) */
+	counter_t delay_gone;     /* held requests whose connection went first */
 };
 
 /* What a backend's check returns. */
@@ -198,6 +204,7 @@ struct store_worker {
 	struct ev_loop *loop;
 	int idx;
 	store_answer_fn *answer;
+	store_awaited_fn *awaited; /* NULL: every answer is awaited */
 	void *priv;
 	void *impl;
 	struct delay_queue *delays; /* requests held (delay.h), made at the first */
@@ -218,6 +225,9 @@ void store_free(struct store *st);
  * NULL on failure, after logging why. */
 struct store_worker *store_worker_new(struct store *st, struct ev_loop *loop, int idx,
 				      store_answer_fn *answer, void *priv);
+
+/* Tells sw how to know an answer nobody awaits (store_awaited_fn). */
+void store_worker_awaited(struct store_worker *sw, store_awaited_fn *awaited);
 
 /* Answers what is still pending (without the store) and frees sw. */
 void store_worker_free(struct store_worker *sw);

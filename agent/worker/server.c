@@ -407,6 +407,7 @@ static int worker_init(struct server *srv, struct worker *w, int i)
 		worker_fini(w);
 		return -1;
 	}
+	store_worker_awaited(w->store, worker_awaited);
 	return 0;
 }
 

@@ -141,6 +141,13 @@ void worker_answer(void *worker, const struct store_ref *ref, const struct decid
 	conn_answered(c);
 }
 
+bool worker_awaited(void *worker, const struct store_ref *ref)
+{
+	struct worker *w = worker;
+
+	return conn_open(&w->conns, ref->id, ref->gen);
+}
+
 /* ---- check-rate ------------------------------------------------------------ */
 
 /* xorshift32: shedding needs uniform numbers, not secrets. */

@@ -102,4 +102,7 @@ const struct conn_handler *worker_handler(bool fixed);
  * its connection is still the one it was (id and generation). */
 void worker_answer(void *worker, const struct store_ref *ref, const struct decide_decision *d);
 
+/* The store's store_awaited_fn: whether ref's connection is still open. */
+bool worker_awaited(void *worker, const struct store_ref *ref);
+
 #endif

@@ -215,6 +215,49 @@ def test_max_delayed(h):
     p.close()
 
 
+def check_gone(a):
+    """A held request whose connection closes before it is due takes no
+    token: when it would have been due, the client's token is still there
+    for the next request, admitted without being held (had the held one
+    taken it, the next would be held until the token after), and the held
+    one is counted as gone."""
+    p = Pipe(a.port)
+    other = Pipe(a.port)
+    assert p.wait(p.send("k1"))[1]["status"] == 0
+    p.send("k1")  # refused, held until the next token (2 s)
+    wait_for(lambda: metric(a, "spoa_rl_delay_held") == 1, 5, "the request to be held")
+    p.close()
+    # both answered: the first, and the held one
+    wait_for(lambda: harness.series(a.mport, "spoa_rl_decisions_total", rule="t") == 2, 10,
+             "the held request to be decided")
+    assert metric(a, "spoa_rl_delay_gone_total") == 1
+    held = harness.series(a.mport, "spoa_rl_delayed_total", rule="t")
+    # the token that came at 2 s lasts until 4 s: taken now, not held
+    _, v = other.wait(other.send("k1"))
+    assert v["status"] == 0, v
+    assert harness.series(a.mport, "spoa_rl_delayed_total", rule="t") == held
+    assert metric(a, "spoa_rl_delay_held") == 0
+    other.close()
+
+
+GONE_RULES = ('answer: full\nidentity: [api_key]\n'
+              'tiers: { t: { limits: ["1/2s"], delay: 3s } }\n')
+
+
+def test_held_with_its_connection_gone(h):
+    path = os.path.join(h.dir, "gone.yaml")
+    with open(path, "w") as f:
+        f.write(GONE_RULES)
+    check_gone(metrics_agent(h, "--rules", path))
+
+
+def test_held_with_its_connection_gone_on_redis(h):
+    path = os.path.join(h.dir, "gone.yaml")
+    with open(path, "w") as f:
+        f.write(GONE_RULES)
+    check_gone(metrics_agent(h, "--rules", path, redis=RedisServer(h)))
+
+
 def test_held_when_stopping(h):
     """SIGTERM while a request is held for much longer than the grace time
     (3 s): it is answered, refused with a Retry-After, before the agent
