@@ -16,7 +16,8 @@ make with `openssl` (tests/e2e/tls_certs.py):
 - a client certificate renewed and taken by a reload (SIGHUP) under traffic:
   the server then trusts only the new one's CA, and the agent's new
   connections present it;
-- a TLS Cluster master killed under load.
+- a TLS Cluster master killed under load; its slots resharded under load
+  (MOVED) and a slot caught mid-migration (ASK), exact.
 """
 
 import json
@@ -401,3 +402,58 @@ def test_tls_cluster_master_killed(h, tls_cluster):
     # fresh clients, on every master: exact over TLS again
     got = fleet.counts(fleet.burst([a.port], keys(30, "after"), per_key=3))
     assert all(c == (3, 0, 0) for c in got.values()), got
+
+
+def unlabelled(mport, name):
+    m = re.search(r"^%s (\d+)$" % name, http_get(mport, "/metrics").text, re.M)
+    return int(m.group(1)) if m else -1
+
+
+def test_tls_cluster_reshard_under_load_and_asking(h, tls_cluster):
+    """Over TLS as in plaintext (test_cluster): slots resharded under load
+    there and back, the decisions follow MOVED with no client over its
+    limit; then a client's slot in the middle of a migration is decided on
+    the importing master after ASKING, exactly."""
+    certs = tls_cluster.tls
+    tls_cluster.reset()
+    mport = harness.free_port()
+    a = start(h, ("--redis-cluster", tls_cluster.seeds()), "--limit", "20/1h",
+              "--metrics", "127.0.0.1:%d" % mport, "--admin", *certs.agent_args(),
+              ready_re=MAPPED_RE)
+    masters = tls_cluster.masters()
+    steady = fleet.Steady([a.port], keys(100, "r"), conns=4, duration=60)
+    try:
+        wait_for(lambda: steady.count() > 500, 20, "traffic to flow")
+        tls_cluster.reshard(masters[0].port, masters[1].port, 2000, background=True).wait(60)
+        tls_cluster.reshard(masters[1].port, masters[0].port, 2000, background=True).wait(60)
+        n = steady.count()
+        wait_for(lambda: steady.count() > n + 500, 20, "traffic after the reshard")
+    finally:
+        answers = steady.stop()
+    over = {k: c for k, c in fleet.allowed_by_key(answers).items() if c > 20}
+    assert not over, "clients over their limit: %s" % sorted(over.items())[:5]
+    degraded = sum(1 for _, _, v in answers if v["degraded"])
+    assert degraded < 0.05 * len(answers), (degraded, len(answers))
+    assert unlabelled(mport, "spoa_rl_redis_moved_total") > 0
+
+    # a slot IMPORTING on one master, MIGRATING on another
+    (key,) = json.loads(http_get(mport, "/admin/client?api_key=moving").text)["rules"][0][
+        "keys"].values()
+    slot = tls_cluster.slot_of(key)
+    src = tls_cluster.node_for_slot(slot)
+    dst = next(m.port for m in tls_cluster.masters() if m.port != src)
+    src_id, dst_id = tls_cluster.ids[src], tls_cluster.ids[dst]
+    try:
+        assert tls_cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == b"OK"
+        assert tls_cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == b"OK"
+        got = fleet.burst([a.port], ["moving"], per_key=22, conns=1)["moving"]
+        assert [(v["status"], v["degraded"]) for v in got] == \
+            [(0, False)] * 20 + [(429, False)] * 2, got
+        assert unlabelled(mport, "spoa_rl_redis_asking_total") >= 20
+        with tls_cluster.client(dst) as c:
+            c.command("ASKING")
+            assert c.command("EXISTS", key) == 1
+    finally:
+        for port in (dst, src):
+            tls_cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    assert_log_clean(a)
