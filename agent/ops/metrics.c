@@ -18,6 +18,7 @@
 #include "store.h"
 #include "store_redis.h"
 #include "redis_health.h"
+#include "redis_transport_tls.h"
 
 static const char *build_version = "unknown";
 
@@ -190,6 +191,21 @@ static void memory_info_series(struct out *o, struct store *st)
 	store_redis_each_node(st, node_line, &failures);
 }
 
+/* TLS to the servers (--redis-tls): 0 without it. */
+static void tls_series(struct out *o)
+{
+	unsigned long long handshakes, resumed;
+
+	redis_tls_counts(&handshakes, &resumed);
+	outf(o, "# HELP spoa_rl_redis_tls_handshakes_total TLS handshakes done with Redis "
+	     "servers.\n# TYPE spoa_rl_redis_tls_handshakes_total counter\n"
+	     "spoa_rl_redis_tls_handshakes_total %llu\n"
+	     "# HELP spoa_rl_redis_tls_resumed_total TLS handshakes with Redis servers that "
+	     "resumed the session of an earlier connection to the same server (no key exchange, "
+	     "no certificate check).\n# TYPE spoa_rl_redis_tls_resumed_total counter\n"
+	     "spoa_rl_redis_tls_resumed_total %llu\n", handshakes, resumed);
+}
+
 static void node_series(struct out *o, struct store *st)
 {
 	struct node_line gauge = { o, "spoa_rl_redis_node_not_evicting", REDIS(not_evicting) };
@@ -207,6 +223,7 @@ static void node_series(struct out *o, struct store *st)
 	store_redis_each_node(st, node_line, &gauge);
 	health_series(o, st);
 	memory_info_series(o, st);
+	tls_series(o);
 }
 
 /* The shared store's counters, in the order of the text. */

@@ -10,24 +10,46 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "alloc.h"
 
+/* The sessions kept to resume (a TLS ticket or session id per server):
+ * a reconnect to the same server, under the same name, skips the key
+ * exchange and the certificate checks its first handshake made. */
+#define TLS_SESSIONS 64
+#define TLS_SESSION_KEY (ADDR_HOST_MAX + ADDR_HOST_MAX + 16)
+
+struct tls_session {
+	char key[TLS_SESSION_KEY]; /* "name|host:port"; "" when free */
+	SSL_SESSION *s;
+};
+
 struct redis_tls {
-	pthread_mutex_t lock;   /* ctx is swapped by reloads while workers connect */
+	pthread_mutex_t lock;   /* ctx and the sessions are used by every worker
+	                         * and swapped by reloads */
 	SSL_CTX *ctx;
+	unsigned gen;           /* reloads: a session of an older context is not kept */
+	unsigned next;          /* the slot the next new server's session takes */
+	struct tls_session sessions[TLS_SESSIONS];
 	char server_name[256];  /* "": the host of each address */
 	bool verify;
 };
+
+/* Handshakes done, and those of them that resumed a session: the whole
+ * process (redis_tls_counts). */
+static atomic_ullong tls_handshakes, tls_resumed;
 
 struct tls_transport {
 	struct redis_transport base; /* first: the plain transport frees it whole */
 	struct redis_tls *tls;       /* where the session's context comes from */
 	SSL *ssl;                    /* NULL until connect(); none on a Unix socket */
 	char name[ADDR_HOST_MAX + 1]; /* the name verified, for the messages */
+	char key[TLS_SESSION_KEY];   /* the server's, in tls->sessions */
+	unsigned gen;                /* tls->gen when the session was made */
 	bool tcp_up;                 /* the TCP connect is done */
 	bool up;                     /* the TLS handshake is done */
 	bool broken;                 /* a fatal error: no close_notify */
@@ -96,6 +118,63 @@ static int load_files(SSL_CTX *ctx, const struct redis_tls_settings *s, char *er
 	return 0;
 }
 
+/* The slot holding key's session, or NULL. Under tls->lock. */
+static struct tls_session *session_find(struct redis_tls *tls, const char *key)
+{
+	for (size_t i = 0; i < TLS_SESSIONS; i++)
+		if (tls->sessions[i].s && strcmp(tls->sessions[i].key, key) == 0)
+			return &tls->sessions[i];
+	return NULL;
+}
+
+static void session_drop(struct tls_session *ts)
+{
+	SSL_SESSION_free(ts->s);
+	ts->s = NULL;
+	ts->key[0] = '\0';
+}
+
+/* OpenSSL has a session to resume (a TLS 1.3 ticket comes after the
+ * handshake, while reading): kept for the transport's server, in place of
+ * the one it had, unless a reload came since the connection began.
+ * Returns 1: the reference is ours. */
+static int on_new_session(SSL *ssl, SSL_SESSION *s)
+{
+	struct tls_transport *tt = SSL_get_app_data(ssl);
+	struct redis_tls *tls;
+	struct tls_session *ts;
+
+	if (!tt || !tt->key[0] || !SSL_SESSION_is_resumable(s))
+		return 0;
+	tls = tt->tls;
+	pthread_mutex_lock(&tls->lock);
+	if (tt->gen != tls->gen) {
+		pthread_mutex_unlock(&tls->lock);
+		return 0;
+	}
+	ts = session_find(tls, tt->key);
+	if (!ts) {
+		/* a new server: the oldest slot goes */
+		ts = &tls->sessions[tls->next++ % TLS_SESSIONS];
+		if (ts->s)
+			session_drop(ts);
+		snprintf(ts->key, sizeof(ts->key), "%s", tt->key);
+	} else {
+		SSL_SESSION_free(ts->s);
+	}
+	ts->s = s;
+	pthread_mutex_unlock(&tls->lock);
+	return 1;
+}
+
+/* Forgets every session kept. Under tls->lock. */
+static void sessions_drop(struct redis_tls *tls)
+{
+	for (size_t i = 0; i < TLS_SESSIONS; i++)
+		if (tls->sessions[i].s)
+			session_drop(&tls->sessions[i]);
+}
+
 static SSL_CTX *make_ctx(const struct redis_tls_settings *s, char *err, size_t errlen)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -112,6 +191,10 @@ static SSL_CTX *make_ctx(const struct redis_tls_settings *s, char *err, size_t e
 	/* a server that closes without close_notify has closed, as in plain */
 	SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
+	/* sessions kept by server (on_new_session), not in OpenSSL's cache */
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT |
+					    SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(ctx, on_new_session);
 	if (load_files(ctx, s, err, errlen) < 0) {
 		SSL_CTX_free(ctx);
 		return NULL;
@@ -147,6 +230,10 @@ int redis_tls_reload(struct redis_tls *tls, const struct redis_tls_settings *s, 
 	pthread_mutex_lock(&tls->lock);
 	old = tls->ctx;
 	tls->ctx = ctx;
+	/* a renewed client certificate or CA is for every connection to come:
+	 * none resumes a session of the files before */
+	tls->gen++;
+	sessions_drop(tls);
 	pthread_mutex_unlock(&tls->lock);
 	SSL_CTX_free(old); /* the sessions made from it keep it until they end */
 	return 0;
@@ -156,6 +243,7 @@ void redis_tls_free(struct redis_tls *tls)
 {
 	if (!tls)
 		return;
+	sessions_drop(tls);
 	SSL_CTX_free(tls->ctx);
 	pthread_mutex_destroy(&tls->lock);
 	xfree(tls);
@@ -224,18 +312,24 @@ static bool is_ip(const char *s)
 	return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
 }
 
-/* The session over t->fd: SNI and the name to verify. */
-static int new_session(struct tls_transport *tt, struct redis_tls *tls, const char *host)
+/* The session over t->fd: SNI and the name to verify, and the session
+ * last made with the same server under the same name, to resume. */
+static int new_session(struct tls_transport *tt, struct redis_tls *tls, const struct addr *a)
 {
 	struct redis_transport *t = &tt->base;
+	struct tls_session *ts;
 	bool ip;
 
-	snprintf(tt->name, sizeof(tt->name), "%s", tls->server_name[0] ? tls->server_name : host);
+	snprintf(tt->name, sizeof(tt->name), "%s", tls->server_name[0] ? tls->server_name : a->host);
+	snprintf(tt->key, sizeof(tt->key), "%s|%s:%s", tt->name, a->host, a->port);
 	ip = is_ip(tt->name);
 	pthread_mutex_lock(&tls->lock);
 	tt->ssl = SSL_new(tls->ctx); /* holds the context as long as it lives */
+	tt->gen = tls->gen;
+	if (tt->ssl && (ts = session_find(tls, tt->key)) && SSL_set_session(tt->ssl, ts->s) != 1)
+		ERR_clear_error(); /* a full handshake then */
 	pthread_mutex_unlock(&tls->lock);
-	if (!tt->ssl || SSL_set_fd(tt->ssl, t->fd) != 1 ||
+	if (!tt->ssl || SSL_set_app_data(tt->ssl, tt) != 1 || SSL_set_fd(tt->ssl, t->fd) != 1 ||
 	    /* SNI carries names only (RFC 6066) */
 	    (!ip && SSL_set_tlsext_host_name(tt->ssl, tt->name) != 1)) {
 		snprintf(t->errstr, sizeof(t->errstr), "TLS: cannot make a session");
@@ -274,10 +368,24 @@ static int tls_connect(struct redis_transport *t, const struct addr *a)
 		tt->up = true;
 		return rc;
 	}
-	if (new_session(tt, tt->tls, a->host) < 0)
+	if (new_session(tt, tt->tls, a) < 0)
 		return REDIS_T_ERROR;
 	/* the handshake starts on the first writable turn */
 	return REDIS_T_WANT_WRITE;
+}
+
+/* The session kept for tt's server, dropped after a failed handshake (a
+ * server restarted with other keys refuses it, or a failure unrelated to
+ * it: a full handshake next time either way). */
+static void forget(struct tls_transport *tt)
+{
+	struct redis_tls *tls = tt->tls;
+	struct tls_session *ts;
+
+	pthread_mutex_lock(&tls->lock);
+	if ((ts = session_find(tls, tt->key)))
+		session_drop(ts);
+	pthread_mutex_unlock(&tls->lock);
 }
 
 static int tls_handshake(struct redis_transport *t)
@@ -297,9 +405,15 @@ static int tls_handshake(struct redis_transport *t)
 	r = SSL_connect(tt->ssl);
 	if (r == 1) {
 		tt->up = true;
+		atomic_fetch_add_explicit(&tls_handshakes, 1, memory_order_relaxed);
+		if (SSL_session_reused(tt->ssl))
+			atomic_fetch_add_explicit(&tls_resumed, 1, memory_order_relaxed);
 		return 0;
 	}
-	return ssl_result(tt, r);
+	r = ssl_result(tt, r);
+	if (r == REDIS_T_ERROR)
+		forget(tt); /* the next attempt starts afresh */
+	return r;
 }
 
 /* Reads until len bytes or nothing more: a record OpenSSL has taken from
@@ -379,4 +493,10 @@ struct redis_transport *redis_tls_transport_new(struct redis_tls *tls)
 	tt->base.fd = -1;
 	tt->tls = tls;
 	return &tt->base;
+}
+
+void redis_tls_counts(unsigned long long *handshakes, unsigned long long *resumed)
+{
+	*handshakes = atomic_load_explicit(&tls_handshakes, memory_order_relaxed);
+	*resumed = atomic_load_explicit(&tls_resumed, memory_order_relaxed);
 }

@@ -35,6 +35,12 @@ int redis_tls_reload(struct redis_tls *tls, const struct redis_tls_settings *s, 
 
 void redis_tls_free(struct redis_tls *tls);
 
+/* TLS handshakes done to Redis servers by the whole process, and those of
+ * them that resumed a session kept from an earlier connection to the same
+ * server (a reload forgets the sessions: its files are for every
+ * connection to come). */
+void redis_tls_counts(unsigned long long *handshakes, unsigned long long *resumed);
+
 /* A new, unconnected TLS transport; NULL when out of memory. */
 struct redis_transport *redis_tls_transport_new(struct redis_tls *tls);
 
