@@ -44,7 +44,7 @@ void metrics_adaptive(struct out *o, struct server *srv, const struct rules *rul
 	struct adaptive_config none;
 	size_t n;
 
-	if (!srv->flights || !flights_active(srv->flights))
+	if (!srv->flights)
 		return;
 	if (!ac) {
 		adaptive_config_defaults(&none);

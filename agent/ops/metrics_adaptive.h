@@ -11,8 +11,8 @@ struct rules;
 
 /* Drops the requests whose release is overdue (so that the in-flight
  * gauge is right without traffic), then renders, by backend, the limit,
- * the requests in flight, the samples, the drops and the requests shed;
- * and the requests not tracked. Nothing before a backend is seen. */
+ * the requests in flight, the samples, the drops and the requests shed
+ * (no sample before a backend is seen); and the requests not tracked. */
 void metrics_adaptive(struct out *o, struct server *srv, const struct rules *rules);
 
 #endif
