@@ -37,10 +37,11 @@ int gate_check(struct worker *w, const struct adaptive_config *ac, struct decide
 	return 0;
 }
 
-const struct decide_decision *gate_answered(struct worker *w, const struct decide_decision *d,
+const struct decide_decision *gate_answered(struct worker *w, const struct decide_decision *sent,
+					    const struct decide_decision *d,
 					    struct decide_decision *copy)
 {
-	if (d->status != 0) {
+	if (!sent || d->status != 0) {
 		flights_cancel(w->srv->flights, d->flight);
 		return d;
 	}

@@ -29,10 +29,12 @@ struct worker;
 int gate_check(struct worker *w, const struct adaptive_config *ac, struct decide_query *q,
 	       const struct rules_request *req, struct decide_decision *d);
 
-/* The answer d to a request in flight (d->flight): refused, it leaves the
- * flight (no sample); admitted without a place, it is given GATE_PLACE.
- * Returns the answer to send: d, or *copy made from it. */
-const struct decide_decision *gate_answered(struct worker *w, const struct decide_decision *d,
+/* The answer d to a request in flight (d->flight), to send (sent is d)
+ * or not (sent is NULL: its connection is gone): refused or not sent, it
+ * leaves the flight (no sample); admitted without a place, it is given
+ * GATE_PLACE. Returns the answer to send: d, or *copy made from it. */
+const struct decide_decision *gate_answered(struct worker *w, const struct decide_decision *sent,
+					    const struct decide_decision *d,
 					    struct decide_decision *copy);
 
 /* A release (or response) of request id (decide_request_id) came with

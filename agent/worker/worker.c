@@ -137,9 +137,9 @@ void worker_answer(void *worker, const struct store_ref *ref, const struct decid
 	count_decision(w, d);
 	if (d->delayed_us)
 		count_delayed(w, d);
-	if (d->flight)
-		d = gate_answered(w, d, &own);
 	c = conn_deferred(&w->conns, ref->id, ref->gen);
+	if (d->flight)
+		d = gate_answered(w, c ? d : NULL, d, &own);
 	if (!c)
 		return;
 	ack(w, c, ref->stream_id, ref->frame_id, d);
@@ -413,7 +413,7 @@ notify(struct worker *w, struct conn *c, const struct spop_frame *f, const bool 
 		return CONN_DEFERRED;
 	count_decision(w, &d);
 	if (d.flight)
-		gate_answered(w, &d, &d);
+		gate_answered(w, &d, &d, &d);
 	if (fixed)
 		keep_answer(w, &d);
 	ack(w, c, f->stream_id, f->frame_id, &d);
