@@ -14,10 +14,12 @@ whose latency grows with its queue each fall to a part of what it takes.
 import http.server
 import json
 import os
+import re
 import threading
 import time
 
 import harness
+import spop
 from harness import http_get, series, wait_for
 
 RULES = os.path.join(harness.ROOT, "examples", "rules-adaptive.yaml")
@@ -277,3 +279,92 @@ def test_two_agents_each_take_a_share(h):
     for l in loads:
         c = counts(l.since(0))
         assert c.get((0, 503), 0) == 0 and c.get((0, 200), 0) > 0, c
+
+
+def untracked(mport):
+    m = re.search(r"^spoa_rl_adaptive_untracked_total (\d+)$", http_get(mport, "/metrics").text,
+                  re.M)
+    return int(m.group(1))
+
+
+SPOP_RULES = """\
+# the tests read every variable of a decision
+answer: full
+identity: [api_key]
+tiers:
+  argument: tier
+  default: free
+  free: { limits: ["100/1h"] }
+  tiny: { limits: ["1/1h"] }
+priorities:
+  default: 3
+  classes:
+    - { priority: 0, match: { path: /p0 } }
+    - { priority: 1, match: { path: /p1 } }
+    - { priority: 2, match: { path: /p2 } }
+shedding:
+  retry_after: 3s
+  adaptive: { target: 1s, min: 2, max: 2, timeout: 2s }
+"""
+
+
+def test_places_and_releases_over_spop(h):
+    """Raw SPOP on two connections to an agent of two workers, limit 2
+    (min = max): P3 shed at 2 in flight, P2 and P1 at 3, P0 never; the
+    answer of an admitted request names the place `adaptive`, a release
+    on the other connection frees it; a request its rate refuses leaves
+    no place behind; no request_id or no backend: neither counted nor
+    shed; a release that never comes is dropped after the timeout."""
+    path = os.path.join(h.dir, "rules.yaml")
+    with open(path, "w") as f:
+        f.write(SPOP_RULES)
+    mport = harness.free_port()
+    a = h.agent("--threads", "2", "-f", path, "--metrics", "127.0.0.1:%d" % mport)
+    s1, s2 = spop.Session(a.port), spop.Session(a.port)
+
+    def ask(s, rid, p="/", backend="app", **kw):
+        extra = [("backend", backend)] if backend else []
+        if rid:
+            extra.append(("request_id", rid))
+        return s.check_rate(extra, api_key="k", path=p, **kw)
+
+    def inflight():
+        return series(mport, "spoa_rl_adaptive_inflight", backend="app")
+
+    v = ask(s1, "r1")
+    assert v["status"] == 0 and v["place"] == "adaptive", v
+    assert ask(s2, "r2")["status"] == 0
+    v = ask(s1, "r3")
+    assert v["status"] == 503 and v["reason"] == "shed" and v["retry_after"] == 3, v
+    assert "place" not in v, v
+    assert ask(s1, "r4", p="/p2")["status"] == 0
+    assert ask(s1, "r5", p="/p2")["reason"] == "shed"
+    assert ask(s1, "r5", p="/p1")["reason"] == "shed"
+    assert all(ask(s2, "z%d" % i, p="/p0")["status"] == 0 for i in range(3))
+    assert inflight() == 6
+    # released on the other connection (the other worker, or not)
+    s2.notify([("release", [("place", "adaptive"), ("request_id", "r1")])])
+    for i in range(3):
+        s1.notify([("release", [("place", "adaptive"), ("request_id", "z%d" % i)])])
+    wait_for(lambda: inflight() == 2, 5, "four releases")
+    assert series(mport, "spoa_rl_adaptive_samples_total", backend="app") == 4
+    assert ask(s1, "r6", p="/p1")["status"] == 0
+    # refused by its rate: given back at once
+    assert ask(s1, "t1", p="/p0", tier="tiny")["status"] == 0
+    v = ask(s1, "t2", p="/p0", tier="tiny")
+    assert v["status"] == 429 and "place" not in v, v
+    assert inflight() == 4
+    # untracked: no request_id, or no backend
+    before = untracked(mport)
+    v = ask(s1, None)
+    assert v["status"] == 0 and "place" not in v, v
+    v = ask(s1, "u1", backend=None)
+    assert v["status"] == 0 and "place" not in v, v
+    assert untracked(mport) == before + 1
+    assert inflight() == 4
+    # r2, r4, r6, t1 never released: dropped 2 s after their check-rate
+    wait_for(lambda: inflight() == 0, 10, "the lost releases dropped")
+    assert series(mport, "spoa_rl_adaptive_drops_total", backend="app") == 4
+    assert ask(s1, "r7")["status"] == 0
+    s1.close()
+    s2.close()
