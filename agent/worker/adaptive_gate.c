@@ -54,17 +54,21 @@ const struct decide_decision *gate_answered(struct worker *w, const struct decid
 	return copy;
 }
 
-bool gate_release(struct worker *w, uint64_t id, const char *place, size_t place_len)
+bool gate_release(struct worker *w, const struct spop_data *id, const char *place,
+		  size_t place_len)
 {
-	const struct adaptive_config *ac = rules_adaptive(w->rules);
+	const struct adaptive_config *ac;
 	struct adaptive_config none;
 
-	if (!ac) {
-		/* rules reloaded without it: the flight still ends */
-		adaptive_config_defaults(&none);
-		ac = &none;
+	if (flights_active(w->srv->flights)) {
+		ac = rules_adaptive(w->rules);
+		if (!ac) {
+			/* rules reloaded without it: the flight still ends */
+			adaptive_config_defaults(&none);
+			ac = &none;
+		}
+		flights_leave(w->srv->flights, decide_request_id(id), ac, clock_now_us());
 	}
-	if (id)
-		flights_leave(w->srv->flights, id, ac, clock_now_us());
+	/* (after a restart too: nothing else to give back) */
 	return place_len == sizeof(GATE_PLACE) - 1 && memcmp(place, GATE_PLACE, place_len) == 0;
 }

@@ -37,10 +37,11 @@ const struct decide_decision *gate_answered(struct worker *w, const struct decid
 					    const struct decide_decision *d,
 					    struct decide_decision *copy);
 
-/* A release (or response) of request id (decide_request_id) came with
- * place (place_len bytes). Ends the request's flight, a sample of its
- * backend's latency. Returns true when the place is GATE_PLACE (no other
- * place to give back). */
-bool gate_release(struct worker *w, uint64_t id, const char *place, size_t place_len);
+/* A release (or response) of request id (its request_id argument) came
+ * with place (place_len bytes). Ends the request's flight, if it is in
+ * one: a sample of its backend's latency. Returns true when the place is
+ * GATE_PLACE (no other place to give back). */
+bool gate_release(struct worker *w, const struct spop_data *id, const char *place,
+		  size_t place_len);
 
 #endif

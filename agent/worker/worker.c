@@ -9,7 +9,6 @@
 #include "alloc.h"
 #include "clock.h"
 #include "decide.h"
-#include "flights.h"
 #include "hll.h"
 #include "log.h"
 #include "server.h"
@@ -236,8 +235,7 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 	if (status && !spop_data_int(status, &st))
 		st = 0;
 	if (place && id && (place->type == SPOP_T_STR || place->type == SPOP_T_BIN) &&
-	    flights_active(w->srv->flights) &&
-	    gate_release(w, decide_request_id(id), place->u.str.ptr, place->u.str.len))
+	    gate_release(w, id, place->u.str.ptr, place->u.str.len))
 		return;
 	if (!place || (!id && !st) || (place->type != SPOP_T_STR && place->type != SPOP_T_BIN) ||
 	    store_response(w->store, w->rules, place->u.str.ptr, place->u.str.len,
