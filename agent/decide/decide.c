@@ -149,6 +149,7 @@ void decide_prepare_request(struct rules *rules, const struct rules_request *req
 		layer_keys(rules, &v, q);
 	q->request_id = v.request_id ? decide_request_id(v.request_id) : 0;
 	q->delayed_since_us = 0;
+	q->flight = 0;
 }
 
 const struct rule *decide_override_rule(struct rules *rules, const struct overrides *o,
@@ -204,6 +205,7 @@ static void base(const struct decide_query *q, struct decide_decision *d)
 	d->near_limit = false;
 	d->counters = q->rule->counters;
 	d->place_len = 0;
+	d->flight = q->flight;
 	d->answer = (uint16_t)rules_answer(q->rules);
 }
 

@@ -68,6 +68,9 @@ struct decide_query {
 	/* When the store first held it instead of refusing it (its rule's
 	 * delay, store/delay.h), on the monotonic clock; 0: never held. */
 	int64_t delayed_since_us;
+	/* Under adaptive shedding: the id of the request in flight to its
+	 * backend (worker/flights.h), which a refusal gives back; 0: none. */
+	uint64_t flight;
 };
 
 enum decide_reason {
@@ -112,6 +115,7 @@ struct decide_decision {
 	 * rule's delay), 0: not held. Set on answers made later only (the
 	 * store's answer callback), never read on those made at once. */
 	int64_t delayed_us;
+	uint64_t flight;       /* the query's */
 };
 
 /* The key limit j of q is kept under: the client's under the rule (key),

@@ -469,7 +469,22 @@ static void out_rule(struct out *o, const struct rules *rules, const struct rule
 	outf(o, "}");
 }
 
-static void out_shedding(struct out *o, const struct shed_config *sc)
+/* shedding.adaptive, or null. */
+static void out_adaptive(struct out *o, const struct adaptive_config *ac)
+{
+	if (!ac) {
+		outf(o, "null");
+		return;
+	}
+	outf(o, "{\"target_ms\": %.3f, \"min\": %u, \"max\": %u, \"initial\": %u, "
+	     "\"timeout_ms\": %lld, \"backend\": ", (double)ac->target_us / 1000, ac->min, ac->max,
+	     ac->initial, (long long)(ac->timeout_us / 1000));
+	out_str(o, ac->backend_arg);
+	outf(o, "}");
+}
+
+static void out_shedding(struct out *o, const struct shed_config *sc,
+			 const struct adaptive_config *ac)
 {
 	outf(o, "{\"thresholds\": {");
 	for (int p = 1; p < SHED_PRIORITIES; p++) {
@@ -484,7 +499,9 @@ static void out_shedding(struct out *o, const struct shed_config *sc)
 	out_str(o, sc->in_use_arg);
 	outf(o, ", \"free\": ");
 	out_str(o, sc->free_arg);
-	outf(o, ", \"shadow\": %s}", sc->shadow ? "true" : "false");
+	outf(o, ", \"shadow\": %s, \"adaptive\": ", sc->shadow ? "true" : "false");
+	out_adaptive(o, ac);
+	outf(o, "}");
 }
 
 /* The overrides of clients in force now (their keys hashed: the names
@@ -559,7 +576,7 @@ static void rules_serve(struct server *srv, struct http_req *req)
 		outf(&o, "}");
 	}
 	outf(&o, "], \"shedding\": ");
-	out_shedding(&o, rules_shed(rules));
+	out_shedding(&o, rules_shed(rules), rules_adaptive(rules));
 	outf(&o, ", \"overrides\": ");
 	out_overrides(&o, srv);
 	outf(&o, ", \"arguments_missing\": [");

@@ -15,6 +15,7 @@
 #include "sha256.h"
 #include "shed.h"
 #include "memstore.h"
+#include "metrics_adaptive.h"
 #include "store.h"
 #include "store_redis.h"
 #include "redis_health.h"
@@ -522,6 +523,7 @@ static void render(struct server *srv, struct out *o)
 		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
 		rules_override_refused());
 	shed_series(o, srv, &ss, rules);
+	metrics_adaptive(o, srv, rules);
 	counter(o, "spoa_rl_reloads_total", "Rules reloaded by SIGHUP.", ss.reloads);
 	counter(o, "spoa_rl_reload_failures_total",
 		"SIGHUPs whose file was invalid (the rules in force stayed).", ss.reload_failures);

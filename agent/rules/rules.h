@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "limit.h"
+#include "adaptive.h"
 #include "shed.h"
 #include "spop.h"
 
@@ -107,7 +108,7 @@ const struct spop_data *rules_args_get(const struct rules_args *args,
  * holds the value at each position (the first argument of that name among
  * the first RULES_ARGS_MAX) and, only when the rules need them, all the
  * arguments. */
-#define RULES_POSITIONS_MAX (9 + RULES_IDENTITY_MAX)
+#define RULES_POSITIONS_MAX (10 + RULES_IDENTITY_MAX)
 
 struct rules;
 
@@ -396,6 +397,13 @@ bool rules_any_lease(const struct rules *r);
 enum rules_failure rules_on_failure(const struct rules *r); /* file default */
 int rules_default_priority(const struct rules *r);
 const struct shed_config *rules_shed(const struct rules *r);
+/* shedding.adaptive, or NULL when the rules have none (rules_adaptive.c). */
+const struct adaptive_config *rules_adaptive(const struct rules *r);
+/* Under shedding.adaptive: the request's backend argument (a non-empty
+ * string) and its request_id (NULL when absent or empty). False when it
+ * names no backend. */
+bool rules_adaptive_args(const struct rules *r, const struct rules_request *req,
+			 const struct spop_data **backend, const struct spop_data **request_id);
 /* What an answer carries (settings.h: SETTINGS_ANSWER_*), the file's
  * `answer` with the priority added to the default when the file has
  * priorities. */

@@ -117,6 +117,10 @@ static void derive_lookup(struct rules *r)
 		if (r->rule[i].has_max_override && r->override_arg[0])
 			names[POS_OVERRIDE] = r->override_arg;
 	}
+	if (r->adaptive.set) {
+		names[POS_REQUEST_ID] = RULES_REQUEST_ID;
+		names[POS_BACKEND] = r->adaptive.backend_arg;
+	}
 	names[POS_TIER] = r->tier_arg;
 	names[POS_COST] = r->cost_arg[0] ? r->cost_arg : NULL;
 	names[POS_IN_USE] = r->shed.in_use_arg;

@@ -40,6 +40,7 @@ enum arg_position {
 	POS_FREE,
 	POS_REQUEST_ID, /* read when some rule has a concurrency limit */
 	POS_OVERRIDE,   /* read when some rule has a max_override */
+	POS_BACKEND,    /* read under shedding.adaptive */
 	POS_IDENTITY, /* + k for the identity argument k */
 	POS_N = POS_IDENTITY + RULES_IDENTITY_MAX,
 };
@@ -105,6 +106,7 @@ struct rules {
 	int default_priority;
 	unsigned answer;           /* rules_answer() */
 	struct shed_config shed;
+	struct adaptive_config adaptive; /* shedding.adaptive */
 	struct rule *rule;   /* tiers, then endpoints, then layers */
 	size_t nrules;
 	size_t ntiers;

@@ -517,9 +517,9 @@ static int parse_thresholds(struct ctx *c, yaml_node_t *map, struct shed_config 
 static int parse_shedding(struct ctx *c, yaml_node_t *map)
 {
 	struct ys *y = &c->y;
-	enum { K_IN_USE, K_FREE, K_THRESHOLDS, K_RAMP, K_RETRY, K_SHADOW, K_N };
+	enum { K_IN_USE, K_FREE, K_THRESHOLDS, K_RAMP, K_RETRY, K_SHADOW, K_ADAPTIVE, K_N };
 	static const char *const keys[K_N] = {"in_use", "free", "thresholds",
-					      "ramp", "retry_after", "shadow"};
+					      "ramp", "retry_after", "shadow", "adaptive"};
 	struct shed_config *sc = &c->r->shed;
 	yaml_node_t *k[K_N], *v[K_N];
 
@@ -544,6 +544,11 @@ static int parse_shedding(struct ctx *c, yaml_node_t *map)
 		return -1;
 	if (v[K_SHADOW] && ys_bool(y, v[K_SHADOW], "shedding.shadow", &sc->shadow) < 0)
 		return -1;
+	if (v[K_ADAPTIVE] && rules_parse_adaptive(c, v[K_ADAPTIVE]) < 0)
+		return -1;
+	/* adaptive alone reads no load figures: none to check in traffic */
+	if (v[K_ADAPTIVE] && !v[K_IN_USE] && !v[K_FREE] && !v[K_THRESHOLDS] && !v[K_RAMP])
+		c->r->shedding_set = false;
 	return 0;
 }
 
@@ -575,6 +580,7 @@ static void rules_init_defaults(struct rules *r, const char *name)
 	r->default_priority = RULES_DEFAULT_PRIORITY;
 	r->max_delayed = RULES_MAX_DELAYED_DEFAULT;
 	shed_config_defaults(&r->shed);
+	adaptive_config_defaults(&r->adaptive);
 }
 
 /* The root holds the settings' keys, then those of the rules: one

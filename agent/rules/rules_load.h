@@ -51,6 +51,9 @@ int rules_parse_max_override(struct ctx *c, const char *where, yaml_node_t *n, s
 int rules_parse_lease(struct ctx *c, const char *where, yaml_node_t *n, int64_t *us,
 		      uint8_t *share);
 
+/* `shedding.adaptive` (rules_adaptive.c). */
+int rules_parse_adaptive(struct ctx *c, yaml_node_t *map);
+
 /* The top-level `layers` mapping, after the tiers and endpoints. */
 int rules_parse_layers(struct ctx *c, yaml_node_t *map);
 

@@ -48,6 +48,10 @@ void rules_derive_checked(struct rules *r)
 		add(r, r->shed.in_use_arg);
 		add(r, r->shed.free_arg);
 	}
+	if (r->adaptive.set) {
+		add(r, r->adaptive.backend_arg);
+		add(r, RULES_REQUEST_ID);
+	}
 	for (size_t i = 0; i < r->nrules; i++) {
 		if (r->rule[i].conc)
 			add(r, RULES_REQUEST_ID);

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "decide.h"
+#include "flights.h"
 #include "log.h"
 #include "overrides.h"
 #include "store.h"
@@ -423,7 +424,8 @@ int server_start(struct server *srv)
 	srv->ovt = NULL;
 	srv->workers = xcalloc((size_t)srv->cfg.threads, sizeof(*srv->workers));
 	srv->rulestats = rulestats_new(srv->cfg.threads);
-	if (!srv->workers || !srv->rulestats) {
+	srv->flights = flights_new();
+	if (!srv->workers || !srv->rulestats || !srv->flights) {
 		log_err("out of memory for %d workers", srv->cfg.threads);
 		return -1;
 	}
@@ -467,6 +469,8 @@ void server_stop(struct server *srv)
 	xfree(atomic_exchange(&srv->fixed, NULL));
 	rulestats_free(srv->rulestats);
 	srv->rulestats = NULL;
+	flights_free(srv->flights);
+	srv->flights = NULL;
 	overrides_release(srv->ovt);
 	srv->ovt = NULL;
 	pthread_mutex_destroy(&srv->ov_lock);

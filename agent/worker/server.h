@@ -20,6 +20,7 @@
 #include "stats.h"
 #include "worker.h"
 
+struct flights;
 struct store;
 
 struct server_config {
@@ -51,6 +52,7 @@ struct server {
 	pthread_mutex_t ov_lock;
 	struct overrides *ovt;
 	struct rulestats *rulestats;      /* made by server_start */
+	struct flights *flights;          /* adaptive shedding (flights.h), too */
 	/* Arguments the rules read that HAProxy never sent, as the workers
 	 * judged them (worker.c): a bit per rules_checked_name() of the
 	 * rules of generation args_gen; under args_lock. */

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "adaptive_gate.h"
 #include "alloc.h"
 #include "clock.h"
 #include "decide.h"
@@ -129,12 +130,15 @@ static __attribute__((noinline)) void count_delayed(struct worker *w,
 void worker_answer(void *worker, const struct store_ref *ref, const struct decide_decision *d)
 {
 	struct worker *w = worker;
+	struct decide_decision own;
 	struct conn *c;
 
 	count_decision(w, d);
 	if (d->delayed_us)
 		count_delayed(w, d);
 	c = conn_deferred(&w->conns, ref->id, ref->gen);
+	if (d->flight)
+		d = gate_answered(w, c ? d : NULL, d, &own);
 	if (!c)
 		return;
 	ack(w, c, ref->stream_id, ref->frame_id, d);
@@ -185,6 +189,7 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 		      const struct rules_request *req, struct decide_decision *d)
 {
 	const struct conn_view *v = conn_view(c);
+	const struct adaptive_config *ac;
 	struct decide_query q;
 	struct store_ref ref;
 
@@ -204,6 +209,9 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 		decide_shed(&q, d);
 		return 1;
 	}
+	/* adaptive shedding, before any token is taken */
+	if ((ac = rules_adaptive(w->rules)) && gate_check(w, ac, &q, req, d))
+		return 1;
 	ref.id = v->id;
 	ref.gen = v->gen;
 	ref.stream_id = f->stream_id;
@@ -233,6 +241,9 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 	STAT_INC(w->stats.releases);
 	if (status && !spop_data_int(status, &st))
 		st = 0;
+	if (place && id && (place->type == SPOP_T_STR || place->type == SPOP_T_BIN) &&
+	    gate_release(w, id, place->u.str.ptr, place->u.str.len))
+		return;
 	if (!place || (!id && !st) || (place->type != SPOP_T_STR && place->type != SPOP_T_BIN) ||
 	    store_response(w->store, w->rules, place->u.str.ptr, place->u.str.len,
 			   id ? decide_request_id(id) : 0, st > 0 && st < 1000 ? (int)st : 0) < 0)
@@ -406,6 +417,8 @@ notify(struct worker *w, struct conn *c, const struct spop_frame *f, const bool 
 	if (!check_rate(w, c, f, &req, &d))
 		return CONN_DEFERRED;
 	count_decision(w, &d);
+	if (d.flight)
+		gate_answered(w, &d, &d, &d);
 	if (fixed)
 		keep_answer(w, &d);
 	ack(w, c, f->stream_id, f->frame_id, &d);

@@ -27,6 +27,7 @@ import urllib.request
 import harness
 from harness import ROOT, http_get, wait_for
 from redis_helper import RedisServer
+import spop
 from spop import Conn
 
 DASHBOARD = os.path.join(ROOT, "dashboards", "spoa-ratelimit.json")
@@ -50,6 +51,8 @@ priorities:
   classes:
     - priority: 3
       match: { path: /api/reports }
+shedding:
+  adaptive: { target: 50ms, min: 2, max: 100 }
 """
 
 # What Grafana puts in place of its variables before a query leaves it.
@@ -107,6 +110,18 @@ def traffic(a, tag):
         out["search"] = [ask("s", path="/api/search") for _ in range(3)]
         # P3 at a load of 90%: over its 70% threshold
         out["shed"] = [ask("r", path="/api/reports", load=(90, 10)) for _ in range(3)]
+        # adaptive shedding: two requests to backend app, one released
+        out["adaptive"] = []
+        for i in range(2):
+            sid[0] += 1
+            args = spop.check_rate_args(api_key="a" + tag, tier="pro") + [
+                ("backend", "app"), ("request_id", "ad%s-%d" % (tag, i))]
+            c.send(spop.notify(sid[0], 1, [("check-rate", args)]))
+            out["adaptive"].append(spop.as_read(c.expect(spop.ACK).vars()))
+        sid[0] += 1
+        c.send(spop.notify(sid[0], 1, [("release", [
+            ("place", out["adaptive"][0]["place"]), ("request_id", "ad%s-0" % tag)])]))
+        c.expect(spop.ACK)
         # the last figures the agent sees: a load of 25%
         ask("p", tier="pro", load=(25, 75))
     return out
@@ -118,6 +133,7 @@ def check_traffic(out):
     assert [v["shadow"] for v in out["trial"]] == [False] * 3 + [True] * 2, out["trial"]
     assert all(v["rule"] == "search" for v in out["search"]), out["search"]
     assert [v["status"] for v in out["shed"]] == [503] * 3, out["shed"]
+    assert [v["place"] for v in out["adaptive"]] == ["adaptive"] * 2, out["adaptive"]
 
 
 def series(text):
@@ -147,13 +163,16 @@ def test_metrics_pass_promtool(h):
     assert s['spoa_rl_decisions_total{rule="search"}'] == 3, text
     assert s['spoa_rl_shed_total{rule="free",priority="3"}'] == 3, text
     assert s['spoa_rl_shed_total{rule="free",priority="2"}'] == 0, text
-    assert s['spoa_rl_decisions_total{rule="pro"}'] == 4, text
+    assert s['spoa_rl_decisions_total{rule="pro"}'] == 6, text
+    assert s['spoa_rl_adaptive_limit{backend="app"}'] == 100, text
+    assert s['spoa_rl_adaptive_inflight{backend="app"}'] == 1, text
+    assert s['spoa_rl_adaptive_samples_total{backend="app"}'] == 1, text
     assert s["spoa_rl_backend_load"] == 0.25, text
     assert s['spoa_rl_shed_threshold{priority="3"}'] == 0.7, text
     assert s["spoa_rl_redis_call_duration_seconds_count"] > 0, text
     # distinct clients: free decided for f1 and r1 (shed), the others for one each
     assert s['spoa_rl_clients_estimate{rule="free"}'] == 2, text
-    assert s['spoa_rl_clients_estimate{rule="pro"}'] == 1, text
+    assert s['spoa_rl_clients_estimate{rule="pro"}'] == 2, text  # p1 and a1
     assert s['spoa_rl_clients_estimate{rule="search"}'] == 1, text
     node = [k for k in s if k.startswith("spoa_rl_redis_used_memory_bytes{")]
     assert len(node) == 1 and s[node[0]] > 100000, text

@@ -32,7 +32,7 @@
 #define FIXTURES "tests/unit/rules"
 #define EXAMPLE "examples/rules.yaml"
 /* The number of err-*.yaml fixtures: a lost file must not pass unseen. */
-#define ERR_FIXTURES 137
+#define ERR_FIXTURES 145
 
 static char err[1024];
 
@@ -1631,6 +1631,59 @@ static void test_priorities(void **unused)
 	rules_release(r);
 }
 
+/* shedding.adaptive: its settings, defaults, and the arguments it reads
+ * (the backend and request_id, checked against traffic; the load
+ * figures are not, when adaptive is all the shedding says). */
+static void test_adaptive(void **unused)
+{
+	const struct adaptive_config *ac;
+	const struct spop_data *be = NULL, *id = NULL;
+	struct rules_request rq;
+	struct rules_args a;
+	struct rules *r;
+	bool seen_be = false, seen_id = false, seen_load = false;
+
+	r = load("tiers: { t: { limits: [1/1s] } }");
+	assert_null(rules_adaptive(r));
+	rules_release(r);
+	r = load("shedding: { adaptive: { target: 80ms, min: 3, max: 400, initial: 50, "
+		 "timeout: 10s, backend: be_name } }");
+	ac = rules_adaptive(r);
+	assert_non_null(ac);
+	assert_int_equal(ac->target_us, 80000);
+	assert_int_equal(ac->min, 3);
+	assert_int_equal(ac->max, 400);
+	assert_int_equal(ac->initial, 50);
+	assert_int_equal(ac->timeout_us, 10000000);
+	assert_string_equal(ac->backend_arg, "be_name");
+	for (size_t i = 0; rules_checked_name(r, i); i++) {
+		seen_be |= strcmp(rules_checked_name(r, i), "be_name") == 0;
+		seen_id |= strcmp(rules_checked_name(r, i), "request_id") == 0;
+		seen_load |= strcmp(rules_checked_name(r, i), "be_in_use") == 0;
+	}
+	assert_true(seen_be && seen_id);
+	assert_false(seen_load);
+	req(&a, NULL, NULL, NULL, "be_name", "app", "request_id", "r-1", NULL);
+	rules_request_from_args(r, &a, &rq);
+	assert_true(rules_adaptive_args(r, &rq, &be, &id));
+	assert_int_equal(be->u.str.len, 3);
+	assert_memory_equal(be->u.str.ptr, "app", 3);
+	assert_non_null(id);
+	req(&a, NULL, NULL, NULL, "be_name", "", "request_id", "r-1", NULL);
+	rules_request_from_args(r, &a, &rq);
+	assert_false(rules_adaptive_args(r, &rq, &be, &id));
+	rules_release(r);
+	/* the defaults */
+	r = load("shedding: { adaptive: { target: 50ms } }");
+	ac = rules_adaptive(r);
+	assert_int_equal(ac->min, 2);
+	assert_int_equal(ac->max, 1000);
+	assert_int_equal(ac->initial, 1000);
+	assert_int_equal(ac->timeout_us, 30000000);
+	assert_string_equal(ac->backend_arg, "backend");
+	rules_release(r);
+}
+
 static void test_shadow(void **unused)
 {
 	struct rules_args a;
@@ -2276,6 +2329,7 @@ int main(void)
 		cmocka_unit_test(test_endpoints_replace_tiers),
 		cmocka_unit_test(test_priorities),
 		cmocka_unit_test(test_shadow),
+		cmocka_unit_test(test_adaptive),
 		cmocka_unit_test(test_failure_policy),
 		cmocka_unit_test(test_cost),
 		cmocka_unit_test(test_identity),
