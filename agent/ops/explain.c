@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "explain.h"
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "alloc.h"
 #include "clock.h"
+#include "adaptive.h"
 #include "decide.h"
+#include "flights.h"
 #include "http.h"
 #include "identity.h"
 #include "out.h"
@@ -33,6 +36,11 @@ struct explain {
 	uint32_t cost;
 	bool shadow;
 	bool load_known, shed;
+	/* adaptive shedding: the backend the request names, its limit and
+	 * requests in flight now, and whether this request would be shed */
+	bool adaptive, adaptive_shed;
+	char backend[FLIGHTS_NAME_MAX];
+	uint32_t adaptive_limit, adaptive_inflight;
 	const char *kind;              /* the identity argument that named it */
 	char text[EXPLAIN_VALUE_MAX];  /* its value */
 	size_t tlen;
@@ -225,6 +233,36 @@ static int explain_prepare(struct explain *ex, struct rules *rules, const struct
 	return 0;
 }
 
+/* Under shedding.adaptive, the backend that args name (its argument, a
+ * string), as this agent sees it now (f: the server's flights; NULL, or a
+ * backend not seen yet: its initial limit, nothing in flight). */
+static void explain_adaptive(struct explain *ex, const struct rules *rules,
+			     const struct rules_args *args, const struct flights *f)
+{
+	const struct adaptive_config *ac = rules_adaptive(rules);
+	const struct spop_data *b = ac ? rules_args_get(args, ac->backend_arg) : NULL;
+	struct flights_backend_stats st[FLIGHTS_BACKENDS_MAX];
+	size_t n = f ? flights_backends(f, st, FLIGHTS_BACKENDS_MAX) : 0;
+
+	if (!b || (b->type != SPOP_T_STR && b->type != SPOP_T_BIN) || b->u.str.len == 0 ||
+	    b->u.str.len >= FLIGHTS_NAME_MAX)
+		return;
+	ex->adaptive = true;
+	memcpy(ex->backend, b->u.str.ptr, b->u.str.len);
+	ex->backend[b->u.str.len] = '\0';
+	ex->adaptive_limit = ac->initial < ac->min ? ac->min : ac->initial > ac->max ? ac->max
+										       : ac->initial;
+	ex->adaptive_inflight = 0;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(st[i].name, ex->backend) == 0) {
+			ex->adaptive_limit = st[i].limit;
+			ex->adaptive_inflight = st[i].inflight;
+		}
+	/* the request itself would be one more in flight */
+	ex->adaptive_shed = ex->adaptive_inflight >= adaptive_threshold(ex->adaptive_limit,
+									 ex->priority);
+}
+
 /* ---- the answer ---------------------------------------------------------------- */
 
 /* Limit k of an item: what it is, and what the store found it holds. */
@@ -316,6 +354,12 @@ static void out_explain(struct out *o, const struct explain *ex)
 	     ex->shadow ? "true" : "false");
 	if (ex->load_known)
 		outf(o, ", \"shed\": %s", ex->shed ? "true" : "false");
+	if (ex->adaptive) {
+		outf(o, ", \"adaptive\": {\"backend\": ");
+		out_json_str(o, ex->backend, strlen(ex->backend));
+		outf(o, ", \"limit\": %" PRIu32 ", \"in_flight\": %" PRIu32 ", \"shed\": %s}",
+		     ex->adaptive_limit, ex->adaptive_inflight, ex->adaptive_shed ? "true" : "false");
+	}
 	out_delay(o, ex->rule->delay_us);
 	outf(o, ", \"overridden\": %s, \"identity\": ", ex->rule->derived ? "true" : "false");
 	out_str(o, ex->kind);
@@ -407,6 +451,8 @@ void explain_serve(struct server *srv, struct ev_loop *loop, struct http_req *re
 	ovs = server_overrides(srv);
 	status = explain_prepare(ex, rules, ovs, &args, &ex->o);
 	overrides_release(ovs);
+	if (!status)
+		explain_adaptive(ex, rules, &args, srv->flights);
 	if (status) {
 		if (ex->o.err)
 			http_respond(req, 500, "text/plain", "", 0);
@@ -459,6 +505,8 @@ int explain_main(struct rules *rules, char **argv, int argc, FILE *out, FILE *er
 		return 1;
 	}
 	status = explain_prepare(ex, rules, NULL, &args, &ex->o);
+	if (!status)
+		explain_adaptive(ex, rules, &args, NULL);
 	/* the memory store answers before store_admin() returns */
 	if (!status)
 		store_admin(st, &ex->a);

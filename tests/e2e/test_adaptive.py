@@ -319,8 +319,11 @@ def test_places_and_releases_over_spop(h):
     with open(path, "w") as f:
         f.write(SPOP_RULES)
     mport = harness.free_port()
-    a = h.agent("--threads", "2", "-f", path, "--metrics", "127.0.0.1:%d" % mport)
+    a = h.agent("--threads", "2", "-f", path, "--metrics", "127.0.0.1:%d" % mport, "--admin")
     s1, s2 = spop.Session(a.port), spop.Session(a.port)
+
+    def explain(query):
+        return json.loads(http_get(mport, "/admin/explain?api_key=k&" + query).text)
 
     def ask(s, rid, p="/", backend="app", **kw):
         extra = [("backend", backend)] if backend else []
@@ -341,6 +344,14 @@ def test_places_and_releases_over_spop(h):
     assert ask(s1, "r5", p="/p2")["reason"] == "shed"
     assert ask(s1, "r5", p="/p1")["reason"] == "shed"
     assert all(ask(s2, "z%d" % i, p="/p0")["status"] == 0 for i in range(3))
+    assert inflight() == 6
+    # asked without spending: the backend as the agent sees it now
+    assert explain("backend=app&path=/p2")["adaptive"] == {
+        "backend": "app", "limit": 2, "in_flight": 6, "shed": True}
+    assert explain("backend=app&path=/p0")["adaptive"]["shed"] is False
+    assert explain("backend=other")["adaptive"] == {
+        "backend": "other", "limit": 2, "in_flight": 0, "shed": False}
+    assert "adaptive" not in explain("path=/p2")
     assert inflight() == 6
     # released on the other connection (the other worker, or not)
     s2.notify([("release", [("place", "adaptive"), ("request_id", "r1")])])
