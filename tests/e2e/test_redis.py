@@ -718,13 +718,13 @@ def test_redis_restart_and_script_flush_through_haproxy(h):
         exact("after", rem)
 
     # The library gone: the agent loads it again and answers exactly.
-    assert re.search(r"redis: worker \d+ ready \(library spoa_ratelimit_v7\)", a.log())
-    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v7") != []
+    assert re.search(r"redis: worker \d+ ready \(library spoa_ratelimit_v8\)", a.log())
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v8") != []
     redis.command("FUNCTION", "FLUSH")
-    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v7") == []
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v8") == []
     for rem in (95, 94, 93, 92, 91, 90):
         exact("after", rem)
-    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v7") != []
+    assert redis.command("FUNCTION", "LIST", "LIBRARYNAME", "spoa_ratelimit_v8") != []
     assert a.alive()
     assert "AddressSanitizer" not in a.log()
 

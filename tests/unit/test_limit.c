@@ -719,8 +719,8 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	i128 room = cap * p, q;
 	i128 d = ((i128)st->a - now) * n + st->b, rel;
 
-	if (d > room)
-		d = room;
+	if (d > 2 * room)
+		d = 2 * room; /* a capacity in debt at most */
 	rel = (d > 0 ? d : 0) + (i128)cost * p;
 
 	memset(r, 0, sizeof(*r));
@@ -729,10 +729,10 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	if ((i128)cost > cap || rel > room) {
 		r->retry_after_us = (int64_t)((i128)cost > cap ? p : ceil_div(rel - room, n));
 		r->reset_us = d > 0 ? (int64_t)ceil_div(d, n) : 0;
-		if (((i128)st->a - now) * n + st->b > room) {
-			/* (the figures here keep now + cap * P within int64) */
-			next->a = (int64_t)(now + floor_div(room, n));
-			next->b = (int64_t)(room - floor_div(room, n) * n);
+		if (((i128)st->a - now) * n + st->b > 2 * room) {
+			/* (the figures here keep now + 2 * cap * P within int64) */
+			next->a = (int64_t)(now + floor_div(2 * room, n));
+			next->b = (int64_t)(2 * room - floor_div(2 * room, n) * n);
 			next->c = 0;
 		}
 	} else {
@@ -816,9 +816,10 @@ static void test_bucket_against_definition(void **unused)
 }
 
 /* A clock that stepped back (Redis's after an NTP step, or a failover to a
- * server whose clock is behind): the bucket owes at most its capacity.
- * A 100/1m client that used 2 tokens, then the clock an hour back: its
- * bucket reads as empty, the next token 0.6 s away, not an hour. */
+ * server whose clock is behind): the bucket owes at most a capacity beyond
+ * empty (the most a charge leaves, limit_settle). A 100/1m client that
+ * used 2 tokens, then the clock an hour back: its bucket reads as a
+ * capacity in debt, the next token 60.6 s away, not an hour. */
 static void test_bucket_clock_stepped_back(void **unused)
 {
 	struct limit_spec sp = spec(100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
@@ -832,14 +833,14 @@ static void test_bucket_clock_stepped_back(void **unused)
 	now = T0; /* an hour back */
 	r = hit(&sp, &st, now, 1);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 600 * MS);
-	assert_int_equal(r.reset_us, 60 * S);
-	assert_int_equal(r.more_us, 600 * MS);
-	assert_int_equal(r.next_ttl_us, 60 * S);
-	/* the state that follows: the empty bucket (which the library writes) */
-	assert_int_equal(st.a, now + 60 * S);
+	assert_int_equal(r.retry_after_us, 60 * S + 600 * MS);
+	assert_int_equal(r.reset_us, 120 * S);
+	assert_int_equal(r.more_us, 60 * S + 600 * MS);
+	assert_int_equal(r.next_ttl_us, 120 * S);
+	/* the state that follows: a capacity in debt (which the library writes) */
+	assert_int_equal(st.a, now + 120 * S);
 	assert_int_equal(st.b, 0);
-	r = hit(&sp, &st, now + 600 * MS, 1);
+	r = hit(&sp, &st, now + 60 * S + 600 * MS, 1);
 	assert_true(r.allowed);
 	assert_int_equal(r.remaining, 0);
 	/* a heavier request, and a burst: the capacity bounds the debt */
@@ -847,15 +848,15 @@ static void test_bucket_clock_stepped_back(void **unused)
 	st = (struct limit_state){T0 + 86400 * S, 0, 0};
 	r = hit(&sp, &st, T0, 5);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 3 * S);
-	assert_int_equal(r.reset_us, 240 * S);
+	assert_int_equal(r.retry_after_us, 243 * S);
+	assert_int_equal(r.reset_us, 480 * S);
 	/* the 128-bit path (quota x step past 2^63 ticks): the same bound */
 	sp = spec(LIMIT_QUOTA_MAX, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
 	st = (struct limit_state){T0 + 366LL * 86400 * S, 0, 0};
 	r = hit(&sp, &st, T0, 1);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 1);
-	assert_int_equal(r.reset_us, 3600 * S);
+	assert_int_equal(r.retry_after_us, 3600 * S + 1);
+	assert_int_equal(r.reset_us, 7200 * S);
 }
 
 /* ---- the leaky bucket as a meter ------------------------------------------------

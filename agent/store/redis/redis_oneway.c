@@ -38,15 +38,15 @@ static void on_refund_reply(struct redis_conn *ac, redisReply *reply_, void *pri
 	}
 }
 
-/* One request given back (rl7_refund, rl7_return): what took it, its cost,
+/* One request given back (rl8_refund, rl8_return): what took it, its cost,
  * its id (0: none), its rule's limits and each limit's key. */
 struct give {
 	const char *fn;
 	int64_t take_us;
-	const uint8_t *expect;       /* rl7_return: the values compared */
+	const uint8_t *expect;       /* rl8_return: the values compared */
 	size_t expect_len;
 	uint64_t cost;
-	uint64_t id;                 /* rl7_refund: the place it took, if any */
+	uint64_t id;                 /* rl8_refund: the place it took, if any */
 	const struct limit_spec *limits;
 	size_t nl;
 	const uint8_t *key[LIMIT_SET_MAX];
@@ -99,7 +99,7 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 
 	STAT_INC(redis_node_stats(rn)->refunds);
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl7_refund_cluster" : "rl7_refund";
+	g.fn = redis_node_is_cluster(rn) ? "rl8_refund_cluster" : "rl8_refund";
 	g.take_us = redis_now;
 	g.cost = q->cost;
 	/* (the place its concurrency limit took: the rule's own part) */
@@ -145,7 +145,7 @@ static void on_penalize_reply(struct redis_conn *ac, redisReply *reply, void *pr
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl7_release_cluster" : "rl7_release";
+	const char *fn = redis_node_is_cluster(rn) ? "rl8_release_cluster" : "rl8_release";
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
@@ -165,7 +165,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN])
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl7_penalize_cluster" : "rl7_penalize";
+	const char *fn = redis_node_is_cluster(rn) ? "rl8_penalize_cluster" : "rl8_penalize";
 	const struct rule_penalty *p = &rule->penalty;
 	const char *argv[7];
 	size_t argvlen[7];
@@ -224,7 +224,7 @@ int redis_node_lease_return(struct redis_node *rn, const struct lease_return *re
 	    ret->tokens == 0 || ret->tokens > UINT32_MAX)
 		return -1;
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl7_return_cluster" : "rl7_return";
+	g.fn = redis_node_is_cluster(rn) ? "rl8_return_cluster" : "rl8_return";
 	g.take_us = ret->take_us;
 	g.expect = values;
 	g.expect_len = return_values(ret, values);
