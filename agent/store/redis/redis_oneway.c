@@ -117,6 +117,47 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 	return 0;
 }
 
+static void on_charge_reply(struct redis_conn *ac, redisReply *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+		STAT_INC(redis_node_stats(rn)->charges_lost);
+		if (reply && reply->type == REDIS_REPLY_ERROR)
+			log_warn("redis: %s: charge failed: %s", redis_node_name(rn), reply->str);
+	}
+}
+
+int redis_node_charge(struct redis_node *rn, const struct rule *rule,
+		      const uint8_t key[IDENTITY_KEY_LEN], int64_t take_us, int64_t delta)
+{
+	bool cluster = redis_node_is_cluster(rn);
+	struct give g;
+
+	memset(&g, 0, sizeof(g));
+	if (delta > 0)
+		g.fn = cluster ? "rl8_charge_cluster" : "rl8_charge";
+	else
+		g.fn = cluster ? "rl8_refund_cluster" : "rl8_refund";
+	g.take_us = take_us;
+	g.cost = (uint64_t)(delta > 0 ? delta : -delta);
+	if (g.cost > UINT32_MAX)
+		g.cost = UINT32_MAX;
+	g.limits = rule->limits;
+	g.nl = rule->nown;
+	for (size_t j = 0; j < rule->nown; j++) {
+		g.key[j] = key;
+		g.lidh[j] = rule->lidh[j];
+	}
+	if (!redis_node_ready(rn) || send_give(rn, &g, on_charge_reply) < 0) {
+		STAT_INC(redis_node_stats(rn)->charges_lost);
+		return -1;
+	}
+	return 0;
+}
+
 /* An error reply to a call that waits for nothing but its failure: counted
  * and logged (`what` names the call). No reply: the connection went. */
 static void oneway_error(void *priv, void *reply_, const char *what)

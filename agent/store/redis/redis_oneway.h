@@ -20,6 +20,14 @@
  * give back twice. Returns 0 when sent, -1 when the node cannot send now. */
 int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_t redis_now);
 
+/* Settles a charge of client key under rule (store_ops.charge) whose
+ * estimate Redis took at take_us: delta > 0 more taken (the library's
+ * rl8_charge), < 0 given back (rl8_refund, whose rules keep a limit from
+ * being lifted), without waiting for the answer, sent once: a failure is
+ * counted (charges_lost), never retried. Returns 0 when sent, else -1. */
+int redis_node_charge(struct redis_node *rn, const struct rule *rule,
+		      const uint8_t key[IDENTITY_KEY_LEN], int64_t take_us, int64_t delta);
+
 /* Gives back the concurrency place of request id under limit j of rule
  * for client key (the library's rl8_release), without waiting for the
  * answer. Returns 0 when sent, -1 when the node cannot send now (the
