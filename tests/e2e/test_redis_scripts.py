@@ -766,6 +766,7 @@ def test_library_registers_both_functions():
                    "rl8_return": [], "rl8_return_cluster": ["allow-cross-slot-keys"],
                    "rl8_release": [], "rl8_release_cluster": ["allow-cross-slot-keys"],
                    "rl8_penalize": [], "rl8_penalize_cluster": ["allow-cross-slot-keys"],
+                   "rl8_charge": [], "rl8_charge_cluster": ["allow-cross-slot-keys"],
                    "rl8_peek": [], "rl8_forget": []}, fns
 
 
@@ -2254,16 +2255,16 @@ def test_clock_that_steps_back_owes_at_most_a_period():
     Redis's own clock, so that the keys' expiries are in its future.)"""
     before = now_of_redis() + 2 * 3600 * S
     after = before - 3600 * S
-    # a 100/1m client that used 2 tokens: an empty bucket, the next token
-    # 0.6 s away
+    # a 100/1m client that used 2 tokens: a bucket a capacity in debt
+    # (the most a charge leaves), the next token 60.6 s away
     c, tb = new_client(), (TB, 100, 60 * S, 0)
     for i in range(2):
         assert decide_at(before + i, decide_args([(c, 1, [tb])]))[0][0] == 1
     got = decide_at(after, decide_args([(c, 1, [tb])]))
-    assert got == [(0, 1, [(0, 600 * MS, 60 * S)])], got
-    assert get(key_of(c, tb)) == tb_value(tb, after + 60 * S)
-    assert pexpiretime(key_of(c, tb)) == expiry_ms(after + 60 * S, 60 * S)
-    got = decide_at(after + 600 * MS, decide_args([(c, 1, [tb])]))
+    assert got == [(0, 1, [(0, 60 * S + 600 * MS, 120 * S)])], got
+    assert get(key_of(c, tb)) == tb_value(tb, after + 120 * S)
+    assert pexpiretime(key_of(c, tb)) == expiry_ms(after + 120 * S, 60 * S)
+    got = decide_at(after + 60 * S + 600 * MS, decide_args([(c, 1, [tb])]))
     assert got[0][:2] == (1, 1) and got[0][2][0][0] == 0, got
     # windows and a log of 3/10s, spent, in a rule of several limits (the
     # general path): refused until the present window ends, or until the
