@@ -198,6 +198,19 @@ def test_charge_on_redis(h):
     s.close()
 
 
+def test_charge_on_redis_packed(h):
+    """--redis-packed: the token buckets are members of sorted sets; a
+    settlement moves their score (and the set's expiry) as a key's."""
+    redis = RedisServer(h)
+    a = agent_with_metrics(h, "--redis-packed", redis=redis)
+    s = spop.Session(a.port)
+    check_bucket(s, counters(a), ["alice", "bob", "carol", "dave"], wait=True)
+    assert metric(a, "spoa_rl_redis_charges_lost_total") == 0
+    # every bucket of the sets is a member, none a key of its own
+    assert redis.command("KEYS", "*~*"), redis.rl_keys()
+    s.close()
+
+
 def fixture_cluster():
     return Cluster(masters=3, replicas_per_master=0)
 

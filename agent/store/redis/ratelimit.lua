@@ -190,8 +190,9 @@ on by cost * T, at most to now + 2*cap*T: a bucket may owe a capacity
 beyond empty, which later requests wait out (see "Clock steps": a
 decision reads a TAT up to there as it is). A window's count in the
 present window goes up by cost, at most to twice the quota (a window
-counted earlier is carried over as a decision carries it). Logs, places
-in flight, bans and packed buckets are left as they are. The call is sent
+counted earlier is carried over as a decision carries it); a packed
+bucket's score likewise, its set's expiry moved on to cover it. Logs,
+places in flight and bans are left as they are. The call is sent
 once, never retried: a lost charge is counted by the agent. Replies the
 number of keys written; on a Cluster, a key of another node is skipped.
 
@@ -2146,17 +2147,18 @@ end
 -- none), for a charge settled above its estimate (see "Charge"): a token
 -- bucket's TAT from max(TAT, now) on by cost * T, at most now + 2*cap*T;
 -- a window's count in the present window up by cost, at most twice the
--- quota. Returns 1 when it wrote the key, else 0 (a log, a place, a ban,
--- a packed bucket, or a value not of the limit's shape).
-local function charge_key(name, v, l, cost, now)
+-- quota; a packed bucket's at position pos (see get_packed()). Returns 1
+-- when it wrote the key, else 0 (a log, a place, a ban, or a value not of
+-- the limit's shape).
+local function charge_key(name, v, l, cost, now, pos)
 	local algo, quota, period = l[1], l[2], l[3]
-	if l[14] or algo > 2 then
+	if algo > 2 then
 		return 0
 	end
 	local keep = l[15]
 	if algo == 0 then
 		local p, n = l[7], l[8]
-		local a, r = now, 0
+		local a, r, old = now, 0, 0
 		if v then
 			local x = tonumber(v)
 			if x then
@@ -2177,6 +2179,7 @@ local function charge_key(name, v, l, cost, now)
 					return 0
 				end
 			end
+			old = a + (r > 0 and 1 or 0)
 			if a < now then
 				a, r = now, 0
 			end
@@ -2195,10 +2198,15 @@ local function charge_key(name, v, l, cost, now)
 		local val
 		if t0 >= 0 and t0 * n + r < TWO53 then
 			val = fmt('%d', t0 * n + r)
+		elseif l[14] then
+			return 0
 		else
 			val = fmt('%d+%d', a, r)
 		end
-		if keep then
+		if l[14] then
+			-- (its set's expiry moved on past the new need, never back)
+			write_packed(pos, t0 * n + r, l, now, old)
+		elseif keep then
 			rcall('SET', name, val, 'KEEPTTL')
 		else
 			rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
@@ -2260,9 +2268,19 @@ local function charge(args, cluster)
 		return fail(m)
 	end
 	for i = 1, m do
-		local ki, e = request_at(req, i, nr, np, 10)
+		local ki, e, rule = request_at(req, i, nr, np, 10)
 		if not ki then
 			return fail(e)
+		end
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local len = #args[k0 + p]
+			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
+				return bad_packed_name(i)
+			end
 		end
 	end
 	local now = now_us()
@@ -2274,10 +2292,15 @@ local function charge(args, cluster)
 			if mapped then
 				p = kmap[p]
 			end
-			local name = args[k0 + p]
-			local v = get_here(name, cluster)
+			local name, l = args[k0 + p], rule[j]
+			local v
+			if l[14] then
+				v = get_packed(name, p, cluster)
+			else
+				v = get_here(name, cluster)
+			end
 			if v ~= nil then
-				changed = changed + charge_key(name, v, rule[j], cost, now)
+				changed = changed + charge_key(name, v, l, cost, now, p)
 			end
 		end
 	end
