@@ -458,6 +458,8 @@ static void out_rule(struct out *o, const struct rules *rules, const struct rule
 		outf(o, ", \"max_override\": ");
 		out_limit(o, &r->max_override);
 	}
+	if (r->charge)
+		outf(o, ", \"charge\": \"response\"");
 	outf(o, ", \"cost\": %u, \"shadow\": %s, \"on_store_failure\": \"%s\", \"policy\": ", r->cost,
 	     r->shadow ? "true" : "false", rules_failure_str(r->on_failure));
 	out_json_str(o, r->policy, r->policy_len);

@@ -9,6 +9,7 @@ through the real haproxy (haproxy-examples/llm-gateway.cfg) with a
 backend that says what each request cost in x-tokens-used.
 """
 
+import json
 import os
 import re
 import time
@@ -181,7 +182,9 @@ def check_windows(s, count, keys, wait=False):
 
 
 def test_charge_in_memory(h):
-    a = agent_with_metrics(h)
+    a = agent_with_metrics(h, "--admin")
+    rules = {r["name"]: r for r in json.loads(http_get(a.mport, "/admin/rules").text)["rules"]}
+    assert rules["standard"]["charge"] == "response" and "charge" not in rules["plain"], rules
     s = spop.Session(a.port)
     check_bucket(s, counters(a), ["alice", "bob", "carol", "dave"])
     check_windows(s, counters(a), ["erin", "frank"])
