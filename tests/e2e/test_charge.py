@@ -18,7 +18,7 @@ import harness
 import spop
 from harness import http_get, wait_for
 from redis_helper import RedisServer, redis_agent
-from redis_topology import Cluster
+from redis_topology import Cluster, Sentinel
 
 # 10 a minute: a token every 6 s, so the seconds a test takes move no
 # figure below by a whole token
@@ -214,6 +214,26 @@ def test_charge_on_redis_packed(h):
     s.close()
 
 
+def test_charge_on_shards(h):
+    """Two independent shards: each settlement goes to the shard of its
+    client's key, as the decision did (8 clients over the two)."""
+    shards = [RedisServer(h, name="redis%d" % i) for i in (1, 2)]
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
+                "--redis-shards", ",".join(r.addr for r in shards),
+                "--hash-key-file", h.hash_key_file())
+    a.mport = mport
+    wait_for(lambda: len(re.findall(r"redis: worker \d+ ready", a.log())) >= 2, 10,
+             "the agent's worker ready on both shards")
+    s = spop.Session(a.port)
+    for i in range(2):
+        keys = ["s%d-%s" % (i, k) for k in ("alice", "bob", "carol", "dave")]
+        check_bucket(s, counters(a), keys, wait=True)
+    assert all(r.rl_keys() for r in shards), "both shards hold clients"
+    assert metric(a, "spoa_rl_redis_charges_lost_total") == 0
+    s.close()
+
+
 def fixture_cluster():
     return Cluster(masters=3, replicas_per_master=0)
 
@@ -324,3 +344,23 @@ def test_charge_through_haproxy(h):
     wait_for(lambda: metric(a, "spoa_rl_charge_invalid_total") == 1, 5, "an invalid cost")
     assert metric(a, "spoa_rl_charge_taken_tokens_total") == 12
     assert metric(a, "spoa_rl_charge_given_tokens_total") == 5
+
+
+def fixture_sentinel():
+    return Sentinel(sentinels=3)
+
+
+def test_charge_on_sentinel(h, sentinel):
+    """Sentinel: settlements go to the master it names."""
+    sentinel.reset()
+    mport = harness.free_port()
+    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
+                "--redis-sentinel", sentinel.sentinel_addrs(), "--redis-master",
+                sentinel.master_name, "--hash-key-file", h.hash_key_file())
+    a.mport = mport
+    wait_for(lambda: re.search(r"redis: worker \d+ ready", a.log()), 10,
+             "the worker to be ready on the master")
+    s = spop.Session(a.port)
+    check_bucket(s, counters(a), ["alice", "bob", "carol", "dave"], wait=True)
+    assert metric(a, "spoa_rl_redis_charges_lost_total") == 0
+    s.close()
