@@ -4,7 +4,8 @@ response says"): a request of a rule with `charge: response` is admitted
 at its estimate, and the response message's cost argument settles it:
 more is taken (the key into debt, at most a capacity, its next requests
 refused with the Retry-After that pays it), less is given back. Raw SPOP
-in memory, on Redis, on a Cluster, and two agents on one Redis; then
+in memory, on Redis (keys and packed buckets), on independent shards, a
+Cluster and Sentinel, and two agents on one Redis; then
 through the real haproxy (haproxy-examples/llm-gateway.cfg) with a
 backend that says what each request cost in x-tokens-used.
 """
