@@ -100,7 +100,7 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 tools: $(addprefix $(BUILD)/,$(TOOLS))
 
 # The rules as loaded from a file: what a test or fuzzer that loads rules links.
-RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_extras.c agent/rules/rules_adaptive.c agent/rules/rules_match.c agent/rules/rules_derive.c agent/rules/rules_seen.c agent/rules/rules_classify.c agent/base/sha256.c agent/rules/urlpath.c agent/rules/settings.c agent/base/addr.c \
+RULES_SRCS := agent/rules/rules_load.c agent/rules/rules_stack.c agent/rules/rules_extras.c agent/rules/rules_adaptive.c agent/rules/rules_charge.c agent/rules/rules_match.c agent/rules/rules_derive.c agent/rules/rules_seen.c agent/rules/rules_classify.c agent/base/sha256.c agent/rules/urlpath.c agent/rules/settings.c agent/base/addr.c \
 	agent/rules/yaml_strict.c agent/policy/shed.c agent/policy/adaptive.c agent/policy/limit.c agent/policy/rlheader.c
 
 # ---- unit tests (cmocka): one binary per module ------------------------------

@@ -277,7 +277,7 @@ def redis_checks(res, library, leased):
                    "from leases" % (res["requests"], res["replies"], res["local"],
                                     ls["decisions"], ls["waits"]))
     # Redis runs the agents' decision calls and, with leases, at most one
-    # return (rl7_return) per lease
+    # return (rl8_return) per lease
     returns = res["fcall"] - res["calls"]
     if returns < 0 or returns > (ls["grants"] if leased else 0):
         bad.append("Redis ran %d FCALL, the agents sent %d decision calls and had %d "

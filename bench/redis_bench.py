@@ -6,7 +6,7 @@ Every run starts a fresh redis-server on a free loopback port (no
 persistence) and a fresh agent with --redis and --metrics, and stops both
 whatever happens. The agent loads its function library
 (agent/store/redis/ratelimit.lua, FUNCTION LOAD REPLACE) and decides with
-FCALL rl7_decide (rl7_decide_cluster on a Cluster). The configurations:
+FCALL rl8_decide (rl8_decide_cluster on a Cluster). The configurations:
 
   R1  the baseline: redis-benchmark running bench/naive_token_bucket.lua,
       the token bucket as it is usually written for Redis (one hash per
@@ -261,7 +261,7 @@ class RedisServer(PortChild):
         return parse_cmdstat(self.info("commandstats").get("cmdstat_" + name, ""))
 
     def library_code(self):
-        """The code of the library spoa_ratelimit_v7 as this server holds it
+        """The code of the library spoa_ratelimit_v8 as this server holds it
         (FUNCTION LIST WITHCODE), or None when it has none."""
         reply = self.command("FUNCTION", "LIST", "LIBRARYNAME", lua_scripts.LIBRARY_NAME,
                              "WITHCODE")
@@ -1367,7 +1367,7 @@ def report(ctx, rows):
     L.append("Each run: a fresh `redis-server` (no persistence) on a free loopback port, "
              "a fresh agent `-t 1 --redis-timeout %s` and the same generator as above "
              "(%s, %s keys). The agent loads its function library (`%s`, `FUNCTION LOAD "
-             "REPLACE`) and decides with `FCALL rl7_decide` (`rl7_decide_cluster` on a "
+             "REPLACE`) and decides with `FCALL rl8_decide` (`rl8_decide_cluster` on a "
              "Cluster). Redis, the agent and the generator share the machine's CPUs. "
              "The runs of R1 to R3 and C3 (a Redis Cluster, see below) are interleaved "
              "(the first run of each, then the second of each, ...), likewise R5, N5, R6 "

@@ -147,7 +147,7 @@ def fcalls(rng, pool, limit, batch, ncalls):
         keys = rng.sample(pool, batch)
         req = struct.pack(">H", 1) + b"".join(struct.pack(">IIH", j + 1, 1, 1)
                                                for j in range(batch))
-        out.append(("FCALL", "rl7_decide", 0, req, rule) + tuple(keys))
+        out.append(("FCALL", "rl8_decide", 0, req, rule) + tuple(keys))
     return out
 
 
@@ -168,7 +168,7 @@ def fcalls_stacked(rng, pool, addrs, glob, limit, batch, ncalls):
         req = struct.pack(">H", 0x8001) + b"".join(struct.pack(">IIH", 3 * j + 1, 1, 1)
                                                    for j in range(batch))
         keymap = b"".join(struct.pack(">I", x) for x in posmap)
-        out.append(("FCALL", "rl7_decide", 0, req, rule, keymap) + tuple(keys))
+        out.append(("FCALL", "rl8_decide", 0, req, rule, keymap) + tuple(keys))
     return out
 
 

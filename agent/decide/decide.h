@@ -39,8 +39,13 @@
  * (deprecated: it goes in a later release). */
 #define DECIDE_PLACE "place"
 #define DECIDE_PLACE_OLD "slot"
-/* A place's name: "<rule>/<client key in hex>" */
-#define DECIDE_PLACE_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1)
+/* The response message's argument that settles a charge (charge.h): what
+ * the request cost, by the response. */
+#define DECIDE_COST "cost"
+/* A place's name: "<rule>/<client key in hex>", and for a rule that
+ * charges what the response says, three fields more (charge.h): the
+ * estimate, the take's time and the limits' hash, up to 49 bytes. */
+#define DECIDE_PLACE_MAX (RULES_NAME_MAX + 2 * IDENTITY_KEY_LEN + 1 + 49)
 
 struct decide_query {
 	uint8_t key[IDENTITY_KEY_LEN];

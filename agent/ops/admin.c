@@ -459,6 +459,8 @@ static void out_rule(struct out *o, const struct rules *rules, const struct rule
 		out_limit(o, &r->max_override);
 	}
 	out_delay(o, r->delay_us);
+	if (r->charge)
+		outf(o, ", \"charge\": \"response\"");
 	outf(o, ", \"cost\": %u, \"shadow\": %s, \"on_store_failure\": \"%s\", \"policy\": ", r->cost,
 	     r->shadow ? "true" : "false", rules_failure_str(r->on_failure));
 	out_json_str(o, r->policy, r->policy_len);

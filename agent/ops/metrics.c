@@ -274,6 +274,9 @@ static const struct {
 	{ "spoa_rl_redis_refunds_lost_total",
 	  "Refunds that could not be sent or failed: tokens held until they refill.",
 	  REDIS(refunds_lost) },
+	{ "spoa_rl_redis_charges_lost_total",
+	  "Settlements of a charge that could not be sent or failed: the estimate stands.",
+	  REDIS(charges_lost) },
 	{ "spoa_rl_lease_grants_total",
 	  "Leases received from Redis (--lease): tokens taken for a busy client, spent here.",
 	  REDIS(lease.grants) },
@@ -388,6 +391,26 @@ static void delay_series(struct out *o, const struct server *srv, const struct s
 		"Held requests whose connection closed before they were due: decided no more, "
 		"they took no token.",
 		counter_at(sts, STORE(delay_gone)));
+}
+
+/* Charges settled by the response's cost (`charge: response`). */
+static void charge_series(struct out *o, const struct store_stats *sts)
+{
+	counter(o, "spoa_rl_charge_settlements_total",
+		"Responses whose cost settled the charge of their request.",
+		counter_at(sts, STORE(charge_settlements)));
+	counter(o, "spoa_rl_charge_taken_tokens_total",
+		"Tokens taken beyond the estimates, by responses that cost more.",
+		counter_at(sts, STORE(charge_taken)));
+	counter(o, "spoa_rl_charge_given_tokens_total",
+		"Tokens given back, by responses that cost less than their estimate (less may go back: a refund never lifts a limit).",
+		counter_at(sts, STORE(charge_given)));
+	counter(o, "spoa_rl_charge_invalid_total",
+		"Responses of a charged request whose cost was missing, negative or not a number: nothing settled.",
+		counter_at(sts, STORE(charge_invalid)));
+	counter(o, "spoa_rl_charge_stale_total",
+		"Responses of a charged request whose rule or limits changed since (a reload, an override): nothing settled.",
+		counter_at(sts, STORE(charge_stale)));
 }
 
 /* The workers' counters, then the server's (server_get_stats). */
@@ -519,6 +542,7 @@ static void render(struct server *srv, struct out *o)
 		"Responses and refusals counted for a rule's penalty (the penalty box).",
 		counter_at(&sts, STORE(penalty_events)));
 	delay_series(o, srv, &ss, &sts, rules);
+	charge_series(o, &sts);
 	counter(o, "spoa_rl_override_unapplied_total",
 		"Overrides not applied for want of room for another overridden limit (the rule's own limits applied, or the PUT was refused).",
 		rules_override_refused());

@@ -145,25 +145,28 @@ static int64_t bucket_more(i128 ticks, i128 n)
 /* ---- token bucket (GCRA) ---------------------------------------------------
  * In ticks: tat' = max(tat, now) + cost * P, allowed when
  * tat' - now <= cap * P (a fresh key takes `cap` requests at once).
- * A bucket owes at most its capacity: no admitted request leaves tat past
- * now + cap * P, so a tat further ahead comes from a clock that stepped
+ * A bucket owes at most one capacity beyond empty: no admitted request
+ * leaves tat past now + cap * P, and a charge settled for more than its
+ * estimate (limit_settle) at most now + 2 * cap * P, a debt that later
+ * requests wait out. A tat further ahead comes from a clock that stepped
  * back (a wall clock's step, a store whose clock is behind the one that
- * wrote it), and is read as an empty bucket, tat = now + cap * P, rather
- * than owing the whole step; a refusal hands that back as the state that
- * follows (empty_bucket), for a store that keeps it to run on from the
- * present. That reading never lets more through than the limit allows:
- * the true tat, on the clock that reads it, is no later than
- * now + cap * P.
+ * wrote it), and is read as a bucket a capacity in debt,
+ * tat = now + 2 * cap * P, rather than owing the whole step; a refusal
+ * hands that back as the state that follows (empty_bucket), for a store
+ * that keeps it to run on from the present. That reading never lets more
+ * through than the limit allows: the true tat, on the clock that reads
+ * it, is no later than now + 2 * cap * P.
  * Everything is computed relative to now (tat - now, tat' - now): the same
  * exact values as absolute ticks, but small ones, so that divisions stay
  * within 64 bits (div_floor). */
-/* *next: the empty bucket at now, tat = now + cap * P (saturated), and
- * res->next_ttl_us its TTL, for a refusal of a bucket that owed more. */
+/* *next: the bucket a capacity in debt at now, tat = now + 2 * cap * P
+ * (saturated), and res->next_ttl_us its TTL, for a refusal of a bucket
+ * that owed more. */
 static __attribute__((noinline)) void empty_bucket(const struct norm *v, int64_t now,
 						  struct limit_state *next,
 						  struct limit_result *res)
 {
-	i128 room = v->cap * v->p, q = room / v->n, a = (i128)now + q;
+	i128 room = 2 * v->cap * v->p, q = room / v->n, a = (i128)now + q;
 
 	next->c = 0;
 	if (a > INT64_MAX) {
@@ -182,10 +185,10 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 	i128 d = ((i128)st->a - now) * v->n + st->b;          /* tat - now */
 	i128 room = v->cap * v->p;
 	i128 rel;
-	bool owed = d > room;
+	bool owed = d > 2 * room;
 
 	if (owed)
-		d = room; /* owes its capacity at most (see above) */
+		d = 2 * room; /* owes a capacity at most (see above) */
 	rel = (d > 0 ? d : 0) + (i128)cost * v->p;             /* tat' - now */
 
 	*next = *st;
@@ -251,7 +254,7 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 			  uint32_t cost, struct limit_state *next, struct limit_result *res)
 {
 	int64_t n = (int64_t)v->n, p = (int64_t)v->p, cap = (int64_t)v->cap;
-	int64_t x, d, rel, room, q, a;
+	int64_t x, d, rel, room, debt, q, a;
 	bool owed;
 
 	if (__builtin_sub_overflow(st->a, now, &x))
@@ -263,11 +266,11 @@ static bool eval_bucket64(const struct norm *v, const struct limit_state *st, in
 		 * only its sign is used below. */
 		d = -1;
 	}
-	if (__builtin_mul_overflow(cap, p, &room))
+	if (__builtin_mul_overflow(cap, p, &room) || __builtin_add_overflow(room, room, &debt))
 		return false;
-	owed = d > room;
+	owed = d > debt;
 	if (owed)
-		d = room; /* owes its capacity at most (see above) */
+		d = debt; /* owes a capacity at most (see above) */
 	if (__builtin_mul_overflow((int64_t)cost, p, &x) ||
 	    __builtin_add_overflow(d > 0 ? d : 0, x, &rel))
 		return false;
@@ -796,4 +799,93 @@ const char *limit_algo_name(enum limit_algo a)
 		return "ban";
 	}
 	return "token";
+}
+
+/* ---- a charge's settlement --------------------------------------------------- */
+
+/* A token bucket: more is taken from max(tat, now), up to a capacity in
+ * debt; less goes back by delta * P less the refill since the take (what
+ * time may have absorbed of the reservation, as the Redis library's
+ * refund does), never past a full bucket. */
+static int settle_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
+			 int64_t take, int64_t delta, struct limit_state *next)
+{
+	i128 d = ((i128)st->a - now) * v->n + st->b, debt = 2 * v->cap * v->p, q;
+
+	if (d > debt)
+		d = debt;
+	if (delta > 0) {
+		d = (d > 0 ? d : 0) + (i128)delta * v->p;
+		if (d > debt)
+			d = debt;
+	} else {
+		i128 give = (i128)-delta * v->p - (now > take ? ((i128)now - take) * v->n : 0);
+
+		if (give <= 0 || d <= 0)
+			return 0;
+		d -= give;
+		if (d <= 0) {
+			memset(next, 0, sizeof(*next)); /* full: as good as fresh */
+			return 1;
+		}
+	}
+	q = div_floor(d, v->n);
+	next->a = sat64((i128)now + q);
+	next->b = (int64_t)(d - q * v->n);
+	next->c = 0;
+	return 1;
+}
+
+/* A window: more is counted in the present window, up to twice the quota
+ * (a quota in debt); less goes back in the window that counted the take
+ * while it counts (the present one, or for a sliding window the one
+ * before), never below 0, and nowhere else: a later window never counted
+ * it. */
+static int settle_window(const struct norm *v, enum limit_algo algo,
+			 const struct limit_state *st, int64_t now, int64_t take, int64_t delta,
+			 struct limit_state *next)
+{
+	i128 w, cur, prev, tw = div_floor(take, v->p) * v->p;
+
+	window_counts(v, st, now, &w, &cur, &prev);
+	if (algo == LIMIT_FIXED_WINDOW)
+		prev = 0;
+	if (delta > 0) {
+		cur += delta;
+		if (cur > 2 * v->n)
+			cur = 2 * v->n;
+	} else if (tw == w && cur > 0) {
+		cur = cur + delta > 0 ? cur + delta : 0;
+	} else if (algo == LIMIT_SLIDING_WINDOW && tw == w - v->p && prev > 0) {
+		prev = prev + delta > 0 ? prev + delta : 0;
+	} else {
+		return 0;
+	}
+	set_window_state(next, w, cur, prev);
+	return 1;
+}
+
+int limit_settle(const struct limit_spec *spec, const struct limit_state *st, int64_t now_us,
+		 int64_t take_us, int64_t delta, struct limit_state *next)
+{
+	struct norm v = normalize(spec);
+
+	if (delta == 0)
+		return 0;
+	if (delta > (int64_t)LIMIT_QUOTA_MAX)
+		delta = (int64_t)LIMIT_QUOTA_MAX;
+	if (delta < -(int64_t)LIMIT_QUOTA_MAX)
+		delta = -(int64_t)LIMIT_QUOTA_MAX;
+	switch (spec->algo) {
+	case LIMIT_TOKEN_BUCKET:
+		return settle_bucket(&v, st, now_us, take_us, delta, next);
+	case LIMIT_SLIDING_WINDOW:
+	case LIMIT_FIXED_WINDOW:
+		return settle_window(&v, spec->algo, st, now_us, take_us, delta, next);
+	case LIMIT_LOG:
+	case LIMIT_CONCURRENCY:
+	case LIMIT_BAN:
+		break;
+	}
+	return 0;
 }

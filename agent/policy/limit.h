@@ -139,10 +139,10 @@ const char *limit_algo_name(enum limit_algo a);
  * retry_after_us = the period. Windows use the quota as capacity (burst
  * applies to the token bucket only). res->next_ttl_us is *next's TTL, so
  * that a store keeping *next need not work it out again. A token bucket
- * owes at most its capacity: a TAT more than capacity * P / quota ahead
- * of now (a clock that stepped back) reads as an empty bucket, whose next
- * token comes one interval later, never as a debt of the whole step; a
- * refusal's *next is then that empty bucket. */
+ * owes at most one capacity beyond empty (the debt a charge may leave,
+ * limit_settle): a TAT more than 2 * capacity * P / quota ahead of now (a
+ * clock that stepped back) reads as a bucket that much in debt, never as
+ * a debt of the whole step; a refusal's *next is then that bucket. */
 void limit_eval(const struct limit_spec *spec, const struct limit_state *st,
 		int64_t now_us, uint32_t cost, struct limit_state *next,
 		struct limit_result *res);
@@ -163,6 +163,20 @@ int64_t limit_bucket_more_us(const struct limit_spec *spec, bool allowed, uint64
  * what it remembers of an earlier refusal. */
 void limit_refused_by(struct limit_result *res, const struct limit_spec *limits, size_t n,
 		      size_t d, int64_t retry_us, int64_t reset_us, int64_t more_us);
+
+/* A charge's settlement: an admitted request took its estimate at
+ * take_us (the store's clock), and its response says it cost delta more
+ * (> 0) or -delta less (< 0). From the state *st at now_us, writes into
+ * *next the state with delta taken or given back and returns 1, or
+ * returns 0 when nothing changes. More is taken whatever the state, up to
+ * a capacity in debt (a token bucket's tat at most now + 2 * cap * P, a
+ * window's count at most twice its quota): later requests wait it out.
+ * Less goes back only where it cannot lift the limit: a token bucket's by
+ * -delta * P less the refill since take_us, never past full; a window's
+ * in the window that counted the take while it still counts, never below
+ * 0. Logs, places in flight and bans are not settled (0). */
+int limit_settle(const struct limit_spec *spec, const struct limit_state *st, int64_t now_us,
+		 int64_t take_us, int64_t delta, struct limit_state *next);
 
 /* ---- sliding log ----------------------------------------------------------
  * The requests a log admitted, oldest first, each with its weight. An entry

@@ -211,7 +211,10 @@ struct rule {
 	 * own rate limits then give way to the override's one). */
 	struct limit_spec max_override;
 	bool has_max_override;
-	/* Derived: conc, penalty.kind, has_max_override or delay_us, or a
+	/* `charge: response`: admitted at its cost, settled by the response
+	 * message's cost argument (store/charge.h); no lease, no layer. */
+	bool charge;
+	/* Derived: conc, penalty.kind, has_max_override, delay_us or charge, or a
 	 * layer with either: what the common path tests once. */
 	bool extras;
 	/* Derived: no layer and no concurrency limit: one key, all in the

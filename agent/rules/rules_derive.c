@@ -225,7 +225,8 @@ void rules_derive(struct rules *r)
 		struct rule *x = &r->rule[i];
 
 		derive_stack(x);
-		x->extras = x->conc || x->penalty.kind || x->has_max_override || x->delay_us;
+		x->extras = x->conc || x->penalty.kind || x->has_max_override || x->delay_us ||
+			    x->charge;
 		x->simple = !x->nstack && !x->conc;
 	}
 	derive_lookup(r);

@@ -102,11 +102,11 @@ int rules_identity_item(struct ys *y, yaml_node_t *n, const char *where, size_t 
 
 /* The keys a tier and an endpoint share. */
 enum { R_NAME, R_MATCH, R_LIMITS, R_SHADOW, R_FAILURE, R_COST, R_STACK, R_CONC, R_MAXDUR,
-       R_PENALTY, R_MAXOV, R_LEASE, R_DELAY, R_N };
+       R_PENALTY, R_MAXOV, R_LEASE, R_DELAY, R_CHARGE, R_N };
 static const char *const rule_keys[R_N] = {"name", "match", "limits", "shadow",
 					   "on_store_failure", "cost", "stack", "concurrency",
 					   "max_duration", "penalty", "max_override", "lease",
-					   "delay"};
+					   "delay", "charge"};
 
 static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where,
 			     yaml_node_t **v, struct rule *rule)
@@ -156,7 +156,10 @@ static int parse_rule_common(struct ctx *c, yaml_node_t *body, const char *where
 	 * rule's own (the memory store decides it apart, inflight.h) */
 	if (v[R_PENALTY] && rules_parse_penalty(c, where, v[R_PENALTY], rule) < 0)
 		return -1;
-	return rules_parse_concurrency(c, where, v[R_CONC], v[R_MAXDUR], rule);
+	if (rules_parse_concurrency(c, where, v[R_CONC], v[R_MAXDUR], rule) < 0)
+		return -1;
+	return v[R_CHARGE] ? rules_parse_charge(c, where, v[R_CHARGE], v[R_STACK], v[R_LEASE], rule)
+			   : 0;
 }
 
 int rules_check_rule_name(struct ctx *c, size_t i, yaml_mark_t mark, const char *where)

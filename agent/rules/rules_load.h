@@ -54,6 +54,11 @@ int rules_parse_lease(struct ctx *c, const char *where, yaml_node_t *n, int64_t 
 /* `shedding.adaptive` (rules_adaptive.c). */
 int rules_parse_adaptive(struct ctx *c, yaml_node_t *map);
 
+/* `charge: response` (rules_charge.c), after the rule's limits; vstack
+ * and vlease: its `stack` and `lease`, if any (neither goes with it). */
+int rules_parse_charge(struct ctx *c, const char *where, yaml_node_t *n, yaml_node_t *vstack,
+		       yaml_node_t *vlease, struct rule *rule);
+
 /* The top-level `layers` mapping, after the tiers and endpoints. */
 int rules_parse_layers(struct ctx *c, yaml_node_t *map);
 

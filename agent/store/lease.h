@@ -6,7 +6,7 @@
  * tokens from each of its rule's buckets, which the worker then spends on
  * the client's next requests without asking Redis, until they run out or
  * the lease's interval is over. Then what is left goes back, by a
- * compare-and-set in Redis (the library's rl7_return): a token bucket gets
+ * compare-and-set in Redis (the library's rl8_return): a token bucket gets
  * its tokens back only while nothing else has touched its key since the
  * grant, as only then is the reservation certainly still in the bucket.
  *
@@ -55,7 +55,7 @@ struct lease_grant {
 	size_t value_len[LIMIT_SET_MAX];        /* 0: none (a window) */
 };
 
-/* Unspent tokens going back: the call the caller sends (rl7_return). */
+/* Unspent tokens going back: the call the caller sends (rl8_return). */
 struct lease_return {
 	uint8_t key[IDENTITY_KEY_LEN];
 	struct limit_spec limits[LEASE_LIMITS_MAX];

@@ -882,6 +882,37 @@ int memstore_put(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsig
 	return 0;
 }
 
+int memstore_settle(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsigned idx,
+		    const struct limit_spec *spec, int64_t now_us, int64_t take_us, int64_t delta)
+{
+	uint64_t kh = key_hash(key), fp = spec_fp(spec);
+	struct ms_shard *sh = shard_of(ms, kh);
+	uint32_t h = cell_hash(kh, idx);
+	struct limit_state cur = { 0, 0, 0 }, next;
+	long s, ent;
+	int rc = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	s = find_cell(sh, key, idx, h);
+	ent = s < 0 ? -1 : (long)sh->cells[s] - 1;
+	if (ent >= 0 && sh->entries[ent].fp == fp && now_us < sh->entries[ent].expire_us)
+		cur = sh->entries[ent].st;
+	if (limit_settle(spec, &cur, now_us, take_us, delta, &next)) {
+		if (ent < 0 && make_room(sh, 1, now_us, NULL, 0) < 0) {
+			sh->full++;
+			rc = -1;
+		} else {
+			if (ent < 0)
+				ent = insert(sh, key, idx, h);
+			store_state(sh, &sh->entries[ent], fp, &next,
+				    limit_ttl_us(spec, &next, now_us), now_us);
+			rc = 1;
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return rc;
+}
+
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN])
 {
 	uint64_t kh = key_hash(key);

@@ -72,6 +72,13 @@ int memstore_put(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsig
 		 const struct limit_spec *spec, const struct limit_state *st, int64_t now_us,
 		 int64_t ttl_us);
 
+/* Settles a charge on limit idx of key (counted under spec): limit_settle
+ * of its state at now_us, for a request that took at take_us, delta more
+ * (> 0) or less (< 0). Returns 1 when the state changed, 0 when nothing
+ * was to change, -1 when there was no room for a new entry. */
+int memstore_settle(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN], unsigned idx,
+		    const struct limit_spec *spec, int64_t now_us, int64_t take_us, int64_t delta);
+
 /* Drops every entry of `key` (admin reset). Returns how many were dropped. */
 size_t memstore_reset(struct memstore *ms, const uint8_t key[IDENTITY_KEY_LEN]);
 

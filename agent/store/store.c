@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "charge.h"
 #include "clock.h"
 #include "delay.h"
 #include "log.h"
@@ -324,22 +325,25 @@ static __attribute__((noinline)) int extras_after(struct store_worker *sw,
 						  const struct decide_query *q,
 						  const struct store_ref *ref,
 						  const struct limit_result *res,
-						  const struct decide_decision *d, bool refs)
+						  struct decide_decision *d, bool refs,
+						  int64_t take_us)
 {
 	if (q->rule->delay_us && hold(sw, q, ref, res, d, refs))
 		return 1;
 	count_refusal_of(sw, q, res, d);
+	store_charge_place(sw, q, res, d, take_us);
 	return 0;
 }
 
-/* After the store decided q (d): 1 when its rule's delay holds it, the
- * answer then coming later. Inline: most rules have no extras. */
+/* After the store decided q (d) at take_us (the store's clock, 0 when
+ * unknown): 1 when its rule's delay holds it, the answer then coming
+ * later. Inline: most rules have no extras. */
 static inline int after_decision(struct store_worker *sw, const struct decide_query *q,
 				 const struct store_ref *ref, const struct limit_result *res,
-				 const struct decide_decision *d, bool refs)
+				 struct decide_decision *d, bool refs, int64_t take_us)
 {
 	if (q->rule->extras)
-		return extras_after(sw, q, ref, res, d, refs);
+		return extras_after(sw, q, ref, res, d, refs, take_us);
 	return 0;
 }
 
@@ -401,7 +405,7 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 	switch (sw->st->ops->check(sw, q, ref, res, &decider)) {
 	case STORE_DECIDED:
 		decide_result(q, res, decider, d);
-		return !after_decision(sw, q, ref, res, d, true);
+		return !after_decision(sw, q, ref, res, d, true, 0);
 	case STORE_PENDING:
 		/* The backend keeps a copy of q, which points into the rules
 		 * (and into the rule made for an override): they must outlive
@@ -420,13 +424,20 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 void store_complete(struct store_worker *sw, const struct decide_query *q,
 		    const struct store_ref *ref, const struct limit_result *res, int decider)
 {
+	store_complete_at(sw, q, ref, res, decider, 0);
+}
+
+void store_complete_at(struct store_worker *sw, const struct decide_query *q,
+		       const struct store_ref *ref, const struct limit_result *res, int decider,
+		       int64_t take_us)
+{
 	struct decide_decision d;
 	struct rules *rules = q->rules;
 	const struct rule *rule = q->rule;
 
 	if (res) {
 		decide_result(q, res, decider, &d);
-		if (after_decision(sw, q, ref, res, &d, false))
+		if (after_decision(sw, q, ref, res, &d, false, take_us))
 			return; /* held again: its references with it */
 	} else if (decider == STORE_SATURATED) {
 		store_saturated(sw->st, q, &d);
@@ -480,21 +491,14 @@ static void on_due(void *priv, const struct decide_query *q, const struct store_
 int store_response(struct store_worker *sw, const struct rules *rules, const char *place,
 		   size_t len, uint64_t id, int status)
 {
-	uint8_t key[IDENTITY_KEY_LEN];
-	char name[RULES_NAME_MAX];
-	const char *sep = memchr(place, '/', len);
+	struct charge_place cp;
+	const uint8_t *key = cp.key;
 	const struct rule *rule;
-	size_t n;
 
-	if (!sep || (size_t)(sep - place) >= sizeof(name) || len - (size_t)(sep - place) - 1 !=
-	    2 * IDENTITY_KEY_LEN)
+	/* "<rule>/<key>", or a charge's with its fields after them */
+	if (charge_parse_place(place, len, &cp) < 0)
 		return -1;
-	n = (size_t)(sep - place);
-	memcpy(name, place, n);
-	name[n] = '\0';
-	if (identity_from_hex(sep + 1, IDENTITY_HEX_LEN, key) < 0)
-		return -1;
-	rule = rules_find(rules, name);
+	rule = rules_find(rules, cp.rule);
 	if (!rule)
 		return 0;
 	if (rule->conc && id) {

@@ -68,6 +68,15 @@ struct store_stats {
 	counter_t delay_full;     /* refused at once: max_delayed were held (delay.h) */
 	counter_t delayed_held;   /* requests held now (a gauge) */
 	counter_t delay_gone;     /* held requests whose connection went first */
+	/* charges settled by the response's cost (store_settle), the tokens
+	 * taken beyond estimates and given back, and responses whose cost
+	 * was missing or not a number, or whose place names limits no
+	 * longer in force (nothing settled) */
+	counter_t charge_settlements;
+	counter_t charge_taken;
+	counter_t charge_given;
+	counter_t charge_invalid;
+	counter_t charge_stale;
 };
 
 /* What a backend's check returns. */
@@ -176,6 +185,12 @@ struct store_ops {
 	 * (NULL: in the memory store). */
 	void (*penalize)(struct store_worker *sw, const struct rule *rule,
 			 const uint8_t key[IDENTITY_KEY_LEN]);
+	/* Settles a charge (store_settle) of client key under rule, whose
+	 * estimate was taken at take_us (the store's clock): delta more
+	 * tokens taken (> 0) or given back (< 0), at once, answering nothing,
+	 * never retried (NULL: in the memory store). */
+	void (*charge)(struct store_worker *sw, const struct rule *rule,
+		       const uint8_t key[IDENTITY_KEY_LEN], int64_t take_us, int64_t delta);
 	/* Frees st->impl. */
 	void (*free)(struct store *st);
 };
@@ -249,6 +264,11 @@ int store_submit(struct store_worker *sw, const struct decide_query *q,
 #define STORE_SATURATED (-2)
 void store_complete(struct store_worker *sw, const struct decide_query *q,
 		    const struct store_ref *ref, const struct limit_result *res, int decider);
+/* The same from a store that says when it took (its clock, take_us > 0):
+ * what a rule that charges what the response says keeps in its place. */
+void store_complete_at(struct store_worker *sw, const struct decide_query *q,
+		       const struct store_ref *ref, const struct limit_result *res, int decider,
+		       int64_t take_us);
 
 /* The decision without the shared store, by the rule's failure mode:
  * open (forward), closed (503 store_down), local (the limits divided by
@@ -274,6 +294,22 @@ int store_mem_check(struct store *st, const struct decide_query *q,
  * then ends by itself. Returns 0, or -1 for a malformed place. */
 int store_response(struct store_worker *sw, const struct rules *rules, const char *place,
 		   size_t len, uint64_t id, int status);
+
+/* For a rule that charges what the response says: when every limit of q
+ * took its cost, d's place becomes the charge's (decide/charge.h), take_us
+ * the store's clock when it took (0: unknown, the memory store's own
+ * clock then; a shared store's answer without it takes no place). */
+void store_charge_place(struct store_worker *sw, const struct decide_query *q,
+			const struct limit_result *res, struct decide_decision *d,
+			int64_t take_us);
+
+/* The response's cost argument (cost, NULL when absent) for the request
+ * whose place is place: when it is a charge's, settles it (more taken,
+ * less given back, store_ops.charge) and counts it. Returns 1 when
+ * settled, 0 when the place is not a charge's, -1 when nothing could be
+ * settled (counted). */
+int store_settle(struct store_worker *sw, const struct rules *rules, const char *place,
+		 size_t len, const struct spop_data *cost);
 
 /* Counts one event of rule's penalty for client key (store_ops.penalize). */
 void store_penalize(struct store_worker *sw, const struct rule *rule,

@@ -221,6 +221,16 @@ static int check_rate(struct worker *w, struct conn *c, const struct spop_frame 
 
 /* ---- release and response ---------------------------------------------------- */
 
+/* The response's cost argument (DECIDE_COST) settles the charge of the
+ * request whose place is a charge's (store_settle); other places go
+ * untouched. */
+static __attribute__((noinline)) void settle(struct worker *w, const struct rules_args *args,
+					     const struct spop_data *place)
+{
+	store_settle(w->store, w->rules, place->u.str.ptr, place->u.str.len,
+		     rules_args_get(args, DECIDE_COST));
+}
+
 /* A release or response message (checked already): for the request its
  * place argument names (txn.rl.place), gives back the concurrency place of
  * its request_id, and counts its status for the rule's penalty. The
@@ -248,6 +258,8 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 	    store_response(w->store, w->rules, place->u.str.ptr, place->u.str.len,
 			   id ? decide_request_id(id) : 0, st > 0 && st < 1000 ? (int)st : 0) < 0)
 		STAT_INC(w->stats.releases_bad);
+	if (place && (place->type == SPOP_T_STR || place->type == SPOP_T_BIN))
+		settle(w, &args, place);
 }
 
 static inline bool is_release(struct spop_str name)

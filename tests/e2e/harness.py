@@ -280,8 +280,10 @@ class HttpServer:
 class Backend(HttpServer):
     """A threaded HTTP server answering 200 "ok\\n" to everything; counts
     requests per path. A path with a segment "slow-MS" answers after MS
-    milliseconds; one with "status-NNN" answers with that status. Counts
-    the requests it serves at once (inflight, most_inflight)."""
+    milliseconds; one with "status-NNN" answers with that status; one with
+    "tokens-X" sets the response header x-tokens-used: X (what a request
+    cost, for a charge). Counts the requests it serves at once (inflight,
+    most_inflight)."""
 
     def __init__(self):
         self.count = 0
@@ -301,12 +303,15 @@ class Backend(HttpServer):
                     backend.inflight += 1
                     backend.most_inflight = max(backend.most_inflight, backend.inflight)
                 status = 200
+                tokens = None
                 try:
                     for seg in self.path.split("?")[0].split("/"):
                         if seg.startswith("slow-"):
                             time.sleep(int(seg[5:]) / 1000.0)
                         elif seg.startswith("status-"):
                             status = int(seg[7:])
+                        elif seg.startswith("tokens-"):
+                            tokens = seg[7:]
                 finally:
                     with backend.lock:
                         backend.inflight -= 1
@@ -314,6 +319,8 @@ class Backend(HttpServer):
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
+                if tokens is not None:
+                    self.send_header("x-tokens-used", tokens)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)

@@ -9,11 +9,11 @@ import os
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # one file, loaded whole (the Makefile's LUA_LIBRARY)
 LIBRARY = os.path.join(ROOT, "agent", "store", "redis", "ratelimit.lua")
-LIBRARY_NAME = "spoa_ratelimit_v7"
-FUNCTIONS = ("rl7_decide", "rl7_decide_cluster")
-REFUNDS = ("rl7_refund", "rl7_refund_cluster")
-RETURNS = ("rl7_return", "rl7_return_cluster")
-RELEASES = ("rl7_release", "rl7_release_cluster")
+LIBRARY_NAME = "spoa_ratelimit_v8"
+FUNCTIONS = ("rl8_decide", "rl8_decide_cluster")
+REFUNDS = ("rl8_refund", "rl8_refund_cluster")
+RETURNS = ("rl8_return", "rl8_return_cluster")
+RELEASES = ("rl8_release", "rl8_release_cluster")
 
 # Where the code that an EVAL script can run starts (after the "#!lua"
 # line and the header comment) and where the registration starts: Redis

@@ -322,7 +322,7 @@ def test_memory_and_keys_by_master(h, cluster):
 def test_admin_on_packed_buckets(h, cluster):
     """The admin look and reset with --redis-packed on a Cluster: found on
     the master of the client's 12-bit tag, read and deleted through the
-    library (rl7_peek, rl7_forget)."""
+    library (rl8_peek, rl8_forget)."""
     cluster.reset()
     a = start(h, cluster, "--limit", "2/1h", "--redis-packed", metrics=True)
     fleet.burst([a.port], keys(30, "m"), per_key=3)
@@ -507,9 +507,9 @@ def test_override_and_log_on_a_cluster(h, cluster):
 
 def test_leases_on_a_cluster(h, cluster):
     """--lease on a Cluster: the leases of a client grow with its demand
-    (rl7_decide_cluster), the answers count down as Redis's would, and the
+    (rl8_decide_cluster), the answers count down as Redis's would, and the
     unspent tokens go back to its master when the agent stops
-    (rl7_return_cluster)."""
+    (rl8_return_cluster)."""
     from test_lease import Client, leased_25
 
     cluster.reset()

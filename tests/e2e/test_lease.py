@@ -98,10 +98,10 @@ def test_hot_client_never_over_its_limit_across_agents_one_skewed(h):
     agents = [start(h, redis, *lease, name="agent1"),
               start(h, redis, *lease, name="agent2"),
               start(h, redis, *lease, name="skewed", prefix=skewed("+5h"))]
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     out, wall = benches(agents, "--conns", "2", "--inflight", "4", "--requests", "100000000",
                         "--duration", "3")
-    calls = fcalls(redis, "rl7_decide") - calls0
+    calls = fcalls(redis, "rl8_decide") - calls0
     passed = sum(o["passed"] for o in out)
     decided = sum(o["passed"] + o["limited"] for o in out)
     assert all(o["errors"] == 0 and o["lost"] == 0 for o in out), out
@@ -132,10 +132,10 @@ def test_a_client_under_its_limit_is_decided_from_leases(h):
     as Redis's would."""
     redis = RedisServer(h)
     a = start(h, redis, "--limit", "100000/1h", "--lease", "100ms")
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     (o,), _ = benches([a], "--conns", "1", "--inflight", "1", "--rate", "2000",
                       "--requests", "4000")
-    calls = fcalls(redis, "rl7_decide") - calls0
+    calls = fcalls(redis, "rl8_decide") - calls0
     assert o["passed"] == 4000 and o["limited"] == 0, o
     from_leases = metric(a, "spoa_rl_lease_decisions_total")
     assert from_leases >= 0.8 * 4000, from_leases
@@ -185,10 +185,10 @@ def leased_25(port, c=None, key=CLIENT):
 def test_leases_follow_the_client_s_demand(h):
     redis = RedisServer(h)
     a = start(h, redis, "--limit", "1000/1h", "--lease", "1s")
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     got = leased_25(a.port)
     # requests 1-4, 9 and 19 went to Redis; the rest came from leases
-    assert fcalls(redis, "rl7_decide") - calls0 == 6
+    assert fcalls(redis, "rl8_decide") - calls0 == 6
     assert metric(a, "spoa_rl_lease_grants_total") == 3
     assert metric(a, "spoa_rl_lease_tokens_total") == 4 + 9 + 19
     assert metric(a, "spoa_rl_lease_decisions_total") == 25 - 6
@@ -261,18 +261,18 @@ def test_rules_file_lease_per_rule(h):
                 "  leased: { limits: [\"1000/1h\"] }\n"
                 "  plain: { limits: [\"1000/1h\"], lease: off }\n")
     a = start(h, redis, "-f", path)
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     c = Client(a.port, "p1", tier="plain")
     got = [c.ask()["remaining"] for _ in range(25)]
     c.close()
     assert got == list(range(999, 974, -1)), got
-    assert fcalls(redis, "rl7_decide") - calls0 == 25
+    assert fcalls(redis, "rl8_decide") - calls0 == 25
     assert metric(a, "spoa_rl_lease_grants_total") == 0
     c = Client(a.port, "p2", tier="leased")
     got = [c.ask()["remaining"] for _ in range(25)]
     c.close()
     assert got == list(range(999, 974, -1)), got
-    assert fcalls(redis, "rl7_decide") - calls0 == 25 + 6
+    assert fcalls(redis, "rl8_decide") - calls0 == 25 + 6
     assert metric(a, "spoa_rl_lease_grants_total") == 3
 
 
@@ -413,12 +413,12 @@ def test_a_lease_asked_with_a_request_answered_locally_is_not_awaited(h):
     # 11 would ask for a lease; the cache refuses it first
     assert c.ask()["status"] == 429
     assert http_get(a.mport, "/admin/reset?api_key=%s" % CLIENT, method="POST").status == 200
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     assert [c.ask()["status"] for _ in range(9)] == [0] * 9
     c.close()
     # on the fresh bucket: leases again (4 + 4 from two calls), not a call
     # per request
-    assert fcalls(redis, "rl7_decide") - calls0 <= 3
+    assert fcalls(redis, "rl8_decide") - calls0 <= 3
 
 
 @harness.serial
@@ -431,10 +431,10 @@ def test_a_hot_client_s_calls_stay_few_at_a_steady_rate(h):
     redis = RedisServer(h)
     lease = ("--limit", "1000/1s", "--lease", "100ms", "-t", "1")
     agents = [start(h, redis, *lease, name="agent1"), start(h, redis, *lease, name="agent2")]
-    calls0 = fcalls(redis, "rl7_decide")
+    calls0 = fcalls(redis, "rl8_decide")
     out, wall = benches(agents, "--conns", "8", "--inflight", "20", "--rate", "10000",
                         "--requests", "30000")
-    calls = fcalls(redis, "rl7_decide") - calls0
+    calls = fcalls(redis, "rl8_decide") - calls0
     decided = sum(o["passed"] + o["limited"] for o in out)
     assert decided == 60000 and all(o["errors"] == 0 for o in out), out
     assert sum(o["passed"] for o in out) <= 1000 + 1000 * wall

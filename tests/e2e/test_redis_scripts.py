@@ -230,7 +230,7 @@ def parse_reply(raw):
     return _whole(now), out
 
 
-def fcall(args, fn="rl7_decide", c=None):
+def fcall(args, fn="rl8_decide", c=None):
     """FCALL fn 0 *args, its reply parsed."""
     return parse_reply((c or redis().c).command("FCALL", fn, 0, *args))
 
@@ -261,7 +261,7 @@ def decide_args(reqs):
     return args
 
 
-def decide(reqs, fn="rl7_decide"):
+def decide(reqs, fn="rl8_decide"):
     return fcall(decide_args(reqs), fn)
 
 
@@ -401,7 +401,7 @@ class Model:
                 del self.st[k]
 
     def give_back(self, now, take, reqs, expect):
-        """rl7_return: as refund(), but a token bucket's key only while its
+        """rl8_return: as refund(), but a token bucket's key only while its
         value is expect[key] (what the grant left there), compared at its
         turn. Returns the number of keys changed."""
         changed = 0
@@ -704,7 +704,7 @@ def check_absent(keys):
         assert get(k) is None, ("a full bucket is no key", k)
 
 
-def check(model, reqs, what="", fn="rl7_decide", stored=True):
+def check(model, reqs, what="", fn="rl8_decide", stored=True):
     """Calls the library with reqs, compares the reply with the model at
     the reply's now_us and, with stored, the keys it wrote."""
     now, got = decide(reqs, fn)
@@ -720,7 +720,7 @@ def check(model, reqs, what="", fn="rl7_decide", stored=True):
     return now, got
 
 
-def run_timeline(lanes, steps, seed, sleeps, what, fn="rl7_decide"):
+def run_timeline(lanes, steps, seed, sleeps, what, fn="rl8_decide"):
     """Drives the library through a random timeline and checks every reply,
     and the keys each call wrote, against the model. A lane is a client:
     (limits, costs, probability of a request in a step, at most per step)."""
@@ -761,17 +761,18 @@ def test_library_registers_both_functions():
     for f in info[b"functions"]:
         d = dict(zip(f[::2], f[1::2]))
         fns[d[b"name"].decode()] = sorted(x.decode() for x in d[b"flags"])
-    assert fns == {"rl7_decide": [], "rl7_decide_cluster": ["allow-cross-slot-keys"],
-                   "rl7_refund": [], "rl7_refund_cluster": ["allow-cross-slot-keys"],
-                   "rl7_return": [], "rl7_return_cluster": ["allow-cross-slot-keys"],
-                   "rl7_release": [], "rl7_release_cluster": ["allow-cross-slot-keys"],
-                   "rl7_penalize": [], "rl7_penalize_cluster": ["allow-cross-slot-keys"],
-                   "rl7_peek": [], "rl7_forget": []}, fns
+    assert fns == {"rl8_decide": [], "rl8_decide_cluster": ["allow-cross-slot-keys"],
+                   "rl8_refund": [], "rl8_refund_cluster": ["allow-cross-slot-keys"],
+                   "rl8_return": [], "rl8_return_cluster": ["allow-cross-slot-keys"],
+                   "rl8_release": [], "rl8_release_cluster": ["allow-cross-slot-keys"],
+                   "rl8_penalize": [], "rl8_penalize_cluster": ["allow-cross-slot-keys"],
+                   "rl8_charge": [], "rl8_charge_cluster": ["allow-cross-slot-keys"],
+                   "rl8_peek": [], "rl8_forget": []}, fns
 
 
 def test_peek_and_forget_read_and_delete_packed_and_plain_keys():
-    """The admin's look and reset: rl7_peek gives each key's value as GET
-    does (a packed bucket's score), nil for none; rl7_forget deletes each
+    """The admin's look and reset: rl8_peek gives each key's value as GET
+    does (a packed bucket's score), nil for none; rl8_forget deletes each
     (a packed bucket's member, its set's other members stay) and counts
     them."""
     tb, fw = packed((TB, 10, 10 * S, 0)), (FW, 5, 10 * S, 0)
@@ -780,11 +781,11 @@ def test_peek_and_forget_read_and_delete_packed_and_plain_keys():
     now, got = decide([((c, c), 1, (tb, fw)), ((d,), 2, (tb,))])
     assert [x[0] for x in got] == [1, 1], got
     keys = [key_of(c, tb), key_of(c, fw), "{%s}none" % c]
-    vals = redis().c.command("FCALL", "rl7_peek", len(keys), *keys)
+    vals = redis().c.command("FCALL", "rl8_peek", len(keys), *keys)
     assert vals[0].decode() == tb_value(tb, now + S) and vals[1].decode() == get(keys[1])
     assert vals[2] is None, vals
-    assert redis().c.command("FCALL", "rl7_forget", len(keys), *keys) == 2
-    assert redis().c.command("FCALL", "rl7_peek", 2, *keys[:2]) == [None, None]
+    assert redis().c.command("FCALL", "rl8_forget", len(keys), *keys) == 2
+    assert redis().c.command("FCALL", "rl8_peek", 2, *keys[:2]) == [None, None]
     assert get(key_of(d, tb)) == tb_value(tb, now + 2 * S)
 
 
@@ -1130,11 +1131,11 @@ def test_logs_match_model():
     run_timeline(lanes, 40, 707, [0, 0.003, 0.01, 0.02, 0.05, 0.1, 0.2], "logs")
 
 
-def test_cluster_function_on_a_standalone_server_decides_like_rl7_decide():
-    """rl7_decide_cluster reads each client's keys on its own (pcall): on a
-    server that serves every slot it must decide exactly as rl7_decide."""
+def test_cluster_function_on_a_standalone_server_decides_like_rl8_decide():
+    """rl8_decide_cluster reads each client's keys on its own (pcall): on a
+    server that serves every slot it must decide exactly as rl8_decide."""
     tally = run_timeline(_MIXED_LANES, 30, 313, [0, 0.005, 0.02, 0.05, 0.1], "mixed",
-                         fn="rl7_decide_cluster")
+                         fn="rl8_decide_cluster")
     assert tally[0] + tally[1] > 30
     # the same batches through both, on twin clients: periods long enough
     # that the moments between the two calls change no decision
@@ -1144,8 +1145,8 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl7_decide():
     cb = [new_client() for _ in range(3)]
     for step in range(12):
         plan = [(rng.randrange(3), rng.choice([1, 1, 2, 3])) for _ in range(rng.randint(1, 5))]
-        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl7_decide")
-        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl7_decide_cluster")
+        _, a = decide([(ca[i], c, lim) for i, c in plan], "rl8_decide")
+        _, b = decide([(cb[i], c, lim) for i, c in plan], "rl8_decide_cluster")
 
         def strip(res):
             # remaining as the agent reads it: a refusing window's slot
@@ -1156,7 +1157,7 @@ def test_cluster_function_on_a_standalone_server_decides_like_rl7_decide():
 
 
 def test_cluster_function_reads_each_key_once_per_call():
-    """rl7_decide_cluster reads a key on its first use in a call, whatever
+    """rl8_decide_cluster reads a key on its first use in a call, whatever
     the request that names it: requests whose keys overlap (first_key 1
     over keys 1..2, then first_key 2 over keys 2..3) or a longer rule
     from the same first_key see what the call took before, never a value
@@ -1191,7 +1192,7 @@ def test_keymap_shared_keys_match_model():
     Requests of the shared token bucket alone (a rule of one token bucket:
     the library's short path) read and write its key at the keymap's
     position among them."""
-    for fn, seed in (("rl7_decide", 505), ("rl7_decide_cluster", 506)):
+    for fn, seed in (("rl8_decide", 505), ("rl8_decide_cluster", 506)):
         rng = random.Random(seed)
         glob, addr = new_client(), [new_client() for _ in range(2)]
         clients = [new_client() for _ in range(4)]
@@ -1276,7 +1277,7 @@ def refund_at(model, fn, take, back, what):
 
 
 def test_refund_gives_back_what_was_taken():
-    """rl7_refund gives back what a call took, as the model does: a token
+    """rl8_refund gives back what a call took, as the model does: a token
     bucket's tokens up to its capacity (a full bucket's key deleted), a
     window's count in the window of the take while the value holds it;
     whatever time has passed since the take, on every algorithm, through
@@ -1292,8 +1293,8 @@ def test_refund_gives_back_what_was_taken():
             # keys without an expiry
             kept((TB, 5, 2 * S, 0)), kept((SW, 6, 2 * S, 0))]
     shared = [(TB, 13, 2 * S, 0), (SW, 15, 3 * S, 0), packed((TB, 12, 2 * S, 0))]
-    for fn, refund_fn, seed in (("rl7_decide", "rl7_refund", 707),
-                                ("rl7_decide_cluster", "rl7_refund_cluster", 708)):
+    for fn, refund_fn, seed in (("rl8_decide", "rl8_refund", 707),
+                                ("rl8_decide_cluster", "rl8_refund_cluster", 708)):
         rng = random.Random(seed)
         glob = new_client()
         clients = [new_client() for _ in range(3)]
@@ -1340,7 +1341,7 @@ def test_refund_cases():
             time.sleep(pause)
             # a write in the next window, so the value moves on
             check(model, [((c,), 1, (lim,))], "later %r" % (lim,))
-        changed, _ = refund_at(model, "rl7_refund", take, [((c,), 2, (lim,))] * back,
+        changed, _ = refund_at(model, "rl8_refund", take, [((c,), 2, (lim,))] * back,
                                "refund %r" % (lim,))
         k = key_of(c, lim)
         if k in model.st:
@@ -1401,7 +1402,7 @@ def with_ids(args, ids):
     return [head] + args[1:1 + nrules] + [b"".join(ids)] + args[1 + nrules:]
 
 
-def decide_ids(reqs, ids, fn="rl7_decide"):
+def decide_ids(reqs, ids, fn="rl8_decide"):
     return fcall(with_ids(layout(reqs)[0], ids), fn)
 
 
@@ -1412,11 +1413,11 @@ def rid(n):
 def test_concurrency_places():
     """Places in flight: taken while fewer than the quota are, the same
     request again holds its own, refused with a second to wait, given back
-    by rl7_release (exactly its own, once), ended at their deadline; all
+    by rl8_release (exactly its own, once), ended at their deadline; all
     or nothing with a token bucket of the same rule; a request without an
     id is not counted. Each value is the places left, 16 bytes each, and
     expires on the grid when the last ends."""
-    for fn, rel in (("rl7_decide", "rl7_release"), ("rl7_decide_cluster", "rl7_release_cluster")):
+    for fn, rel in (("rl8_decide", "rl8_release"), ("rl8_decide_cluster", "rl8_release_cluster")):
         c = new_client()
         conc = (CC, 2, 400 * MS, 0)
         tb = (TB, 3, 3600 * S, 0)
@@ -1475,7 +1476,7 @@ def test_concurrency_places():
 
 
 def test_refund_gives_back_a_log_entry_and_a_place():
-    """rl7_refund gives back every kind of state a decision takes: a log's
+    """rl8_refund gives back every kind of state a decision takes: a log's
     entry at the take (its weight less the cost, the totals after it
     less the cost too, the key gone when nothing is left), and the place
     the take made for the request's id (compared and set: the id ending
@@ -1508,7 +1509,7 @@ def test_refund_gives_back_a_log_entry_and_a_place():
         assert len(redis().c.command("GET", kc)) == 16
         assert redis().c.command("GET", kl) == _log_bytes(t2, 0, [(t2, 2)])
         # an entry before others: it goes, the totals after it follow
-        redis().c.command("FCALL", "rl7_release", 0, rid(2), kc)
+        redis().c.command("FCALL", "rl8_release", 0, rid(2), kc)
         t4, got = decide_ids([(c, 1, lim)], [rid(4)], fn)
         assert got[0][0] == 1 and t4 > t2, got
         assert refund(t2, 2, cost=2) == 1  # (the place of id 2 is gone)
@@ -1532,11 +1533,11 @@ BAN = 5  # a penalty box
 
 
 def test_penalty_box():
-    """rl7_penalize counts events in a sliding window and, at its quota,
+    """rl8_penalize counts events in a sliding window and, at its quota,
     bans (the ban key: when it ends, expiring then); a ban limit refuses
     until then, with that long to wait, and allows after without writing;
     all or nothing with the rule's other limits."""
-    for fn, pen in (("rl7_decide", "rl7_penalize"), ("rl7_decide_cluster", "rl7_penalize_cluster")):
+    for fn, pen in (("rl8_decide", "rl8_penalize"), ("rl8_decide_cluster", "rl8_penalize_cluster")):
         c = new_client()
         ban = (BAN, 1, 300 * MS, 0)
         tb = (TB, 5, 3600 * S, 0)
@@ -1561,7 +1562,7 @@ def test_penalty_box():
                      ([count, 0, "a", "b"], "need <rule> <ban_us>"),
                      ([count, 5, "a"], "need <rule> <ban_us>")):
         try:
-            redis().c.command("FCALL", "rl7_penalize", 0, *bad)
+            redis().c.command("FCALL", "rl8_penalize", 0, *bad)
         except RespError as e:
             assert err in str(e), e
         else:
@@ -2219,9 +2220,9 @@ def test_window_from_a_clock_that_stepped_back_keeps_its_counts():
     assert get(key_of(c, s5)) == "%d:4:1" % (ws + 2 * S)
 
 
-# rl7_decide as an EVAL script whose TIME is ARGV[1] (microseconds): the
+# rl8_decide as an EVAL script whose TIME is ARGV[1] (microseconds): the
 # library's run() with the command it calls for TIME answered here, the
-# rest of its arguments rl7_decide's.
+# rest of its arguments rl8_decide's.
 _AT_DRIVER = """
 bind()
 local real, t = rcall, tonumber(ARGV[1])
@@ -2240,7 +2241,7 @@ return run(args, false)
 
 
 def decide_at(t, args):
-    """rl7_decide's call of args, its clock at t: the reply parsed."""
+    """rl8_decide's call of args, its clock at t: the reply parsed."""
     now, got = parse_reply(redis().c.command("EVAL", _driver(_AT_DRIVER), 0, t, *args))
     assert now == t, (now, t)
     return got
@@ -2254,16 +2255,16 @@ def test_clock_that_steps_back_owes_at_most_a_period():
     Redis's own clock, so that the keys' expiries are in its future.)"""
     before = now_of_redis() + 2 * 3600 * S
     after = before - 3600 * S
-    # a 100/1m client that used 2 tokens: an empty bucket, the next token
-    # 0.6 s away
+    # a 100/1m client that used 2 tokens: a bucket a capacity in debt
+    # (the most a charge leaves), the next token 60.6 s away
     c, tb = new_client(), (TB, 100, 60 * S, 0)
     for i in range(2):
         assert decide_at(before + i, decide_args([(c, 1, [tb])]))[0][0] == 1
     got = decide_at(after, decide_args([(c, 1, [tb])]))
-    assert got == [(0, 1, [(0, 600 * MS, 60 * S)])], got
-    assert get(key_of(c, tb)) == tb_value(tb, after + 60 * S)
-    assert pexpiretime(key_of(c, tb)) == expiry_ms(after + 60 * S, 60 * S)
-    got = decide_at(after + 600 * MS, decide_args([(c, 1, [tb])]))
+    assert got == [(0, 1, [(0, 60 * S + 600 * MS, 120 * S)])], got
+    assert get(key_of(c, tb)) == tb_value(tb, after + 120 * S)
+    assert pexpiretime(key_of(c, tb)) == expiry_ms(after + 120 * S, 60 * S)
+    got = decide_at(after + 60 * S + 600 * MS, decide_args([(c, 1, [tb])]))
     assert got[0][:2] == (1, 1) and got[0][2][0][0] == 0, got
     # windows and a log of 3/10s, spent, in a rule of several limits (the
     # general path): refused until the present window ends, or until the
@@ -2333,8 +2334,8 @@ def _wide_replies():
     # requests of one limit, with numbers beyond 2^32
     reqs += [(clients[5], 3, _WIDTHS[3:]), (clients[6], 5, _WIDTHS[2:3])]
     long_reqs = [(clients[4], 1, _WIDTHS)] * 400
-    return [(reqs, redis().c.command("FCALL", "rl7_decide", 0, *layout(reqs)[0])),
-            (long_reqs, redis().c.command("FCALL", "rl7_decide", 0, *layout(long_reqs)[0]))]
+    return [(reqs, redis().c.command("FCALL", "rl8_decide", 0, *layout(reqs)[0])),
+            (long_reqs, redis().c.command("FCALL", "rl8_decide", 0, *layout(long_reqs)[0]))]
 
 
 def test_reply_of_every_shape_matches_model():
@@ -2440,7 +2441,7 @@ def test_rule_cache():
 # ---------------------------------------------------------------- leases
 
 
-def return_lease(take, back, vals, fn="rl7_return", mapped=True, before=None):
+def return_lease(take, back, vals, fn="rl8_return", mapped=True, before=None):
     """FCALL fn for one lease: back [(client or owners, unspent, limits)]
     (one request), vals the v_j of the grant's lease element. Returns the
     keys changed, the moment just after, and the expect by key (for
@@ -2555,11 +2556,11 @@ def lease_timeline(fn, ret_fn, seed, mapped, steps=40, pack=False):
 def test_leases_match_model():
     """Leases through random timelines, in both functions, with and
     without the keymap: every reply (a lease's extra and values too) and
-    every value written, and what rl7_return gives back, as the model."""
-    for fn, ret_fn, seed, mapped in (("rl7_decide", "rl7_return", 901, False),
-                                      ("rl7_decide_cluster", "rl7_return_cluster", 902, False),
-                                      ("rl7_decide", "rl7_return", 903, True),
-                                      ("rl7_decide_cluster", "rl7_return_cluster", 904, True)):
+    every value written, and what rl8_return gives back, as the model."""
+    for fn, ret_fn, seed, mapped in (("rl8_decide", "rl8_return", 901, False),
+                                      ("rl8_decide_cluster", "rl8_return_cluster", 902, False),
+                                      ("rl8_decide", "rl8_return", 903, True),
+                                      ("rl8_decide_cluster", "rl8_return_cluster", 904, True)):
         lease_timeline(fn, ret_fn, seed, mapped)
 
 
@@ -2567,8 +2568,8 @@ def test_packed_leases_match_model():
     """test_leases_match_model with the token buckets that can be packed
     packed (and a shared packed bucket): the lease's values are the hash
     fields' as Redis prints them, and a return compares them so."""
-    for fn, ret_fn, seed, mapped in (("rl7_decide", "rl7_return", 905, False),
-                                      ("rl7_decide_cluster", "rl7_return_cluster", 906, True)):
+    for fn, ret_fn, seed, mapped in (("rl8_decide", "rl8_return", 905, False),
+                                      ("rl8_decide_cluster", "rl8_return_cluster", 906, True)):
         lease_timeline(fn, ret_fn, seed, mapped, pack=True)
 
 
@@ -2676,7 +2677,7 @@ def test_lease_reply_bytes_are_the_documented_msgpack():
     wide = [(TB, 50 + j, 3600 * S, 0) for j in range(14)] + [(FW, 90, 3600 * S, 0)]
     reqs = [(c, 1, [big, (SW, 9, 60 * S, 0)], 33015), (d, 1, wide, 7), (c, 2, [big,
             (SW, 9, 60 * S, 0)], 0), (e, 1, [(FW, 3, 60 * S, 0)], 2 ** 32 - 1)]
-    raw = redis().c.command("FCALL", "rl7_decide", 0, *decide_args(reqs))
+    raw = redis().c.command("FCALL", "rl8_decide", 0, *decide_args(reqs))
     now, results = parse_reply(raw)
     assert [len(x) for x in results] == [4, 4, 3, 4], results
     assert len(results[1][3][1]) == 15 and results[1][3][0] == 7, results[1]
@@ -2767,7 +2768,7 @@ def test_return_never_lifts_a_bucket_over_its_capacity():
 
 def test_lease_and_return_with_bad_arguments_write_nothing():
     """Leases badly laid out, and a return with bad arguments: an error
-    reply, nothing written. rl7_refund and rl7_return take no leases."""
+    reply, nothing written. rl8_refund and rl8_return take no leases."""
     r = redis()
     tb = (TB, 10, S, 0)
     c = new_client()
@@ -2834,7 +2835,7 @@ def test_lease_and_return_with_bad_arguments_write_nothing():
             raise AssertionError(fn)
     assert get(k) == before
     # and a good return still gives back
-    assert r.c.command("FCALL", "rl7_return", 0, "1", exp, *plain) == 1
+    assert r.c.command("FCALL", "rl8_return", 0, "1", exp, *plain) == 1
 
 
 # ------------------------------------------------------------- measure
@@ -2853,7 +2854,7 @@ def _measure(batch, seconds=None, depth=16):
     cmds = []
     for i in range(64):
         reqs = [(pool[(i * batch + j) % len(pool)], 1, lim) for j in range(batch)]
-        cmds.append(("FCALL", "rl7_decide", 0, *layout(reqs)[0]))
+        cmds.append(("FCALL", "rl8_decide", 0, *layout(reqs)[0]))
     wire = [b"".join(encode(c) for c in cmds[i:i + depth]) for i in range(0, len(cmds), depth)]
     c = Client("127.0.0.1", r.port)
     try:

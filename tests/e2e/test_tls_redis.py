@@ -119,7 +119,7 @@ def test_exact_over_tls_with_a_client_certificate(h, certs):
 def test_leases_and_drain_over_tls(h, certs):
     """--lease over TLS: the leases grow with the client's demand, the
     answers count down as Redis's would, and at SIGTERM the unspent
-    tokens go back to the server before the agent exits (rl7_return over
+    tokens go back to the server before the agent exits (rl8_return over
     the TLS connection)."""
     from test_lease import leased_25, Client
 

@@ -719,8 +719,8 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	i128 room = cap * p, q;
 	i128 d = ((i128)st->a - now) * n + st->b, rel;
 
-	if (d > room)
-		d = room;
+	if (d > 2 * room)
+		d = 2 * room; /* a capacity in debt at most */
 	rel = (d > 0 ? d : 0) + (i128)cost * p;
 
 	memset(r, 0, sizeof(*r));
@@ -729,10 +729,10 @@ static void bucket_reference(const struct limit_spec *sp, const struct limit_sta
 	if ((i128)cost > cap || rel > room) {
 		r->retry_after_us = (int64_t)((i128)cost > cap ? p : ceil_div(rel - room, n));
 		r->reset_us = d > 0 ? (int64_t)ceil_div(d, n) : 0;
-		if (((i128)st->a - now) * n + st->b > room) {
-			/* (the figures here keep now + cap * P within int64) */
-			next->a = (int64_t)(now + floor_div(room, n));
-			next->b = (int64_t)(room - floor_div(room, n) * n);
+		if (((i128)st->a - now) * n + st->b > 2 * room) {
+			/* (the figures here keep now + 2 * cap * P within int64) */
+			next->a = (int64_t)(now + floor_div(2 * room, n));
+			next->b = (int64_t)(2 * room - floor_div(2 * room, n) * n);
 			next->c = 0;
 		}
 	} else {
@@ -816,9 +816,10 @@ static void test_bucket_against_definition(void **unused)
 }
 
 /* A clock that stepped back (Redis's after an NTP step, or a failover to a
- * server whose clock is behind): the bucket owes at most its capacity.
- * A 100/1m client that used 2 tokens, then the clock an hour back: its
- * bucket reads as empty, the next token 0.6 s away, not an hour. */
+ * server whose clock is behind): the bucket owes at most a capacity beyond
+ * empty (the most a charge leaves, limit_settle). A 100/1m client that
+ * used 2 tokens, then the clock an hour back: its bucket reads as a
+ * capacity in debt, the next token 60.6 s away, not an hour. */
 static void test_bucket_clock_stepped_back(void **unused)
 {
 	struct limit_spec sp = spec(100, 60 * S, 0, LIMIT_TOKEN_BUCKET);
@@ -832,14 +833,14 @@ static void test_bucket_clock_stepped_back(void **unused)
 	now = T0; /* an hour back */
 	r = hit(&sp, &st, now, 1);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 600 * MS);
-	assert_int_equal(r.reset_us, 60 * S);
-	assert_int_equal(r.more_us, 600 * MS);
-	assert_int_equal(r.next_ttl_us, 60 * S);
-	/* the state that follows: the empty bucket (which the library writes) */
-	assert_int_equal(st.a, now + 60 * S);
+	assert_int_equal(r.retry_after_us, 60 * S + 600 * MS);
+	assert_int_equal(r.reset_us, 120 * S);
+	assert_int_equal(r.more_us, 60 * S + 600 * MS);
+	assert_int_equal(r.next_ttl_us, 120 * S);
+	/* the state that follows: a capacity in debt (which the library writes) */
+	assert_int_equal(st.a, now + 120 * S);
 	assert_int_equal(st.b, 0);
-	r = hit(&sp, &st, now + 600 * MS, 1);
+	r = hit(&sp, &st, now + 60 * S + 600 * MS, 1);
 	assert_true(r.allowed);
 	assert_int_equal(r.remaining, 0);
 	/* a heavier request, and a burst: the capacity bounds the debt */
@@ -847,15 +848,161 @@ static void test_bucket_clock_stepped_back(void **unused)
 	st = (struct limit_state){T0 + 86400 * S, 0, 0};
 	r = hit(&sp, &st, T0, 5);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 3 * S);
-	assert_int_equal(r.reset_us, 240 * S);
+	assert_int_equal(r.retry_after_us, 243 * S);
+	assert_int_equal(r.reset_us, 480 * S);
 	/* the 128-bit path (quota x step past 2^63 ticks): the same bound */
 	sp = spec(LIMIT_QUOTA_MAX, 3600 * S, 0, LIMIT_TOKEN_BUCKET);
 	st = (struct limit_state){T0 + 366LL * 86400 * S, 0, 0};
 	r = hit(&sp, &st, T0, 1);
 	assert_false(r.allowed);
-	assert_int_equal(r.retry_after_us, 1);
-	assert_int_equal(r.reset_us, 3600 * S);
+	assert_int_equal(r.retry_after_us, 3600 * S + 1);
+	assert_int_equal(r.reset_us, 7200 * S);
+}
+
+/* ---- a charge's settlement (limit_settle) ------------------------------------------ */
+
+/* settles st in place; returns limit_settle's answer */
+static int settle(const struct limit_spec *sp, struct limit_state *st, int64_t now, int64_t take,
+		  int64_t delta)
+{
+	struct limit_state next = {-7, -7, -7};
+	int rc = limit_settle(sp, st, now, take, delta, &next);
+
+	if (rc)
+		*st = next;
+	else
+		assert_int_equal(next.a, -7);
+	return rc;
+}
+
+/* 10/1s: admitted at 1, the response says 15: 14 more are taken, the
+ * bucket 5 in debt, and the next request waits 0.6 s (5 tokens, then its
+ * own); a response of 100 leaves a capacity in debt at most (2 s). */
+static void test_settle_bucket_more(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+	struct limit_result r;
+
+	(void)unused;
+	assert_true(hit(&sp, &st, T0, 1).allowed);
+	assert_int_equal(settle(&sp, &st, T0, T0, 14), 1);
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 600 * MS);
+	assert_int_equal(r.reset_us, 1500 * MS);
+	/* at the moment it is due, it passes, and the bucket is empty */
+	r = hit(&sp, &st, T0 + 600 * MS, 1);
+	assert_true(r.allowed);
+	assert_int_equal(r.remaining, 0);
+	/* the debt's bound: a capacity beyond empty */
+	st = (struct limit_state){0, 0, 0};
+	assert_true(hit(&sp, &st, T0, 1).allowed);
+	assert_int_equal(settle(&sp, &st, T0, T0, 99), 1);
+	assert_int_equal(st.a, T0 + 2 * S);
+	r = hit(&sp, &st, T0, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 1100 * MS);
+	/* read an hour later: full again, nothing owed */
+	assert_true(hit(&sp, &st, T0 + 3600 * S, 10).allowed);
+}
+
+/* 10/1s: admitted at 5 (tat = t0 + 0.5 s), the response 100 ms later says
+ * 2: 3 tokens (300 ms) go back less the 100 ms since the take, which the
+ * bucket may have absorbed; once full again, nothing goes back. */
+static void test_settle_bucket_less(void **unused)
+{
+	struct limit_spec sp = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+	struct limit_state st = {0, 0, 0};
+
+	(void)unused;
+	assert_true(hit(&sp, &st, T0, 5).allowed);
+	assert_int_equal(settle(&sp, &st, T0 + 100 * MS, T0, -3), 1);
+	assert_int_equal(st.a, T0 + 300 * MS);
+	assert_int_equal(st.b, 0);
+	/* at t0 + 0.1 s: 10 less the 2 still in use */
+	assert_int_equal(hit(&sp, &st, T0 + 100 * MS, 0).remaining, 8);
+	/* given back past full: a fresh bucket, never more than the capacity */
+	st = (struct limit_state){0, 0, 0};
+	assert_true(hit(&sp, &st, T0, 5).allowed);
+	assert_int_equal(settle(&sp, &st, T0, T0, -5), 1);
+	assert_int_equal(hit(&sp, &st, T0, 0).remaining, 10);
+	/* the bucket refilled since the take: nothing to give back */
+	st = (struct limit_state){0, 0, 0};
+	assert_true(hit(&sp, &st, T0, 5).allowed);
+	assert_int_equal(settle(&sp, &st, T0 + 2 * S, T0, -5), 0);
+	/* the refill since the take is more than what goes back */
+	assert_true(hit(&sp, &st, T0 + 2 * S, 5).allowed);
+	assert_int_equal(settle(&sp, &st, T0 + 2300 * MS, T0 + 2 * S, -2), 0);
+}
+
+/* A fixed window 10/1m: more is counted in the present window, up to
+ * twice the quota; less goes back in the take's window only. */
+static void test_settle_fixed(void **unused)
+{
+	struct limit_spec sp = spec(10, 60 * S, 0, LIMIT_FIXED_WINDOW);
+	struct limit_state st = {0, 0, 0};
+	int64_t w = T0 - T0 % (60 * S);
+	struct limit_result r;
+
+	(void)unused;
+	assert_true(hit(&sp, &st, w + S, 1).allowed);
+	assert_int_equal(settle(&sp, &st, w + 2 * S, w + S, 5), 1);
+	assert_int_equal(hit(&sp, &st, w + 2 * S, 0).remaining, 4);
+	assert_int_equal(settle(&sp, &st, w + 3 * S, w + S, 100), 1);
+	assert_int_equal(st.b, 20);
+	r = hit(&sp, &st, w + 3 * S, 1);
+	assert_false(r.allowed);
+	assert_int_equal(r.retry_after_us, 57 * S);
+	/* less, in the take's window: counted down, never below 0 */
+	assert_int_equal(settle(&sp, &st, w + 4 * S, w + S, -15), 1);
+	assert_int_equal(st.b, 5);
+	assert_int_equal(settle(&sp, &st, w + 4 * S, w + S, -15), 1);
+	assert_int_equal(st.b, 0);
+	/* less, after the window rolled: the new window never counted it */
+	assert_true(hit(&sp, &st, w + 59 * S, 3).allowed);
+	assert_int_equal(settle(&sp, &st, w + 61 * S, w + 59 * S, -2), 0);
+	/* more, after the window rolled: counted in the new one */
+	assert_int_equal(settle(&sp, &st, w + 61 * S, w + 59 * S, 2), 1);
+	assert_int_equal(hit(&sp, &st, w + 61 * S, 0).remaining, 8);
+}
+
+/* A sliding window 10/1m: less goes back in the window that counted the
+ * take, the present one or the one before (where it still weighs). */
+static void test_settle_sliding(void **unused)
+{
+	struct limit_spec sp = spec(10, 60 * S, 0, LIMIT_SLIDING_WINDOW);
+	struct limit_state st = {0, 0, 0};
+	int64_t w = T0 - T0 % (60 * S);
+
+	(void)unused;
+	assert_true(hit(&sp, &st, w + 30 * S, 8).allowed);
+	/* half a window later the 8 weigh 4: 6 left; given back 6 of them in
+	 * the window after, they weigh 1: 9 left */
+	assert_int_equal(hit(&sp, &st, w + 90 * S, 0).remaining, 6);
+	assert_int_equal(settle(&sp, &st, w + 90 * S, w + 30 * S, -6), 1);
+	assert_int_equal(st.c, 2);
+	assert_int_equal(hit(&sp, &st, w + 90 * S, 0).remaining, 9);
+	/* two windows on, it counts nowhere: nothing goes back */
+	assert_int_equal(settle(&sp, &st, w + 150 * S, w + 30 * S, -1), 0);
+	/* more, up to twice the quota in the present window */
+	assert_int_equal(settle(&sp, &st, w + 150 * S, w + 30 * S, 50), 1);
+	assert_int_equal(st.b, 20);
+	assert_false(hit(&sp, &st, w + 150 * S, 1).allowed);
+}
+
+/* What keeps each request as admitted, or holds no tokens, is not settled. */
+static void test_settle_not_rates(void **unused)
+{
+	struct limit_state st = {0, 0, 0};
+	struct limit_spec log = spec(10, S, 0, LIMIT_LOG);
+	struct limit_spec conc = spec(10, S, 0, LIMIT_CONCURRENCY);
+	struct limit_spec tb = spec(10, S, 0, LIMIT_TOKEN_BUCKET);
+
+	(void)unused;
+	assert_int_equal(settle(&log, &st, T0, T0, 3), 0);
+	assert_int_equal(settle(&conc, &st, T0, T0, -3), 0);
+	assert_int_equal(settle(&tb, &st, T0, T0, 0), 0);
 }
 
 /* ---- the leaky bucket as a meter ------------------------------------------------
@@ -1699,6 +1846,11 @@ int main(void)
 		cmocka_unit_test(test_large_values),
 		cmocka_unit_test(test_bucket_against_definition),
 		cmocka_unit_test(test_bucket_clock_stepped_back),
+		cmocka_unit_test(test_settle_bucket_more),
+		cmocka_unit_test(test_settle_bucket_less),
+		cmocka_unit_test(test_settle_fixed),
+		cmocka_unit_test(test_settle_sliding),
+		cmocka_unit_test(test_settle_not_rates),
 		cmocka_unit_test(test_leaky_meter_is_token_bucket),
 		cmocka_unit_test(test_more_bucket),
 		cmocka_unit_test(test_more_fixed),

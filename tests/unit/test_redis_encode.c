@@ -16,9 +16,9 @@
 
 static void test_call_bytes(void **unused)
 {
-	const char *argv[] = { "FCALL", "rl7_decide", "0", "" };
+	const char *argv[] = { "FCALL", "rl8_decide", "0", "" };
 	const size_t len[] = { 5, 10, 1, 0 };
-	static const char want[] = "*4\r\n$5\r\nFCALL\r\n$10\r\nrl7_decide\r\n$1\r\n0\r\n$0\r\n\r\n";
+	static const char want[] = "*4\r\n$5\r\nFCALL\r\n$10\r\nrl8_decide\r\n$1\r\n0\r\n$0\r\n\r\n";
 	char out[64];
 
 	assert_int_equal(redis_resp_len(4, len), sizeof(want) - 1);

@@ -290,7 +290,7 @@ static int auto_answer(const char *name)
 }
 
 /* Parses one RESP command at out[out_pos..): its first two words into
- * name ("FCALL rl7_decide"). Returns 0 when incomplete. */
+ * name ("FCALL rl8_decide"). Returns 0 when incomplete. */
 static int parse_command(char name[32])
 {
 	const char *p = fk.out + fk.out_pos, *end = fk.out + fk.out_len;
@@ -567,7 +567,7 @@ static void answer_decisions(size_t n, int allowed)
 	char buf[512];
 	size_t len = decision_reply(buf, n, allowed);
 
-	answer("FCALL rl7_decide", buf, len);
+	answer("FCALL rl8_decide", buf, len);
 }
 
 static int setup(void **state)
@@ -603,7 +603,7 @@ static void test_connect_and_decide(void **unused)
 	assert_int_equal(redis_node_submit(rn, &r), 0);
 	run();
 	assert_int_equal(nheld, 1);
-	assert_string_equal(held[0], "FCALL rl7_decide");
+	assert_string_equal(held[0], "FCALL rl8_decide");
 	answer_decisions(1, 1);
 	run();
 	assert_int_equal(seen.decided, 1);
@@ -918,7 +918,7 @@ static void test_moved_and_ask(void **unused)
 	assert_int_equal(redis_node_submit(rn, &r), 0);
 	run();
 	len = decision_reply(buf, 1, 2);
-	answer("FCALL rl7_decide_cluster", buf, len);
+	answer("FCALL rl8_decide_cluster", buf, len);
 	run();
 	assert_int_equal(seen.moved, 1);
 	assert_int_equal(seen.last_id, 7);
@@ -929,9 +929,9 @@ static void test_moved_and_ask(void **unused)
 	run();
 	/* two calls: r, then ASKING and a alone */
 	assert_int_equal(nheld, 3);
-	assert_string_equal(held[0], "FCALL rl7_decide_cluster");
+	assert_string_equal(held[0], "FCALL rl8_decide_cluster");
 	assert_string_equal(held[1], "ASKING");
-	assert_string_equal(held[2], "FCALL rl7_decide_cluster");
+	assert_string_equal(held[2], "FCALL rl8_decide_cluster");
 	len = decision_reply(buf, 1, 1);
 	answer("FCALL", buf, len);
 	answer("FCALL", buf, len);

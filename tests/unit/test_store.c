@@ -356,6 +356,63 @@ static void prepare_rid(struct rules *rules, const char *api_key, const char *ri
 	decide_prepare(rules, c, 2, 0, q);
 }
 
+/* A rule that charges what the response says, with a concurrency limit:
+ * its place carries the estimate and serves both the release and the
+ * settlement; more is taken (the client waits its debt out), a cost not a
+ * number or a place of limits no longer in force settles nothing. */
+static void test_memory_charge(void **state)
+{
+	struct rules *rules = rules_from_text(
+		"tiers: { t: { limits: [10/1m], concurrency: 2, charge: response } }");
+	struct rules *changed = rules_from_text(
+		"tiers: { t: { limits: [20/1m], concurrency: 2, charge: response } }");
+	struct store *st = store_memory_new(1000);
+	struct store_worker *sw = store_worker_new(st, NULL, 0, on_answer, &answers);
+	struct store_ref ref = { 0, 0, 0, 0 };
+	struct spop_data cost = { .type = SPOP_T_INT32, .u.i32 = 15 };
+	struct spop_data bad = { .type = SPOP_T_STR, .u.str = { "1x", 2 } };
+	struct decide_query q;
+	struct decide_decision d;
+	char place[DECIDE_PLACE_MAX];
+	size_t place_len, slashes = 0;
+
+	(void)state;
+	prepare_rid(rules, "k", "a", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.remaining, 9);
+	memcpy(place, d.place, d.place_len);
+	place_len = d.place_len;
+	for (size_t i = 0; i < place_len; i++)
+		slashes += place[i] == '/';
+	assert_int_equal(slashes, 4);
+	/* 15, not 1: 14 more, 5 in debt; the release frees the place */
+	assert_int_equal(store_settle(sw, rules, place, place_len, &cost), 1);
+	assert_int_equal(store_response(sw, rules, place, place_len,
+					decide_request_id(&(struct spop_data){
+						.type = SPOP_T_STR, .u.str = { "a", 1 } }), 0), 0);
+	assert_int_equal(STAT_GET(sw->stats.charge_settlements), 1);
+	assert_int_equal(STAT_GET(sw->stats.charge_taken), 14);
+	prepare_rid(rules, "k", "b", &q);
+	assert_int_equal(store_submit(sw, &q, &ref, &d), 1);
+	assert_int_equal(d.status, 429);
+	assert_int_equal(d.reason, DECIDE_LIMITED);
+	assert_int_equal(d.retry_after, 36);
+	/* what settles nothing, counted */
+	assert_int_equal(store_settle(sw, rules, place, place_len, &bad), -1);
+	assert_int_equal(store_settle(sw, rules, place, place_len, NULL), -1);
+	assert_int_equal(STAT_GET(sw->stats.charge_invalid), 2);
+	assert_int_equal(store_settle(sw, changed, place, place_len, &cost), -1);
+	assert_int_equal(STAT_GET(sw->stats.charge_stale), 1);
+	/* a place without the charge's fields is not a charge's */
+	assert_int_equal(store_settle(sw, rules, place, 2 + IDENTITY_HEX_LEN, &cost), 0);
+	assert_int_equal(STAT_GET(sw->stats.charge_settlements), 1);
+	store_worker_free(sw);
+	store_free(st);
+	rules_release(changed);
+	rules_release(rules);
+}
+
 /* A concurrency limit in memory: all or nothing with the rule's rate limit
  * (a request the rate refuses takes no place, one the places refuse takes
  * no token), the name of the place, the release through it, and
@@ -555,6 +612,7 @@ int main(void)
 		cmocka_unit_test(test_memory_store),
 		cmocka_unit_test(test_memory_overrides_bounded),
 		cmocka_unit_test(test_memory_concurrency),
+		cmocka_unit_test(test_memory_charge),
 		cmocka_unit_test(test_stats_summed),
 		cmocka_unit_test(test_delay_memory),
 	};

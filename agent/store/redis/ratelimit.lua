@@ -1,4 +1,4 @@
-#!lua name=spoa_ratelimit_v7
+#!lua name=spoa_ratelimit_v8
 -- SPDX-License-Identifier: Apache-2.0
 --[[ ratelimit.lua: the Redis function library that decides rate limits, a
 batch of requests per call, atomically (this file, whole: the functions'
@@ -6,11 +6,11 @@ contract, the state and the limits' math, then the calls: reading them,
 deciding and writing). The agent loads it on every server it uses
 (FUNCTION LOAD REPLACE) and calls
 
-    FCALL rl7_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
+    FCALL rl8_decide 0 <requests> <rule 1> .. <rule R> [<keymap>] <key 1> .. <key K>
 
-(rl7_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
+(rl8_decide_cluster on a Redis Cluster: the same, see "Cluster" below).
 The library's name and its functions' carry the version of the layout of
-their arguments (7); the values' layout has its own (3, as the agent's
+their arguments (8); the values' layout has its own (3, as the agent's
 key names say, "rl3:"). Agents of another layout on the same server load
 and call their own library, and none replaces another's.
 
@@ -107,7 +107,7 @@ decider as fixints
 
 Leases: an agent takes k more tokens for a busy client in the call that
 decides one of its requests, spends them itself, and gives back those it
-has not spent (rl7_return, below). A request allowed at its cost c takes
+has not spent (rl8_return, below). A request allowed at its cost c takes
 extra = min(k, the remaining of each of its limits after it): so many more
 requests of cost 1 pass all of them. It takes none (extra 0) when refused,
 when any limit of its rule is not a token bucket or a window (a log, a
@@ -119,11 +119,11 @@ expiry) that is written; a later request of the call sees it. The reply's per_li
 'more' slots stay those of the evaluation at c: the extra tokens are the
 client's own, and the agent reports what this request leaves to it.
 
-Refund: rl7_refund (rl7_refund_cluster) gives back what requests took,
+Refund: rl8_refund (rl8_refund_cluster) gives back what requests took,
 for the agent to undo a decision that another server refused (a rule
 whose limits live on several servers):
 
-    FCALL rl7_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl8_refund 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
 
 with take_us the `now_us` of the reply that took, and the requests as
 taken (their ids too, after the rules, when they carried them). A token
@@ -145,20 +145,20 @@ take's, the entry gone when nothing is left of it; nothing when there is
 no such entry, as when a clock step has moved the log since): the log
 is then what it would be without the take, which lets through nothing
 the limit would not. A limit of requests in flight loses the place the
-take made, compared and set as rl7_return does a bucket: the request's
+take made, compared and set as rl8_return does a bucket: the request's
 id ending take_us + period, the end the take gave it; a place the request
 held before the take (its id sent again), or one changed since, stays. A
 penalty box took nothing. Replies the number of keys it changed. Its
 meaning does not change with leases: it undoes a decision split over
-servers, and a lease's tokens go back through rl7_return.
+servers, and a lease's tokens go back through rl8_return.
 
-Return: rl7_return (rl7_return_cluster) gives back a lease's unspent
+Return: rl8_return (rl8_return_cluster) gives back a lease's unspent
 tokens:
 
-    FCALL rl7_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
+    FCALL rl8_return 0 <take_us> <expect> <requests> <rules...> [<keymap>] <keys...>
 
 take_us the `now_us` of the reply that granted the lease, requests,
-rules, keymap and keys as rl7_refund takes them (10 bytes per request, no
+rules, keymap and keys as rl8_refund takes them (10 bytes per request, no
 lease; cost: the tokens given back), and expect a msgpack array with one
 entry per key position (1 .. K, or per position of the keymap): nil or
 the string v_j of the grant's lease element. A token bucket's key is given
@@ -170,12 +170,31 @@ the grant and the return another agent's request may have found the
 bucket full and absorbed the lease's reservation (time fills a bucket, it
 cannot overfill it), so a plain refund would lift the bucket over what
 the limit allows; only an untouched key is known to still hold the
-reservation. A window's count is given back as rl7_refund does (expect
+reservation. A window's count is given back as rl8_refund does (expect
 ignored): the count of the window the grant counted the tokens in, while
 that window counts, is exact to lower whatever else it has counted since. The keys are
 compared one position at a time with their values then: a key named at
 two positions is given back once. Replies the number of keys changed; on
 a Cluster, a key of another node is skipped.
+
+Charge: rl8_charge (rl8_charge_cluster) takes more from the keys of
+requests whose response said they cost more than the estimate they were
+admitted at:
+
+    FCALL rl8_charge 0 <take_us> <requests> <rules...> [<keymap>] <keys...>
+
+the arguments of rl8_refund, each request's cost the tokens beyond its
+estimate (what cost less goes back through rl8_refund, whose rules keep
+a limit from being lifted). A token bucket's TAT goes from max(TAT, now)
+on by cost * T, at most to now + 2*cap*T: a bucket may owe a capacity
+beyond empty, which later requests wait out (see "Clock steps": a
+decision reads a TAT up to there as it is). A window's count in the
+present window goes up by cost, at most to twice the quota (a window
+counted earlier is carried over as a decision carries it); a packed
+bucket's score likewise, its set's expiry moved on to cover it. Logs,
+places in flight and bans are left as they are. The call is sent
+once, never retried: a lost charge is counted by the agent. Replies the
+number of keys written; on a Cluster, a key of another node is skipped.
 
 Bad arguments give an error reply ("ERR rl decide: ...") and write nothing,
 in every function: everything is checked before the first write.
@@ -189,8 +208,8 @@ Clock steps: Redis's clock may step back (an NTP step, a failover to a
 server whose clock is behind). A value then reads as written in the future,
 which no write at the present makes, and would hold the client for the
 whole step. Each limit owes at most what it holds over one period instead:
-a token bucket whose TAT is past now + cap*T is an empty bucket (TAT = now
-+ cap*T); a window later than the present one has its counts in the
+a token bucket whose TAT is past now + 2*cap*T is one a capacity in debt
+(TAT = now + 2*cap*T, the most a charge leaves, see "Charge"); a window later than the present one has its counts in the
 present one; a log's entries after now move back together, in order, the
 newest to now; a place in flight ends at most period after now, a ban at
 most its length after now. Each reading is the value's on the new clock
@@ -275,9 +294,9 @@ a refund's write, on either, is one whose expiry stays (SET KEEPTTL).
 Admin: the agent's look at and reset of a client's keys, when its rule
 has a packed bucket (else MGET and DEL):
 
-    FCALL rl7_peek <K> <key 1> .. <key K>     the value of each (a packed
+    FCALL rl8_peek <K> <key 1> .. <key K>     the value of each (a packed
                                               bucket's score), nil for none
-    FCALL rl7_forget <K> <key 1> .. <key K>   deletes each (a packed
+    FCALL rl8_forget <K> <key 1> .. <key K>   deletes each (a packed
                                               bucket's member); the count
 
 Cost, per call: the keys are read with one MGET (on a Cluster, one per
@@ -302,7 +321,7 @@ clients of a limit whose bucket was full answer alike within a call).
 A request of one token bucket kept in a key, without a lease (the
 common one), is decided in locals, without the general case's arrays.
 
-Cluster: rl7_decide_cluster is registered with allow-cross-slot-keys, so
+Cluster: rl8_decide_cluster is registered with allow-cross-slot-keys, so
 one call decides the clients of every slot its node serves. A client's
 keys are read with redis.pcall; a client whose slot the node does not
 serve (served elsewhere, moving, or the cluster down) is neither read nor
@@ -335,6 +354,7 @@ local MAX_REQS = 4096
 local MAX_RULES = 4096
 local MAX_LIMITS = 64
 local MAX_VALUE = 140737488355328 -- 2^47: quota, burst, period, stored counts
+local TWO50 = 1125899906842624
 local TWO52 = 4503599627370496
 local TWO53 = 9007199254740992
 local TWO54 = 18014398509481984
@@ -439,7 +459,9 @@ local function limit_record(algo, quota, period, burst)
 		-- capacity * T in units of 1/n microsecond, for eval_token()'s
 		-- common case: an integer, when below 2^52
 		local cp = cap * p
-		l[13] = cp < TWO52 and cp
+		l[13] = cp < TWO50 and cp
+		-- a capacity in debt beyond empty (see "Charge"): 2 * cap * T
+		l[17], l[18] = muldiv(2 * cap, p, n)
 	end
 	l[16] = grid * 1000
 	return l
@@ -487,7 +509,7 @@ local function eval_token(v, now, cost, l)
 				end
 			end
 			-- (below 2^52, each % is exact and at least 0)
-			if d <= cp then
+			if d <= 2 * cp then
 				local e = d + cost * p
 				if e <= cp then
 					local y, reset = cp - e, e
@@ -543,19 +565,20 @@ local function eval_token(v, now, cost, l)
 			end
 		end
 	end
-	-- A bucket owes at most its capacity (see "Clock steps"): a TAT past
-	-- now + cap*T reads as now + cap*T, an empty bucket, which a refusal
+	-- A bucket owes at most a capacity beyond empty (see "Clock steps"):
+	-- a TAT past now + 2*cap*T reads as now + 2*cap*T, which a refusal
 	-- writes too (fix).
 	local tq, tr = l[9], l[10]
 	local fix
-	if dq > tq or (dq == tq and dr > tr) then
-		dq, dr = tq, tr
-		local t0 = now - EPOCH + tq
-		local y = t0 * n + tr
+	local dq2, dr2 = l[17], l[18]
+	if dq > dq2 or (dq == dq2 and dr > dr2) then
+		dq, dr = dq2, dr2
+		local t0 = now - EPOCH + dq2
+		local y = t0 * n + dr2
 		if t0 >= 0 and y < TWO53 then
 			fix = y
 		else
-			fix = fmt('%d+%d', now + tq, tr)
+			fix = fmt('%d+%d', now + dq2, dr2)
 		end
 	end
 	local used = dq
@@ -885,7 +908,7 @@ local function eval_log(v, now, cost, quota, period)
 end
 
 -- Requests in flight (algo 4): at most quota at once, each keeping its
--- place until its release (rl7_release) or for period at the latest. The
+-- place until its release (rl8_release) or for period at the latest. The
 -- value: 16 bytes per request in flight, its id (8 bytes, as the agent
 -- sends it) and when its place ends (microseconds, a float64); needed
 -- until the last ends. A request without an id (nil) is not counted (its
@@ -943,7 +966,7 @@ end
 
 -- A penalty box (algo 5): the value is when the ban ends (microseconds);
 -- refused until then, allowed after with nothing to write (NOWRITE). The
--- ban is put by rl7_penalize, for `length` (the limit's period): one that
+-- ban is put by rl8_penalize, for `length` (the limit's period): one that
 -- ends later comes from a clock that stepped back (see "Clock steps") and
 -- ends `length` after now, which the refusal writes.
 local NOWRITE = {}
@@ -2120,6 +2143,170 @@ local function give_back(args, cluster)
 	return give(args, cluster, true)
 end
 
+-- Takes `cost` more from the key `name` of limit l, holding v (false:
+-- none), for a charge settled above its estimate (see "Charge"): a token
+-- bucket's TAT from max(TAT, now) on by cost * T, at most now + 2*cap*T;
+-- a window's count in the present window up by cost, at most twice the
+-- quota; a packed bucket's at position pos (see get_packed()). Returns 1
+-- when it wrote the key, else 0 (a log, a place, a ban, or a value not of
+-- the limit's shape).
+local function charge_key(name, v, l, cost, now, pos)
+	local algo, quota, period = l[1], l[2], l[3]
+	if algo > 2 then
+		return 0
+	end
+	local keep = l[15]
+	if algo == 0 then
+		local p, n = l[7], l[8]
+		local a, r, old = now, 0, 0
+		if v then
+			local x = tonumber(v)
+			if x then
+				if not (x >= 0 and x < TWO53 and x % 1 == 0) then
+					return 0
+				end
+				local q
+				q, r = divmod(x, n)
+				a = EPOCH + q
+			else
+				local plus = find(v, '+', 1, true)
+				if not plus then
+					return 0
+				end
+				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
+				if not (a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and
+				    r % 1 == 0) then
+					return 0
+				end
+			end
+			old = a + (r > 0 and 1 or 0)
+			if a < now then
+				a, r = now, 0
+			end
+		end
+		local iq, ir = muldiv(cost, p, n)
+		a, r = a + iq, r + ir
+		if r >= n then
+			a, r = a + 1, r - n
+		end
+		-- at most a capacity in debt
+		local mq, mr = now + l[17], l[18]
+		if a > mq or (a == mq and r > mr) then
+			a, r = mq, mr
+		end
+		local t0 = a - EPOCH
+		local val
+		if t0 >= 0 and t0 * n + r < TWO53 then
+			val = fmt('%d', t0 * n + r)
+		elseif l[14] then
+			return 0
+		else
+			val = fmt('%d+%d', a, r)
+		end
+		if l[14] then
+			-- (its set's expiry moved on past the new need, never back)
+			write_packed(pos, t0 * n + r, l, now, old)
+		elseif keep then
+			rcall('SET', name, val, 'KEEPTTL')
+		else
+			rcall('SET', name, val, 'PXAT', expiry_ms(a + (r > 0 and 1 or 0), l[5]))
+		end
+		return 1
+	end
+	local ws = now - now % period
+	local cur, prev = 0, 0
+	local span = algo == 1 and 2 * period or period
+	if v then
+		local u, c, pv
+		if algo == 1 then
+			u, c, pv = match(v, '^(%d+):(%d+):(%d+)$')
+		else
+			u, c = match(v, '^(%d+):(%d+)$')
+			pv = '0'
+		end
+		if not u then
+			return 0
+		end
+		local st = u - span
+		if st >= ws then
+			cur, prev = c + 0, pv + 0
+		elseif st == ws - period then
+			prev = c + 0
+		end
+	end
+	if algo == 2 then
+		prev = 0
+	end
+	cur = cur + cost
+	if cur > 2 * quota then
+		cur = 2 * quota
+	end
+	local val
+	if algo == 1 then
+		val = fmt('%d:%d:%d', ws + span, cur, prev)
+	else
+		val = fmt('%d:%d', ws + span, cur)
+	end
+	if keep then
+		rcall('SET', name, val, 'KEEPTTL')
+	else
+		rcall('SET', name, val, 'PXAT', expiry_ms(ws + span, l[5]))
+	end
+	return 1
+end
+
+-- Takes more for requests whose charge was settled above their estimate
+-- (see "Charge"): the arguments of rl8_refund, each request's cost the
+-- tokens taken beyond its estimate. Replies the number of keys written.
+local function charge(args, cluster)
+	local take = tonumber(args[1])
+	if not take or take < 0 or take >= TWO53 or take % 1 ~= 0 then
+		return fail('take_us must be an integer in 0..2^53')
+	end
+	local req, m, nr, k0, np, mapped = parse(args, 1, false)
+	if not req then
+		return fail(m)
+	end
+	for i = 1, m do
+		local ki, e, rule = request_at(req, i, nr, np, 10)
+		if not ki then
+			return fail(e)
+		end
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local len = #args[k0 + p]
+			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
+				return bad_packed_name(i)
+			end
+		end
+	end
+	local now = now_us()
+	local changed = 0
+	for i = 1, m do
+		local ki, cost, rule = request_at(req, i, nr, np, 10)
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local name, l = args[k0 + p], rule[j]
+			local v
+			if l[14] then
+				v = get_packed(name, p, cluster)
+			else
+				v = get_here(name, cluster)
+			end
+			if v ~= nil then
+				changed = changed + charge_key(name, v, l, cost, now, p)
+			end
+		end
+	end
+	return changed
+end
+
 -- Gives back the places of requests (see "Concurrency"): ids holds 8
 -- bytes per key, the request whose place key i holds.
 local function release(args, cluster)
@@ -2233,16 +2420,18 @@ local function register(name, fn, cluster)
 	redis.register_function(f)
 end
 
-register('rl7_decide', run, false)
-register('rl7_decide_cluster', run, true)
-register('rl7_refund', refund, false)
-register('rl7_refund_cluster', refund, true)
-register('rl7_return', give_back, false)
-register('rl7_return_cluster', give_back, true)
-register('rl7_penalize', penalize, false)
-register('rl7_penalize_cluster', penalize, true)
-register('rl7_release', release, false)
-register('rl7_release_cluster', release, true)
+register('rl8_decide', run, false)
+register('rl8_decide_cluster', run, true)
+register('rl8_refund', refund, false)
+register('rl8_refund_cluster', refund, true)
+register('rl8_return', give_back, false)
+register('rl8_return_cluster', give_back, true)
+register('rl8_charge', charge, false)
+register('rl8_charge_cluster', charge, true)
+register('rl8_penalize', penalize, false)
+register('rl8_penalize_cluster', penalize, true)
+register('rl8_release', release, false)
+register('rl8_release_cluster', release, true)
 -- (keys declared: the admin's are one client's, in one slot)
-register('rl7_peek', peek, nil)
-register('rl7_forget', forget, nil)
+register('rl8_peek', peek, nil)
+register('rl8_forget', forget, nil)

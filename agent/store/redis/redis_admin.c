@@ -495,13 +495,13 @@ void redis_admin(struct store *st, struct store_admin *a, const struct redis_con
 			break;
 		}
 		/* the client's keys under its rule, one per limit (one slot):
-		 * MGET or DEL, or the library's rl7_peek or rl7_forget, which
+		 * MGET or DEL, or the library's rl8_peek or rl8_forget, which
 		 * read and delete packed buckets too, with the same replies */
 		for (size_t j = 0; j < rule->nown; j++)
 			packed |= redis_key_packed(&cfg->keys, &rule->limits[j]);
 		if (packed) {
 			argv[argc++] = "FCALL";
-			argv[argc++] = a->reset ? "rl7_forget" : "rl7_peek";
+			argv[argc++] = a->reset ? "rl8_forget" : "rl8_peek";
 			argv[argc++] = nkeys;
 			snprintf(nkeys, sizeof(nkeys), "%zu", rule->nown);
 		} else {

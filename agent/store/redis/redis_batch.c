@@ -158,9 +158,9 @@ static int put_keys(struct redis_batch_enc *e, const struct redis_query *rq, siz
 
 /* The argv of the call (see ratelimit.lua):
  *
- *     FCALL rl7_decide 0 <requests> <rule>... <key>...
+ *     FCALL rl8_decide 0 <requests> <rule>... <key>...
  *
- * (rl7_decide_cluster on a Cluster: its keys may be of several slots). The
+ * (rl8_decide_cluster on a Cluster: its keys may be of several slots). The
  * distinct rules of the batch go once each; then each distinct client's
  * keys, one per limit of its rule; <requests> is the number of rules
  * (2 bytes), then per query its first key (4 bytes), cost (4) and rule (2),
@@ -175,7 +175,7 @@ static size_t batch_argv(struct redis_batch_enc *e, const struct redis_query *rq
 	uint32_t first[1024];
 	uint16_t ruleidx[1024];
 	const struct decide_query *rule_q[1024];
-	const char *fn = cluster ? "rl7_decide_cluster" : "rl7_decide";
+	const char *fn = cluster ? "rl8_decide_cluster" : "rl8_decide";
 	uint8_t *req, *p;
 
 	if (n > sizeof(first) / sizeof(first[0]) || n > e->batch_max)

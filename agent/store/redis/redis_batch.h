@@ -47,8 +47,8 @@ struct redis_batch_enc {
 int redis_batch_init(struct redis_batch_enc *e, size_t batch_max, const struct redis_keys *keys);
 void redis_batch_free(struct redis_batch_enc *e);
 
-/* The RESP of the call for rq[0..n) (n <= batch_max): rl7_decide, or
- * rl7_decide_cluster with `cluster`; `unexpiring`: the limits' keys go
+/* The RESP of the call for rq[0..n) (n <= batch_max): rl8_decide, or
+ * rl8_decide_cluster with `cluster`; `unexpiring`: the limits' keys go
  * without an expiry (redis_limits_bytes). Sets *out (valid until the next
  * call) and returns its length, or 0 when it cannot be made. */
 size_t redis_batch_encode(struct redis_batch_enc *e, const struct redis_query *rq, size_t n,

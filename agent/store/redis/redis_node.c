@@ -81,7 +81,7 @@ struct redis_node {
 	ev_timer handshake_w;        /* connecting and loading the library */
 	struct redis_batch_enc enc;  /* the calls' encoder */
 	struct redis_stats *stats;
-	bool cluster;                /* rl7_decide_cluster (see redis_batch.h) */
+	bool cluster;                /* rl8_decide_cluster (see redis_batch.h) */
 	bool evicting;               /* the connection's last look at the server's
 				      * eviction found it evicting */
 	ev_timer eviction_w;         /* the next look, armed by each answered one */

@@ -38,15 +38,15 @@ static void on_refund_reply(struct redis_conn *ac, redisReply *reply_, void *pri
 	}
 }
 
-/* One request given back (rl7_refund, rl7_return): what took it, its cost,
+/* One request given back (rl8_refund, rl8_return): what took it, its cost,
  * its id (0: none), its rule's limits and each limit's key. */
 struct give {
 	const char *fn;
 	int64_t take_us;
-	const uint8_t *expect;       /* rl7_return: the values compared */
+	const uint8_t *expect;       /* rl8_return: the values compared */
 	size_t expect_len;
 	uint64_t cost;
-	uint64_t id;                 /* rl7_refund: the place it took, if any */
+	uint64_t id;                 /* rl8_refund: the place it took, if any */
 	const struct limit_spec *limits;
 	size_t nl;
 	const uint8_t *key[LIMIT_SET_MAX];
@@ -99,7 +99,7 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 
 	STAT_INC(redis_node_stats(rn)->refunds);
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl7_refund_cluster" : "rl7_refund";
+	g.fn = redis_node_is_cluster(rn) ? "rl8_refund_cluster" : "rl8_refund";
 	g.take_us = redis_now;
 	g.cost = q->cost;
 	/* (the place its concurrency limit took: the rule's own part) */
@@ -112,6 +112,47 @@ int redis_node_refund(struct redis_node *rn, const struct redis_query *r, int64_
 	}
 	if (!redis_node_ready(rn) || send_give(rn, &g, on_refund_reply) < 0) {
 		STAT_INC(redis_node_stats(rn)->refunds_lost);
+		return -1;
+	}
+	return 0;
+}
+
+static void on_charge_reply(struct redis_conn *ac, redisReply *reply_, void *priv)
+{
+	struct redis_node *rn = priv;
+	const redisReply *reply = reply_;
+
+	(void)ac;
+	if (!reply || reply->type != REDIS_REPLY_INTEGER) {
+		STAT_INC(redis_node_stats(rn)->charges_lost);
+		if (reply && reply->type == REDIS_REPLY_ERROR)
+			log_warn("redis: %s: charge failed: %s", redis_node_name(rn), reply->str);
+	}
+}
+
+int redis_node_charge(struct redis_node *rn, const struct rule *rule,
+		      const uint8_t key[IDENTITY_KEY_LEN], int64_t take_us, int64_t delta)
+{
+	bool cluster = redis_node_is_cluster(rn);
+	struct give g;
+
+	memset(&g, 0, sizeof(g));
+	if (delta > 0)
+		g.fn = cluster ? "rl8_charge_cluster" : "rl8_charge";
+	else
+		g.fn = cluster ? "rl8_refund_cluster" : "rl8_refund";
+	g.take_us = take_us;
+	g.cost = (uint64_t)(delta > 0 ? delta : -delta);
+	if (g.cost > UINT32_MAX)
+		g.cost = UINT32_MAX;
+	g.limits = rule->limits;
+	g.nl = rule->nown;
+	for (size_t j = 0; j < rule->nown; j++) {
+		g.key[j] = key;
+		g.lidh[j] = rule->lidh[j];
+	}
+	if (!redis_node_ready(rn) || send_give(rn, &g, on_charge_reply) < 0) {
+		STAT_INC(redis_node_stats(rn)->charges_lost);
 		return -1;
 	}
 	return 0;
@@ -145,7 +186,7 @@ static void on_penalize_reply(struct redis_conn *ac, redisReply *reply, void *pr
 int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 		       const uint8_t key[IDENTITY_KEY_LEN], uint64_t id)
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl7_release_cluster" : "rl7_release";
+	const char *fn = redis_node_is_cluster(rn) ? "rl8_release_cluster" : "rl8_release";
 	const char *argv[5];
 	size_t argvlen[5];
 	uint8_t idb[8];
@@ -165,7 +206,7 @@ int redis_node_release(struct redis_node *rn, const struct rule *rule, size_t j,
 int redis_node_penalize(struct redis_node *rn, const struct rule *rule,
 			const uint8_t key[IDENTITY_KEY_LEN])
 {
-	const char *fn = redis_node_is_cluster(rn) ? "rl7_penalize_cluster" : "rl7_penalize";
+	const char *fn = redis_node_is_cluster(rn) ? "rl8_penalize_cluster" : "rl8_penalize";
 	const struct rule_penalty *p = &rule->penalty;
 	const char *argv[7];
 	size_t argvlen[7];
@@ -224,7 +265,7 @@ int redis_node_lease_return(struct redis_node *rn, const struct lease_return *re
 	    ret->tokens == 0 || ret->tokens > UINT32_MAX)
 		return -1;
 	memset(&g, 0, sizeof(g));
-	g.fn = redis_node_is_cluster(rn) ? "rl7_return_cluster" : "rl7_return";
+	g.fn = redis_node_is_cluster(rn) ? "rl8_return_cluster" : "rl8_return";
 	g.take_us = ret->take_us;
 	g.expect = values;
 	g.expect_len = return_values(ret, values);

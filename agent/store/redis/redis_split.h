@@ -7,7 +7,7 @@
  * rule (its own limits, each layer's), each decided on its own server,
  * all or nothing there, at once; the decision is allowed when every part
  * is. When a part refuses or cannot be decided, the parts that took are
- * given back (the library's rl7_refund, without waiting: never sent
+ * given back (the library's rl8_refund, without waiting: never sent
  * twice): tokens, a window's count, a log's entry, a concurrency place
  * (the refund names the request's id). So no limit ever lets through more
  * than it allows; what it

@@ -433,7 +433,7 @@ static void complete(struct redis_worker *rw, const struct redis_query *r,
 	if (r->split)
 		redis_split_part(r, res, decider, redis_now);
 	else
-		store_complete(rw->sw, &r->q, &r->ref, res, decider);
+		store_complete_at(rw->sw, &r->q, &r->ref, res, decider, redis_now);
 }
 
 static void answer_unavailable(struct redis_worker *rw, const struct redis_query *r)
@@ -1199,6 +1199,18 @@ static void redis_penalize(struct store_worker *sw, const struct rule *rule,
 		STAT_INC(rw->stats.penalty_lost);
 }
 
+static void redis_charge(struct store_worker *sw, const struct rule *rule,
+			 const uint8_t key[IDENTITY_KEY_LEN], int64_t take_us, int64_t delta)
+{
+	struct redis_worker *rw = sw->impl;
+	struct redis_node *rn = route(rw, key);
+
+	if (!rn)
+		STAT_INC(rw->stats.charges_lost);
+	else
+		redis_node_charge(rn, rule, key, take_us, delta);
+}
+
 static void redis_free(struct store *st)
 {
 	struct redis_store *rst = st->impl;
@@ -1222,6 +1234,7 @@ static const struct store_ops redis_ops = {
 	.admin = redis_admin_op,
 	.release = redis_release,
 	.penalize = redis_penalize,
+	.charge = redis_charge,
 	.free = redis_free,
 };
 

@@ -138,6 +138,7 @@ struct redis_stats {
 	counter_t saturated;
 	struct hist queue_wait;   /* a query submitted -> sent, or -> its deadline
 				   * when it never left the queue */
+	counter_t charges_lost;   /* charges' settlements not sent, or failed */
 };
 
 /* For the metrics, on the main thread. Whether st is a Redis store, and
