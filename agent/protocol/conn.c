@@ -933,8 +933,9 @@ static inline __attribute__((always_inline)) int read_once(struct conn *c)
 	process_input(c);
 	if (c->held || (c->state != CONN_HELLO && c->state != CONN_READY))
 		return 0;
-	/* else the socket is drained, most likely; OpenSSL may hold more */
-	return (size_t)n >= c->rcap / 2 || (c->ssl && SSL_has_pending(c->ssl));
+	/* else the socket is drained, most likely; OpenSSL may hold more
+	 * (decrypted: conn_tls_rearm) */
+	return (size_t)n >= c->rcap / 2 || (c->ssl && SSL_pending(c->ssl) > 0);
 }
 
 static void on_read(struct ev_loop *loop, ev_io *io, int revents)

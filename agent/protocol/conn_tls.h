@@ -11,9 +11,12 @@
  * non-blocking): there is no state of its own to wait in.
  *
  * What libev cannot see, the connection must ask (conn_tls_rearm in
- * conn.c): bytes OpenSSL holds already (SSL_has_pending: the socket is
- * empty of them and will not wake the loop), and a read that needs the
- * socket to take the handshake's bytes (SSL_want_write).
+ * conn.c): decrypted bytes OpenSSL holds already (SSL_pending: the socket
+ * is empty of them and will not wake the loop), and a read that needs the
+ * socket to take the handshake's bytes (SSL_want_write). Not
+ * SSL_has_pending, which also counts the first part of a record whose
+ * rest is still to come: only the socket can announce that rest, and a
+ * read asked for before it would find nothing, again and again.
  *
  * The context is shared by every worker and replaced whole by
  * conn_tls_load() at reload: sessions opened before keep the context they
@@ -85,12 +88,16 @@ static inline ssize_t conn_io_send(int fd, SSL *ssl, const void *buf, size_t len
 /* After a read of a TLS connection (conn.h's watchers): decrypted bytes
  * waiting in OpenSSL are read on the loop's next turn; a handshake that
  * waits for the socket to take its bytes goes on once it does (the write
- * watcher, whose callback then reads). */
+ * watcher, whose callback then reads). A record begun waits for the
+ * socket's event: fed a read, the loop would run it at once, find the
+ * record still incomplete, and be fed again, serving nothing else until
+ * the peer sends the rest (without read-ahead, OpenSSL holds no whole
+ * record it has not decrypted). */
 static inline void conn_tls_rearm(struct ev_loop *loop, SSL *ssl, ev_io *rio, ev_io *wio)
 {
 	if (SSL_want_write(ssl))
 		ev_io_start(loop, wio);
-	else if (ev_is_active(rio) && SSL_has_pending(ssl))
+	else if (ev_is_active(rio) && SSL_pending(ssl) > 0)
 		ev_feed_event(loop, rio, EV_READ);
 }
 

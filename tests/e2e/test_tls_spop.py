@@ -12,6 +12,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import time
 
 import harness
 import spop
@@ -219,6 +220,77 @@ def test_bytes_openssl_keeps_are_read(h):
         c.send(data)
         acks = [c.expect(spop.ACK).vars() for _ in range(n)]
     assert acks[-1]["ratelimit"] == '"default";r=%d;t=1' % (10000 - n)
+
+
+class RecordConn(spop.Conn):
+    """spop.Conn over TLS whose records the test sends itself, whole or
+    in parts (an ssl.SSLObject on memory BIOs over a plain socket)."""
+
+    def __init__(self, port, cafile, timeout=3.0):
+        super().__init__(port, timeout=timeout)
+        self.sock.settimeout(timeout)
+        self.into, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        ctx = ssl.create_default_context(cafile=cafile)
+        self.tls = ctx.wrap_bio(self.into, self.out, server_hostname="127.0.0.1")
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.out.read())
+                data = self.sock.recv(65536)
+                if not data:
+                    raise AssertionError("the agent closed in the handshake")
+                self.into.write(data)
+        self.sock.sendall(self.out.read())
+
+    def records(self, data):
+        """data as the TLS bytes that carry it, not sent."""
+        self.tls.write(data)
+        return self.out.read()
+
+    def send(self, data):
+        self.sock.sendall(self.records(data))
+
+    def _fill(self, deadline):
+        while True:
+            try:
+                data = self.tls.read(65536)
+                break
+            except ssl.SSLWantReadError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout("no frame from the agent in time")
+                self.sock.settimeout(left)
+                raw = self.sock.recv(65536)
+                if not raw:
+                    return False
+                self.into.write(raw)
+            except ssl.SSLZeroReturnError:
+                return False
+        self.buf += data
+        return bool(data)
+
+
+def test_a_record_begun_does_not_stop_the_worker(h):
+    """A connection that has sent half of a TLS record: the rest comes when
+    the peer writes it, and meanwhile the worker serves its other
+    connections (a single worker here; the half is in the socket before
+    the other connection begins, so every turn of the loop that serves it
+    finds the half). OpenSSL holds the half record, and says so
+    (SSL_has_pending); only the socket can announce the rest."""
+    pki = make_pki(h)
+    agent = h.agent("--threads", "1", "--limit", "10000/1m", "--listen-tls-cert",
+                    pki("agent.pem"), "--listen-tls-key", pki("agent.key"))
+    with RecordConn(agent.port, pki("ca.pem")) as a:
+        a.send(spop.hello())
+        a.expect(spop.AGENT_HELLO)
+        record = a.records(spop.check_rate(7, 1))
+        a.sock.sendall(record[:len(record) // 2])
+        with TlsConn(agent.port, pki("ca.pem")) as b:
+            assert len(hello_and_decide(b, n=2)) == 2
+        a.sock.sendall(record[len(record) // 2:])
+        assert a.expect(spop.ACK).fid == 1
 
 
 def test_sighup_reads_the_certificate_again(h):
