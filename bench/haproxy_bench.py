@@ -7,7 +7,7 @@ Debian's), with a table per version.
 
 Every run starts a fresh HAProxy (`nbthread 1`), a fresh agent `-t 1` and,
 for R, a fresh redis-server, all on free loopback ports, then runs wrk
-against HAProxy's frontend for a bounded time and stops every process
+against HAProxy's frontend for a second (warm_up) and then for a bounded time and stops every process
 whatever happens. The rows:
 
   H  HAProxy without the SPOE filter: what HAProxy alone costs (context)
@@ -344,6 +344,17 @@ def load_command(ctx, row, port, rate=None):
             "--keys", str(KEYS)]
 
 
+def warm_up(ctx, row, port):
+    """A second of the row's connections before it is measured: HAProxy
+    opens its connections to the agent as requests find none idle, and
+    over TLS each costs a handshake, so the first requests after a start
+    can pass `timeout processing` on a busy machine (docs/integration.md,
+    "SPOP over TLS"). The rows measure the steady cost of a request."""
+    subprocess.run(["wrk", "-t", str(WRK_THREADS), "-c", str(row["conns"]), "-d", "1s",
+                    "--timeout", WRK_TIMEOUT, "-s", ctx.wrk_script, "http://127.0.0.1:%d/" % port],
+                   stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=ctx.root)
+
+
 def once(ctx, binary, row, workdir, rate=None):
     """One run of a row on one HAProxy binary: fresh Redis (R), agent (not
     H or S), HAProxy, then wrk, or the open loop at rate requests/s.
@@ -370,6 +381,7 @@ def once(ctx, binary, row, workdir, rate=None):
             make = lambda port: haproxy_cfg(port, spoe, aport, ca_file=ca)
         hp = stack.enter_context(HAProxy(ctx, binary, workdir, make, ag))
         wrk = load_command(ctx, row, hp.port, rate)
+        warm_up(ctx, row, hp.port)
         pids = {"haproxy": hp.proc.pid}
         if ag:
             pids["agent"] = ag.agent.proc.pid
@@ -1038,7 +1050,9 @@ def report(ctx, result):
     L.append("End to end: wrk sends HTTP requests to HAProxy (`nbthread 1`), whose SPOE "
              "filter asks the agent (`-t 1`) about each one, on each HAProxy below (%s). "
              "Every run starts a fresh HAProxy, agent and (R) redis-server on free "
-             "loopback ports; the rows run round by round (%s of each HAProxy, then "
+             "loopback ports, and a second of the same load before the measured one "
+             "(HAProxy opens its connections to the agent as requests find none idle: "
+             "its start is not what a row measures); the rows run round by round (%s of each HAProxy, then "
              "again), %d rounds of %g s, and the median run of each row is shown; then "
              "F, M and R once each in an open loop at half of M's rate. HAProxy, the "
              "agent, Redis and wrk share the machine's CPUs, so compare rows within a "
