@@ -179,6 +179,7 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
                open=d.get("spoa_rl_degraded_total", 0) - sat,
                skips=d.get("spoa_rl_redis_breaker_skips_total", 0),
                trips=d.get("spoa_rl_redis_breaker_trips_total", 0),
+               unavailable=d.get("spoa_rl_redis_unavailable_total", 0),
                redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
     return res
 
@@ -192,8 +193,11 @@ def main():
     ap.add_argument("--soak", type=float, default=0,
                     help="instead of the rows: SECONDS at 0.8x with --lease 1s, "
                          "the agent's RSS sampled every 30 s")
+    ap.add_argument("--log", help="keep the agent's and Redis's output in this file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
+        if args.log:
+            os.symlink(os.path.abspath(args.log), os.path.join(tmp, "log"))
         c0 = row(args, tmp, 1000, 0)
         capacity = c0["redis"] / c0["seconds"]
         print("C0 closed loop, --redis-timeout 1000: %.0f decisions/s by Redis, Redis CPU %.0f%%"
@@ -204,10 +208,12 @@ def main():
             r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=30)
             rss = r["rss_kb"]
             print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
-                  "%d by the refusal cache, %d saturated, %d open, %d unanswered; p50 %.0f us, "
+                  "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
+                  "%d with the queue full), %d unanswered; p50 %.0f us, "
                   "p99 %.0f us; Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
                   % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
-                     r["local"], r["open"], r["lost"], r["p50_us"], r["p99_us"],
+                     r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
+                     r["lost"], r["p50_us"], r["p99_us"],
                      r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
             return
         print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
