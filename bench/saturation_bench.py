@@ -107,7 +107,11 @@ def metrics(mport):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
-            name = name.split("{", 1)[0]
+            name, _, labels = name.partition("{")
+            le = [x for x in labels.split(",") if x.startswith('le="')]
+            if le:
+                # a histogram's bucket, by its bound: NAME@BOUND
+                name += "@" + le[0][4:].split('"', 1)[0]
             out[name] = out.get(name, 0) + float(value)
     return out
 
@@ -180,6 +184,11 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
                skips=d.get("spoa_rl_redis_breaker_skips_total", 0),
                trips=d.get("spoa_rl_redis_breaker_trips_total", 0),
                unavailable=d.get("spoa_rl_redis_unavailable_total", 0),
+               # in the agent past deadline + 5 ms: saturated ones answered
+               # late, or Redis's replies read late
+               late=sum(d.get(h + "_count", 0) - d.get(h + "_bucket@0.025", 0)
+                        for h in ("spoa_rl_redis_queue_wait_seconds",
+                                  "spoa_rl_redis_decision_duration_seconds")),
                redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
     return res
 
@@ -210,21 +219,24 @@ def main():
             print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
                   "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
                   "%d with the queue full), %d unanswered; p50 %.0f us, "
-                  "p99 %.0f us; Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
+                  "p99 %.0f us (from the send: p50 %.0f us, p99 %.0f us; %d in the agent past 25 ms); "
+                  "Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
                   % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
                      r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
-                     r["lost"], r["p50_us"], r["p99_us"],
+                     r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"], r["late"],
                      r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
             return
         print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
-              "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | Redis CPU |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | p99 from send us "
+              "| in the agent past 25 ms | Redis CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for share in [float(x) for x in args.shares.split(",")]:
             rate = max(1, round(capacity * share))
             r = row(args, tmp, 20, rate)
-            print("| %.1fx | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f%% |"
+            print("| %.1fx | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f%% |"
                   % (share, rate, r["rps"], r["redis"], r["cache"], r["local"], r["open"],
-                     r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["redis_cpu"]),
+                     r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["sent_p99_us"],
+                     r["late"], r["redis_cpu"]),
                   flush=True)
 
 
