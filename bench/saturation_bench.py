@@ -160,9 +160,15 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
         gp = subprocess.Popen([os.path.join(args.build, "spop-bench"), "--addr",
                                "127.0.0.1:%d" % aport, "--json"] + gen,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        rss = []
+        rss, keys = [], []
         while sample_s and gp.poll() is None:
             rss.append(rss_kb(agent.pid))
+            try:
+                g = metrics(mport)
+                keys.append((int(g.get("spoa_rl_memory_keys", 0)),
+                             int(g.get("spoa_rl_memory_log_chunks", 0))))
+            except OSError:
+                keys.append((-1, -1))
             try:
                 gp.wait(sample_s)
             except subprocess.TimeoutExpired:
@@ -189,8 +195,102 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
                late=sum(d.get(h + "_count", 0) - d.get(h + "_bucket@0.025", 0)
                         for h in ("spoa_rl_redis_queue_wait_seconds",
                                   "spoa_rl_redis_decision_duration_seconds")),
-               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
+               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss, mem_keys=keys)
     return res
+
+
+SHARES = (0.8, 1.2, 1.5, 2.0)
+COLUMNS = ("| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
+           "(saturated) | open | breaker skips | unanswered | p50 us | p99 us "
+           "| p99 from send us | in the agent past 25 ms | Redis CPU |")
+
+
+def table_row(name, rate, r):
+    return ("| %s | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f%% |"
+            % (name, rate, r["rps"], r["redis"], r["cache"], r["local"], r["open"],
+               r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["sent_p99_us"], r["late"],
+               r["redis_cpu"]))
+
+
+def run(ctx):
+    """bench/run.py's saturation rows (--only saturation): C0 then each
+    share, round by round (a fresh Redis and agent per run). Returns
+    {"capacity": [per round], "rows": {share: [(rate, result) per round]}}."""
+    import shutil
+    out = {"capacity": [], "rows": {s: [] for s in SHARES}}
+    if shutil.which("redis-server") is None:
+        ctx.problems.append("Redis saturation: skipped, redis-server is not installed")
+        return out
+    args = argparse.Namespace(build=os.path.dirname(ctx.agent_bin), threads=1,
+                              duration=ctx.duration)
+    rounds = 1 if ctx.quick else ctx.runs
+    with tempfile.TemporaryDirectory(prefix="rl-saturation-", dir=ctx.logdir) as tmp:
+        for n in range(rounds):
+            try:
+                c0 = row(args, tmp, 1000, 0)
+                capacity = c0["redis"] / c0["seconds"]
+                out["capacity"].append(capacity)
+                for share in SHARES:
+                    rate = max(1, round(capacity * share))
+                    r = row(args, tmp, 20, rate)
+                    out["rows"][share].append((rate, r))
+                    if r["open"]:
+                        ctx.problems.append("Redis saturation, round %d, %.1fx: %d decisions "
+                                            "answered open while Redis answered"
+                                            % (n + 1, share, r["open"]))
+                    print("saturation round %d/%d %.1fx: %s" % (n + 1, rounds, share,
+                                                                table_row("", rate, r)),
+                          flush=True)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                ctx.problems.append("Redis saturation, round %d: %s" % (n + 1, e))
+    return out
+
+
+def report(ctx, res):
+    """The report's section: each share's median run by p99."""
+    L = ["## Redis saturation", ""]
+    if not res["capacity"]:
+        return L + ["Not run.", ""]
+    caps = sorted(res["capacity"])
+    # the round of the median capacity, whole: its rows offer shares of one C0
+    mid = res["capacity"].index(caps[len(caps) // 2])
+    L.append("Offered load around what Redis decides, for a rules file of two limits "
+             "per client (`600/1m` token bucket, `20/1s` log) and two layers (global, "
+             "per address), hot keys: who decides. C0 measures Redis's capacity in a "
+             "closed loop with a 1 s deadline (median of the rounds: %.0f decisions/s by "
+             "Redis); each row then offers a share of it in an open loop with the "
+             "default 20 ms deadline, round by round (%d rounds of %g s; the round of the "
+             "median C0 is shown, the others' open decisions are in the Checks). A fresh "
+             "redis-server and agent (`-t 1`) per run. The shares are of the decisions "
+             "Redis makes, applied to every request offered, about 40%% of which the "
+             "refusal cache answers: on this machine the agent's one thread, not Redis, "
+             "runs out first (Redis CPU below)." % (
+                 caps[len(caps) // 2], len(caps), ctx.duration))
+    L.append("")
+    L.append(COLUMNS)
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for share in SHARES:
+        if mid < len(res["rows"][share]):
+            rate, r = res["rows"][share][mid]
+            L.append(table_row("%.1fx" % share, rate, r))
+    L.append("")
+    L.append("- **by Redis**: decisions Redis made; **by refusal cache**: refused by the "
+             "agent's cache of clients Redis refused; **by local bucket**: saturated, "
+             "their deadline passed while Redis kept answering (docs/redis.md, \"When "
+             "Redis is busy\"); **open**: answered by the failure mode (`open` here) "
+             "while Redis answered, the figure that must stay 0.")
+    L.append("- **p50, p99**: spop-bench's, from each request's scheduled time (open "
+             "loop); **p99 from send**: from the moment it was written, which leaves out "
+             "the time a request waited for one of the 8 x 20 places in flight (as "
+             "behind HAProxy's own limit) or for the generator's thread. **in the agent "
+             "past 25 ms**: decisions answered (by Redis or the local bucket) more than "
+             "5 ms after their deadline, from the agent's histograms.")
+    L.append("- **Redis CPU**: INFO cpu over the run, in % of one CPU.")
+    L.append("- Command: `python3 bench/saturation_bench.py --duration %g` (one round; "
+             "`--soak SECONDS` for the soak in the notes below), generator "
+             "`spop-bench --rate R %s`." % (ctx.duration, " ".join(GEN[:-2])))
+    L.append("")
+    return L
 
 
 def main():
@@ -201,7 +301,9 @@ def main():
     ap.add_argument("--shares", default="0.8,1.2,1.5,2")
     ap.add_argument("--soak", type=float, default=0,
                     help="instead of the rows: SECONDS at 0.8x with --lease 1s, "
-                         "the agent's RSS sampled every 30 s")
+                         "the agent's RSS sampled every --sample seconds")
+    ap.add_argument("--sample", type=int, default=30,
+                    help="with --soak: seconds between samples (default 30)")
     ap.add_argument("--log", help="keep the agent's and Redis's output in this file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
@@ -214,17 +316,20 @@ def main():
         if args.soak:
             args.duration = args.soak
             rate = max(1, round(capacity * 0.8))
-            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=30)
+            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=args.sample)
             rss = r["rss_kb"]
             print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
                   "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
                   "%d with the queue full), %d unanswered; p50 %.0f us, "
                   "p99 %.0f us (from the send: p50 %.0f us, p99 %.0f us; %d in the agent past 25 ms); "
-                  "Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
+                  "Redis CPU %.0f%%; agent RSS (kB, every %d s): %s"
                   % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
                      r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
-                     r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"], r["late"],
-                     r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
+                     r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"],
+                     r["late"], r["redis_cpu"], args.sample, " ".join(str(x) for x in rss)),
+                  flush=True)
+            print("local buckets and log chunks in memory (every %d s): %s"
+                  % (args.sample, " ".join("%d/%d" % k for k in r["mem_keys"])), flush=True)
             return
         print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
               "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | p99 from send us "
