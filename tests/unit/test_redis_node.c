@@ -823,7 +823,7 @@ static void test_silent_server_opens_the_breaker(void **unused)
 	uint32_t i = 0;
 
 	while (seen.failed == seen.saturated) {
-		assert_true(i < 10);
+		assert_true(i < 20);
 		r = query(70 + i++, 20000);
 		assert_int_equal(redis_node_submit(rn, &r), 0);
 		run();

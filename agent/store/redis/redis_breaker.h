@@ -32,7 +32,11 @@
  * REDIS_BREAKER_LATE_US late): between the two the agent ran, and the
  * server had the time to answer anything. A look that came late starts
  * the suspicion again. A stopped server opens the breaker
- * REDIS_BREAKER_CONFIRM_US (plus a deadline) later than the window. */
+ * REDIS_BREAKER_CONFIRM_US (plus a deadline) later than the window.
+ * REDIS_BREAKER_CONFIRM_US is as long as the window: an agent that wakes
+ * with its server from a spell off the CPU works through the backlog of
+ * its own requests at full CPU meanwhile, and its server's replies were
+ * seen to come some 25 ms after a look 20 ms later. */
 #ifndef RL_REDIS_BREAKER_H
 #define RL_REDIS_BREAKER_H
 
@@ -42,7 +46,7 @@
 #define REDIS_BREAKER_FAILS 3
 #define REDIS_BREAKER_PROBE_US 250000
 #define REDIS_BREAKER_SILENT_US 100000
-#define REDIS_BREAKER_CONFIRM_US 20000
+#define REDIS_BREAKER_CONFIRM_US 100000
 #define REDIS_BREAKER_LATE_US 10000
 
 struct redis_stats;
