@@ -304,6 +304,8 @@ def main():
                          "the agent's RSS sampled every --sample seconds")
     ap.add_argument("--sample", type=int, default=30,
                     help="with --soak: seconds between samples (default 30)")
+    ap.add_argument("--mem-max-keys", type=int,
+                    help="with --soak: the agent's --mem-max-keys (the local buckets' bound)")
     ap.add_argument("--log", help="keep the agent's and Redis's output in this file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
@@ -316,7 +318,8 @@ def main():
         if args.soak:
             args.duration = args.soak
             rate = max(1, round(capacity * 0.8))
-            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=args.sample)
+            more = ["--mem-max-keys", str(args.mem_max_keys)] if args.mem_max_keys else []
+            r = row(args, tmp, 20, rate, ["--lease", "1s"] + more, sample_s=args.sample)
             rss = r["rss_kb"]
             print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
                   "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
