@@ -4,6 +4,8 @@
 
     python3 bench/saturation_bench.py [--build build] [--duration 20]
                                       [--shares 0.8,1.2,1.5,2] [--threads 1]
+                                      [--soak SECONDS [--sample S] [--mem-max-keys N]]
+                                      [--log FILE]
 
 A rules file of two limits per client (600/1m token bucket, 20/1s log)
 and two layers (one for every client, one per address), hot keys
@@ -17,8 +19,15 @@ one row per share of it, open loop at share x capacity, with the default
 deadline (20 ms). Each row reports the decisions made by Redis (replies),
 by the agent's refusal cache, by the rule's local bucket (saturated),
 and answered open (degraded but not saturated: the failure policy, open
-here), the breaker's skips, spop-bench's p50 and p99, and Redis's CPU
-(INFO cpu over the row, in % of one CPU).
+here), the breaker's skips, spop-bench's p50 and p99 (from the scheduled
+time, and from the send), the decisions the agent answered more than 5 ms
+after their deadline, and Redis's CPU (INFO cpu over the row, in % of one
+CPU). bench/run.py runs the same rows round by round (`make bench`,
+`--only saturation`).
+
+--soak: one long row at 0.8x with --lease 1s, the agent's RSS and its
+local buckets (spoa_rl_memory_keys, log chunks) sampled every --sample
+seconds.
 
 Targets: at 0.8x, every decision by Redis (or its refusal cache); at
 every load, none answered open while Redis answers; p99 within the
