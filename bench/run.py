@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
-    python3 bench/run.py --build build [--quick] [--only memory|redis|lease|haproxy]
+    python3 bench/run.py --build build [--quick]
+                         [--only memory|redis|lease|saturation|haproxy]
                          [--haproxy BIN,BIN...] [--rows LIST] [--update]
                          [--output FILE]
 
@@ -14,7 +15,9 @@ run of each configuration is reported; the configurations run round by
 round (run 1 of each, then run 2, ...). The Redis store's configurations
 (bench/redis_bench.py) follow the in-memory ones, each run with a fresh
 redis-server as well; then bench/lease_bench.py measures what leased tokens
-(--lease) save. After the in-memory runs, bench/instructions.py counts
+(--lease) save, and bench/saturation_bench.py offers a multi-limit rules file
+0.8, 1.2, 1.5 and 2 times what Redis decides (who decides then: Redis, the
+local bucket, or open). After the in-memory runs, bench/instructions.py counts
 the agent's instructions per decision and per protocol-only answer under
 callgrind (skipped without valgrind). Last, bench/haproxy_bench.py measures
 the whole path through a real HAProxy with wrk (skipped without wrk).
@@ -59,6 +62,7 @@ import instructions
 import lease_bench
 import redis_bench
 import redis_instructions
+import saturation_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -395,7 +399,18 @@ def command(meta):
         " --update" if meta.get("update") else "")
 
 
-UPDATABLE = {"haproxy": ("## Through HAProxy", "HAProxy runs:")}
+UPDATABLE = {"haproxy": ("## Through HAProxy", "HAProxy runs:"),
+             "saturation": ("## Redis saturation", "Saturation runs:")}
+
+
+def saturation_checks(problems, res=None):
+    """The Checks paragraph of the saturation runs."""
+    bad = [p for p in problems if p.startswith("Redis saturation")]
+    if bad:
+        return "Saturation runs: FAILED: %s." % "; ".join(bad)
+    opened = sum(r["open"] for runs in (res or {}).get("rows", {}).values() for _, r in runs)
+    return ("Saturation runs: %d decisions answered open while Redis answered, over every "
+            "run of every row." % opened)
 
 
 def haproxy_checks(problems):
@@ -538,6 +553,9 @@ def write_report(path, meta, rows, problems, redis_lines, insn_lines, haproxy_li
                          % (redis_bench.CLUSTER_KEYS * redis_bench.CLUSTER_QUOTA,
                             redis_bench.CLUSTER_KEYS, redis_bench.CLUSTER_QUOTA))
             L.append("")
+        if getattr(ctx, "sat_rows", None):
+            L.append(saturation_checks(problems, ctx.sat_rows))
+            L.append("")
         if getattr(ctx, "haproxy_rows", False):
             L.append(haproxy_checks([]))
             L.append("")
@@ -555,9 +573,9 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--quick", action="store_true",
                     help="2 runs of 2 s each: a smoke check")
-    ap.add_argument("--only", choices=("memory", "redis", "lease", "haproxy"),
-                    help="run only the in-memory, the Redis, the leased tokens' or the "
-                    "HAProxy configurations")
+    ap.add_argument("--only", choices=("memory", "redis", "lease", "saturation", "haproxy"),
+                    help="run only the in-memory, the Redis, the leased tokens', the "
+                    "saturation or the HAProxy configurations")
     ap.add_argument("--haproxy", metavar="LIST",
                     help="the HAProxy binaries the HAProxy rows run on, comma-separated "
                     "names or paths, a table each (default: the one HAPROXY names, else "
@@ -722,6 +740,9 @@ def main():
                 problems.append("Redis instructions per decision: %s" % why)
             insn_lines += rlines
         lease_rows = lease_bench.run(ctx) if a.only in (None, "lease") else None
+        sat_rows = (saturation_bench.run(ctx) if a.only in (None, "saturation")
+                    else None)
+        ctx.sat_rows = sat_rows
         haproxy_rows = None
         if a.only in (None, "haproxy"):
             haproxy_rows = haproxy_bench.run(ctx)
@@ -748,9 +769,17 @@ def main():
         ctx.figures = {}
     redis_lines = redis_bench.report(ctx, redis_rows) if redis_rows is not None else []
     lease_lines = lease_bench.report(ctx, lease_rows) if lease_rows is not None else []
+    if sat_rows is not None:
+        lease_lines = lease_lines + saturation_bench.report(ctx, sat_rows)
     haproxy_lines = (haproxy_bench.report(ctx, haproxy_rows)
                      if haproxy_rows is not None else [])
-    if a.update:
+    if a.update and a.only == "saturation":
+        text = spliced(old_report, meta, UPDATABLE[a.only][0],
+                       saturation_bench.report(ctx, sat_rows), UPDATABLE[a.only][1],
+                       saturation_checks(problems, sat_rows))
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    elif a.update:
         text = spliced(old_report, meta, UPDATABLE[a.only][0], haproxy_lines,
                        UPDATABLE[a.only][1], haproxy_checks(problems))
         with open(out, "w", encoding="utf-8") as f:

@@ -4,6 +4,8 @@
 
     python3 bench/saturation_bench.py [--build build] [--duration 20]
                                       [--shares 0.8,1.2,1.5,2] [--threads 1]
+                                      [--soak SECONDS [--sample S] [--mem-max-keys N]]
+                                      [--log FILE]
 
 A rules file of two limits per client (600/1m token bucket, 20/1s log)
 and two layers (one for every client, one per address), hot keys
@@ -17,8 +19,15 @@ one row per share of it, open loop at share x capacity, with the default
 deadline (20 ms). Each row reports the decisions made by Redis (replies),
 by the agent's refusal cache, by the rule's local bucket (saturated),
 and answered open (degraded but not saturated: the failure policy, open
-here), the breaker's skips, spop-bench's p50 and p99, and Redis's CPU
-(INFO cpu over the row, in % of one CPU).
+here), the breaker's skips, spop-bench's p50 and p99 (from the scheduled
+time, and from the send), the decisions the agent answered more than 5 ms
+after their deadline, and Redis's CPU (INFO cpu over the row, in % of one
+CPU). bench/run.py runs the same rows round by round (`make bench`,
+`--only saturation`).
+
+--soak: one long row at 0.8x with --lease 1s, the agent's RSS and its
+local buckets (spoa_rl_memory_keys, log chunks) sampled every --sample
+seconds.
 
 Targets: at 0.8x, every decision by Redis (or its refusal cache); at
 every load, none answered open while Redis answers; p99 within the
@@ -107,7 +116,11 @@ def metrics(mport):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
-            name = name.split("{", 1)[0]
+            name, _, labels = name.partition("{")
+            le = [x for x in labels.split(",") if x.startswith('le="')]
+            if le:
+                # a histogram's bucket, by its bound: NAME@BOUND
+                name += "@" + le[0][4:].split('"', 1)[0]
             out[name] = out.get(name, 0) + float(value)
     return out
 
@@ -156,9 +169,15 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
         gp = subprocess.Popen([os.path.join(args.build, "spop-bench"), "--addr",
                                "127.0.0.1:%d" % aport, "--json"] + gen,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        rss = []
+        rss, keys = [], []
         while sample_s and gp.poll() is None:
             rss.append(rss_kb(agent.pid))
+            try:
+                g = metrics(mport)
+                keys.append((int(g.get("spoa_rl_memory_keys", 0)),
+                             int(g.get("spoa_rl_memory_log_chunks", 0))))
+            except OSError:
+                keys.append((-1, -1))
             try:
                 gp.wait(sample_s)
             except subprocess.TimeoutExpired:
@@ -179,8 +198,108 @@ def row(args, tmp, timeout_ms, rate, agent_args=(), sample_s=0):
                open=d.get("spoa_rl_degraded_total", 0) - sat,
                skips=d.get("spoa_rl_redis_breaker_skips_total", 0),
                trips=d.get("spoa_rl_redis_breaker_trips_total", 0),
-               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss)
+               unavailable=d.get("spoa_rl_redis_unavailable_total", 0),
+               # in the agent past deadline + 5 ms: saturated ones answered
+               # late, or Redis's replies read late
+               late=sum(d.get(h + "_count", 0) - d.get(h + "_bucket@0.025", 0)
+                        for h in ("spoa_rl_redis_queue_wait_seconds",
+                                  "spoa_rl_redis_decision_duration_seconds")),
+               redis_cpu=100 * (c1 - c0) / wall, argv=gen, rss_kb=rss, mem_keys=keys)
     return res
+
+
+SHARES = (0.8, 1.2, 1.5, 2.0)
+COLUMNS = ("| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
+           "(saturated) | open | breaker skips | unanswered | p50 us | p99 us "
+           "| p99 from send us | in the agent past 25 ms | Redis CPU |")
+
+
+def table_row(name, rate, r):
+    return ("| %s | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f%% |"
+            % (name, rate, r["rps"], r["redis"], r["cache"], r["local"], r["open"],
+               r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["sent_p99_us"], r["late"],
+               r["redis_cpu"]))
+
+
+def run(ctx):
+    """bench/run.py's saturation rows (--only saturation): C0 then each
+    share, round by round (a fresh Redis and agent per run). Returns
+    {"capacity": [per round], "rows": {share: [(rate, result) per round]}}."""
+    import shutil
+    out = {"capacity": [], "rows": {s: [] for s in SHARES}}
+    if shutil.which("redis-server") is None:
+        ctx.problems.append("Redis saturation: skipped, redis-server is not installed")
+        return out
+    args = argparse.Namespace(build=os.path.dirname(ctx.agent_bin), threads=1,
+                              duration=ctx.duration)
+    rounds = 1 if ctx.quick else ctx.runs
+    with tempfile.TemporaryDirectory(prefix="rl-saturation-", dir=ctx.logdir) as tmp:
+        for n in range(rounds):
+            try:
+                c0 = row(args, tmp, 1000, 0)
+                capacity = c0["redis"] / c0["seconds"]
+                out["capacity"].append(capacity)
+                for share in SHARES:
+                    rate = max(1, round(capacity * share))
+                    r = row(args, tmp, 20, rate)
+                    out["rows"][share].append((rate, r))
+                    if r["open"]:
+                        ctx.problems.append("Redis saturation, round %d, %.1fx: %d decisions "
+                                            "answered open while Redis answered"
+                                            % (n + 1, share, r["open"]))
+                    print("saturation round %d/%d %.1fx: %s" % (n + 1, rounds, share,
+                                                                table_row("", rate, r)),
+                          flush=True)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                ctx.problems.append("Redis saturation, round %d: %s" % (n + 1, e))
+    return out
+
+
+def report(ctx, res):
+    """The report's section: each share's median run by p99."""
+    L = ["## Redis saturation", ""]
+    if not res["capacity"]:
+        return L + ["Not run.", ""]
+    caps = sorted(res["capacity"])
+    # the round of the median capacity, whole: its rows offer shares of one C0
+    mid = res["capacity"].index(caps[len(caps) // 2])
+    L.append("Offered load around what Redis decides, for a rules file of two limits "
+             "per client (`600/1m` token bucket, `20/1s` log) and two layers (global, "
+             "per address), hot keys: who decides. C0 measures Redis's capacity in a "
+             "closed loop with a 1 s deadline (median of the rounds: %.0f decisions/s by "
+             "Redis); each row then offers a share of it in an open loop with the "
+             "default 20 ms deadline, round by round (%d rounds of %g s; the round of the "
+             "median C0 is shown, the others' open decisions are in the Checks). A fresh "
+             "redis-server and agent (`-t 1`) per run. The shares are of the decisions "
+             "Redis makes, applied to every request offered, about 40%% of which the "
+             "refusal cache answers: on this machine the agent's one thread, not Redis, "
+             "runs out first (Redis CPU below)." % (
+                 caps[len(caps) // 2], len(caps), ctx.duration))
+    L.append("")
+    L.append(COLUMNS)
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for share in SHARES:
+        if mid < len(res["rows"][share]):
+            rate, r = res["rows"][share][mid]
+            L.append(table_row("%.1fx" % share, rate, r))
+    L.append("")
+    L.append("- **by Redis**: decisions Redis made; **by refusal cache**: refused by the "
+             "agent's cache of clients Redis refused; **by local bucket**: saturated, "
+             "their deadline passed while Redis kept answering (docs/redis.md, \"When "
+             "Redis is busy\"); **open**: answered by the failure mode (`open` here) "
+             "while Redis answered, the figure that must stay 0.")
+    L.append("- **p50, p99**: spop-bench's, from each request's scheduled time (open "
+             "loop); **p99 from send**: from the moment it was written, which leaves out "
+             "the time a request waited for one of the 8 x 20 places in flight (as "
+             "behind HAProxy's own limit) or for the generator's thread. **in the agent "
+             "past 25 ms**: decisions answered (by Redis or the local bucket) more than "
+             "5 ms after their deadline, from the agent's histograms.")
+    L.append("- **Redis CPU**: INFO cpu over the run, in % of one CPU.")
+    L.append("- Command: `python3 bench/saturation_bench.py --duration %g` (one round; "
+             "`--soak SECONDS` for the soak in the notes below), generator "
+             "`spop-bench --rate R %s`." % (ctx.duration, " ".join(GEN[:-2])))
+    L.append("")
+    return L
 
 
 def main():
@@ -191,9 +310,16 @@ def main():
     ap.add_argument("--shares", default="0.8,1.2,1.5,2")
     ap.add_argument("--soak", type=float, default=0,
                     help="instead of the rows: SECONDS at 0.8x with --lease 1s, "
-                         "the agent's RSS sampled every 30 s")
+                         "the agent's RSS sampled every --sample seconds")
+    ap.add_argument("--sample", type=int, default=30,
+                    help="with --soak: seconds between samples (default 30)")
+    ap.add_argument("--mem-max-keys", type=int,
+                    help="with --soak: the agent's --mem-max-keys (the local buckets' bound)")
+    ap.add_argument("--log", help="keep the agent's and Redis's output in this file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rl-saturation-") as tmp:
+        if args.log:
+            os.symlink(os.path.abspath(args.log), os.path.join(tmp, "log"))
         c0 = row(args, tmp, 1000, 0)
         capacity = c0["redis"] / c0["seconds"]
         print("C0 closed loop, --redis-timeout 1000: %.0f decisions/s by Redis, Redis CPU %.0f%%"
@@ -201,24 +327,33 @@ def main():
         if args.soak:
             args.duration = args.soak
             rate = max(1, round(capacity * 0.8))
-            r = row(args, tmp, 20, rate, ["--lease", "1s"], sample_s=30)
+            more = ["--mem-max-keys", str(args.mem_max_keys)] if args.mem_max_keys else []
+            r = row(args, tmp, 20, rate, ["--lease", "1s"] + more, sample_s=args.sample)
             rss = r["rss_kb"]
             print("soak %.0f s at 0.8x (%d/s), --lease 1s: %d answered (%.0f/s), %d by Redis, "
-                  "%d by the refusal cache, %d saturated, %d open, %d unanswered; p50 %.0f us, "
-                  "p99 %.0f us; Redis CPU %.0f%%; agent RSS (kB, every 30 s): %s"
+                  "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
+                  "%d with the queue full), %d unanswered; p50 %.0f us, "
+                  "p99 %.0f us (from the send: p50 %.0f us, p99 %.0f us; %d in the agent past 25 ms); "
+                  "Redis CPU %.0f%%; agent RSS (kB, every %d s): %s"
                   % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
-                     r["local"], r["open"], r["lost"], r["p50_us"], r["p99_us"],
-                     r["redis_cpu"], " ".join(str(x) for x in rss)), flush=True)
+                     r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
+                     r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"],
+                     r["late"], r["redis_cpu"], args.sample, " ".join(str(x) for x in rss)),
+                  flush=True)
+            print("local buckets and log chunks in memory (every %d s): %s"
+                  % (args.sample, " ".join("%d/%d" % k for k in r["mem_keys"])), flush=True)
             return
         print("\n| row | offered/s | answered/s | by Redis | by refusal cache | by local bucket "
-              "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | Redis CPU |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "(saturated) | open | breaker skips | unanswered | p50 us | p99 us | p99 from send us "
+              "| in the agent past 25 ms | Redis CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for share in [float(x) for x in args.shares.split(",")]:
             rate = max(1, round(capacity * share))
             r = row(args, tmp, 20, rate)
-            print("| %.1fx | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f%% |"
+            print("| %.1fx | %d | %.0f | %d | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f%% |"
                   % (share, rate, r["rps"], r["redis"], r["cache"], r["local"], r["open"],
-                     r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["redis_cpu"]),
+                     r["skips"], r["lost"], r["p50_us"], r["p99_us"], r["sent_p99_us"],
+                     r["late"], r["redis_cpu"]),
                   flush=True)
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 UNIT_TESTS += redis_node
-test_redis_node_SRCS := tests/unit/test_redis_node.c agent/store/redis/redis_node.c agent/store/redis/redis_breaker.c \
+test_redis_node_SRCS := tests/unit/test_redis_node.c agent/store/redis/redis_node.c agent/store/redis/redis_deadline.c agent/store/redis/redis_breaker.c \
 	agent/store/redis/redis_conn.c agent/store/redis/redis_batch.c agent/store/redis/redis_guard.c \
 	agent/store/redis/redis_reply.c agent/store/redis/redis_encode.c agent/store/redis/redis_cluster.c \
 	agent/store/redis/redis_slots.c agent/store/redis/redis_keys.c \

@@ -765,6 +765,22 @@ static void test_deadline(void **unused)
 	redis_node_free(rn);
 }
 
+/* A query still queued when its deadline passed (the loop came late) is
+ * answered at once, saturated, and never sent. */
+static void test_expired_query_is_not_sent(void **unused)
+{
+	struct redis_node *rn = ready_node(REDIS_STANDALONE);
+	struct redis_query r = query(7, 20000);
+	uint64_t calls = stats.calls;
+
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	now_us += 30000; /* no watcher ran meanwhile */
+	run();
+	assert_int_equal(seen.saturated, 1);
+	assert_int_equal(stats.calls, calls);
+	redis_node_free(rn);
+}
+
 /* Deadlines missed one after another while the server keeps answering,
  * late: every one is saturated, the breaker never opens, and the next
  * query still goes to the server. */
@@ -796,8 +812,10 @@ static void test_busy_server_keeps_the_breaker_closed(void **unused)
 }
 
 /* A server that stops answering: deadlines within its first
- * REDIS_BREAKER_SILENT_US of silence are saturated; the first after that
- * is a failure, the breaker opens at once, and queries skip the server. */
+ * REDIS_BREAKER_SILENT_US of silence are saturated, and so are those
+ * until a look REDIS_BREAKER_CONFIRM_US later confirms it; the first after
+ * that is a failure, the breaker opens at once, and queries skip the
+ * server. */
 static void test_silent_server_opens_the_breaker(void **unused)
 {
 	struct redis_node *rn = ready_node(REDIS_STANDALONE);
@@ -805,18 +823,82 @@ static void test_silent_server_opens_the_breaker(void **unused)
 	uint32_t i = 0;
 
 	while (seen.failed == seen.saturated) {
-		assert_true(i < 10);
+		assert_true(i < 20);
 		r = query(70 + i++, 20000);
 		assert_int_equal(redis_node_submit(rn, &r), 0);
 		run();
 		advance(20000);
 	}
 	/* silent since the first call left: 20 ms per query */
-	assert_int_equal(seen.saturated, REDIS_BREAKER_SILENT_US / 20000 - 1);
+	assert_int_equal(seen.saturated,
+			 (REDIS_BREAKER_SILENT_US + REDIS_BREAKER_CONFIRM_US) / 20000 - 1);
 	assert_int_equal(stats.breaker_trips, 1);
 	r = query(90, 20000);
 	assert_int_equal(redis_node_submit(rn, &r), -1);
 	assert_int_equal(stats.breaker_skips, 1);
+	redis_node_free(rn);
+}
+
+/* The breaker's judgement alone, on a clock of the test's: a window
+ * passed is a suspicion, confirmed by a look on time
+ * REDIS_BREAKER_CONFIRM_US later with no reply since; a reply clears it;
+ * a look that came late starts it again. */
+static void test_breaker_judge(void **unused)
+{
+	struct redis_breaker b = { 0 };
+	int64_t t = 1000000, w = REDIS_BREAKER_SILENT_US, c = REDIS_BREAKER_CONFIRM_US;
+
+	/* nothing out: nothing to be silent about */
+	assert_int_equal(redis_breaker_judge(&b, false, 0, t + 10 * w, 0), REDIS_ANSWERING);
+	/* a call out since t, no reply */
+	assert_int_equal(redis_breaker_judge(&b, true, t, t + w - 1, 0), REDIS_ANSWERING);
+	assert_int_equal(redis_breaker_judge(&b, true, t, t + w, 0), REDIS_SUSPECT);
+	assert_int_equal(redis_breaker_recheck(&b, t + w), t + w + c);
+	assert_int_equal(redis_breaker_judge(&b, true, t, t + w + c - 1, 0), REDIS_SUSPECT);
+	assert_int_equal(redis_breaker_judge(&b, true, t, t + w + c, 0), REDIS_SILENT);
+	assert_int_equal(redis_breaker_recheck(&b, t + w + c), 0);
+	/* a reply: answering, and the suspicion is gone */
+	redis_breaker_heard(&b, t + w + c + 1);
+	assert_int_equal(redis_breaker_judge(&b, true, t, t + w + c + 2, 0), REDIS_ANSWERING);
+	assert_int_equal(b.suspect, 0);
+	/* the window from that reply, looks late: each starts the suspicion
+	 * again, however long the silence by the agent's clock */
+	t += w + c + 1;
+	assert_int_equal(redis_breaker_judge(&b, true, 0, t + w, REDIS_BREAKER_LATE_US),
+			 REDIS_SUSPECT);
+	assert_int_equal(redis_breaker_judge(&b, true, 0, t + w + c, REDIS_BREAKER_LATE_US),
+			 REDIS_SUSPECT);
+	assert_int_equal(redis_breaker_judge(&b, true, 0, t + w + 2 * c - 1, 0), REDIS_SUSPECT);
+	assert_int_equal(redis_breaker_judge(&b, true, 0, t + w + 2 * c, REDIS_BREAKER_LATE_US - 1),
+			 REDIS_SILENT);
+}
+
+/* The agent's loop starved (its thread and the server's descheduled
+ * together): it wakes long past a query's deadline, the window passed by
+ * its clock, with nothing to read yet. The query is saturated, the server
+ * only suspected; its reply then comes, and the breaker never opened. */
+static void test_starved_loop_keeps_the_breaker_closed(void **unused)
+{
+	struct redis_node *rn = ready_node(REDIS_STANDALONE);
+	struct redis_query r = query(95, 20000);
+
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	run();
+	now_us += 2 * REDIS_BREAKER_SILENT_US; /* no timer ran meanwhile */
+	advance(0);
+	assert_int_equal(seen.failed, 1);
+	assert_int_equal(seen.saturated, 1);
+	answer_decisions(1, 1);
+	run();
+	advance(REDIS_BREAKER_CONFIRM_US);
+	assert_int_equal(stats.breaker_trips, 0);
+	r = query(96, 20000);
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	run();
+	answer_decisions(1, 1);
+	run();
+	assert_int_equal(seen.decided, 1);
+	assert_int_equal(stats.breaker_skips, 0);
 	redis_node_free(rn);
 }
 
@@ -1286,6 +1368,9 @@ int main(void)
 		cmocka_unit_test_setup(test_deadline, setup),
 		cmocka_unit_test_setup(test_busy_server_keeps_the_breaker_closed, setup),
 		cmocka_unit_test_setup(test_silent_server_opens_the_breaker, setup),
+		cmocka_unit_test(test_breaker_judge),
+		cmocka_unit_test_setup(test_starved_loop_keeps_the_breaker_closed, setup),
+		cmocka_unit_test_setup(test_expired_query_is_not_sent, setup),
 		cmocka_unit_test_setup(test_breaker, setup),
 		cmocka_unit_test_setup(test_connection_lost, setup),
 		cmocka_unit_test_setup(test_unsolicited_and_malformed, setup),

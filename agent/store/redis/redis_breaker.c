@@ -31,15 +31,35 @@ void redis_breaker_succeeded(struct redis_breaker *b)
 	b->probing = false;
 }
 
-bool redis_breaker_silent(const struct redis_breaker *b, bool out, int64_t oldest_sent,
-			  int64_t now)
+bool redis_breaker_quiet(const struct redis_breaker *b, bool out, int64_t oldest_sent,
+			 int64_t now)
 {
-	int64_t since;
+	int64_t since = oldest_sent > b->heard ? oldest_sent : b->heard;
 
-	if (!out)
-		return false;
-	since = oldest_sent > b->heard ? oldest_sent : b->heard;
-	return now - since >= REDIS_BREAKER_SILENT_US;
+	return out && now - since >= REDIS_BREAKER_SILENT_US;
+}
+
+enum redis_silence redis_breaker_judge(struct redis_breaker *b, bool out, int64_t oldest_sent,
+				       int64_t now, int64_t late)
+{
+	if (!redis_breaker_quiet(b, out, oldest_sent, now)) {
+		b->suspect = 0;
+		return REDIS_ANSWERING;
+	}
+	if (!b->suspect || late >= REDIS_BREAKER_LATE_US) {
+		/* the first look, or one that says more about the agent's
+		 * loop than about the server: suspected from now */
+		b->suspect = now;
+		return REDIS_SUSPECT;
+	}
+	return now - b->suspect >= REDIS_BREAKER_CONFIRM_US ? REDIS_SILENT : REDIS_SUSPECT;
+}
+
+int64_t redis_breaker_recheck(const struct redis_breaker *b, int64_t now)
+{
+	int64_t at = b->suspect + REDIS_BREAKER_CONFIRM_US;
+
+	return b->suspect && at > now ? at : 0;
 }
 
 void redis_breaker_went_silent(struct redis_breaker *b, int64_t oldest_sent, int64_t now)

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* redis_node.c: one Redis server as one worker sees it (see
  * redis_node.h): the connection and its handshake, the queue and the
- * batches that leave it, replies, deadlines and the breaker. */
+ * batches that leave it, replies and the breaker's admission (deadlines
+ * and the breaker's judgement are redis_deadline.c's). */
 #include "redis_node.h"
+#include "redis_node_int.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -33,76 +35,14 @@
  * server that accepts and never answers is left, and tried again. */
 #define HANDSHAKE_S 1.0
 
-enum node_state {
-	NODE_DISCONNECTED,
-	NODE_CONNECTING,   /* connected or not, the library is not loaded yet */
-	NODE_READY,
-};
-
-struct rbatch {
-	struct redis_node *rn;
-	struct rbatch *prev, *next;  /* in flight, oldest first */
-	int answered;                /* its queries were answered degraded */
-	int retried;                 /* sent again after the library was loaded again */
-	int64_t sent;
-	size_t n;
-	struct redis_query rq[];
-};
-
-struct redis_node {
-	struct ev_loop *loop;
-	int worker;                  /* index, for logs */
-	struct addr addr;
-	const struct redis_config *cfg;
-	const struct redis_node_cb *cb;
-	void *owner;
-	struct redis_conn *conn;     /* NULL while disconnected */
-	enum node_state state;
-	double backoff;
-	ev_timer reconnect_w;
-	ev_timer deadline_w;
-	ev_prepare send_w;
-	/* queue of unsent queries: a ring of cfg->max_pending */
-	struct redis_query *queue;
-	size_t qhead, qlen;
-	size_t inflight;             /* queries sent, not answered */
-	int calls;                   /* script calls sent, reply not back */
-	struct rbatch *oldest, *newest;
-	struct redis_decision *decoded; /* a batch's decoded reply */
-	struct redis_breaker breaker;
-	bool down;                   /* the last connection or handshake failed:
-				      * decisions go to the failure policy at
-				      * once until the node is ready again */
-	int64_t down_since;          /* when down was last set */
-	bool freeing;                /* redis_node_free() under way */
-	bool refused;                /* this connection's handshake failed: what
-				      * it still answers is ignored */
-	int *shared_calls;           /* calls in flight of all the owner's nodes */
-	ev_timer handshake_w;        /* connecting and loading the library */
-	struct redis_batch_enc enc;  /* the calls' encoder */
-	struct redis_stats *stats;
-	bool cluster;                /* rl8_decide_cluster (see redis_batch.h) */
-	bool evicting;               /* the connection's last look at the server's
-				      * eviction found it evicting */
-	ev_timer eviction_w;         /* the next look, armed by each answered one */
-	char name[ADDR_HOST_MAX + 16]; /* the address, for logs */
-};
-
 static void start_connect(struct redis_node *rn);
 static void send_batches(struct redis_node *rn);
 static int send_batch(struct redis_node *rn, struct rbatch *b);
 static void handshake_failed(struct redis_node *rn);
 
-static void answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
+void redis_node_answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
 {
 	rn->cb->failed(rn->owner, r, sent, false);
-}
-
-/* r's deadline passed while Redis kept answering (redis_breaker.h). */
-static void answer_saturated(struct redis_node *rn, const struct redis_query *r, bool sent)
-{
-	STAT_INC(rn->stats->saturated);
-	rn->cb->failed(rn->owner, r, sent, true);
 }
 
 static void trouble(struct redis_node *rn)
@@ -224,94 +164,14 @@ static void unlink_batch(struct redis_node *rn, struct rbatch *b)
 	b->prev = b->next = NULL;
 }
 
-static void fail_batch(struct redis_node *rn, struct rbatch *b)
+void redis_node_fail_batch(struct redis_node *rn, struct rbatch *b)
 {
 	if (b->answered)
 		return;
 	b->answered = 1;
 	rn->inflight -= b->n;
 	for (size_t i = 0; i < b->n; i++)
-		answer_degraded(rn, &b->rq[i], true);
-}
-
-static void arm_deadline(struct redis_node *rn)
-{
-	int64_t next = INT64_MAX, now;
-	struct rbatch *b;
-
-	for (b = rn->oldest; b && b->answered; b = b->next)
-		;
-	if (b)
-		next = b->rq[0].deadline;
-	if (rn->qlen && rn->queue[rn->qhead].deadline < next)
-		next = rn->queue[rn->qhead].deadline;
-	ev_timer_stop(rn->loop, &rn->deadline_w);
-	if (next == INT64_MAX)
-		return;
-	now = clock_now_us();
-	ev_timer_set(&rn->deadline_w, next > now ? (double)(next - now) / 1e6 : 0., 0.);
-	ev_timer_start(rn->loop, &rn->deadline_w);
-}
-
-/* Answers every query whose deadline has passed, queued ones and sent
- * ones: saturated while Redis keeps answering, else degraded (the failure
- * policy), and then Redis has failed. A late reply for a sent one is then
- * ignored. */
-static void on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	struct redis_node *rn = t->data;
-	int64_t now = clock_now_us();
-	int64_t sent = rn->oldest ? rn->oldest->sent : 0;
-	bool busy;
-	int expired = 0;
-
-	/* Silent, as far as this loop has read: an agent busy for long (a
-	 * burst of requests, its CPU taken) may not have polled the replies
-	 * that came meanwhile. Read them first. */
-	if (rn->state == NODE_READY && rn->conn &&
-	    redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now)) {
-		redis_conn_read_now(rn->conn);
-		now = clock_now_us();
-		sent = rn->oldest ? rn->oldest->sent : 0;
-	}
-	busy = rn->state == NODE_READY &&
-	       !redis_breaker_silent(&rn->breaker, rn->oldest != NULL, sent, now);
-
-	while (rn->qlen && rn->queue[rn->qhead].deadline <= now) {
-		struct redis_query *r = &rn->queue[rn->qhead];
-
-		hist_observe(&rn->stats->queue_wait, now - r->queued);
-		if (busy)
-			answer_saturated(rn, r, false);
-		else
-			answer_degraded(rn, r, false);
-		rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
-		rn->qlen--;
-		STAT_INC(rn->stats->timeouts);
-		expired = 1;
-	}
-	/* Queries still queued at their deadline waited behind a call that
-	 * has not come back: with Redis silent, that counts against it. */
-	if (expired && rn->state == NODE_READY && !busy)
-		redis_breaker_went_silent(&rn->breaker, sent, now);
-	for (struct rbatch *b = rn->oldest; b; b = b->next) {
-		if (b->answered)
-			continue;
-		if (b->rq[0].deadline > now)
-			break;
-		STAT_ADD(rn->stats->timeouts, b->n);
-		if (busy) {
-			b->answered = 1;
-			rn->inflight -= b->n;
-			for (size_t i = 0; i < b->n; i++)
-				answer_saturated(rn, &b->rq[i], true);
-			continue;
-		}
-		redis_health_count(rn->stats, REDIS_ERROR_TIMEOUT);
-		fail_batch(rn, b);
-		redis_breaker_went_silent(&rn->breaker, sent, now);
-	}
-	arm_deadline(rn);
+		redis_node_answer_degraded(rn, &b->rq[i], true);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -367,7 +227,7 @@ static void answer_one(struct redis_node *rn, struct rbatch *b, size_t i,
 	    result_from(r, allowed, d->vals, d->nvals, res) < 0) {
 		STAT_INC(rn->stats->errors);
 		redis_health_count(rn->stats, REDIS_ERROR_PROTOCOL);
-		answer_degraded(rn, r, true);
+		redis_node_answer_degraded(rn, r, true);
 		return;
 	}
 	if (!allowed) /* the deciding limit refuses; no other limit was charged */
@@ -575,16 +435,16 @@ static void on_batch_reply(struct redis_conn *c, redisReply *reply, void *priv)
 						: REDIS_ERROR_PROTOCOL);
 			log_warn("redis: %s: decision failed: %s", rn->name,
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
-			fail_batch(rn, b);
+			redis_node_fail_batch(rn, b);
 			if (topology_error(reply))
 				trouble(rn);
 		} else {
 			STAT_ADD(rn->stats->unavailable, b->n);
-			fail_batch(rn, b);
+			redis_node_fail_batch(rn, b);
 		}
 	}
 	xfree(b);
-	arm_deadline(rn);
+	redis_node_arm_deadline(rn);
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -653,7 +513,7 @@ static void send_batches(struct redis_node *rn)
 		if (send_batch(rn, b) < 0) {
 			unlink_batch(rn, b);
 			STAT_ADD(rn->stats->unavailable, b->n);
-			fail_batch(rn, b);
+			redis_node_fail_batch(rn, b);
 			xfree(b);
 		} else {
 			rn->calls++;
@@ -661,7 +521,7 @@ static void send_batches(struct redis_node *rn)
 				(*rn->shared_calls)++;
 		}
 	}
-	arm_deadline(rn);
+	redis_node_arm_deadline(rn);
 }
 
 /* Writes the calls queued now rather than in the loop's next turn: the
@@ -678,6 +538,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct redis_node *rn = p->data;
 
+	/* Past their deadline already (the loop came late; its timer runs
+	 * after this): answered now, not sent to Redis for nothing. */
+	if (rn->qlen && rn->queue[rn->qhead].deadline <= clock_now_us())
+		redis_node_on_deadline(loop, &rn->deadline_w, 0);
 	if (rn->qlen && rn->state == NODE_READY) {
 		send_batches(rn);
 		redis_node_flush(rn);
@@ -712,7 +576,7 @@ int redis_node_command(struct redis_node *rn, redis_reply_fn *cb, void *priv, in
 static void answer_queue_degraded(struct redis_node *rn)
 {
 	while (rn->qlen) {
-		answer_degraded(rn, &rn->queue[rn->qhead], false);
+		redis_node_answer_degraded(rn, &rn->queue[rn->qhead], false);
 		rn->qhead = (rn->qhead + 1) % (size_t)rn->cfg->max_pending;
 		rn->qlen--;
 		STAT_INC(rn->stats->unavailable);
@@ -931,7 +795,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	}
 	ev_timer_init(&rn->reconnect_w, on_reconnect, 0., 0.);
 	rn->reconnect_w.data = rn;
-	ev_timer_init(&rn->deadline_w, on_deadline, 0., 0.);
+	ev_timer_init(&rn->deadline_w, redis_node_on_deadline, 0., 0.);
 	/* after the connection's reading in the same loop iteration: an agent
 	 * that wakes late (its CPU busy) reads the replies waiting for it
 	 * before it judges Redis silent */
@@ -969,7 +833,7 @@ void redis_node_free(struct redis_node *rn)
 		struct rbatch *b = rn->oldest;
 
 		unlink_batch(rn, b);
-		fail_batch(rn, b);
+		redis_node_fail_batch(rn, b);
 		xfree(b);
 	}
 	ev_timer_stop(rn->loop, &rn->reconnect_w);
@@ -994,6 +858,6 @@ int redis_node_submit(struct redis_node *rn, const struct redis_query *r)
 	rn->queue[(rn->qhead + rn->qlen) % (size_t)rn->cfg->max_pending] = *r;
 	rn->qlen++;
 	if (rn->qlen == 1 && !ev_is_active(&rn->deadline_w))
-		arm_deadline(rn);
+		redis_node_arm_deadline(rn);
 	return 0;
 }
