@@ -2044,6 +2044,29 @@ local function array_count(s)
 	return nil
 end
 
+-- The error of the first of the m requests of req (parsed from args) that
+-- is malformed or names a packed bucket by a key of another length, or
+-- nil: checked before anything is written.
+local function requests_bad(args, req, m, nr, k0, np, mapped)
+	for i = 1, m do
+		local ki, e, rule = request_at(req, i, nr, np, 10)
+		if not ki then
+			return fail(e)
+		end
+		for j = 1, #rule do
+			local p = ki + j - 1
+			if mapped then
+				p = kmap[p]
+			end
+			local len = #args[k0 + p]
+			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
+				return bad_packed_name(i)
+			end
+		end
+	end
+	return nil
+end
+
 -- Gives back what the requests of args took (see "Refund"), or, with
 -- cas, a lease's unspent tokens (see "Return"): then a token bucket's key
 -- only when it holds the value expected at its position, as the grant
@@ -2074,21 +2097,9 @@ local function give(args, cluster, cas)
 			end
 		end
 	end
-	for i = 1, m do
-		local ki, e, rule = request_at(req, i, nr, np, 10)
-		if not ki then
-			return fail(e)
-		end
-		for j = 1, #rule do
-			local p = ki + j - 1
-			if mapped then
-				p = kmap[p]
-			end
-			local len = #args[k0 + p]
-			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
-				return bad_packed_name(i)
-			end
-		end
+	local bad = requests_bad(args, req, m, nr, k0, np, mapped)
+	if bad then
+		return bad
 	end
 	local now = now_us()
 	-- (never below 0: a take read from another clock, after a failover,
@@ -2267,21 +2278,9 @@ local function charge(args, cluster)
 	if not req then
 		return fail(m)
 	end
-	for i = 1, m do
-		local ki, e, rule = request_at(req, i, nr, np, 10)
-		if not ki then
-			return fail(e)
-		end
-		for j = 1, #rule do
-			local p = ki + j - 1
-			if mapped then
-				p = kmap[p]
-			end
-			local len = #args[k0 + p]
-			if rule[j][14] and (len < PACKED_NAME_MIN or len > PACKED_NAME_MAX) then
-				return bad_packed_name(i)
-			end
-		end
+	local bad = requests_bad(args, req, m, nr, k0, np, mapped)
+	if bad then
+		return bad
 	end
 	local now = now_us()
 	local changed = 0
