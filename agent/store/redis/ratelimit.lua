@@ -1899,6 +1899,42 @@ local function log_without(v, take, cost)
 	return left
 end
 
+-- A token bucket's stored value v, its TAT as (TAT - EPOCH) * n below
+-- 2^53 or "a+r" past it, as a + r/n: whole microseconds and a remainder
+-- below this limit's n; nil when v is no bucket of this n.
+local function bucket_tat(v, n)
+	local a, r
+	local x = tonumber(v)
+	if x then
+		if x >= 0 and x < TWO53 and x % 1 == 0 then
+			local q
+			q, r = divmod(x, n)
+			a = EPOCH + q
+		end
+	else
+		local plus = find(v, '+', 1, true)
+		if plus then
+			a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
+		end
+	end
+	if a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and r % 1 == 0 then
+		return a, r
+	end
+	return nil
+end
+
+-- The value stored for a bucket whose TAT is a + r/n (bucket_tat's
+-- forms); nil past 2^53 for a packed bucket, whose score cannot hold it.
+local function bucket_value(a, r, n, packed)
+	local t0 = a - EPOCH
+	if t0 >= 0 and t0 * n + r < TWO53 then
+		return fmt('%d', t0 * n + r)
+	elseif packed then
+		return nil
+	end
+	return fmt('%d+%d', a, r)
+end
+
 -- Gives back `cost` to the key `name` of limit l, holding v, that a
 -- request took at `take` (see "Refund"); a packed bucket's at position pos
 -- (see get_packed()). A token bucket gets cost * T less what `owed`
@@ -1933,21 +1969,8 @@ local function refund_key(name, v, l, cost, take, now, pos, owed, id)
 	end
 	if algo == 0 then
 		local p, n = l[7], l[8]
-		local a, r
-		local x = tonumber(v)
-		if x then
-			if x >= 0 and x < TWO53 and x % 1 == 0 then
-				local q
-				q, r = divmod(x, n)
-				a = EPOCH + q
-			end
-		else
-			local plus = find(v, '+', 1, true)
-			if plus then
-				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
-			end
-		end
-		if not (a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and r % 1 == 0) then
+		local a, r = bucket_tat(v, n)
+		if not a then
 			return 0
 		end
 		local iq, ir = muldiv(cost, p, n)
@@ -1981,14 +2004,9 @@ local function refund_key(name, v, l, cost, take, now, pos, owed, id)
 			end
 			return 1
 		end
-		local t0 = a - EPOCH
-		local val
-		if t0 >= 0 and t0 * n + r < TWO53 then
-			val = fmt('%d', t0 * n + r)
-		elseif packed then
+		local val = bucket_value(a, r, n, packed)
+		if not val then
 			return 0
-		else
-			val = fmt('%d+%d', a, r)
 		end
 		if packed then
 			-- (an earlier TAT: the hash's expiry still covers it)
@@ -2171,24 +2189,9 @@ local function charge_key(name, v, l, cost, now, pos)
 		local p, n = l[7], l[8]
 		local a, r, old = now, 0, 0
 		if v then
-			local x = tonumber(v)
-			if x then
-				if not (x >= 0 and x < TWO53 and x % 1 == 0) then
-					return 0
-				end
-				local q
-				q, r = divmod(x, n)
-				a = EPOCH + q
-			else
-				local plus = find(v, '+', 1, true)
-				if not plus then
-					return 0
-				end
-				a, r = tonumber(sub(v, 1, plus - 1)), tonumber(sub(v, plus + 1))
-				if not (a and r and a < TWO54 and a % 1 == 0 and r >= 0 and r < n and
-				    r % 1 == 0) then
-					return 0
-				end
+			a, r = bucket_tat(v, n)
+			if not a then
+				return 0
 			end
 			old = a + (r > 0 and 1 or 0)
 			if a < now then
@@ -2205,18 +2208,13 @@ local function charge_key(name, v, l, cost, now, pos)
 		if a > mq or (a == mq and r > mr) then
 			a, r = mq, mr
 		end
-		local t0 = a - EPOCH
-		local val
-		if t0 >= 0 and t0 * n + r < TWO53 then
-			val = fmt('%d', t0 * n + r)
-		elseif l[14] then
+		local val = bucket_value(a, r, n, l[14])
+		if not val then
 			return 0
-		else
-			val = fmt('%d+%d', a, r)
 		end
 		if l[14] then
 			-- (its set's expiry moved on past the new need, never back)
-			write_packed(pos, t0 * n + r, l, now, old)
+			write_packed(pos, (a - EPOCH) * n + r, l, now, old)
 		elseif keep then
 			rcall('SET', name, val, 'KEEPTTL')
 		else
