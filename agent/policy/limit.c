@@ -159,6 +159,24 @@ static int64_t bucket_more(i128 ticks, i128 n)
  * Everything is computed relative to now (tat - now, tat' - now): the same
  * exact values as absolute ticks, but small ones, so that divisions stay
  * within 64 bits (div_floor). */
+/* *next: the bucket whose tat is now + rel / quota (rel >= 0, in ticks:
+ * now * quota is a whole number of microseconds). Returns false when that
+ * is past the clock's range: tat saturated, no remainder. */
+static bool put_tat(const struct norm *v, int64_t now, i128 rel, struct limit_state *next)
+{
+	i128 q = div_floor(rel, v->n), a = (i128)now + q;
+
+	next->c = 0;
+	if (a > INT64_MAX) {
+		next->a = INT64_MAX;
+		next->b = 0;
+		return false;
+	}
+	next->a = (int64_t)a;
+	next->b = (int64_t)(rel - q * v->n);
+	return true;
+}
+
 /* *next: the bucket a capacity in debt at now, tat = now + 2 * cap * P
  * (saturated), and res->next_ttl_us its TTL, for a refusal of a bucket
  * that owed more. */
@@ -166,17 +184,8 @@ static __attribute__((noinline)) void empty_bucket(const struct norm *v, int64_t
 						  struct limit_state *next,
 						  struct limit_result *res)
 {
-	i128 room = 2 * v->cap * v->p, q = room / v->n, a = (i128)now + q;
-
-	next->c = 0;
-	if (a > INT64_MAX) {
-		next->a = INT64_MAX;
-		next->b = 0;
+	if (!put_tat(v, now, 2 * v->cap * v->p, next))
 		res->next_ttl_us = ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
-		return;
-	}
-	next->a = (int64_t)a;
-	next->b = (int64_t)(room - q * v->n);
 }
 
 static void eval_bucket128(const struct norm *v, const struct limit_state *st, int64_t now,
@@ -226,23 +235,8 @@ static void eval_bucket128(const struct norm *v, const struct limit_state *st, i
 	 * * P. None comes to a full bucket (rel 0, a look at a fresh key). */
 	res->more_us = rel > 0 ? bucket_more(rel + (i128)(res->remaining + 1) * v->p - room, v->n)
 			       : 0;
-	{
-		/* tat' = now * quota + rel, and now * quota is a whole
-		 * number of microseconds. */
-		i128 q = div_floor(rel, v->n);
-		i128 a = now + q;
-
-		next->c = 0;
-		if (a > INT64_MAX) {
-			next->a = INT64_MAX;
-			next->b = 0;
-			res->next_ttl_us = ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
-		} else {
-			next->a = (int64_t)a;
-			next->b = (int64_t)(rel - q * v->n);
-			res->next_ttl_us = ttl_of_reset(res->reset_us);
-		}
-	}
+	res->next_ttl_us = put_tat(v, now, rel, next) ? ttl_of_reset(res->reset_us)
+						      : ttl_norm(v, LIMIT_TOKEN_BUCKET, next, now);
 }
 
 /* eval_bucket128() in 64-bit arithmetic, for the figures of honest callers
@@ -810,7 +804,7 @@ const char *limit_algo_name(enum limit_algo a)
 static int settle_bucket(const struct norm *v, const struct limit_state *st, int64_t now,
 			 int64_t take, int64_t delta, struct limit_state *next)
 {
-	i128 d = ((i128)st->a - now) * v->n + st->b, debt = 2 * v->cap * v->p, q;
+	i128 d = ((i128)st->a - now) * v->n + st->b, debt = 2 * v->cap * v->p;
 
 	if (d > debt)
 		d = debt;
@@ -829,10 +823,7 @@ static int settle_bucket(const struct norm *v, const struct limit_state *st, int
 			return 1;
 		}
 	}
-	q = div_floor(d, v->n);
-	next->a = sat64((i128)now + q);
-	next->b = (int64_t)(d - q * v->n);
-	next->c = 0;
+	put_tat(v, now, d, next);
 	return 1;
 }
 
