@@ -233,26 +233,32 @@ static int explain_prepare(struct explain *ex, struct rules *rules, const struct
 	return 0;
 }
 
-/* Under shedding.adaptive, the backend that args name (its argument, a
- * string), as this agent sees it now (f: the server's flights; NULL, or a
- * backend not seen yet: its initial limit, nothing in flight). */
-static void explain_adaptive(struct explain *ex, const struct rules *rules,
+/* Under shedding.adaptive, the backend that args name (as a check-rate
+ * would read it, rules_adaptive_args), as this agent sees it now (f: the
+ * server's flights; NULL, or a backend not seen yet: its initial limit,
+ * nothing in flight). */
+static void explain_adaptive(struct explain *ex, struct rules *rules,
 			     const struct rules_args *args, const struct flights *f)
 {
 	const struct adaptive_config *ac = rules_adaptive(rules);
-	const struct spop_data *b = ac ? rules_args_get(args, ac->backend_arg) : NULL;
+	const struct spop_data *b, *rid;
 	struct flights_backend_stats st[FLIGHTS_BACKENDS_MAX];
-	size_t n = f ? flights_backends(f, st, FLIGHTS_BACKENDS_MAX) : 0;
+	struct adaptive_limit fresh;
+	struct rules_request req;
+	size_t n;
 
-	if (!b || (b->type != SPOP_T_STR && b->type != SPOP_T_BIN) || b->u.str.len == 0 ||
-	    b->u.str.len >= FLIGHTS_NAME_MAX)
+	if (!ac)
+		return;
+	rules_request_from_args(rules, args, &req);
+	if (!rules_adaptive_args(rules, &req, &b, &rid) || b->u.str.len >= FLIGHTS_NAME_MAX)
 		return;
 	ex->adaptive = true;
 	memcpy(ex->backend, b->u.str.ptr, b->u.str.len);
 	ex->backend[b->u.str.len] = '\0';
-	ex->adaptive_limit = ac->initial < ac->min ? ac->min : ac->initial > ac->max ? ac->max
-										       : ac->initial;
+	adaptive_init(&fresh, ac, 0);
+	ex->adaptive_limit = adaptive_current(&fresh, ac);
 	ex->adaptive_inflight = 0;
+	n = f ? flights_backends(f, st, FLIGHTS_BACKENDS_MAX) : 0;
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(st[i].name, ex->backend) == 0) {
 			ex->adaptive_limit = st[i].limit;
