@@ -77,24 +77,29 @@ bool flights_active(const struct flights *f)
 	return atomic_load_explicit(&f->nbackends, memory_order_acquire) > 0;
 }
 
+/* The backend named (name, len) among the first n, or NULL. */
+static struct backend *named(struct flights *f, unsigned n, const char *name, size_t len)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (f->be[i].len == len && memcmp(f->be[i].name, name, len) == 0)
+			return &f->be[i];
+	return NULL;
+}
+
 /* The backend named (name, len), added when new; NULL when there is no
  * room (or no memory for the entries). */
 static struct backend *backend_of(struct flights *f, const char *name, size_t len,
 				  const struct adaptive_config *c, int64_t now_us)
 {
 	unsigned n = atomic_load_explicit(&f->nbackends, memory_order_acquire);
-	struct backend *b = NULL;
+	struct backend *b = named(f, n, name, len);
 
-	for (unsigned i = 0; i < n; i++)
-		if (f->be[i].len == len && memcmp(f->be[i].name, name, len) == 0)
-			return &f->be[i];
-	if (len >= FLIGHTS_NAME_MAX)
-		return NULL;
+	if (b || len >= FLIGHTS_NAME_MAX)
+		return b;
+	/* again under the lock: another thread may have added it since */
 	pthread_mutex_lock(&f->add_lock);
 	n = atomic_load_explicit(&f->nbackends, memory_order_relaxed);
-	for (unsigned i = 0; i < n && !b; i++)
-		if (f->be[i].len == len && memcmp(f->be[i].name, name, len) == 0)
-			b = &f->be[i];
+	b = named(f, n, name, len);
 	if (!b && n < FLIGHTS_BACKENDS_MAX) {
 		if (!f->entries) {
 			f->entries = xcalloc(FLIGHTS_CAPACITY, sizeof(*f->entries));
