@@ -251,14 +251,15 @@ static __attribute__((noinline)) void release(struct worker *w, struct spop_curs
 	STAT_INC(w->stats.releases);
 	if (status && !spop_data_int(status, &st))
 		st = 0;
-	if (place && id && (place->type == SPOP_T_STR || place->type == SPOP_T_BIN) &&
-	    gate_release(w, id, place->u.str.ptr, place->u.str.len))
+	if (place && place->type != SPOP_T_STR && place->type != SPOP_T_BIN)
+		place = NULL; /* no place of ours */
+	if (place && id && gate_release(w, id, place->u.str.ptr, place->u.str.len))
 		return;
-	if (!place || (!id && !st) || (place->type != SPOP_T_STR && place->type != SPOP_T_BIN) ||
+	if (!place || (!id && !st) ||
 	    store_response(w->store, w->rules, place->u.str.ptr, place->u.str.len,
 			   id ? decide_request_id(id) : 0, st > 0 && st < 1000 ? (int)st : 0) < 0)
 		STAT_INC(w->stats.releases_bad);
-	if (place && (place->type == SPOP_T_STR || place->type == SPOP_T_BIN))
+	if (place)
 		settle(w, &args, place);
 }
 
