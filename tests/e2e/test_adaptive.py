@@ -228,7 +228,8 @@ def test_latency_step_sheds_p3_then_p2_and_recovers(h):
     assert series(a.mport, "spoa_rl_adaptive_drops_total", backend="app") == 0
 
 
-@harness.serial
+# (not alone: at 300 ms against a 100 ms target, a busy machine only makes
+# the limit fall sooner, and shadow mode sheds nothing whatever it is)
 def test_shadow_mode_reports_without_shedding(h):
     backend = LatencyBackend(0.3)
     h.backends.append(backend)
