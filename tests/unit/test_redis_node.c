@@ -765,22 +765,6 @@ static void test_deadline(void **unused)
 	redis_node_free(rn);
 }
 
-/* A query still queued when its deadline passed (the loop came late) is
- * answered at once, saturated, and never sent. */
-static void test_expired_query_is_not_sent(void **unused)
-{
-	struct redis_node *rn = ready_node(REDIS_STANDALONE);
-	struct redis_query r = query(7, 20000);
-	uint64_t calls = stats.calls;
-
-	assert_int_equal(redis_node_submit(rn, &r), 0);
-	now_us += 30000; /* no watcher ran meanwhile */
-	run();
-	assert_int_equal(seen.saturated, 1);
-	assert_int_equal(stats.calls, calls);
-	redis_node_free(rn);
-}
-
 /* Deadlines missed one after another while the server keeps answering,
  * late: every one is saturated, the breaker never opens, and the next
  * query still goes to the server. */
@@ -1370,7 +1354,6 @@ int main(void)
 		cmocka_unit_test_setup(test_silent_server_opens_the_breaker, setup),
 		cmocka_unit_test(test_breaker_judge),
 		cmocka_unit_test_setup(test_starved_loop_keeps_the_breaker_closed, setup),
-		cmocka_unit_test_setup(test_expired_query_is_not_sent, setup),
 		cmocka_unit_test_setup(test_breaker, setup),
 		cmocka_unit_test_setup(test_connection_lost, setup),
 		cmocka_unit_test_setup(test_unsolicited_and_malformed, setup),

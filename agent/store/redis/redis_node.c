@@ -538,10 +538,6 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct redis_node *rn = p->data;
 
-	/* Past their deadline already (the loop came late; its timer runs
-	 * after this): answered now, not sent to Redis for nothing. */
-	if (rn->qlen && rn->queue[rn->qhead].deadline <= clock_now_us())
-		redis_node_on_deadline(loop, &rn->deadline_w, 0);
 	if (rn->qlen && rn->state == NODE_READY) {
 		send_batches(rn);
 		redis_node_flush(rn);
