@@ -161,6 +161,16 @@ static void info_line(void *arg, const char *node, const struct redis_stats *sta
 		node_line(arg, node, stats);
 }
 
+/* The same, in seconds from microseconds. */
+static void info_seconds_line(void *arg, const char *node, const struct redis_stats *stats)
+{
+	struct node_line *nl = arg;
+
+	if (STAT_GET(stats->info_read))
+		outf(nl->o, "%s{node=\"%s\"} %.6f\n", nl->name, node,
+		     (double)counter_at(stats, nl->offset) / 1e6);
+}
+
 static const struct {
 	const char *name, *help;
 	size_t offset;
@@ -179,6 +189,7 @@ static void memory_info_series(struct out *o, struct store *st)
 {
 	struct node_line failures = { o, "spoa_rl_redis_info_failures_total",
 				      REDIS(info_failures) };
+	struct node_line stall = { o, "spoa_rl_redis_expiry_stall_seconds", REDIS(expiry_stall_us) };
 
 	for (size_t k = 0; k < sizeof(info_gauges) / sizeof(info_gauges[0]); k++) {
 		struct node_line nl = { o, info_gauges[k].name, info_gauges[k].offset };
@@ -190,6 +201,11 @@ static void memory_info_series(struct out *o, struct store *st)
 	     "connection, INFO or DBSIZE refused, no answer in time); decisions never wait "
 	     "on them.\n# TYPE %s counter\n", failures.name, failures.name);
 	store_redis_each_node(st, node_line, &failures);
+	outf(o, "# HELP %s The longest the server's key expiry may hold it at a time: 25%% of "
+	     "1/hz (INFO server), 0 when unknown. Not less than --redis-timeout, decisions due "
+	     "meanwhile are made by their rule's local bucket: set hz 100.\n# TYPE %s gauge\n",
+	     stall.name, stall.name);
+	store_redis_each_node(st, info_seconds_line, &stall);
 }
 
 /* TLS to the servers (--redis-tls): 0 without it. */

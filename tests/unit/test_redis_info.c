@@ -147,13 +147,25 @@ static const char *answer(struct redis_conn *c, redisReply *r)
 	return cmd;
 }
 
-static void answer_look(struct redis_conn *c, const char *info, long long keys)
+static const char server_text[] = "# Server\r\nredis_version:7.0.15\r\nhz:10\r\n"
+				   "configured_hz:10\r\n";
+
+static void answer_look_hz(struct redis_conn *c, const char *info, const char *server,
+			   long long keys)
 {
 	redisReply mem = { .type = REDIS_REPLY_STRING, .str = (char *)info, .len = strlen(info) };
+	redisReply srv = { .type = REDIS_REPLY_STRING, .str = (char *)server,
+			   .len = strlen(server) };
 	redisReply n = { .type = REDIS_REPLY_INTEGER, .integer = keys };
 
 	assert_string_equal(answer(c, &mem), "INFO");
+	assert_string_equal(answer(c, &srv), "INFO");
 	assert_string_equal(answer(c, &n), "DBSIZE");
+}
+
+static void answer_look(struct redis_conn *c, const char *info, long long keys)
+{
+	answer_look_hz(c, info, server_text, keys);
 }
 
 /* ---- the test's servers ------------------------------------------------------------ */
@@ -238,8 +250,8 @@ static void test_poll(void **state)
 	/* server 1 never answers: skipped, then failed after the timeout */
 	now_us += 1000000;
 	redis_info_poll(ri, addrs, 2, 5000000);
-	assert_int_equal(conns[0].n, 2);
-	assert_int_equal(conns[1].n, 2);
+	assert_int_equal(conns[0].n, 3);
+	assert_int_equal(conns[1].n, 3);
 	assert_int_equal(STAT_GET(stats[1].info_failures), 0);
 	now_us += 5000000;
 	redis_info_poll(ri, addrs, 2, 5000000);
@@ -288,6 +300,41 @@ static void test_refused(void **state)
 	assert_int_equal(live, 0);
 }
 
+/* How long key expiry may hold a server: 25% of 1/hz, read from INFO
+ * server (hz, not configured_hz: with dynamic-hz the server raises it
+ * under many clients); unknown (0) when not said; the figure follows
+ * each look. */
+static void test_expiry_stall(void **state)
+{
+	struct redis_config cfg;
+	struct redis_info *ri;
+
+	(void)state;
+	assert_int_equal(redis_info_expiry_stall_us(10), 25000);
+	assert_int_equal(redis_info_expiry_stall_us(100), 2500);
+	assert_int_equal(redis_info_expiry_stall_us(500), 500);
+	assert_int_equal(redis_info_expiry_stall_us(0), 0);
+	setup_servers();
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.timeout = 0.020;
+	ri = redis_info_new(NULL, &cfg, stats_of, NULL);
+	redis_info_poll(ri, addrs, 1, 5000000);
+	answer_look(&conns[0], info_text, 1);
+	assert_int_equal(STAT_GET(stats[0].expiry_stall_us), 25000);
+	redis_info_poll(ri, addrs, 1, 5000000);
+	answer_look_hz(&conns[0], info_text, "configured_hz:10\r\nhz:40\r\n", 1);
+	assert_int_equal(STAT_GET(stats[0].expiry_stall_us), 6250);
+	/* a server that does not say keeps the last figure, and the look
+	 * is not failed */
+	redis_info_poll(ri, addrs, 1, 5000000);
+	answer_look_hz(&conns[0], info_text, "# Server\r\n", 1);
+	assert_int_equal(STAT_GET(stats[0].expiry_stall_us), 6250);
+	assert_int_equal(STAT_GET(stats[0].info_failures), 0);
+	assert_int_equal(STAT_GET(stats[0].info_read), 1);
+	redis_info_free(ri);
+	assert_int_equal(live, 0);
+}
+
 /* A server no longer listed (a former master, a shard set changed)
  * loses its connection and its gauges; a new one gets its own. */
 static void test_forgotten(void **state)
@@ -322,6 +369,7 @@ int main(void)
 		cmocka_unit_test(test_poll),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_forgotten),
+		cmocka_unit_test(test_expiry_stall),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* redis_info.c: each server's memory and key count, on connections of
- * their own (see redis_info.h). */
+/* redis_info.c: each server's memory, key count and key expiry, on
+ * connections of their own (see redis_info.h). */
 #include "redis_info.h"
 
 #include <hiredis/hiredis.h>
@@ -28,6 +28,8 @@ struct probe {
 	int64_t busy_since;
 	uint64_t used, max;            /* INFO memory's, until DBSIZE answers */
 	bool seen;                     /* listed in the current poll */
+	bool stall_over;               /* its key expiry may outlast the deadline
+					* (logged when this changes) */
 };
 
 struct redis_info {
@@ -67,6 +69,11 @@ int redis_info_field(const char *text, size_t len, const char *name, uint64_t *v
 		p = stop + 1;
 	}
 	return -1;
+}
+
+int64_t redis_info_expiry_stall_us(uint64_t hz)
+{
+	return hz ? (int64_t)(250000 / hz) : 0;
 }
 
 static void failed(struct probe *p, const char *why)
@@ -159,6 +166,32 @@ static void on_memory(struct redis_conn *ac, redisReply *r, void *priv)
 	}
 }
 
+/* INFO server: hz, for how long the key expiry may hold the server, said
+ * when that outlasts a decision's deadline and when it no longer does.
+ * A server that does not say (none known) is left as unknown. */
+static void on_server(struct redis_conn *ac, redisReply *r, void *priv)
+{
+	struct probe *p = priv;
+	int64_t deadline = (int64_t)(p->ri->cfg->timeout * 1e6), stall;
+	uint64_t hz;
+
+	if (!answered(p, ac, r, REDIS_REPLY_STRING) ||
+	    redis_info_field(r->str, r->len, "hz", &hz) < 0)
+		return;
+	stall = redis_info_expiry_stall_us(hz);
+	STAT_SET(p->stats->expiry_stall_us, (uint64_t)stall);
+	if (stall >= deadline && !p->stall_over)
+		log_warn("redis: %s: its key expiry may hold it %.1f ms at a time (hz %llu), not "
+			 "less than a decision's %.1f ms deadline (--redis-timeout): decisions due "
+			 "meanwhile are made by their rule's local bucket. Set hz 100 on the server "
+			 "(2.5 ms; docs/redis.md, \"Key expiry\")", p->name, (double)stall / 1e3,
+			 (unsigned long long)hz, (double)deadline / 1e3);
+	else if (stall && stall < deadline && p->stall_over)
+		log_info("redis: %s: its key expiry holds it at most %.1f ms (hz %llu), within a "
+			 "decision's deadline", p->name, (double)stall / 1e3, (unsigned long long)hz);
+	p->stall_over = stall >= deadline;
+}
+
 static void on_dbsize(struct redis_conn *ac, redisReply *r, void *priv)
 {
 	struct probe *p = priv;
@@ -196,7 +229,8 @@ static int connect_to(struct probe *p)
 
 static void look(struct probe *p, int64_t timeout_us)
 {
-	const char *info[2] = { "INFO", "memory" }, *dbsize[1] = { "DBSIZE" };
+	const char *info[2] = { "INFO", "memory" }, *server[2] = { "INFO", "server" };
+	const char *dbsize[1] = { "DBSIZE" };
 	size_t infolen[2] = { 4, 6 }, dbsizelen[1] = { 6 };
 
 	if (p->busy && clock_now_us() - p->busy_since > timeout_us) {
@@ -206,6 +240,7 @@ static void look(struct probe *p, int64_t timeout_us)
 	if (p->busy || (!p->ac && connect_to(p) < 0))
 		return;
 	if (redis_conn_command(p->ac, on_memory, p, 2, info, infolen) < 0 ||
+	    redis_conn_command(p->ac, on_server, p, 2, server, infolen) < 0 ||
 	    redis_conn_command(p->ac, on_dbsize, p, 1, dbsize, dbsizelen) < 0) {
 		failed(p, "connection closing");
 		drop(p);

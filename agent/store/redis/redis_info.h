@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* redis_info.h: each server's memory and key count, as worker 0 of each
- * agent reads them (INFO memory, DBSIZE) for the metrics. Private to the
- * Redis store.
+ * agent reads them (INFO memory, DBSIZE) for the metrics, and how long
+ * its key expiry may hold it (INFO server's hz). Private to the Redis
+ * store.
  *
  * One connection of its own per server, carrying no decisions: a server
  * slow to answer, a refused INFO or a lost connection costs that
@@ -37,6 +38,16 @@ void redis_info_free(struct redis_info *ri);
  * gauges; one whose last look is still unanswered is skipped, or counted
  * failed and connected again after `timeout_us`. */
 void redis_info_poll(struct redis_info *ri, const struct addr *at, size_t n, int64_t timeout_us);
+
+/* The longest, in microseconds, that a server whose INFO server says
+ * `hz` may spend at a time expiring keys (0 when hz is 0: unknown).
+ * Redis expires keys that nobody reads in a cycle run hz times a second
+ * (serverCron), stopped after 25% of 1/hz, and the server answers
+ * nothing meanwhile: 25 ms at Redis's default hz 10, 2.5 ms at hz 100.
+ * It runs that long when many keys have expired, as a limiter's keys do
+ * every second. (Its active-expire-effort setting, which INFO does not
+ * show, lengthens it by up to 43/25: 1, the default, is assumed.) Pure. */
+int64_t redis_info_expiry_stall_us(uint64_t hz);
 
 /* The value of the INFO field `name` in text[0..len) ("name:VALUE\r\n"
  * lines), into *v: 0, or -1 when absent or not an unsigned integer. Pure. */

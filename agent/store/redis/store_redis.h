@@ -127,12 +127,15 @@ struct redis_stats {
 	/* per server, read every --redis-info-interval by worker 0
 	 * (redis_info.h): INFO memory's used_memory and maxmemory (0:
 	 * unlimited), DBSIZE; info_read 1 once read, 0 while no worker
-	 * looks at the server; looks that failed */
+	 * looks at the server; looks that failed; the longest its key expiry
+	 * may hold it, from INFO server's hz (redis_info_expiry_stall_us),
+	 * 0 when unknown */
 	counter_t used_memory;
 	counter_t maxmemory;
 	counter_t keys;
 	counter_t info_read;
 	counter_t info_failures;
+	counter_t expiry_stall_us;
 	/* deadline passed while Redis kept answering: decided by the rule's
 	 * local bucket (redis_breaker.h) */
 	counter_t saturated;
