@@ -401,11 +401,13 @@ def main():
                   "%d by the refusal cache, %d saturated, %d open (%d breaker skips after %d trips, "
                   "%d with the queue full), %d unanswered; p50 %.0f us, "
                   "p99 %.0f us (from the send: p50 %.0f us, p99 %.0f us; %d in the agent past 25 ms); "
-                  "Redis CPU %.0f%%; agent RSS (kB, every %d s): %s"
-                  % (args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
-                     r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
-                     r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"],
-                     r["late"], r["redis_cpu"], args.sample, " ".join(str(x) for x in rss)),
+                  "Redis CPU %.0f%%; waiting for a CPU: agent %.0f%%, Redis %.0f%%, generator "
+                  "%.0f%%; agent RSS (kB, every %d s): %s"
+                  % ((args.soak, rate, r["requests"], r["rps"], r["redis"], r["cache"],
+                      r["local"], r["open"], r["skips"], r["trips"], r["unavailable"],
+                      r["lost"], r["p50_us"], r["p99_us"], r["sent_p50_us"], r["sent_p99_us"],
+                      r["late"], r["redis_cpu"]) + tuple(r["cpu_wait"])
+                     + (args.sample, " ".join(str(x) for x in rss))),
                   flush=True)
             print("local buckets and log chunks in memory (every %d s): %s"
                   % (args.sample, " ".join("%d/%d" % k for k in r["mem_keys"])), flush=True)
