@@ -762,7 +762,10 @@ def main():
                 command(meta), meta["date"], meta["commit"] or "unknown", runs, duration),
             rows, redis_rows, haproxy_rows, redis_bench.TARGETS_VS_R1,
             dict(haproxy_bench.TARGETS),
-            names=("haproxy-throughput",) if a.update else None)
+            # --update replaces one section: only its figure (the
+            # saturation rows have none), the others' left as they are
+            names=(("haproxy-throughput",) if a.only == "haproxy" else ())
+            if a.update else None)
     except Exception as e:  # noqa: BLE001  (any bug in drawing)
         traceback.print_exc()
         problems.append("figures: not drawn: %s: %s" % (type(e).__name__, e))
