@@ -787,6 +787,23 @@ def test_instructions_report_redis_row():
     assert "--redis" not in "\n".join(instructions.report_lines(figures, None))
 
 
+def test_instructions_report_two_message_rows():
+    """The adaptive and charged requests show what they add to the plain
+    decision measured in the same run, and are left out when not measured."""
+    import instructions
+    figures = {"decision": 3500, "unknown": 1300, "stacked": 7600,
+               "adaptive": 8750, "charge": 7000}
+    text = "\n".join(instructions.report_lines(figures, None))
+    assert "| request of an adaptive backend" in text
+    assert "| 8750 (+5250 on the plain decision: 2.50x) |" in text
+    assert "| request of a `charge: response` rule" in text
+    assert "| 7000 (+3500 on the plain decision: 2.00x) |" in text
+    assert "--then release" in text and "--then response" in text
+    del figures["adaptive"], figures["charge"]
+    text = "\n".join(instructions.report_lines(figures, None))
+    assert "adaptive" not in text and "charge" not in text and "--then" not in text
+
+
 def test_tls_rows_state_the_agent_s_cost_against_plaintext():
     """R3t's agent CPU per decision against R3's, from the medians (the
     agent's share of a CPU over the decisions/s), with the 1.3x target on
