@@ -16,7 +16,10 @@ so start-up, HELLO, the first sight of each key and shutdown cancel out and
 what is left is the steady cost of one answer, protocol and system call
 wrappers included. The figures: a check-rate decision, the ACK of an
 unknown message (the protocol alone: the floor under any decision), a
-decision of three stacked rules, and a decision with Redis (a fresh
+decision of three stacked rules, a request of an adaptive backend and one
+charged by its response (each two messages: check-rate, then the release
+or response that gives the request's place back, as spop-bench --then
+sends them), and a decision with Redis (a fresh
 redis-server; spop-bench with 8 connections of 2 requests in flight, so
 that calls carry several decisions: the agent's side of a decision in
 Redis, the calls' formatting and replies included).
@@ -61,6 +64,32 @@ layers:
   address: { identity: ip, limits: ["%s"] }
 stack: [everyone, address]
 """ % (HIGH_LIMIT, HIGH_LIMIT, HIGH_LIMIT)
+
+# Adaptive shedding (docs/rules.md): every admitted request is timed from
+# its check-rate to its release; a target no request reaches and a max no
+# window of requests in flight reaches, so that nothing is shed and the
+# limit stays where it starts; a timeout no request reaches (no drops).
+ADAPTIVE_RULES = """\
+limits: ["%s"]
+shedding:
+  adaptive: { target: 60s, max: 1000000, timeout: 1h }
+""" % HIGH_LIMIT
+
+# charge: response (docs/rules.md): admitted at the rule's cost as the
+# estimate, settled by the response's cost; less than the estimate, as
+# with an LLM's max_tokens, so each settlement gives some back.
+CHARGE_ESTIMATE, CHARGE_COST = 10, 7
+CHARGE_RULES = """\
+tiers:
+  default: standard
+  standard: { limits: ["%s"], cost: %d, charge: response }
+""" % (HIGH_LIMIT, CHARGE_ESTIMATE)
+
+# Figures of a request of two messages: (key, rules, spop-bench's options)
+TWO_MESSAGES = (
+    ("adaptive", ADAPTIVE_RULES, ("--then", "release")),
+    ("charge", CHARGE_RULES, ("--then", "response", "--then-cost", str(CHARGE_COST))),
+)
 
 
 # The Redis row: in flight at once, so that a call carries several
@@ -119,13 +148,16 @@ def callgrind_total(path):
     raise RuntimeError("%s holds no total" % path)
 
 
-def count(agent_bin, bench_bin, message, requests, workdir, rules=None, rd=None):
+def count(agent_bin, bench_bin, message, requests, workdir, rules=None, rd=None,
+          then=(), key=None):
     """Instructions the agent ran to serve `requests` answers of `message`
     (start and stop included), under `rules` (a rules file's text) or the
     one high limit; with the Redis rd (a redis_bench.RedisServer) when
-    given."""
+    given; `then`: spop-bench's options for a second message per request
+    (--then), which the agent must answer for each; `key` names the
+    figure's files."""
     port = free_port()
-    tag = "%s%s%s" % (message, "-rules" if rules else "", "-redis" if rd else "")
+    tag = key or "%s%s%s" % (message, "-rules" if rules else "", "-redis" if rd else "")
     out = os.path.join(workdir, "callgrind.%s.%d.%%p" % (tag, requests))
     log_path = os.path.join(workdir, "agent-%s-%d.log" % (tag, requests))
     if rules:
@@ -155,13 +187,17 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None, rd=None)
         bench = subprocess.run(
             [bench_bin, "--addr", "127.0.0.1:%d" % port, "--conns", conns, "--inflight", inflight,
              "--requests", str(requests), "--duration", "%d" % BENCH_S, "--keys", KEYS,
-             "--message", message, "--json"],
+             "--message", message, "--json"] + list(then),
             stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=BENCH_S + 60, cwd=ROOT)
         res = json.loads(bench.stdout.strip().splitlines()[-1]) if bench.stdout.strip() else {}
         if bench.returncode != 0 or res.get("requests") != requests or res.get("errors"):
             raise RuntimeError("spop-bench: exit %d, %s of %d answered: %s" % (
                 bench.returncode, res.get("requests"), requests, bench.stderr.strip()[-400:]))
+        if then and res.get("then") != requests:
+            raise RuntimeError("spop-bench %s: %s of %d second messages answered "
+                               "(an answer without a place?)" % (
+                                   " ".join(then), res.get("then"), requests))
         if rd:
             m = redis_bench.agent_metrics(mport)
             # every decision Redis's: none timed out or went without it
@@ -188,7 +224,9 @@ def count(agent_bin, bench_bin, message, requests, workdir, rules=None, rd=None)
 
 
 def run(agent_bin, bench_bin):
-    """Returns ({"decision": n, "unknown": n}, None), or (None, why not)."""
+    """Returns ({"decision": n, "unknown": n, "stacked": n, "adaptive": n,
+    "charge": n[, "redis": n]}, None), or (None, why not). adaptive and
+    charge are per request: both its messages."""
     why = missing_tool()
     if why:
         return None, why
@@ -199,6 +237,11 @@ def run(agent_bin, bench_bin):
                 short = count(agent_bin, bench_bin, message, SHORT, workdir, rules)
                 long_ = count(agent_bin, bench_bin, message, LONG, workdir, rules)
                 figures[key] = round((long_ - short) / (LONG - SHORT))
+            for key, rules, then in TWO_MESSAGES:
+                n = {requests: count(agent_bin, bench_bin, "check-rate", requests, workdir,
+                                     rules, then=then, key=key)
+                     for requests in (SHORT, LONG)}
+                figures[key] = round((n[LONG] - n[SHORT]) / (LONG - SHORT))
             if shutil.which("redis-server"):
                 n = {}
                 ctx = types.SimpleNamespace(free_port=free_port, logdir=workdir)
@@ -231,6 +274,17 @@ def report_lines(figures, why):
         L.append("| check-rate decision of three rules (a rule and two layers: global, "
                  "per address), in-memory store | %d (%.2fx the one-rule decision) |"
                  % (figures["stacked"], figures["stacked"] / figures["decision"]))
+    if "adaptive" in figures:
+        L.append("| request of an adaptive backend (`shedding.adaptive`): check-rate and "
+                 "its `release`, in-memory store | %d (%+d on the plain decision: %.2fx) |"
+                 % (figures["adaptive"], figures["adaptive"] - figures["decision"],
+                    figures["adaptive"] / figures["decision"]))
+    if "charge" in figures:
+        L.append("| request of a `charge: response` rule: check-rate and its `response` "
+                 "(cost %d for an estimate of %d), in-memory store | %d (%+d on the plain "
+                 "decision: %.2fx) |" % (CHARGE_COST, CHARGE_ESTIMATE, figures["charge"],
+                                         figures["charge"] - figures["decision"],
+                                         figures["charge"] / figures["decision"]))
     if "redis" in figures:
         L.append("| check-rate decision with Redis (a fresh redis-server; %d connections of "
                  "%d in flight, so calls of several decisions) | %d (%.2fx the in-memory "
@@ -250,6 +304,17 @@ def report_lines(figures, why):
              % (HIGH_LIMIT, KEYS, " (with Redis: `--redis` to a fresh redis-server, "
                 "`--conns %d --inflight %d`)" % (REDIS_CONNS, REDIS_INFLIGHT)
                 if "redis" in figures else "", LONG, SHORT, LONG - SHORT))
+    if "adaptive" in figures:
+        L.append("")
+        L.append("The adaptive and charged rows count a request whole: its check-rate and "
+                 "the second message that gives its place back (`spop-bench --then release`, "
+                 "with `backend` and `request_id` in check-rate as "
+                 "spoe-conf/ratelimit-adaptive.conf sends them; `--then response "
+                 "--then-cost %d`, as spoe-conf/ratelimit-llm.conf), so what the feature "
+                 "costs per request is the row less the plain decision. Their rules: "
+                 "`shedding.adaptive` with a target no request reaches (nothing shed); a "
+                 "tier with `cost: %d` and `charge: response`, each response settling "
+                 "%d back." % (CHARGE_COST, CHARGE_ESTIMATE, CHARGE_ESTIMATE - CHARGE_COST))
     L.append("")
     return L
 
@@ -279,6 +344,10 @@ def main():
         print("instructions per in-memory decision: %d" % figures["decision"])
         print("instructions per ACK of an unknown message: %d" % figures["unknown"])
         print("instructions per in-memory decision of three rules: %d" % figures["stacked"])
+        print("instructions per request of an adaptive backend (check-rate and release): %d"
+              % figures["adaptive"])
+        print("instructions per request charged by its response (check-rate and "
+              "response): %d" % figures["charge"])
         if "redis" in figures:
             print("instructions per decision with Redis: %d" % figures["redis"])
     return 0

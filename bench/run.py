@@ -18,7 +18,8 @@ redis-server as well; then bench/lease_bench.py measures what leased tokens
 (--lease) save, and bench/saturation_bench.py offers a multi-limit rules file
 0.8, 1.2, 1.5 and 2 times what Redis decides (who decides then: Redis, the
 local bucket, or open). After the in-memory runs, bench/instructions.py counts
-the agent's instructions per decision and per protocol-only answer under
+the agent's instructions per decision, per protocol-only answer and per
+request of an adaptive backend or a charged rule (two messages) under
 callgrind (skipped without valgrind). Last, bench/haproxy_bench.py measures
 the whole path through a real HAProxy with wrk (skipped without wrk).
 bench/figures.py then draws the throughputs and latency distributions as SVG

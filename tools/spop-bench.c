@@ -20,6 +20,13 @@
  * before: a few busy clients among many quiet ones, without randomness, so
  * that two runs send the same requests.
  *
+ * With --then NAME, a request is two messages, as with HAProxy's release
+ * or response message: once check-rate's answer names a place (the txn
+ * variable "place"), a second NOTIFY named NAME carries it back, and the
+ * request is done at that one's ACK. An answer without a place ends its
+ * request, as HAProxy sends the second message only `if { var(txn.rl.place)
+ * -m found }`.
+ *
  * Only loopback addresses are accepted, so the tool cannot load someone
  * else's server by mistake.
  */
@@ -50,6 +57,8 @@
 #define BENCH_NOTIFY_MAX 1024u       /* room for one NOTIFY; names are capped */
 #define BENCH_RBUF_SIZE 65536u       /* more than 4 + the largest frame */
 #define BENCH_MAX_NAME 255u
+#define BENCH_MAX_PLACE 255u         /* a place longer than this is an error */
+#define BENCH_BACKEND "app"          /* the backend check-rate names (--then) */
 #define BENCH_MAX_INFLIGHT 4096u
 #define BENCH_MAX_CONNS 4096u
 #define BENCH_MAX_THREADS 64u
@@ -158,6 +167,9 @@ static void hist_print_json(FILE *f, const struct hist *h)
 struct bench_opts {
 	const char *addr;
 	const char *message;
+	const char *then;    /* the second message's name, or NULL */
+	int then_cost;       /* 1: it carries cost instead of request_id */
+	uint64_t cost;
 	unsigned conns;
 	unsigned threads;
 	unsigned inflight;
@@ -191,6 +203,7 @@ static struct sockaddr_storage g_sa;
 static socklen_t g_salen;
 static char g_engine_id[64];
 static size_t g_msg_len;
+static size_t g_then_len;
 static _Atomic uint64_t g_ticket; /* requests handed out, all threads */
 static uint64_t g_t0;             /* start of the measured run */
 static uint64_t g_deadline;       /* no new request at or after this */
@@ -208,6 +221,10 @@ static uint64_t now_ns(void)
 
 struct pending {
 	uint64_t sid;
+	uint64_t ticket;
+	uint64_t status;  /* of the check-rate's answer (--then) */
+	int has;
+	int then;         /* 1: the second message is in flight */
 	uint64_t t_start; /* send time, or scheduled time in open loop */
 	uint64_t t_sent;  /* send time */
 	int done;
@@ -245,6 +262,7 @@ struct worker {
 	struct hist hist_sent; /* from the actual send */
 	uint64_t sent, acks, passed, limited, other_status, no_status;
 	uint64_t errors, lost, printed;
+	uint64_t thens; /* second messages answered */
 	uint64_t t_last_ack;
 };
 
@@ -637,7 +655,7 @@ static int conn_put_notify(struct conn *c, uint64_t ticket, uint64_t sid)
 	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
 	start = spop_frame_begin(&wb, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, sid, 1);
 	spop_put_name(&wb, opt.message, g_msg_len);
-	spop_put_u8(&wb, 9);
+	spop_put_u8(&wb, opt.then && !opt.then_cost ? 11 : 9);
 	put_arg(&wb, "ip", ip);
 	put_arg(&wb, "method", spop_cstr("GET"));
 	put_arg(&wb, "path", spop_cstr("/api/items"));
@@ -648,6 +666,47 @@ static int conn_put_notify(struct conn *c, uint64_t ticket, uint64_t sid)
 	/* A lightly loaded backend, so no request is shed. */
 	put_arg(&wb, "be_in_use", spop_int64(10));
 	put_arg(&wb, "be_free", spop_int64(90));
+	if (opt.then && !opt.then_cost) {
+		/* as spoe-conf/ratelimit-adaptive.conf: the backend and the
+		 * request, which the release names again */
+		char id[32];
+		int idlen = snprintf(id, sizeof(id), "req-%" PRIu64, ticket);
+
+		put_arg(&wb, "backend", spop_cstr(BENCH_BACKEND));
+		put_arg(&wb, "request_id", spop_strn(id, (size_t)idlen));
+	}
+	if (spop_frame_end(&wb, start, c->max_frame) < 0)
+		return -1;
+	c->wlen += wb.len;
+	return 0;
+}
+
+/* Appends the second NOTIFY (--then) of request number `ticket`, giving
+ * back `place`: with request_id as spoe-conf/ratelimit-adaptive.conf's
+ * release, or with cost as spoe-conf/ratelimit-llm.conf's response. */
+static int conn_put_then(struct conn *c, uint64_t ticket, struct spop_str place, uint64_t sid)
+{
+	struct spop_wbuf wb;
+	size_t start;
+
+	if (c->woff > 0 && c->wcap - c->wlen < BENCH_NOTIFY_MAX) {
+		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+		c->wlen -= c->woff;
+		c->woff = 0;
+	}
+	spop_wbuf_init(&wb, c->wbuf + c->wlen, c->wcap - c->wlen);
+	start = spop_frame_begin(&wb, SPOP_FRAME_NOTIFY, SPOP_FLAG_FIN, sid, 1);
+	spop_put_name(&wb, opt.then, g_then_len);
+	spop_put_u8(&wb, 2);
+	put_arg(&wb, "place", spop_strn(place.ptr, place.len));
+	if (opt.then_cost) {
+		put_arg(&wb, "cost", spop_int64((int64_t)opt.cost));
+	} else {
+		char id[32];
+		int idlen = snprintf(id, sizeof(id), "req-%" PRIu64, ticket);
+
+		put_arg(&wb, "request_id", spop_strn(id, (size_t)idlen));
+	}
 	if (spop_frame_end(&wb, start, c->max_frame) < 0)
 		return -1;
 	c->wlen += wb.len;
@@ -708,6 +767,8 @@ static uint64_t conn_pump(struct worker *w, struct conn *c)
 		}
 		p = &c->q[(c->qhead + c->qlen) % c->qcap];
 		p->sid = c->next_sid;
+		p->ticket = ticket;
+		p->then = 0;
 		p->t_start = t_start;
 		p->t_sent = now;
 		p->done = 0;
@@ -726,11 +787,15 @@ static uint64_t conn_pump(struct worker *w, struct conn *c)
 /* Reads the status variable out of an ACK's LIST-OF-ACTIONS. Returns 0 with
  * *has set when the ACK sets a txn variable (an answer: its status, 0 when
  * the agent leaves it out), -1 on malformed actions. An ACK that sets none
- * answered no check-rate. */
-static int ack_status(const uint8_t *p, const uint8_t *end, int *has, uint64_t *status)
+ * answered no check-rate. *place is the txn variable "place" (a string),
+ * or has a NULL ptr when the answer sets none. */
+static int ack_status(const uint8_t *p, const uint8_t *end, int *has, uint64_t *status,
+		      struct spop_str *place)
 {
 	*has = 0;
 	*status = 0;
+	place->ptr = NULL;
+	place->len = 0;
 	while (p < end) {
 		struct spop_str name;
 		struct spop_data d;
@@ -756,6 +821,11 @@ static int ack_status(const uint8_t *p, const uint8_t *end, int *has, uint64_t *
 					return -1;
 				*status = v;
 			}
+			if (scope == SPOP_SCOPE_TXN && str_eq(name, "place")) {
+				if (d.type != SPOP_T_STR)
+					return -1;
+				*place = d.u.str;
+			}
 		} else if (act != SPOP_ACT_UNSET_VAR || nargs != 2) {
 			return -1;
 		}
@@ -767,6 +837,7 @@ static void conn_on_ack(struct worker *w, struct conn *c, const struct spop_fram
 			uint64_t now)
 {
 	struct pending *p = NULL;
+	struct spop_str place;
 	uint64_t status = 0;
 	unsigned i;
 	int has;
@@ -792,8 +863,33 @@ static void conn_on_ack(struct worker *w, struct conn *c, const struct spop_fram
 			  f->stream_id);
 		return;
 	}
-	if (ack_status(f->payload, f->payload + f->payload_len, &has, &status) < 0) {
+	if (ack_status(f->payload, f->payload + f->payload_len, &has, &status, &place) < 0) {
 		conn_fail(w, c, "ACK with malformed actions");
+		return;
+	}
+	if (opt.then && p->then) {
+		/* the second message's answer: the request is done, with the
+		 * first one's status */
+		w->thens++;
+		has = p->has;
+		status = p->status;
+	} else if (opt.then && place.ptr) {
+		if (place.len > BENCH_MAX_PLACE) {
+			conn_fail(w, c, "place of %zu bytes, more than %u", place.len,
+				  BENCH_MAX_PLACE);
+			return;
+		}
+		if (conn_put_then(c, p->ticket, place, c->next_sid) < 0) {
+			conn_fail(w, c, "NOTIFY %s does not fit in %" PRIu32 " bytes", opt.then,
+				  c->max_frame);
+			return;
+		}
+		p->then = 1;
+		p->has = has;
+		p->status = status;
+		p->sid = c->next_sid;
+		c->next_sid += 2;
+		conn_flush(w, c);
 		return;
 	}
 	hist_record(&w->hist, now > p->t_start ? now - p->t_start : 0);
@@ -1027,6 +1123,14 @@ static void usage(FILE *out)
 		"  --hot-share PCT    percent of the requests for the hot clients, evenly\n"
 		"                     spread through the run (1..100; needs --hot-keys)\n"
 		"  --message NAME     SPOE message name (default check-rate)\n"
+		"  --then NAME        a request is two messages: after an answer that sets\n"
+		"                     txn place, send NOTIFY NAME with place= and\n"
+		"                     request_id=, as spoe-conf/ratelimit-adaptive.conf's\n"
+		"                     release (check-rate then also carries backend=app and\n"
+		"                     request_id=); the request is done at its ACK\n"
+		"  --then-cost N      with --then: NAME carries place= and cost=N instead, as\n"
+		"                     spoe-conf/ratelimit-llm.conf's response (check-rate as\n"
+		"                     without --then)\n"
 		"  --json             print one JSON line on stdout (summary on stderr)\n"
 		"  --histogram        with --json, add \"hist_ns\": the latency histogram as\n"
 		"                     [[highest ns in the bucket, count], ...], non-empty\n"
@@ -1132,7 +1236,8 @@ static int parse_addr(const char *s, struct sockaddr_storage *sa, socklen_t *len
 static int parse_opts(int argc, char **argv)
 {
 	enum { O_ADDR = 256, O_CONNS, O_THREADS, O_INFLIGHT, O_REQUESTS, O_DURATION,
-	       O_RATE, O_KEYS, O_HOT_KEYS, O_HOT_SHARE, O_MESSAGE, O_JSON, O_HISTOGRAM };
+	       O_RATE, O_KEYS, O_HOT_KEYS, O_HOT_SHARE, O_MESSAGE, O_JSON, O_HISTOGRAM,
+	       O_THEN, O_THEN_COST };
 	static const struct option longopts[] = {
 		{ "addr", required_argument, NULL, O_ADDR },
 		{ "conns", required_argument, NULL, O_CONNS },
@@ -1147,6 +1252,8 @@ static int parse_opts(int argc, char **argv)
 		{ "message", required_argument, NULL, O_MESSAGE },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "histogram", no_argument, NULL, O_HISTOGRAM },
+		{ "then", required_argument, NULL, O_THEN },
+		{ "then-cost", required_argument, NULL, O_THEN_COST },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -1200,6 +1307,16 @@ static int parse_opts(int argc, char **argv)
 			if (!*optarg || strlen(optarg) > BENCH_MAX_NAME)
 				what = "--message wants a name of 1..255 bytes";
 			break;
+		case O_THEN:
+			opt.then = optarg;
+			if (!*optarg || strlen(optarg) > BENCH_MAX_NAME)
+				what = "--then wants a name of 1..255 bytes";
+			break;
+		case O_THEN_COST:
+			opt.then_cost = 1;
+			if (parse_u64(optarg, 0, INT64_MAX, &opt.cost) < 0)
+				what = "--then-cost wants a non-negative integer";
+			break;
 		case O_JSON:
 			opt.json = 1;
 			break;
@@ -1226,6 +1343,10 @@ static int parse_opts(int argc, char **argv)
 		fprintf(stderr, "spop-bench: --histogram goes into the --json line; add --json\n");
 		bad = 1;
 	}
+	if (!bad && opt.then_cost && !opt.then) {
+		fprintf(stderr, "spop-bench: --then-cost goes with --then\n");
+		bad = 1;
+	}
 	if (!bad && !opt.hot_keys != !opt.hot_share) {
 		fprintf(stderr, "spop-bench: --hot-keys and --hot-share go together\n");
 		bad = 1;
@@ -1237,6 +1358,7 @@ static int parse_opts(int argc, char **argv)
 	if (opt.threads > opt.conns)
 		opt.threads = opt.conns;
 	g_msg_len = strlen(opt.message);
+	g_then_len = opt.then ? strlen(opt.then) : 0;
 	return 0;
 }
 
@@ -1248,7 +1370,7 @@ int main(int argc, char **argv)
 	struct worker *workers = NULL;
 	struct hist *total = NULL, *total_sent = NULL;
 	uint64_t acks = 0, sent = 0, passed = 0, limited = 0, other = 0, none = 0;
-	uint64_t errors = 0, lost = 0, t_end = 0;
+	uint64_t errors = 0, lost = 0, thens = 0, t_end = 0;
 	double secs, rps;
 	unsigned i, started = 0;
 	int rc, status = 1;
@@ -1352,6 +1474,7 @@ int main(int argc, char **argv)
 		none += w->no_status;
 		errors += w->errors;
 		lost += w->lost;
+		thens += w->thens;
 		if (w->t_last_ack > t_end)
 			t_end = w->t_last_ack;
 	}
@@ -1382,6 +1505,8 @@ int main(int argc, char **argv)
 			hist_quantile(total_sent, 0.99) / 1e3);
 	fprintf(out, "status    0: %" PRIu64 "  429: %" PRIu64 "  other: %" PRIu64
 		"  none: %" PRIu64 "\n", passed, limited, other, none);
+	if (opt.then)
+		fprintf(out, "then      %" PRIu64 " \"%s\" answered\n", thens, opt.then);
 	fprintf(out, "errors    %" PRIu64 " (%" PRIu64 " requests unanswered)\n", errors, lost);
 	if (opt.json) {
 		printf("{\"requests\":%" PRIu64 ",\"seconds\":%.3f,\"rps\":%.1f,"
@@ -1394,6 +1519,8 @@ int main(int argc, char **argv)
 		       errors, lost);
 		printf(",\"sent_p50_us\":%.1f,\"sent_p99_us\":%.1f",
 		       hist_quantile(total_sent, 0.50) / 1e3, hist_quantile(total_sent, 0.99) / 1e3);
+		if (opt.then)
+			printf(",\"then\":%" PRIu64, thens);
 		if (opt.histogram) {
 			printf(",\"hist_ns\":");
 			hist_print_json(stdout, total);

@@ -3,11 +3,13 @@
 results, they are well-formed SVG with a title, a description, labelled axes,
 a bar per median and a dot per run at the right heights, the same bytes
 every time, linked from the report by relative paths; and the histogram
-spop-bench exports for them (--histogram) gives back its own percentiles."""
+spop-bench exports for them (--histogram) gives back its own percentiles;
+spop-bench --then gives each request's place back in a second message."""
 
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -294,6 +296,62 @@ def test_spop_bench_histogram_needs_json():
     r = spop_bench("--addr", "127.0.0.1:1", "--histogram")
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "--histogram" in r.stderr and "--json" in r.stderr, r.stderr
+
+
+THEN_RULES = {
+    # a target no request reaches: every request is admitted and timed
+    "adaptive": 'limits: ["1000000/1h"]\n'
+                "shedding: { adaptive: { target: 60s, max: 100000, timeout: 1h } }\n",
+    "charge": "tiers:\n  default: standard\n"
+              '  standard: { limits: ["1000000/1h"], cost: 10, charge: response }\n',
+}
+
+
+def then_agent(h, which):
+    path = os.path.join(h.dir, "rules-%s.yaml" % which)
+    with open(path, "w") as f:
+        f.write(THEN_RULES[which])
+    mport = harness.free_port()
+    a = h.agent("--rules", path, "--threads", "1", "--metrics", "127.0.0.1:%d" % mport)
+    return "127.0.0.1:%d" % a.port, lambda name: float(re.search(
+        r"^%s (\S+)$" % re.escape(name), harness.http_get(mport, "/metrics").text,
+        re.M).group(1))
+
+
+def test_spop_bench_then_gives_each_place_back(h):
+    """--then: each admitted request's place comes back in a second message,
+    as HAProxy's release (with request_id) or response (with cost) would."""
+    addr, metric = then_agent(h, "adaptive")
+    samples = 'spoa_rl_adaptive_samples_total{backend="app"}'
+    r = spop_bench("--addr", addr, "--requests", "300", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "then" not in json.loads(r.stdout.strip().splitlines()[-1])
+    r = spop_bench("--addr", addr, "--requests", "500", "--inflight", "4", "--json",
+                   "--then", "release")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["requests"] == res["then"] == res["passed"] == 500, res
+    # every request was timed from its check-rate to its release
+    assert metric(samples) == 500, metric(samples)
+    assert metric('spoa_rl_adaptive_inflight{backend="app"}') == 0
+    assert metric("spoa_rl_adaptive_untracked_total") == 0
+
+    addr, metric = then_agent(h, "charge")
+    r = spop_bench("--addr", addr, "--requests", "400", "--inflight", "4", "--json",
+                   "--then", "response", "--then-cost", "7")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["requests"] == res["then"] == 400, res
+    # each estimate of 10 settled at 7: 3 given back per request
+    assert metric("spoa_rl_charge_settlements_total") == 400
+    assert metric("spoa_rl_charge_given_tokens_total") == 400 * 3
+    assert metric("spoa_rl_charge_invalid_total") == 0
+
+
+def test_spop_bench_then_cost_needs_then():
+    r = spop_bench("--addr", "127.0.0.1:1", "--then-cost", "5")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--then" in r.stderr, r.stderr
 
 
 def test_haproxy_call_split():
@@ -727,6 +785,23 @@ def test_instructions_report_redis_row():
     del figures["redis"]
     assert "with Redis" not in "\n".join(instructions.report_lines(figures, None))
     assert "--redis" not in "\n".join(instructions.report_lines(figures, None))
+
+
+def test_instructions_report_two_message_rows():
+    """The adaptive and charged requests show what they add to the plain
+    decision measured in the same run, and are left out when not measured."""
+    import instructions
+    figures = {"decision": 3500, "unknown": 1300, "stacked": 7600,
+               "adaptive": 8750, "charge": 7000}
+    text = "\n".join(instructions.report_lines(figures, None))
+    assert "| request of an adaptive backend" in text
+    assert "| 8750 (+5250 on the plain decision: 2.50x) |" in text
+    assert "| request of a `charge: response` rule" in text
+    assert "| 7000 (+3500 on the plain decision: 2.00x) |" in text
+    assert "--then release" in text and "--then response" in text
+    del figures["adaptive"], figures["charge"]
+    text = "\n".join(instructions.report_lines(figures, None))
+    assert "adaptive" not in text and "charge" not in text and "--then" not in text
 
 
 def test_tls_rows_state_the_agent_s_cost_against_plaintext():
