@@ -15,6 +15,7 @@
 #include "rules_text.h"
 
 #include "alloc.h"
+#include "charge.h"
 #include "clock.h"
 #include "inflight.h"
 #include "memstore.h"
@@ -356,6 +357,46 @@ static void prepare_rid(struct rules *rules, const char *api_key, const char *ri
 	decide_prepare(rules, c, 2, 0, q);
 }
 
+/* A charge's place, RULE/KEYHEX/ESTIMATE/TAKE_US/LIMITS, byte for byte as
+ * the printf format "%s/%s/%u/%lld/%016llx" writes it, at the ends of
+ * each number's range; and read back. */
+static void test_charge_place_format(void **state)
+{
+	struct rules *rules = rules_from_text(
+		"tiers: { a-tier-with-a-longer-name: { limits: [10/1m], charge: response } }");
+	static const uint32_t costs[] = { 0, 1, 9, 10, 4294967295u };
+	static const int64_t takes[] = { 0, 7, 1733300000123456, INT64_MAX, -5, INT64_MIN };
+	struct decide_query q;
+	struct decide_decision d;
+	struct charge_place cp;
+	char want[DECIDE_PLACE_MAX], hex[IDENTITY_HEX_LEN + 1];
+
+	(void)state;
+	prepare_rid(rules, "k", "a", &q);
+	identity_hex(q.key, hex);
+	for (size_t c = 0; c < sizeof(costs) / sizeof(costs[0]); c++) {
+		for (size_t t = 0; t < sizeof(takes) / sizeof(takes[0]); t++) {
+			int n;
+
+			q.cost = costs[c];
+			charge_put_place(&q, takes[t], &d);
+			n = snprintf(want, sizeof(want), "%.*s/%s/%u/%lld/%016llx",
+				     (int)q.rule->name_len, q.rule->name, hex, (unsigned)q.cost,
+				     (long long)takes[t],
+				     (unsigned long long)charge_limits_id(q.rule));
+			assert_int_equal(d.place_len, n);
+			assert_memory_equal(d.place, want, (size_t)n);
+			if (takes[t] < 0 || costs[c] == 0)
+				continue;
+			assert_int_equal(charge_parse_place(d.place, d.place_len, &cp), 1);
+			assert_int_equal(cp.estimate, costs[c]);
+			assert_true(cp.take_us == takes[t]);
+			assert_true(cp.limits == charge_limits_id(q.rule));
+		}
+	}
+	rules_release(rules);
+}
+
 /* A rule that charges what the response says, with a concurrency limit:
  * its place carries the estimate and serves both the release and the
  * settlement; more is taken (the client waits its debt out), a cost not a
@@ -612,6 +653,7 @@ int main(void)
 		cmocka_unit_test(test_memory_store),
 		cmocka_unit_test(test_memory_overrides_bounded),
 		cmocka_unit_test(test_memory_concurrency),
+		cmocka_unit_test(test_charge_place_format),
 		cmocka_unit_test(test_memory_charge),
 		cmocka_unit_test(test_stats_summed),
 		cmocka_unit_test(test_delay_memory),
