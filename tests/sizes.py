@@ -21,9 +21,7 @@ FUNCTION_MAX = 120
 
 # Over the bound until they are cut at their seams. An entry no longer
 # over it fails the check, so that the list only shrinks.
-PENDING = {
-    "agent/store/redis/store_redis.c",
-}
+PENDING = set()
 
 NAME = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 

@@ -21,7 +21,7 @@ struct redis_config;
 struct redis_info;
 struct redis_stats;
 
-/* The counters of the server at `at` (store_redis.c's, by address). */
+/* The counters of the server at `at` (store_redis_config.c's, by address). */
 typedef struct redis_stats *redis_info_stats_fn(void *owner, const struct addr *at);
 
 /* The reader, on loop, connecting as cfg says (cfg must outlive it).
