@@ -139,6 +139,36 @@ static void test_expire(void **unused)
 	flights_free(f);
 }
 
+/* A sweep reads only the shards with an entry due (each shard keeps its
+ * earliest deadline): entries of a shorter timeout, after a reload, are
+ * dropped at their own deadline though older ones are due later; those
+ * released meanwhile are not dropped; each due one is, once. */
+static void test_expire_follows_each_deadline(void **unused)
+{
+	struct adaptive_config c = cfg(2, 1000), shorter = cfg(2, 1000);
+	struct flights *f = flights_new();
+
+	shorter.timeout_us = 100 * MS;
+	for (uint64_t id = 1; id <= 40; id++)
+		assert_int_equal(enter(f, "app", id, 0, &c, 0), FLIGHTS_ADMITTED);
+	for (uint64_t id = 1; id <= 10; id++)
+		assert_int_equal(flights_leave(f, id, &c, 300 * MS), 1);
+	assert_int_equal(flights_expire(f, &c, 500 * MS), 0);
+	for (uint64_t id = 41; id <= 60; id++)
+		assert_int_equal(enter(f, "app", id, 0, &shorter, 600 * MS), FLIGHTS_ADMITTED);
+	assert_int_equal(stats_of(f, "app").inflight, 50);
+	assert_int_equal(flights_expire(f, &shorter, 699 * MS), 0);
+	assert_int_equal(flights_expire(f, &shorter, 700 * MS), 20);
+	assert_int_equal(flights_expire(f, &shorter, 800 * MS), 0);
+	assert_int_equal(stats_of(f, "app").inflight, 30);
+	assert_int_equal(flights_expire(f, &c, 999 * MS), 0);
+	assert_int_equal(flights_expire(f, &c, 1000 * MS), 30);
+	assert_int_equal(flights_expire(f, &c, 5000 * MS), 0);
+	assert_int_equal(stats_of(f, "app").inflight, 0);
+	assert_int_equal(stats_of(f, "app").drops, 50);
+	flights_free(f);
+}
+
 /* Many ids land in one probe: past FLIGHTS_PROBE of one shard's slot,
  * not tracked, counted; the count stays exact. */
 static void test_full(void **unused)
@@ -203,6 +233,7 @@ int main(void)
 		cmocka_unit_test(test_shed_by_priority),
 		cmocka_unit_test(test_cancel_and_untracked),
 		cmocka_unit_test(test_expire),
+		cmocka_unit_test(test_expire_follows_each_deadline),
 		cmocka_unit_test(test_full),
 		cmocka_unit_test(test_threads),
 	};
