@@ -3,7 +3,7 @@
 """Benchmarks the agent with the SPOP load generator and writes BENCHMARKS.md.
 
     python3 bench/run.py --build build [--quick]
-                         [--only memory|redis|lease|saturation|haproxy]
+                         [--only memory|redis|lease|saturation|haproxy|instructions]
                          [--haproxy BIN,BIN...] [--rows LIST] [--update]
                          [--output FILE]
 
@@ -401,7 +401,8 @@ def command(meta):
 
 
 UPDATABLE = {"haproxy": ("## Through HAProxy", "HAProxy runs:"),
-             "saturation": ("## Redis saturation", "Saturation runs:")}
+             "saturation": ("## Redis saturation", "Saturation runs:"),
+             "instructions": ("## Instructions per answer (callgrind)", "Instruction counts:")}
 
 
 def saturation_checks(problems, res=None):
@@ -453,9 +454,9 @@ def spliced(text, meta, heading, section, para_start, para):
         while e < end and lines[e]:
             e += 1
         lines[k:e] = [para]
-    what = "- %s: made alone by `%s`, %s, commit %s, %d runs of %g s" % (
+    what = "- %s: made alone by `%s`, %s, commit %s, %s" % (
         heading[3:], command(meta), meta["date"], meta["commit"] or "unknown",
-        meta["runs"], meta["duration"])
+        meta.get("detail") or "%d runs of %g s" % (meta["runs"], meta["duration"]))
     prefix = "- %s: made alone by" % heading[3:]
     old = [n for n, ln in enumerate(lines[:heads[0]]) if ln.startswith(prefix)]
     if old:
@@ -574,9 +575,11 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--quick", action="store_true",
                     help="2 runs of 2 s each: a smoke check")
-    ap.add_argument("--only", choices=("memory", "redis", "lease", "saturation", "haproxy"),
+    ap.add_argument("--only", choices=("memory", "redis", "lease", "saturation", "haproxy",
+                                       "instructions"),
                     help="run only the in-memory, the Redis, the leased tokens', the "
-                    "saturation or the HAProxy configurations")
+                    "saturation or the HAProxy configurations, or only the agent's "
+                    "instruction counts (callgrind)")
     ap.add_argument("--haproxy", metavar="LIST",
                     help="the HAProxy binaries the HAProxy rows run on, comma-separated "
                     "names or paths, a table each (default: the one HAPROXY names, else "
@@ -649,6 +652,8 @@ def main():
         "commit": commit(),
         "runs": runs,
         "duration": duration,
+        # what a section made alone says of its runs, when not runs x duration
+        "detail": "one callgrind run per figure" if a.only == "instructions" else None,
     }
     steal0 = redis_bench.machine_idle()
     rows, problems, done = [], [], {}
@@ -723,7 +728,8 @@ def main():
             redis_bench.interleave(ctx, group, runs, one=once)
             done.update((row["key"], row["median"]) for row in group if row["runs"])
         insn_lines = []
-        if a.only in (None, "memory"):
+        insn = None
+        if a.only in (None, "memory", "instructions"):
             # After the timed runs, so that valgrind's CPU disturbs none of them.
             insn, why = instructions.run(agent_bin, bench_bin)
             if insn is None and not instructions.missing_tool():
@@ -777,7 +783,14 @@ def main():
         lease_lines = lease_lines + saturation_bench.report(ctx, sat_rows)
     haproxy_lines = (haproxy_bench.report(ctx, haproxy_rows)
                      if haproxy_rows is not None else [])
-    if a.update and a.only == "saturation":
+    if a.update and a.only == "instructions":
+        text = spliced(old_report, meta, UPDATABLE[a.only][0], insn_lines,
+                       UPDATABLE[a.only][1], "Instruction counts: %s." % (
+                           "every request of every figure answered" if insn else
+                           "FAILED: not measured"))
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    elif a.update and a.only == "saturation":
         text = spliced(old_report, meta, UPDATABLE[a.only][0],
                        saturation_bench.report(ctx, sat_rows), UPDATABLE[a.only][1],
                        saturation_checks(problems, sat_rows))
