@@ -11,4 +11,5 @@ test_redis_node_SRCS := tests/unit/test_redis_node.c agent/store/redis/redis_nod
 # the loop's watchers and the monotonic clock are the test's (see there)
 test_redis_node_LDFLAGS := -Wl,--wrap=clock_gettime -Wl,--wrap=ev_io_start -Wl,--wrap=ev_io_stop \
 	-Wl,--wrap=ev_timer_start -Wl,--wrap=ev_timer_stop -Wl,--wrap=ev_timer_again \
-	-Wl,--wrap=ev_prepare_start -Wl,--wrap=ev_prepare_stop -Wl,--wrap=ev_feed_event
+	-Wl,--wrap=ev_prepare_start -Wl,--wrap=ev_prepare_stop -Wl,--wrap=ev_feed_event \
+	-Wl,--wrap=ev_idle_start -Wl,--wrap=ev_idle_stop

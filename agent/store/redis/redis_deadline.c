@@ -12,6 +12,7 @@
 static void answer_saturated(struct redis_node *rn, const struct redis_query *r, bool sent)
 {
 	STAT_INC(rn->stats->saturated);
+	rn->answers++;
 	rn->cb->failed(rn->owner, r, sent, true);
 }
 

@@ -42,6 +42,7 @@ static void handshake_failed(struct redis_node *rn);
 
 void redis_node_answer_degraded(struct redis_node *rn, const struct redis_query *r, bool sent)
 {
+	rn->answers++;
 	rn->cb->failed(rn->owner, r, sent, false);
 }
 
@@ -537,11 +538,24 @@ void redis_node_flush(struct redis_node *rn)
 static void on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct redis_node *rn = p->data;
+	unsigned answers = rn->answers;
 
+	/* Past their deadline already (the loop came late; its timer runs
+	 * after this): answered now, not sent to Redis for nothing. */
+	if (rn->qlen && rn->queue[rn->qhead].deadline <= clock_now_us())
+		redis_node_on_deadline(loop, &rn->deadline_w, 0);
 	if (rn->qlen && rn->state == NODE_READY) {
 		send_batches(rn);
 		redis_node_flush(rn);
 	}
+	if (rn->answers != answers)
+		ev_idle_start(loop, &rn->kick_w);
+}
+
+/* One turn of the loop without blocking, for the answers above. */
+static void on_kick(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	ev_idle_stop(loop, w);
 }
 
 const char *redis_node_name(const struct redis_node *rn)
@@ -801,6 +815,7 @@ struct redis_node *redis_node_new(struct ev_loop *loop, int worker, const struct
 	rn->handshake_w.data = rn;
 	ev_timer_init(&rn->eviction_w, on_eviction_look, 0., EVICTION_LOOK_S);
 	rn->eviction_w.data = rn;
+	ev_idle_init(&rn->kick_w, on_kick);
 	ev_prepare_init(&rn->send_w, on_prepare);
 	rn->send_w.data = rn;
 	ev_prepare_start(loop, &rn->send_w);
@@ -836,6 +851,7 @@ void redis_node_free(struct redis_node *rn)
 	ev_timer_stop(rn->loop, &rn->deadline_w);
 	ev_timer_stop(rn->loop, &rn->eviction_w);
 	ev_prepare_stop(rn->loop, &rn->send_w);
+	ev_idle_stop(rn->loop, &rn->kick_w);
 	free_buffers(rn);
 }
 

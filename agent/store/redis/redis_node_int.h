@@ -38,6 +38,12 @@ struct redis_node {
 	ev_timer deadline_w;
 	int64_t due;                 /* when deadline_w is due; 0 idle */
 	ev_prepare send_w;
+	/* Answers given before the loop blocks (in send_w: a send that
+	 * failed, a query past its deadline) go out in one more turn of the
+	 * loop: the owner's prepare watcher that writes them may have run
+	 * already in this one, and nothing else would wake the loop. */
+	ev_idle kick_w;
+	unsigned answers;            /* answers given without Redis, counted */
 	/* queue of unsent queries: a ring of cfg->max_pending */
 	struct redis_query *queue;
 	size_t qhead, qlen;
