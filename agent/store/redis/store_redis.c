@@ -457,6 +457,7 @@ static int redis_worker_init(struct store_worker *sw)
 	rw->held_w.data = rw;
 	ev_timer_init(&rw->recheck_w, on_recheck, 0., 0.);
 	rw->recheck_w.data = rw;
+	ev_idle_init(&rw->kick_w, on_reap_kick);
 	ev_prepare_init(&rw->reap_w, on_reap);
 	rw->reap_w.data = rw;
 	ev_prepare_start(sw->loop, &rw->reap_w);
@@ -537,6 +538,7 @@ static void redis_worker_free(struct store_worker *sw)
 	ev_timer_stop(sw->loop, &rw->info_w);
 	redis_info_free(rw->info);
 	ev_prepare_stop(sw->loop, &rw->reap_w);
+	ev_idle_stop(sw->loop, &rw->kick_w);
 	xfree(rw->map);
 	xfree(rw->held);
 	refusals_free(rw->cache);

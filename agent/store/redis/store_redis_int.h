@@ -77,6 +77,9 @@ struct redis_worker {
 	struct redis_node *retired[WORKER_NODES_MAX];
 	size_t nretired;
 	ev_prepare reap_w;
+	/* what their freeing answered goes out in one more turn of the loop
+	 * (see redis_node_int.h's kick_w) */
+	ev_idle kick_w;
 };
 /* The store's functions: a store is Redis's when st->ops is this one. */
 extern const struct store_ops redis_ops;
@@ -95,6 +98,8 @@ struct redis_node *new_node(struct redis_worker *rw, const struct addr *a);
 
 /* store_redis_topology.c: frees the nodes retired since the loop last blocked. */
 void on_reap(struct ev_loop *loop, ev_prepare *p, int revents);
+/* The idle watcher of on_reap: one turn, then stops. */
+void on_reap_kick(struct ev_loop *loop, ev_idle *w, int revents);
 
 /* store_redis_topology.c: the node that decides a client now, or NULL when none can. */
 struct redis_node *route(struct redis_worker *rw, const uint8_t *key);

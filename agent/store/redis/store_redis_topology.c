@@ -62,8 +62,16 @@ void on_reap(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct redis_worker *rw = p->data;
 
+	if (!rw->nretired)
+		return;
 	while (rw->nretired)
 		redis_node_free(rw->retired[--rw->nretired]);
+	ev_idle_start(loop, &rw->kick_w);
+}
+
+void on_reap_kick(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	ev_idle_stop(loop, w);
 }
 
 /* A client's shard: jump consistent hash (Lamping and Veach) of its key,
