@@ -65,6 +65,19 @@ static void respond_json(struct http_req *req, int status, struct out *o)
 		http_respond(req, status, "application/json", o->buf, o->len);
 }
 
+/* Each limit's key, by limit name: "keys": {...} (a rule without limits
+ * has none). */
+static void out_keys(struct out *o, const struct store_admin_item *it)
+{
+	const struct rule *rule = it->rule;
+
+	for (size_t j = 0; j < rule->nown; j++) {
+		outf(o, "%s", j ? ", " : ", \"keys\": {");
+		out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
+		outf(o, ": \"%s\"%s", it->limit[j].name, j + 1 == rule->nown ? "}" : "");
+	}
+}
+
 /* What the store found for one item (store.h: struct store_admin_item),
  * as the JSON members that follow its rule and key. */
 static void out_item(struct out *o, const struct store_admin_item *it)
@@ -99,18 +112,15 @@ static void out_item(struct out *o, const struct store_admin_item *it)
 		outf(o, "]");
 		break;
 	case STORE_ADMIN_REFUSED:
+		if (it->limit[0].name[0])
+			out_keys(o, it);
 		outf(o, ", \"error\": ");
 		if (it->refusal)
 			out_json_str(o, it->refusal, it->refusal_len);
 		break;
 	case STORE_ADMIN_RAW:
-		/* each limit's key, then the raw values held (a rule without
-		 * limits has no keys) */
-		for (size_t j = 0; j < rule->nown; j++) {
-			outf(o, "%s", j ? ", " : ", \"keys\": {");
-			out_json_str(o, rule->lid[j], strlen(rule->lid[j]));
-			outf(o, ": \"%s\"%s", it->limit[j].name, j + 1 == rule->nown ? "}" : "");
-		}
+		/* each limit's key, then the raw values held */
+		out_keys(o, it);
 		/* and what the values hold, where the store could read them */
 		any = 0;
 		for (size_t j = 0; j < rule->nown; j++) {

@@ -97,7 +97,8 @@ enum store_admin_found {
 	                       * and the longest time to live of the keys */
 	STORE_ADMIN_DELETED,  /* a reset: `deleted` entries or keys went */
 	STORE_ADMIN_REFUSED,  /* the store answered the look with an error
-	                       * (refusal, its text) */
+	                       * (refusal, its text); a shared store's
+	                       * limit[].name still set */
 };
 
 /* A key's name in a shared store, and a NUL. */

@@ -286,6 +286,25 @@ def test_admin_and_node_metrics(h, cluster):
     assert r.status == 200 and '"deleted": 1' in r.text, r.text
     got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
     assert got["m-007"] == (2, 1, 0), got
+    # a look that Redis refuses (here an ASK: the client's slot is being
+    # migrated and its keys are not on the node the agent's map names)
+    # still says the keys' names, beside Redis's error
+    (key,) = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0][
+        "keys"].values()
+    slot = cluster.slot_of(key)
+    src = cluster.node_for_slot(slot)
+    dst = next(m.port for m in cluster.masters() if m.port != src)
+    try:
+        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING",
+                               cluster.ids[src]) == b"OK"
+        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING",
+                               cluster.ids[dst]) == b"OK"
+        info = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0]
+        assert info["error"].startswith("ASK %d " % slot), info
+        assert list(info["keys"].values()) == [key], info
+    finally:
+        for port in (dst, src):
+            cluster.command(port, "CLUSTER", "SETSLOT", slot, "STABLE")
 
 
 def node_series(mport, name):
@@ -332,6 +351,25 @@ def test_admin_on_packed_buckets(h, cluster):
     assert r.status == 200 and '"deleted": 1' in r.text, r.text
     got = fleet.counts(fleet.burst([a.port], ["m-007"], per_key=3, conns=1))
     assert got["m-007"] == (2, 1, 0), got
+    # a look that Redis refuses (here an ASK: the client's slot is being
+    # migrated and its keys are not on the node the agent's map names)
+    # still says the keys' names, beside Redis's error
+    (key,) = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0][
+        "keys"].values()
+    slot = cluster.slot_of(key)
+    src = cluster.node_for_slot(slot)
+    dst = next(m.port for m in cluster.masters() if m.port != src)
+    try:
+        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING",
+                               cluster.ids[src]) == b"OK"
+        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING",
+                               cluster.ids[dst]) == b"OK"
+        info = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0]
+        assert info["error"].startswith("ASK %d " % slot), info
+        assert list(info["keys"].values()) == [key], info
+    finally:
+        for port in (dst, src):
+            cluster.command(port, "CLUSTER", "SETSLOT", slot, "STABLE")
 
 
 def test_migrating_slot_is_followed_with_asking(h, cluster):

@@ -239,9 +239,14 @@ static void on_admin_main(struct redis_conn *ac, redisReply *r, void *priv)
 	}
 	it = &op->a->item[call->item];
 	if (reply->type == REDIS_REPLY_ERROR) {
+		/* the keys' names still said: they need no Redis (a MOVED
+		 * after a reshard names the node that holds them now) */
 		it->found = STORE_ADMIN_REFUSED;
 		it->refusal = admin_copy(reply->str, reply->len, &it->out_of_memory);
 		it->refusal_len = reply->len;
+		for (size_t j = 0; j < it->rule->nown; j++)
+			redis_key_name(op->keys, it->key, it->rule->lidh[j], &it->rule->limits[j],
+				       it->limit[j].name);
 	} else if (op->a->reset) {
 		it->found = STORE_ADMIN_DELETED;
 		it->deleted = reply->integer;
