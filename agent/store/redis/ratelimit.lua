@@ -1852,6 +1852,15 @@ local function get_packed(name, p, cluster)
 	return get_here(h, cluster, f)
 end
 
+-- The value of limit l's key `name` at position p (packed or not), as
+-- get_here() gives it.
+local function limit_value(name, l, p, cluster)
+	if l[14] then
+		return get_packed(name, p, cluster)
+	end
+	return get_here(name, cluster)
+end
+
 -- A log's value v without `cost` of its entry at time `take` (see
 -- "Refund"): the value left ('' for none), or nil when v has no entry
 -- there of that weight.
@@ -2138,12 +2147,7 @@ local function give(args, cluster, cas)
 				p = kmap[x]
 			end
 			local name, l = args[k0 + p], rule[j]
-			local v
-			if l[14] then
-				v = get_packed(name, p, cluster)
-			else
-				v = get_here(name, cluster)
-			end
+			local v = limit_value(name, l, p, cluster)
 			-- (a window's count is given back in the window of the take
 			-- whatever touched it since; a lease's bucket only when
 			-- untouched, and then whole; a lease takes nothing else)
@@ -2290,12 +2294,7 @@ local function charge(args, cluster)
 				p = kmap[p]
 			end
 			local name, l = args[k0 + p], rule[j]
-			local v
-			if l[14] then
-				v = get_packed(name, p, cluster)
-			else
-				v = get_here(name, cluster)
-			end
+			local v = limit_value(name, l, p, cluster)
 			if v ~= nil then
 				changed = changed + charge_key(name, v, l, cost, now, p)
 			end
