@@ -9,6 +9,7 @@ resume() in a finally (a stopped server would only die on SIGKILL).
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -196,4 +197,34 @@ def redis_agent(h, redis, *args, **kw):
     they are ready."""
     a = h.agent(*args, "--redis", redis.addr, "--hash-key-file", h.hash_key_file(), **kw)
     harness.wait_for(lambda: "ready" in a.log(), 5, "the agent's Redis workers")
+    return a
+
+
+def metrics_agent(h, *args, redis=None):
+    """One worker with --metrics on a port of its own (a.mport); on redis
+    (a RedisServer) when given, as redis_agent()."""
+    mport = harness.free_port()
+    args = ("--threads", "1", "--metrics", "127.0.0.1:%d" % mport) + args
+    a = redis_agent(h, redis, *args) if redis else h.agent(*args)
+    a.mport = mport
+    return a
+
+
+def cluster_metrics_agent(h, cluster, *args):
+    """metrics_agent() on a redis_topology.Cluster of 3 masters, once its
+    worker has the slot map."""
+    a = metrics_agent(h, *args, "--redis-cluster", cluster.seeds(2), "--hash-key-file",
+                      h.hash_key_file())
+    harness.wait_for(lambda: re.search(r"cluster: worker \d+: 3 masters serve 16384", a.log()),
+                     10, "the worker to have the slot map")
+    return a
+
+
+def sentinel_metrics_agent(h, sentinel, *args):
+    """metrics_agent() on the master a redis_topology.Sentinel names, once
+    its worker is ready there."""
+    a = metrics_agent(h, *args, "--redis-sentinel", sentinel.sentinel_addrs(), "--redis-master",
+                      sentinel.master_name, "--hash-key-file", h.hash_key_file())
+    harness.wait_for(lambda: re.search(r"redis: worker \d+ ready", a.log()), 10,
+                     "the worker to be ready on the master")
     return a

@@ -18,7 +18,8 @@ import time
 import harness
 import spop
 from harness import http_get, wait_for
-from redis_helper import RedisServer, redis_agent
+from redis_helper import (RedisServer, cluster_metrics_agent, metrics_agent,
+                          sentinel_metrics_agent)
 from redis_topology import Cluster, Sentinel
 
 # 10 a minute: a token every 6 s, so the seconds a test takes move no
@@ -55,11 +56,7 @@ def rules_file(h, text=RULES):
 
 
 def agent_with_metrics(h, *args, redis=None):
-    mport = harness.free_port()
-    args = ("--rules", rules_file(h), "--threads", "1", "--metrics", "127.0.0.1:%d" % mport) + args
-    a = redis_agent(h, redis, *args) if redis else h.agent(*args)
-    a.mport = mport
-    return a
+    return metrics_agent(h, "--rules", rules_file(h), *args, redis=redis)
 
 
 def metric(a, name):
@@ -243,12 +240,7 @@ def test_charge_on_cluster(h, cluster):
     """A Cluster: each settlement goes to the master of its client's slot
     (the keys of 8 clients spread over the 3 masters)."""
     cluster.reset()
-    mport = harness.free_port()
-    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
-                "--redis-cluster", cluster.seeds(2), "--hash-key-file", h.hash_key_file())
-    a.mport = mport
-    wait_for(lambda: re.search(r"cluster: worker \d+: 3 masters serve 16384", a.log()), 10,
-             "the worker to have the slot map")
+    a = cluster_metrics_agent(h, cluster, "--rules", rules_file(h))
     s = spop.Session(a.port)
     for i in range(2):
         keys = ["c%d-%s" % (i, k) for k in ("alice", "bob", "carol", "dave")]
@@ -354,13 +346,7 @@ def fixture_sentinel():
 def test_charge_on_sentinel(h, sentinel):
     """Sentinel: settlements go to the master it names."""
     sentinel.reset()
-    mport = harness.free_port()
-    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
-                "--redis-sentinel", sentinel.sentinel_addrs(), "--redis-master",
-                sentinel.master_name, "--hash-key-file", h.hash_key_file())
-    a.mport = mport
-    wait_for(lambda: re.search(r"redis: worker \d+ ready", a.log()), 10,
-             "the worker to be ready on the master")
+    a = sentinel_metrics_agent(h, sentinel, "--rules", rules_file(h))
     s = spop.Session(a.port)
     check_bucket(s, counters(a), ["alice", "bob", "carol", "dave"], wait=True)
     assert metric(a, "spoa_rl_redis_charges_lost_total") == 0

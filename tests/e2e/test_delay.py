@@ -22,7 +22,8 @@ import time
 import harness
 import spop
 from harness import http_get, wait_for
-from redis_helper import RedisServer, redis_agent
+from redis_helper import (RedisServer, cluster_metrics_agent, metrics_agent,
+                          sentinel_metrics_agent)
 from redis_topology import Cluster, Sentinel
 
 RULES = """\
@@ -44,14 +45,6 @@ def rules_file(h, max_delayed=1024):
     with open(path, "w") as f:
         f.write(RULES % max_delayed)
     return path
-
-
-def metrics_agent(h, *args, redis=None):
-    mport = harness.free_port()
-    args = ("--threads", "1", "--metrics", "127.0.0.1:%d" % mport) + args
-    a = redis_agent(h, redis, *args) if redis else h.agent(*args)
-    a.mport = mport
-    return a
 
 
 def metric(a, name):
@@ -170,12 +163,7 @@ def fixture_cluster():
 def test_delay_on_cluster(h, cluster):
     """A Redis Cluster: the held request decided again on its slot's master."""
     cluster.reset()
-    mport = harness.free_port()
-    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
-                "--redis-cluster", cluster.seeds(2), "--hash-key-file", h.hash_key_file())
-    a.mport = mport
-    wait_for(lambda: re.search(r"cluster: worker \d+: 3 masters serve 16384", a.log()), 10,
-             "the worker to have the slot map")
+    a = cluster_metrics_agent(h, cluster, "--rules", rules_file(h))
     check_delay(a)
 
 
@@ -186,13 +174,7 @@ def fixture_sentinel():
 def test_delay_on_sentinel(h, sentinel):
     """Sentinel: the held request decided again on the master it names."""
     sentinel.reset()
-    mport = harness.free_port()
-    a = h.agent("--threads", "1", "--metrics", "127.0.0.1:%d" % mport, "--rules", rules_file(h),
-                "--redis-sentinel", sentinel.sentinel_addrs(), "--redis-master",
-                sentinel.master_name, "--hash-key-file", h.hash_key_file())
-    a.mport = mport
-    wait_for(lambda: re.search(r"redis: worker \d+ ready", a.log()), 10,
-             "the worker to be ready on the master")
+    a = sentinel_metrics_agent(h, sentinel, "--rules", rules_file(h))
     check_delay(a)
 
 
