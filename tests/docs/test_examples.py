@@ -317,12 +317,7 @@ class HoldingBackend(harness.HttpServer):
                 n = int(self.headers.get("Content-Length") or 0)
                 if n:
                     self.rfile.read(n)
-                body = b"ok\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                harness.answer_ok(self)
 
             do_GET = do_POST = _answer
 

@@ -253,6 +253,20 @@ class Agent(Proc):
         wait_port(self.port, 5, self.popen)
 
 
+def answer_ok(handler, status=200, headers=()):
+    """What the tests' backends answer, from an http.server handler: status
+    with the body "ok\\n" (none to a HEAD), and more headers (name, value)."""
+    body = b"ok\n"
+    handler.send_response(status)
+    handler.send_header("Content-Type", "text/plain")
+    handler.send_header("Content-Length", str(len(body)))
+    for name, value in headers:
+        handler.send_header(name, value)
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(body)
+
+
 class HttpServer:
     """A test's HTTP server on a free loopback port, served by a thread of
     its own: serve() starts it with a handler class, stop() ends it."""
@@ -315,15 +329,8 @@ class Backend(HttpServer):
                 finally:
                     with backend.lock:
                         backend.inflight -= 1
-                body = b"ok\n"
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                if tokens is not None:
-                    self.send_header("x-tokens-used", tokens)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
+                answer_ok(self, status,
+                          [("x-tokens-used", tokens)] if tokens is not None else [])
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
 

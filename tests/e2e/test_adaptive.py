@@ -57,12 +57,7 @@ class LatencyBackend(harness.HttpServer):
                         time.sleep(backend.latency)
                 else:
                     time.sleep(backend.latency)
-                body = b"ok\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                harness.answer_ok(self)
 
             do_GET = do_POST = _answer
 
