@@ -28,6 +28,7 @@ Waits have generous timeouts and say, when they expire, what they last saw.
 """
 
 import collections
+import contextlib
 import os
 import shutil
 import signal
@@ -639,6 +640,29 @@ class Cluster(_Topology):
 
     def node_for_key(self, key):
         return self.node_for_slot(key_slot(key))
+
+    @contextlib.contextmanager
+    def migrating(self, key, finish=True):
+        """The slot of key caught mid-migration: IMPORTING on another
+        master, MIGRATING on its own; yields (slot, source port,
+        destination port). On leaving, the slot is the destination's
+        (finish: the keys written meanwhile are there) or stays the
+        source's (STABLE)."""
+        slot = key_slot(key)
+        src = self.node_for_slot(slot)
+        dst = next(m.port for m in self.masters() if m.port != src)
+        try:
+            assert self.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING",
+                                self.ids[src]) == b"OK"
+            assert self.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING",
+                                self.ids[dst]) == b"OK"
+            yield slot, src, dst
+        finally:
+            for port in (dst, src):
+                if finish:
+                    self.command(port, "CLUSTER", "SETSLOT", slot, "NODE", self.ids[dst])
+                else:
+                    self.command(port, "CLUSTER", "SETSLOT", slot, "STABLE")
 
     def keys_by_master(self, pattern="{????}????????"):
         """{master port: sorted keys matching pattern} (SCAN on each live

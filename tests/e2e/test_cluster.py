@@ -276,20 +276,10 @@ def refused_look_names_the_keys(a, cluster):
     says the keys' names, beside Redis's error."""
     (key,) = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0][
         "keys"].values()
-    slot = cluster.slot_of(key)
-    src = cluster.node_for_slot(slot)
-    dst = next(m.port for m in cluster.masters() if m.port != src)
-    try:
-        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING",
-                               cluster.ids[src]) == b"OK"
-        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING",
-                               cluster.ids[dst]) == b"OK"
+    with cluster.migrating(key, finish=False) as (slot, _, _):
         info = json.loads(http_get(a.mport, "/admin/client?api_key=adm-new").text)["rules"][0]
         assert info["error"].startswith("ASK %d " % slot), info
         assert list(info["keys"].values()) == [key], info
-    finally:
-        for port in (dst, src):
-            cluster.command(port, "CLUSTER", "SETSLOT", slot, "STABLE")
 
 
 def test_admin_and_node_metrics(h, cluster):
@@ -367,13 +357,7 @@ def test_migrating_slot_is_followed_with_asking(h, cluster):
     # the client's one key (one limit)
     (key,) = json.loads(http_get(a.mport, "/admin/client?api_key=moving").text)["rules"][0][
         "keys"].values()
-    slot = cluster.slot_of(key)
-    src = cluster.node_for_slot(slot)
-    dst = next(m.port for m in cluster.masters() if m.port != src)
-    src_id, dst_id = cluster.ids[src], cluster.ids[dst]
-    try:
-        assert cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == b"OK"
-        assert cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == b"OK"
+    with cluster.migrating(key) as (slot, src, dst):
         got = fleet.burst([a.port], ["moving"], per_key=5, conns=1)["moving"]
         assert [(v["status"], v["degraded"]) for v in got] == [(0, False)] * 3 + [(429, False)] * 2, got
         assert metric(a, "spoa_rl_redis_asking_total") >= 5
@@ -387,9 +371,6 @@ def test_migrating_slot_is_followed_with_asking(h, cluster):
                 assert False, "the key is on the source too"
             except RespError as e:
                 assert str(e).startswith("ASK %d " % slot), e
-    finally:
-        for port in (dst, src):
-            cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
 
 
 def test_packed_bucket_in_a_migrating_slot_stays_where_its_set_is(h, cluster):

@@ -474,13 +474,7 @@ def test_tls_cluster_reshard_under_load_and_asking(h, tls_cluster):
     # a slot IMPORTING on one master, MIGRATING on another
     (key,) = json.loads(http_get(mport, "/admin/client?api_key=moving").text)["rules"][0][
         "keys"].values()
-    slot = tls_cluster.slot_of(key)
-    src = tls_cluster.node_for_slot(slot)
-    dst = next(m.port for m in tls_cluster.masters() if m.port != src)
-    src_id, dst_id = tls_cluster.ids[src], tls_cluster.ids[dst]
-    try:
-        assert tls_cluster.command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", src_id) == b"OK"
-        assert tls_cluster.command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id) == b"OK"
+    with tls_cluster.migrating(key) as (_, _, dst):
         got = fleet.burst([a.port], ["moving"], per_key=22, conns=1)["moving"]
         assert [(v["status"], v["degraded"]) for v in got] == \
             [(0, False)] * 20 + [(429, False)] * 2, got
@@ -488,7 +482,4 @@ def test_tls_cluster_reshard_under_load_and_asking(h, tls_cluster):
         with tls_cluster.client(dst) as c:
             c.command("ASKING")
             assert c.command("EXISTS", key) == 1
-    finally:
-        for port in (dst, src):
-            tls_cluster.command(port, "CLUSTER", "SETSLOT", slot, "NODE", dst_id)
     assert_log_clean(a)
