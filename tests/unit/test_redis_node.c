@@ -813,6 +813,20 @@ static void test_expired_query_is_not_sent(void **unused)
 	redis_node_free(rn);
 }
 
+/* The next query (id) goes to the server and Redis decides it: the
+ * breaker stayed closed. */
+static void next_query_decided(struct redis_node *rn, int id)
+{
+	struct redis_query r = query(id, 20000);
+
+	assert_int_equal(redis_node_submit(rn, &r), 0);
+	run();
+	answer_decisions(1, 1);
+	run();
+	assert_int_equal(seen.decided, 1);
+	assert_int_equal(stats.breaker_skips, 0);
+}
+
 /* Deadlines missed one after another while the server keeps answering,
  * late: every one is saturated, the breaker never opens, and the next
  * query still goes to the server. */
@@ -833,13 +847,7 @@ static void test_busy_server_keeps_the_breaker_closed(void **unused)
 	assert_int_equal(seen.saturated, 10);
 	assert_int_equal(seen.decided, 0);
 	assert_int_equal(stats.breaker_trips, 0);
-	r = query(60, 20000);
-	assert_int_equal(redis_node_submit(rn, &r), 0);
-	run();
-	answer_decisions(1, 1);
-	run();
-	assert_int_equal(seen.decided, 1);
-	assert_int_equal(stats.breaker_skips, 0);
+	next_query_decided(rn, 60);
 	redis_node_free(rn);
 }
 
@@ -924,13 +932,7 @@ static void test_starved_loop_keeps_the_breaker_closed(void **unused)
 	run();
 	advance(REDIS_BREAKER_CONFIRM_US);
 	assert_int_equal(stats.breaker_trips, 0);
-	r = query(96, 20000);
-	assert_int_equal(redis_node_submit(rn, &r), 0);
-	run();
-	answer_decisions(1, 1);
-	run();
-	assert_int_equal(seen.decided, 1);
-	assert_int_equal(stats.breaker_skips, 0);
+	next_query_decided(rn, 96);
 	redis_node_free(rn);
 }
 
