@@ -335,27 +335,14 @@ static size_t wbuf_cap_for(const struct conn *c, size_t queued, size_t need)
 	return cap;
 }
 
-/* wbuf_reserve() without room at the end of the buffer: moves what is
- * queued to the front, or grows the buffer, whatever the bounds (answers
- * owed: the caller checked room_to_answer() for a frame read). Returns 0,
- * or -1 when out of memory. */
-static int wbuf_grow(struct conn *c, size_t need)
+/* Reallocates the output to `cap` bytes; the caller counts what it grew
+ * by in the process's budget. Returns 0, or -1 when out of memory. */
+static int wbuf_resize(struct conn *c, size_t cap)
 {
-	size_t cap;
-	uint8_t *nb;
+	uint8_t *nb = xrealloc(c->v.wbuf, cap);
 
-	if (c->v.wpos > 0) {
-		memmove(c->v.wbuf, c->v.wbuf + c->v.wpos, c->v.wlen - c->v.wpos);
-		c->v.wlen -= c->v.wpos;
-		c->v.wpos = 0;
-		if (need <= c->v.wcap - c->v.wlen)
-			return 0;
-	}
-	cap = wbuf_cap_for(c, c->v.wlen, need);
-	nb = xrealloc(c->v.wbuf, cap);
 	if (!nb)
 		return -1;
-	atomic_fetch_add_explicit(c->set->out_grown, cap - c->v.wcap, memory_order_relaxed);
 	c->v.wbuf = nb;
 	c->v.wcap = cap;
 	set_room(c, c->v.ack_room);
@@ -366,22 +353,65 @@ static int wbuf_grow(struct conn *c, size_t need)
 	return 0;
 }
 
+/* wbuf_reserve() without room at the end of the buffer: moves what is
+ * queued to the front, or grows the buffer, whatever the bounds (answers
+ * owed: a frame read found its room in room_to_answer()). Returns 0, or
+ * -1 when out of memory. */
+static int wbuf_grow(struct conn *c, size_t need)
+{
+	size_t cap, was = c->v.wcap;
+
+	if (c->v.wpos > 0) {
+		memmove(c->v.wbuf, c->v.wbuf + c->v.wpos, c->v.wlen - c->v.wpos);
+		c->v.wlen -= c->v.wpos;
+		c->v.wpos = 0;
+		if (need <= c->v.wcap - c->v.wlen)
+			return 0;
+	}
+	cap = wbuf_cap_for(c, c->v.wlen, need);
+	if (wbuf_resize(c, cap) < 0)
+		return -1;
+	atomic_fetch_add_explicit(c->set->out_grown, cap - was, memory_order_relaxed);
+	return 0;
+}
+
+/* Takes `n` bytes from the process's budget for grown buffers, or says
+ * none are left. One compare-and-swap: workers that look at once cannot
+ * together take more than the budget. */
+static bool budget_take(atomic_size_t *grown, size_t n)
+{
+	size_t cur = atomic_load_explicit(grown, memory_order_relaxed);
+
+	do {
+		if (cur + n > CONN_OUTPUT_BUDGET)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(grown, &cur, cur + n, memory_order_relaxed,
+							memory_order_relaxed));
+	return true;
+}
+
 /* Whether the answer to one more frame read has room in the output: at
  * the end of the buffer, once what is queued is moved to its front, or in
- * a buffer grown within WBUF_MAX and the process's budget. When it has
- * not, the frame waits (held) until the output drains: a peer that does
- * not read cannot make the agent queue more for it, and memory stays
+ * a buffer grown here, within WBUF_MAX and the process's budget. When it
+ * has not, the frame waits (held) until the output drains: a peer that
+ * does not read cannot make the agent queue more for it, and memory stays
  * bounded whatever the number of such peers. */
 static __attribute__((noinline)) bool room_to_answer(struct conn *c)
 {
-	size_t queued = c->v.wlen - c->v.wpos, cap;
+	size_t queued = c->v.wlen - c->v.wpos, cap, more;
 
 	if (c->v.ack_room <= c->v.wcap - queued)
 		return true;
 	cap = wbuf_cap_for(c, queued, c->v.ack_room);
-	return cap <= WBUF_MAX &&
-	       atomic_load_explicit(c->set->out_grown, memory_order_relaxed) + (cap - c->v.wcap) <=
-		       CONN_OUTPUT_BUDGET;
+	more = cap - c->v.wcap;
+	if (cap > WBUF_MAX || !budget_take(c->set->out_grown, more))
+		return false;
+	if (wbuf_resize(c, cap) < 0) {
+		/* waits for the output to drain, as for no room */
+		atomic_fetch_sub_explicit(c->set->out_grown, more, memory_order_relaxed);
+		return false;
+	}
+	return true;
 }
 
 static void update_reading(struct conn *c)

@@ -28,6 +28,7 @@ enum how { NOW, LATER, BREAK };
 struct app {
 	enum how how;
 	int notified;
+	uint32_t last_id; /* the connection of the last NOTIFY */
 	/* the last NOTIFY deferred */
 	uint32_t id, gen;
 	uint64_t sid, fid;
@@ -49,6 +50,7 @@ static enum conn_answer on_notify(void *priv, struct conn *c, const struct spop_
 	struct app *app = priv;
 
 	app->notified++;
+	app->last_id = conn_view(c)->id;
 	switch (app->how) {
 	case NOW:
 		answer(c, f->stream_id, f->frame_id);
@@ -407,6 +409,117 @@ static void test_handler_disconnects(void **state)
 	pump();
 }
 
+/* A connection whose peer reads nothing: the agent's end of the socket
+ * takes little (SO_SNDBUF at its least), so that answers soon wait in the
+ * agent's output. Returns the peer's end. */
+static int quiet_peer(void)
+{
+	struct spop_frame f;
+	int sv[2], small = 1;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	assert_int_equal(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(fcntl(sv[1], F_SETFL, O_NONBLOCK), 0);
+	conn_accept(&set, sv[0]);
+	send_hello(sv[1]);
+	assert_int_equal(next_frame(sv[1], &f, buf, sizeof(buf)), SPOP_FRAME_AGENT_HELLO);
+	return sv[1];
+}
+
+/* NOTIFYs answered at once on fd, until the agent's output for it has
+ * no room left for one more answer without growing; returns that output
+ * (the connection's view), not grown. */
+static struct conn_view *fill(int fd, uint64_t *sid)
+{
+	struct conn_view *v;
+
+	app.how = NOW;
+	do {
+		send_notify(fd, *sid += 2, 1);
+		v = conn_view(set.by_id[app.last_id]);
+	} while (v->ack_room <= v->wcap - (v->wlen - v->wpos));
+	assert_int_equal(v->wcap, 16384);
+	return v;
+}
+
+/* Reads everything the agent wrote to fd; returns the ACKs' count (the
+ * output arrives in pieces that may end inside a frame). */
+static int drain(int fd)
+{
+	static uint8_t all[1 << 20];
+	size_t len = 0, off = 0;
+	int acks = 0;
+
+	for (int i = 0; i < 64; i++) {
+		ssize_t n;
+
+		pump();
+		while ((n = recv(fd, all + len, sizeof(all) - len, MSG_DONTWAIT)) > 0)
+			len += (size_t)n;
+	}
+	while (off < len) {
+		struct spop_frame f;
+		int st;
+
+		assert_int_equal(spop_frame_peek(all + off, len - off, 16384, &f, &st), SPOP_OK);
+		assert_int_equal(f.type, SPOP_FRAME_ACK);
+		acks++;
+		off += 4 + (size_t)f.len;
+	}
+	return acks;
+}
+
+/* The process's budget for grown output is taken when a frame is read,
+ * for its answer, and not when the answer is written: an answer given
+ * later (a store's) cannot take room that another connection, a worker's
+ * or this one's, was since given. The budget is exact: workers that look
+ * at once take it with one compare-and-swap. */
+static void test_budget_taken_when_a_frame_is_read(void **state)
+{
+	uint64_t sa = 1, sb = 1;
+	int a = quiet_peer(), b = quiet_peer();
+	struct conn_view *va = fill(a, &sa), *vb = fill(b, &sb);
+	uint32_t aid = app.id, agen = app.gen;
+	int notified, acks_b;
+	struct conn *c;
+
+	assert_int_equal(grown, 0);
+	/* other workers' buffers have grown: room for one more 16 KiB */
+	grown = CONN_OUTPUT_BUDGET - 16384;
+	/* a's next answer comes later: its room is taken now */
+	app.how = LATER;
+	send_notify(a, sa += 2, 1);
+	aid = app.id;
+	agen = app.gen;
+	assert_int_equal(va->wcap, 32768);
+	assert_int_equal(grown, CONN_OUTPUT_BUDGET);
+	/* b has no room: its NOTIFY waits, unread */
+	app.how = NOW;
+	notified = app.notified;
+	send_notify(b, sb += 2, 1);
+	assert_int_equal(app.notified, notified);
+	assert_int_equal(vb->wcap, 16384);
+	/* a's answer, in the room taken for it */
+	c = conn_deferred(&set, aid, agen);
+	assert_non_null(c);
+	assert_int_equal(answer(c, app.sid, app.fid), 0);
+	conn_answered(c);
+	pump();
+	assert_int_equal(grown, CONN_OUTPUT_BUDGET);
+	/* once their peers read, the buffers shrink back, and b's NOTIFY is
+	 * answered */
+	assert_true(drain(a) == (int)(sa / 2));
+	acks_b = drain(b);
+	assert_int_equal(app.notified, notified + 1);
+	assert_int_equal(acks_b, (int)(sb / 2));
+	assert_int_equal(grown, CONN_OUTPUT_BUDGET - 16384);
+	grown = 0;
+	close(a);
+	close(b);
+	pump();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -415,6 +528,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stop_waits_for_answers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_handler_disconnects, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_answers_of_one_read_in_one_write, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_budget_taken_when_a_frame_is_read, setup,
 						teardown),
 	};
 
