@@ -2,7 +2,7 @@
 /* conn.c: one SPOP connection's state machine and buffers (conn.h). The
  * NOTIFYs go to the set's handler; everything else happens here: HELLO,
  * DISCONNECT, the deadlines, back-pressure and write stalls. */
-#include "conn.h"
+#include "conn_int.h"
 
 #include <errno.h>
 #include <string.h>
@@ -10,304 +10,15 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "conn_tls.h"
 #include "log.h"
 #include "spop.h"
 
-/* Output is bounded (conn.h): a frame read is answered only while its
- * answer has room in WBUF_MAX bytes of output, and the process's buffers
- * have grown by less than CONN_OUTPUT_BUDGET together; else it waits, and
- * the connection reads nothing more, until its output has drained. */
-#define WBUF_INIT 16384
-#define WBUF_MAX (64 * 1024)
-/* An ACK's most: length, type, flags, two varints, then the actions
- * (conn_set.actions_max). */
-#define ACK_HEAD_MAX (4 + 1 + 4 + 2 * SPOP_VARINT_MAX)
-_Static_assert(ACK_HEAD_MAX + CONN_ACTIONS_LIMIT < 16384, "an ACK fits a new buffer");
-#define DRAIN_GRACE 1.0
-#define SPARES_MAX 64
-#define COMPACT_MIN 1024
-
-enum conn_state {
-	CONN_HELLO,
-	CONN_READY,
-	CONN_DRAINING,
-	CONN_CLOSED,
-};
-
-struct conn {
-	struct conn_view v;       /* first: conn_view() */
-	struct conn_set *set;
-	struct conn *next;        /* reap list or spare list */
-	struct conn *flush_next;  /* the set's list of connections to flush */
-	int in_flush;
-	int fd;
-	SSL *ssl;                 /* NULL: plaintext (conn_tls.h) */
-	enum conn_state state;
-	int reading;              /* read watcher wanted */
-	int stopping;             /* the agent stops: no more reading; disconnect
-	                           * once every decision is answered */
-	int lingering;            /* DRAINING, output sent: discarding input */
-	int held;                 /* frames wait in rbuf for output room: not
-	                           * reading until the output drains */
-	int resume;               /* held frames to handle (conn_flush_pending) */
-	int pending;              /* NOTIFYs whose answer is owed (deferred) */
-	size_t room_end;          /* wcap - ack_room: past it in wlen, the
-	                           * next answer needs room made (wbuf_reserve) */
-	ev_tstamp frame_started;  /* first bytes of an incomplete frame; 0: none */
-	ev_tstamp stalled_since;  /* output waiting, none written since; 0: none */
-	size_t blocked_at;        /* wpos when the socket was last found full */
-	ev_io rio;
-	ev_io wio;
-	ev_timer timer;           /* HELLO deadline; READY: idle and frame
-	                           * deadlines; DRAINING: grace */
-	uint8_t *rbuf;
-	size_t rcap, rpos, rlen;
-};
-
-static void on_read(struct ev_loop *loop, ev_io *io, int revents);
 static void process_held(struct conn *c);
 static void frame_begun(struct conn *c);
 static void arm_timer(struct conn *c, ev_tstamp after);
 static ev_tstamp ready_due(const struct conn *c);
 static void disconnect(struct conn *c, int status);
 static int flush(struct conn *c);
-static void on_write(struct ev_loop *loop, ev_io *io, int revents);
-static void on_timer(struct ev_loop *loop, ev_timer *t, int revents);
-
-/* The owner's prepare watcher reaps closed connections and flushes
- * answers that came later, before the loop blocks; it runs only while
- * there is such work (conn_set_busy), and this starts it (idempotent). */
-static void want_prepare(struct conn_set *s)
-{
-	ev_prepare_start(s->loop, s->prepare);
-}
-
-/* ---- ids --------------------------------------------------------------- */
-
-static int id_take(struct conn_set *s, struct conn *c)
-{
-	if (s->nfree_ids == 0) {
-		uint32_t n = s->nids ? s->nids * 2 : 64;
-		struct conn **by_id = xrealloc(s->by_id, n * sizeof(*by_id));
-		uint32_t *gens, *fs;
-
-		if (!by_id)
-			return -1;
-		s->by_id = by_id;
-		gens = xrealloc(s->gens, n * sizeof(*gens));
-		if (!gens)
-			return -1;
-		s->gens = gens;
-		fs = xrealloc(s->free_ids, n * sizeof(*fs));
-		if (!fs)
-			return -1;
-		s->free_ids = fs;
-		for (uint32_t i = s->nids; i < n; i++) {
-			s->by_id[i] = NULL;
-			s->gens[i] = 0;
-		}
-		/* push in reverse so that low ids are used first */
-		for (uint32_t i = n; i > s->nids; i--)
-			s->free_ids[s->nfree_ids++] = i - 1;
-		s->nids = n;
-	}
-	c->v.id = s->free_ids[--s->nfree_ids];
-	s->by_id[c->v.id] = c;
-	c->v.gen = ++s->gens[c->v.id];
-	return 0;
-}
-
-static void id_release(struct conn_set *s, struct conn *c)
-{
-	s->by_id[c->v.id] = NULL;
-	s->gens[c->v.id]++;
-	s->free_ids[s->nfree_ids++] = c->v.id;
-}
-
-/* ---- life cycle ---------------------------------------------------------- */
-
-static uint32_t ack_room(const struct conn_set *s, uint32_t max_frame)
-{
-	size_t most = ACK_HEAD_MAX + s->actions_max;
-
-	return 4 + (size_t)max_frame < most ? 4 + max_frame : (uint32_t)most;
-}
-
-/* After a change of ack_room or of the buffer's capacity (which always
- * holds ack_room: WBUF_INIT is larger than the ACK's most). */
-static void set_room(struct conn *c, uint32_t room)
-{
-	c->v.ack_room = room;
-	c->room_end = c->v.wcap - room;
-}
-
-static struct conn *conn_get(struct conn_set *s)
-{
-	struct conn *c = s->spare;
-	uint32_t own = s->cfg->max_frame_size;
-
-	if (c) {
-		s->spare = c->next;
-		s->nspare--;
-	} else {
-		c = xcalloc(1, sizeof(*c));
-		if (!c)
-			return NULL;
-		c->rcap = 4 + (size_t)own;
-		c->rbuf = xmalloc(c->rcap);
-		c->v.wcap = WBUF_INIT;
-		c->v.wbuf = xmalloc(c->v.wcap);
-		if (!c->rbuf || !c->v.wbuf) {
-			xfree(c->rbuf);
-			xfree(c->v.wbuf);
-			xfree(c);
-			return NULL;
-		}
-	}
-	c->next = NULL;
-	c->set = s;
-	c->v.handler_flags = 0;
-	c->rpos = c->rlen = 0;
-	c->v.wpos = c->v.wlen = 0;
-	c->state = CONN_HELLO;
-	c->v.max_frame = own;
-	set_room(c, ack_room(s, own));
-	c->in_flush = 0;
-	c->flush_next = NULL;
-	c->stopping = c->lingering = 0;
-	c->held = c->resume = 0;
-	c->pending = 0;
-	c->frame_started = c->stalled_since = 0.;
-	c->blocked_at = 0;
-	return c;
-}
-
-void conn_accept(struct conn_set *s, int fd)
-{
-	struct conn *c;
-	SSL *ssl = NULL;
-
-	if (s->nconns >= s->cfg->max_conns) {
-		log_warn("worker %d: %d connections, refusing another", s->idx, s->nconns);
-		close(fd);
-		return;
-	}
-	if (s->cfg->tls && !(ssl = conn_tls_session(s->cfg->tls, fd))) {
-		log_err("worker %d: out of memory for a TLS session", s->idx);
-		close(fd);
-		return;
-	}
-	c = conn_get(s);
-	if (!c || id_take(s, c) < 0) {
-		log_err("worker %d: out of memory for a new connection", s->idx);
-		if (c) {
-			c->next = s->spare;
-			s->spare = c;
-			s->nspare++;
-		}
-		SSL_free(ssl);
-		close(fd);
-		return;
-	}
-	c->fd = fd;
-	c->ssl = ssl;
-	s->nconns++;
-	STAT_INC(s->stats.accepted);
-	ev_io_init(&c->rio, on_read, fd, EV_READ);
-	c->rio.data = c;
-	ev_io_init(&c->wio, on_write, fd, EV_WRITE);
-	c->wio.data = c;
-	ev_timer_init(&c->timer, on_timer, s->cfg->hello_timeout, 0.);
-	c->timer.data = c;
-	c->reading = 1;
-	ev_io_start(s->loop, &c->rio);
-	ev_timer_start(s->loop, &c->timer);
-}
-
-/* Closes the socket and stops the watchers now; memory goes at reap
- * time. */
-static void conn_close(struct conn *c)
-{
-	struct conn_set *s = c->set;
-
-	if (c->state == CONN_CLOSED)
-		return;
-	ev_io_stop(s->loop, &c->rio);
-	ev_io_stop(s->loop, &c->wio);
-	ev_timer_stop(s->loop, &c->timer);
-	SSL_free(c->ssl);
-	c->ssl = NULL;
-	close(c->fd);
-	c->fd = -1;
-	c->state = CONN_CLOSED;
-	id_release(s, c);
-	s->nconns--;
-	STAT_INC(s->stats.closed);
-	c->next = s->reap_list;
-	s->reap_list = c;
-	want_prepare(s);
-}
-
-static void conn_destroy(struct conn *c)
-{
-	if (c->v.wcap > WBUF_INIT)
-		atomic_fetch_sub_explicit(c->set->out_grown, c->v.wcap - WBUF_INIT,
-					  memory_order_relaxed);
-	xfree(c->rbuf);
-	xfree(c->v.wbuf);
-	xfree(c);
-}
-
-void conn_reap(struct conn_set *s)
-{
-	while (s->reap_list) {
-		struct conn *c = s->reap_list;
-
-		s->reap_list = c->next;
-		/* Keep a few for the next connections, with buffers that did
-		 * not grow past their initial size. */
-		if (s->nspare < SPARES_MAX && c->v.wcap == WBUF_INIT &&
-		    !s->stopping) {
-			c->next = s->spare;
-			s->spare = c;
-			s->nspare++;
-		} else {
-			conn_destroy(c);
-		}
-	}
-}
-
-void conn_set_free(struct conn_set *s)
-{
-	/* The last word on connections still open (the grace time is over):
-	 * a DISCONNECT if the socket takes it now, then the close. */
-	for (uint32_t i = 0; i < s->nids; i++) {
-		struct conn *c = s->by_id[i];
-
-		if (!c)
-			continue;
-		disconnect(c, SPOP_ST_NORMAL);
-		if (flush(c) == 0)
-			conn_close(c);
-	}
-	s->flush_list = NULL;
-	s->stopping = true; /* no spares kept */
-	conn_reap(s);
-	while (s->spare) {
-		struct conn *c = s->spare;
-
-		s->spare = c->next;
-		conn_destroy(c);
-	}
-	s->nspare = 0;
-	xfree(s->by_id);
-	xfree(s->gens);
-	xfree(s->free_ids);
-	s->by_id = NULL;
-	s->gens = s->free_ids = NULL;
-	s->nids = s->nfree_ids = 0;
-}
 
 /* ---- output -------------------------------------------------------------- */
 
@@ -546,13 +257,13 @@ static int flush(struct conn *c)
 	return 0;
 }
 
-static void on_write(struct ev_loop *loop, ev_io *io, int revents)
+void conn_io_write(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct conn *c = io->data;
 
 	/* TLS: a read waited for the socket to take the handshake's bytes */
 	if (c->ssl && c->v.wpos == c->v.wlen && SSL_want_write(c->ssl))
-		on_read(loop, &c->rio, EV_READ);
+		conn_io_read(loop, &c->rio, EV_READ);
 	else
 		flush(c);
 }
@@ -657,7 +368,7 @@ static void ready_timer(struct conn *c)
 	arm_timer(c, ready_due(c) - now);
 }
 
-static void on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+void conn_io_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct conn *c = t->data;
 
@@ -968,7 +679,7 @@ static inline __attribute__((always_inline)) int read_once(struct conn *c)
 	return (size_t)n >= c->rcap / 2 || (c->ssl && SSL_pending(c->ssl) > 0);
 }
 
-static void on_read(struct ev_loop *loop, ev_io *io, int revents)
+void conn_io_read(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct conn *c = io->data;
 
@@ -1024,4 +735,11 @@ void conn_stop_all(struct conn_set *s)
 	for (uint32_t i = 0; i < s->nids; i++)
 		if (s->by_id[i])
 			conn_stop(s->by_id[i]);
+}
+
+void conn_last_word(struct conn *c)
+{
+	disconnect(c, SPOP_ST_NORMAL);
+	if (flush(c) == 0)
+		conn_close(c);
 }
