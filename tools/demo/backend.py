@@ -12,8 +12,11 @@ With port 0 the system picks a free port; the first line of output names it
 ("backend: listening on 127.0.0.1:PORT, ...").
 
 Answers 200 with a one-line JSON body naming the method and path. A request
-with the header X-Delay: SECONDS (at most 5) takes that long instead: the
-demo's load generator holds connections with it.
+with the header X-Delay: SECONDS (at most 30) takes that long instead: the
+demo's load generator holds connections with it. POST /release answers at
+once every request still waiting: the demo ends its held load with it, so
+that the load stays the same, connection for connection, for as long as
+the demo looks at it.
 """
 
 import argparse
@@ -21,10 +24,29 @@ import http.server
 import json
 import signal
 import sys
-import time
+import threading
 
 
-MAX_DELAY = 5.0
+MAX_DELAY = 30.0
+RELEASE_PATH = "/release"
+
+
+class Waits:
+    """Requests waiting their delay, all answered at once by release()."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.released = 0  # how many times release() was called
+
+    def wait(self, seconds):
+        with self.cond:
+            seen = self.released
+            self.cond.wait_for(lambda: self.released != seen, timeout=seconds)
+
+    def release(self):
+        with self.cond:
+            self.released += 1
+            self.cond.notify_all()
 
 
 def request_delay(header, default):
@@ -42,6 +64,8 @@ def request_delay(header, default):
 
 
 def make_handler(delay):
+    waits = Waits()
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -49,7 +73,10 @@ def make_handler(delay):
             length = int(self.headers.get("Content-Length") or 0)
             if length > 0:
                 self.rfile.read(min(length, 1 << 20))
-            time.sleep(request_delay(self.headers.get("X-Delay"), delay))
+            if self.command == "POST" and self.path == RELEASE_PATH:
+                waits.release()
+            else:
+                waits.wait(request_delay(self.headers.get("X-Delay"), delay))
             body = (json.dumps({"ok": True, "method": self.command, "path": self.path})
                     + "\n").encode()
             self.send_response(200)
