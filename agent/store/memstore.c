@@ -77,6 +77,8 @@ struct ms_shard {
 	uint32_t cap;
 	uint32_t used;
 	uint32_t free_head;   /* entry index + 1, 0 when none is free */
+	uint32_t fresh;       /* entries from here on were never used: their
+	                       * memory is not touched until then */
 	int64_t min_expire;   /* no entry expires before this (lower bound) */
 	uint64_t full;
 	uint64_t reclaimed;
@@ -348,7 +350,7 @@ static size_t sweep_shard(struct ms_shard *sh, int64_t now, const long *keep, si
 
 	if (sh->used == 0 || now < sh->min_expire)
 		return 0;
-	for (uint32_t k = 0; k < sh->cap; k++) {
+	for (uint32_t k = 0; k < sh->fresh; k++) {
 		struct ms_entry *e = &sh->entries[k];
 
 		if (e->idx == MS_FREE)
@@ -388,7 +390,7 @@ static int evict_one(struct ms_shard *sh, int64_t now, const long *keep, size_t 
 		sh->rnd = x;
 		ent = x % sh->cap;
 		e = &sh->entries[ent];
-		if (e->idx == MS_FREE || e->refused_until > now || kept((long)ent, keep, nkeep))
+		if (ent >= sh->fresh || e->idx == MS_FREE || e->refused_until > now || kept((long)ent, keep, nkeep))
 			continue;
 		if (best < 0 || e->expire_us < sh->entries[best].expire_us)
 			best = (long)ent;
@@ -501,11 +503,15 @@ static long insert(struct ms_shard *sh, const uint8_t *key, unsigned idx, uint32
 	uint32_t ent, i;
 	struct ms_entry *e;
 
-	if (sh->free_head == 0)
+	if (sh->free_head != 0) {
+		ent = sh->free_head - 1;
+		sh->free_head = sh->entries[ent].hash;
+	} else if (sh->fresh < sh->cap) {
+		ent = sh->fresh++;
+	} else {
 		return -1;
-	ent = sh->free_head - 1;
+	}
 	e = &sh->entries[ent];
-	sh->free_head = e->hash;
 	memset(e, 0, sizeof(*e));
 	memcpy(e->key, key, IDENTITY_KEY_LEN);
 	e->idx = (uint8_t)idx;
@@ -540,11 +546,11 @@ static int shard_init(struct ms_shard *sh, uint32_t cap)
 	}
 	sh->mask = ncells - 1;
 	sh->cap = cap;
-	for (uint32_t k = 0; k < cap; k++) {
-		sh->entries[k].idx = MS_FREE;
-		sh->entries[k].hash = k + 1 < cap ? k + 2 : 0;
-	}
-	sh->free_head = cap ? 1 : 0;
+	/* no free list to write: entries are taken from `fresh` on until
+	 * one is deleted, so that a large store costs memory only as it
+	 * fills (the agent starts in milliseconds, not after writing 72 MB) */
+	sh->free_head = 0;
+	sh->fresh = 0;
 	sh->min_expire = INT64_MAX;
 	sh->rnd = 0x9e3779b9u ^ cap;
 	return 0;

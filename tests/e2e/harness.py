@@ -253,6 +253,18 @@ class Agent(Proc):
         wait_port(self.port, 5, self.popen)
 
 
+def sanitized_build():
+    """Whether the agent under test is built with AddressSanitizer."""
+    return "libasan" in subprocess.run(["ldd", os.path.join(BUILD, "spoa-ratelimit")],
+                                       capture_output=True, text=True).stdout
+
+
+def rss_kb(pid):
+    """A process's resident memory, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
 def answer_ok(handler, status=200, headers=()):
     """What the tests' backends answer, from an http.server handler: status
     with the body "ok\\n" (none to a HEAD), and more headers (name, value)."""

@@ -204,17 +204,6 @@ def hostile_server(payload_head, filler, seconds):
     return fake_server(serve)
 
 
-def sanitized_build():
-    """Whether the agent under test is built with AddressSanitizer."""
-    return "libasan" in subprocess.run(["ldd", os.path.join(harness.BUILD, "spoa-ratelimit")],
-                                       capture_output=True, text=True).stdout
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
-
-
 def test_hostile_reply_is_bounded(h):
     """A server answering *100000000 then integers: the connection is dropped
     before anything is built for it; the agent's memory stays small."""
@@ -224,7 +213,7 @@ def test_hostile_reply_is_bounded(h):
         time.sleep(2.5)
         # the old code took 800 MB here; a sanitizer's shadow memory alone
         # takes about 90
-        assert rss_kb(a.pid) < (300 if sanitized_build() else 100) * 1024, rss_kb(a.pid)
+        assert harness.rss_kb(a.pid) < (300 if harness.sanitized_build() else 100) * 1024, harness.rss_kb(a.pid)
         s = Ask(a.port)
         v, took = s.ask("hostile")
         assert v["degraded"], v
@@ -443,7 +432,7 @@ def test_chaos(h):
     steady = fleet.Steady([a.port], clients, conns=4, duration=60)
     try:
         wait_for(lambda: steady.count() > 200, 10, "traffic")
-        rss0 = rss_kb(a.pid)
+        rss0 = harness.rss_kb(a.pid)
 
         def settle():
             """Until Redis decides again: a run of answers none degraded."""
@@ -486,7 +475,7 @@ def test_chaos(h):
         faulted()
         redis.restart()
         settle()
-        rss = rss_kb(a.pid)
+        rss = harness.rss_kb(a.pid)
     finally:
         answers = steady.stop()
     # exact again: fresh clients get their limit, no more, none degraded
@@ -513,7 +502,7 @@ def test_chaos(h):
     # memory stays bounded: what the faults added to what the agent had
     # under load before them (a sanitizer's quarantine holds freed memory
     # for a while, hence its larger allowance)
-    assert rss - rss0 < (300 if sanitized_build() else 32) * 1024, (rss0, rss)
+    assert rss - rss0 < (300 if harness.sanitized_build() else 32) * 1024, (rss0, rss)
     assert len(a.log().splitlines()) < 400, a.log()[-3000:]
 
 

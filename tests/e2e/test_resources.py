@@ -204,6 +204,23 @@ class Flood:
             s.close()
 
 
+def test_a_new_agent_takes_memory_as_its_store_fills(h):
+    """The memory store's 1,000,000 clients (the default) take memory as
+    they come, not at start: a new agent is small and starts at once (it
+    wrote 72 MB of free lists before it listened, a quarter of a second);
+    a client's decision takes an entry all the same."""
+    a = h.agent("--limit", "10/1m", "--threads", "2")
+    # a sanitizer's shadow memory alone takes about 90 MB
+    assert harness.rss_kb(a.pid) < (300 if harness.sanitized_build() else 32) * 1024, \
+        harness.rss_kb(a.pid)
+    c = Conn(a.port, timeout=5)
+    c.handshake()
+    for sid in range(1, 12):
+        v = c.check_rate(sid, 1, api_key="first")
+        assert v["status"] == (0 if sid <= 10 else 429), (sid, v)
+    c.close()
+
+
 def test_peers_that_never_read_are_bounded_then_closed(h):
     """700 peers send NOTIFYs and never read: each holds at most 48 KiB of
     answers beyond its first 16 KiB, and all of them together at most
