@@ -390,7 +390,8 @@ static int evict_one(struct ms_shard *sh, int64_t now, const long *keep, size_t 
 		sh->rnd = x;
 		ent = x % sh->cap;
 		e = &sh->entries[ent];
-		if (ent >= sh->fresh || e->idx == MS_FREE || e->refused_until > now || kept((long)ent, keep, nkeep))
+		if (ent >= sh->fresh || e->idx == MS_FREE || e->refused_until > now ||
+		    kept((long)ent, keep, nkeep))
 			continue;
 		if (best < 0 || e->expire_us < sh->entries[best].expire_us)
 			best = (long)ent;
@@ -546,9 +547,10 @@ static int shard_init(struct ms_shard *sh, uint32_t cap)
 	}
 	sh->mask = ncells - 1;
 	sh->cap = cap;
-	/* no free list to write: entries are taken from `fresh` on until
-	 * one is deleted, so that a large store costs memory only as it
-	 * fills (the agent starts in milliseconds, not after writing 72 MB) */
+	/* no free list to write: a new entry is a deleted one (the free
+	 * list), else the next never used (`fresh`), so that a large store
+	 * takes memory only as it fills (the agent starts in milliseconds,
+	 * not after writing 72 MB) */
 	sh->free_head = 0;
 	sh->fresh = 0;
 	sh->min_expire = INT64_MAX;
