@@ -135,7 +135,7 @@ class Demo:
         m = harness.wait_for(lambda: LISTENING_RE.search(app.log()) or
                              (not app.alive() and fail("backend exited: " + app.log()[-500:])),
                              10, "the application to listen")
-        app_port = self.app_port = int(m.group(1))
+        app_port = int(m.group(1))
         harness.wait_port(app_port, 10, app.popen)
         self.hp = h.haproxy(agent.port, app_port, cfg=HAPROXY_CFG,
                             env={"RL_SPOE_CONF": SPOE_CONF, "RL_TIERS_MAP": TIERS_MAP})
@@ -263,9 +263,13 @@ class Demo:
     def stop_loaders(self):
         self.stop_load.set()
         if self.loaders:
-            # the held load requests are answered now (tools/demo/backend.py)
+            # the held load requests are answered now (tools/demo/backend.py):
+            # asked through HAProxy, as a payment (P0, never shed), the
+            # application being out of reach in the compose stack
             try:
-                harness.http_get(self.app_port, "/release", method="POST", timeout=5)
+                harness.http_get(self.hp.port, "/api/payments",
+                                 {"X-Api-Key": LOAD_KEY, "X-Release": "1"},
+                                 method="POST", timeout=5)
             except (OSError, http.client.HTTPException):
                 pass
         for t in self.loaders:

@@ -13,10 +13,11 @@ With port 0 the system picks a free port; the first line of output names it
 
 Answers 200 with a one-line JSON body naming the method and path. A request
 with the header X-Delay: SECONDS (at most 30) takes that long instead: the
-demo's load generator holds connections with it. POST /release answers at
-once every request still waiting: the demo ends its held load with it, so
-that the load stays the same, connection for connection, for as long as
-the demo looks at it.
+demo's load generator holds connections with it. A request with the header
+X-Release: 1 is answered at once, and so is every request still waiting:
+the demo ends its held load with it (through HAProxy, as a payment, never
+shed), so that the load stays the same, connection for connection, for
+as long as the demo looks at it.
 """
 
 import argparse
@@ -28,7 +29,6 @@ import threading
 
 
 MAX_DELAY = 30.0
-RELEASE_PATH = "/release"
 
 
 class Waits:
@@ -73,7 +73,7 @@ def make_handler(delay):
             length = int(self.headers.get("Content-Length") or 0)
             if length > 0:
                 self.rfile.read(min(length, 1 << 20))
-            if self.command == "POST" and self.path == RELEASE_PATH:
+            if self.headers.get("X-Release") == "1":
                 waits.release()
             else:
                 waits.wait(request_delay(self.headers.get("X-Delay"), delay))
