@@ -9,10 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import harness
 
 DEMO = os.path.join(harness.ROOT, "tools", "demo.py")
+BACKEND_PY = os.path.join(harness.ROOT, "tools", "demo", "backend.py")
 TIMEOUT = 60
 
 # The summary table: row label -> (200, 429, 503, other). The free client
@@ -97,3 +100,29 @@ def test_demo_shows_200_429_503():
     assert len(ports) >= 4, out
     for port in ports:
         assert refused(port), "port %d still accepts after the demo:\n%s" % (port, out)
+
+
+def test_the_application_releases_held_requests(h):
+    """tools/demo/backend.py: a request held by X-Delay (30 s) is answered
+    as soon as a request with X-Release: 1 comes, which the demo sends to
+    end its load. The release is sent again until the held request is
+    answered, in case it came before the held request began to wait; the
+    held one cannot be answered in time otherwise."""
+    app = harness.Proc("backend", [sys.executable, BACKEND_PY, "--listen", "127.0.0.1:0"],
+                       os.path.join(h.dir, "backend.log"))
+    h.procs.append(app)
+    m = harness.wait_for(lambda: re.search(r"listening on 127\.0\.0\.1:(\d+)", app.log()), 10,
+                         "the application to listen")
+    port = int(m.group(1))
+    harness.wait_port(port, 10, app.popen)
+    held = []
+    t = threading.Thread(target=lambda: held.append(harness.http_get(
+        port, "/api/orders", {"X-Delay": "30"}, method="POST", timeout=40)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while t.is_alive() and time.monotonic() < deadline:
+        r = harness.http_get(port, "/api/payments", {"X-Release": "1"}, method="POST")
+        assert r.status == 200, r.status
+        t.join(0.2)
+    assert not t.is_alive(), "the held request was not released"
+    assert held[0].status == 200, held[0].status
