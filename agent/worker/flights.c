@@ -164,7 +164,6 @@ size_t flights_expire(struct flights *f, const struct adaptive_config *c, int64_
 		return 0;
 	for (int s = 0; s < FLIGHTS_SHARDS; s++) {
 		struct shard *sh = &f->shard[s];
-
 		int64_t first = INT64_MAX;
 
 		pthread_mutex_lock(&sh->lock);
